@@ -1,0 +1,73 @@
+# switchboard build. `make` builds build/switchboard; `make test` builds an ASan+UBSan
+# variant and runs unit (cmocka) and integration tests; `make bench` runs benchmarks;
+# `make demo` runs a gateway in front of a simulated fleet.
+# Sources are found by layer: every src/<layer>/*.c except src/cmd goes into libsb.a;
+# every tests/unit/**/test_*.c becomes its own test binary linked against it.
+
+CC      ?= gcc
+CSTD    := -std=c11 -D_GNU_SOURCE
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+INC     := -Isrc
+LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lm
+CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC)
+CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+               -fno-sanitize-recover=undefined $(WARN) $(INC)
+
+LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cmd/*' | sort)
+CMD_SRC  := $(shell find src/cmd -name '*.c' | sort)
+HDRS     := $(shell find src -name '*.h')
+TEST_SRC := $(shell find tests/unit -name 'test_*.c' | sort)
+
+REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o)
+SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
+
+.PHONY: all deps test unit integration bench demo clean check-format fuzz
+all: deps build/switchboard
+
+deps:
+	@scripts/deps.sh build
+
+build/rel/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_REL) -c $< -o $@
+
+build/san/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_SAN) -c $< -o $@
+
+build/rel/libsb.a: $(REL_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+build/san/libsb.a: $(SAN_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+build/switchboard: $(CMD_SRC) build/rel/libsb.a $(HDRS)
+	$(CC) $(CFLAGS_REL) $(CMD_SRC) build/rel/libsb.a $(LIBS) -o $@
+
+build/san/switchboard: $(CMD_SRC) build/san/libsb.a $(HDRS)
+	$(CC) $(CFLAGS_SAN) $(CMD_SRC) build/san/libsb.a $(LIBS) -o $@
+
+build/san/tests/%: tests/unit/%.c build/san/libsb.a $(HDRS) tests/unit/sb_test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_SAN) -Itests/unit $< build/san/libsb.a $(LIBS) -lcmocka -o $@
+
+unit: $(TEST_BIN)
+	@scripts/run_unit.sh $(TEST_BIN)
+
+integration: build/san/switchboard build/switchboard
+	@python3 tests/integration/run.py
+
+test:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory unit integration
+
+bench: all
+	@scripts/deps.sh bench
+	@bench/run.sh
+
+demo: all
+	@build/switchboard demo
+
+clean:
+	rm -rf build

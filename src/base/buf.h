@@ -1,0 +1,30 @@
+/* buf: a growable byte buffer, for building responses, logs and test inputs.
+ *
+ * Appends either succeed or return -1 leaving the buffer unchanged (ENOMEM). The buffer
+ * owns `data`; it is always NUL-terminated after a successful append, for convenience,
+ * but may hold binary data. Not for zero-copy paths. */
+#ifndef SB_BASE_BUF_H
+#define SB_BASE_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef struct sb_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} sb_buf;
+
+int sb_buf_reserve(sb_buf *b, size_t extra);
+int sb_buf_append(sb_buf *b, const void *p, size_t n);
+int sb_buf_puts(sb_buf *b, const char *s);
+int sb_buf_printf(sb_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sb_buf_vprintf(sb_buf *b, const char *fmt, va_list ap);
+/* Appends s as the contents of a JSON string (no surrounding quotes), escaping as needed. */
+int sb_buf_json_escape(sb_buf *b, const char *s, size_t n);
+void sb_buf_reset(sb_buf *b);
+void sb_buf_free(sb_buf *b);
+/* Hands the data to the caller (who frees it with sb_free) and empties the buffer. */
+char *sb_buf_steal(sb_buf *b, size_t *len);
+
+#endif

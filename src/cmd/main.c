@@ -1,0 +1,50 @@
+/* switchboard: an inference gateway for LLM model-server fleets. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+
+#ifndef SB_VERSION
+#define SB_VERSION "0.1.0"
+#endif
+
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("switchboard %s\n", SB_VERSION);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"serve", sb_cmd_serve, "serve -c FILE       run the gateway"},
+    {"check", sb_cmd_check, "check -c FILE       validate a config file"},
+    {"sim", sb_cmd_sim, "sim [options]       run simulated vLLM-compatible model servers"},
+    {"demo", sb_cmd_demo, "demo                a gateway in front of a simulated fleet"},
+    {"version", cmd_version, "version             print the version"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: switchboard COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %s\n", commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "switchboard: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,64 @@
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/log.h"
+#include "cmd/cmd.h"
+#include "net/gateway.h"
+
+typedef struct serve_state {
+    sb_gateway *gw;
+    uv_signal_t sigint, sigterm;
+} serve_state;
+
+static void on_stop_signal(uv_signal_t *h, int signum)
+{
+    serve_state *st = h->data;
+    SB_INFO("signal %d: stopping", signum);
+    if (st->gw) {
+        sb_gateway_stop(st->gw);
+        st->gw = NULL;
+    }
+    uv_close((uv_handle_t *)&st->sigint, NULL);
+    uv_close((uv_handle_t *)&st->sigterm, NULL);
+}
+
+int sb_cmd_serve(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose"))
+            sb_log_set_level(SB_LOG_DEBUG);
+        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet"))
+            sb_log_set_level(SB_LOG_WARN);
+        else {
+            fprintf(stderr, "usage: switchboard serve -c FILE [-v|-q]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: switchboard serve -c FILE [-v|-q]\n");
+        return 2;
+    }
+    sb_config *cfg = sb_load_config(path);
+    if (!cfg)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_t *loop = uv_default_loop();
+    serve_state st = {0};
+    int rc = sb_gateway_start(loop, cfg, &st.gw);
+    if (rc < 0)
+        return 1;
+    SB_INFO("switchboard listening on http://%s:%u", st.gw->cfg->listen_host, sb_gateway_port(st.gw));
+    uv_signal_init(loop, &st.sigint);
+    uv_signal_init(loop, &st.sigterm);
+    st.sigint.data = st.sigterm.data = &st;
+    uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_loop_close(loop);
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* gateway: `switchboard serve`, the live data path.
+ *
+ * Ties the pieces together on one event loop: the HTTP server (net/http_server.h) accepts
+ * OpenAI-style requests; proto/inspect reads model, stream flag and prompt from the body
+ * without copying it; core/router resolves the model to a pool and picks an endpoint; the
+ * proxy (net/proxy.c) forwards the request on a pooled keep-alive upstream connection and
+ * streams the answer back as it arrives. The gateway answers GET /v1/models and /healthz
+ * itself.
+ *
+ * Owns its config, router, upstream pools and server. Not thread-safe: one loop. */
+#ifndef SB_NET_GATEWAY_H
+#define SB_NET_GATEWAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <uv.h>
+
+#include "core/router.h"
+#include "net/http_server.h"
+#include "net/upstream.h"
+#include "proto/config.h"
+#include "proto/inspect.h"
+
+typedef struct sb_gateway_counters {
+    uint64_t requests;         /* requests read */
+    uint64_t proxied;          /* requests forwarded */
+    uint64_t retries;          /* second attempts on another endpoint */
+    uint64_t upstream_errors;  /* failed before the response started (502/504) */
+    uint64_t midstream_errors; /* upstream died after the response started */
+    uint64_t client_aborts;    /* client left while its request was in flight */
+    uint64_t rejected;         /* answered with 4xx by the gateway itself */
+} sb_gateway_counters;
+
+typedef struct sb_gateway {
+    uv_loop_t *loop;
+    sb_config *cfg;
+    sb_router *router;
+    sb_upstream **ups;          /* all endpoints, pool-major */
+    size_t *pool_first_up;      /* index into ups of each pool's first endpoint */
+    sb_http_server *server;
+    sb_inspect_ctx ictx;        /* reused for every request: one loop, one request at a time */
+    uint64_t *hashes;           /* block-hash scratch, cfg->max_prompt_blocks entries */
+    char *models_json;          /* GET /v1/models body, built once from config */
+    size_t models_json_len;
+    FILE *access_log;
+    sb_gateway_counters counters;
+    size_t in_flight;           /* exchanges alive */
+    bool stopping;
+} sb_gateway;
+
+/* Starts serving cfg (ownership of cfg passes to the gateway, also on failure).
+ * Returns 0 and sets *out, or a negative libuv error with a message logged. */
+int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
+/* Stops listening, aborts in-flight exchanges, and frees the gateway (handles close on the
+ * loop's next turns). */
+void sb_gateway_stop(sb_gateway *gw);
+uint16_t sb_gateway_port(const sb_gateway *gw);
+
+/* The upstream pool of endpoint `ep` of pool `pool`. */
+sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep);
+
+/* Internal, shared by gateway.c and proxy.c: forwards a routed request. */
+typedef struct sb_proxy_target {
+    uint32_t pool;
+    int adapter;
+    const char *served;          /* non-NULL: splice this name into the body's model field */
+    size_t served_len;
+    size_t model_tok_start, model_tok_end;
+    int stream;
+} sb_proxy_target;
+void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_route_request *rr);
+
+/* An exchange has ended (it was counted in in_flight by sb_proxy_start). */
+void sb_gateway_exchange_done(sb_gateway *gw);
+
+/* Answers req with an OpenAI-shaped error. */
+void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+                      const char *param, const char *code);
+
+#endif

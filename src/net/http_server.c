@@ -1,0 +1,804 @@
+#include "net/http_server.h"
+
+#include <http_parser.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/log.h"
+
+#define MAX_HEADERS 128
+#define READ_BUF_BYTES 65536
+/* Bytes a pipelining client may send ahead while a response is in progress; beyond this we
+ * stop reading until the current request finishes. */
+#define MAX_PENDING_BYTES (256 * 1024)
+
+enum conn_state {
+    CONN_IDLE = 0,     /* between requests (keep-alive) */
+    CONN_READING,      /* a request's head or body is arriving */
+    CONN_HANDLING,     /* the handler owns the request, response not started */
+    CONN_STREAMING,    /* response started, not finished */
+    CONN_CLOSING,
+};
+
+typedef struct hdr_off {
+    size_t name_off, name_len, value_off, value_len;
+} hdr_off;
+
+typedef struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    sb_http_server *srv;
+    struct conn *prev, *next;
+    http_parser parser;
+    enum conn_state state;
+    sb_buf head;          /* url then header names and values, copied out of read buffers */
+    hdr_off hoffs[MAX_HEADERS];
+    sb_http_header headers[MAX_HEADERS];
+    size_t n_headers;
+    size_t url_off, url_len;
+    bool last_was_value;
+    bool saw_cl, saw_te, expect_continue;
+    bool head_done;
+    sb_buf body;
+    sb_buf pending;       /* bytes read past the current request (pipelining) */
+    bool reading;         /* uv_read_start active */
+    int error_status;     /* set by callbacks to answer with an error */
+    /* response state */
+    bool chunked, close_after, keep_alive_resp;
+    int64_t resp_left;    /* for length-framed streams: bytes still expected, -1 otherwise */
+    size_t queued;        /* bytes handed to uv_write not yet completed */
+    bool wants_drain;
+    int handles_open;
+    sb_http_req req;
+    char peer[64];
+} conn;
+
+struct sb_http_server {
+    uv_tcp_t listener;
+    uv_loop_t *loop;
+    sb_http_server_opts opts;
+    sb_http_handler handler;
+    void *ctx;
+    conn *conns;
+    size_t n_conns;       /* open connections (not closing) */
+    size_t n_alive;       /* connection structs not yet freed (closing ones included) */
+    bool stopping;
+    bool listener_closed;
+    uint16_t port;
+};
+
+typedef struct wreq {
+    uv_write_t w;
+    conn *c;
+    size_t len;
+    char data[];
+} wreq;
+
+static http_parser_settings parser_settings;
+static void conn_close(conn *c);
+static void conn_read_start(conn *c);
+static void process(conn *c, const char *data, size_t len);
+
+const char *sb_http_status_text(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+/* ---- writing ---- */
+
+static void on_write(uv_write_t *w, int status)
+{
+    wreq *r = (wreq *)w;
+    conn *c = r->c;
+    c->queued -= r->len;
+    sb_free(r);
+    if (status < 0 && c->state != CONN_CLOSING) {
+        conn_close(c);
+        return;
+    }
+    if (c->state == CONN_CLOSING)
+        return;
+    if (c->queued == 0 && c->close_after && c->state == CONN_IDLE) {
+        conn_close(c);
+        return;
+    }
+    if (c->wants_drain && c->queued < c->srv->opts.write_high_water / 2 && c->state == CONN_STREAMING) {
+        c->wants_drain = false;
+        if (c->req.on_drain)
+            c->req.on_drain(&c->req);
+    }
+}
+
+/* Copies the buffers into one write request: one copy, and the caller's memory is free at
+ * once (upstream read buffers are reused immediately). */
+static int conn_writev(conn *c, const uv_buf_t *bufs, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += bufs[i].len;
+    wreq *r = sb_malloc(sizeof(wreq) + total);
+    if (!r)
+        return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(r->data + off, bufs[i].base, bufs[i].len);
+        off += bufs[i].len;
+    }
+    r->c = c;
+    r->len = total;
+    uv_buf_t b = uv_buf_init(r->data, (unsigned)total);
+    int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        sb_free(r);
+        return -1;
+    }
+    c->queued += total;
+    return 0;
+}
+
+static int conn_write(conn *c, const char *data, size_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    return conn_writev(c, &b, 1);
+}
+
+/* ---- lifecycle ---- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    sb_http_server *s = c->srv;
+    sb_buf_free(&c->head);
+    sb_buf_free(&c->body);
+    sb_buf_free(&c->pending);
+    sb_free(c);
+    if (--s->n_alive == 0 && s->stopping && s->listener_closed)
+        sb_free(s);
+}
+
+static void conn_close(conn *c)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    enum conn_state was = c->state;
+    c->state = CONN_CLOSING;
+    if ((was == CONN_HANDLING || was == CONN_STREAMING) && c->req.on_abort) {
+        void (*cb)(sb_http_req *) = c->req.on_abort;
+        c->req.on_abort = NULL;
+        c->req.on_drain = NULL;
+        cb(&c->req);
+    }
+    sb_http_server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    conn *c = t->data;
+    if (c->state == CONN_READING && c->queued == 0) {
+        /* A slow or stalled request head/body: say so, then close. */
+        static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                                  "Content-Length: 105\r\nConnection: close\r\n\r\n"
+                                  "{\"error\":{\"message\":\"request not received in time\","
+                                  "\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}";
+        conn_write(c, msg, sizeof(msg) - 1);
+        c->close_after = true;
+        c->state = CONN_IDLE;
+        if (c->queued == 0)
+            conn_close(c);
+        return;
+    }
+    if (c->state == CONN_IDLE)
+        conn_close(c);
+}
+
+static void arm_timer(conn *c, uint32_t ms)
+{
+    if (ms)
+        uv_timer_start(&c->timer, on_timeout, ms, 0);
+    else
+        uv_timer_stop(&c->timer);
+}
+
+static void reset_request(conn *c)
+{
+    sb_buf_reset(&c->head);
+    sb_buf_reset(&c->body);
+    c->n_headers = 0;
+    c->url_off = c->url_len = 0;
+    c->last_was_value = false;
+    c->saw_cl = c->saw_te = c->expect_continue = false;
+    c->head_done = false;
+    c->error_status = 0;
+    c->chunked = false;
+    c->resp_left = -1;
+    c->wants_drain = false;
+    memset(&c->req, 0, sizeof(c->req));
+    c->req.peer = c->peer;
+}
+
+/* Sends a small error response and closes the connection after it: used for framing errors,
+ * where the rest of the input cannot be trusted. */
+static void fail_request(conn *c, int status, const char *message)
+{
+    sb_buf b = {0};
+    sb_buf json = {0};
+    sb_buf_puts(&json, "{\"error\":{\"message\":\"");
+    sb_buf_json_escape(&json, message, strlen(message));
+    sb_buf_printf(&json, "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":%d}}", status);
+    sb_buf_printf(&b,
+                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                  "Connection: close\r\n\r\n",
+                  status, sb_http_status_text(status), json.len);
+    sb_buf_append(&b, json.data, json.len);
+    if (!b.data || conn_write(c, b.data, b.len) < 0) {
+        sb_buf_free(&b);
+        sb_buf_free(&json);
+        conn_close(c);
+        return;
+    }
+    sb_buf_free(&b);
+    sb_buf_free(&json);
+    c->close_after = true;
+    c->state = CONN_IDLE;
+    arm_timer(c, 0);
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+/* ---- parsing callbacks ---- */
+
+static int on_message_begin(http_parser *p)
+{
+    conn *c = p->data;
+    reset_request(c);
+    c->state = CONN_READING;
+    c->req.start_ns = uv_hrtime();
+    arm_timer(c, c->srv->opts.header_ms);
+    return 0;
+}
+
+static int head_append(conn *c, const char *at, size_t len)
+{
+    if (c->head.len + len > c->srv->opts.max_header_bytes) {
+        c->error_status = 431;
+        return -1;
+    }
+    if (sb_buf_append(&c->head, at, len) < 0) {
+        c->error_status = 500;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->url_len == 0)
+        c->url_off = c->head.len;
+    c->url_len += len;
+    return head_append(c, at, len);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->last_was_value || c->n_headers == 0) {
+        if (c->n_headers == MAX_HEADERS) {
+            c->error_status = 431;
+            return -1;
+        }
+        hdr_off *h = &c->hoffs[c->n_headers++];
+        h->name_off = c->head.len;
+        h->name_len = 0;
+        h->value_off = 0;
+        h->value_len = 0;
+        c->last_was_value = false;
+    }
+    c->hoffs[c->n_headers - 1].name_len += len;
+    return head_append(c, at, len);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->n_headers == 0)
+        return -1;
+    hdr_off *h = &c->hoffs[c->n_headers - 1];
+    if (!c->last_was_value) {
+        h->value_off = c->head.len;
+        c->last_was_value = true;
+    }
+    h->value_len += len;
+    return head_append(c, at, len);
+}
+
+static bool name_is(const sb_buf *b, const hdr_off *h, const char *name)
+{
+    size_t n = strlen(name);
+    return h->name_len == n && strncasecmp(b->data + h->name_off, name, n) == 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    conn *c = p->data;
+    c->head_done = true;
+    for (size_t i = 0; i < c->n_headers; i++) {
+        hdr_off *h = &c->hoffs[i];
+        if (name_is(&c->head, h, "content-length"))
+            c->saw_cl = true;
+        else if (name_is(&c->head, h, "transfer-encoding"))
+            c->saw_te = true;
+        else if (name_is(&c->head, h, "expect") && h->value_len == 12 &&
+                 strncasecmp(c->head.data + h->value_off, "100-continue", 12) == 0)
+            c->expect_continue = true;
+    }
+    if (c->saw_cl && c->saw_te) {
+        c->error_status = 400;
+        return 3; /* any value but 0/1/2 makes http_parser fail the message */
+    }
+    if (c->saw_te && !(p->flags & F_CHUNKED)) {
+        c->error_status = 400;
+        return 3;
+    }
+    if (c->saw_cl && p->content_length > c->srv->opts.max_body_bytes) {
+        c->error_status = 413;
+        return 3;
+    }
+    if (c->saw_cl && p->content_length > 0 && sb_buf_reserve(&c->body, (size_t)p->content_length) < 0) {
+        c->error_status = 500;
+        return 3;
+    }
+    if (c->expect_continue && p->http_minor >= 1) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        conn_write(c, cont, sizeof(cont) - 1);
+    }
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->body.len + len > c->srv->opts.max_body_bytes) {
+        c->error_status = 413;
+        return -1;
+    }
+    if (sb_buf_append(&c->body, at, len) < 0) {
+        c->error_status = 500;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    conn *c = p->data;
+    sb_http_req *r = &c->req;
+    for (size_t i = 0; i < c->n_headers; i++) {
+        hdr_off *h = &c->hoffs[i];
+        c->headers[i] = (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off,
+                                         h->value_len};
+    }
+    r->method = p->method;
+    r->url = c->head.data ? c->head.data + c->url_off : "";
+    r->url_len = c->url_len;
+    r->path = r->url;
+    const char *q = memchr(r->url, '?', r->url_len);
+    r->path_len = q ? (size_t)(q - r->url) : r->url_len;
+    r->headers = c->headers;
+    r->n_headers = c->n_headers;
+    r->body = c->body.data ? c->body.data : "";
+    r->body_len = c->body.len;
+    r->http_minor = p->http_minor;
+    r->keep_alive = http_should_keep_alive(p) != 0;
+    c->state = CONN_HANDLING;
+    arm_timer(c, 0);
+    /* Stop parsing here: pipelined bytes wait in `pending` until this response is done. */
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+/* Runs the parser over data; dispatches a completed request to the handler. */
+static void process(conn *c, const char *data, size_t len)
+{
+    size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
+    enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+    if (err == HPE_PAUSED) {
+        if (n < len && sb_buf_append(&c->pending, data + n, len - n) < 0) {
+            conn_close(c);
+            return;
+        }
+        sb_http_server *s = c->srv;
+        s->handler(&c->req, s->ctx);
+        return;
+    }
+    if (err != HPE_OK) {
+        int status = c->error_status ? c->error_status : 400;
+        const char *msg = status == 413   ? "request body too large"
+                          : status == 431 ? "request header too large"
+                          : status == 500 ? "out of memory"
+                          : c->saw_cl && c->saw_te
+                              ? "both Content-Length and Transfer-Encoding (request smuggling refused)"
+                              : http_errno_description(err);
+        if (c->state == CONN_READING || c->state == CONN_IDLE)
+            fail_request(c, status, msg);
+        else
+            conn_close(c);
+        return;
+    }
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    /* One static buffer: the loop is single-threaded and every read is consumed (copied
+     * into head/body/pending) before the next one. */
+    static char slab[READ_BUF_BYTES];
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(slab, sizeof(slab));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn *c = stream->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        /* EOF or error: the client is gone. A half-read request is dropped; an in-flight one
+         * is aborted, which closes its upstream so the model server stops generating. */
+        conn_close(c);
+        return;
+    }
+    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING || c->close_after) {
+        if (c->close_after)
+            return;
+        if (sb_buf_append(&c->pending, buf->base, (size_t)nread) < 0) {
+            conn_close(c);
+            return;
+        }
+        if (c->pending.len > MAX_PENDING_BYTES) {
+            uv_read_stop(stream);
+            c->reading = false;
+        }
+        return;
+    }
+    process(c, buf->base, (size_t)nread);
+}
+
+static void conn_read_start(conn *c)
+{
+    if (!c->reading && c->state != CONN_CLOSING) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+            c->reading = true;
+    }
+}
+
+/* The response is finished: go back to reading (keep-alive) or close. */
+static void finish_response(conn *c)
+{
+    c->req.on_abort = NULL;
+    c->req.on_drain = NULL;
+    if (!c->keep_alive_resp || c->srv->stopping) {
+        c->close_after = true;
+        c->state = CONN_IDLE;
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+        if (c->queued == 0)
+            conn_close(c);
+        return;
+    }
+    c->state = CONN_IDLE;
+    arm_timer(c, c->srv->opts.idle_ms);
+    http_parser_pause(&c->parser, 0);
+    conn_read_start(c);
+    if (c->pending.len) {
+        /* Pipelined requests: parse what already arrived. The buffer is detached first
+         * because process() may append leftovers to `pending` again. */
+        sb_buf p = c->pending;
+        c->pending = (sb_buf){0};
+        process(c, p.data, p.len);
+        sb_buf_free(&p);
+    }
+}
+
+/* ---- accepting ---- */
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    sb_http_server *s = server->data;
+    if (status < 0)
+        return;
+    conn *c = sb_calloc(1, sizeof(conn));
+    if (!c)
+        return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles_open = 2;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    s->n_alive++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || s->n_conns > s->opts.max_connections) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        char ip[48] = "?";
+        int port = 0;
+        if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        }
+        snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+    }
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    reset_request(c);
+    c->state = CONN_IDLE;
+    arm_timer(c, s->opts.header_ms);
+    conn_read_start(c);
+}
+
+int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
+                         sb_http_handler handler, void *ctx, sb_http_server **out)
+{
+    parser_settings = (http_parser_settings){
+        .on_message_begin = on_message_begin,
+        .on_url = on_url,
+        .on_header_field = on_header_field,
+        .on_header_value = on_header_value,
+        .on_headers_complete = on_headers_complete,
+        .on_body = on_body,
+        .on_message_complete = on_message_complete,
+    };
+    struct sockaddr_storage addr;
+    int rc = strchr(host, ':') ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr)
+                               : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    if (rc < 0)
+        return rc;
+    sb_http_server *s = sb_calloc(1, sizeof(*s));
+    if (!s)
+        return UV_ENOMEM;
+    s->loop = loop;
+    s->handler = handler;
+    s->ctx = ctx;
+    s->opts = opts ? *opts : (sb_http_server_opts){0};
+    if (!s->opts.max_header_bytes)
+        s->opts.max_header_bytes = 64 * 1024;
+    if (!s->opts.max_body_bytes)
+        s->opts.max_body_bytes = 16 * 1024 * 1024;
+    if (!s->opts.max_connections)
+        s->opts.max_connections = 10000;
+    if (!s->opts.header_ms)
+        s->opts.header_ms = 10000;
+    if (!s->opts.idle_ms)
+        s->opts.idle_ms = 60000;
+    if (!s->opts.write_high_water)
+        s->opts.write_high_water = 1024 * 1024;
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
+        (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0) {
+        s->stopping = true;
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        /* The handle is closed on the next loop turn; keep the memory alive until then. */
+        uv_run(loop, UV_RUN_NOWAIT);
+        sb_free(s);
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
+    s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+    *out = s;
+    return 0;
+}
+
+uint16_t sb_http_server_port(const sb_http_server *s) { return s->port; }
+size_t sb_http_server_connections(const sb_http_server *s) { return s->n_conns; }
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    sb_http_server *s = h->data;
+    s->listener_closed = true;
+    if (s->n_alive == 0)
+        sb_free(s);
+}
+
+void sb_http_server_stop(sb_http_server *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = true;
+    while (s->conns)
+        conn_close(s->conns);
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}
+
+/* ---- the handler's side ---- */
+
+const sb_http_header *sb_http_req_header(const sb_http_req *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const sb_http_header *h = &req->headers[i];
+        if (h->name_len == n && strncasecmp(h->name, name, n) == 0)
+            return h;
+    }
+    return NULL;
+}
+
+static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof(conn, req)); }
+
+int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
+                         int64_t content_length)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_HANDLING)
+        return -1;
+    bool http11 = req->http_minor >= 1;
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && (content_length >= 0 || http11);
+    c->chunked = content_length < 0 && http11;
+    c->resp_left = content_length;
+    char line[160];
+    int n = snprintf(line, sizeof(line), "HTTP/1.%d %d %s\r\n", http11 ? 1 : 0, status, sb_http_status_text(status));
+    char framing[128];
+    int m;
+    if (content_length >= 0)
+        m = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n%s\r\n", (long long)content_length,
+                     c->keep_alive_resp ? (http11 ? "" : "Connection: keep-alive\r\n") : "Connection: close\r\n");
+    else
+        m = snprintf(framing, sizeof(framing), "%s%s\r\n", c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                     c->keep_alive_resp ? "" : "Connection: close\r\n");
+    uv_buf_t bufs[3] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
+                        uv_buf_init(framing, (unsigned)m)};
+    if (conn_writev(c, bufs, 3) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    c->state = CONN_STREAMING;
+    return 0;
+}
+
+int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING)
+        return -1;
+    if (len == 0)
+        return 0;
+    int rc;
+    if (c->chunked) {
+        char hdr[24];
+        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+        uv_buf_t bufs[3] = {uv_buf_init(hdr, (unsigned)n), uv_buf_init((char *)data, (unsigned)len),
+                            uv_buf_init("\r\n", 2)};
+        rc = conn_writev(c, bufs, 3);
+    } else {
+        rc = conn_write(c, data, len);
+    }
+    if (rc < 0) {
+        conn_close(c);
+        return -1;
+    }
+    if (c->queued > c->srv->opts.write_high_water) {
+        c->wants_drain = true;
+        return 1;
+    }
+    return 0;
+}
+
+int sb_http_stream_end(sb_http_req *req)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING)
+        return -1;
+    if (c->chunked && conn_write(c, "0\r\n\r\n", 5) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    finish_response(c);
+    return 0;
+}
+
+void sb_http_stream_abort(sb_http_req *req)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING && c->state != CONN_HANDLING)
+        return;
+    c->req.on_abort = NULL;
+    c->req.on_drain = NULL;
+    /* Let queued bytes (e.g. a final SSE error event) go out, then close without a
+     * terminating chunk, so the client sees the transfer as aborted. */
+    c->keep_alive_resp = false;
+    c->close_after = true;
+    c->state = CONN_IDLE;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    if (c->queued == 0)
+        conn_close(c);
+}
+
+int sb_http_respond(sb_http_req *req, int status, const char *content_type, const char *headers,
+                    const char *body, size_t body_len)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_HANDLING)
+        return -1;
+    char ct[160];
+    int n = snprintf(ct, sizeof(ct), "Content-Type: %s\r\n", content_type ? content_type : "application/json");
+    sb_buf h = {0};
+    if (sb_buf_append(&h, ct, (size_t)n) < 0 || (headers && sb_buf_puts(&h, headers) < 0)) {
+        sb_buf_free(&h);
+        conn_close(c);
+        return -1;
+    }
+    int rc = sb_http_stream_begin(req, status, h.data, h.len, (int64_t)body_len);
+    sb_buf_free(&h);
+    if (rc < 0)
+        return -1;
+    if (body_len && conn_write(c, body, body_len) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    finish_response(c);
+    return 0;
+}

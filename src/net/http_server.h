@@ -1,0 +1,105 @@
+/* http_server: the HTTP/1.1 server side of switchboard, on libuv and http-parser.
+ *
+ * Accepts connections, parses requests (keep-alive, pipelining served in order, bodies by
+ * Content-Length or chunked, HTTP/1.0 clients), enforces limits (header bytes, body bytes,
+ * header and idle timeouts, connection count) and hands each complete request, body
+ * included, to one handler. The handler answers at once (sb_http_respond) or later, possibly
+ * streaming (sb_http_stream_*). Requests that break framing rules are answered here and never
+ * reach the handler: both Content-Length and Transfer-Encoding, an invalid Content-Length, a
+ * non-chunked Transfer-Encoding (400: no request smuggling), oversized head (431) or body
+ * (413), a slow head (408).
+ *
+ * Not for: routing or anything about OpenAI; TLS; HTTP/2. Used by the gateway (net/proxy.c),
+ * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
+#ifndef SB_NET_HTTP_SERVER_H
+#define SB_NET_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct sb_http_server sb_http_server;
+typedef struct sb_http_req sb_http_req;
+
+typedef struct sb_http_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} sb_http_header;
+
+/* One request. Fields are valid from the handler call until the response is finished
+ * (respond, stream_end, stream_abort) or on_abort was called, whichever comes first. */
+struct sb_http_req {
+    /* public, read-only */
+    int method;                  /* enum http_method (http_parser.h) */
+    const char *path;            /* URL path, without query; not NUL-terminated */
+    size_t path_len;
+    const char *url;             /* whole request target */
+    size_t url_len;
+    const sb_http_header *headers;
+    size_t n_headers;
+    const char *body;            /* de-chunked body, contiguous */
+    size_t body_len;
+    int http_minor;              /* 0 for HTTP/1.0 clients */
+    bool keep_alive;             /* the client wants the connection kept */
+    const char *peer;            /* client address "ip:port", NUL-terminated */
+    uint64_t start_ns;           /* uv_hrtime when the head began arriving */
+    /* public, set by the handler */
+    void *user;
+    /* Called once if the client disconnects (or the connection fails) while the handler
+     * owns this request. After it returns, the handler must not touch the request. */
+    void (*on_abort)(sb_http_req *req);
+    /* Called when queued response bytes drop below the low watermark after
+     * sb_http_stream_write reported backpressure (returned 1). */
+    void (*on_drain)(sb_http_req *req);
+};
+
+typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
+
+typedef struct sb_http_server_opts {
+    size_t max_header_bytes;   /* request line + headers; default 64 KiB */
+    size_t max_body_bytes;     /* default 16 MiB */
+    size_t max_connections;    /* default 10000 */
+    uint32_t header_ms;        /* whole request (head and body) must arrive within; default 10 s */
+    uint32_t idle_ms;          /* keep-alive idle; default 60 s */
+    size_t write_high_water;   /* backpressure threshold, bytes queued; default 1 MiB */
+} sb_http_server_opts;
+
+/* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).
+ * Returns 0 and sets *out, or a negative libuv error code (nothing is left open). */
+int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
+                         sb_http_handler handler, void *ctx, sb_http_server **out);
+/* The port actually bound. */
+uint16_t sb_http_server_port(const sb_http_server *s);
+/* Stops listening and closes every connection (in-flight requests get on_abort). The
+ * server is freed once libuv has closed all handles. */
+void sb_http_server_stop(sb_http_server *s);
+size_t sb_http_server_connections(const sb_http_server *s);
+
+/* Finds a request header by case-insensitive name; NULL if absent. */
+const sb_http_header *sb_http_req_header(const sb_http_req *req, const char *name);
+
+/* Answers with a complete response; `headers` is NULL or extra "Name: value\r\n" lines.
+ * Returns 0, or -1 if the request was already answered or aborted. */
+int sb_http_respond(sb_http_req *req, int status, const char *content_type, const char *headers,
+                    const char *body, size_t body_len);
+
+/* Starts a streamed response. `headers` holds "Name: value\r\n" lines without framing or
+ * Connection headers; content_length >= 0 frames by length, -1 chunks (HTTP/1.1) or
+ * delimits by close (HTTP/1.0). */
+int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
+                         int64_t content_length);
+/* Queues body bytes (copied). Returns 0, 1 if the queue is above the high watermark (the
+ * caller should stop producing until on_drain), or -1 if the stream is gone. */
+int sb_http_stream_write(sb_http_req *req, const char *data, size_t len);
+/* Finishes the response (terminating chunk if chunked). */
+int sb_http_stream_end(sb_http_req *req);
+/* Ends the response abnormally: the connection is closed without a terminator, so the
+ * client sees an aborted transfer, never a silent truncation. */
+void sb_http_stream_abort(sb_http_req *req);
+
+const char *sb_http_status_text(int status);
+
+#endif

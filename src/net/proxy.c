@@ -1,0 +1,588 @@
+/* proxy: one request's exchange with an upstream endpoint.
+ *
+ * An exchange lives from the routing decision until both sides are done: the client's
+ * response is finished or the client left, and the upstream connection is released or
+ * closed. It is freed synchronously at that point; it owns no libuv handle of its own (the
+ * upstream connection's timer serves for timeouts), so no close callback is needed.
+ *
+ * Retries: a connect failure before any response byte re-enters routing once, excluding the
+ * failed endpoint. A pooled connection that the server had closed (write error or EOF with
+ * nothing read) is replaced by a fresh connection to the same endpoint once, without
+ * counting as a retry. After response bytes reach the client, nothing is retried. */
+#include <http_parser.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/log.h"
+#include "net/gateway.h"
+#include "proto/openai_error.h"
+
+#define READ_BUF_BYTES 65536
+#define MAX_ATTEMPTS 2
+
+typedef struct exchange {
+    sb_gateway *gw;
+    sb_http_req *req;          /* NULL once the client is gone or answered */
+    sb_proxy_target t;
+    uint32_t ep;
+    uint32_t excluded[MAX_ATTEMPTS];
+    size_t n_excluded;
+    int attempts;
+    bool fresh_retry_used;
+    bool retry_same_ep;        /* next attempt: same endpoint, new connection */
+    bool dispatched;           /* router was told; must be told how it ended */
+    sb_upstream_conn *uc;
+    http_parser parser;
+    sb_buf head;               /* request head sent upstream */
+    char served_quoted[SB_MODEL_NAME_MAX * 6 + 3];
+    size_t served_quoted_len;
+    int pending_writes;
+    /* response */
+    sb_buf resp_headers;       /* header lines for the client */
+    size_t hfield_start;       /* where the current header line begins in resp_headers */
+    bool in_value;
+    bool skip_header;
+    bool got_bytes;            /* anything read from upstream for this attempt */
+    bool started;              /* response head sent to the client */
+    bool complete;             /* upstream message complete */
+    bool sse;
+    bool paused;               /* upstream reading paused for client backpressure */
+    int status;
+    uint64_t bytes_out;
+    sb_ns t_start, t_first_byte;
+} exchange;
+
+static http_parser_settings resp_settings;
+static void attempt(exchange *x);
+static void upstream_read_start(exchange *x);
+
+static sb_ns now_ns(void) { return uv_hrtime(); }
+
+static void exchange_maybe_free(exchange *x)
+{
+    if (x->req || x->uc || x->pending_writes)
+        return;
+    sb_gateway *gw = x->gw;
+    sb_buf_free(&x->head);
+    sb_buf_free(&x->resp_headers);
+    sb_free(x);
+    sb_gateway_exchange_done(gw);
+}
+
+/* Tells the router how this attempt ended (once). */
+static void report_end(exchange *x, bool ok, int status)
+{
+    if (!x->dispatched)
+        return;
+    x->dispatched = false;
+    if (ok)
+        sb_router_completed(x->gw->router, x->t.pool, x->ep, status, now_ns());
+    else
+        sb_router_failed(x->gw->router, x->t.pool, x->ep, now_ns());
+}
+
+static void drop_upstream(exchange *x, bool reusable)
+{
+    if (!x->uc)
+        return;
+    sb_upstream_conn *uc = x->uc;
+    x->uc = NULL;
+    uv_timer_stop(&uc->timer);
+    uv_read_stop((uv_stream_t *)&uc->tcp);
+    uc->tcp.data = uc;
+    uc->owner = NULL;
+    if (reusable)
+        sb_upstream_release(uc);
+    else
+        sb_upstream_close(uc);
+}
+
+/* Client answered or gone: detach from it. */
+static void detach_client(exchange *x)
+{
+    if (!x->req)
+        return;
+    x->req->on_abort = NULL;
+    x->req->on_drain = NULL;
+    x->req->user = NULL;
+    x->req = NULL;
+}
+
+/* Fails the exchange before anything reached the client. */
+static void fail_before_response(exchange *x, int status, const char *message, const char *code)
+{
+    drop_upstream(x, false);
+    report_end(x, false, status);
+    x->gw->counters.upstream_errors++;
+    if (x->req) {
+        sb_http_req *req = x->req;
+        detach_client(x);
+        sb_gateway_error(x->gw, req, status, message, "upstream_error", NULL, code);
+    }
+    exchange_maybe_free(x);
+}
+
+/* The upstream failed after the response started: end the client's stream visibly. */
+static void fail_midstream(exchange *x, const char *why)
+{
+    drop_upstream(x, false);
+    report_end(x, false, 502);
+    x->gw->counters.midstream_errors++;
+    if (x->req) {
+        sb_http_req *req = x->req;
+        detach_client(x);
+        if (x->sse) {
+            sb_buf ev = {0};
+            sb_buf_puts(&ev, "data: ");
+            sb_openai_error(&ev, why, "upstream_error", NULL, "upstream_failed_midstream");
+            sb_buf_puts(&ev, "\n\n");
+            if (ev.data)
+                sb_http_stream_write(req, ev.data, ev.len);
+            sb_buf_free(&ev);
+        }
+        SB_WARN("upstream %s failed mid-stream: %s", sb_upstream_address(sb_gateway_upstream(x->gw, x->t.pool, x->ep)),
+                why);
+        sb_http_stream_abort(req);
+    }
+    exchange_maybe_free(x);
+}
+
+/* A failure with nothing read from the upstream: retry if the rules allow. */
+static void retry_or_fail(exchange *x, int err, bool connect_failure)
+{
+    bool stale_pooled = x->uc && x->uc->reused && !x->got_bytes;
+    drop_upstream(x, false);
+    if (!x->req) {
+        report_end(x, false, 0);
+        exchange_maybe_free(x);
+        return;
+    }
+    if (stale_pooled && !x->fresh_retry_used) {
+        /* The server closed a keep-alive connection we thought idle: not the endpoint's
+         * fault, and the request never reached it. Same endpoint, new connection. */
+        x->fresh_retry_used = true;
+        x->retry_same_ep = true;
+        report_end(x, true, 0);
+        attempt(x);
+        return;
+    }
+    report_end(x, false, 0);
+    if (connect_failure && x->attempts < MAX_ATTEMPTS) {
+        x->gw->counters.retries++;
+        x->excluded[x->n_excluded++] = x->ep;
+        attempt(x);
+        return;
+    }
+    char msg[200];
+    snprintf(msg, sizeof(msg), "upstream %s: %s",
+             sb_upstream_address(sb_gateway_upstream(x->gw, x->t.pool, x->ep)), uv_strerror(err));
+    fail_before_response(x, err == UV_ETIMEDOUT ? 504 : 502, msg,
+                         err == UV_ETIMEDOUT ? "upstream_timeout" : "upstream_unavailable");
+}
+
+/* ---- client side callbacks ---- */
+
+static void on_client_abort(sb_http_req *req)
+{
+    exchange *x = req->user;
+    x->req = NULL;
+    x->gw->counters.client_aborts++;
+    /* Closing the upstream connection is how a model server learns to stop generating. */
+    drop_upstream(x, false);
+    report_end(x, true, 499);
+    exchange_maybe_free(x);
+}
+
+static void on_client_drain(sb_http_req *req)
+{
+    exchange *x = req->user;
+    if (x->paused && x->uc) {
+        x->paused = false;
+        upstream_read_start(x);
+    }
+}
+
+/* ---- response parsing ---- */
+
+static const char *const hop_by_hop[] = {"connection", "keep-alive", "transfer-encoding", "content-length",
+                                         "proxy-connection", "te", "trailer", "upgrade", NULL};
+
+static int r_on_header_field(http_parser *p, const char *at, size_t len)
+{
+    exchange *x = p->data;
+    if (x->in_value || x->resp_headers.len == x->hfield_start) {
+        if (x->in_value) {
+            /* Close the previous line (unless it was skipped). */
+            if (x->skip_header)
+                x->resp_headers.len = x->hfield_start;
+            else
+                sb_buf_puts(&x->resp_headers, "\r\n");
+        }
+        x->hfield_start = x->resp_headers.len;
+        x->in_value = false;
+        x->skip_header = false;
+    }
+    return sb_buf_append(&x->resp_headers, at, len);
+}
+
+static void classify_header(exchange *x)
+{
+    const char *name = x->resp_headers.data + x->hfield_start;
+    size_t n = x->resp_headers.len - x->hfield_start;
+    for (int i = 0; hop_by_hop[i]; i++)
+        if (strlen(hop_by_hop[i]) == n && strncasecmp(name, hop_by_hop[i], n) == 0)
+            x->skip_header = true;
+}
+
+static int r_on_header_value(http_parser *p, const char *at, size_t len)
+{
+    exchange *x = p->data;
+    if (!x->in_value) {
+        classify_header(x);
+        x->in_value = true;
+        if (sb_buf_puts(&x->resp_headers, ": ") < 0)
+            return -1;
+    }
+    return sb_buf_append(&x->resp_headers, at, len);
+}
+
+static int r_on_headers_complete(http_parser *p)
+{
+    exchange *x = p->data;
+    if (x->in_value) {
+        if (x->skip_header)
+            x->resp_headers.len = x->hfield_start;
+        else
+            sb_buf_puts(&x->resp_headers, "\r\n");
+    }
+    x->status = p->status_code;
+    if (p->status_code < 200)
+        return 0; /* 1xx interim: its headers are dropped, the real head follows */
+    /* Content type decides how a mid-stream failure is shown (SSE error event). */
+    const char *ct = x->resp_headers.data ? strcasestr(x->resp_headers.data, "content-type:") : NULL;
+    x->sse = ct && strncasecmp(ct + 13 + strspn(ct + 13, " "), "text/event-stream", 17) == 0;
+    if (!x->req)
+        return 0;
+    int64_t cl = (p->flags & F_CONTENTLENGTH) ? (int64_t)p->content_length : -1;
+    if (sb_http_stream_begin(x->req, p->status_code, x->resp_headers.data ? x->resp_headers.data : "",
+                             x->resp_headers.len, cl) < 0) {
+        detach_client(x);
+        return 0;
+    }
+    x->started = true;
+    return 0;
+}
+
+static int r_on_body(http_parser *p, const char *at, size_t len)
+{
+    exchange *x = p->data;
+    if (!x->req)
+        return 0;
+    x->bytes_out += len;
+    int rc = sb_http_stream_write(x->req, at, len);
+    if (rc < 0) {
+        detach_client(x);
+    } else if (rc == 1 && !x->paused) {
+        /* The client reads slower than the model writes: stop reading upstream until the
+         * client's queue drains, so memory stays bounded and TCP pushes back. */
+        x->paused = true;
+    }
+    return 0;
+}
+
+static int r_on_message_complete(http_parser *p)
+{
+    exchange *x = p->data;
+    if (x->status < 200) {
+        /* An interim response: reset header collection for the final one. */
+        x->resp_headers.len = 0;
+        x->hfield_start = 0;
+        x->in_value = false;
+        return 0;
+    }
+    x->complete = true;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static void finish_complete(exchange *x)
+{
+    bool reusable = http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED;
+    drop_upstream(x, reusable);
+    report_end(x, true, x->status);
+    if (x->req) {
+        sb_http_req *req = x->req;
+        detach_client(x);
+        sb_http_stream_end(req);
+    }
+    exchange_maybe_free(x);
+}
+
+static void on_response_timeout(uv_timer_t *t)
+{
+    exchange *x = ((sb_upstream_conn *)t->data)->owner;
+    if (x->started)
+        fail_midstream(x, "upstream response timed out");
+    else
+        retry_or_fail(x, UV_ETIMEDOUT, false);
+}
+
+static void up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    /* One read buffer for all upstream reads: each read is parsed and its body bytes are
+     * queued to the client (copied once) before the callback returns. */
+    static char slab[READ_BUF_BYTES];
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(slab, sizeof(slab));
+}
+
+static void up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    sb_upstream_conn *uc = s->data;
+    exchange *x = uc->owner;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        /* EOF: completes a close-delimited body; anything else ends in error. */
+        if (nread == UV_EOF && x->got_bytes) {
+            http_parser_execute(&x->parser, &resp_settings, NULL, 0);
+            if (x->complete) {
+                finish_complete(x);
+                return;
+            }
+        }
+        if (!x->got_bytes)
+            retry_or_fail(x, nread == UV_EOF ? UV_ECONNRESET : (int)nread, false);
+        else if (x->started)
+            fail_midstream(x, "upstream closed the connection mid-response");
+        else
+            fail_before_response(x, 502, "upstream sent an incomplete response head", "bad_upstream_response");
+        return;
+    }
+    if (!x->got_bytes) {
+        x->got_bytes = true;
+        x->t_first_byte = now_ns();
+        sb_router_first_byte(x->gw->router, x->t.pool, x->ep, x->t_first_byte);
+    }
+    uv_timer_again(&uc->timer);
+    size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
+    if (x->complete) {
+        if (n < (size_t)nread)
+            x->parser.flags &= ~F_CONNECTION_KEEP_ALIVE; /* junk after the response: don't reuse */
+        finish_complete(x);
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&x->parser) != HPE_OK) {
+        if (x->started)
+            fail_midstream(x, "upstream sent a malformed response");
+        else
+            fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response");
+        return;
+    }
+    if (x->paused)
+        uv_read_stop(s);
+}
+
+static void upstream_read_start(exchange *x)
+{
+    if (uv_read_start((uv_stream_t *)&x->uc->tcp, up_alloc, up_read) < 0)
+        retry_or_fail(x, UV_ECONNRESET, false);
+}
+
+/* ---- sending ---- */
+
+typedef struct send_req {
+    uv_write_t w;
+    exchange *x;
+} send_req;
+
+static void on_sent(uv_write_t *w, int status)
+{
+    send_req *s = (send_req *)w;
+    exchange *x = s->x;
+    sb_free(s);
+    x->pending_writes--;
+    if (status < 0 && x->uc && (uv_stream_t *)&x->uc->tcp == w->handle && !x->got_bytes)
+        retry_or_fail(x, status, false);
+    else
+        exchange_maybe_free(x);
+}
+
+static void send_request(exchange *x)
+{
+    sb_gateway *gw = x->gw;
+    sb_http_req *req = x->req;
+    sb_upstream_conn *uc = x->uc;
+    uc->owner = x;
+    uc->tcp.data = uc;
+    uc->timer.data = uc;
+    http_parser_init(&x->parser, HTTP_RESPONSE);
+    x->parser.data = x;
+    x->resp_headers.len = 0;
+    x->hfield_start = 0;
+    x->in_value = false;
+    x->got_bytes = false;
+
+    /* Body: the client's bytes as they are, or three pieces with the served name spliced
+     * in place of an alias: never re-serialised, never copied. */
+    uv_buf_t bufs[4];
+    int nb = 1;
+    size_t body_len = req->body_len;
+    if (x->t.served) {
+        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)x->t.model_tok_start);
+        bufs[nb++] = uv_buf_init(x->served_quoted, (unsigned)x->served_quoted_len);
+        bufs[nb++] = uv_buf_init((char *)req->body + x->t.model_tok_end,
+                                 (unsigned)(req->body_len - x->t.model_tok_end));
+        body_len = req->body_len - (x->t.model_tok_end - x->t.model_tok_start) + x->served_quoted_len;
+    } else if (req->body_len) {
+        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)req->body_len);
+    }
+    /* Head: rebuilt once per exchange (the Host differs per endpoint on a retry). */
+    sb_buf *h = &x->head;
+    sb_buf_reset(h);
+    sb_buf_printf(h, "%.*s %.*s HTTP/1.1\r\nHost: %s\r\n", req->method == HTTP_POST ? 4 : 3,
+                  req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url,
+                  sb_upstream_address(uc->up));
+    bool has_orca_fmt = false;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const sb_http_header *hd = &req->headers[i];
+        bool skip = false;
+        for (int k = 0; hop_by_hop[k] && !skip; k++)
+            skip = strlen(hop_by_hop[k]) == hd->name_len && strncasecmp(hd->name, hop_by_hop[k], hd->name_len) == 0;
+        if (skip || (hd->name_len == 4 && strncasecmp(hd->name, "host", 4) == 0) ||
+            (hd->name_len == 6 && strncasecmp(hd->name, "expect", 6) == 0))
+            continue;
+        if (hd->name_len == 28 && strncasecmp(hd->name, "endpoint-load-metrics-format", 28) == 0)
+            has_orca_fmt = true;
+        sb_buf_append(h, hd->name, hd->name_len);
+        sb_buf_puts(h, ": ");
+        sb_buf_append(h, hd->value, hd->value_len);
+        sb_buf_puts(h, "\r\n");
+    }
+    if (gw->cfg->orca_request && !has_orca_fmt)
+        sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
+    if (sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0) {
+        fail_before_response(x, 500, "out of memory", NULL);
+        return;
+    }
+    bufs[0] = uv_buf_init(h->data, (unsigned)h->len);
+    send_req *s = sb_malloc(sizeof(*s));
+    if (!s) {
+        fail_before_response(x, 500, "out of memory", NULL);
+        return;
+    }
+    s->x = x;
+    if (uv_write(&s->w, (uv_stream_t *)&uc->tcp, bufs, (unsigned)nb, on_sent) < 0) {
+        sb_free(s);
+        retry_or_fail(x, UV_ECONNRESET, false);
+        return;
+    }
+    x->pending_writes++;
+    uv_timer_start(&uc->timer, on_response_timeout, gw->cfg->response_ms, gw->cfg->response_ms);
+    upstream_read_start(x);
+}
+
+static void on_connected(sb_upstream_conn *uc, int status, void *arg)
+{
+    exchange *x = arg;
+    if (status < 0) {
+        x->uc = NULL; /* already closed by the pool */
+        retry_or_fail(x, status, true);
+        return;
+    }
+    x->uc = uc;
+    if (!x->req) {
+        drop_upstream(x, true);
+        report_end(x, true, 499);
+        exchange_maybe_free(x);
+        return;
+    }
+    send_request(x);
+}
+
+/* One attempt: pick an endpoint (a fresh-connection retry keeps the same one), connect or
+ * reuse, send. */
+static void attempt(exchange *x)
+{
+    sb_gateway *gw = x->gw;
+    sb_ns now = now_ns();
+    int ep;
+    if (x->retry_same_ep) {
+        x->retry_same_ep = false;
+        ep = (int)x->ep;
+    } else {
+        sb_route_request rr = {.pool = x->t.pool, .adapter = x->t.adapter, .exclude = x->excluded,
+                               .n_exclude = x->n_excluded};
+        ep = sb_router_pick(gw->router, &rr, now);
+        if (ep < 0) {
+            fail_before_response(x, 502, "no endpoint left to try", "upstream_unavailable");
+            return;
+        }
+        x->attempts++;
+    }
+    x->ep = (uint32_t)ep;
+    sb_router_dispatched(gw->router, x->t.pool, x->ep, now);
+    x->dispatched = true;
+    sb_upstream_conn *uc = NULL;
+    int rc = sb_upstream_acquire(sb_gateway_upstream(gw, x->t.pool, x->ep), on_connected, x, &uc);
+    if (rc == 1) {
+        x->uc = uc;
+        send_request(x);
+    } else if (rc == 0) {
+        x->uc = NULL; /* connecting; on_connected takes it */
+    } else {
+        retry_or_fail(x, rc, true);
+    }
+}
+
+void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_route_request *rr)
+{
+    static bool settings_ready;
+    if (!settings_ready) {
+        resp_settings = (http_parser_settings){
+            .on_header_field = r_on_header_field,
+            .on_header_value = r_on_header_value,
+            .on_headers_complete = r_on_headers_complete,
+            .on_body = r_on_body,
+            .on_message_complete = r_on_message_complete,
+        };
+        settings_ready = true;
+    }
+    exchange *x = sb_calloc(1, sizeof(*x));
+    if (!x) {
+        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        return;
+    }
+    x->gw = gw;
+    x->req = req;
+    x->t = *t;
+    x->t_start = now_ns();
+    (void)rr;
+    if (t->served) {
+        /* Escape into the fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes,
+         * so 6x plus quotes always fits. */
+        sb_buf tmp = {0};
+        sb_buf_puts(&tmp, "\"");
+        sb_buf_json_escape(&tmp, t->served, t->served_len);
+        sb_buf_puts(&tmp, "\"");
+        if (!tmp.data || tmp.len >= sizeof(x->served_quoted)) {
+            sb_buf_free(&tmp);
+            sb_free(x);
+            sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+            return;
+        }
+        memcpy(x->served_quoted, tmp.data, tmp.len);
+        x->served_quoted_len = tmp.len;
+        sb_buf_free(&tmp);
+    }
+    req->user = x;
+    req->on_abort = on_client_abort;
+    req->on_drain = on_client_drain;
+    gw->in_flight++;
+    gw->counters.proxied++;
+    attempt(x);
+}

@@ -1,0 +1,896 @@
+#include "proto/config.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "base/alloc.h"
+#include "core/policy.h"
+
+/* The parser works in two steps: libyaml builds a node tree (so every node keeps its line and
+ * column), then one walk over the tree fills an sb_config and records every problem it meets.
+ * The walk never stops at the first error: an operator fixing a config wants the whole list. */
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A model, alias or adapter name already claimed by a pool: names must route to one pool. */
+typedef struct claimed_name {
+    const char *name; /* points into the pool's own copy; lives as long as the config */
+    int line;
+    size_t pool; /* index in cfg->pools */
+} claimed_name;
+
+typedef struct parse {
+    yaml_document_t *doc;
+    sb_config *cfg;
+    sb_config_errors *errs;
+    bool oom;
+    /* Linear scan on insert: a fleet has tens to hundreds of names, and the scan runs once,
+     * at load time. Revisit if configs with many thousands of adapters appear. */
+    claimed_name *names;
+    size_t n_names, cap_names;
+} parse;
+
+/* Scalar kinds of the flat sections (limits, timeouts, upstream, routing). */
+enum kind {
+    K_BYTES, /* size_t; integer or suffixed size string */
+    K_COUNT, /* size_t; plain integer */
+    K_MS,    /* uint32_t; plain integer, milliseconds */
+    K_BOOL,  /* bool; plain true/false */
+    K_NAME,  /* char *; any string, null means unset */
+};
+
+typedef struct field {
+    const char *key;
+    enum kind kind;
+    size_t offset; /* into sb_config */
+    uint64_t min, max;
+} field;
+
+typedef struct section {
+    const char *key;
+    const field *fields;
+    size_t n_fields;
+} section;
+
+/* Keys are named after the struct members they fill. */
+// clang-format off
+#define F(m, k, lo, hi) {.key = #m, .kind = k, .offset = offsetof(sb_config, m), .min = lo, .max = hi}
+// clang-format on
+
+static const field limits_fields[] = {
+    F(max_body_bytes, K_BYTES, 1, SIZE_MAX),
+    F(max_header_bytes, K_BYTES, 1, SIZE_MAX),
+    F(max_connections, K_COUNT, 1, SIZE_MAX),
+    F(max_prompt_blocks, K_COUNT, 1, SIZE_MAX),
+};
+
+/* The bound is the field's width; a timeout that large means "never" in practice. */
+// clang-format off
+static const field timeouts_fields[] = {
+    F(connect_ms, K_MS, 1, UINT32_MAX),
+    F(response_ms, K_MS, 1, UINT32_MAX),
+    F(idle_ms, K_MS, 1, UINT32_MAX),
+    F(header_ms, K_MS, 1, UINT32_MAX),
+    F(upstream_idle_ms, K_MS, 1, UINT32_MAX),
+};
+// clang-format on
+
+static const field upstream_fields[] = {
+    /* 0 is allowed: it turns connection reuse off, which helps when debugging an upstream. */
+    F(max_idle_per_endpoint, K_COUNT, 0, SIZE_MAX),
+    F(orca_request, K_BOOL, 0, 1),
+};
+
+static const field routing_fields[] = {
+    /* Below 8 bytes a block holds about one token and the index outgrows its use; above 4 KiB
+     * a block rarely matches at all between prompts. */
+    F(block_bytes, K_BYTES, 8, 4096),
+    F(default_pool, K_NAME, 0, 0),
+};
+
+#undef F
+
+static const section sections[] = {
+    {"limits", limits_fields, ARRAY_LEN(limits_fields)},
+    {"timeouts", timeouts_fields, ARRAY_LEN(timeouts_fields)},
+    {"upstream", upstream_fields, ARRAY_LEN(upstream_fields)},
+    {"routing", routing_fields, ARRAY_LEN(routing_fields)},
+};
+
+static const char *const engines[] = {"vllm", "sglang", "llamacpp", "trtllm", "custom"};
+
+/* ---- errors ---- */
+
+static void verror(parse *p, int line, int column, const char *fmt, va_list ap)
+{
+    sb_config_errors *e = p->errs;
+    e->total++;
+    if (e->n >= ARRAY_LEN(e->items))
+        return;
+    sb_config_error *it = &e->items[e->n++];
+    it->line = line;
+    it->column = column;
+    vsnprintf(it->message, sizeof it->message, fmt, ap);
+}
+
+static void __attribute__((format(printf, 4, 5))) error_at(parse *p, int line, int column, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(p, line, column, fmt, ap);
+    va_end(ap);
+}
+
+/* libyaml marks are 0-based; errors are 1-based like compilers'. */
+static void __attribute__((format(printf, 3, 4))) node_error(parse *p, const yaml_node_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(p, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1, fmt, ap);
+    va_end(ap);
+}
+
+/* Returns NULL so that allocation sites can `return out_of_memory(p)`. */
+static void *out_of_memory(parse *p)
+{
+    p->oom = true;
+    return NULL;
+}
+
+/* ---- nodes ---- */
+
+static yaml_node_t *node_at(parse *p, int id)
+{
+    return yaml_document_get_node(p->doc, id);
+}
+
+static bool is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *s = (const char *)n->data.scalar.value;
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static const char *type_name(const yaml_node_t *n)
+{
+    if (is_null(n))
+        return "nothing";
+    switch (n->type) {
+    case YAML_MAPPING_NODE: return "a mapping";
+    case YAML_SEQUENCE_NODE: return "a list";
+    default: return "a scalar";
+    }
+}
+
+/* The text of a string scalar, or NULL after reporting why the node is not one. Empty strings
+ * and embedded NULs are refused: neither can name anything. */
+static const char *string_of(parse *p, const yaml_node_t *n, const char *what)
+{
+    if (n->type != YAML_SCALAR_NODE || is_null(n)) {
+        node_error(p, n, "%s must be a string, got %s", what, type_name(n));
+        return NULL;
+    }
+    const char *s = (const char *)n->data.scalar.value;
+    if (strlen(s) != n->data.scalar.length) {
+        node_error(p, n, "%s must not contain NUL bytes", what);
+        return NULL;
+    }
+    if (!*s) {
+        node_error(p, n, "%s must not be empty", what);
+        return NULL;
+    }
+    return s;
+}
+
+static char *dup_string(parse *p, const yaml_node_t *n, const char *what)
+{
+    const char *s = string_of(p, n, what);
+    if (!s)
+        return NULL;
+    char *d = sb_strdup(s);
+    return d ? d : out_of_memory(p);
+}
+
+/* Reports a node that should be a mapping. A null (a key written with no value) is an empty
+ * mapping, so commenting out every entry of a section leaves the defaults. Returns true when
+ * the node is a mapping worth walking. */
+static bool want_mapping(parse *p, const yaml_node_t *n, const char *what)
+{
+    if (n->type == YAML_MAPPING_NODE)
+        return true;
+    if (!is_null(n))
+        node_error(p, n, "%s must be a mapping, got %s", what, type_name(n));
+    return false;
+}
+
+/* The key of a mapping pair, or NULL when the pair must be skipped: a non-string key, or a
+ * key already seen in the same mapping (YAML forbids it, libyaml does not check, and letting
+ * the last one win would hide a typo). */
+static const char *pair_key(parse *p, const yaml_node_t *map, const yaml_node_pair_t *pair, const char *what)
+{
+    const yaml_node_t *k = node_at(p, pair->key);
+    if (k->type != YAML_SCALAR_NODE) {
+        node_error(p, k, "keys in %s must be strings, got %s", what, type_name(k));
+        return NULL;
+    }
+    const char *key = (const char *)k->data.scalar.value;
+    for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pair; q++) {
+        const yaml_node_t *qk = node_at(p, q->key);
+        if (qk->type == YAML_SCALAR_NODE && !strcmp((const char *)qk->data.scalar.value, key)) {
+            node_error(p, k, "duplicate key '%s' in %s (first at line %d)", key, what, (int)qk->start_mark.line + 1);
+            return NULL;
+        }
+    }
+    return key;
+}
+
+/* The value of `key` in a mapping, without reporting anything; NULL when absent. */
+static yaml_node_t *lookup(parse *p, const yaml_node_t *map, const char *key)
+{
+    if (!map || map->type != YAML_MAPPING_NODE)
+        return NULL;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const yaml_node_t *k = node_at(p, q->key);
+        if (k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
+            return node_at(p, q->value);
+    }
+    return NULL;
+}
+
+/* ---- scalars ---- */
+
+/* Parses a decimal integer, optionally followed by a size suffix. All multipliers are powers
+ * of 1024 (as in nginx and HAProxy): buffer limits are thought of in binary, and one rule is
+ * easier to remember than SI-versus-IEC. Returns false on syntax error or overflow. */
+static bool parse_uint(const char *s, bool suffixes, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        unsigned shift;
+    } units[] = {
+        {"", 0},    {"b", 0},    {"k", 10}, {"kb", 10}, {"kib", 10}, {"m", 20},
+        {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30},
+    };
+    uint64_t v = 0;
+    const char *c = s;
+    if (*c < '0' || *c > '9')
+        return false;
+    for (; *c >= '0' && *c <= '9'; c++) {
+        unsigned d = (unsigned)(*c - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (suffixes)
+        while (*c == ' ')
+            c++;
+    for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+        if (strcasecmp(c, units[i].suffix) != 0)
+            continue;
+        if (i > 0 && !suffixes)
+            return false;
+        if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
+            return false;
+        *out = v << units[i].shift;
+        return true;
+    }
+    return false;
+}
+
+static void parse_field(parse *p, const field *f, const yaml_node_t *v, const char *section)
+{
+    void *dst = (char *)p->cfg + f->offset;
+    if (f->kind == K_NAME) {
+        char *s = NULL;
+        if (!is_null(v)) {
+            char what[96];
+            snprintf(what, sizeof what, "%s.%s", section, f->key);
+            if (!(s = dup_string(p, v, what)))
+                return;
+        }
+        char **slot = dst;
+        sb_free(*slot);
+        *slot = s;
+        return;
+    }
+    if (v->type != YAML_SCALAR_NODE || is_null(v)) {
+        node_error(p, v, "%s.%s must be a scalar, got %s", section, f->key, type_name(v));
+        return;
+    }
+    const char *s = (const char *)v->data.scalar.value;
+    /* Only sizes may be quoted ("16MiB" reads naturally as a string); a quoted number or
+     * boolean elsewhere is a type mistake, probably a template gone wrong. */
+    bool quoted = v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    if (f->kind == K_BOOL) {
+        bool t = !strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE");
+        bool fl = !strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE");
+        if (quoted || (!t && !fl)) {
+            node_error(p, v, "%s.%s must be true or false, got '%s'", section, f->key, s);
+            return;
+        }
+        *(bool *)dst = t;
+        return;
+    }
+    uint64_t x;
+    if ((quoted && f->kind != K_BYTES) || !parse_uint(s, f->kind == K_BYTES, &x)) {
+        const char *expected = f->kind == K_BYTES ? "a size in bytes (like 65536 or 64KiB)"
+                               : f->kind == K_MS  ? "an integer number of milliseconds"
+                                                  : "a non-negative integer";
+        node_error(p, v, "%s.%s must be %s, got '%s'", section, f->key, expected, s);
+        return;
+    }
+    if (x < f->min || x > f->max) {
+        if (f->max == UINT64_MAX)
+            node_error(p, v, "%s.%s must be at least %llu, got %llu", section, f->key, (unsigned long long)f->min,
+                       (unsigned long long)x);
+        else
+            node_error(p, v, "%s.%s must be between %llu and %llu, got %llu", section, f->key,
+                       (unsigned long long)f->min, (unsigned long long)f->max, (unsigned long long)x);
+        return;
+    }
+    if (f->kind == K_MS)
+        *(uint32_t *)dst = (uint32_t)x;
+    else
+        *(size_t *)dst = (size_t)x;
+}
+
+static void parse_section(parse *p, const section *s, const yaml_node_t *map)
+{
+    if (!want_mapping(p, map, s->key))
+        return;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, s->key);
+        if (!key)
+            continue;
+        const field *f = NULL;
+        for (size_t i = 0; i < s->n_fields && !f; i++)
+            if (!strcmp(s->fields[i].key, key))
+                f = &s->fields[i];
+        if (!f)
+            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, s->key);
+        else
+            parse_field(p, f, node_at(p, q->value), s->key);
+    }
+}
+
+/* ---- addresses ---- */
+
+static bool valid_hostname(const char *h, size_t len)
+{
+    if (len == 0 || len > 253 || h[0] == '-' || h[0] == '.')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = h[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Splits "host:port" or "[ipv6]:port". The host comes back without brackets, ready for
+ * address parsing. On failure returns a reason suitable for an error message. */
+static const char *split_address(const char *s, const char **host, size_t *host_len, uint16_t *port)
+{
+    const char *colon;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close)
+            return "missing ']' after the IPv6 address";
+        if (close[1] != ':')
+            return "expected ':port' after ']'";
+        *host = s + 1;
+        *host_len = (size_t)(close - s - 1);
+        colon = close + 1;
+        char ip[INET6_ADDRSTRLEN];
+        struct in6_addr a6;
+        if (*host_len == 0 || *host_len >= sizeof ip)
+            return "invalid IPv6 address";
+        memcpy(ip, *host, *host_len);
+        ip[*host_len] = '\0';
+        if (inet_pton(AF_INET6, ip, &a6) != 1)
+            return "invalid IPv6 address";
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return "missing ':port'";
+        if (memchr(s, ':', (size_t)(colon - s)))
+            return "IPv6 addresses must be in brackets, like [::1]:8080";
+        *host = s;
+        *host_len = (size_t)(colon - s);
+        if (*host_len == 0)
+            return "missing host before ':'";
+        /* All digits and dots: meant as an IPv4 literal, so hold it to that. */
+        if (strspn(s, "0123456789.") >= *host_len) {
+            char ip[INET_ADDRSTRLEN];
+            struct in_addr a4;
+            if (*host_len >= sizeof ip)
+                return "invalid IPv4 address";
+            memcpy(ip, s, *host_len);
+            ip[*host_len] = '\0';
+            if (inet_pton(AF_INET, ip, &a4) != 1)
+                return "invalid IPv4 address";
+        } else if (!valid_hostname(s, *host_len)) {
+            return "invalid host name";
+        }
+    }
+    uint64_t v;
+    if (strlen(colon + 1) > 5 || !parse_uint(colon + 1, false, &v) || v < 1 || v > 65535)
+        return "port must be a number from 1 to 65535";
+    *port = (uint16_t)v;
+    return NULL;
+}
+
+/* Parses an address node into a fresh host copy and port. Returns false after reporting. */
+static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
+{
+    const char *s = string_of(p, n, what);
+    if (!s)
+        return false;
+    const char *h;
+    size_t hlen;
+    const char *why = split_address(s, &h, &hlen, port);
+    if (why) {
+        node_error(p, n, "%s: bad address '%s': %s", what, s, why);
+        return false;
+    }
+    if (!(*host = sb_strndup(h, hlen)))
+        return out_of_memory(p);
+    return true;
+}
+
+/* ---- pools ---- */
+
+static const char *pool_label(const sb_config *cfg, size_t i, char *buf, size_t cap)
+{
+    if (i < cfg->n_pools && cfg->pools[i].name)
+        snprintf(buf, cap, "pool '%s'", cfg->pools[i].name);
+    else
+        snprintf(buf, cap, "pools[%zu]", i);
+    return buf;
+}
+
+/* Claims a model, alias or adapter name for pool `pool`; reports and returns false if another
+ * pool, or an earlier entry of this one, already holds it. */
+static bool claim_name(parse *p, const char *name, const yaml_node_t *n, size_t pool)
+{
+    for (size_t i = 0; i < p->n_names; i++) {
+        const claimed_name *c = &p->names[i];
+        if (strcmp(c->name, name) != 0)
+            continue;
+        char label[96];
+        pool_label(p->cfg, c->pool, label, sizeof label);
+        if (c->pool == pool)
+            node_error(p, n, "name '%s' appears twice in %s (first at line %d)", name, label, c->line);
+        else
+            node_error(p, n,
+                       "name '%s' is already served by %s (line %d); a model, alias or "
+                       "adapter name must belong to one pool",
+                       name, label, c->line);
+        return false;
+    }
+    if (p->n_names == p->cap_names) {
+        size_t cap = p->cap_names ? p->cap_names * 2 : 16;
+        claimed_name *grown = sb_realloc(p->names, cap * sizeof *grown);
+        if (!grown)
+            return out_of_memory(p);
+        p->names = grown;
+        p->cap_names = cap;
+    }
+    p->names[p->n_names++] = (claimed_name){name, (int)n->start_mark.line + 1, pool};
+    return true;
+}
+
+/* Parses a list of model or adapter names into a fresh array. Every valid, unclaimed entry is
+ * kept so that later checks see as much as possible. */
+static void parse_names(parse *p, size_t pool, const yaml_node_t *seq, const char *key, bool may_be_empty, char ***out,
+                        size_t *n_out)
+{
+    char label[96], what[192];
+    pool_label(p->cfg, pool, label, sizeof label);
+    size_t n =
+        seq->type == YAML_SEQUENCE_NODE ? (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start) : 0;
+    if (seq->type != YAML_SEQUENCE_NODE && !is_null(seq)) {
+        node_error(p, seq, "%s: %s must be a list, got %s", label, key, type_name(seq));
+        return;
+    }
+    if (n == 0) {
+        if (!may_be_empty)
+            node_error(p, seq, "%s: %s must not be empty", label, key);
+        return;
+    }
+    if (!(*out = sb_calloc(n, sizeof **out))) {
+        out_of_memory(p);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *item = node_at(p, seq->data.sequence.items.start[i]);
+        snprintf(what, sizeof what, "%s: %s[%zu]", label, key, i);
+        char *s = dup_string(p, item, what);
+        if (!s)
+            continue;
+        (*out)[(*n_out)++] = s;
+        claim_name(p, s, item, pool);
+    }
+}
+
+static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
+{
+    sb_pool_config *pc = &p->cfg->pools[pool];
+    char label[96], what[192];
+    pool_label(p->cfg, pool, label, sizeof label);
+    if (seq->type != YAML_SEQUENCE_NODE && !is_null(seq)) {
+        node_error(p, seq, "%s: endpoints must be a list, got %s", label, type_name(seq));
+        return;
+    }
+    size_t n =
+        seq->type == YAML_SEQUENCE_NODE ? (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start) : 0;
+    if (n == 0) {
+        node_error(p, seq, "%s: endpoints must not be empty", label);
+        return;
+    }
+    if (!(pc->endpoints = sb_calloc(n, sizeof *pc->endpoints))) {
+        out_of_memory(p);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *item = node_at(p, seq->data.sequence.items.start[i]);
+        sb_endpoint_config ep = {0};
+        snprintf(what, sizeof what, "%s: endpoints[%zu]", label, i);
+        if (!parse_address(p, item, what, &ep.host, &ep.port))
+            continue;
+        bool dup = false;
+        for (size_t j = 0; j < pc->n_endpoints && !dup; j++)
+            dup = pc->endpoints[j].port == ep.port && !strcmp(pc->endpoints[j].host, ep.host);
+        if (dup) {
+            node_error(p, item, "%s: endpoint '%s' is listed twice", label, (const char *)item->data.scalar.value);
+            sb_free(ep.host);
+            continue;
+        }
+        if (!(ep.address = sb_strdup((const char *)item->data.scalar.value))) {
+            sb_free(ep.host);
+            out_of_memory(p);
+            continue;
+        }
+        pc->endpoints[pc->n_endpoints++] = ep;
+    }
+}
+
+static bool valid_pool_name(const char *s)
+{
+    /* Pool names end up in metric labels, log fields and URLs: keep them plain. */
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
+              *s == '_' || *s == '.'))
+            return false;
+    return true;
+}
+
+/* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
+ * sb_config_free releases whatever part was built. */
+static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
+{
+    sb_pool_config *pc = &p->cfg->pools[i];
+    char label[96];
+    if (map->type != YAML_MAPPING_NODE) {
+        node_error(p, map, "pools[%zu] must be a mapping, got %s", i, type_name(map));
+        return;
+    }
+    /* The name first, whatever its position, so that every other message can use it. */
+    const yaml_node_t *name = lookup(p, map, "name");
+    if (!name) {
+        node_error(p, map, "pools[%zu] has no 'name'", i);
+    } else {
+        snprintf(label, sizeof label, "pools[%zu].name", i);
+        const char *s = string_of(p, name, label);
+        if (s && !valid_pool_name(s)) {
+            node_error(p, name, "pool name '%s' may only contain letters, digits, '-', '_' and '.'", s);
+        } else if (s) {
+            bool dup = false;
+            for (size_t j = 0; j < i && !dup; j++)
+                dup = p->cfg->pools[j].name && !strcmp(p->cfg->pools[j].name, s);
+            if (dup)
+                node_error(p, name, "duplicate pool name '%s'", s);
+            else if (!(pc->name = sb_strdup(s)))
+                out_of_memory(p);
+        }
+    }
+    pool_label(p->cfg, i, label, sizeof label);
+
+    bool seen_models = false, seen_endpoints = false;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, label);
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        char what[192];
+        if (!strcmp(key, "name")) {
+            continue;
+        } else if (!strcmp(key, "models")) {
+            seen_models = true;
+            parse_names(p, i, v, "models", false, &pc->models, &pc->n_models);
+        } else if (!strcmp(key, "adapters")) {
+            parse_names(p, i, v, "adapters", true, &pc->adapters, &pc->n_adapters);
+        } else if (!strcmp(key, "endpoints")) {
+            seen_endpoints = true;
+            parse_endpoints(p, i, v);
+        } else if (!strcmp(key, "engine")) {
+            snprintf(what, sizeof what, "%s: engine", label);
+            const char *s = string_of(p, v, what);
+            size_t e = 0;
+            while (s && e < ARRAY_LEN(engines) && strcmp(engines[e], s))
+                e++;
+            if (s && e == ARRAY_LEN(engines))
+                node_error(p, v,
+                           "%s: unknown engine '%s' (expected vllm, sglang, llamacpp, "
+                           "trtllm or custom)",
+                           label, s);
+            else if (s && !(pc->engine = sb_strdup(s)))
+                out_of_memory(p);
+        } else if (!strcmp(key, "profile")) {
+            snprintf(what, sizeof what, "%s: profile", label);
+            const char *s = string_of(p, v, what);
+            if (s && sb_policy_find(s) < 0)
+                node_error(p, v,
+                           "%s: unknown profile '%s' (built in: round-robin, "
+                           "least-request, default)",
+                           label, s);
+            else if (s && !(pc->profile = sb_strdup(s)))
+                out_of_memory(p);
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, label);
+        }
+    }
+    if (!seen_models)
+        node_error(p, map, "%s has no 'models'", label);
+    if (!seen_endpoints)
+        node_error(p, map, "%s has no 'endpoints'", label);
+    if (!pc->engine && !(pc->engine = sb_strdup("vllm")))
+        out_of_memory(p);
+    if (!pc->profile && !(pc->profile = sb_strdup(SB_POLICY_DEFAULT_NAME)))
+        out_of_memory(p);
+}
+
+static void parse_pools(parse *p, const yaml_node_t *seq)
+{
+    if (seq->type != YAML_SEQUENCE_NODE && !is_null(seq)) {
+        node_error(p, seq, "pools must be a list, got %s", type_name(seq));
+        return;
+    }
+    size_t n =
+        seq->type == YAML_SEQUENCE_NODE ? (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start) : 0;
+    if (n == 0) {
+        node_error(p, seq, "pools must list at least one pool");
+        return;
+    }
+    if (!(p->cfg->pools = sb_calloc(n, sizeof *p->cfg->pools))) {
+        out_of_memory(p);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        p->cfg->n_pools++;
+        parse_pool(p, i, node_at(p, seq->data.sequence.items.start[i]));
+    }
+}
+
+/* ---- top level ---- */
+
+static void parse_root(parse *p, const yaml_node_t *root)
+{
+    if (root->type != YAML_MAPPING_NODE) {
+        node_error(p, root, "the configuration must be a mapping, got %s", type_name(root));
+        return;
+    }
+    bool seen_pools = false;
+    for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < root->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, root, q, "the top level");
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        const section *s = NULL;
+        for (size_t i = 0; i < ARRAY_LEN(sections) && !s; i++)
+            if (!strcmp(sections[i].key, key))
+                s = &sections[i];
+        if (s) {
+            parse_section(p, s, v);
+        } else if (!strcmp(key, "listen")) {
+            char *host;
+            uint16_t port;
+            if (parse_address(p, v, "listen", &host, &port)) {
+                sb_free(p->cfg->listen_host);
+                p->cfg->listen_host = host;
+                p->cfg->listen_port = port;
+            }
+        } else if (!strcmp(key, "access_log")) {
+            char *path = is_null(v) ? NULL : dup_string(p, v, "access_log");
+            if (path || is_null(v)) {
+                sb_free(p->cfg->access_log);
+                p->cfg->access_log = path;
+            }
+        } else if (!strcmp(key, "pools")) {
+            seen_pools = true;
+            parse_pools(p, v);
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' at the top level", key);
+        }
+    }
+    if (!seen_pools)
+        node_error(p, root, "missing required key 'pools'");
+
+    /* Cross-references last, once every pool is known. */
+    if (p->cfg->default_pool) {
+        bool found = false;
+        for (size_t i = 0; i < p->cfg->n_pools && !found; i++)
+            found = p->cfg->pools[i].name && !strcmp(p->cfg->pools[i].name, p->cfg->default_pool);
+        if (!found)
+            node_error(p, lookup(p, lookup(p, root, "routing"), "default_pool"),
+                       "routing.default_pool names no pool: '%s'", p->cfg->default_pool);
+    }
+}
+
+static void syntax_error(parse *p, const yaml_parser_t *y, const char *text, size_t len)
+{
+    if (y->error == YAML_MEMORY_ERROR) {
+        out_of_memory(p);
+        return;
+    }
+    int line = (int)y->problem_mark.line + 1, column = (int)y->problem_mark.column + 1;
+    if (y->error == YAML_READER_ERROR) {
+        /* Reader errors (bad encoding) carry a byte offset, not a mark. */
+        line = 1;
+        column = 1;
+        for (size_t i = 0; i < y->problem_offset && i < len; i++, column++)
+            if (text[i] == '\n') {
+                line++;
+                column = 0;
+            }
+    }
+    const char *problem = y->problem ? y->problem : "malformed YAML";
+    if (y->context)
+        error_at(p, line, column, "YAML syntax error: %s (%s at line %d)", problem, y->context,
+                 (int)y->context_mark.line + 1);
+    else
+        error_at(p, line, column, "YAML syntax error: %s", problem);
+}
+
+static bool set_defaults(sb_config *cfg)
+{
+    *cfg = (sb_config){
+        .listen_port = 8080,
+        .max_body_bytes = 16u << 20,
+        .max_header_bytes = 64u << 10,
+        .max_connections = 10000,
+        .max_prompt_blocks = 16384,
+        .connect_ms = 1000,
+        .response_ms = 600000,
+        .idle_ms = 60000,
+        .header_ms = 10000,
+        .upstream_idle_ms = 30000,
+        .max_idle_per_endpoint = 64,
+        .orca_request = true,
+        .block_bytes = 64,
+    };
+    return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL;
+}
+
+int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs)
+{
+    sb_config_errors scratch;
+    if (!errs)
+        errs = &scratch;
+    memset(errs, 0, sizeof *errs);
+    parse p = {.errs = errs};
+    yaml_parser_t y;
+    yaml_document_t doc, extra;
+    bool have_parser = false, have_doc = false;
+
+    if (!(p.cfg = sb_malloc(sizeof *p.cfg)) || !set_defaults(p.cfg)) {
+        out_of_memory(&p);
+        goto done;
+    }
+    if (!yaml_parser_initialize(&y)) {
+        out_of_memory(&p);
+        goto done;
+    }
+    have_parser = true;
+    yaml_parser_set_input_string(&y, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&y, &doc)) {
+        syntax_error(&p, &y, text, len);
+        goto done;
+    }
+    have_doc = true;
+    p.doc = &doc;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) {
+        error_at(&p, 1, 1, "the configuration is empty");
+        goto done;
+    }
+    /* Load once more: this reports a second document, and any syntax error after the first
+     * document, which would otherwise go unseen. */
+    if (!yaml_parser_load(&y, &extra)) {
+        syntax_error(&p, &y, text, len);
+    } else {
+        yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+        if (r2)
+            node_error(&p, r2, "only one YAML document is allowed");
+        yaml_document_delete(&extra);
+    }
+    parse_root(&p, root);
+
+done:
+    if (have_doc)
+        yaml_document_delete(&doc);
+    if (have_parser)
+        yaml_parser_delete(&y);
+    sb_free(p.names);
+    if (p.oom) {
+        /* Errors found before the failure may be artefacts of it: report the cause alone. */
+        memset(errs, 0, sizeof *errs);
+        error_at(&p, 0, 0, "out of memory while loading the configuration");
+    }
+    if (errs->total > 0) {
+        sb_config_free(p.cfg);
+        return -1;
+    }
+    *out = p.cfg;
+    return 0;
+}
+
+void sb_config_free(sb_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < cfg->n_pools; i++) {
+        sb_pool_config *pc = &cfg->pools[i];
+        for (size_t j = 0; j < pc->n_models; j++)
+            sb_free(pc->models[j]);
+        for (size_t j = 0; j < pc->n_adapters; j++)
+            sb_free(pc->adapters[j]);
+        for (size_t j = 0; j < pc->n_endpoints; j++) {
+            sb_free(pc->endpoints[j].host);
+            sb_free(pc->endpoints[j].address);
+        }
+        sb_free(pc->models);
+        sb_free(pc->adapters);
+        sb_free(pc->endpoints);
+        sb_free(pc->name);
+        sb_free(pc->engine);
+        sb_free(pc->profile);
+    }
+    sb_free(cfg->pools);
+    sb_free(cfg->listen_host);
+    sb_free(cfg->default_pool);
+    sb_free(cfg->access_log);
+    sb_free(cfg);
+}
+
+void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    size_t used = 0;
+    /* snprintf returns the untruncated length; clamp so a full buffer stays NUL-terminated. */
+#define APPEND(...)                                                                                                    \
+    do {                                                                                                               \
+        if (used < cap) {                                                                                              \
+            int w_ = snprintf(buf + used, cap - used, __VA_ARGS__);                                                    \
+            used = w_ < 0 ? cap : used + (size_t)w_;                                                                   \
+        }                                                                                                              \
+    } while (0)
+    for (size_t i = 0; i < errs->n; i++) {
+        const sb_config_error *e = &errs->items[i];
+        if (e->line > 0)
+            APPEND("%s:%d:%d: %s\n", file, e->line, e->column, e->message);
+        else
+            APPEND("%s: %s\n", file, e->message);
+    }
+    if (errs->total > errs->n)
+        APPEND("%s: ... and %zu more errors\n", file, errs->total - errs->n);
+#undef APPEND
+}

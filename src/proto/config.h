@@ -1,0 +1,80 @@
+/* config: the gateway's YAML configuration, parsed into plain structs (schema in
+ * docs/configuration.md).
+ *
+ * sb_config_parse() takes the YAML text (the caller reads the file; this module does no I/O),
+ * validates it completely and either returns a config or a list of errors, each with the
+ * line and column of the offending node. Unknown keys are errors (a typo must not silently
+ * become a default). A parsed config is immutable: the live gateway swaps whole configs. */
+#ifndef SB_PROTO_CONFIG_H
+#define SB_PROTO_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sb_endpoint_config {
+    char *host;        /* as written: IPv4/IPv6 literal (IPv6 without its brackets) or a name */
+    uint16_t port;
+    char *address;     /* "host:port" as written, for logs and explanations */
+} sb_endpoint_config;
+
+typedef struct sb_pool_config {
+    char *name;
+    char **models;        /* [0] is the served name, the rest are aliases; n_models >= 1 */
+    size_t n_models;
+    char **adapters;      /* LoRA adapters served by this pool, requested as `model` */
+    size_t n_adapters;
+    char *engine;         /* "vllm" (default), "sglang", "llamacpp", "trtllm", "custom" */
+    char *profile;        /* scheduling profile name; "default" when not given */
+    sb_endpoint_config *endpoints;
+    size_t n_endpoints;   /* >= 1 */
+} sb_pool_config;
+
+typedef struct sb_config {
+    char *listen_host;            /* default "127.0.0.1"; IPv6 without brackets */
+    uint16_t listen_port;         /* default 8080 */
+    /* limits */
+    size_t max_body_bytes;        /* default 16 MiB */
+    size_t max_header_bytes;      /* default 64 KiB */
+    size_t max_connections;       /* client connections; default 10000 */
+    size_t max_prompt_blocks;     /* hashed blocks per request; default 16384 */
+    /* timeouts, milliseconds */
+    uint32_t connect_ms;          /* upstream connect; default 1000 */
+    uint32_t response_ms;         /* upstream silence (before and between bytes); default 600000 */
+    uint32_t idle_ms;             /* client keep-alive idle; default 60000 */
+    uint32_t header_ms;           /* client request head + body read; default 10000 */
+    uint32_t upstream_idle_ms;    /* pooled upstream connection idle; default 30000 */
+    /* upstream */
+    size_t max_idle_per_endpoint; /* pooled keep-alive connections per endpoint; default 64 */
+    bool orca_request;            /* ask upstreams for endpoint-load-metrics; default true */
+    /* routing */
+    size_t block_bytes;           /* prefix block size in canonical-prompt bytes; default 64 */
+    char *default_pool;           /* pool for requests naming no model; NULL = 400 */
+    /* observability */
+    char *access_log;             /* path, "-" for stdout, NULL for none (default) */
+    sb_pool_config *pools;
+    size_t n_pools;               /* >= 1 */
+} sb_config;
+
+typedef struct sb_config_error {
+    int line;      /* 1-based; 0 when not tied to a node */
+    int column;    /* 1-based */
+    char message[240];
+} sb_config_error;
+
+typedef struct sb_config_errors {
+    sb_config_error items[32];
+    size_t n;        /* errors recorded (at most 32 kept) */
+    size_t total;    /* errors found */
+} sb_config_errors;
+
+/* Parses and validates. Returns 0 and sets *out (caller frees with sb_config_free), or -1 and
+ * fills *errs (at least one error) with *out untouched. */
+int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs);
+
+void sb_config_free(sb_config *cfg);
+
+/* Formats errors one per line as "FILE:LINE:COL: message" into buf (NUL-terminated). */
+void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,147 @@
+/* inspect: reads an OpenAI-style request body without building a copy of it.
+ *
+ * sb_inspect() tokenizes the JSON body once (jsmn, zero-copy: tokens are offsets into the
+ * caller's body) and fills an sb_inspect_result with what routing needs: the model name
+ * (decoded), where the model string sits in the body (so the data path can splice in a served
+ * name for an alias without re-serialising), stream / stream_options.include_usage, user, and
+ * the prompt's location (completion `prompt` as a string or array of strings, or chat
+ * `messages` with role and content, content as a string or an array of parts with `text`).
+ *
+ * sb_prompt_hash() then walks the prompt once, decoding JSON escapes (\n, \", \uXXXX with
+ * surrogate pairs) on the fly into the canonical prompt, cuts it into fixed blocks and
+ * computes chained 64-bit xxh3 hashes: h[i] = XXH3_64(block i, seed = h[i-1]), h[-1] = seed.
+ * The canonical prompt is never materialised; only one block's worth of bytes is buffered.
+ *
+ * Canonical prompt (collision-free): every text field is emitted decoded, with NUL bytes
+ * escaped as 00 01; fields are closed by a two-byte marker that plain text cannot produce:
+ *   chat:        for each message: role, 00 02, then each content part followed by 00 04
+ *                (a string content is one text part; null or absent content has no part),
+ *                then 00 03 at message end. An assistant message's `tool_calls`, when
+ *                present and not null, is one more part of type "tool_calls".
+ *   completion:  each prompt string (or `input` for embeddings) followed by 00 03.
+ *   responses:   `instructions` as a message with role "system", then `input`: a string is
+ *                one message with role "user"; an array is one message per item, an item
+ *                without a `role` (function_call, ...) being a message with an empty role
+ *                whose one part is the item itself, read as a non-text part.
+ * A text part is its decoded text. A non-text part (an image, audio or file part: an object
+ * without a string `text`) is 00 05, its decoded `type`, 00 02, then each scalar value found
+ * in the part in document order (object keys and the `type` value excluded; strings decoded,
+ * numbers / true / false / null as written), each followed by 00 02. So two images differ by
+ * URL or data, and the same URL escaped differently (`\/`) reads the same. A token-id prompt
+ * (an array of numbers) is 00 05 then each number as written followed by ','. 00 05 opens a
+ * field, where decoded text cannot start with a NUL byte, so it never meets a text field.
+ * So the same conversation sent by different clients (escaped differently) reads the same,
+ * and two different conversations never produce the same canonical bytes. (Within a
+ * non-text part only the values count, not the nesting: close enough for routing.)
+ *
+ * JSON accepted: RFC 8259, checked token by token (separators, literals, numbers, a single
+ * root object, nothing but whitespace after it). Two laxities, for speed, since the model
+ * server validates the body fully anyway: raw control characters inside strings and invalid
+ * UTF-8 are passed through. A raw NUL byte anywhere is malformed.
+ * Duplicate keys: the last one wins, at every level, as in Python's json module (which the
+ * model servers use), so the gateway routes on the same value the server acts on. Keys are
+ * compared decoded ("mod\u0065l" is "model"), for the same reason.
+ * null is read as absent for every optional field (stream, stream_options, include_usage,
+ * user, messages / prompt / input, instructions, content).
+ *
+ * Not for: validating the full OpenAI schema (the model server does that), or rewriting.
+ * Both functions are pure: no I/O, no allocation except the token array, which the caller
+ * passes in (see sb_inspect_ctx). */
+#ifndef SB_PROTO_INSPECT_H
+#define SB_PROTO_INSPECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SB_MODEL_NAME_MAX 256
+#define SB_USER_MAX 256
+
+enum sb_api_kind {
+    SB_API_CHAT = 0,     /* /v1/chat/completions */
+    SB_API_COMPLETIONS,  /* /v1/completions */
+    SB_API_EMBEDDINGS,   /* /v1/embeddings (`input` read as the prompt, like `prompt`) */
+    SB_API_RESPONSES,    /* /v1/responses (`input` string or message array, `instructions`) */
+};
+
+enum sb_inspect_status {
+    SB_INSPECT_OK = 0,
+    SB_INSPECT_BAD_JSON = -1,     /* not a JSON object, or malformed / truncated JSON */
+    SB_INSPECT_NO_MODEL = -2,     /* `model` missing, null, empty or not a string */
+    SB_INSPECT_BAD_FIELD = -3,    /* a known field has the wrong type (message in `error_field`) */
+    SB_INSPECT_TOO_COMPLEX = -4,  /* more JSON tokens than the context allows, or body >= 2 GiB */
+    SB_INSPECT_NOMEM = -5,
+};
+
+/* Reusable tokenizer storage: initialise with {0} and a max_tokens bound (0 = 1<<20);
+ * sb_inspect grows `tokens` up to max_tokens and keeps it for the next call, so a reused
+ * context tokenizes in one pass with no allocation. Free with sb_inspect_ctx_free (which
+ * leaves the context empty and reusable). One context serves one request at a time. */
+typedef struct sb_inspect_ctx {
+    void *tokens;      /* jsmntok_t array (opaque here) */
+    size_t cap_tokens;
+    size_t max_tokens;
+    int n_tokens;      /* tokens used by the last sb_inspect; 0 after a failure */
+} sb_inspect_ctx;
+
+void sb_inspect_ctx_free(sb_inspect_ctx *ctx);
+
+typedef struct sb_inspect_result {
+    enum sb_api_kind kind;
+    char model[SB_MODEL_NAME_MAX + 1]; /* decoded, NUL-terminated */
+    size_t model_len;
+    size_t model_tok_start;  /* body offset of the model value's opening quote */
+    size_t model_tok_end;    /* body offset just past its closing quote */
+    int stream;              /* 1 if "stream": true */
+    int include_usage;       /* 1 if stream_options.include_usage is true */
+    char user[SB_USER_MAX + 1]; /* decoded, NUL-terminated; empty if absent */
+    size_t user_len;
+    int prompt_tok;          /* token index of `prompt` / `messages` / `input` value, -1 if none */
+    int instructions_tok;    /* token index of /v1/responses `instructions`, -1 if none */
+    size_t n_messages;       /* chat / responses: number of messages (instructions count as
+                                one); completion / embeddings: number of prompt parts */
+    const char *error_field; /* for SB_INSPECT_BAD_FIELD: the field name, static string,
+                                e.g. "stream", "messages.content"; NULL otherwise */
+} sb_inspect_result;
+
+/* Tokenizes `body` (len bytes, need not be NUL-terminated) and fills *res.
+ * Returns SB_INSPECT_OK or a negative sb_inspect_status; on failure *res is partially filled
+ * and must not be used except error_field. Checks, in this order whatever the key order:
+ * JSON syntax, model, stream, stream_options, user, instructions, the prompt.
+ * `model` and `user` are rejected (SB_INSPECT_BAD_FIELD) when longer than their buffers or
+ * when they decode to a NUL byte, since a C string compare would read a different name.
+ * The ctx keeps pointers into nothing: `body` must stay unchanged and alive until
+ * sb_prompt_hash is done with the same ctx and result. */
+int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, size_t len,
+               sb_inspect_result *res);
+
+typedef struct sb_prompt_hashes {
+    uint64_t *hashes;     /* caller-provided array of `cap` entries (may be NULL if cap is 0) */
+    size_t cap;           /* at most this many full blocks are hashed; the rest is counted */
+    size_t n;             /* out: number of full blocks hashed (<= cap); a trailing partial
+                             block is not hashed */
+    size_t prompt_bytes;  /* out: length of the canonical prompt, all of it */
+    uint64_t prefix_key;  /* out: xxh3 of the first `prefix_chars` bytes of the first user
+                             message's text (chat, responses: its text parts, concatenated,
+                             as in the canonical prompt) or of the first prompt part
+                             (completion, embeddings); 0 if there is none */
+    size_t prefix_chars;  /* in: how many bytes the prefix_key covers (0 = 100) */
+} sb_prompt_hashes;
+
+/* Seed for a request's chained block hashes: XXH3_64 of model bytes, one 0 byte, adapter
+ * bytes; different models or adapters never share. adapter may be NULL if adapter_len is 0. */
+uint64_t sb_prompt_seed(const char *model, size_t model_len, const char *adapter, size_t adapter_len);
+
+/* Walks the prompt found by sb_inspect (same ctx, body, res) and fills *out with the chained
+ * hashes of its full blocks of `block_bytes` bytes (block_bytes > 0; any size works, blocks up
+ * to 4 KiB are fastest). Cannot fail on a body sb_inspect accepted; never allocates. If the
+ * last sb_inspect failed, reports an empty prompt. */
+void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspect_result *res,
+                    uint64_t seed, size_t block_bytes, sb_prompt_hashes *out);
+
+/* Decodes the JSON string token body[start..end) (without quotes) into out (cap bytes),
+ * handling all escapes; \u0000 decodes to a NUL byte, a lone surrogate to U+FFFD.
+ * Returns the decoded length, which may exceed cap (output truncated), or -1 for an invalid
+ * escape (unknown letter, bad hex, or input ending inside an escape). */
+long sb_json_unescape(const char *s, size_t n, char *out, size_t cap);
+
+#endif

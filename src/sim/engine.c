@@ -1,0 +1,1131 @@
+/* engine: see engine.h for the model and the contract. */
+#include "sim/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+
+#define NIL UINT32_MAX
+/* Arbitrary fixed seed for the root of every block-hash chain; changing it changes no behaviour
+ * but every cached hash, so it is a constant, not a parameter. */
+#define HASH_ROOT_SEED 0x5357424c4f434b53ULL /* "SWBLOCKS" */
+
+/* ---- KV blocks ------------------------------------------------------------------------------ */
+
+typedef struct block {
+    uint64_t hash;
+    uint32_t ref;        /* running requests holding it */
+    uint32_t prev, next; /* free-queue links (NIL at the ends), meaningful while ref == 0 */
+    bool hashed;         /* registered in the hash table: a reusable full prompt block */
+} block;
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+enum { REQ_WAITING = 1, REQ_RUNNING };
+
+typedef struct req {
+    uint64_t id;
+    struct req *prev, *next;    /* in the waiting or the running list */
+    int state;
+    uint32_t adapter;
+    uint32_t n_prompt, max_tokens;
+    uint32_t n_generated;       /* tokens produced so far; known tokens = n_prompt + n_generated */
+    uint32_t n_computed;        /* tokens whose KV is in the cache */
+    uint32_t n_blocks;          /* entries of `table` held */
+    uint32_t n_registered;      /* leading prompt blocks already hashed in the table */
+    uint32_t n_hashes;          /* full prompt blocks: n_prompt / block_size */
+    uint32_t sched;             /* tokens computed by the step in flight */
+    bool sched_decode;          /* ... counted as decode tokens (else prefill) */
+    bool admitted_once;
+    uint64_t sched_context;     /* KV tokens its decode reads in the step in flight */
+    sb_ns last_token_ns;
+    sb_engine_usage u;
+    uint64_t *hashes;           /* n_hashes, stored after the struct */
+    uint32_t *table;            /* block ids, room for every block the request can ever hold */
+} req;
+
+typedef struct req_list {
+    req *head, *tail;
+    uint32_t n;
+} req_list;
+
+/* Request id -> req, open addressing with linear probing and backward-shift deletion (no
+ * tombstones, so probe lengths stay short under churn). Grown at half load. */
+typedef struct id_map {
+    struct { uint64_t key; req *val; } *slots;
+    uint32_t bits, n;
+} id_map;
+
+typedef struct adapter {
+    uint32_t id;
+    uint32_t running, waiting;
+    bool resident;
+    uint64_t last_used_step;    /* for LRU eviction among resident adapters */
+} adapter;
+
+struct sb_engine {
+    sb_engine_params p;
+
+    block *blocks;
+    uint32_t n_fresh;           /* blocks [n_fresh, N) were never used: free, not in the queue */
+    uint32_t fq_head, fq_tail, fq_len;
+    uint32_t n_used;            /* blocks with ref > 0 */
+    uint32_t n_cached_free;     /* hashed blocks in the free queue */
+    uint32_t *btab;             /* block hash -> block id + 1 (0 = empty) */
+    uint32_t btab_mask;
+
+    id_map ids;
+    req_list waiting, running;
+    adapter *adapters;          /* sorted by id; few, so binary search and shifting are cheap */
+    uint32_t n_adapters, cap_adapters, n_resident;
+    uint32_t n_running_adapters, n_waiting_adapters;
+
+    bool active;                /* a step is in flight */
+    sb_engine_step step;
+    uint32_t budget;            /* tokens left while forming a step */
+    sb_ns gpu_free_at;          /* end of the last completed step */
+    sb_ns now;                  /* latest time seen */
+    bool in_advance;
+
+    sb_engine_event *ev;
+    size_t n_ev, cap_ev;
+
+    uint64_t pc_queries, pc_hits, successes, aborts, prompt_tokens, gen_tokens, preemptions;
+    uint64_t steps;
+};
+
+/* ---- parameters ----------------------------------------------------------------------------- */
+
+sb_engine_params sb_engine_params_default(void)
+{
+    sb_engine_params p = {
+        .max_num_seqs = 256,            /* vLLM --max-num-seqs default */
+        .max_num_batched_tokens = 8192, /* vLLM V1 default with chunked prefill (online serving) */
+        .num_gpu_blocks = 29205,        /* Llama-3.1-8B bf16 on H100-80GB, gpu_memory_util 0.9 */
+        .block_size = 16,               /* vLLM --block-size default on CUDA */
+        .max_loras = 4,                 /* issue 3 default */
+        .enable_prefix_caching = true,  /* vLLM V1 default */
+        .lora_load_ns = SB_MS(50),      /* issue 3 default */
+        /* Fitted step model for Llama-3.1-8B on one H100 (issue 3; see docs/simulator.md). */
+        .step_overhead_ns = 5750000.0,
+        .prefill_token_ns = 17250.0,
+        .decode_token_ns = 6000.0,
+        .context_token_ns = 40.0,
+    };
+    return p;
+}
+
+static bool coef_ok(double x) { return isfinite(x) && x >= 0.0 && x < 1e15; }
+
+int sb_engine_params_check(const sb_engine_params *p)
+{
+    if (!p || p->max_num_seqs == 0 || p->max_num_batched_tokens == 0 || p->num_gpu_blocks == 0 ||
+        p->block_size == 0 || p->block_size > 4096 || p->max_num_seqs > p->max_num_batched_tokens ||
+        p->num_gpu_blocks > (UINT32_MAX >> 2))
+        return -EINVAL;
+    if (!coef_ok(p->step_overhead_ns) || !coef_ok(p->prefill_token_ns) ||
+        !coef_ok(p->decode_token_ns) || !coef_ok(p->context_token_ns))
+        return -EINVAL;
+    return 0;
+}
+
+const sb_engine_params *sb_engine_params_get(const sb_engine *e) { return &e->p; }
+
+/* ---- block hashing -------------------------------------------------------------------------- */
+
+static uint64_t hash_root(uint32_t adapter)
+{
+    return XXH3_64bits_withSeed(&adapter, sizeof adapter, HASH_ROOT_SEED);
+}
+
+size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size,
+                             uint32_t adapter, uint64_t *out)
+{
+    if (block_size == 0)
+        return 0;
+    size_t nb = n / block_size;
+    uint64_t h = hash_root(adapter);
+    for (size_t i = 0; i < nb; i++) {
+        h = XXH3_64bits_withSeed(tokens + i * block_size, block_size * sizeof *tokens, h);
+        out[i] = h;
+    }
+    return nb;
+}
+
+/* ---- block hash table ----------------------------------------------------------------------- */
+
+static uint32_t btab_find(const sb_engine *e, uint64_t h)
+{
+    for (uint32_t i = (uint32_t)h & e->btab_mask;; i = (i + 1) & e->btab_mask) {
+        uint32_t v = e->btab[i];
+        if (v == 0)
+            return NIL;
+        if (e->blocks[v - 1].hash == h)
+            return v - 1;
+    }
+}
+
+static void btab_insert(sb_engine *e, uint64_t h, uint32_t b)
+{
+    uint32_t i = (uint32_t)h & e->btab_mask;
+    while (e->btab[i] != 0)
+        i = (i + 1) & e->btab_mask;
+    e->btab[i] = b + 1;
+}
+
+static void btab_remove(sb_engine *e, uint64_t h)
+{
+    uint32_t m = e->btab_mask, i = (uint32_t)h & m;
+    while (e->blocks[e->btab[i] - 1].hash != h)
+        i = (i + 1) & m;
+    /* Backward shift: pull later entries of the run into the hole unless that would move one
+     * before its home slot. */
+    for (uint32_t j = (i + 1) & m; e->btab[j] != 0; j = (j + 1) & m) {
+        uint32_t home = (uint32_t)e->blocks[e->btab[j] - 1].hash & m;
+        if (((j - home) & m) >= ((j - i) & m)) {
+            e->btab[i] = e->btab[j];
+            i = j;
+        }
+    }
+    e->btab[i] = 0;
+}
+
+/* ---- free queue ----------------------------------------------------------------------------- */
+
+static uint32_t free_blocks_count(const sb_engine *e)
+{
+    return e->fq_len + (e->p.num_gpu_blocks - e->n_fresh);
+}
+
+static void fq_unlink(sb_engine *e, uint32_t b)
+{
+    block *k = &e->blocks[b];
+    if (k->prev != NIL)
+        e->blocks[k->prev].next = k->next;
+    else
+        e->fq_head = k->next;
+    if (k->next != NIL)
+        e->blocks[k->next].prev = k->prev;
+    else
+        e->fq_tail = k->prev;
+    e->fq_len--;
+    if (k->hashed)
+        e->n_cached_free--;
+}
+
+/* Hashed blocks join the tail (most recently used, evicted last). Unhashed ones join the head:
+ * they hold nothing reusable, so using them first spares cached prefixes. (vLLM appends all to
+ * the tail; this only changes which worthless block goes first.) */
+static void fq_push(sb_engine *e, uint32_t b)
+{
+    block *k = &e->blocks[b];
+    if (k->hashed) {
+        k->prev = e->fq_tail;
+        k->next = NIL;
+        if (e->fq_tail != NIL)
+            e->blocks[e->fq_tail].next = b;
+        else
+            e->fq_head = b;
+        e->fq_tail = b;
+        e->n_cached_free++;
+    } else {
+        k->prev = NIL;
+        k->next = e->fq_head;
+        if (e->fq_head != NIL)
+            e->blocks[e->fq_head].prev = b;
+        else
+            e->fq_tail = b;
+        e->fq_head = b;
+    }
+    e->fq_len++;
+}
+
+/* Takes a free block for new content: an unhashed freed block, else a never-used one, else the
+ * least recently freed cached block, whose hash is evicted. Caller checked one is free. */
+static uint32_t take_block(sb_engine *e)
+{
+    uint32_t b;
+    if (e->fq_head != NIL && !e->blocks[e->fq_head].hashed) {
+        b = e->fq_head;
+        fq_unlink(e, b);
+    } else if (e->n_fresh < e->p.num_gpu_blocks) {
+        b = e->n_fresh++;
+    } else {
+        b = e->fq_head;
+        fq_unlink(e, b);
+        btab_remove(e, e->blocks[b].hash);
+        e->blocks[b].hashed = false;
+    }
+    e->blocks[b].ref = 1;
+    e->n_used++;
+    return b;
+}
+
+/* Shares a cached block (in use or free). */
+static void touch_block(sb_engine *e, uint32_t b)
+{
+    if (e->blocks[b].ref++ == 0) {
+        fq_unlink(e, b);
+        e->n_used++;
+    }
+}
+
+/* Releases a request's blocks, tail first so that a prompt's head stays cached longest. */
+static void release_blocks(sb_engine *e, req *r)
+{
+    for (uint32_t i = r->n_blocks; i-- > 0;) {
+        uint32_t b = r->table[i];
+        if (--e->blocks[b].ref == 0) {
+            e->n_used--;
+            fq_push(e, b);
+        }
+    }
+    r->n_blocks = 0;
+    r->n_registered = 0;
+    r->n_computed = 0;
+}
+
+/* Registers the request's newly computed full prompt blocks so later requests can share them.
+ * A block whose hash is already cached elsewhere (two requests computed the same prefix at
+ * once) stays unhashed and is simply freed later. */
+static void register_blocks(sb_engine *e, req *r)
+{
+    uint32_t full = r->n_computed / e->p.block_size;
+    if (full > r->n_hashes)
+        full = r->n_hashes;
+    if (!e->p.enable_prefix_caching) {
+        r->n_registered = full;
+        return;
+    }
+    for (uint32_t i = r->n_registered; i < full; i++) {
+        uint64_t h = r->hashes[i];
+        if (btab_find(e, h) != NIL)
+            continue;
+        block *k = &e->blocks[r->table[i]];
+        k->hash = h;
+        k->hashed = true;
+        btab_insert(e, h, r->table[i]);
+    }
+    if (full > r->n_registered)
+        r->n_registered = full;
+}
+
+/* ---- request id map ------------------------------------------------------------------------- */
+
+static uint32_t id_home(const id_map *m, uint64_t key)
+{
+    return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - m->bits));
+}
+
+static req *ids_find(const id_map *m, uint64_t key)
+{
+    uint32_t mask = (1u << m->bits) - 1;
+    for (uint32_t i = id_home(m, key);; i = (i + 1) & mask) {
+        if (!m->slots[i].val)
+            return NULL;
+        if (m->slots[i].key == key)
+            return m->slots[i].val;
+    }
+}
+
+static void ids_put_nogrow(id_map *m, uint64_t key, req *val)
+{
+    uint32_t mask = (1u << m->bits) - 1, i = id_home(m, key);
+    while (m->slots[i].val)
+        i = (i + 1) & mask;
+    m->slots[i].key = key;
+    m->slots[i].val = val;
+    m->n++;
+}
+
+static int ids_init(id_map *m, uint32_t bits)
+{
+    m->slots = sb_calloc((size_t)1 << bits, sizeof *m->slots);
+    if (!m->slots)
+        return -ENOMEM;
+    m->bits = bits;
+    m->n = 0;
+    return 0;
+}
+
+/* Inserts a key known to be absent; grows at half load. */
+static int ids_put(id_map *m, uint64_t key, req *val)
+{
+    if ((m->n + 1) * 2 > (1u << m->bits)) {
+        id_map g;
+        if (m->bits >= 31 || ids_init(&g, m->bits + 1) != 0)
+            return -ENOMEM;
+        for (uint32_t i = 0; i < (1u << m->bits); i++)
+            if (m->slots[i].val)
+                ids_put_nogrow(&g, m->slots[i].key, m->slots[i].val);
+        sb_free(m->slots);
+        *m = g;
+    }
+    ids_put_nogrow(m, key, val);
+    return 0;
+}
+
+static void ids_remove(id_map *m, uint64_t key)
+{
+    uint32_t mask = (1u << m->bits) - 1, i = id_home(m, key);
+    while (m->slots[i].key != key || !m->slots[i].val)
+        i = (i + 1) & mask;
+    for (uint32_t j = (i + 1) & mask; m->slots[j].val; j = (j + 1) & mask) {
+        uint32_t home = id_home(m, m->slots[j].key);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->slots[i] = m->slots[j];
+            i = j;
+        }
+    }
+    m->slots[i].val = NULL;
+    m->n--;
+}
+
+/* ---- lists ---------------------------------------------------------------------------------- */
+
+static void list_remove(req_list *l, req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        l->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        l->tail = r->prev;
+    r->prev = r->next = NULL;
+    l->n--;
+}
+
+static void list_push_back(req_list *l, req *r)
+{
+    r->next = NULL;
+    r->prev = l->tail;
+    if (l->tail)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+    l->n++;
+}
+
+static void list_push_front(req_list *l, req *r)
+{
+    r->prev = NULL;
+    r->next = l->head;
+    if (l->head)
+        l->head->prev = r;
+    else
+        l->tail = r;
+    l->head = r;
+    l->n++;
+}
+
+/* ---- adapters ------------------------------------------------------------------------------- */
+
+/* Index of the adapter with `id`, or of where it would be inserted (*found false). */
+static uint32_t adapter_pos(const sb_engine *e, uint32_t id, bool *found)
+{
+    uint32_t lo = 0, hi = e->n_adapters;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (e->adapters[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < e->n_adapters && e->adapters[lo].id == id;
+    return lo;
+}
+
+static adapter *adapter_find(sb_engine *e, uint32_t id)
+{
+    bool found;
+    uint32_t i = adapter_pos(e, id, &found);
+    return found ? &e->adapters[i] : NULL;
+}
+
+static adapter *adapter_get(sb_engine *e, uint32_t id)
+{
+    bool found;
+    uint32_t i = adapter_pos(e, id, &found);
+    if (found)
+        return &e->adapters[i];
+    if (e->n_adapters == e->cap_adapters) {
+        uint32_t cap = e->cap_adapters ? e->cap_adapters * 2 : 8;
+        adapter *a = sb_realloc(e->adapters, cap * sizeof *a);
+        if (!a)
+            return NULL;
+        e->adapters = a;
+        e->cap_adapters = cap;
+    }
+    memmove(&e->adapters[i + 1], &e->adapters[i], (e->n_adapters - i) * sizeof *e->adapters);
+    e->adapters[i] = (adapter){.id = id};
+    e->n_adapters++;
+    return &e->adapters[i];
+}
+
+/* Forgets an adapter nobody needs, so the table stays as small as the live set. */
+static void adapter_maybe_drop(sb_engine *e, uint32_t id)
+{
+    bool found;
+    uint32_t i = adapter_pos(e, id, &found);
+    if (!found)
+        return;
+    adapter *a = &e->adapters[i];
+    if (a->resident || a->running || a->waiting)
+        return;
+    memmove(a, a + 1, (e->n_adapters - i - 1) * sizeof *a);
+    e->n_adapters--;
+}
+
+/* Applies one request's change of state to adapter `id`'s running and waiting counts, keeping
+ * the numbers of distinct running / waiting adapters that the metrics report. May drop the
+ * adapter's record (invalidating adapter pointers). */
+static void adapter_count(sb_engine *e, uint32_t id, int run_delta, int wait_delta)
+{
+    if (id == 0)
+        return;
+    adapter *a = adapter_find(e, id);
+    uint32_t was_r = a->running, was_w = a->waiting;
+    a->running = (uint32_t)((int64_t)a->running + run_delta);
+    a->waiting = (uint32_t)((int64_t)a->waiting + wait_delta);
+    e->n_running_adapters += (a->running > 0) - (was_r > 0);
+    e->n_waiting_adapters += (a->waiting > 0) - (was_w > 0);
+    adapter_maybe_drop(e, id);
+}
+
+/* Can a request for `id` run in the step being formed? 0: resident; 1: must be loaded, into a
+ * free slot (*victim NULL) or in place of *victim; -1: every slot is pinned by running work. */
+static int lora_check(sb_engine *e, uint32_t id, adapter **victim)
+{
+    *victim = NULL;
+    if (id == 0)
+        return 0;
+    adapter *a = adapter_find(e, id);
+    if (a && a->resident)
+        return 0;
+    if (e->n_resident < e->p.max_loras)
+        return 1;
+    for (uint32_t i = 0; i < e->n_adapters; i++) {
+        adapter *c = &e->adapters[i];
+        if (c->resident && c->running == 0 &&
+            (!*victim || c->last_used_step < (*victim)->last_used_step))
+            *victim = c;
+    }
+    return *victim ? 1 : -1;
+}
+
+/* ---- events --------------------------------------------------------------------------------- */
+
+static void push_event(sb_engine *e, sb_engine_event_kind kind, const req *r, sb_ns t, sb_ns itl)
+{
+    if (e->n_ev == e->cap_ev) {
+        /* Sized at creation for the worst step; growing is a fallback that cannot fail in
+         * practice, and an event lost to ENOMEM is the only alternative to aborting. */
+        size_t cap = e->cap_ev * 2;
+        sb_engine_event *n = sb_realloc(e->ev, cap * sizeof *n);
+        if (!n)
+            return;
+        e->ev = n;
+        e->cap_ev = cap;
+    }
+    e->ev[e->n_ev++] = (sb_engine_event){
+        .kind = kind, .id = r->id, .time_ns = t, .itl_ns = itl, .usage = r->u};
+}
+
+static void deliver(sb_engine *e, sb_engine_event_cb cb, void *ud)
+{
+    /* By index, on a copy: callbacks may submit or abort, which may append events. */
+    for (size_t i = 0; i < e->n_ev; i++) {
+        sb_engine_event ev = e->ev[i];
+        if (cb)
+            cb(ud, &ev);
+    }
+    e->n_ev = 0;
+}
+
+/* ---- request lifecycle ---------------------------------------------------------------------- */
+
+static void req_destroy(sb_engine *e, req *r)
+{
+    if (r->state == REQ_RUNNING) {
+        release_blocks(e, r);
+        list_remove(&e->running, r);
+        adapter_count(e, r->adapter, -1, 0);
+    } else {
+        list_remove(&e->waiting, r);
+        adapter_count(e, r->adapter, 0, -1);
+    }
+    ids_remove(&e->ids, r->id);
+    sb_free(r);
+}
+
+static uint32_t blocks_for(const sb_engine *e, uint32_t tokens)
+{
+    return (tokens + e->p.block_size - 1) / e->p.block_size;
+}
+
+/* Takes r's tokens out of the step being formed. */
+static void unschedule(sb_engine *e, req *r)
+{
+    if (!r->sched)
+        return;
+    if (r->sched_decode) {
+        e->step.decode_tokens -= r->sched;
+        e->step.context_tokens -= r->sched_context;
+    } else {
+        e->step.prefill_tokens -= r->sched;
+    }
+    e->step.num_seqs--;
+    e->budget += r->sched;
+    r->sched = 0;
+    r->sched_context = 0;
+}
+
+static void preempt(sb_engine *e, req *r, sb_ns t)
+{
+    unschedule(e, r);
+    release_blocks(e, r);
+    list_remove(&e->running, r);
+    list_push_front(&e->waiting, r);
+    r->state = REQ_WAITING;
+    adapter_count(e, r->adapter, -1, +1);
+    r->u.preemptions++;
+    e->preemptions++;
+    push_event(e, SB_ENGINE_EV_PREEMPTED, r, t, 0);
+}
+
+/* Gives running request r the blocks to hold n_new more tokens, preempting the newest running
+ * requests while none are free. False if r itself had to go (it was the newest). */
+static bool alloc_slots(sb_engine *e, req *r, uint32_t n_new, sb_ns t)
+{
+    uint32_t need = blocks_for(e, r->n_computed + n_new);
+    while (need > r->n_blocks && free_blocks_count(e) < need - r->n_blocks) {
+        req *victim = e->running.tail;
+        preempt(e, victim, t);
+        if (victim == r)
+            return false;
+    }
+    while (r->n_blocks < need)
+        r->table[r->n_blocks++] = take_block(e);
+    return true;
+}
+
+static void schedule(sb_engine *e, req *r, uint32_t n, bool decode)
+{
+    r->sched = n;
+    r->sched_decode = decode;
+    if (decode) {
+        r->sched_context = r->n_computed;
+        e->step.decode_tokens += n;
+        e->step.context_tokens += r->n_computed;
+    } else {
+        r->sched_context = 0;
+        e->step.prefill_tokens += n;
+    }
+    e->step.num_seqs++;
+    e->budget -= n;
+}
+
+/* Tries to admit waiting request r into the step starting at t. 1: admitted; 0: not enough
+ * free blocks (admission stops, first come first served); -1: its adapter cannot be loaded
+ * (skip it, as vLLM does). */
+static int admit(sb_engine *e, req *r, sb_ns t)
+{
+    adapter *victim;
+    int lora = lora_check(e, r->adapter, &victim);
+    if (lora < 0)
+        return -1;
+
+    uint32_t bs = e->p.block_size, known = r->n_prompt + r->n_generated;
+    /* At least one token must be computed to produce the next one (vLLM caps hits likewise). */
+    uint32_t max_hit = (known - 1) / bs, hits = 0, hits_free = 0;
+    if (max_hit > r->n_hashes)
+        max_hit = r->n_hashes;
+    if (e->p.enable_prefix_caching) {
+        for (; hits < max_hit; hits++) {
+            uint32_t b = btab_find(e, r->hashes[hits]);
+            if (b == NIL)
+                break;
+            hits_free += e->blocks[b].ref == 0;
+            r->table[hits] = b; /* tentative; r holds no blocks while waiting */
+        }
+    }
+    uint32_t cached = hits * bs, n_new = known - cached;
+    if (n_new > e->budget)
+        n_new = e->budget;
+    uint32_t need = blocks_for(e, cached + n_new) - hits;
+    if (need > free_blocks_count(e) - hits_free)
+        return 0;
+
+    if (lora > 0) {
+        if (victim)
+            victim->resident = false;
+        else
+            e->n_resident++;
+        adapter *a = adapter_find(e, r->adapter);
+        a->resident = true;
+        e->step.lora_loads++;
+        if (victim)
+            adapter_maybe_drop(e, victim->id); /* after the last use of `a` and `victim` */
+    }
+    if (r->adapter) {
+        adapter *a = adapter_find(e, r->adapter);
+        a->last_used_step = e->steps;
+    }
+    for (uint32_t i = 0; i < hits; i++)
+        touch_block(e, r->table[i]);
+    r->n_blocks = hits;
+    r->n_registered = hits;
+    r->n_computed = cached;
+    while (r->n_blocks < hits + need)
+        r->table[r->n_blocks++] = take_block(e);
+
+    list_remove(&e->waiting, r);
+    list_push_back(&e->running, r);
+    r->state = REQ_RUNNING;
+    adapter_count(e, r->adapter, +1, -1);
+    if (!r->admitted_once) {
+        r->admitted_once = true;
+        r->u.queue_ns = t - r->u.arrival_ns;
+        r->u.cached_tokens = cached;
+        if (e->p.enable_prefix_caching) {
+            e->pc_queries += known;
+            e->pc_hits += cached;
+        }
+    }
+    schedule(e, r, n_new, false);
+    return 1;
+}
+
+/* ---- steps ---------------------------------------------------------------------------------- */
+
+/* When the next step would start, or SB_ENGINE_NEVER without work. */
+static sb_ns pending_start(const sb_engine *e)
+{
+    if (e->active)
+        return e->step.start_ns;
+    if (e->running.n)
+        return e->gpu_free_at;
+    if (e->waiting.n) {
+        sb_ns a = e->waiting.head->u.arrival_ns;
+        return a > e->gpu_free_at ? a : e->gpu_free_at;
+    }
+    return SB_ENGINE_NEVER;
+}
+
+static void form_step(sb_engine *e, sb_ns t)
+{
+    memset(&e->step, 0, sizeof e->step);
+    e->step.start_ns = t;
+    e->budget = e->p.max_num_batched_tokens;
+    uint64_t preempts = e->preemptions;
+
+    /* Running sequences in admission order, so preemption (which takes the tail) only ever
+     * removes sequences not yet visited, or the one being visited. Decodes first. */
+    for (req *r = e->running.head, *next; r && e->budget; r = next) {
+        if (r->n_prompt + r->n_generated - r->n_computed != 1) {
+            next = r->next;
+            continue;
+        }
+        if (!alloc_slots(e, r, 1, t))
+            break;
+        next = r->next;
+        schedule(e, r, 1, true);
+    }
+    for (req *r = e->running.head, *next; r && e->budget; r = next) {
+        uint32_t left = r->n_prompt + r->n_generated - r->n_computed;
+        if (left <= 1) {
+            next = r->next;
+            continue;
+        }
+        uint32_t n = left < e->budget ? left : e->budget;
+        if (!alloc_slots(e, r, n, t))
+            break;
+        next = r->next;
+        schedule(e, r, n, false);
+    }
+    /* Like vLLM V1, a step that had to preempt admits nobody: the cache is full. */
+    for (req *r = preempts == e->preemptions ? e->waiting.head : NULL, *next; r && e->budget;
+         r = next) {
+        next = r->next;
+        if (e->running.n >= e->p.max_num_seqs || r->u.arrival_ns > t)
+            break;
+        if (admit(e, r, t) == 0)
+            break;
+    }
+
+    const sb_engine_params *p = &e->p;
+    double var = p->prefill_token_ns * e->step.prefill_tokens +
+                 p->decode_token_ns * e->step.decode_tokens +
+                 p->context_token_ns * (double)e->step.context_tokens;
+    /* An empty step cannot happen (an engine with nothing running admits the waiting head);
+     * if it ever did, it still costs the overhead, so time advances and no loop spins. */
+    e->step.end_ns = t + (sb_ns)llround(p->step_overhead_ns + var) +
+                     (sb_ns)e->step.lora_loads * p->lora_load_ns;
+    if (e->step.end_ns == t)
+        e->step.end_ns = t + 1;
+    e->active = true;
+}
+
+static void finish(sb_engine *e, req *r, sb_ns t)
+{
+    r->u.e2e_ns = t - r->u.arrival_ns;
+    e->successes++;
+    push_event(e, SB_ENGINE_EV_FINISHED, r, t, 0);
+    req_destroy(e, r);
+}
+
+static void complete_step(sb_engine *e)
+{
+    sb_ns t = e->step.end_ns;
+    for (req *r = e->running.head, *next; r; r = next) {
+        next = r->next;
+        if (!r->sched)
+            continue;
+        r->n_computed += r->sched;
+        r->sched = 0;
+        r->sched_context = 0;
+        register_blocks(e, r);
+        if (r->n_computed < r->n_prompt + r->n_generated)
+            continue;
+        r->n_generated++;
+        r->u.completion_tokens = r->n_generated;
+        e->gen_tokens++;
+        if (r->n_generated == 1) {
+            r->u.ttft_ns = t - r->u.arrival_ns;
+            e->prompt_tokens += r->n_prompt;
+            push_event(e, SB_ENGINE_EV_FIRST_TOKEN, r, t, 0);
+        } else {
+            sb_ns itl = t - r->last_token_ns;
+            r->u.itl_sum_ns += itl;
+            r->u.itl_count++;
+            if (itl > r->u.itl_max_ns)
+                r->u.itl_max_ns = itl;
+            push_event(e, SB_ENGINE_EV_TOKEN, r, t, itl);
+        }
+        r->last_token_ns = t;
+        if (r->n_generated == r->max_tokens)
+            finish(e, r, t);
+    }
+    e->gpu_free_at = t;
+    e->active = false;
+    e->steps++;
+}
+
+/* Forms the step due before `now`, if one is: time has moved past its start. */
+static void settle(sb_engine *e, sb_ns now)
+{
+    if (!e->active) {
+        sb_ns s = pending_start(e);
+        if (s != SB_ENGINE_NEVER && s < now)
+            form_step(e, s);
+    }
+}
+
+static sb_ns clamp_now(sb_engine *e, sb_ns now)
+{
+    if (now < e->now)
+        return e->now;
+    e->now = now;
+    return now;
+}
+
+/* ---- public API ----------------------------------------------------------------------------- */
+
+sb_engine *sb_engine_new(const sb_engine_params *p)
+{
+    if (sb_engine_params_check(p) != 0)
+        return NULL;
+    sb_engine *e = sb_calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->p = *p;
+    e->fq_head = e->fq_tail = NIL;
+    /* calloc: untouched pages stay unmapped, so a replica costs memory only for the blocks it
+     * has used; the table stays at most half full. */
+    e->blocks = sb_calloc(p->num_gpu_blocks, sizeof *e->blocks);
+    uint32_t cap = 16;
+    while (cap < 2 * p->num_gpu_blocks)
+        cap *= 2;
+    e->btab = sb_calloc(cap, sizeof *e->btab);
+    e->btab_mask = cap - 1;
+    /* Worst case between two deliveries: every sequence emits a token and finishes, and a
+     * formation preempts them all. */
+    e->cap_ev = 4 * (size_t)p->max_num_seqs + 16;
+    e->ev = sb_malloc(e->cap_ev * sizeof *e->ev);
+    if (!e->blocks || !e->btab || !e->ev || ids_init(&e->ids, 6) != 0)
+        goto fail;
+    return e;
+fail:
+    sb_engine_free(e);
+    return NULL;
+}
+
+void sb_engine_free(sb_engine *e)
+{
+    if (!e)
+        return;
+    req_list *lists[] = {&e->waiting, &e->running};
+    for (int i = 0; i < 2; i++)
+        for (req *r = lists[i]->head, *next; r; r = next) {
+            next = r->next;
+            sb_free(r);
+        }
+    sb_free(e->ids.slots);
+    sb_free(e->adapters);
+    sb_free(e->ev);
+    sb_free(e->btab);
+    sb_free(e->blocks);
+    sb_free(e);
+}
+
+int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
+{
+    const sb_engine_params *p = &e->p;
+    if (!q || q->n_prompt == 0 || q->max_tokens == 0 || (!q->tokens && !q->block_hashes) ||
+        (q->adapter && p->max_loras == 0))
+        return -EINVAL;
+    uint64_t total = (uint64_t)q->n_prompt + q->max_tokens;
+    if (total > (uint64_t)p->num_gpu_blocks * p->block_size)
+        return -E2BIG;
+    if (ids_find(&e->ids, q->id))
+        return -EEXIST;
+    now = clamp_now(e, now);
+    settle(e, now);
+
+    uint32_t n_hashes = q->n_prompt / p->block_size;
+    uint32_t max_blocks = blocks_for(e, (uint32_t)total);
+    req *r = sb_malloc(sizeof *r + n_hashes * sizeof(uint64_t) + max_blocks * sizeof(uint32_t));
+    if (!r)
+        return -ENOMEM;
+    if (ids_put(&e->ids, q->id, r) != 0 || (q->adapter && !adapter_get(e, q->adapter))) {
+        if (ids_find(&e->ids, q->id))
+            ids_remove(&e->ids, q->id);
+        sb_free(r);
+        return -ENOMEM;
+    }
+    *r = (req){
+        .id = q->id,
+        .adapter = q->adapter,
+        .n_prompt = q->n_prompt,
+        .max_tokens = q->max_tokens,
+        .n_hashes = n_hashes,
+        .u = {.arrival_ns = now, .prompt_tokens = q->n_prompt},
+    };
+    r->hashes = (uint64_t *)(r + 1);
+    r->table = (uint32_t *)(r->hashes + n_hashes);
+    if (q->block_hashes)
+        memcpy(r->hashes, q->block_hashes, n_hashes * sizeof *r->hashes);
+    else
+        sb_engine_hash_blocks(q->tokens, q->n_prompt, p->block_size, q->adapter, r->hashes);
+    r->state = REQ_WAITING;
+    list_push_back(&e->waiting, r);
+    adapter_count(e, r->adapter, 0, +1);
+    return 0;
+}
+
+int sb_engine_abort(sb_engine *e, uint64_t id, sb_ns now)
+{
+    now = clamp_now(e, now);
+    settle(e, now);
+    req *r = ids_find(&e->ids, id);
+    if (!r)
+        return -ENOENT;
+    if (r->state == REQ_RUNNING && e->active)
+        unschedule(e, r); /* the step keeps its duration; only its bookkeeping changes */
+    e->aborts++;
+    req_destroy(e, r);
+    return 0;
+}
+
+size_t sb_engine_advance(sb_engine *e, sb_ns now, sb_engine_event_cb cb, void *ud)
+{
+    size_t steps = 0;
+    if (e->in_advance)
+        return 0;
+    e->in_advance = true;
+    if (now < e->now)
+        now = e->now;
+    for (;;) {
+        if (!e->active) {
+            sb_ns s = pending_start(e);
+            if (s == SB_ENGINE_NEVER || s >= now)
+                break;
+            form_step(e, s);
+        }
+        if (e->step.end_ns > now)
+            break;
+        complete_step(e);
+        if (e->now < e->gpu_free_at)
+            e->now = e->gpu_free_at; /* callbacks act at the step's end */
+        steps++;
+        deliver(e, cb, ud);
+    }
+    deliver(e, cb, ud);
+    e->now = now;
+    e->in_advance = false;
+    return steps;
+}
+
+sb_ns sb_engine_next_event(sb_engine *e)
+{
+    if (!e->active) {
+        sb_ns s = pending_start(e);
+        if (s == SB_ENGINE_NEVER)
+            return SB_ENGINE_NEVER;
+        form_step(e, s);
+    }
+    return e->step.end_ns;
+}
+
+bool sb_engine_current_step(const sb_engine *e, sb_engine_step *out)
+{
+    if (!e->active)
+        return false;
+    *out = e->step;
+    return true;
+}
+
+void sb_engine_metrics_get(const sb_engine *e, sb_engine_metrics *out)
+{
+    *out = (sb_engine_metrics){
+        .num_requests_running = e->running.n,
+        .num_requests_waiting = e->waiting.n,
+        .kv_cache_usage = (double)e->n_used / e->p.num_gpu_blocks,
+        .num_blocks_used = e->n_used,
+        .num_blocks_cached = e->n_cached_free,
+        .prefix_cache_queries_total = e->pc_queries,
+        .prefix_cache_hits_total = e->pc_hits,
+        .request_success_total = e->successes,
+        .request_aborted_total = e->aborts,
+        .prompt_tokens_total = e->prompt_tokens,
+        .generation_tokens_total = e->gen_tokens,
+        .num_preemptions_total = e->preemptions,
+        .num_steps_total = e->steps,
+        .num_running_adapters = e->n_running_adapters,
+        .num_waiting_adapters = e->n_waiting_adapters,
+        .max_loras = e->p.max_loras,
+        .block_size = e->p.block_size,
+        .num_gpu_blocks = e->p.num_gpu_blocks,
+    };
+}
+
+size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap)
+{
+    for (size_t i = 0; i < e->n_adapters && i < cap; i++) {
+        const adapter *a = &e->adapters[i];
+        out[i] = (sb_engine_adapter){
+            .id = a->id, .running = a->running, .waiting = a->waiting, .resident = a->resident};
+    }
+    return e->n_adapters;
+}
+
+/* ---- calibration ---------------------------------------------------------------------------- */
+
+typedef struct calib_ctx {
+    uint32_t n_target, n_first;
+    sb_ns all_first_ns;   /* when the last request got its first token */
+    sb_ns first_ttft_ns;
+    bool finished;        /* some request finished: the batch is shrinking */
+    sb_ns itl_sum_ns;
+    uint64_t itl_n;
+} calib_ctx;
+
+static void calib_cb(void *ud, const sb_engine_event *ev)
+{
+    calib_ctx *c = ud;
+    switch (ev->kind) {
+    case SB_ENGINE_EV_FIRST_TOKEN:
+        if (c->n_first++ == 0)
+            c->first_ttft_ns = ev->usage.ttft_ns;
+        if (c->n_first == c->n_target)
+            c->all_first_ns = ev->time_ns;
+        break;
+    case SB_ENGINE_EV_TOKEN:
+        /* Steady state: every request decoding, none gone, the gap wholly after the last
+         * prefill. */
+        if (c->n_first == c->n_target && !c->finished && ev->time_ns - ev->itl_ns >= c->all_first_ns) {
+            c->itl_sum_ns += ev->itl_ns;
+            c->itl_n++;
+        }
+        break;
+    case SB_ENGINE_EV_FINISHED:
+        c->finished = true;
+        break;
+    default:
+        break;
+    }
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Submits n requests with unique prompts at time 0 and runs the engine until idle. */
+static int calib_run(const sb_engine_params *p, uint32_t n, uint32_t prompt, uint32_t max_tokens,
+                     calib_ctx *c)
+{
+    *c = (calib_ctx){.n_target = n};
+    sb_engine *e = sb_engine_new(p);
+    uint64_t *h = sb_malloc((prompt / p->block_size + 1) * sizeof *h);
+    int rc = e && h ? 0 : -ENOMEM;
+    uint64_t seed = 1;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        for (uint32_t k = 0; k < prompt / p->block_size; k++)
+            h[k] = splitmix64(&seed);
+        sb_engine_request q = {
+            .id = i + 1, .block_hashes = h, .n_prompt = prompt, .max_tokens = max_tokens};
+        rc = sb_engine_submit(e, &q, 0);
+    }
+    for (sb_ns t; rc == 0 && (t = sb_engine_next_event(e)) != SB_ENGINE_NEVER;)
+        sb_engine_advance(e, t, calib_cb, c);
+    sb_free(h);
+    sb_engine_free(e);
+    return rc;
+}
+
+int sb_engine_calibrate(const sb_engine_params *p, sb_engine_calibration *out)
+{
+    static const uint32_t prompts[3] = {1024, 8192, 32768};
+    static const uint32_t batches[3] = {1, 64, 256};
+    const uint32_t ctx_tokens = 1024, prefill_reqs = 64, prefill_len = 4096;
+    if (sb_engine_params_check(p) != 0)
+        return -EINVAL;
+    memset(out, 0, sizeof *out);
+    calib_ctx c;
+    for (int i = 0; i < 3; i++) {
+        out->ttft_prompt_tokens[i] = prompts[i];
+        int rc = calib_run(p, 1, prompts[i], 1, &c);
+        if (rc == -ENOMEM)
+            return rc;
+        out->ttft_ns[i] = rc == 0 ? c.first_ttft_ns : 0;
+    }
+    out->itl_context_tokens = ctx_tokens;
+    for (int i = 0; i < 3; i++) {
+        uint32_t b = batches[i] < p->max_num_seqs ? batches[i] : p->max_num_seqs;
+        out->itl_batch[i] = b;
+        /* 128 tokens: long enough for a steady window after the last prefill at batch 256. */
+        int rc = calib_run(p, b, ctx_tokens, 128, &c);
+        if (rc == -ENOMEM)
+            return rc;
+        out->itl_ns[i] = rc == 0 && c.itl_n ? c.itl_sum_ns / c.itl_n : 0;
+    }
+    if (out->itl_ns[2])
+        out->decode_tokens_per_s_256 = out->itl_batch[2] * 1e9 / (double)out->itl_ns[2];
+    int rc = calib_run(p, prefill_reqs, prefill_len, 1, &c);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc == 0 && c.all_first_ns)
+        out->prefill_tokens_per_s = (double)prefill_reqs * prefill_len * 1e9 / (double)c.all_first_ns;
+    return 0;
+}

@@ -1,0 +1,146 @@
+/* Tests core/router: model resolution, round robin, least request, exclusion, accounting. */
+#include "sb_test.h"
+
+#include "core/router.h"
+
+static sb_router *make_router(enum sb_policy_kind policy, size_t n)
+{
+    sb_router *r = sb_router_new(42);
+    assert_non_null(r);
+    assert_int_equal(sb_router_add_pool(r, "llama", policy, n), 0);
+    assert_int_equal(sb_router_add_pool(r, "qwen", policy, 1), 1);
+    assert_int_equal(sb_router_add_model(r, 0, "meta/llama", SB_MODEL_SERVED), 0);
+    assert_int_equal(sb_router_add_model(r, 0, "llama", SB_MODEL_ALIAS), 0);
+    assert_int_equal(sb_router_add_model(r, 0, "sql-lora", SB_MODEL_ADAPTER), 0);
+    assert_int_equal(sb_router_add_model(r, 0, "chat-lora", SB_MODEL_ADAPTER), 0);
+    assert_int_equal(sb_router_add_model(r, 1, "qwen", SB_MODEL_SERVED), 0);
+    return r;
+}
+
+static void test_resolve(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 3);
+    sb_model_match m;
+    assert_int_equal(sb_router_resolve(r, "llama", 5, &m), 0);
+    assert_int_equal(m.pool, 0);
+    assert_true(m.is_alias);
+    assert_int_equal(m.adapter, -1);
+    assert_memory_equal(m.served, "meta/llama", m.served_len);
+    assert_int_equal(sb_router_resolve(r, "chat-lora", 9, &m), 0);
+    assert_int_equal(m.adapter, 1);
+    assert_false(m.is_alias);
+    assert_int_equal(sb_router_resolve(r, "qwen", 4, &m), 0);
+    assert_int_equal(m.pool, 1);
+    assert_int_equal(sb_router_resolve(r, "qwe", 3, &m), -1);
+    assert_int_equal(sb_router_resolve(r, "llamas", 6, &m), -1);
+    /* A name resolves to exactly one pool. */
+    assert_int_equal(sb_router_add_model(r, 1, "llama", SB_MODEL_ALIAS), -2);
+    sb_router_free(r);
+}
+
+static void test_many_models_grow_table(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 1);
+    char name[32];
+    for (int i = 0; i < 500; i++) {
+        snprintf(name, sizeof(name), "adapter-%d", i);
+        assert_int_equal(sb_router_add_model(r, (uint32_t)(i % 2), name, SB_MODEL_ADAPTER), 0);
+    }
+    for (int i = 0; i < 500; i++) {
+        sb_model_match m;
+        snprintf(name, sizeof(name), "adapter-%d", i);
+        assert_int_equal(sb_router_resolve(r, name, strlen(name), &m), 0);
+        assert_int_equal(m.pool, (uint32_t)(i % 2));
+    }
+    sb_router_free(r);
+}
+
+static void test_round_robin_cycles_and_skips_excluded(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 3);
+    sb_route_request rq = {.pool = 0};
+    int seq[6];
+    for (int i = 0; i < 6; i++)
+        seq[i] = sb_router_pick(r, &rq, 0);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(seq[i], i % 3);
+    uint32_t ex[2] = {1, 2};
+    rq.exclude = ex;
+    rq.n_exclude = 2;
+    assert_int_equal(sb_router_pick(r, &rq, 0), 0);
+    assert_int_equal(sb_router_pick(r, &rq, 0), 0);
+    uint32_t all[3] = {0, 1, 2};
+    rq.exclude = all;
+    rq.n_exclude = 3;
+    assert_int_equal(sb_router_pick(r, &rq, 0), -1);
+    sb_router_free(r);
+}
+
+static void test_least_request_follows_in_flight(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 3);
+    sb_route_request rq = {.pool = 0};
+    /* Three picks with dispatch in between spread over all three endpoints. */
+    int seen[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        int ep = sb_router_pick(r, &rq, 0);
+        assert_in_range(ep, 0, 2);
+        seen[ep]++;
+        sb_router_dispatched(r, 0, (uint32_t)ep, 0);
+    }
+    assert_int_equal(seen[0] * seen[1] * seen[2], 1);
+    /* Endpoint 1 finishes: it is now the only least-loaded one. */
+    sb_router_completed(r, 0, 1, 200, 10);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(sb_router_pick(r, &rq, 0), 1);
+    sb_router_failed(r, 0, 2, 20);
+    const sb_endpoint_stats *s = sb_router_endpoint_stats(r, 0, 2);
+    assert_int_equal(s->in_flight, 0);
+    assert_int_equal(s->failed, 1);
+    assert_int_equal(sb_router_endpoint_stats(r, 0, 1)->completed, 1);
+    sb_router_free(r);
+}
+
+static void test_least_request_ties_spread_evenly(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 4);
+    sb_route_request rq = {.pool = 0};
+    int counts[4] = {0};
+    for (int i = 0; i < 4000; i++)
+        counts[sb_router_pick(r, &rq, 0)]++;
+    for (int i = 0; i < 4; i++)
+        assert_in_range(counts[i], 850, 1150);
+    sb_router_free(r);
+}
+
+static void test_accounting_never_underflows(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 2);
+    sb_router_completed(r, 0, 0, 200, 0);
+    sb_router_failed(r, 0, 0, 0);
+    assert_int_equal(sb_router_endpoint_stats(r, 0, 0)->in_flight, 0);
+    /* Out-of-range reports are ignored, not crashes. */
+    sb_router_dispatched(r, 7, 0, 0);
+    sb_router_dispatched(r, 0, 9, 0);
+    assert_null(sb_router_endpoint_stats(r, 0, 9));
+    sb_router_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_many_models_grow_table),
+        cmocka_unit_test(test_round_robin_cycles_and_skips_excluded),
+        cmocka_unit_test(test_least_request_follows_in_flight),
+        cmocka_unit_test(test_least_request_ties_spread_evenly),
+        cmocka_unit_test(test_accounting_never_underflows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
