@@ -30,11 +30,11 @@ deps:
 
 build/rel/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_REL) -c $< -o $@
+	@echo "CC      $<"; $(CC) $(CFLAGS_REL) -c $< -o $@
 
 build/san/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_SAN) -c $< -o $@
+	@echo "CC san  $<"; $(CC) $(CFLAGS_SAN) -c $< -o $@
 
 build/rel/libsb.a: $(REL_OBJ)
 	@rm -f $@; ar rcs $@ $^

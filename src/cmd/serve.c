@@ -9,8 +9,24 @@
 
 typedef struct serve_state {
     sb_gateway *gw;
-    uv_signal_t sigint, sigterm;
+    const char *path;
+    uv_signal_t sigint, sigterm, sighup;
 } serve_state;
+
+/* SIGHUP: read the file again; a bad file is refused and the running config stays. */
+static void on_reload_signal(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    serve_state *st = h->data;
+    if (!st->gw)
+        return;
+    sb_config *cfg = sb_load_config(st->path);
+    if (!cfg) {
+        SB_WARN("reload: %s has errors; keeping the running configuration", st->path);
+        return;
+    }
+    sb_gateway_reload(st->gw, cfg);
+}
 
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
@@ -22,6 +38,7 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     }
     uv_close((uv_handle_t *)&st->sigint, NULL);
     uv_close((uv_handle_t *)&st->sigterm, NULL);
+    uv_close((uv_handle_t *)&st->sighup, NULL);
 }
 
 int sb_cmd_serve(int argc, char **argv)
@@ -48,16 +65,18 @@ int sb_cmd_serve(int argc, char **argv)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
-    serve_state st = {0};
+    serve_state st = {.path = path};
     int rc = sb_gateway_start(loop, cfg, &st.gw);
     if (rc < 0)
         return 1;
     SB_INFO("switchboard listening on http://%s:%u", st.gw->cfg->listen_host, sb_gateway_port(st.gw));
     uv_signal_init(loop, &st.sigint);
     uv_signal_init(loop, &st.sigterm);
-    st.sigint.data = st.sigterm.data = &st;
+    uv_signal_init(loop, &st.sighup);
+    st.sigint.data = st.sigterm.data = st.sighup.data = &st;
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&st.sighup, on_reload_signal, SIGHUP);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

@@ -1,11 +1,321 @@
+/* switchboard sim: runs a fleet of simulated model servers (sim/server.h) until SIGINT or
+ * SIGTERM. Flags are named like vLLM's engine arguments where one exists. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
 
+#include "base/alloc.h"
+#include "base/log.h"
 #include "cmd/cmd.h"
+#include "sim/server.h"
+
+static const char usage_text[] =
+    "usage: switchboard sim [options]\n"
+    "Serves N simulated vLLM-compatible replicas on ports P..P+N-1.\n"
+    "\n"
+    "  --replicas N                 replicas (default 1)\n"
+    "  --port P                     first port (default 8000; 0: any free ports)\n"
+    "  --host ADDR                  listen address (default 127.0.0.1)\n"
+    "  --model NAME                 served model (default meta-llama/Llama-3.1-8B-Instruct)\n"
+    "  --adapters A,B               LoRA adapter names served besides the model\n"
+    "  --engine vllm|sglang|llamacpp  whose /metrics names to speak (default vllm)\n"
+    "  --speed X                    engine clock rate over real time (default 1)\n"
+    "  --max-model-len N            prompt + output tokens at most (default min(131072, cache))\n"
+    "engine (vLLM's names and defaults; see docs/simulator.md):\n"
+    "  --max-num-seqs N  --max-num-batched-tokens N  --num-gpu-blocks N  --block-size N\n"
+    "  --max-loras N  --lora-load-ms F  --no-enable-prefix-caching\n"
+    "  --step-overhead-ms F  --prefill-token-us F  --decode-token-us F  --context-token-us F\n"
+    "faults (off by default; --fault-replicas picks the replicas, default all):\n"
+    "  --fail-rate F                answer that fraction of completions with 500\n"
+    "  --metrics-delay-ms D         answer /metrics after D ms\n"
+    "  --metrics-hang               never answer /metrics\n"
+    "  --die-after-tokens N         cut each connection after N generated tokens\n"
+    "  --refuse                     do not listen (connections refused)\n"
+    "  --restart-every-ms M         restart (down M/10 ms, empty cache) every M ms\n"
+    "  --fault-replicas I,J         0-based replica indexes the faults apply to (< 64)\n"
+    "  --seed N                     seed of the fault draws (default 1)\n"
+    "  --log-level debug|info|warn|error\n";
+
+enum {
+    O_REPLICAS = 256, O_PORT, O_HOST, O_MODEL, O_ADAPTERS, O_ENGINE, O_SPEED, O_MAX_MODEL_LEN, O_MAX_NUM_SEQS,
+    O_MAX_BATCHED, O_GPU_BLOCKS, O_BLOCK_SIZE, O_MAX_LORAS, O_LORA_LOAD_MS, O_NO_PREFIX, O_STEP_MS, O_PREFILL_US,
+    O_DECODE_US, O_CONTEXT_US, O_FAIL_RATE, O_METRICS_DELAY, O_METRICS_HANG, O_DIE_AFTER, O_REFUSE, O_RESTART,
+    O_FAULT_REPLICAS, O_SEED, O_LOG_LEVEL, O_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"replicas", required_argument, NULL, O_REPLICAS},
+    {"port", required_argument, NULL, O_PORT},
+    {"host", required_argument, NULL, O_HOST},
+    {"model", required_argument, NULL, O_MODEL},
+    {"adapters", required_argument, NULL, O_ADAPTERS},
+    {"engine", required_argument, NULL, O_ENGINE},
+    {"speed", required_argument, NULL, O_SPEED},
+    {"max-model-len", required_argument, NULL, O_MAX_MODEL_LEN},
+    {"max-num-seqs", required_argument, NULL, O_MAX_NUM_SEQS},
+    {"max-num-batched-tokens", required_argument, NULL, O_MAX_BATCHED},
+    {"num-gpu-blocks", required_argument, NULL, O_GPU_BLOCKS},
+    {"block-size", required_argument, NULL, O_BLOCK_SIZE},
+    {"max-loras", required_argument, NULL, O_MAX_LORAS},
+    {"lora-load-ms", required_argument, NULL, O_LORA_LOAD_MS},
+    {"no-enable-prefix-caching", no_argument, NULL, O_NO_PREFIX},
+    {"step-overhead-ms", required_argument, NULL, O_STEP_MS},
+    {"prefill-token-us", required_argument, NULL, O_PREFILL_US},
+    {"decode-token-us", required_argument, NULL, O_DECODE_US},
+    {"context-token-us", required_argument, NULL, O_CONTEXT_US},
+    {"fail-rate", required_argument, NULL, O_FAIL_RATE},
+    {"metrics-delay-ms", required_argument, NULL, O_METRICS_DELAY},
+    {"metrics-hang", no_argument, NULL, O_METRICS_HANG},
+    {"die-after-tokens", required_argument, NULL, O_DIE_AFTER},
+    {"refuse", no_argument, NULL, O_REFUSE},
+    {"restart-every-ms", required_argument, NULL, O_RESTART},
+    {"fault-replicas", required_argument, NULL, O_FAULT_REPLICAS},
+    {"seed", required_argument, NULL, O_SEED},
+    {"log-level", required_argument, NULL, O_LOG_LEVEL},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct sim_state {
+    sb_sim_fleet *fleet;
+    uv_signal_t sigint, sigterm;
+} sim_state;
+
+static void on_stop_signal(uv_signal_t *h, int signum)
+{
+    sim_state *st = h->data;
+    SB_INFO("sim: signal %d, stopping", signum);
+    if (st->fleet) {
+        sb_sim_fleet_stop(st->fleet);
+        st->fleet = NULL;
+    }
+    uv_close((uv_handle_t *)&st->sigint, NULL);
+    uv_close((uv_handle_t *)&st->sigterm, NULL);
+}
+
+static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < min || v > max) {
+        fprintf(stderr, "switchboard sim: --%s wants an integer in [%u, %u], got '%s'\n", flag, min, max, s);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
+        fprintf(stderr, "switchboard sim: --%s wants a number in [%g, %g], got '%s'\n", flag, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Splits a comma-separated list into a NULL-terminated array of fresh strings (empty items
+ * skipped). Returns the count, or -1 on ENOMEM. */
+static long split_list(const char *s, char ***out)
+{
+    long n = 0;
+    char **v = NULL;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len) {
+            char **nv = sb_realloc(v, (size_t)(n + 2) * sizeof(*v));
+            if (!nv || !(nv[n] = sb_strndup(s, len))) {
+                v = nv ? nv : v;
+                for (long i = 0; i < n; i++)
+                    sb_free(v[i]);
+                sb_free(v);
+                return -1;
+            }
+            v = nv;
+            v[++n] = NULL;
+        }
+        s += len + (e ? 1 : 0);
+    }
+    *out = v;
+    return n;
+}
+
+static void free_list(char **v, long n)
+{
+    for (long i = 0; i < n; i++)
+        sb_free(v[i]);
+    sb_free(v);
+}
+
+static int parse_replica_mask(const char *s, uint64_t *mask)
+{
+    char **items = NULL;
+    long n = split_list(s, &items);
+    if (n <= 0) {
+        fprintf(stderr, "switchboard sim: --fault-replicas wants indexes like 0,2\n");
+        free_list(items, n > 0 ? n : 0);
+        return -1;
+    }
+    int rc = 0;
+    for (long i = 0; i < n && rc == 0; i++) {
+        uint32_t idx;
+        if ((rc = parse_u32("fault-replicas", items[i], 0, 63, &idx)) == 0)
+            *mask |= 1ULL << idx;
+    }
+    free_list(items, n);
+    return rc;
+}
+
+static int parse_log_level(const char *s)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) {
+            sb_log_set_level((enum sb_log_level)i);
+            return 0;
+        }
+    fprintf(stderr, "switchboard sim: --log-level wants debug, info, warn or error\n");
+    return -1;
+}
 
 int sb_cmd_sim(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "switchboard sim: not built yet\n");
-    return 2;
+    sb_sim_opts o;
+    sb_sim_opts_default(&o);
+    sb_sim_faults *fa = &o.faults;
+    sb_engine_params *ep = &o.engine;
+    char **adapters = NULL;
+    long n_adapters = 0;
+    uint32_t u, port = o.port;
+    double d;
+    int rc = 0, c;
+    optind = 1;
+    while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+        const char *a = optarg;
+        switch (c) {
+        case O_REPLICAS: rc = parse_u32("replicas", a, 1, 4096, &o.replicas); break;
+        case O_PORT: rc = parse_u32("port", a, 0, 65535, &port); break;
+        case O_HOST: o.host = a; break;
+        case O_MODEL: o.model = a; break;
+        case O_ADAPTERS:
+            free_list(adapters, n_adapters);
+            adapters = NULL;
+            if ((n_adapters = split_list(a, &adapters)) < 0) {
+                n_adapters = 0;
+                rc = -1;
+            }
+            break;
+        case O_ENGINE:
+            if (sb_sim_flavor_parse(a, &o.flavor) < 0) {
+                fprintf(stderr, "switchboard sim: --engine wants vllm, sglang or llamacpp\n");
+                rc = -1;
+            }
+            break;
+        case O_SPEED: rc = parse_double("speed", a, 1e-3, 1e6, &o.speed); break;
+        case O_MAX_MODEL_LEN: rc = parse_u32("max-model-len", a, 1, UINT32_MAX, &o.max_model_len); break;
+        case O_MAX_NUM_SEQS: rc = parse_u32("max-num-seqs", a, 1, UINT32_MAX, &ep->max_num_seqs); break;
+        case O_MAX_BATCHED: rc = parse_u32("max-num-batched-tokens", a, 1, UINT32_MAX, &ep->max_num_batched_tokens); break;
+        case O_GPU_BLOCKS: rc = parse_u32("num-gpu-blocks", a, 1, UINT32_MAX, &ep->num_gpu_blocks); break;
+        case O_BLOCK_SIZE: rc = parse_u32("block-size", a, 1, 4096, &ep->block_size); break;
+        case O_MAX_LORAS: rc = parse_u32("max-loras", a, 0, 1024, &ep->max_loras); break;
+        case O_LORA_LOAD_MS:
+            if ((rc = parse_double("lora-load-ms", a, 0, 1e6, &d)) == 0)
+                ep->lora_load_ns = (sb_ns)(d * 1e6);
+            break;
+        case O_NO_PREFIX: ep->enable_prefix_caching = false; break;
+        case O_STEP_MS:
+            if ((rc = parse_double("step-overhead-ms", a, 0, 1e6, &d)) == 0)
+                ep->step_overhead_ns = d * 1e6;
+            break;
+        case O_PREFILL_US:
+            if ((rc = parse_double("prefill-token-us", a, 0, 1e6, &d)) == 0)
+                ep->prefill_token_ns = d * 1e3;
+            break;
+        case O_DECODE_US:
+            if ((rc = parse_double("decode-token-us", a, 0, 1e6, &d)) == 0)
+                ep->decode_token_ns = d * 1e3;
+            break;
+        case O_CONTEXT_US:
+            if ((rc = parse_double("context-token-us", a, 0, 1e6, &d)) == 0)
+                ep->context_token_ns = d * 1e3;
+            break;
+        case O_FAIL_RATE: rc = parse_double("fail-rate", a, 0, 1, &fa->fail_rate); break;
+        case O_METRICS_DELAY: rc = parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms); break;
+        case O_METRICS_HANG: fa->metrics_hang = true; break;
+        case O_DIE_AFTER: rc = parse_u32("die-after-tokens", a, 1, UINT32_MAX, &fa->die_after_tokens); break;
+        case O_REFUSE: fa->refuse = true; break;
+        case O_RESTART: rc = parse_u32("restart-every-ms", a, 10, 86400000, &fa->restart_every_ms); break;
+        case O_FAULT_REPLICAS: rc = parse_replica_mask(a, &fa->replica_mask); break;
+        case O_SEED:
+            if ((rc = parse_u32("seed", a, 0, UINT32_MAX, &u)) == 0)
+                o.seed = u;
+            break;
+        case O_LOG_LEVEL: rc = parse_log_level(a); break;
+        case 'h':
+        case O_HELP:
+            fputs(usage_text, stdout);
+            free_list(adapters, n_adapters);
+            return 0;
+        default: rc = -1; break;
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        fprintf(stderr, "switchboard sim: unexpected argument '%s'\n", argv[optind]);
+        rc = -1;
+    }
+    if (rc < 0) {
+        fputs(usage_text, stderr);
+        free_list(adapters, n_adapters);
+        return 2;
+    }
+    o.port = (uint16_t)port;
+    o.adapters = (const char *const *)adapters;
+    o.n_adapters = (size_t)n_adapters;
+    if (sb_engine_params_check(ep) < 0) {
+        fprintf(stderr, "switchboard sim: engine parameters rejected (a zero size, a block size over 4096, or "
+                        "--max-num-seqs above --max-num-batched-tokens)\n");
+        free_list(adapters, n_adapters);
+        return 2;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_t *loop = uv_default_loop();
+    sim_state st = {0};
+    rc = sb_sim_fleet_start(loop, &o, &st.fleet);
+    free_list(adapters, n_adapters);
+    if (rc < 0) {
+        fprintf(stderr, "switchboard sim: cannot start: %s\n",
+                rc == -EINVAL ? "invalid options (model, adapters, ports or speed)" : uv_strerror(rc));
+        uv_run(loop, UV_RUN_DEFAULT); /* let the closing handles go */
+        uv_loop_close(loop);
+        return 1;
+    }
+    /* Handlers before the banner: whoever reads the banner may signal at once. */
+    uv_signal_init(loop, &st.sigint);
+    uv_signal_init(loop, &st.sigterm);
+    st.sigint.data = st.sigterm.data = &st;
+    uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    printf("switchboard sim: %u replica(s) of %s (%s engine, speed %g)\n", o.replicas, o.model,
+           sb_sim_flavor_name(o.flavor), o.speed);
+    for (uint32_t i = 0; i < o.replicas; i++) {
+        bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
+        printf("  replica %u: http://%s:%u%s\n", i, o.host, sb_sim_fleet_port(st.fleet, i),
+               faulty && fa->refuse ? " (refusing connections)" : "");
+    }
+    fflush(stdout);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_loop_close(loop);
+    return 0;
 }

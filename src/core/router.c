@@ -16,13 +16,17 @@ typedef struct model_entry {
 
 typedef struct pool {
     char *name;
-    enum sb_policy_kind policy;
-    sb_endpoint_stats *eps;
+    const sb_profile *profile;
+    sb_pool_params params;
+    sb_endpoint *eps;
     size_t n_eps;
-    size_t rr_next;
+    size_t rr_cursor;
     char *served;
     size_t served_len;
     int n_adapters;
+    /* Decision scratch, sized for the pool: no allocation per pick. */
+    sb_decision last;
+    bool have_last;
 } pool;
 
 struct sb_router {
@@ -36,15 +40,9 @@ struct sb_router {
     uint64_t rng;
 };
 
-static uint64_t next_rand(sb_router *r)
+sb_pool_params sb_pool_params_default(void)
 {
-    /* xorshift64*: cheap, deterministic from the seed, good enough for tie-breaks. */
-    uint64_t x = r->rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    r->rng = x;
-    return x * 0x2545F4914F6CDD1DULL;
+    return (sb_pool_params){.stale_ns = SB_MS(1000), .health = sb_health_params_default()};
 }
 
 sb_router *sb_router_new(uint64_t seed)
@@ -69,6 +67,9 @@ void sb_router_free(sb_router *r)
     for (size_t i = 0; i < r->n_pools; i++) {
         sb_free(r->pools[i].name);
         sb_free(r->pools[i].eps);
+        sb_free(r->pools[i].last.cands);
+        sb_free(r->pools[i].last.live);
+        sb_free(r->pools[i].last.scores);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->models_cap; i++)
@@ -77,7 +78,8 @@ void sb_router_free(sb_router *r)
     sb_free(r);
 }
 
-int sb_router_add_pool(sb_router *r, const char *name, enum sb_policy_kind policy, size_t n_endpoints)
+int sb_router_add_pool(sb_router *r, const char *name, const sb_profile *profile, size_t n_endpoints,
+                       const sb_pool_params *params)
 {
     pool *np = sb_realloc(r->pools, (r->n_pools + 1) * sizeof(pool));
     if (!np)
@@ -85,16 +87,42 @@ int sb_router_add_pool(sb_router *r, const char *name, enum sb_policy_kind polic
     r->pools = np;
     pool *p = &np[r->n_pools];
     memset(p, 0, sizeof(*p));
+    size_t n = n_endpoints ? n_endpoints : 1;
     p->name = sb_strdup(name);
-    p->eps = sb_calloc(n_endpoints, sizeof(sb_endpoint_stats));
-    if (!p->name || !p->eps) {
+    p->eps = sb_calloc(n, sizeof(sb_endpoint));
+    p->last.cands = sb_calloc(n, sizeof(sb_candidate));
+    p->last.live = sb_calloc(n, sizeof(sb_candidate));
+    p->last.scores = sb_calloc(n * SB_MAX_SCORERS, sizeof(double));
+    if (!p->name || !p->eps || !p->last.cands || !p->last.live || !p->last.scores) {
         sb_free(p->name);
         sb_free(p->eps);
+        sb_free(p->last.cands);
+        sb_free(p->last.live);
+        sb_free(p->last.scores);
         return -1;
     }
-    p->policy = policy;
+    p->profile = profile;
+    p->params = params ? *params : sb_pool_params_default();
     p->n_eps = n_endpoints;
+    for (size_t i = 0; i < n_endpoints; i++) {
+        p->eps[i].pool = (uint32_t)r->n_pools;
+        p->eps[i].index = (uint32_t)i;
+    }
     return (int)r->n_pools++;
+}
+
+void sb_router_set_profile(sb_router *r, uint32_t pool_idx, const sb_profile *profile)
+{
+    if (pool_idx < r->n_pools) {
+        r->pools[pool_idx].profile = profile;
+        r->pools[pool_idx].have_last = false;
+    }
+}
+
+void sb_router_set_pool_params(sb_router *r, uint32_t pool_idx, const sb_pool_params *params)
+{
+    if (pool_idx < r->n_pools)
+        r->pools[pool_idx].params = *params;
 }
 
 static model_entry *find_slot(model_entry *tab, size_t cap, const char *name, size_t len, uint64_t h)
@@ -167,109 +195,60 @@ int sb_router_resolve(const sb_router *r, const char *name, size_t len, sb_model
     return 0;
 }
 
-static bool excluded(const sb_route_request *req, size_t ep)
+int sb_router_adapter_index(const sb_router *r, uint32_t pool_idx, const char *name, size_t len)
 {
-    for (size_t i = 0; i < req->n_exclude; i++)
-        if (req->exclude[i] == ep)
-            return true;
-    return false;
+    sb_model_match m;
+    if (sb_router_resolve(r, name, len, &m) < 0 || m.pool != pool_idx)
+        return -1;
+    return m.adapter;
 }
 
-/* Round robin: the next endpoint in order that is not excluded. */
-static int pick_round_robin(pool *p, const sb_route_request *req)
+int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
-    for (size_t k = 0; k < p->n_eps; k++) {
-        size_t ep = (p->rr_next + k) % p->n_eps;
-        if (!excluded(req, ep)) {
-            p->rr_next = (ep + 1) % p->n_eps;
-            return (int)ep;
-        }
-    }
-    return -1;
-}
-
-/* Least request: fewest router-counted in-flight requests; ties broken uniformly at random
- * (reservoir sampling over the tied set) so equal endpoints share load evenly. */
-static int pick_least_request(sb_router *r, pool *p, const sb_route_request *req)
-{
-    int best = -1;
-    uint32_t best_load = UINT32_MAX;
-    uint64_t ties = 0;
-    for (size_t ep = 0; ep < p->n_eps; ep++) {
-        if (excluded(req, ep))
-            continue;
-        uint32_t load = p->eps[ep].in_flight;
-        if (load < best_load) {
-            best = (int)ep;
-            best_load = load;
-            ties = 1;
-        } else if (load == best_load && next_rand(r) % ++ties == 0) {
-            best = (int)ep;
-        }
-    }
-    return best;
-}
-
-int sb_router_pick(sb_router *r, const sb_route_request *req, sb_ns now)
-{
-    (void)now;
     if (req->pool >= r->n_pools)
         return -1;
     pool *p = &r->pools[req->pool];
-    switch (p->policy) {
-    case SB_POLICY_ROUND_ROBIN:
-        return pick_round_robin(p, req);
-    case SB_POLICY_LEAST_REQUEST:
-    default:
-        return pick_least_request(r, p, req);
-    }
+    sb_sched_ctx ctx = {.now = now, .stale_ns = p->params.stale_ns, .rng = &r->rng, .rr_cursor = p->rr_cursor,
+                        .profile = req->profile ? req->profile : p->profile};
+    int ep = sb_sched_run(&ctx, req, p->eps, p->n_eps, &p->last);
+    p->rr_cursor = ctx.rr_cursor;
+    p->have_last = true;
+    return ep;
 }
 
-static sb_endpoint_stats *stats(sb_router *r, uint32_t pool_idx, uint32_t ep)
+const sb_decision *sb_router_last_decision(const sb_router *r, uint32_t pool_idx)
+{
+    return pool_idx < r->n_pools && r->pools[pool_idx].have_last ? &r->pools[pool_idx].last : NULL;
+}
+
+sb_endpoint *sb_router_endpoint(sb_router *r, uint32_t pool_idx, uint32_t ep)
 {
     if (pool_idx >= r->n_pools || ep >= r->pools[pool_idx].n_eps)
         return NULL;
     return &r->pools[pool_idx].eps[ep];
 }
 
-void sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ns now)
+sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uint32_t prompt_tokens, sb_ns now)
 {
-    sb_endpoint_stats *s = stats(r, pool_idx, ep);
-    if (!s)
-        return;
-    s->in_flight++;
-    s->dispatched++;
-    s->last_dispatch_ns = now;
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e)
+        return (sb_ticket){0};
+    return sb_endpoint_dispatch(e, prompt_tokens, now);
 }
 
-void sb_router_first_byte(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ns now)
+void sb_router_first_byte(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, sb_ns now)
 {
-    sb_endpoint_stats *s = stats(r, pool_idx, ep);
-    if (s)
-        s->last_first_byte_ns = now;
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (e)
+        sb_endpoint_first_byte(e, t, now);
 }
 
-void sb_router_completed(sb_router *r, uint32_t pool_idx, uint32_t ep, int status, sb_ns now)
+void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
+                        sb_ns now)
 {
-    (void)status;
-    (void)now;
-    sb_endpoint_stats *s = stats(r, pool_idx, ep);
-    if (!s)
-        return;
-    if (s->in_flight)
-        s->in_flight--;
-    s->completed++;
-}
-
-void sb_router_failed(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ns now)
-{
-    (void)now;
-    sb_endpoint_stats *s = stats(r, pool_idx, ep);
-    if (!s)
-        return;
-    if (s->in_flight)
-        s->in_flight--;
-    s->failed++;
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (e)
+        sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
 }
 
 size_t sb_router_pool_count(const sb_router *r) { return r->n_pools; }
@@ -284,12 +263,12 @@ const char *sb_router_pool_name(const sb_router *r, uint32_t pool_idx)
     return pool_idx < r->n_pools ? r->pools[pool_idx].name : NULL;
 }
 
-enum sb_policy_kind sb_router_pool_policy(const sb_router *r, uint32_t pool_idx)
+const sb_profile *sb_router_pool_profile(const sb_router *r, uint32_t pool_idx)
 {
-    return pool_idx < r->n_pools ? r->pools[pool_idx].policy : SB_POLICY_LEAST_REQUEST;
+    return pool_idx < r->n_pools ? r->pools[pool_idx].profile : NULL;
 }
 
-const sb_endpoint_stats *sb_router_endpoint_stats(const sb_router *r, uint32_t pool_idx, uint32_t ep)
+const sb_pool_params *sb_router_pool_params(const sb_router *r, uint32_t pool_idx)
 {
-    return stats((sb_router *)r, pool_idx, ep);
+    return pool_idx < r->n_pools ? &r->pools[pool_idx].params : NULL;
 }

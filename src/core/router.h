@@ -1,13 +1,16 @@
-/* router: the interface the routing core exposes to the data path (and, later, to replay).
+/* router: the routing core as the data path (and replay) sees it.
  *
- * The data path asks two things: which pool serves a requested model name (served name,
- * alias or LoRA adapter), and which endpoint of that pool should take a request. It then
- * reports what happened to the request: dispatched, first byte, completed, failed. The
- * router keeps its own per-endpoint accounting (in-flight requests) from those reports.
+ * Holds pools, each with its endpoints (core/endpoint.h: report + own accounting + health)
+ * and a scheduling profile (core/sched.h), plus the table of model names (served name,
+ * aliases, LoRA adapters) that picks a request's pool. The data path asks: which pool serves
+ * this model, and which endpoint should take this request; then reports the request's life:
+ * dispatched, first byte, finished. Every pick keeps its explanation until the pool's next
+ * pick (sb_router_last_decision).
  *
- * Built by the caller from its configuration (core never sees config files): pools,
- * endpoints per pool, model names. Pure: no I/O, no clock; `now` is an argument. Owns
- * copies of every string given to it. Not thread-safe: one owner (the event loop). */
+ * Built by the caller from its configuration (core never reads files). Pure: no I/O, no
+ * clock; `now` is an argument. Owns copies of every string given to it; profiles are
+ * referenced, not copied (they must outlive the router or be replaced with set_profile).
+ * Not thread-safe: one owner (the event loop). */
 #ifndef SB_CORE_ROUTER_H
 #define SB_CORE_ROUTER_H
 
@@ -16,19 +19,10 @@
 #include <stdint.h>
 
 #include "base/time.h"
-#include "core/policy.h"
+#include "core/endpoint.h"
+#include "core/sched.h"
 
 typedef struct sb_router sb_router;
-
-/* What the router counts per endpoint; read-only for callers. */
-typedef struct sb_endpoint_stats {
-    uint32_t in_flight;      /* dispatched, not yet completed or failed */
-    uint64_t dispatched;
-    uint64_t completed;
-    uint64_t failed;         /* connect failures, upstream errors before completion */
-    sb_ns last_dispatch_ns;
-    sb_ns last_first_byte_ns;
-} sb_endpoint_stats;
 
 /* The pool a model name resolves to. */
 typedef struct sb_model_match {
@@ -37,47 +31,56 @@ typedef struct sb_model_match {
     bool is_alias;           /* the name is an alias: forward `served` instead */
     const char *served;      /* the pool's served model name (owned by the router) */
     size_t served_len;
-    const char *name;        /* the canonical name this match was registered under */
+    const char *name;        /* the name as registered */
 } sb_model_match;
 
-/* A request as the core sees it: never text, only what routing needs. */
-typedef struct sb_route_request {
-    uint32_t pool;
-    int adapter;
-    const uint64_t *block_hashes;  /* chained prefix-block hashes (proto/inspect.h) */
-    size_t n_blocks;
-    size_t prompt_bytes;
-    const uint32_t *exclude;       /* endpoints not to pick (already failed for this request) */
-    size_t n_exclude;
-} sb_route_request;
+typedef struct sb_pool_params {
+    sb_ns stale_ns;          /* reports older than this are stale; default 1 s */
+    sb_health_params health;
+} sb_pool_params;
+
+sb_pool_params sb_pool_params_default(void);
 
 sb_router *sb_router_new(uint64_t seed);
 void sb_router_free(sb_router *r);
 
-/* Adds a pool with `n_endpoints` endpoints and a policy; returns its index or -1 (ENOMEM). */
-int sb_router_add_pool(sb_router *r, const char *name, enum sb_policy_kind policy, size_t n_endpoints);
+/* Adds a pool of n_endpoints endpoints scheduled by `profile`; returns its index or -1
+ * (ENOMEM). params NULL = defaults. */
+int sb_router_add_pool(sb_router *r, const char *name, const sb_profile *profile, size_t n_endpoints,
+                       const sb_pool_params *params);
+void sb_router_set_profile(sb_router *r, uint32_t pool, const sb_profile *profile);
+void sb_router_set_pool_params(sb_router *r, uint32_t pool, const sb_pool_params *params);
 
-/* Registers a model name for a pool: kind 0 = served name (the first registered becomes the
- * pool's `served`), 1 = alias, 2 = adapter (adapter index is its order of registration).
- * Returns 0, -1 on ENOMEM, -2 if the name is already registered. */
+/* Registers a model name for a pool: the first SERVED name becomes the pool's `served`;
+ * adapters are numbered in registration order. Returns 0, -1 on ENOMEM, -2 if the name is
+ * already registered (to any pool). */
 enum sb_model_kind { SB_MODEL_SERVED = 0, SB_MODEL_ALIAS = 1, SB_MODEL_ADAPTER = 2 };
 int sb_router_add_model(sb_router *r, uint32_t pool, const char *name, enum sb_model_kind kind);
+/* Finds the adapter index of a name registered as adapter of pool, or -1. */
+int sb_router_adapter_index(const sb_router *r, uint32_t pool, const char *name, size_t len);
 
 /* Resolves a model name; returns 0 and fills *out, or -1 if no pool serves it. */
 int sb_router_resolve(const sb_router *r, const char *name, size_t len, sb_model_match *out);
 
-/* Picks an endpoint index within req->pool, or returns -1 if every endpoint is excluded. */
-int sb_router_pick(sb_router *r, const sb_route_request *req, sb_ns now);
+/* Runs the pool's profile; returns the endpoint index picked, or -1 if no endpoint is
+ * available (every one filtered out or excluded). */
+int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now);
+/* The explanation of the pool's last pick; valid until its next pick. NULL before any. */
+const sb_decision *sb_router_last_decision(const sb_router *r, uint32_t pool);
 
-void sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, sb_ns now);
-void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ns now);
-void sb_router_completed(sb_router *r, uint32_t pool, uint32_t ep, int status, sb_ns now);
-void sb_router_failed(sb_router *r, uint32_t pool, uint32_t ep, sb_ns now);
+/* Request lifecycle (see core/endpoint.h). The ticket is the caller's to keep. */
+sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
+void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, sb_ns now);
+/* ok: a response arrived with status < 500. counts_for_health: false for client aborts. */
+void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
+                        sb_ns now);
 
 size_t sb_router_pool_count(const sb_router *r);
 size_t sb_router_endpoint_count(const sb_router *r, uint32_t pool);
 const char *sb_router_pool_name(const sb_router *r, uint32_t pool);
-enum sb_policy_kind sb_router_pool_policy(const sb_router *r, uint32_t pool);
-const sb_endpoint_stats *sb_router_endpoint_stats(const sb_router *r, uint32_t pool, uint32_t ep);
+const sb_profile *sb_router_pool_profile(const sb_router *r, uint32_t pool);
+const sb_pool_params *sb_router_pool_params(const sb_router *r, uint32_t pool);
+/* The endpoint's state, for the owner to set identity, feed reports and read for display. */
+sb_endpoint *sb_router_endpoint(sb_router *r, uint32_t pool, uint32_t ep);
 
 #endif

@@ -6,6 +6,8 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "net/probe.h"
+#include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
 typedef struct route {
@@ -33,6 +35,13 @@ void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *
     sb_buf b = {0};
     if (status < 500)
         gw->counters.rejected++;
+    gw->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
+    if (gw->access_log) {
+        sb_exchange_log log = {.pool = -1, .ep = -1, .status = status, .outcome = "rejected", .model = "",
+                               .t_start = req->start_ns, .t_end = uv_hrtime()};
+        log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+        sb_gateway_record(gw, &log);
+    }
     if (sb_openai_error(&b, message, type, param, code) < 0) {
         sb_buf_free(&b);
         sb_http_stream_abort(req);
@@ -94,9 +103,13 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         .model_tok_start = res.model_tok_start,
         .model_tok_end = res.model_tok_end,
         .stream = res.stream,
+        .model = res.model,
     };
-    sb_route_request rr = {.pool = m.pool, .adapter = m.adapter, .block_hashes = ph.hashes, .n_blocks = ph.n,
-                           .prompt_bytes = ph.prompt_bytes};
+    /* About 4 bytes per token in English: the router's estimate of prefill work. */
+    sb_sched_request rr = {.pool = m.pool, .adapter = m.adapter, .block_hashes = ph.hashes, .n_blocks = ph.n,
+                           .prompt_bytes = ph.prompt_bytes, .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
+                           .prefix_key = ph.prefix_key,
+                           .profile = sb_router_pool_profile(gw->router, m.pool)};
     sb_proxy_start(gw, req, &t, &rr);
 }
 
@@ -114,6 +127,8 @@ static void on_request(sb_http_req *req, void *ctx)
             return;
         }
     }
+    if (req->method == HTTP_GET && sb_gateway_admin(gw, req))
+        return;
     if (path_is(req, "/v1/models") || path_is(req, "/healthz")) {
         if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
             sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
@@ -183,13 +198,22 @@ static void gateway_free(sb_gateway *gw)
     }
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
+    sb_free(gw->pool_metrics);
+    sb_free(gw->ep_metrics);
     sb_router_free(gw->router);
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
     sb_free(gw->models_json);
     if (gw->access_log && gw->access_log != stdout)
         fclose(gw->access_log);
-    sb_config_free(gw->cfg);
+    while (gw->retired) {
+        sb_snapshot *n = gw->retired->next;
+        sb_config_free(gw->retired->cfg);
+        sb_free(gw->retired);
+        gw->retired = n;
+    }
+    sb_config_free(gw->cfg); /* the current snapshot's */
+    sb_free(gw->snap);
     sb_free(gw);
 }
 
@@ -203,6 +227,11 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     gw->loop = loop;
     gw->cfg = cfg;
     int rc = UV_ENOMEM;
+    gw->snap = sb_calloc(1, sizeof(sb_snapshot));
+    if (!gw->snap)
+        goto fail;
+    gw->snap->cfg = cfg;
+    gw->snap->refs = 1;
     gw->router = sb_router_new(uv_hrtime());
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     gw->hashes = sb_malloc(cfg->max_prompt_blocks * sizeof(uint64_t));
@@ -214,18 +243,33 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         total += cfg->pools[p].n_endpoints;
     }
     gw->pool_first_up[cfg->n_pools] = total;
-    gw->ups = sb_calloc(total, sizeof(sb_upstream *));
-    if (!gw->ups)
+    gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
+    gw->ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
+    gw->pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
+    if (!gw->ups || !gw->ep_metrics || !gw->pool_metrics)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};
     for (size_t p = 0; p < cfg->n_pools; p++) {
         const sb_pool_config *pc = &cfg->pools[p];
-        int policy = sb_policy_find(pc->profile ? pc->profile : SB_POLICY_DEFAULT_NAME);
-        if (policy < 0)
-            policy = SB_POLICY_LEAST_REQUEST;
-        if (sb_router_add_pool(gw->router, pc->name, (enum sb_policy_kind)policy, pc->n_endpoints) < 0)
+        const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+        sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
+                             .health = {.max_failures = pc->max_failures,
+                                        .base_eject_ns = SB_MS(pc->base_eject_ms),
+                                        .max_eject_ns = SB_MS(pc->max_eject_ms)}};
+        if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
             goto fail;
+        for (size_t e = 0; e < pc->n_endpoints; e++) {
+            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+            const sb_endpoint_config *ec = &pc->endpoints[e];
+            ep->address = ec->address;
+            ep->draining = ec->draining;
+            for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
+                ep->label_keys[l] = ec->label_keys[l];
+                ep->label_values[l] = ec->label_values[l];
+                ep->n_labels = l + 1;
+            }
+        }
         for (size_t i = 0; i < pc->n_models; i++)
             if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) == -1)
                 goto fail;
@@ -258,6 +302,12 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
         goto fail;
     }
+    rc = sb_prober_start(loop, cfg, gw->router, &gw->prober);
+    if (rc < 0) {
+        SB_ERROR("prober: %s", uv_strerror(rc));
+        sb_http_server_stop(gw->server);
+        goto fail;
+    }
     *out = gw;
     return 0;
 fail:
@@ -274,6 +324,9 @@ void sb_gateway_stop(sb_gateway *gw)
      * done (sb_gateway_exchange_done). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
+    if (gw->prober)
+        sb_prober_stop(gw->prober);
+    gw->prober = NULL;
     sb_http_server_stop(gw->server);
     if (gw->in_flight == 0)
         gateway_free(gw);
@@ -283,4 +336,107 @@ void sb_gateway_exchange_done(sb_gateway *gw)
 {
     if (--gw->in_flight == 0 && gw->stopping)
         gateway_free(gw);
+}
+
+sb_snapshot *sb_gateway_snapshot_ref(sb_gateway *gw)
+{
+    gw->snap->refs++;
+    return gw->snap;
+}
+
+void sb_gateway_snapshot_unref(sb_gateway *gw, sb_snapshot *snap)
+{
+    if (--snap->refs > 0)
+        return;
+    /* The last request of a retired configuration ended: free it. */
+    for (sb_snapshot **pp = &gw->retired; *pp; pp = &(*pp)->next) {
+        if (*pp == snap) {
+            *pp = snap->next;
+            sb_config_free(snap->cfg);
+            sb_free(snap);
+            return;
+        }
+    }
+}
+
+/* Same pools, models, adapters and endpoints, in the same order: what a reload may not
+ * change in this version (the router, upstream pools and probes are built from them). */
+static const char *shape_differs(const sb_config *a, const sb_config *b)
+{
+    if (a->n_pools != b->n_pools)
+        return "the number of pools changed";
+    for (size_t i = 0; i < a->n_pools; i++) {
+        const sb_pool_config *x = &a->pools[i], *y = &b->pools[i];
+        if (strcmp(x->name, y->name))
+            return "a pool was renamed or reordered";
+        if (x->n_models != y->n_models || x->n_adapters != y->n_adapters || x->n_endpoints != y->n_endpoints)
+            return "a pool's models, adapters or endpoints changed";
+        for (size_t k = 0; k < x->n_models; k++)
+            if (strcmp(x->models[k], y->models[k]))
+                return "a pool's models changed";
+        for (size_t k = 0; k < x->n_adapters; k++)
+            if (strcmp(x->adapters[k], y->adapters[k]))
+                return "a pool's adapters changed";
+        for (size_t k = 0; k < x->n_endpoints; k++)
+            if (strcmp(x->endpoints[k].address, y->endpoints[k].address))
+                return "a pool's endpoints changed";
+        if (strcmp(x->engine ? x->engine : "", y->engine ? y->engine : ""))
+            return "a pool's engine changed";
+    }
+    if (strcmp(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
+        return "the listen address changed";
+    return NULL;
+}
+
+int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
+{
+    const char *why = shape_differs(gw->cfg, cfg);
+    if (why) {
+        SB_WARN("reload refused: %s (restart to apply)", why);
+        sb_config_free(cfg);
+        return -1;
+    }
+    sb_snapshot *ns = sb_calloc(1, sizeof(*ns));
+    if (!ns) {
+        sb_config_free(cfg);
+        return -1;
+    }
+    ns->cfg = cfg;
+    ns->refs = 1;
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_pool_config *pc = &cfg->pools[p];
+        sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
+                             .health = {.max_failures = pc->max_failures,
+                                        .base_eject_ns = SB_MS(pc->base_eject_ms),
+                                        .max_eject_ns = SB_MS(pc->max_eject_ms)}};
+        sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
+        sb_router_set_profile(gw->router, (uint32_t)p, sb_config_profile(cfg, pc->profile ? pc->profile : "default"));
+        for (size_t e = 0; e < pc->n_endpoints; e++) {
+            /* Same endpoint, state kept; only its identity strings move to the new config. */
+            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+            const sb_endpoint_config *ec = &pc->endpoints[e];
+            ep->address = ec->address;
+            ep->draining = ec->draining;
+            ep->n_labels = 0;
+            for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
+                ep->label_keys[l] = ec->label_keys[l];
+                ep->label_values[l] = ec->label_values[l];
+                ep->n_labels = l + 1;
+            }
+        }
+    }
+    sb_http_server_opts so = {.max_header_bytes = cfg->max_header_bytes, .max_body_bytes = cfg->max_body_bytes,
+                              .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
+                              .idle_ms = cfg->idle_ms};
+    sb_http_server_set_opts(gw->server, &so);
+    /* The old configuration retires; it is freed when its last request ends. */
+    sb_snapshot *old = gw->snap;
+    old->next = gw->retired;
+    gw->retired = old;
+    gw->snap = ns;
+    gw->cfg = cfg;
+    gw->reloads++;
+    sb_gateway_snapshot_unref(gw, old);
+    SB_INFO("configuration reloaded (%llu)", (unsigned long long)gw->reloads);
+    return 0;
 }

@@ -21,6 +21,7 @@
 #include "net/upstream.h"
 #include "proto/config.h"
 #include "proto/inspect.h"
+#include "proto/usage.h"
 
 typedef struct sb_gateway_counters {
     uint64_t requests;         /* requests read */
@@ -30,11 +31,43 @@ typedef struct sb_gateway_counters {
     uint64_t midstream_errors; /* upstream died after the response started */
     uint64_t client_aborts;    /* client left while its request was in flight */
     uint64_t rejected;         /* answered with 4xx by the gateway itself */
+    uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
 } sb_gateway_counters;
+
+/* Fixed-bucket latency histogram (seconds), Prometheus-style cumulative on output. */
+#define SB_HISTO_BUCKETS 15
+typedef struct sb_histo {
+    uint64_t counts[SB_HISTO_BUCKETS + 1]; /* last: above every bound (+Inf) */
+    double sum;
+    uint64_t n;
+} sb_histo;
+
+typedef struct sb_pool_metrics {
+    sb_histo duration;          /* request start to end */
+    sb_histo ttfb;              /* request start to first response byte */
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+} sb_pool_metrics;
+
+typedef struct sb_ep_metrics {
+    uint64_t by_class[6];       /* responses 1xx..5xx (index 1..5); [0]: no response */
+} sb_ep_metrics;
+
+typedef struct sb_prober sb_prober;
+
+/* A configuration in use: the current one, or a retired one still referenced by requests
+ * that started under it (they finish with the profile they started with). */
+typedef struct sb_snapshot {
+    sb_config *cfg;
+    size_t refs;                /* exchanges holding it, plus 1 while current */
+    struct sb_snapshot *next;   /* retired snapshots */
+} sb_snapshot;
 
 typedef struct sb_gateway {
     uv_loop_t *loop;
-    sb_config *cfg;
+    sb_config *cfg;             /* == snap->cfg */
+    sb_snapshot *snap;
+    sb_snapshot *retired;
+    uint64_t reloads;
     sb_router *router;
     sb_upstream **ups;          /* all endpoints, pool-major */
     size_t *pool_first_up;      /* index into ups of each pool's first endpoint */
@@ -46,6 +79,10 @@ typedef struct sb_gateway {
     FILE *access_log;
     sb_gateway_counters counters;
     size_t in_flight;           /* exchanges alive */
+    sb_prober *prober;
+    sb_pool_metrics *pool_metrics;
+    sb_ep_metrics *ep_metrics;  /* parallel to ups */
+    uint64_t rejected_by_status[6];
     bool stopping;
 } sb_gateway;
 
@@ -56,6 +93,11 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
  * loop's next turns). */
 void sb_gateway_stop(sb_gateway *gw);
 uint16_t sb_gateway_port(const sb_gateway *gw);
+/* Replaces the configuration (SIGHUP). Profiles, weights, thresholds, timeouts and limits
+ * change at once; endpoint state (reports, accounting, health) is kept. A config that
+ * changes the set of pools, models or endpoints is refused (-1, reason logged): those need
+ * a restart in this version. Ownership of cfg passes to the gateway either way. */
+int sb_gateway_reload(sb_gateway *gw, sb_config *cfg);
 
 /* The upstream pool of endpoint `ep` of pool `pool`. */
 sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep);
@@ -68,8 +110,33 @@ typedef struct sb_proxy_target {
     size_t served_len;
     size_t model_tok_start, model_tok_end;
     int stream;
+    const char *model;           /* as requested, for the access log */
 } sb_proxy_target;
-void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_route_request *rr);
+
+/* What the access log and metrics learn of one request when it ends. */
+typedef struct sb_exchange_log {
+    int pool;                    /* -1: refused before a pool was chosen */
+    int ep;                      /* -1: never dispatched */
+    int status;                  /* sent to the client; 499 if it left before the answer */
+    const char *outcome;         /* ok, rejected, upstream_error, midstream_error, client_abort */
+    const char *model;
+    bool stream;
+    uint64_t bytes_out;
+    sb_ns t_start, t_first_byte, t_end;
+    int retries;
+    sb_usage usage;
+} sb_exchange_log;
+
+/* Takes and drops a reference on the current snapshot (exchanges). */
+sb_snapshot *sb_gateway_snapshot_ref(sb_gateway *gw);
+void sb_gateway_snapshot_unref(sb_gateway *gw, sb_snapshot *s);
+
+/* Serves the admin GET routes (/metrics, /debug/...); false if req is not one. */
+bool sb_gateway_admin(sb_gateway *gw, sb_http_req *req);
+
+/* Records one finished request: metrics, and the access log line if enabled. */
+void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log);
+void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
 
 /* An exchange has ended (it was counted in in_flight by sb_proxy_start). */
 void sb_gateway_exchange_done(sb_gateway *gw);

@@ -651,6 +651,24 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
 }
 
 uint16_t sb_http_server_port(const sb_http_server *s) { return s->port; }
+
+void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
+{
+    sb_http_server_opts o = *opts;
+    if (!o.max_header_bytes)
+        o.max_header_bytes = s->opts.max_header_bytes;
+    if (!o.max_body_bytes)
+        o.max_body_bytes = s->opts.max_body_bytes;
+    if (!o.max_connections)
+        o.max_connections = s->opts.max_connections;
+    if (!o.header_ms)
+        o.header_ms = s->opts.header_ms;
+    if (!o.idle_ms)
+        o.idle_ms = s->opts.idle_ms;
+    if (!o.write_high_water)
+        o.write_high_water = s->opts.write_high_water;
+    s->opts = o;
+}
 size_t sb_http_server_connections(const sb_http_server *s) { return s->n_conns; }
 
 static void on_listener_closed(uv_handle_t *h)

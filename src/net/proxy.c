@@ -19,6 +19,8 @@
 #include "base/log.h"
 #include "net/gateway.h"
 #include "proto/openai_error.h"
+#include "proto/orca.h"
+#include "proto/usage.h"
 
 #define READ_BUF_BYTES 65536
 #define MAX_ATTEMPTS 2
@@ -27,6 +29,8 @@ typedef struct exchange {
     sb_gateway *gw;
     sb_http_req *req;          /* NULL once the client is gone or answered */
     sb_proxy_target t;
+    sb_sched_request rr;
+    sb_snapshot *snap;         /* the configuration this request started under */
     uint32_t ep;
     uint32_t excluded[MAX_ATTEMPTS];
     size_t n_excluded;
@@ -34,6 +38,8 @@ typedef struct exchange {
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
     bool dispatched;           /* router was told; must be told how it ended */
+    sb_ticket ticket;
+    uint32_t prompt_tokens;    /* estimate, for the router's pending-prefill accounting */
     sb_upstream_conn *uc;
     http_parser parser;
     sb_buf head;               /* request head sent upstream */
@@ -45,6 +51,9 @@ typedef struct exchange {
     size_t hfield_start;       /* where the current header line begins in resp_headers */
     bool in_value;
     bool skip_header;
+    bool orca_header;          /* the current header line is endpoint-load-metrics */
+    size_t orca_off;           /* its value within resp_headers */
+    bool orca_asked;           /* we added the request header: strip the answer */
     bool got_bytes;            /* anything read from upstream for this attempt */
     bool started;              /* response head sent to the client */
     bool complete;             /* upstream message complete */
@@ -53,35 +62,61 @@ typedef struct exchange {
     int status;
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte;
+    int final_status;          /* what the client got (499: it left first) */
+    const char *outcome;
+    char tail[2048];           /* last bytes of the response body: usage comes last */
+    size_t tail_len;
+    char model[SB_MODEL_NAME_MAX + 1];
 } exchange;
 
 static http_parser_settings resp_settings;
 static void attempt(exchange *x);
+static void close_header_line(exchange *x);
 static void upstream_read_start(exchange *x);
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
+
+static void record(exchange *x)
+{
+    sb_exchange_log log = {
+        .pool = x->t.pool,
+        .ep = x->dispatched || x->attempts ? (int)x->ep : -1,
+        .status = x->final_status,
+        .outcome = x->outcome ? x->outcome : "ok",
+        .model = x->model,
+        .stream = x->t.stream,
+        .bytes_out = x->bytes_out,
+        .t_start = x->t_start,
+        .t_first_byte = x->t_first_byte,
+        .t_end = now_ns(),
+        .retries = x->attempts > 1 ? x->attempts - 1 : 0,
+    };
+    sb_usage_scan(x->tail, x->tail_len, &log.usage);
+    sb_gateway_record(x->gw, &log);
+}
 
 static void exchange_maybe_free(exchange *x)
 {
     if (x->req || x->uc || x->pending_writes)
         return;
+    record(x);
     sb_gateway *gw = x->gw;
+    sb_gateway_snapshot_unref(gw, x->snap);
     sb_buf_free(&x->head);
     sb_buf_free(&x->resp_headers);
     sb_free(x);
     sb_gateway_exchange_done(gw);
 }
 
-/* Tells the router how this attempt ended (once). */
+/* Tells the router how this attempt ended (once). status 0: the connection failed; 499:
+ * the client left (not the endpoint's fault: it does not count for outlier detection). */
 static void report_end(exchange *x, bool ok, int status)
 {
     if (!x->dispatched)
         return;
     x->dispatched = false;
-    if (ok)
-        sb_router_completed(x->gw->router, x->t.pool, x->ep, status, now_ns());
-    else
-        sb_router_failed(x->gw->router, x->t.pool, x->ep, now_ns());
+    bool healthy = ok && status < 500;
+    sb_router_finished(x->gw->router, x->t.pool, x->ep, &x->ticket, healthy, status != 499, now_ns());
 }
 
 static void drop_upstream(exchange *x, bool reusable)
@@ -118,6 +153,10 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     report_end(x, false, status);
     x->gw->counters.upstream_errors++;
     if (x->req) {
+        x->final_status = status;
+        x->outcome = "upstream_error";
+    }
+    if (x->req) {
         sb_http_req *req = x->req;
         detach_client(x);
         sb_gateway_error(x->gw, req, status, message, "upstream_error", NULL, code);
@@ -131,6 +170,8 @@ static void fail_midstream(exchange *x, const char *why)
     drop_upstream(x, false);
     report_end(x, false, 502);
     x->gw->counters.midstream_errors++;
+    if (x->req)
+        x->outcome = "midstream_error";
     if (x->req) {
         sb_http_req *req = x->req;
         detach_client(x);
@@ -190,6 +231,9 @@ static void on_client_abort(sb_http_req *req)
     exchange *x = req->user;
     x->req = NULL;
     x->gw->counters.client_aborts++;
+    x->outcome = "client_abort";
+    if (!x->started)
+        x->final_status = 499;
     /* Closing the upstream connection is how a model server learns to stop generating. */
     drop_upstream(x, false);
     report_end(x, true, 499);
@@ -214,13 +258,8 @@ static int r_on_header_field(http_parser *p, const char *at, size_t len)
 {
     exchange *x = p->data;
     if (x->in_value || x->resp_headers.len == x->hfield_start) {
-        if (x->in_value) {
-            /* Close the previous line (unless it was skipped). */
-            if (x->skip_header)
-                x->resp_headers.len = x->hfield_start;
-            else
-                sb_buf_puts(&x->resp_headers, "\r\n");
-        }
+        if (x->in_value)
+            close_header_line(x);
         x->hfield_start = x->resp_headers.len;
         x->in_value = false;
         x->skip_header = false;
@@ -235,6 +274,31 @@ static void classify_header(exchange *x)
     for (int i = 0; hop_by_hop[i]; i++)
         if (strlen(hop_by_hop[i]) == n && strncasecmp(name, hop_by_hop[i], n) == 0)
             x->skip_header = true;
+    x->orca_header = n == 21 && strncasecmp(name, "endpoint-load-metrics", 21) == 0;
+}
+
+/* Ends the current header line: an ORCA load report updates the endpoint at once (before
+ * the next scrape); it is passed on to the client only if the client asked for it. */
+static void close_header_line(exchange *x)
+{
+    if (x->orca_header) {
+        const char *v = x->resp_headers.data + x->orca_off;
+        size_t vlen = x->resp_headers.len - x->orca_off;
+        sb_endpoint_report rep;
+        if (sb_orca_parse(v, vlen, &rep) > 0) {
+            sb_endpoint *ep = sb_router_endpoint(x->gw->router, x->t.pool, x->ep);
+            if (ep)
+                sb_endpoint_report_merge(ep, &rep, SB_REPORT_ORCA, now_ns());
+            x->gw->counters.orca_reports++;
+        }
+        x->orca_header = false;
+        if (x->orca_asked)
+            x->skip_header = true;
+    }
+    if (x->skip_header)
+        x->resp_headers.len = x->hfield_start;
+    else
+        sb_buf_puts(&x->resp_headers, "\r\n");
 }
 
 static int r_on_header_value(http_parser *p, const char *at, size_t len)
@@ -245,6 +309,7 @@ static int r_on_header_value(http_parser *p, const char *at, size_t len)
         x->in_value = true;
         if (sb_buf_puts(&x->resp_headers, ": ") < 0)
             return -1;
+        x->orca_off = x->resp_headers.len;
     }
     return sb_buf_append(&x->resp_headers, at, len);
 }
@@ -252,12 +317,9 @@ static int r_on_header_value(http_parser *p, const char *at, size_t len)
 static int r_on_headers_complete(http_parser *p)
 {
     exchange *x = p->data;
-    if (x->in_value) {
-        if (x->skip_header)
-            x->resp_headers.len = x->hfield_start;
-        else
-            sb_buf_puts(&x->resp_headers, "\r\n");
-    }
+    if (x->in_value)
+        close_header_line(x);
+    x->in_value = false;
     x->status = p->status_code;
     if (p->status_code < 200)
         return 0; /* 1xx interim: its headers are dropped, the real head follows */
@@ -273,12 +335,22 @@ static int r_on_headers_complete(http_parser *p)
         return 0;
     }
     x->started = true;
+    x->final_status = p->status_code;
     return 0;
 }
 
 static int r_on_body(http_parser *p, const char *at, size_t len)
 {
     exchange *x = p->data;
+    if (len >= sizeof(x->tail)) {
+        memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
+        x->tail_len = sizeof(x->tail);
+    } else {
+        size_t keep = x->tail_len + len > sizeof(x->tail) ? sizeof(x->tail) - len : x->tail_len;
+        memmove(x->tail, x->tail + x->tail_len - keep, keep);
+        memcpy(x->tail + keep, at, len);
+        x->tail_len = keep + len;
+    }
     if (!x->req)
         return 0;
     x->bytes_out += len;
@@ -366,7 +438,7 @@ static void up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (!x->got_bytes) {
         x->got_bytes = true;
         x->t_first_byte = now_ns();
-        sb_router_first_byte(x->gw->router, x->t.pool, x->ep, x->t_first_byte);
+        sb_router_first_byte(x->gw->router, x->t.pool, x->ep, &x->ticket, x->t_first_byte);
     }
     uv_timer_again(&uc->timer);
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
@@ -414,7 +486,6 @@ static void on_sent(uv_write_t *w, int status)
 
 static void send_request(exchange *x)
 {
-    sb_gateway *gw = x->gw;
     sb_http_req *req = x->req;
     sb_upstream_conn *uc = x->uc;
     uc->owner = x;
@@ -463,7 +534,8 @@ static void send_request(exchange *x)
         sb_buf_append(h, hd->value, hd->value_len);
         sb_buf_puts(h, "\r\n");
     }
-    if (gw->cfg->orca_request && !has_orca_fmt)
+    x->orca_asked = x->snap->cfg->orca_request && !has_orca_fmt;
+    if (x->orca_asked)
         sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
     if (sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0) {
         fail_before_response(x, 500, "out of memory", NULL);
@@ -482,7 +554,8 @@ static void send_request(exchange *x)
         return;
     }
     x->pending_writes++;
-    uv_timer_start(&uc->timer, on_response_timeout, gw->cfg->response_ms, gw->cfg->response_ms);
+    uint32_t rto = x->snap->cfg->response_ms;
+    uv_timer_start(&uc->timer, on_response_timeout, rto, rto);
     upstream_read_start(x);
 }
 
@@ -515,17 +588,24 @@ static void attempt(exchange *x)
         x->retry_same_ep = false;
         ep = (int)x->ep;
     } else {
-        sb_route_request rr = {.pool = x->t.pool, .adapter = x->t.adapter, .exclude = x->excluded,
-                               .n_exclude = x->n_excluded};
-        ep = sb_router_pick(gw->router, &rr, now);
+        x->rr.exclude = x->excluded;
+        x->rr.n_exclude = x->n_excluded;
+        ep = sb_router_pick(gw->router, &x->rr, now);
+        /* The hashes live in the gateway's scratch, valid during the first pick only; a
+         * retry goes without prefix affinity (it excludes the endpoint that failed). */
+        x->rr.block_hashes = NULL;
+        x->rr.n_blocks = 0;
         if (ep < 0) {
-            fail_before_response(x, 502, "no endpoint left to try", "upstream_unavailable");
+            if (x->attempts == 0)
+                fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint");
+            else
+                fail_before_response(x, 502, "no endpoint left to try", "upstream_unavailable");
             return;
         }
         x->attempts++;
     }
     x->ep = (uint32_t)ep;
-    sb_router_dispatched(gw->router, x->t.pool, x->ep, now);
+    x->ticket = sb_router_dispatched(gw->router, x->t.pool, x->ep, x->prompt_tokens, now);
     x->dispatched = true;
     sb_upstream_conn *uc = NULL;
     int rc = sb_upstream_acquire(sb_gateway_upstream(gw, x->t.pool, x->ep), on_connected, x, &uc);
@@ -539,7 +619,7 @@ static void attempt(exchange *x)
     }
 }
 
-void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_route_request *rr)
+void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
     static bool settings_ready;
     if (!settings_ready) {
@@ -561,7 +641,10 @@ void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     x->req = req;
     x->t = *t;
     x->t_start = now_ns();
-    (void)rr;
+    x->rr = *rr;
+    x->snap = sb_gateway_snapshot_ref(gw);
+    snprintf(x->model, sizeof(x->model), "%s", t->model ? t->model : "");
+    x->prompt_tokens = rr->prompt_tokens;
     if (t->served) {
         /* Escape into the fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes,
          * so 6x plus quotes always fits. */

@@ -1,14 +1,15 @@
 #include "proto/config.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
 
 #include "base/alloc.h"
-#include "core/policy.h"
 
 /* The parser works in two steps: libyaml builds a node tree (so every node keeps its line and
  * column), then one walk over the tree fills an sb_config and records every problem it meets.
@@ -34,19 +35,23 @@ typedef struct parse {
     size_t n_names, cap_names;
 } parse;
 
-/* Scalar kinds of the flat sections (limits, timeouts, upstream, routing). */
+/* Scalar kinds of the flat sections (limits, timeouts, upstream, routing, admin, and a pool's
+ * probe, health and metrics). */
 enum kind {
-    K_BYTES, /* size_t; integer or suffixed size string */
-    K_COUNT, /* size_t; plain integer */
-    K_MS,    /* uint32_t; plain integer, milliseconds */
-    K_BOOL,  /* bool; plain true/false */
-    K_NAME,  /* char *; any string, null means unset */
+    K_BYTES,   /* size_t; integer or suffixed size string */
+    K_COUNT,   /* size_t; plain integer */
+    K_COUNT32, /* uint32_t; plain integer */
+    K_MS,      /* uint32_t; plain integer, milliseconds */
+    K_BOOL,    /* bool; plain true/false */
+    K_NAME,    /* char *; any string, null means unset */
+    K_PATH,    /* char *; an HTTP path starting with '/', null means unset */
+    K_METRIC,  /* char *; a Prometheus metric name, null means unset */
 };
 
 typedef struct field {
     const char *key;
     enum kind kind;
-    size_t offset; /* into sb_config */
+    size_t offset; /* into the section's struct: sb_config, or sb_pool_config for pool sections */
     uint64_t min, max;
 } field;
 
@@ -56,9 +61,11 @@ typedef struct section {
     size_t n_fields;
 } section;
 
-/* Keys are named after the struct members they fill. */
+/* Top-level keys are named after the sb_config members they fill; pool sections prefix some
+ * members (probe.interval_ms fills probe_interval_ms) so that the pool struct reads alone. */
 // clang-format off
 #define F(m, k, lo, hi) {.key = #m, .kind = k, .offset = offsetof(sb_config, m), .min = lo, .max = hi}
+#define PF(key_, m, k, lo, hi) {.key = key_, .kind = k, .offset = offsetof(sb_pool_config, m), .min = lo, .max = hi}
 // clang-format on
 
 static const field limits_fields[] = {
@@ -92,14 +99,54 @@ static const field routing_fields[] = {
     F(default_pool, K_NAME, 0, 0),
 };
 
-#undef F
+static const field admin_fields[] = {
+    F(debug_endpoints, K_BOOL, 0, 1),
+};
+
+/* A top-level scalar rather than a section: it belongs with access_log. */
+static const field log_decisions_field = {
+    .key = "access_log_decisions", .kind = K_BOOL, .offset = offsetof(sb_config, log_decisions), .max = 1};
 
 static const section sections[] = {
     {"limits", limits_fields, ARRAY_LEN(limits_fields)},
     {"timeouts", timeouts_fields, ARRAY_LEN(timeouts_fields)},
     {"upstream", upstream_fields, ARRAY_LEN(upstream_fields)},
     {"routing", routing_fields, ARRAY_LEN(routing_fields)},
+    {"admin", admin_fields, ARRAY_LEN(admin_fields)},
 };
+
+/* Per pool. Intervals are at least 1 ms: 0 would busy-loop the prober; only the active health
+ * check may be turned off with 0. */
+static const field probe_fields[] = {
+    PF("interval_ms", probe_interval_ms, K_MS, 1, UINT32_MAX),
+    PF("min_interval_ms", probe_min_interval_ms, K_MS, 1, UINT32_MAX),
+    PF("max_interval_ms", probe_max_interval_ms, K_MS, 1, UINT32_MAX),
+    PF("timeout_ms", probe_timeout_ms, K_MS, 1, UINT32_MAX),
+    PF("stale_ms", stale_ms, K_MS, 1, UINT32_MAX),
+    PF("path", probe_path, K_PATH, 0, 0),
+    PF("health_path", health_path, K_PATH, 0, 0),
+    PF("health_interval_ms", health_interval_ms, K_MS, 0, UINT32_MAX),
+    PF("enabled", probe_enabled, K_BOOL, 0, 1),
+};
+
+static const field health_fields[] = {
+    PF("max_failures", max_failures, K_COUNT32, 1, UINT32_MAX),
+    PF("base_eject_ms", base_eject_ms, K_MS, 1, UINT32_MAX),
+    PF("max_eject_ms", max_eject_ms, K_MS, 1, UINT32_MAX),
+};
+
+static const field metrics_fields[] = {
+    PF("running", metric_running, K_METRIC, 0, 0),
+    PF("waiting", metric_waiting, K_METRIC, 0, 0),
+    PF("kv_usage", metric_kv_usage, K_METRIC, 0, 0),
+};
+
+#undef F
+#undef PF
+
+static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
+static const section health_section = {"health", health_fields, ARRAY_LEN(health_fields)};
+static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};
 
 static const char *const engines[] = {"vllm", "sglang", "llamacpp", "trtllm", "custom"};
 
@@ -282,69 +329,159 @@ static bool parse_uint(const char *s, bool suffixes, uint64_t *out)
     return false;
 }
 
-static void parse_field(parse *p, const field *f, const yaml_node_t *v, const char *section)
+/* A plain true/false; false after reporting. YAML 1.1's yes/no/on/off and quoted booleans
+ * are refused: the first surprise people, the second is usually a template gone wrong. */
+static bool bool_of(parse *p, const yaml_node_t *v, const char *what, bool *out)
 {
-    void *dst = (char *)p->cfg + f->offset;
-    if (f->kind == K_NAME) {
+    if (v->type != YAML_SCALAR_NODE || is_null(v)) {
+        node_error(p, v, "%s must be true or false, got %s", what, type_name(v));
+        return false;
+    }
+    const char *s = (const char *)v->data.scalar.value;
+    bool t = !strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE");
+    bool fl = !strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE");
+    if (v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || (!t && !fl)) {
+        node_error(p, v, "%s must be true or false, got '%s'", what, s);
+        return false;
+    }
+    *out = t;
+    return true;
+}
+
+/* A plain decimal number within [lo, hi] (hi may be INFINITY; lo_open excludes lo itself);
+ * false after reporting. strtod alone would also take hex, "inf" and "nan": the character
+ * check keeps to what a person writes for a weight or a threshold. */
+static bool number_of(parse *p, const yaml_node_t *v, const char *what, double lo, bool lo_open, double hi,
+                      double *out)
+{
+    if (v->type != YAML_SCALAR_NODE || is_null(v)) {
+        node_error(p, v, "%s must be a number, got %s", what, type_name(v));
+        return false;
+    }
+    const char *s = (const char *)v->data.scalar.value;
+    char *end;
+    double x = 0;
+    bool ok = v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && (*s == '-' || (*s >= '0' && *s <= '9')) &&
+              strspn(s, "0123456789.eE+-") == strlen(s);
+    if (ok) {
+        x = strtod(s, &end);
+        ok = *end == '\0' && isfinite(x);
+    }
+    if (!ok) {
+        node_error(p, v, "%s must be a number, got '%s'", what, s);
+        return false;
+    }
+    if (x < lo || (lo_open && x == lo) || x > hi) {
+        if (isinf(hi))
+            node_error(p, v, "%s must be %s %g, got %s", what, lo_open ? "greater than" : "at least", lo, s);
+        else
+            node_error(p, v, "%s must be between %g and %g, got %s", what, lo, hi, s);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* Paths go into a request line as written: printable ASCII without spaces. */
+static bool valid_path(const char *s)
+{
+    if (s[0] != '/')
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || (unsigned char)*s >= 0x7f)
+            return false;
+    return true;
+}
+
+/* Prometheus metric names: [a-zA-Z_:][a-zA-Z0-9_:]* (the exposition format's rule). */
+static bool valid_metric_name(const char *s)
+{
+    for (const char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' || *c == ':' ||
+              (c > s && *c >= '0' && *c <= '9')))
+            return false;
+    return true;
+}
+
+/* Fills one field of the struct at base. `section` prefixes the key in messages ("limits" gives
+ * "limits.max_body_bytes"); NULL for a top-level key. */
+static void parse_field(parse *p, const field *f, const yaml_node_t *v, void *base, const char *section)
+{
+    void *dst = (char *)base + f->offset;
+    char name[160];
+    if (section)
+        snprintf(name, sizeof name, "%s.%s", section, f->key);
+    else
+        snprintf(name, sizeof name, "%s", f->key);
+    if (f->kind == K_NAME || f->kind == K_PATH || f->kind == K_METRIC) {
         char *s = NULL;
         if (!is_null(v)) {
-            char what[96];
-            snprintf(what, sizeof what, "%s.%s", section, f->key);
-            if (!(s = dup_string(p, v, what)))
+            const char *t = string_of(p, v, name);
+            if (!t)
                 return;
+            if (f->kind == K_PATH && !valid_path(t)) {
+                node_error(p, v, "%s must be a path starting with '/', without spaces, got '%s'", name, t);
+                return;
+            }
+            if (f->kind == K_METRIC && !valid_metric_name(t)) {
+                node_error(p, v, "%s must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got '%s'", name,
+                           t);
+                return;
+            }
+            if (!(s = sb_strdup(t))) {
+                out_of_memory(p);
+                return;
+            }
         }
         char **slot = dst;
         sb_free(*slot);
         *slot = s;
         return;
     }
+    if (f->kind == K_BOOL) {
+        bool b;
+        if (bool_of(p, v, name, &b))
+            *(bool *)dst = b;
+        return;
+    }
     if (v->type != YAML_SCALAR_NODE || is_null(v)) {
-        node_error(p, v, "%s.%s must be a scalar, got %s", section, f->key, type_name(v));
+        node_error(p, v, "%s must be a scalar, got %s", name, type_name(v));
         return;
     }
     const char *s = (const char *)v->data.scalar.value;
-    /* Only sizes may be quoted ("16MiB" reads naturally as a string); a quoted number or
-     * boolean elsewhere is a type mistake, probably a template gone wrong. */
+    /* Only sizes may be quoted ("16MiB" reads naturally as a string); a quoted number
+     * elsewhere is a type mistake, probably a template gone wrong. */
     bool quoted = v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    if (f->kind == K_BOOL) {
-        bool t = !strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE");
-        bool fl = !strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE");
-        if (quoted || (!t && !fl)) {
-            node_error(p, v, "%s.%s must be true or false, got '%s'", section, f->key, s);
-            return;
-        }
-        *(bool *)dst = t;
-        return;
-    }
     uint64_t x;
     if ((quoted && f->kind != K_BYTES) || !parse_uint(s, f->kind == K_BYTES, &x)) {
         const char *expected = f->kind == K_BYTES ? "a size in bytes (like 65536 or 64KiB)"
                                : f->kind == K_MS  ? "an integer number of milliseconds"
                                                   : "a non-negative integer";
-        node_error(p, v, "%s.%s must be %s, got '%s'", section, f->key, expected, s);
+        node_error(p, v, "%s must be %s, got '%s'", name, expected, s);
         return;
     }
     if (x < f->min || x > f->max) {
         if (f->max == UINT64_MAX)
-            node_error(p, v, "%s.%s must be at least %llu, got %llu", section, f->key, (unsigned long long)f->min,
+            node_error(p, v, "%s must be at least %llu, got %llu", name, (unsigned long long)f->min,
                        (unsigned long long)x);
         else
-            node_error(p, v, "%s.%s must be between %llu and %llu, got %llu", section, f->key,
-                       (unsigned long long)f->min, (unsigned long long)f->max, (unsigned long long)x);
+            node_error(p, v, "%s must be between %llu and %llu, got %llu", name, (unsigned long long)f->min,
+                       (unsigned long long)f->max, (unsigned long long)x);
         return;
     }
-    if (f->kind == K_MS)
+    if (f->kind == K_MS || f->kind == K_COUNT32)
         *(uint32_t *)dst = (uint32_t)x;
     else
         *(size_t *)dst = (size_t)x;
 }
 
-static void parse_section(parse *p, const section *s, const yaml_node_t *map)
+/* Walks a section mapping into the struct at base; `label` names the section in messages. */
+static void parse_section(parse *p, const section *s, const yaml_node_t *map, void *base, const char *label)
 {
-    if (!want_mapping(p, map, s->key))
+    if (!want_mapping(p, map, label))
         return;
     for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
-        const char *key = pair_key(p, map, q, s->key);
+        const char *key = pair_key(p, map, q, label);
         if (!key)
             continue;
         const field *f = NULL;
@@ -352,9 +489,9 @@ static void parse_section(parse *p, const section *s, const yaml_node_t *map)
             if (!strcmp(s->fields[i].key, key))
                 f = &s->fields[i];
         if (!f)
-            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, s->key);
+            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, label);
         else
-            parse_field(p, f, node_at(p, q->value), s->key);
+            parse_field(p, f, node_at(p, q->value), base, label);
     }
 }
 
@@ -519,6 +656,138 @@ static void parse_names(parse *p, size_t pool, const yaml_node_t *seq, const cha
     }
 }
 
+/* Pool, profile and label names end up in metric labels, log fields, JSON explanations and
+ * URLs: keep them plain. Labels may also hold '/' (as in Kubernetes' "zone/rack" style). */
+static bool plain_name(const char *s, bool slash)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
+              *s == '_' || *s == '.' || (slash && *s == '/')))
+            return false;
+    return true;
+}
+
+static size_t mapping_len(const yaml_node_t *n)
+{
+    return n->type == YAML_MAPPING_NODE ? (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start) : 0;
+}
+
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sb_free(v[i]);
+}
+
+/* Parses a `labels: { key: value }` mapping of at most `max` pairs into fresh strings in
+ * keys[] and values[] (caller's arrays of `max` entries). Returns the number of pairs kept;
+ * on any problem, reports it, and the pair is left out. */
+static size_t parse_labels(parse *p, const yaml_node_t *map, const char *what, size_t max, char **keys,
+                           char **values)
+{
+    if (!want_mapping(p, map, what))
+        return 0;
+    if (mapping_len(map) > max) {
+        node_error(p, map, "%s: at most %zu labels, got %zu", what, max, mapping_len(map));
+        return 0;
+    }
+    size_t n = 0;
+    char item[240];
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, what);
+        if (!key)
+            continue;
+        const yaml_node_t *k = node_at(p, q->key), *v = node_at(p, q->value);
+        snprintf(item, sizeof item, "%s.%s", what, key);
+        const char *value = string_of(p, v, item);
+        if (!*key || !plain_name(key, true)) {
+            node_error(p, k, "%s: label name '%s' may only contain letters, digits, '-', '_', '.' and '/'", what,
+                       key);
+            continue;
+        }
+        if (!value)
+            continue;
+        if (!plain_name(value, true)) {
+            node_error(p, v, "%s: label value '%s' may only contain letters, digits, '-', '_', '.' and '/'", item,
+                       value);
+            continue;
+        }
+        char *kd = sb_strdup(key), *vd = sb_strdup(value);
+        if (!kd || !vd) {
+            sb_free(kd);
+            sb_free(vd);
+            out_of_memory(p);
+            continue;
+        }
+        keys[n] = kd;
+        values[n++] = vd;
+    }
+    return n;
+}
+
+static void free_endpoint(sb_endpoint_config *ep)
+{
+    sb_free(ep->host);
+    sb_free(ep->address);
+    if (ep->label_keys)
+        free_strings(ep->label_keys, ep->n_labels);
+    if (ep->label_values)
+        free_strings(ep->label_values, ep->n_labels);
+    sb_free(ep->label_keys);
+    sb_free(ep->label_values);
+}
+
+/* One `endpoints:` item: "host:port", or { address, labels, draining }. Returns the node
+ * holding the address, or NULL when the item has no valid address (after reporting); ep may
+ * then still hold labels, for the caller to free. */
+static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, const char *what,
+                                         sb_endpoint_config *ep)
+{
+    if (item->type != YAML_MAPPING_NODE) {
+        if (item->type != YAML_SCALAR_NODE) {
+            node_error(p, item, "%s must be \"host:port\" or a mapping, got %s", what, type_name(item));
+            return NULL;
+        }
+        return parse_address(p, item, what, &ep->host, &ep->port) ? item : NULL;
+    }
+    const yaml_node_t *address = NULL;
+    bool address_ok = false;
+    char sub[240];
+    for (yaml_node_pair_t *q = item->data.mapping.pairs.start; q < item->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, item, q, what);
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        snprintf(sub, sizeof sub, "%s.%s", what, key);
+        if (!strcmp(key, "address")) {
+            address = v;
+            address_ok = parse_address(p, v, sub, &ep->host, &ep->port);
+        } else if (!strcmp(key, "labels")) {
+            char *keys[SB_MAX_LABELS], *values[SB_MAX_LABELS];
+            size_t n = parse_labels(p, v, sub, SB_MAX_LABELS, keys, values);
+            if (n == 0)
+                continue;
+            ep->label_keys = sb_calloc(n, sizeof *ep->label_keys);
+            ep->label_values = sb_calloc(n, sizeof *ep->label_values);
+            if (!ep->label_keys || !ep->label_values) {
+                free_strings(keys, n);
+                free_strings(values, n);
+                out_of_memory(p);
+                continue;
+            }
+            memcpy(ep->label_keys, keys, n * sizeof *keys);
+            memcpy(ep->label_values, values, n * sizeof *values);
+            ep->n_labels = n;
+        } else if (!strcmp(key, "draining")) {
+            bool_of(p, v, sub, &ep->draining);
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, what);
+        }
+    }
+    if (!address)
+        node_error(p, item, "%s has no 'address'", what);
+    return address_ok ? address : NULL;
+}
+
 static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
 {
     sb_pool_config *pc = &p->cfg->pools[pool];
@@ -542,18 +811,22 @@ static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
         const yaml_node_t *item = node_at(p, seq->data.sequence.items.start[i]);
         sb_endpoint_config ep = {0};
         snprintf(what, sizeof what, "%s: endpoints[%zu]", label, i);
-        if (!parse_address(p, item, what, &ep.host, &ep.port))
+        const yaml_node_t *addr = parse_endpoint(p, item, what, &ep);
+        if (!addr) {
+            free_endpoint(&ep);
             continue;
+        }
+        const char *text = (const char *)addr->data.scalar.value;
         bool dup = false;
         for (size_t j = 0; j < pc->n_endpoints && !dup; j++)
             dup = pc->endpoints[j].port == ep.port && !strcmp(pc->endpoints[j].host, ep.host);
         if (dup) {
-            node_error(p, item, "%s: endpoint '%s' is listed twice", label, (const char *)item->data.scalar.value);
-            sb_free(ep.host);
+            node_error(p, addr, "%s: endpoint '%s' is listed twice", label, text);
+            free_endpoint(&ep);
             continue;
         }
-        if (!(ep.address = sb_strdup((const char *)item->data.scalar.value))) {
-            sb_free(ep.host);
+        if (!(ep.address = sb_strdup(text))) {
+            free_endpoint(&ep);
             out_of_memory(p);
             continue;
         }
@@ -561,14 +834,44 @@ static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
     }
 }
 
-static bool valid_pool_name(const char *s)
+/* min_interval_ms <= interval_ms <= max_interval_ms. The message points at interval_ms when
+ * it was written, else at the bound that was. */
+static void check_probe_intervals(parse *p, const sb_pool_config *pc, const yaml_node_t *probe, const char *what)
 {
-    /* Pool names end up in metric labels, log fields and URLs: keep them plain. */
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
-              *s == '_' || *s == '.'))
-            return false;
-    return true;
+    const yaml_node_t *iv = lookup(p, probe, "interval_ms"), *lo = lookup(p, probe, "min_interval_ms"),
+                      *hi = lookup(p, probe, "max_interval_ms");
+    if (pc->probe_min_interval_ms > pc->probe_max_interval_ms)
+        node_error(p, lo ? lo : hi, "%s: min_interval_ms (%u) must not exceed max_interval_ms (%u)", what,
+                   pc->probe_min_interval_ms, pc->probe_max_interval_ms);
+    else if (pc->probe_interval_ms < pc->probe_min_interval_ms || pc->probe_interval_ms > pc->probe_max_interval_ms)
+        node_error(p, iv ? iv : pc->probe_interval_ms < pc->probe_min_interval_ms ? lo : hi,
+                   "%s: interval_ms (%u) must be between min_interval_ms (%u) and max_interval_ms (%u)", what,
+                   pc->probe_interval_ms, pc->probe_min_interval_ms, pc->probe_max_interval_ms);
+}
+
+/* A custom engine has no built-in metric names: all three must be given. Other engines have
+ * theirs, and a `metrics:` there would be silently ignored, so it is refused. */
+static void check_metrics(parse *p, const sb_pool_config *pc, const char *label, const yaml_node_t *engine,
+                          const yaml_node_t *metrics)
+{
+    bool custom = !strcmp(pc->engine, "custom");
+    if (!custom) {
+        if (metrics)
+            node_error(p, metrics, "%s: metrics applies only to engine custom (this pool's engine is %s)", label,
+                       pc->engine);
+        return;
+    }
+    const char *missing[3];
+    size_t n = 0;
+    if (!pc->metric_running)
+        missing[n++] = "running";
+    if (!pc->metric_waiting)
+        missing[n++] = "waiting";
+    if (!pc->metric_kv_usage)
+        missing[n++] = "kv_usage";
+    for (size_t i = 0; i < n; i++)
+        node_error(p, metrics ? metrics : engine, "%s: engine custom needs metrics.%s (the metric's name)", label,
+                   missing[i]);
 }
 
 /* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
@@ -577,6 +880,18 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
 {
     sb_pool_config *pc = &p->cfg->pools[i];
     char label[96];
+    const yaml_node_t *engine = NULL, *metrics = NULL; /* metrics: the key, for its line */
+    bool metrics_ok = true;
+    pc->probe_interval_ms = 100;
+    pc->probe_min_interval_ms = 50;
+    pc->probe_max_interval_ms = 1000;
+    pc->probe_timeout_ms = 500;
+    pc->stale_ms = 1000;
+    pc->health_interval_ms = 2000;
+    pc->probe_enabled = true;
+    pc->max_failures = 3;
+    pc->base_eject_ms = 1000;
+    pc->max_eject_ms = 30000;
     if (map->type != YAML_MAPPING_NODE) {
         node_error(p, map, "pools[%zu] must be a mapping, got %s", i, type_name(map));
         return;
@@ -588,7 +903,7 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
     } else {
         snprintf(label, sizeof label, "pools[%zu].name", i);
         const char *s = string_of(p, name, label);
-        if (s && !valid_pool_name(s)) {
+        if (s && !plain_name(s, false)) {
             node_error(p, name, "pool name '%s' may only contain letters, digits, '-', '_' and '.'", s);
         } else if (s) {
             bool dup = false;
@@ -625,6 +940,7 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
             size_t e = 0;
             while (s && e < ARRAY_LEN(engines) && strcmp(engines[e], s))
                 e++;
+            engine = v;
             if (s && e == ARRAY_LEN(engines))
                 node_error(p, v,
                            "%s: unknown engine '%s' (expected vllm, sglang, llamacpp, "
@@ -633,15 +949,36 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
             else if (s && !(pc->engine = sb_strdup(s)))
                 out_of_memory(p);
         } else if (!strcmp(key, "profile")) {
+            /* Checked against the profiles once the whole file is read (check_pool_profiles):
+             * `profiles:` may come after `pools:`. */
             snprintf(what, sizeof what, "%s: profile", label);
-            const char *s = string_of(p, v, what);
-            if (s && sb_policy_find(s) < 0)
-                node_error(p, v,
-                           "%s: unknown profile '%s' (built in: round-robin, "
-                           "least-request, default)",
-                           label, s);
-            else if (s && !(pc->profile = sb_strdup(s)))
-                out_of_memory(p);
+            char *s = dup_string(p, v, what);
+            if (s) {
+                sb_free(pc->profile);
+                pc->profile = s;
+            }
+        } else if (!strcmp(key, "probe")) {
+            snprintf(what, sizeof what, "%s: probe", label);
+            size_t before = p->errs->total;
+            parse_section(p, &probe_section, v, pc, what);
+            if (p->errs->total == before)
+                check_probe_intervals(p, pc, v, what);
+        } else if (!strcmp(key, "health")) {
+            snprintf(what, sizeof what, "%s: health", label);
+            size_t before = p->errs->total;
+            parse_section(p, &health_section, v, pc, what);
+            if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
+                const yaml_node_t *at = lookup(p, v, "base_eject_ms");
+                node_error(p, at ? at : lookup(p, v, "max_eject_ms"),
+                           "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
+                           pc->max_eject_ms);
+            }
+        } else if (!strcmp(key, "metrics")) {
+            snprintf(what, sizeof what, "%s: metrics", label);
+            metrics = node_at(p, q->key);
+            size_t before = p->errs->total;
+            parse_section(p, &metrics_section, v, pc, what);
+            metrics_ok = p->errs->total == before;
         } else {
             node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, label);
         }
@@ -650,10 +987,17 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
         node_error(p, map, "%s has no 'models'", label);
     if (!seen_endpoints)
         node_error(p, map, "%s has no 'endpoints'", label);
+    bool engine_ok = !engine || pc->engine;
     if (!pc->engine && !(pc->engine = sb_strdup("vllm")))
         out_of_memory(p);
-    if (!pc->profile && !(pc->profile = sb_strdup(SB_POLICY_DEFAULT_NAME)))
+    if (!pc->profile && !(pc->profile = sb_strdup("default")))
         out_of_memory(p);
+    if (!pc->probe_path && !(pc->probe_path = sb_strdup("/metrics")))
+        out_of_memory(p);
+    if (!pc->health_path && !(pc->health_path = sb_strdup("/health")))
+        out_of_memory(p);
+    if (engine_ok && metrics_ok && pc->engine)
+        check_metrics(p, pc, label, engine, metrics);
 }
 
 static void parse_pools(parse *p, const yaml_node_t *seq)
@@ -678,6 +1022,197 @@ static void parse_pools(parse *p, const yaml_node_t *seq)
     }
 }
 
+/* ---- profiles ---- */
+
+/* Joins the names of a NULL-terminated registry table ("healthy, lora, ...") for messages.
+ * Every plug-in definition starts with its name, so a pointer to one is a pointer to that. */
+static const char *known_names(const void *const *defs, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; defs[i] && used < cap; i++) {
+        int w = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", *(const char *const *)defs[i]);
+        used = w < 0 ? cap : used + (size_t)w;
+    }
+    return buf;
+}
+
+static void parse_profile_filters(parse *p, sb_profile *prof, const yaml_node_t *seq, const char *what)
+{
+    char item[240], known[160];
+    if (seq->type != YAML_SEQUENCE_NODE) {
+        if (!is_null(seq))
+            node_error(p, seq, "%s must be a list, got %s", what, type_name(seq));
+        return;
+    }
+    size_t n = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (n > SB_MAX_FILTERS) {
+        node_error(p, seq, "%s: at most %d filters, got %zu", what, SB_MAX_FILTERS, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *v = node_at(p, seq->data.sequence.items.start[i]);
+        snprintf(item, sizeof item, "%s[%zu]", what, i);
+        const char *name = string_of(p, v, item);
+        if (!name)
+            continue;
+        const sb_filter_def *f = sb_filter_find(name);
+        bool dup = false;
+        for (size_t j = 0; f && j < prof->n_filters && !dup; j++)
+            dup = prof->filters[j] == f;
+        if (!f)
+            node_error(p, v, "%s: unknown filter '%s' (known: %s)", item, name,
+                       known_names((const void *const *)sb_filters_all(), known, sizeof known));
+        else if (dup)
+            node_error(p, v, "%s: filter '%s' is listed twice", item, name);
+        else
+            prof->filters[prof->n_filters++] = f;
+    }
+}
+
+static void parse_profile_scorers(parse *p, sb_profile *prof, const yaml_node_t *map, const char *what)
+{
+    char item[240], known[160];
+    if (!want_mapping(p, map, what))
+        return;
+    if (mapping_len(map) > SB_MAX_SCORERS) {
+        node_error(p, map, "%s: at most %d scorers, got %zu", what, SB_MAX_SCORERS, mapping_len(map));
+        return;
+    }
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *name = pair_key(p, map, q, what);
+        if (!name)
+            continue;
+        const sb_scorer_def *def = sb_scorer_find(name);
+        snprintf(item, sizeof item, "%s.%s", what, name);
+        double weight;
+        if (!def)
+            node_error(p, node_at(p, q->key), "%s: unknown scorer '%s' (known: %s)", what, name,
+                       known_names((const void *const *)sb_scorers_all(), known, sizeof known));
+        else if (number_of(p, node_at(p, q->value), item, 0, false, INFINITY, &weight))
+            prof->scorers[prof->n_scorers++] = (sb_weighted_scorer){def, weight};
+    }
+}
+
+/* Fills prof (already sb_profile_init'ed with its name) from its mapping. */
+static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, const char *what)
+{
+    char sub[200], known[160];
+    const yaml_node_t *filters = NULL, *labels = NULL;
+    bool labels_ok = true;
+    if (!want_mapping(p, map, what))
+        return;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, what);
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        snprintf(sub, sizeof sub, "%s: %s", what, key);
+        if (!strcmp(key, "filters")) {
+            filters = v;
+            parse_profile_filters(p, prof, v, sub);
+        } else if (!strcmp(key, "scorers")) {
+            parse_profile_scorers(p, prof, v, sub);
+        } else if (!strcmp(key, "picker")) {
+            const char *name = string_of(p, v, sub);
+            const sb_picker_def *def = name ? sb_picker_find(name) : NULL;
+            if (name && !def)
+                node_error(p, v, "%s: unknown picker '%s' (known: %s)", what, name,
+                           known_names((const void *const *)sb_pickers_all(), known, sizeof known));
+            else if (def)
+                prof->picker = def;
+        } else if (!strcmp(key, "temperature")) {
+            number_of(p, v, sub, 0, true, INFINITY, &prof->temperature);
+        } else if (!strcmp(key, "queue_threshold")) {
+            number_of(p, v, sub, 0, false, INFINITY, &prof->queue_threshold);
+        } else if (!strcmp(key, "kv_threshold")) {
+            number_of(p, v, sub, 0, false, 1, &prof->kv_threshold);
+        } else if (!strcmp(key, "labels")) {
+            enum { MAX = ARRAY_LEN(prof->label_keys) };
+            char *keys[MAX], *values[MAX];
+            size_t before = p->errs->total;
+            size_t n = parse_labels(p, v, sub, MAX, keys, values);
+            labels = node_at(p, q->key);
+            labels_ok = p->errs->total == before;
+            for (size_t i = 0; i < n; i++) {
+                prof->label_keys[i] = keys[i];
+                prof->label_values[i] = values[i];
+            }
+            prof->n_labels = n;
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, what);
+        }
+    }
+    /* Labels and the labels filter only make sense together: either alone is a no-op, most
+     * likely a forgotten half. */
+    bool has_labels_filter = false;
+    for (size_t i = 0; i < prof->n_filters; i++)
+        has_labels_filter |= !strcmp(prof->filters[i]->name, "labels");
+    if (labels && prof->n_labels > 0 && !has_labels_filter)
+        node_error(p, labels, "%s: labels take effect only with the 'labels' filter in filters", what);
+    else if (has_labels_filter && prof->n_labels == 0 && labels_ok)
+        node_error(p, filters, "%s: the 'labels' filter needs labels to select by", what);
+}
+
+static void parse_profiles(parse *p, const yaml_node_t *map)
+{
+    sb_config *cfg = p->cfg;
+    if (!want_mapping(p, map, "profiles") || mapping_len(map) == 0)
+        return;
+    if (!(cfg->profiles = sb_calloc(mapping_len(map), sizeof *cfg->profiles))) {
+        out_of_memory(p);
+        return;
+    }
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *name = pair_key(p, map, q, "profiles");
+        if (!name)
+            continue;
+        const yaml_node_t *k = node_at(p, q->key);
+        if (!*name || !plain_name(name, false)) {
+            node_error(p, k, "profile name '%s' may only contain letters, digits, '-', '_' and '.'", name);
+            continue;
+        }
+        if (strlen(name) >= SB_PROFILE_NAME_MAX) {
+            node_error(p, k, "profile name '%s' is longer than %d characters", name, SB_PROFILE_NAME_MAX - 1);
+            continue;
+        }
+        /* A pool naming "default" must get what the documentation says "default" is. */
+        if (sb_profile_builtin(name)) {
+            node_error(p, k, "profile '%s' would shadow the built-in profile of that name; choose another name",
+                       name);
+            continue;
+        }
+        sb_profile *prof = &cfg->profiles[cfg->n_profiles++];
+        char what[96];
+        sb_profile_init(prof, name);
+        snprintf(what, sizeof what, "profile '%s'", name);
+        parse_profile(p, prof, node_at(p, q->value), what);
+    }
+}
+
+/* Every pool's profile must exist: checked last, once `profiles:` is read wherever it was. */
+static void check_pool_profiles(parse *p, const yaml_node_t *root)
+{
+    const yaml_node_t *pools = lookup(p, root, "pools");
+    if (!pools || pools->type != YAML_SEQUENCE_NODE)
+        return;
+    for (size_t i = 0; i < p->cfg->n_pools; i++) {
+        const sb_pool_config *pc = &p->cfg->pools[i];
+        if (!pc->profile || sb_config_profile(p->cfg, pc->profile))
+            continue;
+        const yaml_node_t *at = lookup(p, node_at(p, pools->data.sequence.items.start[i]), "profile");
+        char label[96], builtins[160] = "";
+        const char *const *names = sb_profile_builtin_names();
+        for (size_t j = 0; names[j]; j++) {
+            strncat(builtins, j ? ", " : "", sizeof builtins - strlen(builtins) - 1);
+            strncat(builtins, names[j], sizeof builtins - strlen(builtins) - 1);
+        }
+        if (at)
+            node_error(p, at, "%s: unknown profile '%s' (built in: %s; others are defined under 'profiles')",
+                       pool_label(p->cfg, i, label, sizeof label), pc->profile, builtins);
+    }
+}
+
 /* ---- top level ---- */
 
 static void parse_root(parse *p, const yaml_node_t *root)
@@ -697,7 +1232,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
             if (!strcmp(sections[i].key, key))
                 s = &sections[i];
         if (s) {
-            parse_section(p, s, v);
+            parse_section(p, s, v, p->cfg, s->key);
         } else if (!strcmp(key, "listen")) {
             char *host;
             uint16_t port;
@@ -712,6 +1247,10 @@ static void parse_root(parse *p, const yaml_node_t *root)
                 sb_free(p->cfg->access_log);
                 p->cfg->access_log = path;
             }
+        } else if (!strcmp(key, "access_log_decisions")) {
+            parse_field(p, &log_decisions_field, v, p->cfg, NULL);
+        } else if (!strcmp(key, "profiles")) {
+            parse_profiles(p, v);
         } else if (!strcmp(key, "pools")) {
             seen_pools = true;
             parse_pools(p, v);
@@ -722,7 +1261,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
     if (!seen_pools)
         node_error(p, root, "missing required key 'pools'");
 
-    /* Cross-references last, once every pool is known. */
+    /* Cross-references last, once every pool and profile is known. */
+    check_pool_profiles(p, root);
     if (p->cfg->default_pool) {
         bool found = false;
         for (size_t i = 0; i < p->cfg->n_pools && !found; i++)
@@ -774,6 +1314,7 @@ static bool set_defaults(sb_config *cfg)
         .max_idle_per_endpoint = 64,
         .orca_request = true,
         .block_bytes = 64,
+        .debug_endpoints = true,
     };
     return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL;
 }
@@ -851,22 +1392,43 @@ void sb_config_free(sb_config *cfg)
             sb_free(pc->models[j]);
         for (size_t j = 0; j < pc->n_adapters; j++)
             sb_free(pc->adapters[j]);
-        for (size_t j = 0; j < pc->n_endpoints; j++) {
-            sb_free(pc->endpoints[j].host);
-            sb_free(pc->endpoints[j].address);
-        }
+        for (size_t j = 0; j < pc->n_endpoints; j++)
+            free_endpoint(&pc->endpoints[j]);
         sb_free(pc->models);
         sb_free(pc->adapters);
         sb_free(pc->endpoints);
         sb_free(pc->name);
         sb_free(pc->engine);
         sb_free(pc->profile);
+        sb_free(pc->probe_path);
+        sb_free(pc->health_path);
+        sb_free(pc->metric_running);
+        sb_free(pc->metric_waiting);
+        sb_free(pc->metric_kv_usage);
     }
     sb_free(cfg->pools);
+    /* The profiles' label strings are the config's (see parse_profile): const only to
+     * the profile's readers. */
+    for (size_t i = 0; i < cfg->n_profiles; i++)
+        for (size_t j = 0; j < cfg->profiles[i].n_labels; j++) {
+            sb_free((char *)cfg->profiles[i].label_keys[j]);
+            sb_free((char *)cfg->profiles[i].label_values[j]);
+        }
+    sb_free(cfg->profiles);
     sb_free(cfg->listen_host);
     sb_free(cfg->default_pool);
     sb_free(cfg->access_log);
     sb_free(cfg);
+}
+
+const sb_profile *sb_config_profile(const sb_config *cfg, const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; cfg && i < cfg->n_profiles; i++)
+        if (!strcmp(cfg->profiles[i].name, name))
+            return &cfg->profiles[i];
+    return sb_profile_builtin(name);
 }
 
 void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap)

@@ -12,10 +12,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/sched.h"
+
 typedef struct sb_endpoint_config {
     char *host;        /* as written: IPv4/IPv6 literal (IPv6 without its brackets) or a name */
     uint16_t port;
     char *address;     /* "host:port" as written, for logs and explanations */
+    char **label_keys; /* n_labels <= SB_MAX_LABELS pairs, for the labels filter; NULL if none */
+    char **label_values;
+    size_t n_labels;
+    bool draining;     /* start draining: takes no new requests; default false */
 } sb_endpoint_config;
 
 typedef struct sb_pool_config {
@@ -28,6 +34,24 @@ typedef struct sb_pool_config {
     char *profile;        /* scheduling profile name; "default" when not given */
     sb_endpoint_config *endpoints;
     size_t n_endpoints;   /* >= 1 */
+    /* probing (`probe:`); min <= interval <= max */
+    uint32_t probe_interval_ms;     /* metrics scrape, base of the adaptive rule; default 100 */
+    uint32_t probe_min_interval_ms; /* busiest endpoints; default 50 */
+    uint32_t probe_max_interval_ms; /* idle endpoints; default 1000 */
+    uint32_t probe_timeout_ms;      /* one scrape or health check; default 500 */
+    uint32_t stale_ms;              /* a report older than this is stale; default 1000 */
+    char *probe_path;               /* default "/metrics" (every engine) */
+    char *health_path;              /* default "/health" */
+    uint32_t health_interval_ms;    /* active health checks; 0 = none; default 2000 */
+    bool probe_enabled;             /* false: no scraping (ORCA headers still count); default true */
+    /* passive health (`health:`); base_eject_ms <= max_eject_ms */
+    uint32_t max_failures;          /* consecutive failures that eject; default 3 */
+    uint32_t base_eject_ms;         /* first ejection, doubled per ejection; default 1000 */
+    uint32_t max_eject_ms;          /* bound of the doubling; default 30000 */
+    /* metric names (`metrics:`), set for engine "custom" only (all three); NULL otherwise */
+    char *metric_running;
+    char *metric_waiting;
+    char *metric_kv_usage;
 } sb_pool_config;
 
 typedef struct sb_config {
@@ -52,6 +76,12 @@ typedef struct sb_config {
     char *default_pool;           /* pool for requests naming no model; NULL = 400 */
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
+    bool log_decisions;           /* access log lines carry the decision explanation; default false */
+    bool debug_endpoints;         /* serve GET /debug/endpoints; default true */
+    /* scheduling profiles defined under `profiles:`, fully built (labels point into strings
+     * owned by the config); none of them shadows a built-in name */
+    sb_profile *profiles;
+    size_t n_profiles;
     sb_pool_config *pools;
     size_t n_pools;               /* >= 1 */
 } sb_config;
@@ -73,6 +103,11 @@ typedef struct sb_config_errors {
 int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs);
 
 void sb_config_free(sb_config *cfg);
+
+/* The profile a pool's `profile:` names: a user profile of cfg, else the built-in of that
+ * name, else NULL (never for a pool of a parsed config: the loader checks every name). The
+ * result lives as long as cfg (a built-in, for ever). */
+const sb_profile *sb_config_profile(const sb_config *cfg, const char *name);
 
 /* Formats errors one per line as "FILE:LINE:COL: message" into buf (NUL-terminated). */
 void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap);

@@ -529,7 +529,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
     find_keys(t, n, body, 0, w, 6);
 
     v = w[0].val;
-    if (v < 0 || t[v].type != JSMN_STRING || t[v].end == t[v].start)
+    if (v < 0 || t[v].type != JSMN_STRING)
         return SB_INSPECT_NO_MODEL;
     d = decode_name(&t[v], body, res->model, SB_MODEL_NAME_MAX);
     if (d < 0)

@@ -16,8 +16,8 @@
  * escaped as 00 01; fields are closed by a two-byte marker that plain text cannot produce:
  *   chat:        for each message: role, 00 02, then each content part followed by 00 04
  *                (a string content is one text part; null or absent content has no part),
- *                then 00 03 at message end. An assistant message's `tool_calls`, when
- *                present and not null, is one more part of type "tool_calls".
+ *                then 00 03 at message end. A message's `tool_calls` (assistant turns),
+ *                when present and not null, is one more part, of type "tool_calls".
  *   completion:  each prompt string (or `input` for embeddings) followed by 00 03.
  *   responses:   `instructions` as a message with role "system", then `input`: a string is
  *                one message with role "user"; an array is one message per item, an item

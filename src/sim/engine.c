@@ -29,23 +29,23 @@ enum { REQ_WAITING = 1, REQ_RUNNING };
 
 typedef struct req {
     uint64_t id;
-    struct req *prev, *next;    /* in the waiting or the running list */
+    struct req *prev, *next; /* in the waiting or the running list */
     int state;
     uint32_t adapter;
     uint32_t n_prompt, max_tokens;
-    uint32_t n_generated;       /* tokens produced so far; known tokens = n_prompt + n_generated */
-    uint32_t n_computed;        /* tokens whose KV is in the cache */
-    uint32_t n_blocks;          /* entries of `table` held */
-    uint32_t n_registered;      /* leading prompt blocks already hashed in the table */
-    uint32_t n_hashes;          /* full prompt blocks: n_prompt / block_size */
-    uint32_t sched;             /* tokens computed by the step in flight */
-    bool sched_decode;          /* ... counted as decode tokens (else prefill) */
+    uint32_t n_generated;  /* tokens produced so far; known tokens = n_prompt + n_generated */
+    uint32_t n_computed;   /* tokens whose KV is in the cache */
+    uint32_t n_blocks;     /* entries of `table` held */
+    uint32_t n_registered; /* leading prompt blocks already hashed in the table */
+    uint32_t n_hashes;     /* full prompt blocks: n_prompt / block_size */
+    uint32_t sched;        /* tokens computed by the step in flight */
+    bool sched_decode;     /* ... counted as decode tokens (else prefill) */
     bool admitted_once;
-    uint64_t sched_context;     /* KV tokens its decode reads in the step in flight */
+    uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
     sb_ns last_token_ns;
     sb_engine_usage u;
-    uint64_t *hashes;           /* n_hashes, stored after the struct */
-    uint32_t *table;            /* block ids, room for every block the request can ever hold */
+    uint64_t *hashes; /* n_hashes, stored after the struct */
+    uint32_t *table;  /* block ids, room for every block the request can ever hold */
 } req;
 
 typedef struct req_list {
@@ -56,7 +56,10 @@ typedef struct req_list {
 /* Request id -> req, open addressing with linear probing and backward-shift deletion (no
  * tombstones, so probe lengths stay short under churn). Grown at half load. */
 typedef struct id_map {
-    struct { uint64_t key; req *val; } *slots;
+    struct {
+        uint64_t key;
+        req *val;
+    } * slots;
     uint32_t bits, n;
 } id_map;
 
@@ -64,31 +67,31 @@ typedef struct adapter {
     uint32_t id;
     uint32_t running, waiting;
     bool resident;
-    uint64_t last_used_step;    /* for LRU eviction among resident adapters */
+    uint64_t last_used_step; /* for LRU eviction among resident adapters */
 } adapter;
 
 struct sb_engine {
     sb_engine_params p;
 
     block *blocks;
-    uint32_t n_fresh;           /* blocks [n_fresh, N) were never used: free, not in the queue */
+    uint32_t n_fresh; /* blocks [n_fresh, N) were never used: free, not in the queue */
     uint32_t fq_head, fq_tail, fq_len;
-    uint32_t n_used;            /* blocks with ref > 0 */
-    uint32_t n_cached_free;     /* hashed blocks in the free queue */
-    uint32_t *btab;             /* block hash -> block id + 1 (0 = empty) */
+    uint32_t n_used;        /* blocks with ref > 0 */
+    uint32_t n_cached_free; /* hashed blocks in the free queue */
+    uint32_t *btab;         /* block hash -> block id + 1 (0 = empty) */
     uint32_t btab_mask;
 
     id_map ids;
     req_list waiting, running;
-    adapter *adapters;          /* sorted by id; few, so binary search and shifting are cheap */
+    adapter *adapters; /* sorted by id; few, so binary search and shifting are cheap */
     uint32_t n_adapters, cap_adapters, n_resident;
     uint32_t n_running_adapters, n_waiting_adapters;
 
-    bool active;                /* a step is in flight */
+    bool active; /* a step is in flight */
     sb_engine_step step;
-    uint32_t budget;            /* tokens left while forming a step */
-    sb_ns gpu_free_at;          /* end of the last completed step */
-    sb_ns now;                  /* latest time seen */
+    uint32_t budget;   /* tokens left while forming a step */
+    sb_ns gpu_free_at; /* end of the last completed step */
+    sb_ns now;         /* latest time seen */
     bool in_advance;
 
     sb_engine_event *ev;
@@ -119,21 +122,26 @@ sb_engine_params sb_engine_params_default(void)
     return p;
 }
 
-static bool coef_ok(double x) { return isfinite(x) && x >= 0.0 && x < 1e15; }
+static bool coef_ok(double x)
+{
+    return isfinite(x) && x >= 0.0 && x < 1e15;
+}
 
 int sb_engine_params_check(const sb_engine_params *p)
 {
-    if (!p || p->max_num_seqs == 0 || p->max_num_batched_tokens == 0 || p->num_gpu_blocks == 0 ||
-        p->block_size == 0 || p->block_size > 4096 || p->max_num_seqs > p->max_num_batched_tokens ||
-        p->num_gpu_blocks > (UINT32_MAX >> 2))
+    if (!p || p->max_num_seqs == 0 || p->max_num_batched_tokens == 0 || p->num_gpu_blocks == 0 || p->block_size == 0 ||
+        p->block_size > 4096 || p->max_num_seqs > p->max_num_batched_tokens || p->num_gpu_blocks > (UINT32_MAX >> 2))
         return -EINVAL;
-    if (!coef_ok(p->step_overhead_ns) || !coef_ok(p->prefill_token_ns) ||
-        !coef_ok(p->decode_token_ns) || !coef_ok(p->context_token_ns))
+    if (!coef_ok(p->step_overhead_ns) || !coef_ok(p->prefill_token_ns) || !coef_ok(p->decode_token_ns) ||
+        !coef_ok(p->context_token_ns))
         return -EINVAL;
     return 0;
 }
 
-const sb_engine_params *sb_engine_params_get(const sb_engine *e) { return &e->p; }
+const sb_engine_params *sb_engine_params_get(const sb_engine *e)
+{
+    return &e->p;
+}
 
 /* ---- block hashing -------------------------------------------------------------------------- */
 
@@ -142,8 +150,7 @@ static uint64_t hash_root(uint32_t adapter)
     return XXH3_64bits_withSeed(&adapter, sizeof adapter, HASH_ROOT_SEED);
 }
 
-size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size,
-                             uint32_t adapter, uint64_t *out)
+size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size, uint32_t adapter, uint64_t *out)
 {
     if (block_size == 0)
         return 0;
@@ -513,8 +520,7 @@ static int lora_check(sb_engine *e, uint32_t id, adapter **victim)
         return 1;
     for (uint32_t i = 0; i < e->n_adapters; i++) {
         adapter *c = &e->adapters[i];
-        if (c->resident && c->running == 0 &&
-            (!*victim || c->last_used_step < (*victim)->last_used_step))
+        if (c->resident && c->running == 0 && (!*victim || c->last_used_step < (*victim)->last_used_step))
             *victim = c;
     }
     return *victim ? 1 : -1;
@@ -534,8 +540,7 @@ static void push_event(sb_engine *e, sb_engine_event_kind kind, const req *r, sb
         e->ev = n;
         e->cap_ev = cap;
     }
-    e->ev[e->n_ev++] = (sb_engine_event){
-        .kind = kind, .id = r->id, .time_ns = t, .itl_ns = itl, .usage = r->u};
+    e->ev[e->n_ev++] = (sb_engine_event){.kind = kind, .id = r->id, .time_ns = t, .itl_ns = itl, .usage = r->u};
 }
 
 static void deliver(sb_engine *e, sb_engine_event_cb cb, void *ud)
@@ -751,8 +756,7 @@ static void form_step(sb_engine *e, sb_ns t)
         schedule(e, r, n, false);
     }
     /* Like vLLM V1, a step that had to preempt admits nobody: the cache is full. */
-    for (req *r = preempts == e->preemptions ? e->waiting.head : NULL, *next; r && e->budget;
-         r = next) {
+    for (req *r = preempts == e->preemptions ? e->waiting.head : NULL, *next; r && e->budget; r = next) {
         next = r->next;
         if (e->running.n >= e->p.max_num_seqs || r->u.arrival_ns > t)
             break;
@@ -761,13 +765,11 @@ static void form_step(sb_engine *e, sb_ns t)
     }
 
     const sb_engine_params *p = &e->p;
-    double var = p->prefill_token_ns * e->step.prefill_tokens +
-                 p->decode_token_ns * e->step.decode_tokens +
+    double var = p->prefill_token_ns * e->step.prefill_tokens + p->decode_token_ns * e->step.decode_tokens +
                  p->context_token_ns * (double)e->step.context_tokens;
     /* An empty step cannot happen (an engine with nothing running admits the waiting head);
      * if it ever did, it still costs the overhead, so time advances and no loop spins. */
-    e->step.end_ns = t + (sb_ns)llround(p->step_overhead_ns + var) +
-                     (sb_ns)e->step.lora_loads * p->lora_load_ns;
+    e->step.end_ns = t + (sb_ns)llround(p->step_overhead_ns + var) + (sb_ns)e->step.lora_loads * p->lora_load_ns;
     if (e->step.end_ns == t)
         e->step.end_ns = t + 1;
     e->active = true;
@@ -968,7 +970,8 @@ size_t sb_engine_advance(sb_engine *e, sb_ns now, sb_engine_event_cb cb, void *u
         deliver(e, cb, ud);
     }
     deliver(e, cb, ud);
-    e->now = now;
+    if (e->now < now)
+        e->now = now;
     e->in_advance = false;
     return steps;
 }
@@ -1020,8 +1023,8 @@ size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap
 {
     for (size_t i = 0; i < e->n_adapters && i < cap; i++) {
         const adapter *a = &e->adapters[i];
-        out[i] = (sb_engine_adapter){
-            .id = a->id, .running = a->running, .waiting = a->waiting, .resident = a->resident};
+        out[i] =
+            (sb_engine_adapter){.id = a->id, .running = a->running, .waiting = a->waiting, .resident = a->resident};
     }
     return e->n_adapters;
 }
@@ -1030,9 +1033,9 @@ size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap
 
 typedef struct calib_ctx {
     uint32_t n_target, n_first;
-    sb_ns all_first_ns;   /* when the last request got its first token */
+    sb_ns all_first_ns; /* when the last request got its first token */
     sb_ns first_ttft_ns;
-    bool finished;        /* some request finished: the batch is shrinking */
+    bool finished; /* some request finished: the batch is shrinking */
     sb_ns itl_sum_ns;
     uint64_t itl_n;
 } calib_ctx;
@@ -1055,11 +1058,8 @@ static void calib_cb(void *ud, const sb_engine_event *ev)
             c->itl_n++;
         }
         break;
-    case SB_ENGINE_EV_FINISHED:
-        c->finished = true;
-        break;
-    default:
-        break;
+    case SB_ENGINE_EV_FINISHED: c->finished = true; break;
+    default: break;
     }
 }
 
@@ -1072,8 +1072,7 @@ static uint64_t splitmix64(uint64_t *s)
 }
 
 /* Submits n requests with unique prompts at time 0 and runs the engine until idle. */
-static int calib_run(const sb_engine_params *p, uint32_t n, uint32_t prompt, uint32_t max_tokens,
-                     calib_ctx *c)
+static int calib_run(const sb_engine_params *p, uint32_t n, uint32_t prompt, uint32_t max_tokens, calib_ctx *c)
 {
     *c = (calib_ctx){.n_target = n};
     sb_engine *e = sb_engine_new(p);
@@ -1083,8 +1082,7 @@ static int calib_run(const sb_engine_params *p, uint32_t n, uint32_t prompt, uin
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         for (uint32_t k = 0; k < prompt / p->block_size; k++)
             h[k] = splitmix64(&seed);
-        sb_engine_request q = {
-            .id = i + 1, .block_hashes = h, .n_prompt = prompt, .max_tokens = max_tokens};
+        sb_engine_request q = {.id = i + 1, .block_hashes = h, .n_prompt = prompt, .max_tokens = max_tokens};
         rc = sb_engine_submit(e, &q, 0);
     }
     for (sb_ns t; rc == 0 && (t = sb_engine_next_event(e)) != SB_ENGINE_NEVER;)

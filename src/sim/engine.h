@@ -71,10 +71,10 @@ typedef struct sb_engine_params {
     bool enable_prefix_caching;      /* vLLM V1 default: on */
     sb_ns lora_load_ns;              /* cost of loading one adapter */
     /* Step time model, in nanoseconds (doubles: fits are fractional). */
-    double step_overhead_ns;         /* a: fixed cost of a step */
-    double prefill_token_ns;         /* b: per prefill token computed */
-    double decode_token_ns;          /* c: per decode token computed */
-    double context_token_ns;         /* e: per KV token read by a decoding sequence */
+    double step_overhead_ns; /* a: fixed cost of a step */
+    double prefill_token_ns; /* b: per prefill token computed */
+    double decode_token_ns;  /* c: per decode token computed */
+    double context_token_ns; /* e: per KV token read by a decoding sequence */
 } sb_engine_params;
 
 /* The defaults: vLLM's for the scheduler, Llama-3.1-8B on one H100-80GB for the rest (see
@@ -98,20 +98,19 @@ const sb_engine_params *sb_engine_params_get(const sb_engine *e);
 /* A request to submit. The engine reads `tokens` (or `block_hashes`) during the call only and
  * keeps its own copy of what it needs: the caller may free them on return. */
 typedef struct sb_engine_request {
-    uint64_t id;                 /* caller's id, unique among the engine's live requests */
-    const uint32_t *tokens;      /* n_prompt prompt token ids, or NULL if block_hashes given */
-    const uint64_t *block_hashes;/* or the n_prompt / block_size full-block hashes, as
-                                  * sb_engine_hash_blocks() computes them (replay's fast path) */
-    uint32_t n_prompt;           /* prompt length in tokens, >= 1 */
-    uint32_t max_tokens;         /* tokens to generate, >= 1 (the request finishes then) */
-    uint32_t adapter;            /* LoRA adapter id; 0 = base model */
+    uint64_t id;                  /* caller's id, unique among the engine's live requests */
+    const uint32_t *tokens;       /* n_prompt prompt token ids, or NULL if block_hashes given */
+    const uint64_t *block_hashes; /* or the n_prompt / block_size full-block hashes, as
+                                   * sb_engine_hash_blocks() computes them (replay's fast path) */
+    uint32_t n_prompt;            /* prompt length in tokens, >= 1 */
+    uint32_t max_tokens;          /* tokens to generate, >= 1 (the request finishes then) */
+    uint32_t adapter;             /* LoRA adapter id; 0 = base model */
 } sb_engine_request;
 
 /* Computes the chained hashes of the n / block_size full blocks of `tokens`, as the engine does
  * for prefix caching, into out (n / block_size entries): h[i] = xxh3_64(block i, seed h[i-1]),
  * h[-1] = a hash of the adapter id. Returns the number of hashes written. Pure. */
-size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size,
-                             uint32_t adapter, uint64_t *out);
+size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size, uint32_t adapter, uint64_t *out);
 
 /* Queues a request that arrived at `now`. Returns 0, or on failure (nothing queued):
  * -EINVAL (n_prompt or max_tokens 0, no tokens nor hashes, an adapter while max_loras is 0),
@@ -126,15 +125,15 @@ int sb_engine_abort(sb_engine *e, uint64_t id, sb_ns now);
 
 /* Accounting of one request; times are nanoseconds, measured on the caller's clock. */
 typedef struct sb_engine_usage {
-    sb_ns arrival_ns;         /* when submitted */
-    sb_ns queue_ns;           /* arrival to the start of its first step (vLLM queue time) */
-    sb_ns ttft_ns;            /* arrival to first token; 0 before it */
-    sb_ns e2e_ns;             /* arrival to last token; 0 before it */
-    sb_ns itl_sum_ns;         /* sum, count and max of the gaps between successive tokens */
+    sb_ns arrival_ns; /* when submitted */
+    sb_ns queue_ns;   /* arrival to the start of its first step (vLLM queue time) */
+    sb_ns ttft_ns;    /* arrival to first token; 0 before it */
+    sb_ns e2e_ns;     /* arrival to last token; 0 before it */
+    sb_ns itl_sum_ns; /* sum, count and max of the gaps between successive tokens */
     sb_ns itl_max_ns;
     uint32_t itl_count;
     uint32_t prompt_tokens;
-    uint32_t cached_tokens;   /* prompt tokens served from the prefix cache at first admission */
+    uint32_t cached_tokens; /* prompt tokens served from the prefix cache at first admission */
     uint32_t completion_tokens;
     uint32_t preemptions;
 } sb_engine_usage;
@@ -149,9 +148,9 @@ typedef enum sb_engine_event_kind {
 typedef struct sb_engine_event {
     sb_engine_event_kind kind;
     uint64_t id;
-    sb_ns time_ns;            /* end of the step that caused it (start, for PREEMPTED) */
-    sb_ns itl_ns;             /* TOKEN: time since the request's previous token */
-    sb_engine_usage usage;    /* the request's accounting so far (final in FINISHED) */
+    sb_ns time_ns;         /* end of the step that caused it (start, for PREEMPTED) */
+    sb_ns itl_ns;          /* TOKEN: time since the request's previous token */
+    sb_engine_usage usage; /* the request's accounting so far (final in FINISHED) */
 } sb_engine_event;
 
 /* Called once per event; `ev` is valid during the call only. */
@@ -161,7 +160,7 @@ typedef void (*sb_engine_event_cb)(void *ud, const sb_engine_event *ev);
  * through cb before the next step is formed (so requests the callback submits at the event's
  * time join the next step), then any PREEMPTED events from steps formed since the last call.
  * Steps that start before `now` are formed as needed. cb may be NULL (events dropped).
- * Returns the number of steps completed. Must not be called from a callback. */
+ * Returns the number of steps completed. Called from a callback, it does nothing and returns 0. */
 size_t sb_engine_advance(sb_engine *e, sb_ns now, sb_engine_event_cb cb, void *ud);
 
 /* The end time of the step in flight, forming the step due at the latest time seen if none is
@@ -172,10 +171,10 @@ sb_ns sb_engine_next_event(sb_engine *e);
 /* The step in flight, for tests, logs and dashboards. */
 typedef struct sb_engine_step {
     sb_ns start_ns, end_ns;
-    uint32_t num_seqs;        /* sequences computing tokens in this step */
+    uint32_t num_seqs; /* sequences computing tokens in this step */
     uint32_t prefill_tokens;
     uint32_t decode_tokens;
-    uint64_t context_tokens;  /* KV tokens read by the decoding sequences */
+    uint64_t context_tokens; /* KV tokens read by the decoding sequences */
     uint32_t lora_loads;
 } sb_engine_step;
 
@@ -184,21 +183,21 @@ bool sb_engine_current_step(const sb_engine *e, sb_engine_step *out);
 
 /* Gauges and counters, with the meaning of vLLM V1's metrics of the same names. */
 typedef struct sb_engine_metrics {
-    uint32_t num_requests_running;   /* admitted and holding blocks */
-    uint32_t num_requests_waiting;   /* queued, including preempted ones */
-    double kv_cache_usage;           /* blocks in use (ref count > 0) / num_gpu_blocks, 0..1 */
+    uint32_t num_requests_running; /* admitted and holding blocks */
+    uint32_t num_requests_waiting; /* queued, including preempted ones */
+    double kv_cache_usage;         /* blocks in use (ref count > 0) / num_gpu_blocks, 0..1 */
     uint32_t num_blocks_used;
-    uint32_t num_blocks_cached;      /* free blocks still holding a prefix (evictable) */
+    uint32_t num_blocks_cached;          /* free blocks still holding a prefix (evictable) */
     uint64_t prefix_cache_queries_total; /* prompt tokens looked up at first admission */
     uint64_t prefix_cache_hits_total;    /* of those, tokens found cached */
     uint64_t request_success_total;      /* requests finished (max_tokens reached) */
     uint64_t request_aborted_total;
-    uint64_t prompt_tokens_total;        /* prompt tokens of requests that got a first token */
-    uint64_t generation_tokens_total;    /* tokens produced */
+    uint64_t prompt_tokens_total;     /* prompt tokens of requests that got a first token */
+    uint64_t generation_tokens_total; /* tokens produced */
     uint64_t num_preemptions_total;
     uint64_t num_steps_total;
-    uint32_t num_running_adapters;       /* distinct adapters of running requests */
-    uint32_t num_waiting_adapters;       /* distinct adapters of waiting requests */
+    uint32_t num_running_adapters; /* distinct adapters of running requests */
+    uint32_t num_waiting_adapters; /* distinct adapters of waiting requests */
     uint32_t max_loras, block_size, num_gpu_blocks;
 } sb_engine_metrics;
 
@@ -208,8 +207,8 @@ void sb_engine_metrics_get(const sb_engine *e, sb_engine_metrics *out);
 /* One LoRA adapter the engine knows of: resident, or used by a live request. */
 typedef struct sb_engine_adapter {
     uint32_t id;
-    uint32_t running;         /* running requests using it */
-    uint32_t waiting;         /* waiting requests asking for it */
+    uint32_t running; /* running requests using it */
+    uint32_t waiting; /* waiting requests asking for it */
     bool resident;
 } sb_engine_adapter;
 
@@ -220,13 +219,13 @@ size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap
 /* Calibration: what the parameters imply, measured by driving a fresh engine in virtual time.
  * Prompts are unique (no cache hits). */
 typedef struct sb_engine_calibration {
-    uint32_t ttft_prompt_tokens[3];  /* 1024, 8192, 32768 */
-    sb_ns ttft_ns[3];                /* single request, idle engine */
-    uint32_t itl_batch[3];           /* 1, 64, 256 (capped at max_num_seqs) */
-    uint32_t itl_context_tokens;     /* prompt length of the decoding requests: 1024 */
-    sb_ns itl_ns[3];                 /* mean gap between tokens once all are decoding */
-    double prefill_tokens_per_s;     /* 64 x 4096-token prompts, 1 output token each */
-    double decode_tokens_per_s_256;  /* output tokens/s at batch itl_batch[2] */
+    uint32_t ttft_prompt_tokens[3]; /* 1024, 8192, 32768 */
+    sb_ns ttft_ns[3];               /* single request, idle engine */
+    uint32_t itl_batch[3];          /* 1, 64, 256 (capped at max_num_seqs) */
+    uint32_t itl_context_tokens;    /* prompt length of the decoding requests: 1024 */
+    sb_ns itl_ns[3];                /* mean gap between tokens once all are decoding */
+    double prefill_tokens_per_s;    /* 64 x 4096-token prompts, 1 output token each */
+    double decode_tokens_per_s_256; /* output tokens/s at batch itl_batch[2] */
 } sb_engine_calibration;
 
 /* Runs the calibration workloads for *p and fills *out. Returns 0, -EINVAL (bad parameters) or

@@ -16,8 +16,7 @@ static int byte_class(unsigned char c)
 {
     if (c == ' ' || (c >= '\t' && c <= '\r'))
         return WS;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-        c >= 0x80)
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c >= 0x80)
         return WORD;
     return PUNCT;
 }

@@ -68,9 +68,12 @@ class Upstream:
         self.port = self.sock.getsockname()[1]
         self.sock.listen(128)
         self.lock = threading.Lock()
-        self.connections = 0
+        self.connections = 0        # connections that carried proxied (non-probe) requests
         self.requests = []          # (method, path, headers, body)
         self.closed_by_peer = 0     # connections the gateway closed while we were answering
+        self.probes = 0             # GET /metrics, /health answered
+        self.metrics_text = ""      # what GET /metrics answers (Prometheus text)
+        self.health_status = 200
         self.running = True
         # lockstep mode: before each SSE event after the first, the fixture waits for the
         # test to release the gate (proves events are forwarded one by one).
@@ -97,12 +100,13 @@ class Upstream:
                 c, _ = self.sock.accept()
             except OSError:
                 return
-            with self.lock:
-                self.connections += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    PROBE_PATHS = ("/metrics", "/health", "/slots")
 
     def _serve(self, c):
         buf = b""
+        counted = False
         try:
             while True:
                 try:
@@ -117,14 +121,32 @@ class Upstream:
                     rest += chunk
                 body, buf = rest[:n], rest[n:]
                 method, path, _ = line.split(" ", 2)
+                if method == "GET" and path in self.PROBE_PATHS:
+                    # The gateway's probes: answered, never counted as proxied traffic.
+                    with self.lock:
+                        self.probes += 1
+                    if not self._answer_probe(c, path):
+                        return
+                    continue
                 with self.lock:
                     self.requests.append((method, path, headers, body))
+                    if not counted:
+                        counted = True
+                        self.connections += 1
                 if not self._answer(c, headers, body):
                     return
         except (ConnectionError, OSError):
             pass
         finally:
             c.close()
+
+    def _answer_probe(self, c, path):
+        if path == "/health":
+            st, out = self.health_status, b""
+        else:
+            st, out = 200, self.metrics_text.encode()
+        c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (st, len(out), out))
+        return True
 
     def _answer(self, c, headers, body):
         mode = headers.get("x-fixture-mode", "json")

@@ -3,12 +3,15 @@
 
 #include "core/router.h"
 
-static sb_router *make_router(enum sb_policy_kind policy, size_t n)
+#define RR sb_profile_builtin("round-robin")
+#define LR sb_profile_builtin("least-request")
+
+static sb_router *make_router(const sb_profile *policy, size_t n)
 {
     sb_router *r = sb_router_new(42);
     assert_non_null(r);
-    assert_int_equal(sb_router_add_pool(r, "llama", policy, n), 0);
-    assert_int_equal(sb_router_add_pool(r, "qwen", policy, 1), 1);
+    assert_int_equal(sb_router_add_pool(r, "llama", policy, n, NULL), 0);
+    assert_int_equal(sb_router_add_pool(r, "qwen", policy, 1, NULL), 1);
     assert_int_equal(sb_router_add_model(r, 0, "meta/llama", SB_MODEL_SERVED), 0);
     assert_int_equal(sb_router_add_model(r, 0, "llama", SB_MODEL_ALIAS), 0);
     assert_int_equal(sb_router_add_model(r, 0, "sql-lora", SB_MODEL_ADAPTER), 0);
@@ -20,7 +23,7 @@ static sb_router *make_router(enum sb_policy_kind policy, size_t n)
 static void test_resolve(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 3);
+    sb_router *r = make_router(RR, 3);
     sb_model_match m;
     assert_int_equal(sb_router_resolve(r, "llama", 5, &m), 0);
     assert_int_equal(m.pool, 0);
@@ -42,7 +45,7 @@ static void test_resolve(void **state)
 static void test_many_models_grow_table(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 1);
+    sb_router *r = make_router(RR, 1);
     char name[32];
     for (int i = 0; i < 500; i++) {
         snprintf(name, sizeof(name), "adapter-%d", i);
@@ -60,8 +63,8 @@ static void test_many_models_grow_table(void **state)
 static void test_round_robin_cycles_and_skips_excluded(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_ROUND_ROBIN, 3);
-    sb_route_request rq = {.pool = 0};
+    sb_router *r = make_router(RR, 3);
+    sb_sched_request rq = {.pool = 0, .adapter = -1};
     int seq[6];
     for (int i = 0; i < 6; i++)
         seq[i] = sb_router_pick(r, &rq, 0);
@@ -82,34 +85,40 @@ static void test_round_robin_cycles_and_skips_excluded(void **state)
 static void test_least_request_follows_in_flight(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 3);
-    sb_route_request rq = {.pool = 0};
+    sb_router *r = make_router(LR, 3);
+    sb_sched_request rq = {.pool = 0, .adapter = -1};
     /* Three picks with dispatch in between spread over all three endpoints. */
     int seen[3] = {0};
+    sb_ticket tk[3];
     for (int i = 0; i < 3; i++) {
         int ep = sb_router_pick(r, &rq, 0);
         assert_in_range(ep, 0, 2);
         seen[ep]++;
-        sb_router_dispatched(r, 0, (uint32_t)ep, 0);
+        tk[ep] = sb_router_dispatched(r, 0, (uint32_t)ep, 100, 0);
     }
     assert_int_equal(seen[0] * seen[1] * seen[2], 1);
     /* Endpoint 1 finishes: it is now the only least-loaded one. */
-    sb_router_completed(r, 0, 1, 200, 10);
+    sb_router_finished(r, 0, 1, &tk[1], true, true, 10);
     for (int i = 0; i < 5; i++)
         assert_int_equal(sb_router_pick(r, &rq, 0), 1);
-    sb_router_failed(r, 0, 2, 20);
-    const sb_endpoint_stats *s = sb_router_endpoint_stats(r, 0, 2);
+    sb_router_finished(r, 0, 2, &tk[2], false, true, 20);
+    const sb_endpoint *s = sb_router_endpoint(r, 0, 2);
     assert_int_equal(s->in_flight, 0);
     assert_int_equal(s->failed, 1);
-    assert_int_equal(sb_router_endpoint_stats(r, 0, 1)->completed, 1);
+    assert_int_equal(sb_router_endpoint(r, 0, 1)->completed, 1);
+    /* The decision is explained: least-request's one scorer, ep 1 scored best. */
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_non_null(d);
+    assert_int_equal(d->picked, 1);
+    assert_string_equal(d->profile->name, "least-request");
     sb_router_free(r);
 }
 
 static void test_least_request_ties_spread_evenly(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 4);
-    sb_route_request rq = {.pool = 0};
+    sb_router *r = make_router(LR, 4);
+    sb_sched_request rq = {.pool = 0, .adapter = -1};
     int counts[4] = {0};
     for (int i = 0; i < 4000; i++)
         counts[sb_router_pick(r, &rq, 0)]++;
@@ -121,14 +130,16 @@ static void test_least_request_ties_spread_evenly(void **state)
 static void test_accounting_never_underflows(void **state)
 {
     (void)state;
-    sb_router *r = make_router(SB_POLICY_LEAST_REQUEST, 2);
-    sb_router_completed(r, 0, 0, 200, 0);
-    sb_router_failed(r, 0, 0, 0);
-    assert_int_equal(sb_router_endpoint_stats(r, 0, 0)->in_flight, 0);
+    sb_router *r = make_router(LR, 2);
+    sb_ticket t = {0};
+    sb_router_finished(r, 0, 0, &t, true, true, 0);
+    sb_router_finished(r, 0, 0, &t, false, false, 0);
+    assert_int_equal(sb_router_endpoint(r, 0, 0)->in_flight, 0);
+    assert_int_equal(sb_router_endpoint(r, 0, 0)->sent_since_report, 0);
     /* Out-of-range reports are ignored, not crashes. */
-    sb_router_dispatched(r, 7, 0, 0);
-    sb_router_dispatched(r, 0, 9, 0);
-    assert_null(sb_router_endpoint_stats(r, 0, 9));
+    sb_router_dispatched(r, 7, 0, 1, 0);
+    sb_router_dispatched(r, 0, 9, 1, 0);
+    assert_null(sb_router_endpoint(r, 0, 9));
     sb_router_free(r);
 }
 

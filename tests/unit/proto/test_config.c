@@ -4,7 +4,6 @@
 #include <stdlib.h>
 
 #include "base/alloc.h"
-#include "core/policy.h"
 #include "proto/config.h"
 
 /* Line numbers asserted below count from the first line of each YAML literal. */
@@ -71,6 +70,9 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "  block_bytes: 128\n"
                                 "  default_pool: qwen\n"
                                 "access_log: /var/log/switchboard/access.log\n"
+                                "access_log_decisions: true\n"
+                                "admin:\n"
+                                "  debug_endpoints: false\n"
                                 "pools:\n"
                                 "  - name: llama\n"
                                 "    models: [\"meta-llama/Llama-3.1-8B-Instruct\", \"llama-3.1-8b\"]\n"
@@ -81,9 +83,38 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "      - \"10.0.0.1:8000\"\n"
                                 "      - \"gpu-2.internal:8000\"\n"
                                 "      - \"[fe80::1]:8001\"\n"
+                                "      - address: \"10.0.0.4:8000\"\n"
+                                "        labels: {zone: eu-west-1a, gpu: h100}\n"
+                                "        draining: true\n"
+                                "    probe:\n"
+                                "      interval_ms: 200\n"
+                                "      min_interval_ms: 100\n"
+                                "      max_interval_ms: 2000\n"
+                                "      timeout_ms: 300\n"
+                                "      stale_ms: 5000\n"
+                                "      path: /v1/metrics\n"
+                                "      health_path: /healthz\n"
+                                "      health_interval_ms: 0\n"
+                                "      enabled: false\n"
+                                "    health: {max_failures: 5, base_eject_ms: 500, max_eject_ms: 60000}\n"
                                 "  - name: qwen\n"
                                 "    models: [\"Qwen/Qwen2.5-7B-Instruct\"]\n"
-                                "    endpoints: [\"10.0.0.9:8000\"]\n";
+                                "    engine: custom\n"
+                                "    profile: eu-only\n"
+                                "    metrics:\n"
+                                "      running: engine_running\n"
+                                "      waiting: engine_waiting\n"
+                                "      kv_usage: \"engine:kv_usage_ratio\"\n"
+                                "    endpoints: [\"10.0.0.9:8000\"]\n"
+                                "profiles:\n"
+                                "  eu-only:\n"
+                                "    filters: [healthy, labels, saturation]\n"
+                                "    scorers: {queue: 2, kv-cache: 1.5, in-flight: 0}\n"
+                                "    picker: softmax\n"
+                                "    temperature: 0.25\n"
+                                "    queue_threshold: 8\n"
+                                "    kv_threshold: 0.9\n"
+                                "    labels: {zone: eu-west-1a}\n";
 
 static void test_full_config(void **state)
 {
@@ -121,7 +152,6 @@ static void test_full_config(void **state)
     assert_string_equal(llama->adapters[1], "chat-lora");
     assert_string_equal(llama->engine, "sglang");
     assert_string_equal(llama->profile, "round-robin");
-    assert_int_equal(llama->n_endpoints, 3);
     assert_string_equal(llama->endpoints[0].host, "10.0.0.1");
     assert_int_equal(llama->endpoints[0].port, 8000);
     assert_string_equal(llama->endpoints[0].address, "10.0.0.1:8000");
@@ -129,13 +159,72 @@ static void test_full_config(void **state)
     assert_string_equal(llama->endpoints[2].host, "fe80::1");
     assert_int_equal(llama->endpoints[2].port, 8001);
     assert_string_equal(llama->endpoints[2].address, "[fe80::1]:8001");
+    assert_int_equal(llama->n_endpoints, 4);
+    assert_int_equal(llama->endpoints[0].n_labels, 0);
+    assert_false(llama->endpoints[0].draining);
+    const sb_endpoint_config *ep = &llama->endpoints[3];
+    assert_string_equal(ep->host, "10.0.0.4");
+    assert_int_equal(ep->port, 8000);
+    assert_string_equal(ep->address, "10.0.0.4:8000");
+    assert_int_equal(ep->n_labels, 2);
+    assert_string_equal(ep->label_keys[0], "zone");
+    assert_string_equal(ep->label_values[0], "eu-west-1a");
+    assert_string_equal(ep->label_keys[1], "gpu");
+    assert_string_equal(ep->label_values[1], "h100");
+    assert_true(ep->draining);
+    assert_int_equal(llama->probe_interval_ms, 200);
+    assert_int_equal(llama->probe_min_interval_ms, 100);
+    assert_int_equal(llama->probe_max_interval_ms, 2000);
+    assert_int_equal(llama->probe_timeout_ms, 300);
+    assert_int_equal(llama->stale_ms, 5000);
+    assert_string_equal(llama->probe_path, "/v1/metrics");
+    assert_string_equal(llama->health_path, "/healthz");
+    assert_int_equal(llama->health_interval_ms, 0);
+    assert_false(llama->probe_enabled);
+    assert_int_equal(llama->max_failures, 5);
+    assert_int_equal(llama->base_eject_ms, 500);
+    assert_int_equal(llama->max_eject_ms, 60000);
+    assert_null(llama->metric_running);
+    assert_true(cfg->log_decisions);
+    assert_false(cfg->debug_endpoints);
 
     const sb_pool_config *qwen = &cfg->pools[1];
     assert_string_equal(qwen->name, "qwen");
     assert_int_equal(qwen->n_adapters, 0);
     assert_null(qwen->adapters);
-    assert_string_equal(qwen->engine, "vllm");
-    assert_string_equal(qwen->profile, "default");
+    assert_string_equal(qwen->engine, "custom");
+    assert_string_equal(qwen->profile, "eu-only");
+    assert_string_equal(qwen->metric_running, "engine_running");
+    assert_string_equal(qwen->metric_waiting, "engine_waiting");
+    assert_string_equal(qwen->metric_kv_usage, "engine:kv_usage_ratio");
+    assert_int_equal(qwen->probe_interval_ms, 100);
+
+    assert_int_equal(cfg->n_profiles, 1);
+    const sb_profile *eu = sb_config_profile(cfg, "eu-only");
+    assert_ptr_equal(eu, &cfg->profiles[0]);
+    assert_string_equal(eu->name, "eu-only");
+    assert_int_equal(eu->n_filters, 3);
+    assert_ptr_equal(eu->filters[0], sb_filter_find("healthy"));
+    assert_ptr_equal(eu->filters[1], sb_filter_find("labels"));
+    assert_ptr_equal(eu->filters[2], sb_filter_find("saturation"));
+    assert_int_equal(eu->n_scorers, 3);
+    assert_ptr_equal(eu->scorers[0].def, sb_scorer_find("queue"));
+    assert_true(eu->scorers[0].weight == 2.0);
+    assert_ptr_equal(eu->scorers[1].def, sb_scorer_find("kv-cache"));
+    assert_true(eu->scorers[1].weight == 1.5);
+    assert_ptr_equal(eu->scorers[2].def, sb_scorer_find("in-flight"));
+    assert_true(eu->scorers[2].weight == 0.0);
+    assert_ptr_equal(eu->picker, sb_picker_find("softmax"));
+    assert_true(eu->temperature == 0.25);
+    assert_true(eu->queue_threshold == 8.0);
+    assert_true(eu->kv_threshold == 0.9);
+    assert_int_equal(eu->n_labels, 1);
+    assert_string_equal(eu->label_keys[0], "zone");
+    assert_string_equal(eu->label_values[0], "eu-west-1a");
+    /* Built-ins resolve through the same call; an unknown name does not. */
+    assert_ptr_equal(sb_config_profile(cfg, "round-robin"), sb_profile_builtin("round-robin"));
+    assert_null(sb_config_profile(cfg, "eu-west"));
+    assert_null(sb_config_profile(cfg, NULL));
     sb_config_free(cfg);
 }
 
@@ -161,8 +250,39 @@ static void test_defaults(void **state)
     assert_null(cfg->default_pool);
     assert_null(cfg->access_log);
     assert_int_equal(cfg->n_pools, 1);
-    assert_string_equal(cfg->pools[0].engine, "vllm");
-    assert_string_equal(cfg->pools[0].profile, "default");
+    assert_true(cfg->debug_endpoints);
+    assert_false(cfg->log_decisions);
+    assert_int_equal(cfg->n_profiles, 0);
+    assert_null(cfg->profiles);
+    const sb_pool_config *pc = &cfg->pools[0];
+    assert_string_equal(pc->engine, "vllm");
+    assert_string_equal(pc->profile, "default");
+    assert_ptr_equal(sb_config_profile(cfg, pc->profile), sb_profile_builtin("default"));
+    assert_int_equal(pc->probe_interval_ms, 100);
+    assert_int_equal(pc->probe_min_interval_ms, 50);
+    assert_int_equal(pc->probe_max_interval_ms, 1000);
+    assert_int_equal(pc->probe_timeout_ms, 500);
+    assert_int_equal(pc->stale_ms, 1000);
+    assert_string_equal(pc->probe_path, "/metrics");
+    assert_string_equal(pc->health_path, "/health");
+    assert_int_equal(pc->health_interval_ms, 2000);
+    assert_true(pc->probe_enabled);
+    assert_int_equal(pc->max_failures, 3);
+    assert_int_equal(pc->base_eject_ms, 1000);
+    assert_int_equal(pc->max_eject_ms, 30000);
+    assert_null(pc->metric_running);
+    assert_null(pc->metric_waiting);
+    assert_null(pc->metric_kv_usage);
+    assert_int_equal(pc->endpoints[0].n_labels, 0);
+    assert_null(pc->endpoints[0].label_keys);
+    assert_false(pc->endpoints[0].draining);
+    sb_config_free(cfg);
+
+    /* llama.cpp keeps /metrics too; empty probe and health sections keep every default. */
+    assert_int_equal(parse_str(POOL_OK "    engine: llamacpp\n    probe:\n    health: {}\n", &cfg, &errs), 0);
+    assert_string_equal(cfg->pools[0].probe_path, "/metrics");
+    assert_int_equal(cfg->pools[0].probe_interval_ms, 100);
+    assert_int_equal(cfg->pools[0].max_failures, 3);
     sb_config_free(cfg);
 }
 
@@ -499,6 +619,323 @@ static void test_error_unknown_profile_and_engine(void **state)
     }
 }
 
+/* A pool using profile `x`, followed by a `profiles:` map whose lines start at line 6. */
+#define POOL_WITH_PROFILE(x)                                                                                           \
+    "pools:\n"                                                                                                         \
+    "  - name: p\n"                                                                                                    \
+    "    models: [m]\n"                                                                                                \
+    "    profile: " x "\n"                                                                                             \
+    "    endpoints: [\"127.0.0.1:9000\"]\n"
+
+static void test_profiles(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* profiles: may come before or after the pools naming them; an omitted setting keeps
+     * sb_profile_init's default. */
+    int rc = parse_str("profiles:\n"
+                       "  fast:\n"
+                       "    filters: [healthy]\n"
+                       "    scorers: {queue: 1}\n"
+                       "  empty:\n"
+                       "  pairs: {picker: p2c, scorers: {running: 1, lora-affinity: 3}}\n" POOL_WITH_PROFILE("fast"),
+                       &cfg, &errs);
+    if (rc != 0)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    assert_int_equal(cfg->n_profiles, 3);
+    const sb_profile *fast = sb_config_profile(cfg, "fast");
+    assert_non_null(fast);
+    assert_int_equal(fast->n_filters, 1);
+    assert_int_equal(fast->n_scorers, 1);
+    assert_ptr_equal(fast->picker, sb_picker_find("max-score"));
+    assert_true(fast->temperature == 0.1);
+    assert_true(fast->queue_threshold == 5.0);
+    assert_true(fast->kv_threshold == 0.8);
+    assert_int_equal(fast->n_labels, 0);
+    const sb_profile *empty = sb_config_profile(cfg, "empty");
+    assert_non_null(empty);
+    assert_int_equal(empty->n_filters, 0);
+    assert_int_equal(empty->n_scorers, 0);
+    assert_ptr_equal(empty->picker, sb_picker_find("max-score"));
+    const sb_profile *pairs = sb_config_profile(cfg, "pairs");
+    assert_ptr_equal(pairs->picker, sb_picker_find("p2c"));
+    assert_int_equal(pairs->n_scorers, 2);
+    assert_ptr_equal(pairs->scorers[1].def, sb_scorer_find("lora-affinity"));
+    assert_true(pairs->scorers[1].weight == 3.0);
+    sb_config_free(cfg);
+
+    /* Every built-in name works without being defined, and the edges of each range. */
+    static const char *const builtins[] = {"round-robin", "least-request", "load-only", "default"};
+    for (size_t i = 0; i < 4; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, POOL_OK "    profile: %s\n", builtins[i]);
+        assert_int_equal(parse_str(yaml, &cfg, &errs), 0);
+        assert_ptr_equal(sb_config_profile(cfg, cfg->pools[0].profile), sb_profile_builtin(builtins[i]));
+        sb_config_free(cfg);
+    }
+    assert_int_equal(parse_str(POOL_WITH_PROFILE("x") "profiles:\n"
+                                                      "  x: {kv_threshold: 0, queue_threshold: 0, temperature: 1e-3,"
+                                                      " scorers: {queue: 0.0}}\n",
+                               &cfg, &errs),
+                     0);
+    assert_true(cfg->profiles[0].kv_threshold == 0.0);
+    assert_true(cfg->profiles[0].queue_threshold == 0.0);
+    assert_true(cfg->profiles[0].temperature == 1e-3);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str(POOL_WITH_PROFILE("x") "profiles:\n  x: {kv_threshold: 1}\n", &cfg, &errs), 0);
+    assert_true(cfg->profiles[0].kv_threshold == 1.0);
+    sb_config_free(cfg);
+    /* Every filter and every scorer at once: the registry's full lists fit the limits. */
+    assert_int_equal(parse_str(POOL_WITH_PROFILE("all") "profiles:\n"
+                                                        "  all:\n"
+                                                        "    filters: [healthy, lora, saturation, labels]\n"
+                                                        "    labels: {a: b, c: d, e: f, g: h}\n"
+                                                        "    scorers: {queue: 1, running: 1, kv-cache: 1, in-flight: 1,"
+                                                        " pending-prefill: 1, lora-affinity: 1}\n",
+                               &cfg, &errs),
+                     0);
+    assert_int_equal(cfg->profiles[0].n_filters, 4);
+    assert_int_equal(cfg->profiles[0].n_scorers, 6);
+    assert_int_equal(cfg->profiles[0].n_labels, 4);
+    assert_string_equal(cfg->profiles[0].label_values[3], "h");
+    sb_config_free(cfg);
+}
+
+static void test_error_profiles(void **state)
+{
+    /* Built-in names cannot be redefined. */
+    static const char *const builtins[] = {"round-robin", "least-request", "load-only", "default"};
+    for (size_t i = 0; i < 4; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, POOL_OK "profiles:\n  %s: {picker: p2c}\n", builtins[i]);
+        char want[128];
+        snprintf(want, sizeof want, "profile '%s' would shadow the built-in profile", builtins[i]);
+        expect_one_error(yaml, 6, want);
+    }
+    expect_one_error(POOL_WITH_PROFILE("fastest"), 4, "pool 'p': unknown profile 'fastest' (built in: round-robin, "
+                                                      "least-request, load-only, default;");
+    /* A profile defined elsewhere in the file is found; a typo of it is not. */
+    expect_one_error(POOL_WITH_PROFILE("eu-olny") "profiles:\n  eu-only: {}\n", 4, "unknown profile 'eu-olny'");
+    expect_one_error(POOL_OK "profiles: [a]\n", 5, "profiles must be a mapping, got a list");
+    expect_one_error(POOL_OK "profiles:\n  \"a b\": {}\n", 6, "profile name 'a b' may only contain");
+    expect_one_error(POOL_OK "profiles:\n  "
+                             "a123456789a123456789a123456789a123456789a123456789a123456789abcd: {}\n",
+                     6, "is longer than 63 characters");
+    expect_one_error(POOL_OK "profiles:\n  x: [healthy]\n", 6, "profile 'x' must be a mapping, got a list");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filter: [healthy]\n", 7, "unknown key 'filter' in profile 'x'");
+    /* filters */
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: healthy\n", 7,
+                     "profile 'x': filters must be a list, got a scalar");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters:\n      - healthy\n      - healty\n", 9,
+                     "profile 'x': filters[1]: unknown filter 'healty' (known: healthy, lora, saturation, labels)");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, lora, healthy]\n", 7,
+                     "filters[2]: filter 'healthy' is listed twice");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, lora, saturation, healthy, lora, saturation,"
+                             " healthy, lora, saturation]\n",
+                     7, "profile 'x': filters: at most 8 filters, got 9");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, [lora]]\n", 7,
+                     "profile 'x': filters[1] must be a string, got a list");
+    /* scorers */
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: [queue]\n", 7,
+                     "profile 'x': scorers must be a mapping, got a list");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers:\n      queue: 1\n      prefix: 2\n", 9,
+                     "profile 'x': scorers: unknown scorer 'prefix' (known: queue, running, kv-cache, in-flight, "
+                     "pending-prefill, lora-affinity)");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: {queue: -1}\n", 7,
+                     "profile 'x': scorers.queue must be at least 0, got -1");
+    static const char *const bad_weights[] = {"\"2\"", "two", "0x10", ".inf", "nan", "1e999", "[1]", "~", "1.2.3"};
+    for (size_t i = 0; i < sizeof bad_weights / sizeof bad_weights[0]; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, POOL_OK "profiles:\n  x:\n    scorers: {queue: %s}\n", bad_weights[i]);
+        expect_one_error(yaml, 7, "profile 'x': scorers.queue must be a number");
+    }
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: {queue: 1, queue: 2}\n", 7,
+                     "duplicate key 'queue' in profile 'x': scorers");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: {a: 1, b: 1, c: 1, d: 1, e: 1, f: 1, g: 1, h: 1, i: 1,"
+                             " j: 1, k: 1, l: 1, m: 1}\n",
+                     7, "profile 'x': scorers: at most 12 scorers, got 13");
+    /* picker and parameters */
+    expect_one_error(POOL_OK "profiles:\n  x:\n    picker: random\n", 7,
+                     "profile 'x': unknown picker 'random' (known: max-score, weighted-random, p2c, softmax, "
+                     "round-robin)");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    temperature: 0\n", 7,
+                     "profile 'x': temperature must be greater than 0, got 0");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    queue_threshold: -0.5\n", 7,
+                     "profile 'x': queue_threshold must be at least 0, got -0.5");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    kv_threshold: 1.01\n", 7,
+                     "profile 'x': kv_threshold must be between 0 and 1, got 1.01");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    kv_threshold: \"0.5\"\n", 7,
+                     "profile 'x': kv_threshold must be a number, got '0.5'");
+    /* labels */
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [labels]\n    labels: {a: 1, b: 2, c: 3, d: 4, e: 5}\n",
+                     8, "profile 'x': labels: at most 4 labels, got 5");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy]\n    labels: {zone: a}\n", 8,
+                     "profile 'x': labels take effect only with the 'labels' filter");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, labels]\n", 7,
+                     "profile 'x': the 'labels' filter needs labels");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [labels]\n    labels: {zone: \"a b\"}\n", 8,
+                     "label value 'a b' may only contain");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [labels]\n    labels: {\"a=b\": c}\n", 8,
+                     "label name 'a=b' may only contain");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [labels]\n    labels: [zone]\n", 8,
+                     "profile 'x': labels must be a mapping, got a list");
+}
+
+static void test_probe_and_health(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* interval at both bounds; only health checks may be turned off with 0. */
+    assert_int_equal(parse_str(POOL_OK "    probe: {interval_ms: 50, min_interval_ms: 50, max_interval_ms: 50}\n",
+                               &cfg, &errs),
+                     0);
+    assert_int_equal(cfg->pools[0].probe_interval_ms, 50);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "    probe:\n      interval_ms: 20\n", 6,
+                     "pool 'p': probe: interval_ms (20) must be between min_interval_ms (50) and max_interval_ms "
+                     "(1000)");
+    expect_one_error(POOL_OK "    probe:\n      interval_ms: 5000\n", 6, "interval_ms (5000) must be between");
+    /* Moving a bound past the default interval blames the bound that was written. */
+    expect_one_error(POOL_OK "    probe:\n      timeout_ms: 100\n      min_interval_ms: 200\n", 7,
+                     "interval_ms (100) must be between min_interval_ms (200)");
+    expect_one_error(POOL_OK "    probe:\n      max_interval_ms: 80\n", 6,
+                     "interval_ms (100) must be between min_interval_ms (50) and max_interval_ms (80)");
+    expect_one_error(POOL_OK "    probe:\n      min_interval_ms: 500\n      max_interval_ms: 400\n", 6,
+                     "pool 'p': probe: min_interval_ms (500) must not exceed max_interval_ms (400)");
+    expect_one_error(POOL_OK "    probe:\n      interval_ms: 0\n", 6,
+                     "pool 'p': probe.interval_ms must be between 1 and 4294967295, got 0");
+    expect_one_error(POOL_OK "    probe:\n      stale_ms: 0\n", 6, "pool 'p': probe.stale_ms must be between 1");
+    expect_one_error(POOL_OK "    probe:\n      timeout_ms: 1s\n", 6,
+                     "pool 'p': probe.timeout_ms must be an integer number of milliseconds, got '1s'");
+    expect_one_error(POOL_OK "    probe:\n      path: metrics\n", 6,
+                     "pool 'p': probe.path must be a path starting with '/'");
+    expect_one_error(POOL_OK "    probe:\n      health_path: \"/he alth\"\n", 6,
+                     "pool 'p': probe.health_path must be a path starting with '/', without spaces");
+    expect_one_error(POOL_OK "    probe:\n      enabled: no\n", 6, "pool 'p': probe.enabled must be true or false");
+    expect_one_error(POOL_OK "    probe:\n      interval: 100\n", 6, "unknown key 'interval' in pool 'p': probe");
+    expect_one_error(POOL_OK "    probe: 100\n", 5, "pool 'p': probe must be a mapping, got a scalar");
+    /* A field error is reported alone, without a range error built on the default it left. */
+    expect_one_error(POOL_OK "    probe:\n      min_interval_ms: x\n      interval_ms: 10\n", 6,
+                     "probe.min_interval_ms must be");
+
+    assert_int_equal(parse_str(POOL_OK "    health:\n      max_failures: 1\n      base_eject_ms: 30000\n", &cfg, &errs),
+                     0);
+    assert_int_equal(cfg->pools[0].max_failures, 1);
+    assert_int_equal(cfg->pools[0].base_eject_ms, 30000);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "    health:\n      max_failures: 0\n", 6,
+                     "pool 'p': health.max_failures must be between 1 and 4294967295, got 0");
+    expect_one_error(POOL_OK "    health:\n      max_failures: 4294967296\n", 6, "health.max_failures must be between");
+    expect_one_error(POOL_OK "    health:\n      max_eject_ms: 10\n", 6,
+                     "pool 'p': health: base_eject_ms (1000) must not exceed max_eject_ms (10)");
+    expect_one_error(POOL_OK "    health:\n      max_eject_ms: 100\n      base_eject_ms: 200\n", 7,
+                     "base_eject_ms (200) must not exceed max_eject_ms (100)");
+    expect_one_error(POOL_OK "    health:\n      ejection_ms: 10\n", 6, "unknown key 'ejection_ms' in pool 'p': health");
+}
+
+static void test_custom_metrics(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK "    engine: custom\n"
+                                       "    metrics: {running: a_running, waiting: \"b:waiting\", kv_usage: _kv}\n",
+                               &cfg, &errs),
+                     0);
+    assert_string_equal(cfg->pools[0].metric_running, "a_running");
+    assert_string_equal(cfg->pools[0].metric_waiting, "b:waiting");
+    assert_string_equal(cfg->pools[0].metric_kv_usage, "_kv");
+    sb_config_free(cfg);
+    /* custom needs all three: one error per missing name, at `metrics`, else at `engine`. */
+    expect_one_error(POOL_OK "    engine: custom\n"
+                             "    metrics:\n"
+                             "      running: r\n"
+                             "      waiting: w\n",
+                     6, "pool 'p': engine custom needs metrics.kv_usage");
+    assert_int_equal(parse_str(POOL_OK "    engine: custom\n", &cfg, &errs), -1);
+    assert_int_equal(errs.total, 3);
+    assert_true(has_error(&errs, 5, "engine custom needs metrics.running"));
+    assert_true(has_error(&errs, 5, "engine custom needs metrics.waiting"));
+    assert_true(has_error(&errs, 5, "engine custom needs metrics.kv_usage"));
+    /* Other engines have their own names. */
+    expect_one_error(POOL_OK "    metrics: {running: r}\n", 5,
+                     "pool 'p': metrics applies only to engine custom (this pool's engine is vllm)");
+    expect_one_error(POOL_OK "    engine: sglang\n    metrics:\n", 6, "metrics applies only to engine custom");
+    expect_one_error(POOL_OK "    engine: custom\n    metrics: {running: 1r, waiting: w, kv_usage: k}\n", 6,
+                     "pool 'p': metrics.running must be a Prometheus metric name");
+    expect_one_error(POOL_OK "    engine: custom\n    metrics: {running: r, waiting: \"w{a}\", kv_usage: k}\n", 6,
+                     "metrics.waiting must be a Prometheus metric name");
+    expect_one_error(POOL_OK "    engine: custom\n    metrics: {running: r, waiting: w, kv_usage: k, lora: l}\n", 6,
+                     "unknown key 'lora' in pool 'p': metrics");
+    /* An unknown engine is reported alone. */
+    expect_one_error(POOL_OK "    engine: tgi\n    metrics: {running: r}\n", 5, "unknown engine 'tgi'");
+}
+
+static void test_endpoint_mappings(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    int rc = parse_str("pools:\n"
+                       "  - name: p\n"
+                       "    models: [m]\n"
+                       "    endpoints:\n"
+                       "      - address: \"[::1]:9000\"\n"
+                       "      - {address: \"h:1\", draining: false, labels: {}}\n"
+                       "      - address: \"h:2\"\n"
+                       "        labels: {a: \"1\", b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, rack/zone: x.y_z-1}\n"
+                       "      - \"h:3\"\n",
+                       &cfg, &errs);
+    if (rc != 0)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    const sb_pool_config *pc = &cfg->pools[0];
+    assert_int_equal(pc->n_endpoints, 4);
+    assert_string_equal(pc->endpoints[0].host, "::1");
+    assert_string_equal(pc->endpoints[0].address, "[::1]:9000");
+    assert_false(pc->endpoints[1].draining);
+    assert_int_equal(pc->endpoints[1].n_labels, 0);
+    assert_int_equal(pc->endpoints[2].n_labels, 8);
+    assert_string_equal(pc->endpoints[2].label_keys[7], "rack/zone");
+    assert_string_equal(pc->endpoints[2].label_values[7], "x.y_z-1");
+    assert_string_equal(pc->endpoints[3].address, "h:3");
+    sb_config_free(cfg);
+
+#define EP(item) "pools:\n  - name: p\n    models: [m]\n    endpoints:\n      - " item "\n"
+    expect_one_error(EP("{labels: {a: b}}"), 5, "pool 'p': endpoints[0] has no 'address'");
+    expect_one_error(EP("{address: \"h:0\"}"), 5, "pool 'p': endpoints[0].address: bad address 'h:0': port must be");
+    expect_one_error(EP("{address: \"h:1\", weight: 2}"), 5, "unknown key 'weight' in pool 'p': endpoints[0]");
+    expect_one_error(EP("{address: \"h:1\", draining: 1}"), 5,
+                     "pool 'p': endpoints[0].draining must be true or false, got '1'");
+    expect_one_error(EP("[\"h:1\"]"), 5, "pool 'p': endpoints[0] must be \"host:port\" or a mapping, got a list");
+    expect_one_error(EP("address: \"h:1\"\n        labels: [a]"), 6,
+                     "pool 'p': endpoints[0].labels must be a mapping, got a list");
+    expect_one_error(EP("address: \"h:1\"\n        labels: {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}"), 6,
+                     "pool 'p': endpoints[0].labels: at most 8 labels, got 9");
+    expect_one_error(EP("address: \"h:1\"\n        labels: {a: [1]}"), 6,
+                     "pool 'p': endpoints[0].labels.a must be a string, got a list");
+    expect_one_error(EP("address: \"h:1\"\n        labels: {\"\": x}"), 6, "label name '' may only contain");
+    /* Duplicates are found across both forms, at the second address. */
+    expect_one_error(EP("\"h:1\"\n      - draining: true\n        address: \"h:1\""), 7,
+                     "pool 'p': endpoint 'h:1' is listed twice");
+#undef EP
+}
+
+static void test_admin_and_decision_log(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str("admin:\naccess_log_decisions: false\n" POOL_OK, &cfg, &errs), 0);
+    assert_true(cfg->debug_endpoints);
+    assert_false(cfg->log_decisions);
+    sb_config_free(cfg);
+    expect_one_error("admin:\n  debug: true\n" POOL_OK, 2, "unknown key 'debug' in admin");
+    expect_one_error("admin:\n  debug_endpoints: off\n" POOL_OK, 2,
+                     "admin.debug_endpoints must be true or false, got 'off'");
+    expect_one_error("access_log_decisions: yes\n" POOL_OK, 1, "access_log_decisions must be true or false, got 'yes'");
+    expect_one_error("access_log_decisions: {}\n" POOL_OK, 1,
+                     "access_log_decisions must be true or false, got a mapping");
+}
+
 static void test_error_default_pool(void **state)
 {
     expect_one_error("routing:\n"
@@ -615,7 +1052,7 @@ static void test_errors_format(void **state)
 static void test_allocation_failure(void **state)
 {
     int successes = 0;
-    for (long n = 0; n < 400; n++) {
+    for (long n = 0; n < 1000; n++) {
         sb_config *cfg = NULL;
         sb_config_errors errs;
         sb_alloc_fail_after(n);
@@ -683,6 +1120,16 @@ static void test_example_switchboard(void **state)
 {
     sb_config *cfg = parse_example("examples/switchboard.yaml");
     assert_true(cfg->n_pools >= 1);
+    /* It shows a user profile in use and the mapping form of an endpoint. */
+    const sb_pool_config *llama = &cfg->pools[0];
+    const sb_profile *prof = sb_config_profile(cfg, llama->profile);
+    assert_non_null(prof);
+    assert_true(prof >= cfg->profiles && prof < cfg->profiles + cfg->n_profiles);
+    assert_true(prof->n_labels > 0);
+    bool labelled = false;
+    for (size_t i = 0; i < llama->n_endpoints; i++)
+        labelled |= llama->endpoints[i].n_labels > 0;
+    assert_true(labelled);
     sb_config_free(cfg);
 }
 
@@ -712,18 +1159,6 @@ static void test_example_demo(void **state)
     sb_config_free(cfg);
 }
 
-static void test_policy_names(void **state)
-{
-    assert_int_equal(sb_policy_find("round-robin"), SB_POLICY_ROUND_ROBIN);
-    assert_int_equal(sb_policy_find("least-request"), SB_POLICY_LEAST_REQUEST);
-    assert_int_equal(sb_policy_find(SB_POLICY_DEFAULT_NAME), SB_POLICY_LEAST_REQUEST);
-    assert_int_equal(sb_policy_find("Round-Robin"), -1);
-    assert_int_equal(sb_policy_find(""), -1);
-    assert_int_equal(sb_policy_find(NULL), -1);
-    assert_string_equal(sb_policy_name(SB_POLICY_ROUND_ROBIN), "round-robin");
-    assert_string_equal(sb_policy_name(SB_POLICY_LEAST_REQUEST), "least-request");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +1177,12 @@ int main(void)
         cmocka_unit_test(test_error_duplicate_names),
         cmocka_unit_test(test_error_unknown_profile_and_engine),
         cmocka_unit_test(test_error_default_pool),
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_error_profiles),
+        cmocka_unit_test(test_probe_and_health),
+        cmocka_unit_test(test_custom_metrics),
+        cmocka_unit_test(test_endpoint_mappings),
+        cmocka_unit_test(test_admin_and_decision_log),
         cmocka_unit_test(test_error_yaml_syntax),
         cmocka_unit_test(test_multiple_errors),
         cmocka_unit_test(test_error_overflow_list),
@@ -749,7 +1190,6 @@ int main(void)
         cmocka_unit_test(test_allocation_failure),
         cmocka_unit_test(test_example_switchboard),
         cmocka_unit_test(test_example_demo),
-        cmocka_unit_test(test_policy_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

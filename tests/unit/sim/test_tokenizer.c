@@ -5,9 +5,15 @@
 
 #include "sim/tokenizer.h"
 
-static size_t tok(const char *s, uint32_t *out, size_t cap) { return sb_tokenize(s, strlen(s), out, cap); }
+static size_t tok(const char *s, uint32_t *out, size_t cap)
+{
+    return sb_tokenize(s, strlen(s), out, cap);
+}
 
-static uint32_t id_of(const char *piece) { return (uint32_t)(XXH3_64bits(piece, strlen(piece)) & 0x7fffffffu); }
+static uint32_t id_of(const char *piece)
+{
+    return (uint32_t)(XXH3_64bits(piece, strlen(piece)) & 0x7fffffffu);
+}
 
 static void test_empty(void **state)
 {

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Proxy overhead: wrk against nginx (a fixed JSON answer) directly, through switchboard, and
+# through HAProxy (HTTP mode, round robin, keep-alive), all in one run, with a ~4 KiB chat body.
+# Prints requests/s and latency percentiles (medians of RUNS runs) and the ratios.
+# Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}
+work=$(mktemp -d /tmp/sb-bench.XXXXXX)
+P_NGINX=18101; P_SB=18102; P_HA=18103
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+mkdir -p "$work/nginx"
+cat > "$work/nginx.conf" <<NGX
+worker_processes 1;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$P_NGINX;
+    client_body_buffer_size 64k;
+    location / {
+      default_type application/json;
+      return 200 '{"id":"cmpl-1","object":"chat.completion","model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001}}';
+    }
+  }
+}
+NGX
+cat > "$work/haproxy.cfg" <<HAP
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$P_HA
+  default_backend be
+backend be
+  balance roundrobin
+  server n1 127.0.0.1:$P_NGINX
+HAP
+cat > "$work/sb.yaml" <<SBY
+listen: "127.0.0.1:$P_SB"
+pools:
+  - name: bench
+    models: ["bench-model"]
+    profile: round-robin
+    endpoints: ["127.0.0.1:$P_NGINX"]
+SBY
+nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
+haproxy -q -f "$work/haproxy.cfg" & pids+=($!)
+build/switchboard serve -q -c "$work/sb.yaml" & pids+=($!)
+for p in $P_NGINX $P_SB $P_HA; do
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
+done
+
+run() { # target port, conns -> JSON line
+  wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua "http://127.0.0.1:$1" | grep '^{'
+}
+results="$work/results.tsv"
+for target in direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA; do
+  name=${target%%:*}; port=${target##*:}
+  run "$port" 4 > /dev/null  # warm-up
+  for i in $(seq "$RUNS"); do
+    printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS")" >> "$results"
+    printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
+  done
+done
+python3 - "$RUNS" "$CONNS" "$results" <<'PY'
+import json, statistics, sys
+runs, conns = int(sys.argv[1]), sys.argv[2]
+R = {}
+for line in open(sys.argv[3]):
+    k, v = line.rstrip("\n").split("\t")
+    R[k] = json.loads(v)
+def med(name, kind, key):
+    return statistics.median(R["%s,%s,%d" % (name, kind, i)][key] for i in range(1, runs + 1))
+print("proxy overhead: %d runs each (medians), ~4 KiB chat body, wrk 1 thread; nginx fixed JSON upstream" % runs)
+print("%-12s %12s %10s %10s %10s | %14s %10s" % ("target", "rps@%sconn" % conns, "p50 us", "p90 us", "p99 us", "p50 us @1conn", "errors"))
+for n in ("direct", "switchboard", "haproxy"):
+    print("%-12s %12.0f %10.0f %10.0f %10.0f | %14.0f %10d" % (n, med(n, "load", "rps"), med(n, "load", "p50_us"),
+          med(n, "load", "p90_us"), med(n, "load", "p99_us"), med(n, "one", "p50_us"),
+          sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1))))
+sb, ha, d = med("switchboard", "load", "rps"), med("haproxy", "load", "rps"), med("direct", "load", "rps")
+print("switchboard/haproxy throughput: %.2fx   switchboard/direct: %.2fx   haproxy/direct: %.2fx" % (sb / ha, sb / d, ha / d))
+print("added median latency at 1 connection: switchboard %+.0f us, haproxy %+.0f us (over direct)" % (
+    med("switchboard", "one", "p50_us") - med("direct", "one", "p50_us"),
+    med("haproxy", "one", "p50_us") - med("direct", "one", "p50_us")))
+PY

@@ -1,0 +1,192 @@
+#include "core/endpoint.h"
+
+#include <math.h>
+
+sb_health_params sb_health_params_default(void)
+{
+    /* Envoy's outlier detection defaults are 5 consecutive 5xx and 30 s base ejection; a
+     * model-server fleet is small and a dead replica costs a retry per request, so eject
+     * sooner and come back sooner. */
+    return (sb_health_params){.max_failures = 3, .base_eject_ns = SB_MS(1000), .max_eject_ns = SB_MS(30000)};
+}
+
+static void new_report_epoch(sb_endpoint *ep, enum sb_report_source src, sb_ns now)
+{
+    ep->report_ns = now;
+    ep->report_source = src;
+    ep->report_seq++;
+    /* Requests sent before this report are in it (as waiting or running) or done. */
+    ep->sent_since_report = 0;
+}
+
+/* The metrics parser accepts NaN and +-Inf (engines do emit them); a non-finite load
+ * value would turn every comparison false and every score NaN, so it counts as absent. */
+static sb_endpoint_report sanitize(const sb_endpoint_report *in)
+{
+    sb_endpoint_report r = *in;
+    r.have_running = r.have_running && isfinite(r.running);
+    r.have_waiting = r.have_waiting && isfinite(r.waiting);
+    r.have_kv = r.have_kv && isfinite(r.kv_usage);
+    if (!isfinite(r.requests_total))
+        r.requests_total = -1;
+    return r;
+}
+
+bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *in, enum sb_report_source src, sb_ns now)
+{
+    sb_endpoint_report clean = sanitize(in), *r = &clean;
+    bool restarted = ep->report_ns && r->requests_total >= 0 && ep->report.requests_total >= 0 &&
+                     r->requests_total < ep->report.requests_total;
+    ep->report = *r;
+    new_report_epoch(ep, src, now);
+    return restarted;
+}
+
+void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *in, enum sb_report_source src, sb_ns now)
+{
+    sb_endpoint_report clean = sanitize(in), *r = &clean;
+    sb_endpoint_report *cur = &ep->report;
+    if (r->have_running) {
+        cur->have_running = true;
+        cur->running = r->running;
+    }
+    if (r->have_waiting) {
+        cur->have_waiting = true;
+        cur->waiting = r->waiting;
+    }
+    if (r->have_kv) {
+        cur->have_kv = true;
+        cur->kv_usage = r->kv_usage;
+    }
+    new_report_epoch(ep, src, now);
+}
+
+bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now)
+{
+    return ep->report_ns == 0 || (now > ep->report_ns && now - ep->report_ns > stale_ns);
+}
+
+double sb_endpoint_waiting(const sb_endpoint *ep)
+{
+    return (ep->report.have_waiting ? ep->report.waiting : 0) + ep->sent_since_report;
+}
+
+double sb_endpoint_running(const sb_endpoint *ep)
+{
+    /* Without a report, the router's own in-flight count is the best estimate. */
+    return ep->report.have_running ? ep->report.running : ep->in_flight;
+}
+
+double sb_endpoint_kv_usage(const sb_endpoint *ep)
+{
+    double kv = ep->report.have_kv ? ep->report.kv_usage : 0;
+    /* Prompt tokens sent since the report will occupy blocks: add them when capacity is known. */
+    if (ep->report.have_capacity && ep->report.num_gpu_blocks && ep->report.block_size) {
+        double cap = (double)ep->report.num_gpu_blocks * ep->report.block_size;
+        kv += (double)ep->pending_prefill_tokens / cap;
+    }
+    return kv > 1 ? 1 : kv < 0 ? 0 : kv;
+}
+
+enum sb_health sb_endpoint_health(sb_endpoint *ep, sb_ns now)
+{
+    if (ep->draining)
+        return SB_HEALTH_DRAINING;
+    if (ep->active_down)
+        return SB_HEALTH_DOWN;
+    if (ep->health == SB_HEALTH_EJECTED && now >= ep->ejected_until)
+        ep->health = SB_HEALTH_HALF_OPEN;
+    return ep->health;
+}
+
+bool sb_endpoint_available(const sb_endpoint *ep, sb_ns now)
+{
+    enum sb_health h = sb_endpoint_health((sb_endpoint *)ep, now);
+    return h == SB_HEALTH_HEALTHY || (h == SB_HEALTH_HALF_OPEN && !ep->trial_in_flight);
+}
+
+const char *sb_health_name(enum sb_health h)
+{
+    static const char *names[] = {"healthy", "ejected", "half-open", "down", "draining"};
+    return (unsigned)h < sizeof(names) / sizeof(names[0]) ? names[h] : "unknown";
+}
+
+sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now)
+{
+    sb_ticket t = {.report_seq = ep->report_seq, .prefill_tokens = prefill_tokens};
+    ep->in_flight++;
+    ep->sent_since_report++;
+    ep->pending_prefill_tokens += prefill_tokens;
+    ep->dispatched++;
+    ep->last_dispatch_ns = now;
+    if (sb_endpoint_health(ep, now) == SB_HEALTH_HALF_OPEN) {
+        ep->trial_in_flight = true;
+        t.trial = true;
+    }
+    return t;
+}
+
+static void release_prefill(sb_endpoint *ep, sb_ticket *t)
+{
+    if (!t->first_byte_seen) {
+        t->first_byte_seen = true;
+        ep->pending_prefill_tokens -= t->prefill_tokens <= ep->pending_prefill_tokens ? t->prefill_tokens
+                                                                                       : ep->pending_prefill_tokens;
+    }
+}
+
+void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now)
+{
+    (void)now;
+    /* The first byte means prefill is done: those tokens are no longer pending work. */
+    release_prefill(ep, t);
+}
+
+void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
+                        const sb_health_params *hp, sb_ns now)
+{
+    release_prefill(ep, t);
+    if (ep->in_flight)
+        ep->in_flight--;
+    /* Still counted as "sent since report" only if no report came after its dispatch. */
+    if (t->report_seq == ep->report_seq && ep->sent_since_report)
+        ep->sent_since_report--;
+    if (ok)
+        ep->completed++;
+    else
+        ep->failed++;
+    if (t->trial)
+        ep->trial_in_flight = false;
+    if (!counts_for_health)
+        return;
+    if (ok) {
+        ep->consecutive_failures = 0;
+        /* Only the half-open trial ends an ejection: a request dispatched before it (a long
+         * stream) succeeding says nothing about the requests that failed since. */
+        if (t->trial && ep->health == SB_HEALTH_HALF_OPEN) {
+            ep->health = SB_HEALTH_HEALTHY;
+            ep->ejections = 0;
+        }
+        return;
+    }
+    ep->consecutive_failures++;
+    bool trial_failed = t->trial && ep->health == SB_HEALTH_HALF_OPEN;
+    if (trial_failed || (ep->health == SB_HEALTH_HEALTHY && ep->consecutive_failures >= hp->max_failures)) {
+        sb_ns backoff = hp->base_eject_ns;
+        for (uint32_t i = 0; i < ep->ejections && backoff < hp->max_eject_ns; i++)
+            backoff *= 2;
+        if (backoff > hp->max_eject_ns)
+            backoff = hp->max_eject_ns;
+        ep->ejections++;
+        ep->ejections_total++;
+        ep->health = SB_HEALTH_EJECTED;
+        ep->ejected_until = now + backoff;
+        ep->consecutive_failures = 0;
+    }
+}
+
+void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now)
+{
+    (void)now;
+    ep->active_down = !ok;
+}

@@ -1,0 +1,132 @@
+/* endpoint: what the router knows of one model-server replica, from every source, merged.
+ *
+ * Two halves, as in DESIGN.md: what the endpoint last reported (scraped metrics, an ORCA
+ * header, an agent) with the time of the report, and what the router has done since
+ * (requests dispatched and not yet answered, prompt tokens sent). The state used for scoring
+ * is the report corrected by the router's own traffic since that report: a request
+ * dispatched after the last report counts as waiting until a newer report has had the
+ * chance to show it, so a burst between two scrapes does not pile onto the replica that
+ * looked idle. A report older than `stale_ns` is stale and scored as if loaded, never trusted
+ * silently.
+ *
+ * Health: passive outlier detection (consecutive connect failures or 5xx eject for a backoff
+ * that doubles per ejection up to a bound; after it, half-open: one trial request decides),
+ * active checks (a failed /health marks it down until one succeeds), and draining (no new
+ * requests; in-flight ones finish).
+ *
+ * Pure: no I/O, no clock; every function takes `now`. */
+#ifndef SB_CORE_ENDPOINT_H
+#define SB_CORE_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/time.h"
+
+#define SB_MAX_LABELS 8
+
+enum sb_report_source { SB_REPORT_NONE = 0, SB_REPORT_SCRAPE, SB_REPORT_ORCA, SB_REPORT_AGENT };
+
+/* A load report, engine-neutral. Fields count only when their have_ flag is set. */
+typedef struct sb_endpoint_report {
+    bool have_running, have_waiting, have_kv, have_lora, have_capacity;
+    double running;              /* requests being processed */
+    double waiting;              /* requests queued in the engine */
+    double kv_usage;             /* KV-cache utilisation, 0..1 */
+    uint32_t block_size;         /* tokens per KV block */
+    uint32_t num_gpu_blocks;     /* KV blocks in all */
+    uint32_t max_lora;           /* resident adapters at most */
+    uint64_t lora_running_mask;  /* bit i: pool adapter i is loaded and running */
+    uint64_t lora_waiting_mask;  /* bit i: requests wait for pool adapter i */
+    uint32_t lora_running_count; /* adapters loaded (may exceed the mask's 64 bits) */
+    double requests_total;       /* a monotonic counter, for restart detection; <0 unknown */
+} sb_endpoint_report;
+
+enum sb_health {
+    SB_HEALTH_HEALTHY = 0,
+    SB_HEALTH_EJECTED,     /* outlier: out until ejected_until */
+    SB_HEALTH_HALF_OPEN,   /* after ejection: one trial request at a time */
+    SB_HEALTH_DOWN,        /* active health check failing */
+    SB_HEALTH_DRAINING,    /* operator asked: no new requests */
+};
+
+typedef struct sb_health_params {
+    uint32_t max_failures;   /* consecutive failures that eject; default 3 */
+    sb_ns base_eject_ns;     /* first ejection; default 1 s */
+    sb_ns max_eject_ns;      /* bound of the doubling; default 30 s */
+} sb_health_params;
+
+typedef struct sb_endpoint {
+    /* identity (set by the owner) */
+    uint32_t pool, index;
+    const char *address;
+    const char *label_keys[SB_MAX_LABELS];
+    const char *label_values[SB_MAX_LABELS];
+    size_t n_labels;
+    /* the last report */
+    sb_endpoint_report report;
+    sb_ns report_ns;             /* when it arrived; 0 = never */
+    enum sb_report_source report_source;
+    uint64_t report_seq;         /* increments with every report */
+    /* the router's own accounting */
+    uint32_t in_flight;
+    uint32_t sent_since_report;  /* dispatched after the last report and still in flight */
+    uint64_t pending_prefill_tokens; /* estimated prompt tokens sent, first byte not yet seen */
+    uint64_t dispatched, completed, failed;
+    /* health */
+    enum sb_health health;
+    bool draining;
+    bool active_down;
+    uint32_t consecutive_failures;
+    uint32_t ejections;          /* consecutive ejections (the backoff exponent) */
+    uint64_t ejections_total;
+    sb_ns ejected_until;
+    bool trial_in_flight;
+    sb_ns last_dispatch_ns;
+} sb_endpoint;
+
+/* What a dispatch hands back to the caller, to be returned on completion or failure. */
+typedef struct sb_ticket {
+    uint64_t report_seq;     /* report current at dispatch */
+    uint32_t prefill_tokens; /* estimate added to pending_prefill_tokens */
+    bool first_byte_seen;
+    bool trial;              /* the half-open trial request */
+} sb_ticket;
+
+sb_health_params sb_health_params_default(void);
+
+/* Records a report received at now. A counter that went backwards (requests_total) or
+ * a kv usage of 0 with nothing running after load means the engine restarted: the return
+ * value is true then, so the caller can drop what it believed the engine cached. */
+bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
+
+/* Merges a partial report (only its have_ fields) into the current one, e.g. from an ORCA
+ * header carrying two named metrics. Counts as a report (resets the since-report count). */
+void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
+
+bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now);
+
+/* The state used for scoring: the report corrected by traffic since. */
+double sb_endpoint_waiting(const sb_endpoint *ep);
+double sb_endpoint_running(const sb_endpoint *ep);
+double sb_endpoint_kv_usage(const sb_endpoint *ep);
+
+/* May the endpoint take a new request now? (healthy, or half-open with no trial out). */
+bool sb_endpoint_available(const sb_endpoint *ep, sb_ns now);
+/* Current health, advancing EJECTED to HALF_OPEN when the backoff has passed. */
+enum sb_health sb_endpoint_health(sb_endpoint *ep, sb_ns now);
+const char *sb_health_name(enum sb_health h);
+
+/* Request lifecycle. */
+sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now);
+void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now);
+/* ok: a response came (status < 500); a 5xx or a connect failure is a failure for outlier
+ * detection. A client abort is neither: pass counts_for_health = false. */
+void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
+                        const sb_health_params *hp, sb_ns now);
+
+/* Active health check result. */
+void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now);
+
+#endif

@@ -1,0 +1,118 @@
+/* plugins: the one registry of filters, scorers and pickers, and the built-in profiles.
+ * Adding a plug-in: write it in its own file under filters/, scorers/ or pickers/, declare
+ * it here, list it in its table. */
+#include <string.h>
+
+#include "core/sched.h"
+
+extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels;
+extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
+    sb_scorer_pending_prefill, sb_scorer_lora_affinity;
+extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
+    sb_picker_round_robin;
+
+static const sb_filter_def *const filters[] = {&sb_filter_healthy, &sb_filter_lora, &sb_filter_saturation,
+                                               &sb_filter_labels, NULL};
+static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,     &sb_scorer_running,
+                                               &sb_scorer_kv_cache,  &sb_scorer_in_flight,
+                                               &sb_scorer_pending_prefill, &sb_scorer_lora_affinity, NULL};
+static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
+                                               &sb_picker_softmax, &sb_picker_round_robin, NULL};
+
+const sb_filter_def *const *sb_filters_all(void) { return filters; }
+const sb_scorer_def *const *sb_scorers_all(void) { return scorers; }
+const sb_picker_def *const *sb_pickers_all(void) { return pickers; }
+
+const sb_filter_def *sb_filter_find(const char *name)
+{
+    for (size_t i = 0; filters[i]; i++)
+        if (!strcmp(filters[i]->name, name))
+            return filters[i];
+    return NULL;
+}
+
+const sb_scorer_def *sb_scorer_find(const char *name)
+{
+    for (size_t i = 0; scorers[i]; i++)
+        if (!strcmp(scorers[i]->name, name))
+            return scorers[i];
+    return NULL;
+}
+
+const sb_picker_def *sb_picker_find(const char *name)
+{
+    for (size_t i = 0; pickers[i]; i++)
+        if (!strcmp(pickers[i]->name, name))
+            return pickers[i];
+    return NULL;
+}
+
+void sb_profile_init(sb_profile *p, const char *name)
+{
+    memset(p, 0, sizeof(*p));
+    strncpy(p->name, name, sizeof(p->name) - 1);
+    p->picker = &sb_picker_max_score;
+    p->queue_threshold = 5;   /* GIE saturation detector default queue depth */
+    p->kv_threshold = 0.8;    /* GIE saturation detector default KV-cache utilisation */
+    p->temperature = 0.1;
+}
+
+static sb_profile builtins[4];
+static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", NULL};
+
+static void add_scorer(sb_profile *p, const sb_scorer_def *s, double w)
+{
+    p->scorers[p->n_scorers++] = (sb_weighted_scorer){s, w};
+}
+
+static void init_builtins(void)
+{
+    static bool ready;
+    if (ready)
+        return;
+    ready = true;
+    sb_profile *p = &builtins[0];
+    sb_profile_init(p, "round-robin");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    p->picker = &sb_picker_round_robin;
+
+    p = &builtins[1];
+    sb_profile_init(p, "least-request");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    add_scorer(p, &sb_scorer_in_flight, 1);
+
+    /* load-only: every distribution signal, no affinity. */
+    p = &builtins[2];
+    sb_profile_init(p, "load-only");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    p->filters[p->n_filters++] = &sb_filter_saturation;
+    add_scorer(p, &sb_scorer_queue, 2);
+    add_scorer(p, &sb_scorer_kv_cache, 2);
+    add_scorer(p, &sb_scorer_in_flight, 1);
+    add_scorer(p, &sb_scorer_pending_prefill, 1);
+
+    /* default: what a pool gets when it names no profile. Its composition changes as the
+     * project measures (the prefix scorer joins with the prefix-routing work); the weights
+     * mirror GIE's default (queue 2, KV 2) plus our own accounting, which is never stale. */
+    p = &builtins[3];
+    sb_profile_init(p, "default");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    p->filters[p->n_filters++] = &sb_filter_lora;
+    p->filters[p->n_filters++] = &sb_filter_saturation;
+    add_scorer(p, &sb_scorer_queue, 2);
+    add_scorer(p, &sb_scorer_kv_cache, 2);
+    add_scorer(p, &sb_scorer_in_flight, 1);
+    add_scorer(p, &sb_scorer_pending_prefill, 1);
+    add_scorer(p, &sb_scorer_lora_affinity, 1);
+}
+
+const sb_profile *sb_profile_builtin(const char *name)
+{
+    init_builtins();
+    for (size_t i = 0; builtin_names[i]; i++)
+        if (!strcmp(builtin_names[i], name))
+            return &builtins[i];
+    return NULL;
+}
+
+const char *const *sb_profile_builtin_names(void) { return builtin_names; }

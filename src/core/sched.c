@@ -1,0 +1,135 @@
+#include "core/sched.h"
+
+#include <math.h>
+#include <string.h>
+
+void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double *out)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].stale)
+            continue;
+        lo = values[i] < lo ? values[i] : lo;
+        hi = values[i] > hi ? values[i] : hi;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].stale)
+            out[i] = 0.0;
+        else
+            out[i] = hi > lo ? 1.0 - (values[i] - lo) / (hi - lo) : 1.0;
+    }
+}
+
+static bool excluded(const sb_sched_request *req, uint32_t idx)
+{
+    for (size_t i = 0; i < req->n_exclude; i++)
+        if (req->exclude[i] == idx)
+            return true;
+    return false;
+}
+
+int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *eps, size_t n, sb_decision *d)
+{
+    const sb_profile *p = ctx->profile;
+    d->profile = p;
+    d->pool = req->pool;
+    d->n = n;
+    d->picked = -1;
+    d->n_live = 0;
+    d->n_stale = 0;
+    d->reason = NULL;
+    size_t alive = 0;
+    for (size_t i = 0; i < n; i++) {
+        sb_candidate *c = &d->cands[i];
+        c->ep = &eps[i];
+        c->stale = sb_endpoint_is_stale(&eps[i], ctx->stale_ns, ctx->now);
+        c->removed_by = excluded(req, (uint32_t)i) ? "retry-excluded" : NULL;
+        c->total = 0;
+        c->slot = -1;
+        alive += !c->removed_by;
+    }
+    for (size_t f = 0; f < p->n_filters && alive; f++) {
+        const sb_filter_def *fd = p->filters[f];
+        fd->run(ctx, req, d->cands, n);
+        size_t left = 0;
+        for (size_t i = 0; i < n; i++)
+            left += !d->cands[i].removed_by;
+        if (left == 0 && fd->soft) {
+            /* A soft filter never empties the pool: undo what it removed. */
+            for (size_t i = 0; i < n; i++)
+                if (d->cands[i].removed_by && !strcmp(d->cands[i].removed_by, fd->name))
+                    d->cands[i].removed_by = NULL;
+            continue;
+        }
+        alive = left;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d->cands[i].removed_by)
+            continue;
+        d->cands[i].slot = (int32_t)m;
+        d->live[m++] = d->cands[i];
+        d->n_stale += d->cands[i].stale;
+    }
+    d->n_live = m;
+    if (m == 0) {
+        d->reason = "no candidate left after filters";
+        return -1;
+    }
+    double wsum = 0;
+    for (size_t s = 0; s < p->n_scorers; s++) {
+        double *out = &d->scores[s * m];
+        p->scorers[s].def->score(ctx, req, d->live, m, out);
+        wsum += p->scorers[s].weight;
+        for (size_t i = 0; i < m; i++)
+            d->live[i].total += p->scorers[s].weight * out[i];
+    }
+    if (wsum > 0)
+        for (size_t i = 0; i < m; i++)
+            d->live[i].total /= wsum;
+    size_t k = p->picker->pick(ctx, d->live, m);
+    /* Positions in eps, not ep->index: a caller may pass a slice of a larger table, and
+     * cands has exactly n entries. */
+    for (size_t i = 0; i < m; i++)
+        d->cands[d->live[i].ep - eps].total = d->live[i].total;
+    d->picked = (int)(d->live[k].ep - eps);
+    d->reason = d->n_stale == m && p->n_scorers ? "all candidates stale: scored as loaded" : p->picker->name;
+    return d->picked;
+}
+
+/* Appends s as a JSON string, quotes included; profile names and addresses come from
+ * configuration and may hold anything. */
+static int put_string(sb_buf *b, const char *s)
+{
+    int rc = sb_buf_puts(b, "\"");
+    rc |= sb_buf_json_escape(b, s ? s : "", s ? strlen(s) : 0);
+    rc |= sb_buf_puts(b, "\"");
+    return rc;
+}
+
+int sb_decision_render(const sb_decision *d, sb_buf *b)
+{
+    const sb_profile *p = d->profile;
+    int rc = sb_buf_printf(b, "{\"pool\":%u,\"profile\":", d->pool);
+    rc |= put_string(b, p->name);
+    rc |= sb_buf_printf(b, ",\"picker\":\"%s\",\"picked\":%d,\"reason\":", p->picker->name, d->picked);
+    rc |= put_string(b, d->reason);
+    rc |= sb_buf_puts(b, ",\"candidates\":[");
+    for (size_t i = 0; i < d->n; i++) {
+        const sb_candidate *c = &d->cands[i];
+        rc |= sb_buf_printf(b, "%s{\"endpoint\":%zu,\"address\":", i ? "," : "", i);
+        rc |= put_string(b, c->ep->address);
+        rc |= sb_buf_printf(b, ",\"stale\":%s", c->stale ? "true" : "false");
+        if (c->removed_by) {
+            rc |= sb_buf_printf(b, ",\"removed_by\":\"%s\"}", c->removed_by);
+            continue;
+        }
+        rc |= sb_buf_printf(b, ",\"total\":%.4f,\"scores\":{", c->total);
+        for (size_t s = 0; s < p->n_scorers; s++)
+            rc |= sb_buf_printf(b, "%s\"%s\":%.4f", s ? "," : "", p->scorers[s].def->name,
+                                d->scores[s * d->n_live + (size_t)c->slot]);
+        rc |= sb_buf_puts(b, "}}");
+    }
+    rc |= sb_buf_puts(b, "]}");
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,163 @@
+/* sched: the scheduling framework. A profile is filters in order, weighted scorers, and one
+ * picker; a decision runs them over a pool's endpoints and records why it chose what it chose.
+ *
+ * - A filter removes candidates (and says which filter removed whom). Some filters are soft:
+ *   when they would remove every candidate they remove none (saturation, LoRA).
+ * - A scorer gives each remaining candidate a score in [0,1] (higher is better) and declares a
+ *   category: affinity (prefix, session, LoRA) or distribution (queue, running, KV, in-flight,
+ *   pending prefill). The adaptive configurator (a later issue) moves weight between the two.
+ * - The total is the weighted sum of scores divided by the sum of weights (so it is in [0,1]).
+ * - A picker chooses one candidate from the totals.
+ *
+ * Plug-ins live one per file under core/filters, core/scorers and core/pickers and are listed
+ * in one registry (core/plugins.c). Pure: no I/O, no clock (ctx->now), randomness from the
+ * caller's seeded generator, so replay is deterministic. */
+#ifndef SB_CORE_SCHED_H
+#define SB_CORE_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/time.h"
+#include "core/endpoint.h"
+
+#define SB_MAX_FILTERS 8
+#define SB_MAX_SCORERS 12
+#define SB_PROFILE_NAME_MAX 64
+
+enum sb_scorer_category { SB_AFFINITY = 0, SB_DISTRIBUTION = 1 };
+
+/* What the core sees of a request: never text, only what routing needs. */
+typedef struct sb_sched_request {
+    uint32_t pool;
+    int adapter;                  /* pool adapter index, -1 for the base model */
+    const uint64_t *block_hashes; /* chained prefix-block hashes (proto/inspect.h) */
+    size_t n_blocks;
+    size_t prompt_bytes;
+    uint32_t prompt_tokens;       /* estimate (bytes / 4) */
+    uint64_t session_key;         /* 0 if none */
+    uint64_t prefix_key;          /* 0 if none */
+    const uint32_t *exclude;      /* endpoint indexes not to pick */
+    size_t n_exclude;
+    const struct sb_profile *profile; /* NULL: the pool's current profile (router.h) */
+} sb_sched_request;
+
+typedef struct sb_candidate {
+    sb_endpoint *ep;
+    bool stale;
+    const char *removed_by;       /* filter name, NULL if still a candidate */
+    double total;
+    int32_t slot;                 /* index among live candidates (scores), -1 if removed */
+} sb_candidate;
+
+typedef struct sb_sched_ctx {
+    sb_ns now;
+    sb_ns stale_ns;
+    uint64_t *rng;                /* xorshift state, advanced by pickers */
+    size_t rr_cursor;             /* round-robin picker position (per pool, owned by caller) */
+    struct sb_profile const *profile;
+} sb_sched_ctx;
+
+typedef struct sb_filter_def {
+    const char *name;
+    bool soft;                    /* never removes every candidate */
+    /* Sets removed_by on candidates to drop. */
+    void (*run)(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n);
+} sb_filter_def;
+
+typedef struct sb_scorer_def {
+    const char *name;
+    enum sb_scorer_category category;
+    /* Writes out[i] in [0,1] for each candidate i (all given are live). */
+    void (*score)(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                  double *out);
+} sb_scorer_def;
+
+typedef struct sb_picker_def {
+    const char *name;
+    /* Returns the index of the chosen candidate among c[0..n), n >= 1. */
+    size_t (*pick)(sb_sched_ctx *ctx, const sb_candidate *c, size_t n);
+} sb_picker_def;
+
+typedef struct sb_weighted_scorer {
+    const sb_scorer_def *def;
+    double weight;
+} sb_weighted_scorer;
+
+typedef struct sb_profile {
+    char name[SB_PROFILE_NAME_MAX];
+    const sb_filter_def *filters[SB_MAX_FILTERS];
+    size_t n_filters;
+    sb_weighted_scorer scorers[SB_MAX_SCORERS];
+    size_t n_scorers;
+    const sb_picker_def *picker;
+    /* plug-in parameters */
+    double queue_threshold;   /* saturation filter: waiting requests; default 5 (GIE's) */
+    double kv_threshold;      /* saturation filter: KV utilisation; default 0.8 (GIE's) */
+    double temperature;       /* softmax picker; default 0.1 */
+    const char *label_keys[4]; /* label selector filter */
+    const char *label_values[4];
+    size_t n_labels;
+} sb_profile;
+
+/* Registry look-ups (core/plugins.c); NULL when unknown. */
+const sb_filter_def *sb_filter_find(const char *name);
+const sb_scorer_def *sb_scorer_find(const char *name);
+const sb_picker_def *sb_picker_find(const char *name);
+/* Lists for documentation and `--list`: NULL-terminated arrays. */
+const sb_filter_def *const *sb_filters_all(void);
+const sb_scorer_def *const *sb_scorers_all(void);
+const sb_picker_def *const *sb_pickers_all(void);
+
+/* Built-in profiles by name: round-robin, least-request, default, load-only. NULL if unknown. */
+const sb_profile *sb_profile_builtin(const char *name);
+const char *const *sb_profile_builtin_names(void);
+/* A profile with every parameter at its default and nothing else. */
+void sb_profile_init(sb_profile *p, const char *name);
+
+/* One decision, with everything needed to explain it. Scores are laid out scorer-major:
+ * scores[s * n_live + slot] is scorer s's score of the candidate in that live slot. */
+typedef struct sb_decision {
+    const sb_profile *profile;
+    uint32_t pool;
+    sb_candidate *cands;      /* every endpoint of the pool, in order (n entries) */
+    size_t n;
+    sb_candidate *live;       /* scratch: the candidates left after filters (n entries) */
+    double *scores;           /* scratch: n * SB_MAX_SCORERS entries; scorer-major over live */
+    int picked;               /* candidate index (= endpoint index), -1 if none */
+    const char *reason;       /* "picked by max-score", "all candidates stale", ... */
+    size_t n_live;            /* candidates left after filters */
+    size_t n_stale;
+} sb_decision;
+
+/* Runs ctx->profile over the endpoints eps[0..n) into d (whose cands, live and scores arrays
+ * the caller provides, sized for n). Returns the endpoint index picked or -1
+ * when every endpoint was filtered out. */
+int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *eps, size_t n, sb_decision *d);
+
+/* Appends the decision as JSON to b (0, or -1 on ENOMEM). */
+int sb_decision_render(const sb_decision *d, sb_buf *b);
+
+/* xorshift64* step, shared by pickers and tie-breaks. */
+static inline uint64_t sb_rand_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+/* Uniform double in [0,1). */
+static inline double sb_rand_unit(uint64_t *s) { return (double)(sb_rand_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+
+
+/* Helper for distribution scorers: lower values are better. Scores 1 - (v - min) / (max - min)
+ * over the fresh candidates (1.0 for all when they are equal), and 0 for stale ones: a stale
+ * report is scored as if the endpoint were the most loaded. Min-max normalisation follows the
+ * Gateway API Inference Extension's queue scorer: it ranks the pool, whatever its scale. */
+void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double *out);
+#endif

@@ -1,0 +1,320 @@
+/* admin: what the gateway tells about itself. GET /metrics (Prometheus text, prefix
+ * switchboard_), GET /debug/endpoints (each endpoint's merged state), GET /debug/decisions
+ * (each pool's last scheduling decision, explained), and the per-request record that feeds
+ * the metrics and the access log (one JSON line per request). */
+#include <http_parser.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "net/gateway.h"
+#include "net/probe.h"
+
+/* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
+static const double bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                2.5,   5,    10,    30,   60,  120, 300};
+
+static void histo_add(sb_histo *h, double v)
+{
+    size_t i = 0;
+    while (i < SB_HISTO_BUCKETS && v > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
+{
+    double total_s = (double)(log->t_end - log->t_start) / 1e9;
+    double ttfb_s = log->t_first_byte ? (double)(log->t_first_byte - log->t_start) / 1e9 : -1;
+    if (log->pool >= 0 && (size_t)log->pool < gw->cfg->n_pools) {
+        sb_pool_metrics *pm = &gw->pool_metrics[log->pool];
+        histo_add(&pm->duration, total_s);
+        if (ttfb_s >= 0)
+            histo_add(&pm->ttfb, ttfb_s);
+        if (log->usage.prompt_tokens > 0)
+            pm->prompt_tokens += (uint64_t)log->usage.prompt_tokens;
+        if (log->usage.cached_tokens > 0)
+            pm->cached_tokens += (uint64_t)log->usage.cached_tokens;
+        if (log->usage.completion_tokens > 0)
+            pm->completion_tokens += (uint64_t)log->usage.completion_tokens;
+        if (log->ep >= 0) {
+            int cls = log->status >= 100 && log->status < 600 && log->status != 499 ? log->status / 100 : 0;
+            gw->ep_metrics[gw->pool_first_up[log->pool] + (size_t)log->ep].by_class[cls]++;
+        }
+    }
+    if (!gw->access_log)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    sb_buf b = {0};
+    sb_buf_printf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"model\":\"", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    sb_buf_json_escape(&b, log->model ? log->model : "", log->model ? strlen(log->model) : 0);
+    const char *pool = log->pool >= 0 ? gw->cfg->pools[log->pool].name : "";
+    const char *ep = log->pool >= 0 && log->ep >= 0 ? gw->cfg->pools[log->pool].endpoints[log->ep].address : "";
+    sb_buf_printf(&b,
+                  "\",\"pool\":\"%s\",\"endpoint\":\"%s\",\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
+                  "\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,\"prompt_tokens\":%lld,"
+                  "\"cached_tokens\":%lld,\"completion_tokens\":%lld",
+                  pool, ep, log->status, log->outcome, log->stream ? "true" : "false",
+                  (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0, total_s * 1e3, log->retries,
+                  (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
+                  (long long)log->usage.completion_tokens);
+    if (gw->cfg->log_decisions && log->pool >= 0) {
+        const sb_decision *d = sb_router_last_decision(gw->router, (uint32_t)log->pool);
+        if (d) {
+            sb_buf_puts(&b, ",\"decision\":");
+            sb_decision_render(d, &b);
+        }
+    }
+    sb_buf_puts(&b, "}\n");
+    if (b.data) {
+        fwrite(b.data, 1, b.len, gw->access_log);
+        fflush(gw->access_log);
+    }
+    sb_buf_free(&b);
+}
+
+static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h)
+{
+    uint64_t cum = 0;
+    for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
+        cum += h->counts[i];
+        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i], (unsigned long long)cum);
+    }
+    cum += h->counts[SB_HISTO_BUCKETS];
+    sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool, (unsigned long long)cum);
+    sb_buf_printf(b, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name, pool, h->sum, name, pool,
+                  (unsigned long long)h->n);
+}
+
+static void render_metrics(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_ns now = uv_hrtime();
+    const sb_gateway_counters *c = &gw->counters;
+    sb_buf_printf(b,
+                  "# HELP switchboard_requests_received_total Requests read by the gateway.\n"
+                  "# TYPE switchboard_requests_received_total counter\nswitchboard_requests_received_total %llu\n"
+                  "# HELP switchboard_retries_total Requests retried on another endpoint after a connect failure.\n"
+                  "# TYPE switchboard_retries_total counter\nswitchboard_retries_total %llu\n"
+                  "# HELP switchboard_upstream_errors_total Requests that failed before the response started.\n"
+                  "# TYPE switchboard_upstream_errors_total counter\nswitchboard_upstream_errors_total %llu\n"
+                  "# HELP switchboard_midstream_errors_total Responses cut by an upstream failure.\n"
+                  "# TYPE switchboard_midstream_errors_total counter\nswitchboard_midstream_errors_total %llu\n"
+                  "# HELP switchboard_client_aborts_total Requests whose client left before the end.\n"
+                  "# TYPE switchboard_client_aborts_total counter\nswitchboard_client_aborts_total %llu\n"
+                  "# HELP switchboard_orca_reports_total ORCA load headers applied to endpoint state.\n"
+                  "# TYPE switchboard_orca_reports_total counter\nswitchboard_orca_reports_total %llu\n"
+                  "# HELP switchboard_config_reloads_total Configuration reloads applied.\n"
+                  "# TYPE switchboard_config_reloads_total counter\nswitchboard_config_reloads_total %llu\n"
+                  "# HELP switchboard_in_flight_requests Requests being proxied now.\n"
+                  "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n",
+                  (unsigned long long)c->requests, (unsigned long long)c->retries,
+                  (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
+                  (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
+                  (unsigned long long)gw->reloads, gw->in_flight);
+    sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error.\n"
+                   "# TYPE switchboard_rejected_total counter\n");
+    for (int k = 4; k <= 5; k++)
+        sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\"} %llu\n", k,
+                      (unsigned long long)gw->rejected_by_status[k]);
+    sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
+                   "# TYPE switchboard_requests_total counter\n");
+    static const char *cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            const sb_ep_metrics *m = &gw->ep_metrics[gw->pool_first_up[p] + e];
+            for (int k = 0; k < 6; k++)
+                if (m->by_class[k] || k == 2)
+                    sb_buf_printf(b, "switchboard_requests_total{pool=\"%s\",endpoint=\"%s\",code=\"%s\"} %llu\n",
+                                  cfg->pools[p].name, cfg->pools[p].endpoints[e].address, cls[k],
+                                  (unsigned long long)m->by_class[k]);
+        }
+    sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
+                   "# TYPE switchboard_request_duration_seconds histogram\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->pool_metrics[p].duration);
+    sb_buf_puts(b, "# HELP switchboard_time_to_first_byte_seconds Time from request to the first response byte.\n"
+                   "# TYPE switchboard_time_to_first_byte_seconds histogram\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->pool_metrics[p].ttfb);
+    static const struct {
+        const char *name, *help;
+    } tok[] = {{"switchboard_prompt_tokens_total", "Prompt tokens reported by upstream usage."},
+               {"switchboard_cached_tokens_total", "Prompt tokens served from the prefix cache (upstream usage)."},
+               {"switchboard_completion_tokens_total", "Completion tokens reported by upstream usage."}};
+    for (size_t t = 0; t < 3; t++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", tok[t].name, tok[t].help, tok[t].name);
+        for (size_t p = 0; p < cfg->n_pools; p++) {
+            const sb_pool_metrics *pm = &gw->pool_metrics[p];
+            uint64_t v = t == 0 ? pm->prompt_tokens : t == 1 ? pm->cached_tokens : pm->completion_tokens;
+            sb_buf_printf(b, "%s{pool=\"%s\"} %llu\n", tok[t].name, cfg->pools[p].name, (unsigned long long)v);
+        }
+    }
+    static const char *gauges[][2] = {
+        {"switchboard_endpoint_healthy", "1 if the endpoint takes new requests (healthy or half-open)."},
+        {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
+        {"switchboard_endpoint_in_flight", "Requests the gateway has in flight to the endpoint."},
+        {"switchboard_endpoint_waiting", "Effective queue: reported waiting plus requests sent since the report."},
+        {"switchboard_endpoint_kv_cache_usage", "KV-cache utilisation used for scoring (0..1)."},
+        {"switchboard_endpoint_report_age_seconds", "Age of the endpoint's last load report (-1: none)."},
+        {"switchboard_probe_interval_seconds", "Current metrics scrape interval (adaptive)."},
+    };
+    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
+        for (size_t p = 0; p < cfg->n_pools; p++) {
+            const sb_pool_params *pp = sb_router_pool_params(gw->router, (uint32_t)p);
+            for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+                sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+                const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
+                double v = 0;
+                switch (g) {
+                case 0: v = sb_endpoint_available(ep, now); break;
+                case 1: v = sb_endpoint_is_stale(ep, pp->stale_ns, now); break;
+                case 2: v = ep->in_flight; break;
+                case 3: v = sb_endpoint_waiting(ep); break;
+                case 4: v = sb_endpoint_kv_usage(ep); break;
+                case 5: v = ep->report_ns ? (double)(now - ep->report_ns) / 1e9 : -1; break;
+                default: v = ps ? ps->interval_ms / 1e3 : 0; break;
+                }
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %g\n", gauges[g][0], cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address, v);
+            }
+        }
+    }
+    static const char *probe_counters[][2] = {
+        {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
+        {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
+        {"switchboard_health_check_failures_total", "Active health checks that failed."},
+        {"switchboard_endpoint_ejections_total", "Times outlier detection ejected the endpoint."},
+        {"switchboard_endpoint_restarts_total", "Engine restarts detected from its counters."},
+    };
+    for (size_t g = 0; g < sizeof(probe_counters) / sizeof(probe_counters[0]); g++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", probe_counters[g][0], probe_counters[g][1],
+                      probe_counters[g][0]);
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+                const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
+                sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+                uint64_t v = g == 0   ? (ps ? ps->scrapes : 0)
+                             : g == 1 ? (ps ? ps->scrape_errors : 0)
+                             : g == 2 ? (ps ? ps->health_failures : 0)
+                             : g == 3 ? ep->ejections_total
+                                      : (ps ? ps->restarts : 0);
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %llu\n", probe_counters[g][0], cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address, (unsigned long long)v);
+            }
+    }
+}
+
+static void render_endpoints(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_ns now = uv_hrtime();
+    sb_buf_puts(b, "{\"pools\":[");
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_pool_params *pp = sb_router_pool_params(gw->router, (uint32_t)p);
+        const sb_profile *prof = sb_router_pool_profile(gw->router, (uint32_t)p);
+        sb_buf_printf(b, "%s{\"pool\":\"%s\",\"profile\":\"%s\",\"stale_ms\":%llu,\"endpoints\":[", p ? "," : "",
+                      cfg->pools[p].name, prof ? prof->name : "", (unsigned long long)(pp->stale_ns / SB_NS_PER_MS));
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+            const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
+            const sb_endpoint_report *r = &ep->report;
+            static const char *src[] = {"none", "scrape", "orca", "agent"};
+            sb_buf_printf(b,
+                          "%s{\"address\":\"%s\",\"health\":\"%s\",\"available\":%s,\"stale\":%s,"
+                          "\"report\":{\"source\":\"%s\",\"age_ms\":%.1f,\"running\":",
+                          e ? "," : "", ep->address, sb_health_name(sb_endpoint_health(ep, now)),
+                          sb_endpoint_available(ep, now) ? "true" : "false",
+                          sb_endpoint_is_stale(ep, pp->stale_ns, now) ? "true" : "false", src[ep->report_source],
+                          ep->report_ns ? (double)(now - ep->report_ns) / 1e6 : -1.0);
+            if (r->have_running)
+                sb_buf_printf(b, "%g", r->running);
+            else
+                sb_buf_puts(b, "null");
+            sb_buf_puts(b, ",\"waiting\":");
+            if (r->have_waiting)
+                sb_buf_printf(b, "%g", r->waiting);
+            else
+                sb_buf_puts(b, "null");
+            sb_buf_puts(b, ",\"kv_cache_usage\":");
+            if (r->have_kv)
+                sb_buf_printf(b, "%g", r->kv_usage);
+            else
+                sb_buf_puts(b, "null");
+            sb_buf_printf(b, ",\"block_size\":%u,\"num_gpu_blocks\":%u,\"max_lora\":%u,\"lora_running_mask\":%llu}",
+                          r->block_size, r->num_gpu_blocks, r->max_lora, (unsigned long long)r->lora_running_mask);
+            sb_buf_printf(b,
+                          ",\"own\":{\"in_flight\":%u,\"sent_since_report\":%u,\"pending_prefill_tokens\":%llu,"
+                          "\"dispatched\":%llu,\"completed\":%llu,\"failed\":%llu},"
+                          "\"scoring\":{\"waiting\":%g,\"running\":%g,\"kv_cache_usage\":%g},"
+                          "\"outlier\":{\"consecutive_failures\":%u,\"ejections\":%u}",
+                          ep->in_flight, ep->sent_since_report, (unsigned long long)ep->pending_prefill_tokens,
+                          (unsigned long long)ep->dispatched, (unsigned long long)ep->completed,
+                          (unsigned long long)ep->failed, sb_endpoint_waiting(ep), sb_endpoint_running(ep),
+                          sb_endpoint_kv_usage(ep), ep->consecutive_failures, ep->ejections);
+            if (ps)
+                sb_buf_printf(b,
+                              ",\"probe\":{\"interval_ms\":%u,\"scrapes\":%llu,\"errors\":%llu,\"last_status\":%d,"
+                              "\"health_checks\":%llu,\"health_failures\":%llu,\"restarts\":%llu}",
+                              ps->interval_ms, (unsigned long long)ps->scrapes, (unsigned long long)ps->scrape_errors,
+                              ps->last_status, (unsigned long long)ps->health_checks,
+                              (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
+            sb_buf_puts(b, "}");
+        }
+        sb_buf_puts(b, "]}");
+    }
+    sb_buf_puts(b, "]}");
+}
+
+static void render_decisions(sb_gateway *gw, sb_buf *b)
+{
+    sb_buf_puts(b, "{\"decisions\":[");
+    bool first = true;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        const sb_decision *d = sb_router_last_decision(gw->router, (uint32_t)p);
+        if (!d)
+            continue;
+        sb_buf_puts(b, first ? "" : ",");
+        first = false;
+        sb_decision_render(d, b);
+    }
+    sb_buf_puts(b, "]}");
+}
+
+static bool path_eq(const sb_http_req *req, const char *p)
+{
+    size_t n = strlen(p);
+    return req->path_len == n && !memcmp(req->path, p, n);
+}
+
+bool sb_gateway_admin(sb_gateway *gw, sb_http_req *req)
+{
+    sb_buf b = {0};
+    const char *ct = "application/json";
+    if (path_eq(req, "/metrics")) {
+        render_metrics(gw, &b);
+        ct = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/endpoints")) {
+        render_endpoints(gw, &b);
+    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
+        render_decisions(gw, &b);
+    } else {
+        return false;
+    }
+    if (!b.data) {
+        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+    } else {
+        sb_http_respond(req, 200, ct, NULL, b.data, b.len);
+    }
+    sb_buf_free(&b);
+    return true;
+}

@@ -1,0 +1,221 @@
+#include "net/http_get.h"
+
+#include <http_parser.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+
+struct sb_http_get {
+    sb_upstream *up;
+    sb_upstream_conn *uc;
+    http_parser parser;
+    sb_buf request;
+    sb_buf body;
+    size_t max_body;
+    uint32_t timeout_ms;
+    sb_http_get_cb cb;
+    void *ud;
+    bool complete;
+    bool too_big;
+    bool writing;     /* a write is in flight: its callback frees nothing, just clears this */
+    bool dead;        /* finished or cancelled while the write was in flight */
+};
+
+static http_parser_settings settings;
+
+static void get_free(sb_http_get *g)
+{
+    if (g->writing) {
+        g->dead = true;
+        return;
+    }
+    sb_buf_free(&g->request);
+    sb_buf_free(&g->body);
+    sb_free(g);
+}
+
+static void drop_conn(sb_http_get *g, bool reusable)
+{
+    sb_upstream_conn *uc = g->uc;
+    if (!uc)
+        return;
+    g->uc = NULL;
+    uv_timer_stop(&uc->timer);
+    uv_read_stop((uv_stream_t *)&uc->tcp);
+    uc->tcp.data = uc;
+    uc->timer.data = uc;
+    uc->owner = NULL;
+    if (reusable)
+        sb_upstream_release(uc);
+    else
+        sb_upstream_close(uc);
+}
+
+static void finish(sb_http_get *g, int status)
+{
+    bool reusable = status >= 100 && g->complete && http_should_keep_alive(&g->parser);
+    drop_conn(g, reusable);
+    sb_http_get_cb cb = g->cb;
+    g->cb = NULL;
+    if (cb)
+        cb(g->ud, status, g->body.data ? g->body.data : "", g->body.len);
+    get_free(g);
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    sb_http_get *g = p->data;
+    if (g->body.len + len > g->max_body) {
+        g->too_big = true;
+        return -1;
+    }
+    return sb_buf_append(&g->body, at, len);
+}
+
+static int on_complete(http_parser *p)
+{
+    sb_http_get *g = p->data;
+    g->complete = true;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char slab[65536];
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(slab, sizeof(slab));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    sb_upstream_conn *uc = s->data;
+    sb_http_get *g = uc->owner;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        if (nread == UV_EOF)
+            http_parser_execute(&g->parser, &settings, NULL, 0);
+        finish(g, g->complete ? (int)g->parser.status_code : (nread == UV_EOF ? UV_ECONNRESET : (int)nread));
+        return;
+    }
+    http_parser_execute(&g->parser, &settings, buf->base, (size_t)nread);
+    if (g->complete) {
+        finish(g, (int)g->parser.status_code);
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&g->parser) != HPE_OK)
+        finish(g, g->too_big ? UV_E2BIG : UV_EPROTO);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    sb_upstream_conn *uc = t->data;
+    finish(uc->owner, UV_ETIMEDOUT);
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+    sb_http_get *g = w->data;
+    sb_free(w);
+    g->writing = false;
+    if (g->dead) {
+        get_free(g);
+        return;
+    }
+    if (status < 0 && g->uc)
+        finish(g, status);
+}
+
+static void send_get(sb_http_get *g)
+{
+    sb_upstream_conn *uc = g->uc;
+    uc->owner = g;
+    uc->tcp.data = uc;
+    uc->timer.data = uc;
+    uv_write_t *w = sb_malloc(sizeof(*w));
+    if (!w) {
+        finish(g, UV_ENOMEM);
+        return;
+    }
+    w->data = g;
+    uv_buf_t b = uv_buf_init(g->request.data, (unsigned)g->request.len);
+    if (uv_write(w, (uv_stream_t *)&uc->tcp, &b, 1, on_written) < 0) {
+        sb_free(w);
+        finish(g, UV_ECONNRESET);
+        return;
+    }
+    g->writing = true;
+    uv_timer_start(&uc->timer, on_timeout, g->timeout_ms, 0);
+    if (uv_read_start((uv_stream_t *)&uc->tcp, on_alloc, on_read) < 0)
+        finish(g, UV_ECONNRESET);
+}
+
+static void on_connected(sb_upstream_conn *uc, int status, void *arg)
+{
+    sb_http_get *g = arg;
+    if (status < 0) {
+        g->uc = NULL;
+        finish(g, status);
+        return;
+    }
+    g->uc = uc;
+    if (!g->cb) {
+        /* Cancelled while connecting. */
+        drop_conn(g, true);
+        get_free(g);
+        return;
+    }
+    send_get(g);
+}
+
+int sb_http_get_start(sb_upstream *u, const char *path, uint32_t timeout_ms, size_t max_body, sb_http_get_cb cb,
+                      void *ud, sb_http_get **out)
+{
+    settings = (http_parser_settings){.on_body = on_body, .on_message_complete = on_complete};
+    sb_http_get *g = sb_calloc(1, sizeof(*g));
+    if (!g)
+        return UV_ENOMEM;
+    g->up = u;
+    g->cb = cb;
+    g->ud = ud;
+    g->max_body = max_body;
+    g->timeout_ms = timeout_ms ? timeout_ms : 1000;
+    http_parser_init(&g->parser, HTTP_RESPONSE);
+    g->parser.data = g;
+    if (sb_buf_printf(&g->request, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/plain\r\nUser-Agent: switchboard\r\n\r\n",
+                      path, sb_upstream_address(u)) < 0) {
+        get_free(g);
+        return UV_ENOMEM;
+    }
+    sb_upstream_conn *uc = NULL;
+    int rc = sb_upstream_acquire(u, on_connected, g, &uc);
+    if (rc < 0) {
+        get_free(g);
+        return rc;
+    }
+    *out = g;
+    if (rc == 1) {
+        g->uc = uc;
+        send_get(g);
+    } else {
+        /* Connecting: the connect timeout is the pool's; the response timeout starts once
+         * the request is written. */
+        g->uc = NULL;
+    }
+    return 0;
+}
+
+void sb_http_get_cancel(sb_http_get *g)
+{
+    g->cb = NULL;
+    if (g->uc) {
+        drop_conn(g, false);
+        get_free(g);
+    } else {
+        /* Still connecting: the pool will call on_connected; finish() then frees quietly. */
+    }
+}

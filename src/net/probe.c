@@ -1,0 +1,289 @@
+#include "net/probe.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "net/http_get.h"
+#include "net/upstream.h"
+#include "proto/engine_metrics.h"
+
+/* /metrics of a busy vLLM is ~30-100 KiB; 4 MiB bounds a broken one. */
+#define MAX_METRICS_BYTES (4u << 20)
+#define SLOTS_SCRATCH_BYTES (256u << 10)
+
+typedef struct probe {
+    sb_prober *owner;
+    uint32_t pool, ep;
+    sb_upstream *up;             /* a pool of its own: probes never take request connections */
+    uv_timer_t scrape_timer, health_timer;
+    sb_http_get *scrape, *health;
+    sb_engine_map map;
+    sb_engine_report prev;
+    bool have_prev;
+    bool use_slots;
+    const sb_pool_config *pc;
+    uint64_t dispatched_at_last;
+    sb_probe_stats stats;
+} probe;
+
+struct sb_prober {
+    uv_loop_t *loop;
+    sb_router *router;
+    probe *probes;
+    size_t n;
+    size_t *first;               /* index of each pool's first probe */
+    int handles_open;
+    bool stopping;
+    void *slots_scratch;
+};
+
+static sb_ns now_ns(void) { return uv_hrtime(); }
+
+
+static uint32_t next_interval(probe *pr)
+{
+    const sb_pool_config *pc = pr->pc;
+    sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+    uint64_t d = ep ? ep->dispatched - pr->dispatched_at_last : 0;
+    if (ep)
+        pr->dispatched_at_last = ep->dispatched;
+    uint32_t next;
+    if (d >= 1)
+        next = (uint32_t)((uint64_t)pc->probe_interval_ms * 4 / (4 + d));
+    else
+        next = pr->stats.interval_ms ? pr->stats.interval_ms * 2 : pc->probe_interval_ms;
+    if (next < pc->probe_min_interval_ms)
+        next = pc->probe_min_interval_ms;
+    if (next > pc->probe_max_interval_ms)
+        next = pc->probe_max_interval_ms;
+    return next;
+}
+
+static uint64_t adapter_mask(sb_router *r, uint32_t pool, const sb_engine_lora_list *l)
+{
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        int a = sb_router_adapter_index(r, pool, sb_engine_lora_name(l, i), l->len[i]);
+        if (a >= 0 && a < 64)
+            m |= 1ULL << a;
+    }
+    return m;
+}
+
+static void apply_report(probe *pr, const sb_engine_report *er)
+{
+    sb_router *r = pr->owner->router;
+    sb_endpoint *ep = sb_router_endpoint(r, pr->pool, pr->ep);
+    if (!ep)
+        return;
+    sb_endpoint_report rep = {0};
+    rep.requests_total = er->have_requests_total ? er->requests_total : -1;
+    rep.have_running = er->have_running;
+    rep.running = er->running;
+    rep.have_waiting = er->have_waiting;
+    rep.waiting = er->waiting;
+    rep.have_kv = er->have_kv;
+    rep.kv_usage = er->kv_usage;
+    if (er->have_block_size && er->have_num_gpu_blocks && er->block_size && er->num_gpu_blocks) {
+        rep.have_capacity = true;
+        rep.block_size = er->block_size;
+        rep.num_gpu_blocks = (uint32_t)er->num_gpu_blocks;
+    } else if (er->have_capacity_tokens && er->capacity_tokens) {
+        rep.have_capacity = true;
+        rep.block_size = 1;
+        rep.num_gpu_blocks = (uint32_t)er->capacity_tokens;
+    }
+    if (er->have_lora) {
+        rep.have_lora = true;
+        rep.max_lora = er->max_lora;
+        rep.lora_running_count = er->running_adapters.n;
+        rep.lora_running_mask = adapter_mask(r, pr->pool, &er->running_adapters);
+        rep.lora_waiting_mask = adapter_mask(r, pr->pool, &er->waiting_adapters);
+    }
+    bool restarted = pr->have_prev && sb_engine_report_restarted(&pr->prev, er);
+    sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now_ns());
+    if (restarted) {
+        pr->stats.restarts++;
+        SB_INFO("endpoint %s restarted (counters went back)", ep->address ? ep->address : "?");
+    }
+    pr->prev = *er;
+    pr->have_prev = true;
+}
+
+static void on_scrape_timer(uv_timer_t *t);
+
+static void on_scrape_done(void *ud, int status, const char *body, size_t len)
+{
+    probe *pr = ud;
+    pr->scrape = NULL;
+    pr->stats.scrapes++;
+    pr->stats.last_status = status;
+    pr->stats.last_scrape_ns = now_ns();
+    if (status == 200) {
+        sb_engine_report er;
+        int ok = 0;
+        if (pr->use_slots) {
+            sb_engine_report_init(&er);
+            ok = sb_engine_slots_parse(body, len, pr->owner->slots_scratch, SLOTS_SCRATCH_BYTES, &er) == 0;
+        } else {
+            sb_engine_metrics_parse(&pr->map, body, len, &er);
+            ok = er.n_samples > 0;
+        }
+        if (ok)
+            apply_report(pr, &er);
+        else
+            pr->stats.scrape_errors++;
+    } else {
+        pr->stats.scrape_errors++;
+    }
+    if (!pr->owner->stopping) {
+        pr->stats.interval_ms = next_interval(pr);
+        uv_timer_start(&pr->scrape_timer, on_scrape_timer, pr->stats.interval_ms, 0);
+    }
+}
+
+static void on_scrape_timer(uv_timer_t *t)
+{
+    probe *pr = t->data;
+    const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
+    uint32_t timeout = pr->pc->probe_timeout_ms;
+    int rc = sb_http_get_start(pr->up, path, timeout, MAX_METRICS_BYTES, on_scrape_done, pr, &pr->scrape);
+    if (rc < 0) {
+        pr->scrape = NULL;
+        on_scrape_done(pr, rc, "", 0);
+    }
+}
+
+static void on_health_timer(uv_timer_t *t);
+
+static void on_health_done(void *ud, int status, const char *body, size_t len)
+{
+    (void)body;
+    (void)len;
+    probe *pr = ud;
+    pr->health = NULL;
+    pr->stats.health_checks++;
+    bool ok = status >= 200 && status < 300;
+    if (!ok)
+        pr->stats.health_failures++;
+    sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+    if (ep) {
+        if (ep->active_down != !ok)
+            SB_INFO("endpoint %s health check: %s", ep->address ? ep->address : "?", ok ? "up" : "down");
+        sb_endpoint_active_check(ep, ok, now_ns());
+    }
+    if (!pr->owner->stopping)
+        uv_timer_start(&pr->health_timer, on_health_timer, pr->pc->health_interval_ms, 0);
+}
+
+static void on_health_timer(uv_timer_t *t)
+{
+    probe *pr = t->data;
+    int rc = sb_http_get_start(pr->up, pr->pc->health_path, pr->pc->probe_timeout_ms, 64 * 1024, on_health_done, pr,
+                               &pr->health);
+    if (rc < 0) {
+        pr->health = NULL;
+        on_health_done(pr, rc, "", 0);
+    }
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    sb_prober *p = ((probe *)h->data)->owner;
+    if (--p->handles_open > 0)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->probes[i].up)
+            sb_upstream_free(p->probes[i].up);
+    sb_free(p->probes);
+    sb_free(p->first);
+    sb_free(p->slots_scratch);
+    sb_free(p);
+}
+
+int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb_prober **out)
+{
+    sb_prober *p = sb_calloc(1, sizeof(*p));
+    if (!p)
+        return UV_ENOMEM;
+    p->loop = loop;
+    p->router = router;
+    size_t total = 0;
+    for (size_t i = 0; i < cfg->n_pools; i++)
+        total += cfg->pools[i].n_endpoints;
+    p->probes = sb_calloc(total ? total : 1, sizeof(probe));
+    p->first = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
+    p->slots_scratch = sb_malloc(SLOTS_SCRATCH_BYTES);
+    if (!p->probes || !p->first || !p->slots_scratch) {
+        sb_free(p->probes);
+        sb_free(p->first);
+        sb_free(p->slots_scratch);
+        sb_free(p);
+        return UV_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < cfg->n_pools; i++) {
+        const sb_pool_config *pc = &cfg->pools[i];
+        p->first[i] = k;
+        sb_engine_kind kind = SB_ENGINE_VLLM;
+        sb_engine_kind_parse(pc->engine ? pc->engine : "vllm", &kind);
+        sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
+                                         .kv_usage = pc->metric_kv_usage};
+        for (size_t e = 0; e < pc->n_endpoints; e++, k++) {
+            probe *pr = &p->probes[k];
+            pr->owner = p;
+            pr->pool = (uint32_t)i;
+            pr->ep = (uint32_t)e;
+            pr->pc = pc;
+            sb_engine_map_init(&pr->map, kind, &custom);
+            pr->use_slots = kind == SB_ENGINE_LLAMACPP && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+            sb_upstream_opts uo = {.connect_ms = pc->probe_timeout_ms, .idle_ms = 60000, .max_idle = 1};
+            if (sb_upstream_new(loop, pc->endpoints[e].host, pc->endpoints[e].port, &uo, &pr->up) < 0)
+                pr->up = NULL;
+            uv_timer_init(loop, &pr->scrape_timer);
+            uv_timer_init(loop, &pr->health_timer);
+            pr->scrape_timer.data = pr->health_timer.data = pr;
+            p->handles_open += 2;
+            pr->stats.interval_ms = pc->probe_interval_ms;
+            if (pr->up && pc->probe_enabled)
+                uv_timer_start(&pr->scrape_timer, on_scrape_timer, 0, 0);
+            if (pr->up && pc->health_interval_ms)
+                uv_timer_start(&pr->health_timer, on_health_timer, pc->health_interval_ms, 0);
+        }
+    }
+    p->n = k;
+    p->first[cfg->n_pools] = k;
+    *out = p;
+    return 0;
+}
+
+void sb_prober_stop(sb_prober *p)
+{
+    p->stopping = true;
+    if (p->n == 0) {
+        sb_free(p->probes);
+        sb_free(p->first);
+        sb_free(p->slots_scratch);
+        sb_free(p);
+        return;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        probe *pr = &p->probes[i];
+        if (pr->scrape)
+            sb_http_get_cancel(pr->scrape);
+        if (pr->health)
+            sb_http_get_cancel(pr->health);
+        pr->scrape = pr->health = NULL;
+        uv_close((uv_handle_t *)&pr->scrape_timer, on_closed);
+        uv_close((uv_handle_t *)&pr->health_timer, on_closed);
+    }
+}
+
+const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_t ep)
+{
+    size_t i = p->first[pool] + ep;
+    return i < p->first[pool + 1] ? &p->probes[i].stats : NULL;
+}
+
+void sb_prober_set_router(sb_prober *p, sb_router *router) { p->router = router; }

@@ -1,0 +1,44 @@
+/* probe: keeps the router's picture of each endpoint fresh, off the request path.
+ *
+ * Per endpoint, on the gateway's loop:
+ *   - a scrape of its metrics (GET /metrics, or /slots for llama.cpp run without metrics)
+ *     every interval, with a timeout, parsed by proto/engine_metrics into an endpoint report
+ *     (core/endpoint.h). A scrape never blocks a request: it is one more asynchronous GET on
+ *     its own keep-alive connection.
+ *   - an active health check (GET /health) every health interval.
+ * Adaptive interval: an endpoint that received requests since its last scrape is scraped
+ * sooner, an idle one later, within [min_interval, max_interval]:
+ *     busy (d >= 1 requests dispatched since the last scrape): next = base * 4 / (4 + d)
+ *     idle (d = 0):                                             next = previous * 2
+ * so a replica taking a burst is looked at up to base/min times as often, and an idle fleet
+ * costs little. A scrape in flight is never doubled up: the next starts after it ends.
+ * Not for: ORCA headers (net/proxy.c applies those as responses arrive). */
+#ifndef SB_NET_PROBE_H
+#define SB_NET_PROBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/router.h"
+#include "proto/config.h"
+
+typedef struct sb_prober sb_prober;
+
+typedef struct sb_probe_stats {
+    uint64_t scrapes, scrape_errors, health_checks, health_failures, restarts;
+    uint32_t interval_ms;        /* current scrape interval */
+    int last_status;             /* last scrape: HTTP status or negative libuv error */
+    sb_ns last_scrape_ns;
+} sb_probe_stats;
+
+/* Starts probing every endpoint of every pool of cfg (the router's pools, same order).
+ * Returns 0 and sets *out, or a negative libuv error. */
+int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb_prober **out);
+/* Stops every timer and request; frees once handles are closed. */
+void sb_prober_stop(sb_prober *p);
+const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_t ep);
+/* Re-points the prober at a new router after a reload (same pools and endpoints). */
+void sb_prober_set_router(sb_prober *p, sb_router *router);
+
+#endif

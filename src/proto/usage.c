@@ -1,0 +1,62 @@
+#include "proto/usage.h"
+
+#include <string.h>
+
+static const char *find_last(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    if (n < k)
+        return NULL;
+    for (size_t i = n - k + 1; i-- > 0;)
+        if (s[i] == needle[0] && memcmp(s + i, needle, k) == 0)
+            return s + i;
+    return NULL;
+}
+
+/* Reads the integer after `"key":` inside [s, end), or -1. */
+static int64_t read_count(const char *s, const char *end, const char *key)
+{
+    size_t k = strlen(key);
+    for (const char *p = s; p + k + 2 < end; p++) {
+        if (*p != '"' || memcmp(p + 1, key, k) != 0 || p[k + 1] != '"')
+            continue;
+        p += k + 2;
+        while (p < end && (*p == ' ' || *p == ':' || *p == '\t'))
+            p++;
+        if (p >= end || *p < '0' || *p > '9')
+            return -1;
+        int64_t v = 0;
+        while (p < end && *p >= '0' && *p <= '9' && v < (INT64_MAX - 9) / 10)
+            v = v * 10 + (*p++ - '0');
+        return v;
+    }
+    return -1;
+}
+
+void sb_usage_scan(const char *text, size_t len, sb_usage *out)
+{
+    out->found = false;
+    out->prompt_tokens = out->completion_tokens = out->cached_tokens = -1;
+    const char *u = find_last(text, len, "\"usage\"");
+    if (!u)
+        return;
+    const char *end = text + len;
+    const char *p = u + 7;
+    while (p < end && (*p == ' ' || *p == ':'))
+        p++;
+    if (p >= end || *p != '{')
+        return; /* "usage": null */
+    /* The object ends at its matching brace (nested prompt_tokens_details included). */
+    int depth = 0;
+    const char *q = p;
+    for (; q < end; q++) {
+        if (*q == '{')
+            depth++;
+        else if (*q == '}' && --depth == 0)
+            break;
+    }
+    out->prompt_tokens = read_count(p, q, "prompt_tokens");
+    out->completion_tokens = read_count(p, q, "completion_tokens");
+    out->cached_tokens = read_count(p, q, "cached_tokens");
+    out->found = out->prompt_tokens >= 0 || out->completion_tokens >= 0;
+}

@@ -1,0 +1,1046 @@
+/* server: the live simulator's replicas (see server.h).
+ *
+ * Ownership. A completion request becomes a sim_req once its engine submission succeeds; from
+ * then on exactly one of three paths frees it: the engine's FINISHED event (response
+ * completed), the die-after-tokens fault (connection cut), or the HTTP server's on_abort (the
+ * client left, or the replica stopped). The engine knows it by an id made of a slot index and
+ * a generation, so an event can never reach a freed request. A sim_req is unlinked before its
+ * final HTTP call, because finishing a response may run the handler again at once for a
+ * pipelined request on the same connection (same sb_http_req memory).
+ *
+ * Re-entrancy. Engine callbacks may submit and abort but not query next_event; responding from
+ * a callback can run the handler (pipelining) and a failed write runs on_abort synchronously.
+ * So `in_advance` defers re-arming the step timer to the end of on_step, and every write that
+ * fails returns at once without touching the request again. */
+#include "sim/server.h"
+
+#include <errno.h>
+#include <http_parser.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/log.h"
+#include "net/http_server.h"
+#include "sim/sim_request.h"
+#include "sim/tokenizer.h"
+
+/* Llama-3.1-8B's context length (max_position_embeddings), vLLM's default max_model_len. */
+#define DEFAULT_MODEL_LEN 131072u
+#define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct"
+#define RESTART_DOWN_MIN_MS 10
+#define RESTART_DOWN_MAX_MS 1000
+
+typedef struct replica replica;
+
+typedef struct sim_req {
+    replica *rep;
+    sb_http_req *http;
+    struct sim_req *prev, *next; /* live list, in arrival order */
+    uint64_t id;                 /* engine id: generation << 32 | slot */
+    uint32_t slot;
+    bool chat, stream, include_usage;
+    sb_sim_orca orca;
+    uint32_t max_tokens, emitted;
+    uint64_t created;            /* unix seconds */
+    char rid[48];                /* "chatcmpl-..." / "cmpl-..." */
+    char model[SB_SIM_MODEL_MAX + 1];
+} sim_req;
+
+/* A GET /metrics held back by a fault. */
+typedef struct parked {
+    struct parked *prev, *next;
+    replica *rep;
+    sb_http_req *http;
+    uint64_t due_ns;             /* uv_hrtime deadline; UINT64_MAX: never (hang) */
+} parked;
+
+struct replica {
+    sb_sim_fleet *fleet;
+    uint32_t index;
+    uint16_t port;
+    bool faulty;
+    bool in_advance;
+    bool down;                   /* restart fault: between going down and listening again */
+    sb_http_server *srv;         /* NULL while not listening */
+    sb_engine *engine;
+    sb_sim_stats stats;
+    uv_timer_t step_timer, metrics_timer, restart_timer;
+    sim_req *head, *tail;
+    uint32_t n_live;
+    sim_req **slots;             /* id lookup: slots[id & 0xffffffff] */
+    uint32_t *free_slots;        /* stack of free slot indices */
+    uint32_t cap_slots, n_free;
+    uint64_t generation;
+    parked *parked_head, *parked_tail;
+};
+
+struct sb_sim_fleet {
+    uv_loop_t *loop;
+    sb_sim_opts opts;            /* strings below are the fleet's copies */
+    char *host, *model;
+    char **adapters;
+    uint32_t max_model_len;
+    uint64_t start_ns;
+    uint64_t rng;
+    replica *reps;
+    uint32_t n;
+    int handles_open;
+    bool stopping;
+};
+
+static const char *filler[] = {" the", " model", " server", " is", " simulated", " and", " this", " text",
+                               " fills", " each", " token", " with", " one", " plain", " word", " here"};
+#define N_FILLER (sizeof(filler) / sizeof(filler[0]))
+
+static void on_step(uv_timer_t *t);
+static void rearm(replica *r);
+
+/* ---- clocks and draws ---- */
+
+static sb_ns engine_now(const sb_sim_fleet *f)
+{
+    return (sb_ns)((double)(uv_hrtime() - f->start_ns) * f->opts.speed);
+}
+
+/* xorshift64*: deterministic per fleet, good enough for fault draws. */
+static double draw(sb_sim_fleet *f)
+{
+    f->rng ^= f->rng >> 12;
+    f->rng ^= f->rng << 25;
+    f->rng ^= f->rng >> 27;
+    return (double)((f->rng * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+}
+
+/* ---- small responses ---- */
+
+/* vLLM's error body shape ({"error":{...}} with the HTTP status as the code). */
+static void respond_error(sb_http_req *h, int status, const char *type, const char *message, const char *extra_headers)
+{
+    sb_buf b = {0};
+    sb_buf_puts(&b, "{\"error\":{\"message\":\"");
+    sb_buf_json_escape(&b, message, strlen(message));
+    sb_buf_printf(&b, "\",\"type\":\"%s\",\"param\":null,\"code\":%d}}", type, status);
+    if (b.data)
+        sb_http_respond(h, status, "application/json", extra_headers, b.data, b.len);
+    else
+        sb_http_respond(h, 500, "application/json", NULL, "{}", 2);
+    sb_buf_free(&b);
+}
+
+static void respond_json(sb_http_req *h, int status, sb_buf *b)
+{
+    if (b->data)
+        sb_http_respond(h, status, "application/json", NULL, b->data, b->len);
+    else
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+}
+
+/* ---- live requests ---- */
+
+static int slot_alloc(replica *r, sim_req *q)
+{
+    if (r->n_free == 0) {
+        uint32_t cap = r->cap_slots ? r->cap_slots * 2 : 64;
+        sim_req **s = sb_realloc(r->slots, cap * sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        r->slots = s;
+        uint32_t *fr = sb_realloc(r->free_slots, cap * sizeof(*fr));
+        if (!fr)
+            return -ENOMEM;
+        r->free_slots = fr;
+        for (uint32_t i = cap; i > r->cap_slots; i--) {
+            r->slots[i - 1] = NULL;
+            r->free_slots[r->n_free++] = i - 1;
+        }
+        r->cap_slots = cap;
+    }
+    q->slot = r->free_slots[--r->n_free];
+    q->id = ++r->generation << 32 | q->slot;
+    r->slots[q->slot] = q;
+    return 0;
+}
+
+static sim_req *lookup(replica *r, uint64_t id)
+{
+    uint32_t s = (uint32_t)id;
+    if (s >= r->cap_slots || !r->slots[s] || r->slots[s]->id != id)
+        return NULL;
+    return r->slots[s];
+}
+
+static void link_req(replica *r, sim_req *q)
+{
+    q->prev = r->tail;
+    q->next = NULL;
+    if (r->tail)
+        r->tail->next = q;
+    else
+        r->head = q;
+    r->tail = q;
+    r->n_live++;
+}
+
+/* Forgets q (it must be linked) and frees it. */
+static void req_free(sim_req *q)
+{
+    replica *r = q->rep;
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        r->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        r->tail = q->prev;
+    r->n_live--;
+    r->slots[q->slot] = NULL;
+    r->free_slots[r->n_free++] = q->slot;
+    if (q->http)
+        q->http->user = NULL;
+    sb_free(q);
+}
+
+/* The client left, or the replica is stopping: the engine drops the request. */
+static void on_req_abort(sb_http_req *h)
+{
+    sim_req *q = h->user;
+    if (!q)
+        return;
+    replica *r = q->rep;
+    h->user = NULL;
+    q->http = NULL;
+    if (r->engine)
+        sb_engine_abort(r->engine, q->id, engine_now(r->fleet));
+    req_free(q);
+    rearm(r);
+}
+
+/* ---- OpenAI response bodies ---- */
+
+static void put_usage(sb_buf *b, const sb_engine_usage *u)
+{
+    sb_buf_printf(b,
+                  "{\"prompt_tokens\":%u,\"total_tokens\":%u,\"completion_tokens\":%u,"
+                  "\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
+                  u->prompt_tokens, u->prompt_tokens + u->completion_tokens, u->completion_tokens, u->cached_tokens);
+}
+
+/* The common head of a response object or chunk, up to and including "model":"...",. */
+static void put_head(sb_buf *b, const sim_req *q, const char *object)
+{
+    sb_buf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%llu,\"model\":\"", q->rid, object,
+                  (unsigned long long)q->created);
+    sb_buf_json_escape(b, q->model, strlen(q->model));
+    sb_buf_puts(b, "\",");
+}
+
+/* Writes one SSE event holding b's JSON; b is reset. Returns what sb_http_stream_write does. */
+static int send_event(sim_req *q, sb_buf *b)
+{
+    if (!b->data)
+        return -1;
+    if (sb_buf_puts(b, "\n\n") < 0)
+        return -1;
+    int rc = sb_http_stream_write(q->http, b->data, b->len);
+    sb_buf_reset(b);
+    return rc;
+}
+
+/* The chunk for token number i (0-based) of q. Returns < 0 if q is gone. */
+static int send_token(sim_req *q, uint32_t i, sb_buf *b)
+{
+    const char *word = i == 0 ? filler[0] + 1 : filler[i % N_FILLER];
+    const char *finish = i + 1 == q->max_tokens ? "\"length\"" : "null";
+    if (q->chat && i == 0) {
+        /* vLLM opens a chat stream with the role, sent along with the first token. */
+        sb_buf_puts(b, "data: ");
+        put_head(b, q, "chat.completion.chunk");
+        sb_buf_puts(b, "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                       "\"logprobs\":null,\"finish_reason\":null}]}");
+        if (send_event(q, b) < 0)
+            return -1;
+    }
+    sb_buf_puts(b, "data: ");
+    if (q->chat) {
+        put_head(b, q, "chat.completion.chunk");
+        sb_buf_printf(b, "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},\"logprobs\":null,"
+                         "\"finish_reason\":%s%s}]}",
+                      word, finish, i + 1 == q->max_tokens ? ",\"stop_reason\":null" : "");
+    } else {
+        put_head(b, q, "text_completion");
+        sb_buf_printf(b, "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,\"finish_reason\":%s,"
+                         "\"stop_reason\":null}]}",
+                      word, finish);
+    }
+    return send_event(q, b);
+}
+
+/* Cuts the connection as a dying server would, and forgets the request. */
+static void kill_req(sim_req *q)
+{
+    replica *r = q->rep;
+    sb_http_req *h = q->http;
+    sb_engine_abort(r->engine, q->id, engine_now(r->fleet));
+    h->on_abort = NULL;
+    req_free(q);
+    sb_http_stream_abort(h);
+}
+
+static void deliver_tokens(sim_req *q, uint32_t upto)
+{
+    replica *r = q->rep;
+    const sb_sim_faults *fa = &r->fleet->opts.faults;
+    sb_buf b = {0};
+    while (q->emitted < upto && q->emitted < q->max_tokens) {
+        if (q->stream && send_token(q, q->emitted, &b) < 0) {
+            sb_buf_free(&b);
+            return; /* on_abort has freed q */
+        }
+        q->emitted++;
+        if (r->faulty && fa->die_after_tokens && q->emitted >= fa->die_after_tokens && q->emitted < q->max_tokens) {
+            sb_buf_free(&b);
+            kill_req(q);
+            return;
+        }
+    }
+    sb_buf_free(&b);
+}
+
+static void finish_req(sim_req *q, const sb_engine_usage *u)
+{
+    replica *r = q->rep;
+    sb_buf b = {0};
+    if (q->stream) {
+        if (q->include_usage) {
+            sb_buf_puts(&b, "data: ");
+            put_head(&b, q, q->chat ? "chat.completion.chunk" : "text_completion");
+            sb_buf_puts(&b, "\"choices\":[],\"usage\":");
+            put_usage(&b, u);
+            sb_buf_puts(&b, "}");
+            if (send_event(q, &b) < 0) {
+                sb_buf_free(&b);
+                return;
+            }
+        }
+        if (sb_http_stream_write(q->http, "data: [DONE]\n\n", 14) < 0) {
+            sb_buf_free(&b);
+            return;
+        }
+        sb_http_req *h = q->http;
+        h->on_abort = NULL;
+        req_free(q);
+        sb_http_stream_end(h);
+        sb_buf_free(&b);
+        return;
+    }
+    put_head(&b, q, q->chat ? "chat.completion" : "text_completion");
+    sb_buf text = {0};
+    for (uint32_t i = 0; i < u->completion_tokens; i++)
+        sb_buf_puts(&text, i == 0 ? filler[0] + 1 : filler[i % N_FILLER]);
+    if (q->chat)
+        sb_buf_puts(&b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"");
+    else
+        sb_buf_puts(&b, "\"choices\":[{\"index\":0,\"text\":\"");
+    sb_buf_json_escape(&b, text.data ? text.data : "", text.len);
+    sb_buf_puts(&b, q->chat ? "\",\"tool_calls\":[]},\"logprobs\":null,\"finish_reason\":\"length\","
+                              "\"stop_reason\":null}],\"usage\":"
+                            : "\",\"logprobs\":null,\"finish_reason\":\"length\",\"stop_reason\":null}],\"usage\":");
+    put_usage(&b, u);
+    sb_buf_puts(&b, "}");
+    sb_buf_free(&text);
+    sb_buf hdr = {0};
+    sb_engine_metrics m;
+    sb_engine_metrics_get(r->engine, &m);
+    sb_sim_orca_header(&hdr, q->orca, &m);
+    sb_http_req *h = q->http;
+    h->on_abort = NULL;
+    req_free(q);
+    if (b.data)
+        sb_http_respond(h, 200, "application/json", hdr.data, b.data, b.len);
+    else
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    sb_buf_free(&hdr);
+    sb_buf_free(&b);
+}
+
+/* ---- the engine's clock ---- */
+
+static void on_event(void *ud, const sb_engine_event *ev)
+{
+    replica *r = ud;
+    sim_req *q = lookup(r, ev->id);
+    double s = 1e-9;
+    switch (ev->kind) {
+    case SB_ENGINE_EV_FIRST_TOKEN:
+    case SB_ENGINE_EV_TOKEN:
+        if (ev->kind == SB_ENGINE_EV_TOKEN)
+            sb_sim_stats_observe(&r->stats, SB_SIM_HIST_ITL, (double)ev->itl_ns * s);
+        if (q)
+            deliver_tokens(q, ev->usage.completion_tokens);
+        break;
+    case SB_ENGINE_EV_FINISHED:
+        sb_sim_stats_observe(&r->stats, SB_SIM_HIST_TTFT, (double)ev->usage.ttft_ns * s);
+        sb_sim_stats_observe(&r->stats, SB_SIM_HIST_E2E, (double)ev->usage.e2e_ns * s);
+        sb_sim_stats_observe(&r->stats, SB_SIM_HIST_QUEUE, (double)ev->usage.queue_ns * s);
+        if (q)
+            finish_req(q, &ev->usage);
+        break;
+    case SB_ENGINE_EV_PREEMPTED:
+        break;
+    }
+}
+
+static void on_step(uv_timer_t *t)
+{
+    replica *r = t->data;
+    if (!r->engine || r->fleet->stopping)
+        return;
+    r->in_advance = true;
+    sb_engine_advance(r->engine, engine_now(r->fleet), on_event, r);
+    r->in_advance = false;
+    rearm(r);
+}
+
+/* Arms the step timer for the engine's next event, converted to real milliseconds (rounded
+ * up: a timer that fires early only re-arms). */
+static void rearm(replica *r)
+{
+    sb_sim_fleet *f = r->fleet;
+    if (r->in_advance || f->stopping || !r->engine)
+        return;
+    sb_ns next = sb_engine_next_event(r->engine);
+    if (next == SB_ENGINE_NEVER) {
+        uv_timer_stop(&r->step_timer);
+        return;
+    }
+    sb_ns now = engine_now(f);
+    uint64_t ms = 0;
+    if (next > now)
+        ms = (uint64_t)ceil((double)(next - now) / f->opts.speed / 1e6);
+    uv_timer_start(&r->step_timer, on_step, ms, 0);
+}
+
+/* ---- endpoints ---- */
+
+/* The engine adapter id for a model name: 0 for the base model, i + 1 for adapter i, -1 if
+ * the replica does not serve it. */
+static int model_adapter(const sb_sim_fleet *f, const sb_sim_request *pr)
+{
+    if (pr->model_len > SB_SIM_MODEL_MAX)
+        return -1;
+    if (!strcmp(pr->model, f->model))
+        return 0;
+    for (size_t i = 0; i < f->opts.n_adapters; i++)
+        if (!strcmp(pr->model, f->adapters[i]))
+            return (int)i + 1;
+    return -1;
+}
+
+static void respond_unknown_model(sb_http_req *h, const char *model)
+{
+    char msg[SB_SIM_MODEL_MAX + 64];
+    snprintf(msg, sizeof(msg), "The model `%s` does not exist.", model);
+    respond_error(h, 404, "NotFoundError", msg, NULL);
+}
+
+static void handle_completion(replica *r, sb_http_req *h, bool chat)
+{
+    sb_sim_fleet *f = r->fleet;
+    const sb_sim_faults *fa = &f->opts.faults;
+    if (r->faulty && fa->fail_rate > 0 && draw(f) < fa->fail_rate) {
+        respond_error(h, 500, "InternalServerError", "simulated failure (--fail-rate)", NULL);
+        return;
+    }
+    sb_buf prompt = {0};
+    sb_sim_request pr;
+    uint32_t *tokens = NULL;
+    sim_req *q = NULL;
+    int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, &pr,
+                                  &prompt);
+    if (rc == -EINVAL) {
+        respond_error(h, 400, "BadRequestError", pr.error, NULL);
+        goto done;
+    }
+    if (rc < 0)
+        goto nomem;
+    int adapter = model_adapter(f, &pr);
+    if (adapter < 0) {
+        respond_unknown_model(h, pr.model);
+        goto done;
+    }
+    size_t n = sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0);
+    if (n == 0) {
+        respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
+        goto done;
+    }
+    if (n + pr.max_tokens > f->max_model_len) {
+        char msg[320];
+        snprintf(msg, sizeof(msg),
+                 "This model's maximum context length is %u tokens. However, you requested %zu tokens (%zu in the "
+                 "messages, %u in the completion). Please reduce the length of the messages or completion.",
+                 f->max_model_len, n + pr.max_tokens, n, pr.max_tokens);
+        respond_error(h, 400, "BadRequestError", msg, NULL);
+        goto done;
+    }
+    tokens = sb_malloc(n * sizeof(*tokens));
+    q = sb_calloc(1, sizeof(*q));
+    if (!tokens || !q || slot_alloc(r, q) < 0)
+        goto nomem;
+    sb_tokenize(prompt.data, prompt.len, tokens, n);
+    sb_engine_request er = {.id = q->id, .tokens = tokens, .n_prompt = (uint32_t)n, .max_tokens = pr.max_tokens,
+                            .adapter = (uint32_t)adapter};
+    rc = sb_engine_submit(r->engine, &er, engine_now(f));
+    if (rc < 0) {
+        r->slots[q->slot] = NULL;
+        r->free_slots[r->n_free++] = q->slot;
+        if (rc == -E2BIG)
+            respond_error(h, 400, "BadRequestError", "The prompt and max_tokens do not fit in the KV cache.", NULL);
+        else
+            respond_error(h, 500, "InternalServerError", "the engine refused the request", NULL);
+        sb_free(q);
+        q = NULL;
+        goto done;
+    }
+    q->rep = r;
+    q->http = h;
+    q->chat = chat;
+    q->stream = pr.stream;
+    q->include_usage = pr.stream && pr.include_usage;
+    q->max_tokens = pr.max_tokens;
+    q->created = (uint64_t)time(NULL);
+    const sb_http_header *oh = sb_http_req_header(h, "endpoint-load-metrics-format");
+    q->orca = oh ? sb_sim_orca_format(oh->value, oh->value_len) : SB_SIM_ORCA_NONE;
+    snprintf(q->rid, sizeof(q->rid), "%s-%04x%012llx", chat ? "chatcmpl" : "cmpl", r->port,
+             (unsigned long long)(q->id >> 32));
+    memcpy(q->model, pr.model, strlen(pr.model) + 1);
+    link_req(r, q);
+    h->user = q;
+    h->on_abort = on_req_abort;
+    if (q->stream) {
+        sb_buf hdr = {0};
+        sb_engine_metrics m;
+        sb_engine_metrics_get(r->engine, &m);
+        sb_buf_puts(&hdr, "Content-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n");
+        sb_sim_orca_header(&hdr, q->orca, &m);
+        if (!hdr.data) {
+            h->on_abort = NULL;
+            sb_engine_abort(r->engine, q->id, engine_now(f));
+            req_free(q);
+            respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        } else {
+            /* On failure the connection is closed and on_abort has freed q. */
+            sb_http_stream_begin(h, 200, hdr.data, hdr.len, -1);
+        }
+        sb_buf_free(&hdr);
+    }
+    q = NULL;
+    rearm(r);
+done:
+    sb_free(tokens);
+    sb_buf_free(&prompt);
+    return;
+nomem:
+    if (q && r->slots && r->slots[q->slot] == q) {
+        r->slots[q->slot] = NULL;
+        r->free_slots[r->n_free++] = q->slot;
+    }
+    sb_free(q);
+    q = NULL;
+    respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    goto done;
+}
+
+static void handle_models(replica *r, sb_http_req *h)
+{
+    sb_sim_fleet *f = r->fleet;
+    const char *owner = sb_sim_flavor_name(f->opts.flavor);
+    unsigned long long created = (unsigned long long)time(NULL);
+    sb_buf b = {0};
+    sb_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":\"");
+    sb_buf_json_escape(&b, f->model, strlen(f->model));
+    sb_buf_printf(&b, "\",\"object\":\"model\",\"created\":%llu,\"owned_by\":\"%s\",\"root\":\"", created, owner);
+    sb_buf_json_escape(&b, f->model, strlen(f->model));
+    sb_buf_printf(&b, "\",\"parent\":null,\"max_model_len\":%u,\"permission\":[]}", f->max_model_len);
+    for (size_t i = 0; i < f->opts.n_adapters; i++) {
+        const char *a = f->adapters[i];
+        sb_buf_puts(&b, ",{\"id\":\"");
+        sb_buf_json_escape(&b, a, strlen(a));
+        sb_buf_printf(&b, "\",\"object\":\"model\",\"created\":%llu,\"owned_by\":\"%s\",\"root\":\"/adapters/", created,
+                      owner);
+        sb_buf_json_escape(&b, a, strlen(a));
+        sb_buf_puts(&b, "\",\"parent\":\"");
+        sb_buf_json_escape(&b, f->model, strlen(f->model));
+        sb_buf_puts(&b, "\",\"max_model_len\":null,\"permission\":[]}");
+    }
+    sb_buf_puts(&b, "]}");
+    respond_json(h, 200, &b);
+    sb_buf_free(&b);
+}
+
+static void handle_tokenize(replica *r, sb_http_req *h)
+{
+    sb_sim_fleet *f = r->fleet;
+    sb_buf prompt = {0}, b = {0};
+    sb_sim_request pr;
+    uint32_t *tokens = NULL;
+    int rc = sb_sim_request_parse(h->body, h->body_len, SB_SIM_API_TOKENIZE, &pr, &prompt);
+    if (rc == -EINVAL) {
+        respond_error(h, 400, "BadRequestError", pr.error, NULL);
+        goto done;
+    }
+    if (rc == 0 && pr.model_len && model_adapter(f, &pr) < 0) {
+        respond_unknown_model(h, pr.model);
+        goto done;
+    }
+    size_t n = rc == 0 ? sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0) : 0;
+    tokens = n ? sb_malloc(n * sizeof(*tokens)) : NULL;
+    if (rc < 0 || (n && !tokens)) {
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        goto done;
+    }
+    sb_tokenize(prompt.data, prompt.len, tokens, n);
+    sb_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%u,\"tokens\":[", n, f->max_model_len);
+    for (size_t i = 0; i < n; i++)
+        sb_buf_printf(&b, i ? ",%u" : "%u", tokens[i]);
+    sb_buf_puts(&b, "],\"token_strs\":null}");
+    respond_json(h, 200, &b);
+done:
+    sb_free(tokens);
+    sb_buf_free(&prompt);
+    sb_buf_free(&b);
+}
+
+/* Comma-separated names of the adapters with running (or waiting) requests. */
+static void adapter_names(const replica *r, bool running, sb_buf *out)
+{
+    const sb_sim_fleet *f = r->fleet;
+    size_t n = sb_engine_adapters(r->engine, NULL, 0);
+    sb_engine_adapter *ad = n ? sb_calloc(n, sizeof(*ad)) : NULL;
+    if (ad)
+        n = sb_engine_adapters(r->engine, ad, n);
+    for (size_t i = 0; ad && i < n; i++) {
+        if ((running ? ad[i].running : ad[i].waiting) == 0 || ad[i].id == 0 || ad[i].id > f->opts.n_adapters)
+            continue;
+        if (out->len)
+            sb_buf_puts(out, ",");
+        sb_buf_puts(out, f->adapters[ad[i].id - 1]);
+    }
+    sb_free(ad);
+}
+
+static void answer_metrics(replica *r, sb_http_req *h)
+{
+    sb_sim_fleet *f = r->fleet;
+    sb_engine_metrics m;
+    sb_engine_metrics_get(r->engine, &m);
+    sb_buf run = {0}, wait = {0}, b = {0};
+    adapter_names(r, true, &run);
+    adapter_names(r, false, &wait);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sb_sim_metrics_view v = {
+        .flavor = f->opts.flavor,
+        .model_name = f->model,
+        .engine = &m,
+        .stats = &r->stats,
+        .running_adapters = run.data ? run.data : "",
+        .waiting_adapters = wait.data ? wait.data : "",
+        .enable_prefix_caching = f->opts.engine.enable_prefix_caching,
+        .now_unix_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9,
+    };
+    if (sb_sim_metrics_render(&b, &v) == 0)
+        sb_http_respond(h, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
+    else
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    sb_buf_free(&run);
+    sb_buf_free(&wait);
+    sb_buf_free(&b);
+}
+
+static void unpark(parked *p)
+{
+    replica *r = p->rep;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        r->parked_head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        r->parked_tail = p->prev;
+    p->http->user = NULL;
+    p->http->on_abort = NULL;
+    sb_free(p);
+}
+
+static void on_parked_abort(sb_http_req *h)
+{
+    if (h->user)
+        unpark(h->user);
+}
+
+static void on_metrics_timer(uv_timer_t *t);
+
+static void arm_metrics_timer(replica *r)
+{
+    parked *p = r->parked_head;
+    while (p && p->due_ns == UINT64_MAX)
+        p = p->next;
+    if (!p || r->fleet->stopping) {
+        uv_timer_stop(&r->metrics_timer);
+        return;
+    }
+    uint64_t now = uv_hrtime();
+    uint64_t ms = p->due_ns > now ? (p->due_ns - now + SB_NS_PER_MS - 1) / SB_NS_PER_MS : 0;
+    uv_timer_start(&r->metrics_timer, on_metrics_timer, ms, 0);
+}
+
+static void on_metrics_timer(uv_timer_t *t)
+{
+    replica *r = t->data;
+    uint64_t now = uv_hrtime();
+    /* Answering may run the handler for a pipelined request, which may park again: take one
+     * due entry at a time from the list as it is then. */
+    for (;;) {
+        parked *p = r->parked_head;
+        while (p && (p->due_ns == UINT64_MAX || p->due_ns > now))
+            p = p->next;
+        if (!p)
+            break;
+        sb_http_req *h = p->http;
+        unpark(p);
+        answer_metrics(r, h);
+    }
+    arm_metrics_timer(r);
+}
+
+static void handle_metrics(replica *r, sb_http_req *h)
+{
+    const sb_sim_faults *fa = &r->fleet->opts.faults;
+    if (!r->faulty || (!fa->metrics_hang && !fa->metrics_delay_ms)) {
+        answer_metrics(r, h);
+        return;
+    }
+    parked *p = sb_calloc(1, sizeof(*p));
+    if (!p) {
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        return;
+    }
+    p->rep = r;
+    p->http = h;
+    p->due_ns = fa->metrics_hang ? UINT64_MAX : uv_hrtime() + (uint64_t)fa->metrics_delay_ms * SB_NS_PER_MS;
+    p->prev = r->parked_tail;
+    if (r->parked_tail)
+        r->parked_tail->next = p;
+    else
+        r->parked_head = p;
+    r->parked_tail = p;
+    h->user = p;
+    h->on_abort = on_parked_abort;
+    arm_metrics_timer(r);
+}
+
+/* llama.cpp's slots: max_num_seqs of them; the oldest live requests, as many as the engine
+ * runs, are shown processing (the engine admits first come first served). */
+static void handle_slots(replica *r, sb_http_req *h)
+{
+    sb_engine_metrics m;
+    sb_engine_metrics_get(r->engine, &m);
+    const sb_engine_params *p = sb_engine_params_get(r->engine);
+    size_t n = p->max_num_seqs;
+    sb_sim_slot *slots = sb_calloc(n, sizeof(*slots));
+    sb_buf b = {0};
+    if (!slots) {
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        return;
+    }
+    size_t i = 0;
+    for (const sim_req *q = r->head; q && i < n && i < m.num_requests_running; q = q->next, i++)
+        slots[i] = (sb_sim_slot){true, q->id >> 32, q->emitted, q->max_tokens, q->stream};
+    uint32_t n_ctx = (uint32_t)((uint64_t)p->num_gpu_blocks * p->block_size / n);
+    if (sb_sim_slots_render(&b, slots, n, n_ctx) == 0)
+        respond_json(h, 200, &b);
+    else
+        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    sb_free(slots);
+    sb_buf_free(&b);
+}
+
+static bool path_is(const sb_http_req *h, const char *path)
+{
+    size_t n = strlen(path);
+    return h->path_len == n && memcmp(h->path, path, n) == 0;
+}
+
+/* FastAPI's bodies for unrouted requests, which vLLM and SGLang answer with. */
+static void handler(sb_http_req *h, void *ctx)
+{
+    replica *r = ctx;
+    sb_sim_flavor flavor = r->fleet->opts.flavor;
+    static const struct {
+        const char *path;
+        int method;
+    } routes[] = {
+        {"/v1/chat/completions", HTTP_POST}, {"/v1/completions", HTTP_POST}, {"/v1/models", HTTP_GET},
+        {"/health", HTTP_GET},               {"/tokenize", HTTP_POST},      {"/metrics", HTTP_GET},
+        {"/slots", HTTP_GET},
+    };
+    size_t route = sizeof(routes) / sizeof(routes[0]);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (path_is(h, routes[i].path) && (i != 6 || flavor == SB_SIM_LLAMACPP)) {
+            route = i;
+            break;
+        }
+    if (route == sizeof(routes) / sizeof(routes[0])) {
+        sb_http_respond(h, 404, "application/json", NULL, "{\"detail\":\"Not Found\"}", 22);
+        return;
+    }
+    if (h->method != routes[route].method) {
+        sb_http_respond(h, 405, "application/json", NULL, "{\"detail\":\"Method Not Allowed\"}", 31);
+        return;
+    }
+    switch (route) {
+    case 0:
+    case 1:
+        handle_completion(r, h, route == 0);
+        break;
+    case 2:
+        handle_models(r, h);
+        break;
+    case 3:
+        if (flavor == SB_SIM_LLAMACPP)
+            sb_http_respond(h, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        else
+            sb_http_respond(h, 200, "application/json", NULL, "", 0);
+        break;
+    case 4:
+        handle_tokenize(r, h);
+        break;
+    case 5:
+        handle_metrics(r, h);
+        break;
+    default:
+        handle_slots(r, h);
+        break;
+    }
+}
+
+/* ---- replica lifecycle ---- */
+
+static int listen_replica(replica *r)
+{
+    sb_sim_fleet *f = r->fleet;
+    int rc = sb_http_server_start(f->loop, f->host, r->port, NULL, handler, r, &r->srv);
+    if (rc < 0) {
+        r->srv = NULL;
+        return rc;
+    }
+    r->port = sb_http_server_port(r->srv);
+    return 0;
+}
+
+/* Closes the listener and every connection (in-flight requests are aborted through
+ * on_abort, which needs the engine: it is freed after). */
+static void unlisten_replica(replica *r)
+{
+    if (r->srv) {
+        sb_http_server_stop(r->srv);
+        r->srv = NULL;
+    }
+    while (r->parked_head) /* none are left after the server stop; this is a safety net */
+        unpark(r->parked_head);
+}
+
+static uint32_t restart_down_ms(const sb_sim_faults *fa)
+{
+    uint32_t d = fa->restart_every_ms / 10;
+    return d < RESTART_DOWN_MIN_MS ? RESTART_DOWN_MIN_MS : d > RESTART_DOWN_MAX_MS ? RESTART_DOWN_MAX_MS : d;
+}
+
+static void on_restart_timer(uv_timer_t *t)
+{
+    replica *r = t->data;
+    sb_sim_fleet *f = r->fleet;
+    const sb_sim_faults *fa = &f->opts.faults;
+    if (f->stopping)
+        return;
+    if (!r->down) {
+        SB_INFO("sim: replica %u (port %u) restarting", r->index, r->port);
+        unlisten_replica(r);
+        uv_timer_stop(&r->step_timer);
+        uv_timer_stop(&r->metrics_timer);
+        sb_engine *fresh = sb_engine_new(&f->opts.engine);
+        if (fresh) {
+            sb_engine_free(r->engine);
+            r->engine = fresh;
+            sb_sim_stats_init(&r->stats, f->opts.flavor);
+        }
+        r->down = true;
+        uv_timer_start(&r->restart_timer, on_restart_timer, restart_down_ms(fa), 0);
+        return;
+    }
+    int rc = listen_replica(r);
+    if (rc < 0)
+        SB_WARN("sim: replica %u cannot listen again on port %u: %s", r->index, r->port, uv_strerror(rc));
+    else
+        r->down = false;
+    uv_timer_start(&r->restart_timer, on_restart_timer, rc < 0 ? restart_down_ms(fa) : fa->restart_every_ms, 0);
+}
+
+/* ---- the fleet ---- */
+
+void sb_sim_opts_default(sb_sim_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->replicas = 1;
+    o->model = DEFAULT_MODEL;
+    o->flavor = SB_SIM_VLLM;
+    o->speed = 1.0;
+    o->engine = sb_engine_params_default();
+    o->seed = 1;
+}
+
+static void fleet_free(sb_sim_fleet *f)
+{
+    for (uint32_t i = 0; i < f->n; i++) {
+        sb_free(f->reps[i].slots);
+        sb_free(f->reps[i].free_slots);
+    }
+    for (size_t i = 0; i < f->opts.n_adapters; i++)
+        sb_free(f->adapters ? f->adapters[i] : NULL);
+    sb_free(f->adapters);
+    sb_free(f->reps);
+    sb_free(f->host);
+    sb_free(f->model);
+    sb_free(f);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    sb_sim_fleet *f = ((replica *)h->data)->fleet;
+    if (--f->handles_open == 0)
+        fleet_free(f);
+}
+
+uint32_t sb_sim_fleet_size(const sb_sim_fleet *f) { return f->n; }
+
+uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i) { return i < f->n ? f->reps[i].port : 0; }
+
+void sb_sim_fleet_stop(sb_sim_fleet *f)
+{
+    if (f->stopping)
+        return;
+    f->stopping = true;
+    for (uint32_t i = 0; i < f->n; i++) {
+        replica *r = &f->reps[i];
+        unlisten_replica(r);
+        sb_engine_free(r->engine);
+        r->engine = NULL;
+        uv_timer_t *timers[] = {&r->step_timer, &r->metrics_timer, &r->restart_timer};
+        for (size_t k = 0; k < 3; k++) {
+            uv_timer_stop(timers[k]);
+            uv_close((uv_handle_t *)timers[k], on_timer_closed);
+        }
+    }
+    if (f->handles_open == 0)
+        fleet_free(f);
+}
+
+static int check_opts(const sb_sim_opts *o)
+{
+    if (!o->model || !*o->model || strlen(o->model) > SB_SIM_MODEL_MAX || !o->host || o->replicas == 0 ||
+        !(o->speed > 0) || !isfinite(o->speed) || sb_engine_params_check(&o->engine) < 0 ||
+        !(o->faults.fail_rate >= 0 && o->faults.fail_rate <= 1))
+        return -EINVAL;
+    if (o->port && (uint32_t)o->port + o->replicas - 1 > 65535)
+        return -EINVAL;
+    if (o->n_adapters && !o->adapters)
+        return -EINVAL;
+    for (size_t i = 0; i < o->n_adapters; i++) {
+        if (!o->adapters[i] || !*o->adapters[i] || strlen(o->adapters[i]) > SB_SIM_MODEL_MAX ||
+            !strcmp(o->adapters[i], o->model))
+            return -EINVAL;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(o->adapters[i], o->adapters[j]))
+                return -EINVAL;
+    }
+    return 0;
+}
+
+int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **out)
+{
+    int rc = check_opts(opts);
+    if (rc < 0)
+        return rc;
+    sb_sim_fleet *f = sb_calloc(1, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    f->loop = loop;
+    f->opts = *opts;
+    f->host = sb_strdup(opts->host);
+    f->model = sb_strdup(opts->model);
+    f->adapters = opts->n_adapters ? sb_calloc(opts->n_adapters, sizeof(char *)) : NULL;
+    f->reps = sb_calloc(opts->replicas, sizeof(replica));
+    if (!f->host || !f->model || (opts->n_adapters && !f->adapters) || !f->reps) {
+        f->opts.n_adapters = f->adapters ? opts->n_adapters : 0;
+        fleet_free(f);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < opts->n_adapters; i++)
+        if (!(f->adapters[i] = sb_strdup(opts->adapters[i]))) {
+            fleet_free(f);
+            return -ENOMEM;
+        }
+    f->opts.host = f->host;
+    f->opts.model = f->model;
+    f->opts.adapters = (const char *const *)f->adapters;
+    uint64_t cache_tokens = (uint64_t)opts->engine.num_gpu_blocks * opts->engine.block_size;
+    f->max_model_len = opts->max_model_len
+                           ? opts->max_model_len
+                           : (uint32_t)(cache_tokens < DEFAULT_MODEL_LEN ? cache_tokens : DEFAULT_MODEL_LEN);
+    f->rng = opts->seed ? opts->seed : 0x9E3779B97F4A7C15ULL;
+    f->start_ns = uv_hrtime();
+    f->n = opts->replicas;
+    /* Timers first, for every replica: from here on, the one cleanup path is fleet_stop. */
+    for (uint32_t i = 0; i < f->n; i++) {
+        replica *r = &f->reps[i];
+        r->fleet = f;
+        r->index = i;
+        r->port = opts->port ? (uint16_t)(opts->port + i) : 0;
+        r->faulty = opts->faults.replica_mask == 0 || (i < 64 && (opts->faults.replica_mask >> i & 1));
+        uv_timer_t *timers[] = {&r->step_timer, &r->metrics_timer, &r->restart_timer};
+        for (size_t k = 0; k < 3; k++) {
+            uv_timer_init(loop, timers[k]);
+            timers[k]->data = r;
+            f->handles_open++;
+        }
+        sb_sim_stats_init(&r->stats, opts->flavor);
+    }
+    for (uint32_t i = 0; i < f->n && rc == 0; i++) {
+        replica *r = &f->reps[i];
+        if (!(r->engine = sb_engine_new(&f->opts.engine))) {
+            rc = -ENOMEM;
+            break;
+        }
+        const sb_sim_faults *fa = &opts->faults;
+        if (r->faulty && fa->refuse)
+            continue;
+        if ((rc = listen_replica(r)) < 0)
+            break;
+        if (r->faulty && fa->restart_every_ms)
+            uv_timer_start(&r->restart_timer, on_restart_timer, fa->restart_every_ms, 0);
+    }
+    if (rc < 0) {
+        sb_sim_fleet_stop(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}

@@ -1,0 +1,96 @@
+/* server: the live simulator, a fleet of simulated vLLM-compatible model servers on one loop.
+ *
+ * A fleet is N replicas of one model (with optional LoRA adapters), replica i listening on
+ * port + i, each an sb_engine (sim/engine.h) behind the project's HTTP server
+ * (net/http_server.h). Several fleets (different models, ports, flavors) can share one loop
+ * and one process: `switchboard sim` runs one, `switchboard demo` runs its own next to the
+ * gateway. Each replica answers:
+ *   POST /v1/chat/completions, POST /v1/completions  streaming (SSE) or not; the output is a
+ *        deterministic filler of max_tokens tokens; errors shaped like vLLM's
+ *   GET /v1/models, GET /health, POST /tokenize, GET /metrics (vLLM, SGLang or llama.cpp
+ *        names), GET /slots (llama.cpp flavor only)
+ * and, when a request carries `endpoint-load-metrics-format: TEXT|JSON`, the ORCA response
+ * header `endpoint-load-metrics`.
+ *
+ * Time. Each replica's engine runs on the fleet's clock: engine ns = real ns since the fleet
+ * started * speed. One uv timer per replica is armed for the engine's next event, converted
+ * back to real time (libuv timers have millisecond resolution, so at high speeds several steps
+ * complete per timer tick and their tokens leave together). Latency histograms in /metrics
+ * and usage are in engine time: what the simulated GPU server would have measured.
+ *
+ * Faults (off by default) apply to the replicas selected by faults.replica_mask:
+ *   fail_rate          that fraction of completion requests is answered 500 before parsing
+ *                      (a deterministic pseudo-random draw, seeded by opts.seed)
+ *   metrics_delay_ms   GET /metrics answers after that many real milliseconds
+ *   metrics_hang       GET /metrics never answers (until the client leaves)
+ *   die_after_tokens   after N generated tokens of a request that wants more, the replica
+ *                      closes that connection without finishing the response (streaming or not)
+ *   refuse             the replica never listens: connections to its port are refused
+ *   restart_every_ms   every M real ms the replica stops listening, drops its connections and
+ *                      in-flight requests, and listens again after M/10 ms (10 ms to 1 s) with
+ *                      a new engine: empty cache, zeroed counters
+ *
+ * Not for: routing; real model output; TLS. One loop thread owns a fleet. */
+#ifndef SB_SIM_SERVER_H
+#define SB_SIM_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "sim/engine.h"
+#include "sim/sim_metrics.h"
+
+typedef struct sb_sim_faults {
+    double fail_rate;          /* 0..1 */
+    uint32_t metrics_delay_ms; /* 0 = off */
+    bool metrics_hang;
+    uint32_t die_after_tokens; /* 0 = off */
+    bool refuse;
+    uint32_t restart_every_ms; /* 0 = off */
+    uint64_t replica_mask;     /* bit i selects replica i (i < 64); 0 selects every replica */
+} sb_sim_faults;
+
+typedef struct sb_sim_opts {
+    const char *host;                /* listen address, IPv4 or IPv6 literal */
+    uint16_t port;                   /* replica i listens on port + i; 0 lets each pick a port */
+    uint32_t replicas;               /* >= 1 */
+    const char *model;               /* served model name */
+    const char *const *adapters;     /* LoRA adapter names, engine adapter ids 1..n_adapters */
+    size_t n_adapters;
+    sb_sim_flavor flavor;            /* whose /metrics names to speak */
+    double speed;                    /* engine clock rate over real time, > 0 */
+    sb_engine_params engine;         /* every replica's engine */
+    uint32_t max_model_len;          /* prompt + output tokens at most; 0 = min(131072,
+                                      * num_gpu_blocks * block_size) */
+    uint64_t seed;                   /* for fault draws */
+    sb_sim_faults faults;
+} sb_sim_opts;
+
+/* Fills *o with the defaults: 127.0.0.1, port 8000, 1 replica, model
+ * "meta-llama/Llama-3.1-8B-Instruct" (the model the engine defaults are fitted to), no
+ * adapters, vLLM flavor, speed 1, sb_engine_params_default(), no faults. */
+void sb_sim_opts_default(sb_sim_opts *o);
+
+typedef struct sb_sim_fleet sb_sim_fleet;
+
+/* Starts opts->replicas replicas on `loop`. The fleet copies everything in *opts (strings and
+ * the adapter list included). Returns 0 and sets *out, or a negative errno / libuv code:
+ * -EINVAL for bad options (no model, no replicas, speed <= 0, port + replicas beyond 65535,
+ * engine parameters failing sb_engine_params_check, an adapter named like the model or twice),
+ * a listen error (UV_EADDRINUSE...), -ENOMEM. On failure nothing is left listening; handles
+ * already opened are closing, and are released when `loop` next runs. */
+int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **out);
+
+uint32_t sb_sim_fleet_size(const sb_sim_fleet *f);
+/* The port replica i listens on (or would, if it refuses or is restarting); 0 if i is out of
+ * range. */
+uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i);
+
+/* Stops every replica: listeners and connections are closed (in-flight requests are dropped),
+ * timers stopped. The fleet is freed once libuv has closed its handles, so the loop must run
+ * afterwards (uv_run returns once nothing else is active). f must not be used after. */
+void sb_sim_fleet_stop(sb_sim_fleet *f);
+
+#endif

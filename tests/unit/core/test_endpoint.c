@@ -1,0 +1,401 @@
+/* Tests core/endpoint: fusion of reports and own accounting, staleness, restart detection,
+ * outlier ejection with doubling backoff, half-open trials, active checks, draining.
+ * Hand-driven clock: `now` is a plain number. */
+#include "sb_test.h"
+
+#include <math.h>
+
+#include "core/endpoint.h"
+
+#define T0 SB_MS(10000)
+
+static sb_endpoint_report waiting_report(double waiting)
+{
+    return (sb_endpoint_report){.have_waiting = true, .waiting = waiting, .have_running = true, .running = 1,
+                                .requests_total = -1};
+}
+
+static sb_health_params hp3(void)
+{
+    return (sb_health_params){.max_failures = 3, .base_eject_ns = SB_MS(1000), .max_eject_ns = SB_MS(5000)};
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    sb_health_params hp = sb_health_params_default();
+    assert_int_equal(hp.max_failures, 3);
+    assert_true(hp.base_eject_ns > 0 && hp.base_eject_ns <= hp.max_eject_ns);
+    assert_string_equal(sb_health_name(SB_HEALTH_HEALTHY), "healthy");
+    assert_string_equal(sb_health_name(SB_HEALTH_HALF_OPEN), "half-open");
+    assert_string_equal(sb_health_name(SB_HEALTH_DRAINING), "draining");
+    assert_string_equal(sb_health_name((enum sb_health)99), "unknown");
+}
+
+static void test_waiting_is_report_plus_sent_since(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = waiting_report(3);
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0));
+    assert_true(sb_endpoint_waiting(&ep) == 3.0);
+    sb_endpoint_dispatch(&ep, 0, T0 + 1);
+    sb_endpoint_dispatch(&ep, 0, T0 + 2);
+    assert_true(sb_endpoint_waiting(&ep) == 5.0);
+    assert_int_equal(ep.in_flight, 2);
+    /* A newer report shows them (as waiting or running): the correction starts over. */
+    r = waiting_report(1);
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 10);
+    assert_int_equal(ep.sent_since_report, 0);
+    assert_true(sb_endpoint_waiting(&ep) == 1.0);
+    assert_int_equal(ep.in_flight, 2);
+    /* No report at all: the router's own dispatches are all it knows. */
+    sb_endpoint fresh = {0};
+    sb_endpoint_dispatch(&fresh, 0, T0);
+    assert_true(sb_endpoint_waiting(&fresh) == 1.0);
+    assert_true(sb_endpoint_running(&fresh) == 1.0);
+}
+
+static void test_finish_before_and_after_report(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = waiting_report(0);
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0);
+    sb_ticket old = sb_endpoint_dispatch(&ep, 0, T0 + 1);
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 2);
+    sb_ticket a = sb_endpoint_dispatch(&ep, 0, T0 + 3);
+    sb_ticket b = sb_endpoint_dispatch(&ep, 0, T0 + 4);
+    assert_int_equal(ep.sent_since_report, 2);
+    /* Dispatched before the newest report: the report accounts for it, not the correction. */
+    sb_endpoint_finish(&ep, &old, true, true, &hp, T0 + 5);
+    assert_int_equal(ep.sent_since_report, 2);
+    assert_int_equal(ep.in_flight, 2);
+    /* Dispatched after it: no longer waiting anywhere. */
+    sb_endpoint_finish(&ep, &a, true, true, &hp, T0 + 6);
+    assert_int_equal(ep.sent_since_report, 1);
+    assert_true(sb_endpoint_waiting(&ep) == 1.0);
+    sb_endpoint_finish(&ep, &b, false, false, &hp, T0 + 7);
+    assert_int_equal(ep.sent_since_report, 0);
+    assert_int_equal(ep.in_flight, 0);
+    assert_int_equal(ep.completed, 2);
+    assert_int_equal(ep.failed, 1);
+    assert_int_equal(ep.dispatched, 3);
+}
+
+static void test_pending_prefill(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    sb_ticket a = sb_endpoint_dispatch(&ep, 100, T0);
+    sb_ticket b = sb_endpoint_dispatch(&ep, 30, T0);
+    assert_int_equal(ep.pending_prefill_tokens, 130);
+    /* Released at the first byte, once. */
+    sb_endpoint_first_byte(&ep, &a, T0 + 1);
+    assert_int_equal(ep.pending_prefill_tokens, 30);
+    sb_endpoint_first_byte(&ep, &a, T0 + 2);
+    assert_int_equal(ep.pending_prefill_tokens, 30);
+    sb_endpoint_finish(&ep, &a, true, true, &hp, T0 + 3);
+    assert_int_equal(ep.pending_prefill_tokens, 30);
+    /* Released at finish when no first byte ever came (connect failure, 5xx). */
+    sb_endpoint_finish(&ep, &b, false, true, &hp, T0 + 4);
+    assert_int_equal(ep.pending_prefill_tokens, 0);
+}
+
+static void test_kv_usage_correction(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = {.have_kv = true, .kv_usage = 0.25, .requests_total = -1};
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0);
+    sb_endpoint_dispatch(&ep, 1000, T0);
+    /* Without capacity the pending tokens cannot be converted to a fraction. */
+    assert_true(sb_endpoint_kv_usage(&ep) == 0.25);
+    r.have_capacity = true;
+    r.block_size = 16;
+    r.num_gpu_blocks = 250; /* 4000 tokens */
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 1);
+    assert_true(fabs(sb_endpoint_kv_usage(&ep) - 0.5) < 1e-9);
+    /* Clamped to 1. */
+    sb_endpoint_dispatch(&ep, 100000, T0 + 2);
+    assert_true(sb_endpoint_kv_usage(&ep) == 1.0);
+    /* No report at all: 0. */
+    sb_endpoint none = {0};
+    assert_true(sb_endpoint_kv_usage(&none) == 0.0);
+}
+
+static void test_staleness_boundary(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_ns stale = SB_MS(500);
+    /* Never reported: stale, whatever the clock says. */
+    assert_true(sb_endpoint_is_stale(&ep, stale, 0));
+    assert_true(sb_endpoint_is_stale(&ep, stale, T0));
+    sb_endpoint_report r = waiting_report(0);
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0);
+    assert_false(sb_endpoint_is_stale(&ep, stale, T0));
+    assert_false(sb_endpoint_is_stale(&ep, stale, T0 + stale));
+    assert_true(sb_endpoint_is_stale(&ep, stale, T0 + stale + 1));
+    /* A clock reading before the report (another thread's now) is not stale. */
+    assert_false(sb_endpoint_is_stale(&ep, stale, T0 - 5));
+    /* An ORCA merge refreshes it. */
+    sb_endpoint_report part = {.have_kv = true, .kv_usage = 0.1};
+    sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + stale + 1);
+    assert_false(sb_endpoint_is_stale(&ep, stale, T0 + stale + 1));
+    assert_int_equal(ep.report_source, SB_REPORT_ORCA);
+}
+
+static void test_restart_detection(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = waiting_report(0);
+    r.requests_total = 100;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0));
+    r.requests_total = 150;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 1));
+    r.requests_total = 150;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 2));
+    r.requests_total = 3; /* went backwards: the engine restarted */
+    assert_true(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 3));
+    r.requests_total = 5;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 4));
+    /* Unknown counters never claim a restart. */
+    r.requests_total = -1;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 5));
+    r.requests_total = 0;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 6));
+    assert_int_equal(ep.report_seq, 7);
+}
+
+static void test_merge_keeps_other_fields(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = {.have_running = true, .running = 4, .have_waiting = true, .waiting = 2,
+                            .have_kv = true, .kv_usage = 0.3, .have_lora = true, .max_lora = 2,
+                            .lora_running_mask = 1, .lora_running_count = 1, .requests_total = 77};
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0);
+    sb_endpoint_dispatch(&ep, 0, T0 + 1);
+    uint64_t seq = ep.report_seq;
+    sb_endpoint_report part = {.have_kv = true, .kv_usage = 0.6, .running = 99, .waiting = 99};
+    sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + 2);
+    assert_true(ep.report.kv_usage == 0.6);
+    assert_true(ep.report.running == 4);  /* have_running was not set in the partial report */
+    assert_true(ep.report.waiting == 2);
+    assert_true(ep.report.have_lora);
+    assert_int_equal(ep.report.lora_running_mask, 1);
+    assert_true(ep.report.requests_total == 77);
+    assert_int_equal(ep.report_seq, seq + 1);
+    assert_int_equal(ep.report_ns, T0 + 2);
+    assert_int_equal(ep.sent_since_report, 0);
+    part = (sb_endpoint_report){.have_waiting = true, .waiting = 7, .have_running = true, .running = 1};
+    sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + 3);
+    assert_true(sb_endpoint_waiting(&ep) == 7);
+    assert_true(sb_endpoint_running(&ep) == 1);
+    assert_true(ep.report.kv_usage == 0.6);
+}
+
+/* Finishes one request dispatched now with the given outcome. */
+static void one(sb_endpoint *ep, bool ok, const sb_health_params *hp, sb_ns now)
+{
+    sb_ticket t = sb_endpoint_dispatch(ep, 10, now);
+    sb_endpoint_finish(ep, &t, ok, true, hp, now);
+}
+
+static void test_ejection_after_max_failures(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    one(&ep, false, &hp, T0);
+    one(&ep, false, &hp, T0);
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_HEALTHY);
+    assert_true(sb_endpoint_available(&ep, T0));
+    /* A success in between resets the count. */
+    one(&ep, true, &hp, T0);
+    one(&ep, false, &hp, T0);
+    one(&ep, false, &hp, T0);
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_HEALTHY);
+    one(&ep, false, &hp, T0);
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_EJECTED);
+    assert_false(sb_endpoint_available(&ep, T0));
+    assert_int_equal(ep.ejected_until, T0 + SB_MS(1000));
+    assert_false(sb_endpoint_available(&ep, T0 + SB_MS(1000) - 1));
+    assert_true(sb_endpoint_available(&ep, T0 + SB_MS(1000)));
+    assert_int_equal(sb_endpoint_health(&ep, T0 + SB_MS(1000)), SB_HEALTH_HALF_OPEN);
+}
+
+static void test_client_aborts_never_eject(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    for (int i = 0; i < 20; i++) {
+        sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0);
+        sb_endpoint_finish(&ep, &t, false, false, &hp, T0);
+    }
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_HEALTHY);
+    assert_int_equal(ep.consecutive_failures, 0);
+    assert_int_equal(ep.failed, 20);
+    /* Nor do they interrupt a run of real failures. */
+    one(&ep, false, &hp, T0);
+    one(&ep, false, &hp, T0);
+    sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0);
+    sb_endpoint_finish(&ep, &t, false, false, &hp, T0);
+    assert_int_equal(ep.consecutive_failures, 2);
+    one(&ep, false, &hp, T0);
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_EJECTED);
+}
+
+static void test_half_open_single_trial(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, T0);
+    sb_ns t1 = T0 + SB_MS(1000);
+    assert_true(sb_endpoint_available(&ep, t1));
+    sb_ticket trial = sb_endpoint_dispatch(&ep, 10, t1);
+    assert_true(trial.trial);
+    /* Exactly one trial at a time. */
+    assert_false(sb_endpoint_available(&ep, t1));
+    assert_false(sb_endpoint_available(&ep, t1 + SB_MS(60000)));
+    assert_int_equal(sb_endpoint_health(&ep, t1), SB_HEALTH_HALF_OPEN);
+    /* The trial succeeds: healthy, no trial, the backoff starts over. */
+    sb_endpoint_finish(&ep, &trial, true, true, &hp, t1 + 5);
+    assert_int_equal(sb_endpoint_health(&ep, t1 + 5), SB_HEALTH_HEALTHY);
+    assert_false(ep.trial_in_flight);
+    assert_true(sb_endpoint_available(&ep, t1 + 5));
+    sb_ticket t = sb_endpoint_dispatch(&ep, 10, t1 + 6);
+    assert_false(t.trial);
+    sb_endpoint_finish(&ep, &t, true, true, &hp, t1 + 6);
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, t1 + 10);
+    assert_int_equal(ep.ejected_until, t1 + 10 + SB_MS(1000));
+}
+
+static void test_trial_failure_doubles_backoff_capped(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3(); /* base 1 s, cap 5 s */
+    sb_endpoint ep = {0};
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, T0);
+    sb_ns now = T0, expect[] = {SB_MS(1000), SB_MS(2000), SB_MS(4000), SB_MS(5000), SB_MS(5000)};
+    assert_int_equal(ep.ejected_until - now, expect[0]);
+    for (size_t k = 1; k < sizeof(expect) / sizeof(expect[0]); k++) {
+        now = ep.ejected_until;
+        assert_int_equal(sb_endpoint_health(&ep, now), SB_HEALTH_HALF_OPEN);
+        sb_ticket trial = sb_endpoint_dispatch(&ep, 10, now);
+        assert_true(trial.trial);
+        /* One failed trial is enough: no need for max_failures again. */
+        sb_endpoint_finish(&ep, &trial, false, true, &hp, now + 1);
+        assert_int_equal(sb_endpoint_health(&ep, now + 1), SB_HEALTH_EJECTED);
+        assert_false(ep.trial_in_flight);
+        assert_int_equal(ep.ejected_until - (now + 1), expect[k]);
+    }
+}
+
+static void test_trial_client_abort_releases_trial(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, T0);
+    sb_ns t1 = T0 + SB_MS(1000);
+    sb_ticket trial = sb_endpoint_dispatch(&ep, 10, t1);
+    sb_endpoint_finish(&ep, &trial, false, false, &hp, t1 + 1);
+    /* Neither verdict: still half-open, and another trial may go. */
+    assert_int_equal(sb_endpoint_health(&ep, t1 + 1), SB_HEALTH_HALF_OPEN);
+    assert_true(sb_endpoint_available(&ep, t1 + 1));
+}
+
+static void test_old_success_does_not_end_ejection(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    /* A long stream goes out, then new requests start failing. */
+    sb_ticket stream = sb_endpoint_dispatch(&ep, 10, T0);
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, T0 + 1);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 2), SB_HEALTH_EJECTED);
+    /* The stream that began before the ejection completes: the backoff still holds. */
+    sb_endpoint_finish(&ep, &stream, true, true, &hp, T0 + 3);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 3), SB_HEALTH_EJECTED);
+    assert_false(sb_endpoint_available(&ep, T0 + 3));
+    /* Half-open: only the trial decides, not a straggler from before the ejection. */
+    sb_endpoint ep2 = {0};
+    sb_ticket old = sb_endpoint_dispatch(&ep2, 10, T0);
+    for (int i = 0; i < 3; i++)
+        one(&ep2, false, &hp, T0 + 1);
+    sb_ns t1 = T0 + 1 + SB_MS(1000);
+    sb_ticket trial = sb_endpoint_dispatch(&ep2, 10, t1);
+    sb_endpoint_finish(&ep2, &old, true, true, &hp, t1 + 1);
+    assert_int_equal(sb_endpoint_health(&ep2, t1 + 1), SB_HEALTH_HALF_OPEN);
+    sb_endpoint_finish(&ep2, &trial, false, true, &hp, t1 + 2);
+    assert_int_equal(sb_endpoint_health(&ep2, t1 + 2), SB_HEALTH_EJECTED);
+    assert_int_equal(ep2.ejected_until, t1 + 2 + SB_MS(2000));
+}
+
+static void test_active_check_and_draining(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    sb_endpoint_active_check(&ep, false, T0);
+    assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_DOWN);
+    assert_false(sb_endpoint_available(&ep, T0));
+    sb_endpoint_active_check(&ep, false, T0 + 1);
+    assert_false(sb_endpoint_available(&ep, T0 + SB_MS(60000)));
+    sb_endpoint_active_check(&ep, true, T0 + 2);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 2), SB_HEALTH_HEALTHY);
+    assert_true(sb_endpoint_available(&ep, T0 + 2));
+
+    /* Draining: no new requests; in-flight ones finish normally. */
+    sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0 + 3);
+    ep.draining = true;
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 3), SB_HEALTH_DRAINING);
+    assert_false(sb_endpoint_available(&ep, T0 + 3));
+    sb_endpoint_finish(&ep, &t, true, true, &hp, T0 + 4);
+    assert_int_equal(ep.in_flight, 0);
+    assert_false(sb_endpoint_available(&ep, T0 + 4));
+    ep.draining = false;
+    assert_true(sb_endpoint_available(&ep, T0 + 5));
+
+    /* Down outranks ejected; the ejection is still there when the check recovers. */
+    for (int i = 0; i < 3; i++)
+        one(&ep, false, &hp, T0 + 6);
+    sb_endpoint_active_check(&ep, false, T0 + 7);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 7), SB_HEALTH_DOWN);
+    sb_endpoint_active_check(&ep, true, T0 + 8);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 8), SB_HEALTH_EJECTED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_waiting_is_report_plus_sent_since),
+        cmocka_unit_test(test_finish_before_and_after_report),
+        cmocka_unit_test(test_pending_prefill),
+        cmocka_unit_test(test_kv_usage_correction),
+        cmocka_unit_test(test_staleness_boundary),
+        cmocka_unit_test(test_restart_detection),
+        cmocka_unit_test(test_merge_keeps_other_fields),
+        cmocka_unit_test(test_ejection_after_max_failures),
+        cmocka_unit_test(test_client_aborts_never_eject),
+        cmocka_unit_test(test_half_open_single_trial),
+        cmocka_unit_test(test_trial_failure_doubles_backoff_capped),
+        cmocka_unit_test(test_trial_client_abort_releases_trial),
+        cmocka_unit_test(test_old_success_does_not_end_ejection),
+        cmocka_unit_test(test_active_check_and_draining),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,569 @@
+/* Tests core/plugins and the plug-ins it registers: each filter, scorer and picker on
+ * hand-built candidates, the registry, and the built-in profiles' composition. */
+#include "sb_test.h"
+
+#include <math.h>
+
+#include "core/sched.h"
+
+#define T0 SB_MS(10000)
+#define STALE SB_MS(1000)
+#define MAXN 8
+
+static sb_endpoint eps[MAXN];
+static sb_candidate cands[MAXN];
+static sb_profile prof;
+static uint64_t rng;
+static sb_sched_ctx ctx;
+
+/* n fresh endpoints (reported at T0, nothing waiting) as candidates, and a context at T0. */
+static void setup(size_t n)
+{
+    memset(eps, 0, sizeof(eps));
+    memset(cands, 0, sizeof(cands));
+    for (size_t i = 0; i < n; i++) {
+        eps[i].index = (uint32_t)i;
+        sb_endpoint_report r = {.have_waiting = true, .have_running = true, .have_kv = true,
+                                .requests_total = -1};
+        sb_endpoint_report_set(&eps[i], &r, SB_REPORT_SCRAPE, T0);
+        cands[i] = (sb_candidate){.ep = &eps[i], .slot = (int32_t)i};
+    }
+    sb_profile_init(&prof, "test");
+    rng = 12345;
+    ctx = (sb_sched_ctx){.now = T0, .stale_ns = STALE, .rng = &rng, .profile = &prof};
+}
+
+static const sb_filter_def *filter(const char *name)
+{
+    const sb_filter_def *f = sb_filter_find(name);
+    assert_non_null(f);
+    return f;
+}
+
+static void score(const char *name, const sb_sched_request *req, size_t n, double *out)
+{
+    const sb_scorer_def *s = sb_scorer_find(name);
+    assert_non_null(s);
+    s->score(&ctx, req, cands, n, out);
+    for (size_t i = 0; i < n; i++)
+        assert_true(out[i] >= 0.0 && out[i] <= 1.0);
+}
+
+static const sb_sched_request base_req = {.adapter = -1};
+
+/* ---- registry and built-in profiles ---- */
+
+static void test_registry(void **state)
+{
+    (void)state;
+    const char *f[] = {"healthy", "lora", "saturation", "labels"};
+    const char *s[] = {"queue", "running", "kv-cache", "in-flight", "pending-prefill", "lora-affinity"};
+    const char *p[] = {"max-score", "weighted-random", "p2c", "softmax", "round-robin"};
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(filter(f[i])->name, f[i]);
+    for (size_t i = 0; i < 6; i++) {
+        const sb_scorer_def *d = sb_scorer_find(s[i]);
+        assert_non_null(d);
+        assert_int_equal(d->category, !strcmp(s[i], "lora-affinity") ? SB_AFFINITY : SB_DISTRIBUTION);
+    }
+    for (size_t i = 0; i < 5; i++)
+        assert_non_null(sb_picker_find(p[i]));
+    assert_null(sb_filter_find("queue"));
+    assert_null(sb_scorer_find("healthy"));
+    assert_null(sb_picker_find("random"));
+    size_t n = 0;
+    for (const sb_filter_def *const *it = sb_filters_all(); *it; it++)
+        n++;
+    assert_int_equal(n, 4);
+    n = 0;
+    for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
+        n++;
+    assert_int_equal(n, 6);
+    n = 0;
+    for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
+        n++;
+    assert_int_equal(n, 5);
+}
+
+static double weight_of(const sb_profile *p, const char *scorer)
+{
+    for (size_t i = 0; i < p->n_scorers; i++)
+        if (!strcmp(p->scorers[i].def->name, scorer))
+            return p->scorers[i].weight;
+    return 0;
+}
+
+static void test_builtin_profiles(void **state)
+{
+    (void)state;
+    const char *const *names = sb_profile_builtin_names();
+    size_t n = 0;
+    for (; names[n]; n++) {
+        const sb_profile *p = sb_profile_builtin(names[n]);
+        assert_non_null(p);
+        assert_string_equal(p->name, names[n]);
+        assert_non_null(p->picker);
+        /* Every built-in profile starts by dropping unhealthy endpoints. */
+        assert_true(p->n_filters >= 1);
+        assert_string_equal(p->filters[0]->name, "healthy");
+    }
+    assert_int_equal(n, 4);
+    assert_null(sb_profile_builtin("prefix-only-typo"));
+
+    const sb_profile *rr = sb_profile_builtin("round-robin");
+    assert_string_equal(rr->picker->name, "round-robin");
+    assert_int_equal(rr->n_filters, 1);
+    assert_int_equal(rr->n_scorers, 0);
+
+    const sb_profile *lr = sb_profile_builtin("least-request");
+    assert_int_equal(lr->n_scorers, 1);
+    assert_string_equal(lr->scorers[0].def->name, "in-flight");
+    assert_string_equal(lr->picker->name, "max-score");
+
+    const sb_profile *lo = sb_profile_builtin("load-only");
+    assert_true(weight_of(lo, "queue") > 0 && weight_of(lo, "kv-cache") > 0);
+    for (size_t i = 0; i < lo->n_scorers; i++)
+        assert_int_equal(lo->scorers[i].def->category, SB_DISTRIBUTION);
+
+    const sb_profile *d = sb_profile_builtin("default");
+    assert_int_equal(d->n_filters, 3);
+    assert_string_equal(d->filters[1]->name, "lora");
+    assert_string_equal(d->filters[2]->name, "saturation");
+    assert_true(weight_of(d, "queue") == 2 && weight_of(d, "kv-cache") == 2);
+    assert_true(weight_of(d, "in-flight") > 0 && weight_of(d, "pending-prefill") > 0);
+    assert_true(weight_of(d, "lora-affinity") > 0);
+    assert_string_equal(d->picker->name, "max-score");
+    assert_true(d->queue_threshold == 5 && d->kv_threshold == 0.8);
+    /* Asking twice gives the same profile. */
+    assert_ptr_equal(sb_profile_builtin("default"), d);
+}
+
+static void test_profile_init(void **state)
+{
+    (void)state;
+    sb_profile p;
+    memset(&p, 0xab, sizeof(p));
+    char long_name[100];
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[99] = 0;
+    sb_profile_init(&p, long_name);
+    assert_int_equal(strlen(p.name), SB_PROFILE_NAME_MAX - 1);
+    assert_int_equal(p.n_filters, 0);
+    assert_int_equal(p.n_scorers, 0);
+    assert_int_equal(p.n_labels, 0);
+    assert_string_equal(p.picker->name, "max-score");
+    assert_true(p.queue_threshold == 5 && p.kv_threshold == 0.8 && p.temperature == 0.1);
+}
+
+/* ---- filters ---- */
+
+static void test_filter_healthy(void **state)
+{
+    (void)state;
+    setup(7);
+    eps[1].health = SB_HEALTH_EJECTED;
+    eps[1].ejected_until = T0 + 1;
+    eps[2].draining = true;
+    eps[3].active_down = true;
+    eps[4].health = SB_HEALTH_HALF_OPEN;
+    eps[4].trial_in_flight = true;
+    eps[5].health = SB_HEALTH_HALF_OPEN;   /* no trial out: it may take one */
+    eps[6].health = SB_HEALTH_EJECTED;     /* backoff over: half-open now */
+    eps[6].ejected_until = T0;
+    cands[0].removed_by = NULL;
+    filter("healthy")->run(&ctx, &base_req, cands, 7);
+    const char *want[] = {NULL, "healthy", "healthy", "healthy", "healthy", NULL, NULL};
+    for (size_t i = 0; i < 7; i++) {
+        if (want[i])
+            assert_string_equal(cands[i].removed_by, want[i]);
+        else
+            assert_null(cands[i].removed_by);
+    }
+    assert_false(filter("healthy")->soft);
+}
+
+static void test_filter_keeps_earlier_verdict(void **state)
+{
+    (void)state;
+    setup(2);
+    cands[0].removed_by = "retry-excluded";
+    eps[0].draining = true;
+    filter("healthy")->run(&ctx, &base_req, cands, 2);
+    assert_string_equal(cands[0].removed_by, "retry-excluded");
+    assert_null(cands[1].removed_by);
+}
+
+static void set_lora(sb_endpoint *ep, uint32_t max, uint32_t count, uint64_t running, uint64_t waiting)
+{
+    ep->report.have_lora = true;
+    ep->report.max_lora = max;
+    ep->report.lora_running_count = count;
+    ep->report.lora_running_mask = running;
+    ep->report.lora_waiting_mask = waiting;
+}
+
+static void test_filter_lora(void **state)
+{
+    (void)state;
+    setup(5);
+    set_lora(&eps[0], 2, 2, 1u << 3, 0);   /* adapter 3 loaded, full */
+    set_lora(&eps[1], 2, 1, 1u << 0, 0);   /* room for one more */
+    set_lora(&eps[2], 2, 2, 3, 1u << 3);   /* full, 3 only waiting */
+    /* eps[3]: no LoRA report: unknown is not full */
+    set_lora(&eps[4], 0, 5, 0, 0);         /* max unknown: room assumed */
+    sb_sched_request req = {.adapter = 3};
+    filter("lora")->run(&ctx, &req, cands, 5);
+    assert_null(cands[0].removed_by);
+    assert_null(cands[1].removed_by);
+    assert_string_equal(cands[2].removed_by, "lora");
+    assert_null(cands[3].removed_by);
+    assert_null(cands[4].removed_by);
+    assert_true(filter("lora")->soft);
+    /* A base-model request is not filtered. */
+    cands[2].removed_by = NULL;
+    filter("lora")->run(&ctx, &base_req, cands, 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_null(cands[i].removed_by);
+    /* Adapters past the 64-bit mask: only room counts. */
+    req.adapter = 70;
+    filter("lora")->run(&ctx, &req, cands, 5);
+    assert_string_equal(cands[0].removed_by, "lora");
+    assert_null(cands[1].removed_by);
+}
+
+static void test_filter_saturation(void **state)
+{
+    (void)state;
+    setup(7);
+    eps[0].report.waiting = 5;            /* at the threshold: kept */
+    eps[1].report.waiting = 6;            /* over */
+    eps[2].report.waiting = 4;            /* 4 reported + 2 sent since = 6: over */
+    sb_endpoint_dispatch(&eps[2], 0, T0);
+    sb_endpoint_dispatch(&eps[2], 0, T0);
+    eps[3].report.kv_usage = 0.81;        /* over */
+    eps[4].report.kv_usage = 0.8;         /* at: kept */
+    eps[5].report_ns = T0 - STALE - 1;    /* stale (as sb_sched_run marks it) */
+    cands[5].stale = true;
+    filter("saturation")->run(&ctx, &base_req, cands, 7);
+    const bool removed[] = {false, true, true, true, false, true, false};
+    for (size_t i = 0; i < 7; i++) {
+        if (removed[i])
+            assert_string_equal(cands[i].removed_by, "saturation");
+        else
+            assert_null(cands[i].removed_by);
+    }
+    assert_true(filter("saturation")->soft);
+    /* The profile's thresholds, not constants. */
+    setup(2);
+    prof.queue_threshold = 1;
+    eps[0].report.waiting = 2;
+    filter("saturation")->run(&ctx, &base_req, cands, 2);
+    assert_non_null(cands[0].removed_by);
+    assert_null(cands[1].removed_by);
+}
+
+static void test_filter_labels(void **state)
+{
+    (void)state;
+    setup(4);
+    const char *k[] = {"zone", "gpu"};
+    eps[0].label_keys[0] = "zone", eps[0].label_values[0] = "a";
+    eps[0].label_keys[1] = "gpu", eps[0].label_values[1] = "h100";
+    eps[0].n_labels = 2;
+    eps[1].label_keys[0] = "gpu", eps[1].label_values[0] = "h100";
+    eps[1].label_keys[1] = "zone", eps[1].label_values[1] = "a";
+    eps[1].n_labels = 2;
+    eps[2].label_keys[0] = "zone", eps[2].label_values[0] = "b";
+    eps[2].label_keys[1] = "gpu", eps[2].label_values[1] = "h100";
+    eps[2].n_labels = 2;
+    eps[3].label_keys[0] = "zone", eps[3].label_values[0] = "a"; /* no gpu label */
+    eps[3].n_labels = 1;
+    prof.label_keys[0] = k[0], prof.label_values[0] = "a";
+    prof.label_keys[1] = k[1], prof.label_values[1] = "h100";
+    prof.n_labels = 2;
+    filter("labels")->run(&ctx, &base_req, cands, 4);
+    assert_null(cands[0].removed_by);
+    assert_null(cands[1].removed_by);
+    assert_string_equal(cands[2].removed_by, "labels");
+    assert_string_equal(cands[3].removed_by, "labels");
+    assert_false(filter("labels")->soft);
+    /* No selector: everything matches. */
+    setup(2);
+    filter("labels")->run(&ctx, &base_req, cands, 2);
+    assert_null(cands[0].removed_by);
+    assert_null(cands[1].removed_by);
+}
+
+/* ---- scorers ---- */
+
+static void test_scorer_queue_min_max(void **state)
+{
+    (void)state;
+    setup(3);
+    double out[MAXN];
+    eps[0].report.waiting = 0;
+    eps[1].report.waiting = 5;
+    eps[2].report.waiting = 10;
+    score("queue", &base_req, 3, out);
+    assert_true(out[0] == 1.0 && fabs(out[1] - 0.5) < 1e-12 && out[2] == 0.0);
+    /* Sent since the report counts as waiting. */
+    for (int i = 0; i < 10; i++)
+        sb_endpoint_dispatch(&eps[0], 0, T0);
+    score("queue", &base_req, 3, out);
+    assert_true(out[0] == 0.0 && fabs(out[1] - 1.0) < 1e-12);
+    /* Equal loads: 1.0 for all, not 0/0. */
+    setup(3);
+    score("queue", &base_req, 3, out);
+    for (size_t i = 0; i < 3; i++)
+        assert_true(out[i] == 1.0);
+}
+
+static void test_scorers_stale_zeroed(void **state)
+{
+    (void)state;
+    const char *report_based[] = {"queue", "running", "kv-cache"};
+    for (size_t s = 0; s < 3; s++) {
+        setup(3);
+        double out[MAXN];
+        eps[0].report.waiting = 0, eps[0].report.running = 0, eps[0].report.kv_usage = 0;
+        eps[1].report.waiting = 2, eps[1].report.running = 2, eps[1].report.kv_usage = 0.2;
+        eps[2].report.waiting = 4, eps[2].report.running = 4, eps[2].report.kv_usage = 0.4;
+        cands[0].stale = true; /* the least loaded, per an old report */
+        score(report_based[s], &base_req, 3, out);
+        /* Stale scores as the most loaded and drops out of the normalisation. */
+        assert_true(out[0] == 0.0);
+        assert_true(out[1] == 1.0);
+        assert_true(out[2] == 0.0);
+        /* All stale: all 0. */
+        cands[1].stale = cands[2].stale = true;
+        score(report_based[s], &base_req, 3, out);
+        for (size_t i = 0; i < 3; i++)
+            assert_true(out[i] == 0.0);
+    }
+}
+
+static void test_scorer_running_and_kv(void **state)
+{
+    (void)state;
+    setup(3);
+    double out[MAXN];
+    eps[0].report.running = 8, eps[1].report.running = 2, eps[2].report.running = 4;
+    score("running", &base_req, 3, out);
+    assert_true(out[0] == 0.0 && out[1] == 1.0 && fabs(out[2] - 2.0 / 3) < 1e-12);
+    eps[0].report.kv_usage = 0.1, eps[1].report.kv_usage = 0.9, eps[2].report.kv_usage = 0.5;
+    score("kv-cache", &base_req, 3, out);
+    assert_true(out[0] == 1.0 && out[1] == 0.0 && fabs(out[2] - 0.5) < 1e-12);
+}
+
+static void test_scorers_own_accounting_never_stale(void **state)
+{
+    (void)state;
+    setup(3);
+    double out[MAXN];
+    sb_endpoint_dispatch(&eps[1], 500, T0);
+    sb_endpoint_dispatch(&eps[2], 250, T0);
+    sb_endpoint_dispatch(&eps[2], 250, T0);
+    for (size_t i = 0; i < 3; i++)
+        cands[i].stale = true;
+    score("in-flight", &base_req, 3, out);
+    assert_true(out[0] == 1.0 && fabs(out[1] - 0.5) < 1e-12 && out[2] == 0.0);
+    score("pending-prefill", &base_req, 3, out);
+    assert_true(out[0] == 1.0 && out[1] == 0.0 && out[2] == 0.0);
+    /* Equal: 1.0. */
+    setup(2);
+    score("in-flight", &base_req, 2, out);
+    assert_true(out[0] == 1.0 && out[1] == 1.0);
+    score("pending-prefill", &base_req, 2, out);
+    assert_true(out[0] == 1.0 && out[1] == 1.0);
+}
+
+static void test_scorer_lora_affinity_ladder(void **state)
+{
+    (void)state;
+    setup(6);
+    double out[MAXN];
+    set_lora(&eps[0], 2, 2, 1u << 1, 0);          /* loaded */
+    set_lora(&eps[1], 2, 1, 1u << 0, 0);          /* room */
+    set_lora(&eps[2], 2, 2, 1u << 0 | 1u << 2, 1u << 1); /* full, requests wait for it */
+    set_lora(&eps[3], 2, 2, 1u << 0 | 1u << 2, 0);       /* full, nothing */
+    /* eps[4]: no LoRA report: room assumed */
+    set_lora(&eps[5], 2, 2, 1u << 1, 1u << 1);    /* loaded and waiting: loaded wins */
+    sb_sched_request req = {.adapter = 1};
+    score("lora-affinity", &req, 6, out);
+    const double want[] = {1.0, 0.8, 0.6, 0.0, 0.8, 1.0};
+    for (size_t i = 0; i < 6; i++)
+        assert_true(fabs(out[i] - want[i]) < 1e-12);
+    /* Base-model requests: 1.0 everywhere. */
+    score("lora-affinity", &base_req, 6, out);
+    for (size_t i = 0; i < 6; i++)
+        assert_true(out[i] == 1.0);
+    /* Stale does not change affinity. */
+    cands[0].stale = true;
+    score("lora-affinity", &req, 6, out);
+    assert_true(out[0] == 1.0);
+}
+
+/* ---- pickers ---- */
+
+static size_t pick(const char *name, size_t n)
+{
+    const sb_picker_def *p = sb_picker_find(name);
+    assert_non_null(p);
+    size_t k = p->pick(&ctx, cands, n);
+    assert_true(k < n);
+    return k;
+}
+
+static void set_totals(const double *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cands[i].total = t[i];
+}
+
+static void test_picker_max_score(void **state)
+{
+    (void)state;
+    setup(4);
+    set_totals((double[]){0.2, 0.9, 0.5, 0.899999}, 4);
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(pick("max-score", 4), 1);
+    /* Ties spread evenly (first, middle and last positions alike). */
+    set_totals((double[]){0.7, 0.1, 0.7, 0.7}, 4);
+    size_t count[4] = {0};
+    const int N = 30000;
+    for (int i = 0; i < N; i++)
+        count[pick("max-score", 4)]++;
+    assert_int_equal(count[1], 0);
+    for (size_t i = 0; i < 4; i += 1 + (i == 0))
+        assert_true(fabs((double)count[i] / N - 1.0 / 3) < 0.02);
+    assert_int_equal(pick("max-score", 1), 0);
+}
+
+static void test_picker_weighted_random(void **state)
+{
+    (void)state;
+    setup(4);
+    const double t[] = {0.1, 0.2, 0.3, 0.4};
+    set_totals(t, 4);
+    size_t count[4] = {0};
+    const int N = 20000;
+    for (int i = 0; i < N; i++)
+        count[pick("weighted-random", 4)]++;
+    double chi2 = 0;
+    for (size_t i = 0; i < 4; i++) {
+        double expect = N * t[i]; /* totals sum to 1 */
+        chi2 += (count[i] - expect) * (count[i] - expect) / expect;
+    }
+    /* 3 degrees of freedom: 16.27 is the 0.1% critical value. */
+    assert_true(chi2 < 16.27);
+    /* A zero total is never picked while another is positive. */
+    set_totals((double[]){0.0, 0.5, 0.0, 0.5}, 4);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(pick("weighted-random", 4) % 2, 1);
+    /* All zero: uniform. */
+    set_totals((double[]){0, 0, 0, 0}, 4);
+    memset(count, 0, sizeof(count));
+    for (int i = 0; i < N; i++)
+        count[pick("weighted-random", 4)]++;
+    for (size_t i = 0; i < 4; i++)
+        assert_true(fabs((double)count[i] / N - 0.25) < 0.02);
+}
+
+static void test_picker_p2c(void **state)
+{
+    (void)state;
+    setup(5);
+    set_totals((double[]){0.3, 0.7}, 2);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(pick("p2c", 2), 1);
+    set_totals((double[]){0.7, 0.3}, 2);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(pick("p2c", 2), 0);
+    /* Two distinct candidates per pick: with 5, the best wins when it is one of the two
+     * (4 pairs of 10: 0.4; drawing with replacement would give 0.36), the second best when
+     * it is drawn without the best (3 of 10), the worst never. */
+    set_totals((double[]){0.1, 0.9, 0.5, 0.6, 0.3}, 5);
+    size_t count[5] = {0};
+    const int N = 40000;
+    for (int i = 0; i < N; i++)
+        count[pick("p2c", 5)]++;
+    assert_int_equal(count[0], 0);
+    assert_true(fabs((double)count[1] / N - 0.4) < 0.012);
+    assert_true(fabs((double)count[3] / N - 0.3) < 0.012);
+    assert_true(fabs((double)count[2] / N - 0.2) < 0.012);
+    assert_true(fabs((double)count[4] / N - 0.1) < 0.012);
+    assert_int_equal(pick("p2c", 1), 0);
+}
+
+static void test_picker_softmax(void **state)
+{
+    (void)state;
+    setup(3);
+    set_totals((double[]){0.5, 0.6, 0.55}, 3);
+    prof.temperature = 1e-4;
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(pick("softmax", 3), 1);
+    prof.temperature = 0; /* clamped, not a division by zero */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(pick("softmax", 3), 1);
+    prof.temperature = 1e6;
+    size_t count[3] = {0};
+    const int N = 30000;
+    for (int i = 0; i < N; i++)
+        count[pick("softmax", 3)]++;
+    for (size_t i = 0; i < 3; i++)
+        assert_true(fabs((double)count[i] / N - 1.0 / 3) < 0.02);
+    /* At the default 0.1, a 0.1 lead is a factor e. */
+    prof.temperature = 0.1;
+    set_totals((double[]){0.5, 0.6}, 2);
+    size_t hi = 0;
+    for (int i = 0; i < N; i++)
+        hi += pick("softmax", 2) == 1;
+    assert_true(fabs((double)hi / N - exp(1) / (1 + exp(1))) < 0.015);
+}
+
+static void test_picker_round_robin(void **state)
+{
+    (void)state;
+    setup(4);
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < 4; i++)
+            assert_int_equal(pick("round-robin", 4), i);
+    /* Only live candidates are passed: endpoint 1 was removed. */
+    sb_candidate live[3] = {cands[0], cands[2], cands[3]};
+    memcpy(cands, live, sizeof(live));
+    ctx.rr_cursor = 0;
+    const uint32_t want[] = {0, 2, 3, 0, 2, 3};
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(cands[pick("round-robin", 3)].ep->index, want[i]);
+    /* The cursor on a removed endpoint moves to the next live one. */
+    ctx.rr_cursor = 1;
+    assert_int_equal(cands[pick("round-robin", 3)].ep->index, 2);
+    ctx.rr_cursor = 99;
+    assert_int_equal(cands[pick("round-robin", 3)].ep->index, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_builtin_profiles),
+        cmocka_unit_test(test_profile_init),
+        cmocka_unit_test(test_filter_healthy),
+        cmocka_unit_test(test_filter_keeps_earlier_verdict),
+        cmocka_unit_test(test_filter_lora),
+        cmocka_unit_test(test_filter_saturation),
+        cmocka_unit_test(test_filter_labels),
+        cmocka_unit_test(test_scorer_queue_min_max),
+        cmocka_unit_test(test_scorers_stale_zeroed),
+        cmocka_unit_test(test_scorer_running_and_kv),
+        cmocka_unit_test(test_scorers_own_accounting_never_stale),
+        cmocka_unit_test(test_scorer_lora_affinity_ladder),
+        cmocka_unit_test(test_picker_max_score),
+        cmocka_unit_test(test_picker_weighted_random),
+        cmocka_unit_test(test_picker_p2c),
+        cmocka_unit_test(test_picker_softmax),
+        cmocka_unit_test(test_picker_round_robin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
