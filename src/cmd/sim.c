@@ -42,10 +42,35 @@ static const char usage_text[] =
     "  --log-level debug|info|warn|error\n";
 
 enum {
-    O_REPLICAS = 256, O_PORT, O_HOST, O_MODEL, O_ADAPTERS, O_ENGINE, O_SPEED, O_MAX_MODEL_LEN, O_MAX_NUM_SEQS,
-    O_MAX_BATCHED, O_GPU_BLOCKS, O_BLOCK_SIZE, O_MAX_LORAS, O_LORA_LOAD_MS, O_NO_PREFIX, O_STEP_MS, O_PREFILL_US,
-    O_DECODE_US, O_CONTEXT_US, O_FAIL_RATE, O_METRICS_DELAY, O_METRICS_HANG, O_DIE_AFTER, O_REFUSE, O_RESTART,
-    O_FAULT_REPLICAS, O_SEED, O_LOG_LEVEL, O_HELP,
+    O_REPLICAS = 256,
+    O_PORT,
+    O_HOST,
+    O_MODEL,
+    O_ADAPTERS,
+    O_ENGINE,
+    O_SPEED,
+    O_MAX_MODEL_LEN,
+    O_MAX_NUM_SEQS,
+    O_MAX_BATCHED,
+    O_GPU_BLOCKS,
+    O_BLOCK_SIZE,
+    O_MAX_LORAS,
+    O_LORA_LOAD_MS,
+    O_NO_PREFIX,
+    O_STEP_MS,
+    O_PREFILL_US,
+    O_DECODE_US,
+    O_CONTEXT_US,
+    O_FAIL_RATE,
+    O_METRICS_DELAY,
+    O_METRICS_HANG,
+    O_DIE_AFTER,
+    O_REFUSE,
+    O_RESTART,
+    O_FAULT_REPLICAS,
+    O_SEED,
+    O_LOG_LEVEL,
+    O_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -225,7 +250,9 @@ int sb_cmd_sim(int argc, char **argv)
         case O_SPEED: rc = parse_double("speed", a, 1e-3, 1e6, &o.speed); break;
         case O_MAX_MODEL_LEN: rc = parse_u32("max-model-len", a, 1, UINT32_MAX, &o.max_model_len); break;
         case O_MAX_NUM_SEQS: rc = parse_u32("max-num-seqs", a, 1, UINT32_MAX, &ep->max_num_seqs); break;
-        case O_MAX_BATCHED: rc = parse_u32("max-num-batched-tokens", a, 1, UINT32_MAX, &ep->max_num_batched_tokens); break;
+        case O_MAX_BATCHED:
+            rc = parse_u32("max-num-batched-tokens", a, 1, UINT32_MAX, &ep->max_num_batched_tokens);
+            break;
         case O_GPU_BLOCKS: rc = parse_u32("num-gpu-blocks", a, 1, UINT32_MAX, &ep->num_gpu_blocks); break;
         case O_BLOCK_SIZE: rc = parse_u32("block-size", a, 1, 4096, &ep->block_size); break;
         case O_MAX_LORAS: rc = parse_u32("max-loras", a, 0, 1024, &ep->max_loras); break;

@@ -58,7 +58,11 @@ void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *in, enu
         cur->have_kv = true;
         cur->kv_usage = r->kv_usage;
     }
-    new_report_epoch(ep, src, now);
+    /* Only a queue figure accounts for the requests sent since the last report: a partial
+     * report without one updates its fields but neither resets that count nor freshens the
+     * report's age (the queue it would vouch for is still the old one). */
+    if (r->have_waiting)
+        new_report_epoch(ep, src, now);
 }
 
 bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now)

@@ -96,13 +96,14 @@ typedef struct sb_ticket {
 
 sb_health_params sb_health_params_default(void);
 
-/* Records a report received at now. A counter that went backwards (requests_total) or
- * a kv usage of 0 with nothing running after load means the engine restarted: the return
- * value is true then, so the caller can drop what it believed the engine cached. */
+/* Records a report received at now. A counter that went backwards (requests_total) means
+ * the engine restarted: the return value is true then, so the caller can drop what it
+ * believed the engine cached. */
 bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
 
 /* Merges a partial report (only its have_ fields) into the current one, e.g. from an ORCA
- * header carrying two named metrics. Counts as a report (resets the since-report count). */
+ * header carrying two named metrics. Counts as a new report (resets the since-report count,
+ * freshens its age) only when it carries the queue (waiting). */
 void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
 
 bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now);

@@ -429,6 +429,8 @@ int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
                               .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
                               .idle_ms = cfg->idle_ms};
     sb_http_server_set_opts(gw->server, &so);
+    if (gw->prober)
+        sb_prober_reconfigure(gw->prober, cfg);
     /* The old configuration retires; it is freed when its last request ends. */
     sb_snapshot *old = gw->snap;
     old->next = gw->retired;

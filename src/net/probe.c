@@ -39,6 +39,7 @@ struct sb_prober {
 };
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
+static void configure(probe *pr, const sb_pool_config *pc);
 
 
 static uint32_t next_interval(probe *pr)
@@ -226,18 +227,12 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
     for (size_t i = 0; i < cfg->n_pools; i++) {
         const sb_pool_config *pc = &cfg->pools[i];
         p->first[i] = k;
-        sb_engine_kind kind = SB_ENGINE_VLLM;
-        sb_engine_kind_parse(pc->engine ? pc->engine : "vllm", &kind);
-        sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
-                                         .kv_usage = pc->metric_kv_usage};
         for (size_t e = 0; e < pc->n_endpoints; e++, k++) {
             probe *pr = &p->probes[k];
             pr->owner = p;
             pr->pool = (uint32_t)i;
             pr->ep = (uint32_t)e;
-            pr->pc = pc;
-            sb_engine_map_init(&pr->map, kind, &custom);
-            pr->use_slots = kind == SB_ENGINE_LLAMACPP && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+            configure(pr, pc);
             sb_upstream_opts uo = {.connect_ms = pc->probe_timeout_ms, .idle_ms = 60000, .max_idle = 1};
             if (sb_upstream_new(loop, pc->endpoints[e].host, pc->endpoints[e].port, &uo, &pr->up) < 0)
                 pr->up = NULL;
@@ -286,4 +281,20 @@ const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_
     return i < p->first[pool + 1] ? &p->probes[i].stats : NULL;
 }
 
-void sb_prober_set_router(sb_prober *p, sb_router *router) { p->router = router; }
+static void configure(probe *pr, const sb_pool_config *pc)
+{
+    pr->pc = pc;
+    sb_engine_kind kind = SB_ENGINE_VLLM;
+    sb_engine_kind_parse(pc->engine ? pc->engine : "vllm", &kind);
+    sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
+                                     .kv_usage = pc->metric_kv_usage};
+    sb_engine_map_init(&pr->map, kind, &custom);
+    pr->use_slots = kind == SB_ENGINE_LLAMACPP && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+}
+
+void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_pools; i++)
+        for (size_t e = 0; e < cfg->pools[i].n_endpoints && p->first[i] + e < p->first[i + 1]; e++)
+            configure(&p->probes[p->first[i] + e], &cfg->pools[i]);
+}

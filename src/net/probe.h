@@ -38,7 +38,9 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
 /* Stops every timer and request; frees once handles are closed. */
 void sb_prober_stop(sb_prober *p);
 const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_t ep);
-/* Re-points the prober at a new router after a reload (same pools and endpoints). */
-void sb_prober_set_router(sb_prober *p, sb_router *router);
+/* After a reload with the same pools and endpoints: probe settings (intervals, paths,
+ * timeouts, custom metric names) come from cfg from now on; cfg must outlive the prober or
+ * the next reconfigure. */
+void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg);
 
 #endif

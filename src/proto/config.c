@@ -843,10 +843,12 @@ static void check_probe_intervals(parse *p, const sb_pool_config *pc, const yaml
     if (pc->probe_min_interval_ms > pc->probe_max_interval_ms)
         node_error(p, lo ? lo : hi, "%s: min_interval_ms (%u) must not exceed max_interval_ms (%u)", what,
                    pc->probe_min_interval_ms, pc->probe_max_interval_ms);
-    else if (pc->probe_interval_ms < pc->probe_min_interval_ms || pc->probe_interval_ms > pc->probe_max_interval_ms)
-        node_error(p, iv ? iv : pc->probe_interval_ms < pc->probe_min_interval_ms ? lo : hi,
+    else if (pc->probe_interval_ms < pc->probe_min_interval_ms || pc->probe_interval_ms > pc->probe_max_interval_ms) {
+        const yaml_node_t *bound = pc->probe_interval_ms < pc->probe_min_interval_ms ? lo : hi;
+        node_error(p, iv ? iv : bound,
                    "%s: interval_ms (%u) must be between min_interval_ms (%u) and max_interval_ms (%u)", what,
                    pc->probe_interval_ms, pc->probe_min_interval_ms, pc->probe_max_interval_ms);
+    }
 }
 
 /* A custom engine has no built-in metric names: all three must be given. Other engines have

@@ -216,7 +216,8 @@ static bool label_uint(const sb_prom_sample *s, const char *name, uint64_t *out)
 }
 
 /* Splits a comma-separated, escaped label value into names, trimming spaces ("a, b" is how
- * the inference extension's protocol writes it). Empty names are dropped. */
+ * the inference extension's protocol writes it). Empty names, and names holding a NUL byte,
+ * are dropped. */
 static void lora_list_set(sb_engine_lora_list *l, const sb_prom_slice *v)
 {
     char tmp[SB_ENGINE_LORA_TEXT];
@@ -241,8 +242,8 @@ static void lora_list_set(sb_engine_lora_list *l, const sb_prom_slice *v)
             a++;
         while (b > a && (tmp[b - 1] == ' ' || tmp[b - 1] == '\t'))
             b--;
-        if (a == b)
-            continue;
+        if (a == b || memchr(tmp + a, '\0', b - a))
+            continue; /* empty, or a NUL no adapter name holds: names stay C strings */
         if (l->n == SB_ENGINE_LORA_MAX) {
             l->truncated = true;
             return;
@@ -352,6 +353,16 @@ void sb_engine_report_add(sb_engine_report *r, const sb_engine_map *m, const sb_
     }
 }
 
+/* Values are finite one by one (add skips the others), but a sum can still overflow: a field
+ * that does is dropped rather than handed to the scorers as infinity. */
+static void keep_finite(bool *have, double *v)
+{
+    if (!isfinite(*v)) {
+        *have = false;
+        *v = 0;
+    }
+}
+
 void sb_engine_report_finish(sb_engine_report *r)
 {
     int k = r->acc.kv_n[0] ? 0 : r->acc.kv_n[1] ? 1 : -1;
@@ -372,6 +383,15 @@ void sb_engine_report_finish(sb_engine_report *r)
         r->prefix_hits_total = r->acc.fb_hits;
         r->have_prefix_hits = true;
     }
+    keep_finite(&r->have_running, &r->running);
+    keep_finite(&r->have_waiting, &r->waiting);
+    keep_finite(&r->have_kv, &r->kv_usage);
+    keep_finite(&r->have_prefix_hit_rate, &r->prefix_hit_rate);
+    keep_finite(&r->have_prefix_queries, &r->prefix_queries_total);
+    keep_finite(&r->have_prefix_hits, &r->prefix_hits_total);
+    keep_finite(&r->have_requests_total, &r->requests_total);
+    keep_finite(&r->have_prompt_tokens_total, &r->prompt_tokens_total);
+    keep_finite(&r->have_generation_tokens_total, &r->generation_tokens_total);
     if (!r->have_capacity_tokens && r->have_block_size && r->have_num_gpu_blocks) {
         r->capacity_tokens = (uint64_t)r->block_size * r->num_gpu_blocks;
         r->have_capacity_tokens = true;

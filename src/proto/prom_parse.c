@@ -8,30 +8,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Character classes as comparisons rather than a table: no initialisation, no shared state. */
+/* Character classes, one lookup per byte in the name scans that every line pays, wanted or
+ * not. A constant table: no initialisation, nothing shared that changes. */
+enum { C_NAME_START = 1, C_NAME = 2, C_LABEL_START = 4, C_LABEL = 8, C_DIGIT = 16 };
+
+static const unsigned char cls[256] = {
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+    26, 26, 26, 26, 26, 26, 26, 26, 26, 26,  3,  0,  0,  0,  0,  0,
+     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0, 15,
+     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+};
+
 static bool is_digit(unsigned char c)
 {
-    return (unsigned)(c - '0') < 10;
-}
-
-static bool is_label_start(unsigned char c)
-{
-    return (unsigned)((c | 0x20) - 'a') < 26 || c == '_';
-}
-
-static bool is_label_char(unsigned char c)
-{
-    return is_label_start(c) || is_digit(c);
-}
-
-static bool is_name_start(unsigned char c)
-{
-    return is_label_start(c) || c == ':';
-}
-
-static bool is_name_char(unsigned char c)
-{
-    return is_label_char(c) || c == ':';
+    return cls[c] & C_DIGIT;
 }
 
 static bool is_blank(char c)
@@ -51,9 +53,9 @@ static size_t scan_name(const char *s, size_t i, size_t n)
 {
     size_t j = i;
 
-    if (j >= n || !is_name_start((unsigned char)s[j]))
+    if (j >= n || !(cls[(unsigned char)s[j]] & C_NAME_START))
         return 0;
-    for (j++; j < n && is_name_char((unsigned char)s[j]); j++)
+    for (j++; j < n && (cls[(unsigned char)s[j]] & C_NAME); j++)
         ;
     return j - i;
 }
@@ -62,9 +64,9 @@ static size_t scan_label_name(const char *s, size_t i, size_t n)
 {
     size_t j = i;
 
-    if (j >= n || !is_label_start((unsigned char)s[j]))
+    if (j >= n || !(cls[(unsigned char)s[j]] & C_LABEL_START))
         return 0;
-    for (j++; j < n && is_label_char((unsigned char)s[j]); j++)
+    for (j++; j < n && (cls[(unsigned char)s[j]] & C_LABEL); j++)
         ;
     return j - i;
 }
@@ -212,8 +214,12 @@ static bool parse_timestamp(const char *s, size_t n, int64_t *out)
     return true;
 }
 
-static const char *const family_suffixes[] = {"_total", "_count",  "_sum",   "_bucket",
-                                              "_created", "_info", "_gcount", "_gsum"};
+#define SUFFIX(s) {s, sizeof(s) - 1}
+static const struct {
+    const char *s;
+    size_t len;
+} family_suffixes[] = {SUFFIX("_bucket"), SUFFIX("_total"),   SUFFIX("_count"), SUFFIX("_sum"),
+                       SUFFIX("_created"), SUFFIX("_info"), SUFFIX("_gcount"), SUFFIX("_gsum")};
 
 /* Whether a sample named s[0..n) belongs to the open family. A family opened by HELP/TYPE
  * takes its suffixed series (histogram _bucket, counter _total, ...); a run of samples outside
@@ -228,11 +234,9 @@ static bool in_family(const sb_prom_parser *p, const char *s, size_t n)
         return true;
     if (!p->family_declared)
         return false;
-    for (size_t k = 0; k < sizeof family_suffixes / sizeof family_suffixes[0]; k++) {
-        size_t sl = strlen(family_suffixes[k]);
-        if (n - f == sl && memcmp(s + f, family_suffixes[k], sl) == 0)
+    for (size_t k = 0; k < sizeof family_suffixes / sizeof family_suffixes[0]; k++)
+        if (n - f == family_suffixes[k].len && memcmp(s + f, family_suffixes[k].s, n - f) == 0)
             return true;
-    }
     return false;
 }
 
@@ -295,11 +299,38 @@ static const char *comment_line(sb_prom_parser *p, const char *s, size_t n)
     return "unknown TYPE";
 }
 
+/* The closing quote of a label value starting at s[vs]: memchr for the quote, and the byte
+ * loop only when a backslash comes before it (escapes are rare in practice). */
+static size_t scan_label_value(const char *s, size_t vs, size_t n, const char **err)
+{
+    const char *q = memchr(s + vs, '"', n - vs);
+    size_t v;
+
+    *err = NULL;
+    if (q && !memchr(s + vs, '\\', (size_t)(q - s) - vs))
+        return (size_t)(q - s);
+    for (v = vs; v < n && s[v] != '"'; v++) {
+        if (s[v] == '\\') {
+            if (v + 1 >= n)
+                break;
+            if (s[v + 1] != '\\' && s[v + 1] != '"' && s[v + 1] != 'n') {
+                *err = "invalid escape in label value";
+                return v;
+            }
+            v++;
+        }
+    }
+    if (v >= n)
+        *err = "unterminated label value";
+    return v;
+}
+
 /* A sample line whose name is s[i0..i0+nl). Returns NULL, or why it is malformed. */
 static const char *sample_line(const char *s, size_t n, size_t i0, size_t nl, sb_prom_sample *out)
 {
     size_t i = i0 + nl, v = skip_blanks(s, i, n);
     bool braces = false;
+    const char *err;
 
     out->name.p = s + i0;
     out->name.len = nl;
@@ -322,17 +353,9 @@ static const char *sample_line(const char *s, size_t n, size_t i0, size_t nl, sb
             if (vs >= n || s[vs] != '"')
                 return "expected '\"' to open a label value";
             vs++;
-            for (v = vs; v < n && s[v] != '"'; v++) {
-                if (s[v] == '\\') {
-                    if (v + 1 >= n)
-                        return "unterminated label value";
-                    if (s[v + 1] != '\\' && s[v + 1] != '"' && s[v + 1] != 'n')
-                        return "invalid escape in label value";
-                    v++;
-                }
-            }
-            if (v >= n)
-                return "unterminated label value";
+            v = scan_label_value(s, vs, n, &err);
+            if (err)
+                return err;
             if (out->n_labels == SB_PROM_MAX_LABELS)
                 return "too many labels";
             out->labels[out->n_labels].name.p = s + i;

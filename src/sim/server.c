@@ -45,8 +45,8 @@ typedef struct sim_req {
     bool chat, stream, include_usage;
     sb_sim_orca orca;
     uint32_t max_tokens, emitted;
-    uint64_t created;            /* unix seconds */
-    char rid[48];                /* "chatcmpl-..." / "cmpl-..." */
+    uint64_t created; /* unix seconds */
+    char rid[48];     /* "chatcmpl-..." / "cmpl-..." */
     char model[SB_SIM_MODEL_MAX + 1];
 } sim_req;
 
@@ -55,7 +55,7 @@ typedef struct parked {
     struct parked *prev, *next;
     replica *rep;
     sb_http_req *http;
-    uint64_t due_ns;             /* uv_hrtime deadline; UINT64_MAX: never (hang) */
+    uint64_t due_ns; /* uv_hrtime deadline; UINT64_MAX: never (hang) */
 } parked;
 
 struct replica {
@@ -64,15 +64,14 @@ struct replica {
     uint16_t port;
     bool faulty;
     bool in_advance;
-    bool down;                   /* restart fault: between going down and listening again */
-    sb_http_server *srv;         /* NULL while not listening */
+    bool down;           /* restart fault: between going down and listening again */
+    sb_http_server *srv; /* NULL while not listening */
     sb_engine *engine;
     sb_sim_stats stats;
     uv_timer_t step_timer, metrics_timer, restart_timer;
     sim_req *head, *tail;
-    uint32_t n_live;
-    sim_req **slots;             /* id lookup: slots[id & 0xffffffff] */
-    uint32_t *free_slots;        /* stack of free slot indices */
+    sim_req **slots;      /* id lookup: slots[id & 0xffffffff] */
+    uint32_t *free_slots; /* stack of free slot indices */
     uint32_t cap_slots, n_free;
     uint64_t generation;
     parked *parked_head, *parked_tail;
@@ -80,7 +79,7 @@ struct replica {
 
 struct sb_sim_fleet {
     uv_loop_t *loop;
-    sb_sim_opts opts;            /* strings below are the fleet's copies */
+    sb_sim_opts opts; /* strings below are the fleet's copies */
     char *host, *model;
     char **adapters;
     uint32_t max_model_len;
@@ -92,8 +91,8 @@ struct sb_sim_fleet {
     bool stopping;
 };
 
-static const char *filler[] = {" the", " model", " server", " is", " simulated", " and", " this", " text",
-                               " fills", " each", " token", " with", " one", " plain", " word", " here"};
+static const char *filler[] = {" the",   " model", " server", " is",   " simulated", " and",   " this", " text",
+                               " fills", " each",  " token",  " with", " one",       " plain", " word", " here"};
 #define N_FILLER (sizeof(filler) / sizeof(filler[0]))
 
 static void on_step(uv_timer_t *t);
@@ -165,6 +164,12 @@ static int slot_alloc(replica *r, sim_req *q)
     return 0;
 }
 
+static void slot_release(replica *r, uint32_t slot)
+{
+    r->slots[slot] = NULL;
+    r->free_slots[r->n_free++] = slot;
+}
+
 static sim_req *lookup(replica *r, uint64_t id)
 {
     uint32_t s = (uint32_t)id;
@@ -182,7 +187,6 @@ static void link_req(replica *r, sim_req *q)
     else
         r->head = q;
     r->tail = q;
-    r->n_live++;
 }
 
 /* Forgets q (it must be linked) and frees it. */
@@ -197,9 +201,7 @@ static void req_free(sim_req *q)
         q->next->prev = q->prev;
     else
         r->tail = q->prev;
-    r->n_live--;
-    r->slots[q->slot] = NULL;
-    r->free_slots[r->n_free++] = q->slot;
+    slot_release(r, q->slot);
     if (q->http)
         q->http->user = NULL;
     sb_free(q);
@@ -268,13 +270,15 @@ static int send_token(sim_req *q, uint32_t i, sb_buf *b)
     sb_buf_puts(b, "data: ");
     if (q->chat) {
         put_head(b, q, "chat.completion.chunk");
-        sb_buf_printf(b, "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},\"logprobs\":null,"
-                         "\"finish_reason\":%s%s}]}",
+        sb_buf_printf(b,
+                      "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},\"logprobs\":null,"
+                      "\"finish_reason\":%s%s}]}",
                       word, finish, i + 1 == q->max_tokens ? ",\"stop_reason\":null" : "");
     } else {
         put_head(b, q, "text_completion");
-        sb_buf_printf(b, "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,\"finish_reason\":%s,"
-                         "\"stop_reason\":null}]}",
+        sb_buf_printf(b,
+                      "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,\"finish_reason\":%s,"
+                      "\"stop_reason\":null}]}",
                       word, finish);
     }
     return send_event(q, b);
@@ -390,8 +394,7 @@ static void on_event(void *ud, const sb_engine_event *ev)
         if (q)
             finish_req(q, &ev->usage);
         break;
-    case SB_ENGINE_EV_PREEMPTED:
-        break;
+    case SB_ENGINE_EV_PREEMPTED: break;
     }
 }
 
@@ -460,8 +463,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     sb_sim_request pr;
     uint32_t *tokens = NULL;
     sim_req *q = NULL;
-    int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, &pr,
-                                  &prompt);
+    int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, &pr, &prompt);
     if (rc == -EINVAL) {
         respond_error(h, 400, "BadRequestError", pr.error, NULL);
         goto done;
@@ -492,12 +494,14 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     if (!tokens || !q || slot_alloc(r, q) < 0)
         goto nomem;
     sb_tokenize(prompt.data, prompt.len, tokens, n);
-    sb_engine_request er = {.id = q->id, .tokens = tokens, .n_prompt = (uint32_t)n, .max_tokens = pr.max_tokens,
+    sb_engine_request er = {.id = q->id,
+                            .tokens = tokens,
+                            .n_prompt = (uint32_t)n,
+                            .max_tokens = pr.max_tokens,
                             .adapter = (uint32_t)adapter};
     rc = sb_engine_submit(r->engine, &er, engine_now(f));
     if (rc < 0) {
-        r->slots[q->slot] = NULL;
-        r->free_slots[r->n_free++] = q->slot;
+        slot_release(r, q->slot);
         if (rc == -E2BIG)
             respond_error(h, 400, "BadRequestError", "The prompt and max_tokens do not fit in the KV cache.", NULL);
         else
@@ -545,12 +549,9 @@ done:
     sb_buf_free(&prompt);
     return;
 nomem:
-    if (q && r->slots && r->slots[q->slot] == q) {
-        r->slots[q->slot] = NULL;
-        r->free_slots[r->n_free++] = q->slot;
-    }
+    if (q && r->slots && r->slots[q->slot] == q)
+        slot_release(r, q->slot);
     sb_free(q);
-    q = NULL;
     respond_error(h, 500, "InternalServerError", "out of memory", NULL);
     goto done;
 }
@@ -777,57 +778,53 @@ static bool path_is(const sb_http_req *h, const char *path)
     return h->path_len == n && memcmp(h->path, path, n) == 0;
 }
 
-/* FastAPI's bodies for unrouted requests, which vLLM and SGLang answer with. */
+static void handle_chat(replica *r, sb_http_req *h)
+{
+    handle_completion(r, h, true);
+}
+static void handle_completions(replica *r, sb_http_req *h)
+{
+    handle_completion(r, h, false);
+}
+
+static void handle_health(replica *r, sb_http_req *h)
+{
+    if (r->fleet->opts.flavor == SB_SIM_LLAMACPP)
+        sb_http_respond(h, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    else
+        sb_http_respond(h, 200, "application/json", NULL, "", 0);
+}
+
+static const struct route {
+    const char *path;
+    int method;
+    bool llamacpp_only;
+    void (*handle)(replica *r, sb_http_req *h);
+} routes[] = {
+    {"/v1/chat/completions", HTTP_POST, false, handle_chat},
+    {"/v1/completions", HTTP_POST, false, handle_completions},
+    {"/v1/models", HTTP_GET, false, handle_models},
+    {"/health", HTTP_GET, false, handle_health},
+    {"/tokenize", HTTP_POST, false, handle_tokenize},
+    {"/metrics", HTTP_GET, false, handle_metrics},
+    {"/slots", HTTP_GET, true, handle_slots},
+};
+
+/* Unrouted requests get FastAPI's bodies, as vLLM and SGLang answer them. */
 static void handler(sb_http_req *h, void *ctx)
 {
     replica *r = ctx;
-    sb_sim_flavor flavor = r->fleet->opts.flavor;
-    static const struct {
-        const char *path;
-        int method;
-    } routes[] = {
-        {"/v1/chat/completions", HTTP_POST}, {"/v1/completions", HTTP_POST}, {"/v1/models", HTTP_GET},
-        {"/health", HTTP_GET},               {"/tokenize", HTTP_POST},      {"/metrics", HTTP_GET},
-        {"/slots", HTTP_GET},
-    };
-    size_t route = sizeof(routes) / sizeof(routes[0]);
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (path_is(h, routes[i].path) && (i != 6 || flavor == SB_SIM_LLAMACPP)) {
-            route = i;
-            break;
-        }
-    if (route == sizeof(routes) / sizeof(routes[0])) {
-        sb_http_respond(h, 404, "application/json", NULL, "{\"detail\":\"Not Found\"}", 22);
-        return;
-    }
-    if (h->method != routes[route].method) {
-        sb_http_respond(h, 405, "application/json", NULL, "{\"detail\":\"Method Not Allowed\"}", 31);
-        return;
-    }
-    switch (route) {
-    case 0:
-    case 1:
-        handle_completion(r, h, route == 0);
-        break;
-    case 2:
-        handle_models(r, h);
-        break;
-    case 3:
-        if (flavor == SB_SIM_LLAMACPP)
-            sb_http_respond(h, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const struct route *rt = &routes[i];
+        if (!path_is(h, rt->path) || (rt->llamacpp_only && r->fleet->opts.flavor != SB_SIM_LLAMACPP))
+            continue;
+        if (h->method != rt->method)
+            sb_http_respond(h, 405, "application/json", NULL, "{\"detail\":\"Method Not Allowed\"}", 31);
         else
-            sb_http_respond(h, 200, "application/json", NULL, "", 0);
-        break;
-    case 4:
-        handle_tokenize(r, h);
-        break;
-    case 5:
-        handle_metrics(r, h);
-        break;
-    default:
-        handle_slots(r, h);
-        break;
+            rt->handle(r, h);
+        return;
     }
+    sb_http_respond(h, 404, "application/json", NULL, "{\"detail\":\"Not Found\"}", 22);
 }
 
 /* ---- replica lifecycle ---- */
@@ -929,9 +926,15 @@ static void on_timer_closed(uv_handle_t *h)
         fleet_free(f);
 }
 
-uint32_t sb_sim_fleet_size(const sb_sim_fleet *f) { return f->n; }
+uint32_t sb_sim_fleet_size(const sb_sim_fleet *f)
+{
+    return f->n;
+}
 
-uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i) { return i < f->n ? f->reps[i].port : 0; }
+uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i)
+{
+    return i < f->n ? f->reps[i].port : 0;
+}
 
 void sb_sim_fleet_stop(sb_sim_fleet *f)
 {

@@ -53,18 +53,18 @@ typedef struct sb_sim_faults {
 } sb_sim_faults;
 
 typedef struct sb_sim_opts {
-    const char *host;                /* listen address, IPv4 or IPv6 literal */
-    uint16_t port;                   /* replica i listens on port + i; 0 lets each pick a port */
-    uint32_t replicas;               /* >= 1 */
-    const char *model;               /* served model name */
-    const char *const *adapters;     /* LoRA adapter names, engine adapter ids 1..n_adapters */
+    const char *host;            /* listen address, IPv4 or IPv6 literal */
+    uint16_t port;               /* replica i listens on port + i; 0 lets each pick a port */
+    uint32_t replicas;           /* >= 1 */
+    const char *model;           /* served model name */
+    const char *const *adapters; /* LoRA adapter names, engine adapter ids 1..n_adapters */
     size_t n_adapters;
-    sb_sim_flavor flavor;            /* whose /metrics names to speak */
-    double speed;                    /* engine clock rate over real time, > 0 */
-    sb_engine_params engine;         /* every replica's engine */
-    uint32_t max_model_len;          /* prompt + output tokens at most; 0 = min(131072,
-                                      * num_gpu_blocks * block_size) */
-    uint64_t seed;                   /* for fault draws */
+    sb_sim_flavor flavor;    /* whose /metrics names to speak */
+    double speed;            /* engine clock rate over real time, > 0 */
+    sb_engine_params engine; /* every replica's engine */
+    uint32_t max_model_len;  /* prompt + output tokens at most; 0 = min(131072,
+                              * num_gpu_blocks * block_size) */
+    uint64_t seed;           /* for fault draws */
     sb_sim_faults faults;
 } sb_sim_opts;
 
@@ -84,8 +84,8 @@ typedef struct sb_sim_fleet sb_sim_fleet;
 int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **out);
 
 uint32_t sb_sim_fleet_size(const sb_sim_fleet *f);
-/* The port replica i listens on (or would, if it refuses or is restarting); 0 if i is out of
- * range. */
+/* The port replica i listens on, or would if it is refusing or restarting (with opts.port 0,
+ * a replica that never listened has no port: 0); 0 if i is out of range. */
 uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i);
 
 /* Stops every replica: listeners and connections are closed (in-flight requests are dropped),

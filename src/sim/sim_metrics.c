@@ -14,16 +14,17 @@
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* vLLM V1 request histograms (vllm/v1/metrics/loggers.py). */
-static const double vllm_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,   0.25,  0.5,   0.75,
+static const double vllm_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
                                           1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 static const double vllm_latency_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
                                              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 static const double vllm_itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 /* SGLang's, as its /metrics shows them (../shared/data/formats/sglang/docs_sample.prom). */
-static const double sglang_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+static const double sglang_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                             0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 15.0, 20.0, 25.0, 30.0};
-static const double sglang_e2e_bounds[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
+static const double sglang_e2e_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
+                                           10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
 
 int sb_sim_flavor_parse(const char *s, sb_sim_flavor *out)
 {
@@ -196,8 +197,7 @@ static void render_vllm(out *o, const sb_sim_metrics_view *v, const char *model_
         goto done;
     }
     const char *l = lb.data;
-    gauge(o, "vllm:num_requests_running", "Number of requests in model execution batches.", l,
-          m->num_requests_running);
+    gauge(o, "vllm:num_requests_running", "Number of requests in model execution batches.", l, m->num_requests_running);
     gauge(o, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, m->num_requests_waiting);
     gauge(o, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, m->kv_cache_usage);
     counter(o, "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", l,

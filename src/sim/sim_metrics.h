@@ -36,10 +36,10 @@ int sb_sim_flavor_parse(const char *s, sb_sim_flavor *out);
 const char *sb_sim_flavor_name(sb_sim_flavor f);
 
 enum sb_sim_hist_id {
-    SB_SIM_HIST_TTFT = 0,  /* arrival to first token */
-    SB_SIM_HIST_E2E,       /* arrival to last token */
-    SB_SIM_HIST_QUEUE,     /* arrival to first scheduled step */
-    SB_SIM_HIST_ITL,       /* between successive tokens of a request */
+    SB_SIM_HIST_TTFT = 0, /* arrival to first token */
+    SB_SIM_HIST_E2E,      /* arrival to last token */
+    SB_SIM_HIST_QUEUE,    /* arrival to first scheduled step */
+    SB_SIM_HIST_ITL,      /* between successive tokens of a request */
     SB_SIM_HIST_N,
 };
 
@@ -47,7 +47,7 @@ enum sb_sim_hist_id {
 
 /* A Prometheus histogram: per-bucket counts (not cumulative; rendering accumulates them). */
 typedef struct sb_sim_hist {
-    const double *bounds;  /* ascending upper bounds, static storage */
+    const double *bounds; /* ascending upper bounds, static storage */
     size_t n_bounds;
     uint64_t counts[SB_SIM_HIST_BOUNDS_MAX + 1]; /* counts[n_bounds] is the +Inf bucket */
     uint64_t count;
@@ -67,14 +67,14 @@ void sb_sim_stats_observe(sb_sim_stats *s, enum sb_sim_hist_id h, double seconds
 /* Everything one /metrics answer shows. */
 typedef struct sb_sim_metrics_view {
     sb_sim_flavor flavor;
-    const char *model_name;            /* the served model */
+    const char *model_name; /* the served model */
     const sb_engine_metrics *engine;
     const sb_sim_stats *stats;
-    const char *running_adapters;      /* comma-separated adapter names, "" if none */
+    const char *running_adapters; /* comma-separated adapter names, "" if none */
     const char *waiting_adapters;
     bool enable_prefix_caching;
-    double now_unix_s;                 /* vllm:lora_requests_info's value: vLLM reports the
-                                        * wall-clock time of the report there */
+    double now_unix_s; /* vllm:lora_requests_info's value: vLLM reports the
+                        * wall-clock time of the report there */
 } sb_sim_metrics_view;
 
 /* Appends the /metrics text for *v to b. Returns 0, or -1 on ENOMEM (b then holds a prefix). */
@@ -102,9 +102,9 @@ int sb_sim_orca_header(sb_buf *b, sb_sim_orca fmt, const sb_engine_metrics *m);
 /* One llama.cpp slot (a sequence the server can run at once). */
 typedef struct sb_sim_slot {
     bool processing;
-    uint64_t id_task;     /* the request's id on the replica; 0 when idle */
-    uint32_t n_decoded;   /* tokens generated so far */
-    uint32_t max_tokens;  /* requested output length (n_predict) */
+    uint64_t id_task;    /* the request's id on the replica; 0 when idle */
+    uint32_t n_decoded;  /* tokens generated so far */
+    uint32_t max_tokens; /* requested output length (n_predict) */
     bool stream;
 } sb_sim_slot;
 

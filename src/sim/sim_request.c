@@ -192,8 +192,7 @@ static int walk(parse *p, sb_sim_api api, sb_buf *prompt)
                 out->error = "model must be a string";
                 return -EINVAL;
             }
-            long r = sb_json_unescape(p->b + t[v].start, (size_t)(t[v].end - t[v].start), out->model,
-                                      SB_SIM_MODEL_MAX);
+            long r = sb_json_unescape(p->b + t[v].start, (size_t)(t[v].end - t[v].start), out->model, SB_SIM_MODEL_MAX);
             if (r < 0) {
                 out->error = "invalid escape in model";
                 return -EINVAL;
@@ -228,9 +227,9 @@ static int walk(parse *p, sb_sim_api api, sb_buf *prompt)
             text = is_null(p, v) ? -1 : v;
         }
     }
-    out->max_tokens = max_completion_tokens  ? max_completion_tokens
-                      : max_tokens           ? max_tokens
-                                             : SB_SIM_DEFAULT_MAX_TOKENS;
+    out->max_tokens = max_completion_tokens ? max_completion_tokens
+                      : max_tokens          ? max_tokens
+                                            : SB_SIM_DEFAULT_MAX_TOKENS;
     if (api == SB_SIM_API_CHAT || (api == SB_SIM_API_TOKENIZE && messages >= 0)) {
         if (messages < 0) {
             out->error = "messages is required";

@@ -45,10 +45,10 @@ typedef struct sb_sim_request {
     char model[SB_SIM_MODEL_MAX + 1]; /* decoded, NUL-terminated; "" if absent */
     size_t model_len;                 /* may exceed SB_SIM_MODEL_MAX: then no model matches */
     bool stream;
-    bool include_usage;               /* stream_options.include_usage */
-    bool from_messages;               /* the prompt came from `messages` */
+    bool include_usage; /* stream_options.include_usage */
+    bool from_messages; /* the prompt came from `messages` */
     uint32_t max_tokens;
-    const char *error;                /* on -EINVAL: why, a static string for the 400 body */
+    const char *error; /* on -EINVAL: why, a static string for the 400 body */
 } sb_sim_request;
 
 /* Parses body[0..len) for `api`, fills *out and appends the prompt text to `prompt`.

@@ -224,6 +224,8 @@ class Gateway:
                 lines.append("    adapters: %s" % json.dumps(p["adapters"]))
             lines.append("    profile: %s" % p.get("profile", "round-robin"))
             lines.append("    endpoints: %s" % json.dumps(p["endpoints"]))
+            for extra_line in p.get("yaml", []):  # raw pool-level YAML, e.g. "probe: { ... }"
+                lines.append("    " + extra_line)
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.log_path = os.path.join(self.dir, "gateway.log")

@@ -505,7 +505,7 @@ class SimFaultTest(unittest.TestCase):
             s.close()
 
     def test_restart_empties_cache(self):
-        sim = Sim("--speed", "50", "--restart-every-ms", "500")
+        sim = Sim("--speed", "50", "--restart-every-ms", "1000")
         try:
             text = "restart prompt shared by two requests " * 6
             state = {}

@@ -141,8 +141,12 @@ static void test_staleness_boundary(void **state)
     assert_true(sb_endpoint_is_stale(&ep, stale, T0 + stale + 1));
     /* A clock reading before the report (another thread's now) is not stale. */
     assert_false(sb_endpoint_is_stale(&ep, stale, T0 - 5));
-    /* An ORCA merge refreshes it. */
+    /* An ORCA merge without a queue figure does not vouch for the queue: still stale. */
     sb_endpoint_report part = {.have_kv = true, .kv_usage = 0.1};
+    sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + stale + 1);
+    assert_true(sb_endpoint_is_stale(&ep, stale, T0 + stale + 1));
+    /* One with the queue refreshes it. */
+    part.have_waiting = true;
     sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + stale + 1);
     assert_false(sb_endpoint_is_stale(&ep, stale, T0 + stale + 1));
     assert_int_equal(ep.report_source, SB_REPORT_ORCA);
@@ -189,14 +193,46 @@ static void test_merge_keeps_other_fields(void **state)
     assert_true(ep.report.have_lora);
     assert_int_equal(ep.report.lora_running_mask, 1);
     assert_true(ep.report.requests_total == 77);
-    assert_int_equal(ep.report_seq, seq + 1);
-    assert_int_equal(ep.report_ns, T0 + 2);
-    assert_int_equal(ep.sent_since_report, 0);
+    /* KV alone: the request sent since the scrape still counts as waiting. */
+    assert_int_equal(ep.report_seq, seq);
+    assert_int_equal(ep.report_ns, T0);
+    assert_int_equal(ep.sent_since_report, 1);
+    assert_true(sb_endpoint_waiting(&ep) == 3);
     part = (sb_endpoint_report){.have_waiting = true, .waiting = 7, .have_running = true, .running = 1};
     sb_endpoint_report_merge(&ep, &part, SB_REPORT_ORCA, T0 + 3);
+    assert_int_equal(ep.report_seq, seq + 1);
+    assert_int_equal(ep.report_ns, T0 + 3);
+    assert_int_equal(ep.sent_since_report, 0);
     assert_true(sb_endpoint_waiting(&ep) == 7);
     assert_true(sb_endpoint_running(&ep) == 1);
     assert_true(ep.report.kv_usage == 0.6);
+}
+
+static void test_non_finite_fields_are_absent(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = {.have_waiting = true, .waiting = NAN, .have_running = true, .running = INFINITY,
+                            .have_kv = true, .kv_usage = NAN, .requests_total = NAN};
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0));
+    assert_false(ep.report.have_waiting || ep.report.have_running || ep.report.have_kv);
+    assert_true(ep.report.requests_total < 0);
+    sb_endpoint_dispatch(&ep, 0, T0);
+    assert_true(sb_endpoint_waiting(&ep) == 1.0);
+    assert_true(sb_endpoint_running(&ep) == 1.0);
+    assert_true(sb_endpoint_kv_usage(&ep) == 0.0);
+    /* A merge of a non-finite field keeps the previous value. */
+    r = (sb_endpoint_report){.have_kv = true, .kv_usage = 0.4};
+    sb_endpoint_report_merge(&ep, &r, SB_REPORT_ORCA, T0 + 1);
+    r.kv_usage = -INFINITY;
+    sb_endpoint_report_merge(&ep, &r, SB_REPORT_ORCA, T0 + 2);
+    assert_true(sb_endpoint_kv_usage(&ep) == 0.4);
+    /* Nor does a non-finite counter claim a restart. */
+    r = waiting_report(0);
+    r.requests_total = 10;
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 3);
+    r.requests_total = -NAN;
+    assert_false(sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0 + 4));
 }
 
 /* Finishes one request dispatched now with the given outcome. */
@@ -299,6 +335,13 @@ static void test_trial_failure_doubles_backoff_capped(void **state)
         assert_false(ep.trial_in_flight);
         assert_int_equal(ep.ejected_until - (now + 1), expect[k]);
     }
+    assert_int_equal(ep.ejections_total, 5);
+    /* A successful trial resets the backoff exponent, not the lifetime count. */
+    now = ep.ejected_until;
+    sb_ticket trial = sb_endpoint_dispatch(&ep, 10, now);
+    sb_endpoint_finish(&ep, &trial, true, true, &hp, now);
+    assert_int_equal(ep.ejections, 0);
+    assert_int_equal(ep.ejections_total, 5);
 }
 
 static void test_trial_client_abort_releases_trial(void **state)
@@ -389,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_staleness_boundary),
         cmocka_unit_test(test_restart_detection),
         cmocka_unit_test(test_merge_keeps_other_fields),
+        cmocka_unit_test(test_non_finite_fields_are_absent),
         cmocka_unit_test(test_ejection_after_max_failures),
         cmocka_unit_test(test_client_aborts_never_eject),
         cmocka_unit_test(test_half_open_single_trial),

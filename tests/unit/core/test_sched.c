@@ -345,8 +345,8 @@ static void test_render_json(void **state)
     assert_true(json_valid(b.data));
     const char *want[] = {"\"pool\":0", "\"profile\":\"test\"", "\"picker\":\"max-score\"", "\"picked\":0",
                           "\"reason\":\"max-score\"", "\"address\":\"10.0.0.1:8000\"",
-                          "{\"endpoint\":2,\"address\":\"10.0.0.3:8000\",\"stale\":false,"
-                          "\"removed_by\":\"healthy\"}",
+                          ("{\"endpoint\":2,\"address\":\"10.0.0.3:8000\",\"stale\":false,"
+                           "\"removed_by\":\"healthy\"}"),
                           "\"scores\":{\"queue\":1.0000,\"kv-cache\":0.0000}",
                           "\"scores\":{\"queue\":0.0000,\"kv-cache\":1.0000}", "\"total\":0.6667",
                           "\"total\":0.3333"};

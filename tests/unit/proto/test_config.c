@@ -1052,7 +1052,7 @@ static void test_errors_format(void **state)
 static void test_allocation_failure(void **state)
 {
     int successes = 0;
-    for (long n = 0; n < 1000; n++) {
+    for (long n = 0; n < 400; n++) {
         sb_config *cfg = NULL;
         sb_config_errors errs;
         sb_alloc_fail_after(n);

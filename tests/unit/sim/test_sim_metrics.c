@@ -219,7 +219,8 @@ static void test_slots(void **state)
     sb_buf b = {0};
     assert_int_equal(sb_sim_slots_render(&b, slots, 2, 4096), 0);
     assert_has(b.data, "[{\"id\":0,\"id_task\":7,\"n_ctx\":4096,\"speculative\":false,\"is_processing\":true,");
-    assert_has(b.data, "\"next_token\":{\"has_next_token\":true,\"has_new_line\":false,\"n_remain\":11,\"n_decoded\":5}}");
+    assert_has(b.data,
+               "\"next_token\":{\"has_next_token\":true,\"has_new_line\":false,\"n_remain\":11,\"n_decoded\":5}}");
     assert_has(b.data, ",{\"id\":1,\"id_task\":0,\"n_ctx\":4096,\"speculative\":false,\"is_processing\":false,");
     assert_int_equal(b.data[b.len - 1], ']');
     sb_buf_free(&b);
@@ -242,8 +243,12 @@ static void test_allocation_failure(void **state)
     sb_sim_stats st;
     sb_sim_stats_init(&st, SB_SIM_VLLM);
     sb_engine_metrics m = sample_metrics();
-    sb_sim_metrics_view v = {.flavor = SB_SIM_VLLM, .model_name = "m", .engine = &m, .stats = &st,
-                             .running_adapters = "", .waiting_adapters = ""};
+    sb_sim_metrics_view v = {.flavor = SB_SIM_VLLM,
+                             .model_name = "m",
+                             .engine = &m,
+                             .stats = &st,
+                             .running_adapters = "",
+                             .waiting_adapters = ""};
     /* Failing at every point of the render returns -1 and leaks nothing (ASan checks). */
     for (long n = 0; n < 40; n++) {
         sb_buf b = {0};

@@ -18,11 +18,12 @@ static void test_chat_fields_and_template(void **state)
     (void)state;
     sb_sim_request r;
     sb_buf p = {0};
-    const char *body = "{\"model\":\"org/m\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                       "\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"terse\\\".\"},"
-                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},"
-                       "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}},{\"type\":\"text\",\"text\":\" there\"}]},"
-                       "{\"role\":\"assistant\",\"content\":null}],\"temperature\":0.2}";
+    const char *body =
+        "{\"model\":\"org/m\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"terse\\\".\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},"
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}},{\"type\":\"text\",\"text\":\" there\"}]},"
+        "{\"role\":\"assistant\",\"content\":null}],\"temperature\":0.2}";
     assert_int_equal(parse(body, SB_SIM_API_CHAT, &r, &p), 0);
     assert_string_equal(r.model, "org/m");
     assert_int_equal(r.model_len, 5);
@@ -52,9 +53,8 @@ static void test_completion_prompt_and_defaults(void **state)
     assert_string_equal(p.data, "abcd");
     assert_int_equal(r.max_tokens, 7);
     /* max_completion_tokens wins over max_tokens, whatever the order. */
-    assert_int_equal(parse("{\"max_completion_tokens\":3,\"max_tokens\":9,\"prompt\":\"x\"}", SB_SIM_API_COMPLETIONS,
-                           &r, &p),
-                     0);
+    assert_int_equal(
+        parse("{\"max_completion_tokens\":3,\"max_tokens\":9,\"prompt\":\"x\"}", SB_SIM_API_COMPLETIONS, &r, &p), 0);
     assert_int_equal(r.max_tokens, 3);
     assert_int_equal(r.model_len, 0);
     sb_buf_free(&p);
@@ -146,12 +146,9 @@ static void test_allocation_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_fields_and_template),
-        cmocka_unit_test(test_completion_prompt_and_defaults),
-        cmocka_unit_test(test_tokenize_takes_either),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_long_model_name),
-        cmocka_unit_test(test_allocation_failure),
+        cmocka_unit_test(test_chat_fields_and_template), cmocka_unit_test(test_completion_prompt_and_defaults),
+        cmocka_unit_test(test_tokenize_takes_either),    cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_long_model_name),          cmocka_unit_test(test_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
