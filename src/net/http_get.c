@@ -43,10 +43,9 @@ static void drop_conn(sb_http_get *g, bool reusable)
         return;
     g->uc = NULL;
     uv_timer_stop(&uc->timer);
-    uv_read_stop((uv_stream_t *)&uc->tcp);
-    uc->tcp.data = uc;
     uc->timer.data = uc;
     uc->owner = NULL;
+    uc->on_read = NULL;
     if (reusable)
         sb_upstream_release(uc);
     else
@@ -82,17 +81,8 @@ static int on_complete(http_parser *p)
     return 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void on_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
 {
-    static char slab[65536];
-    (void)h;
-    (void)suggested;
-    *buf = uv_buf_init(slab, sizeof(slab));
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    sb_upstream_conn *uc = s->data;
     sb_http_get *g = uc->owner;
     if (nread == 0)
         return;
@@ -134,7 +124,7 @@ static void send_get(sb_http_get *g)
 {
     sb_upstream_conn *uc = g->uc;
     uc->owner = g;
-    uc->tcp.data = uc;
+    uc->on_read = on_read;
     uc->timer.data = uc;
     uv_write_t *w = sb_malloc(sizeof(*w));
     if (!w) {
@@ -150,8 +140,7 @@ static void send_get(sb_http_get *g)
     }
     g->writing = true;
     uv_timer_start(&uc->timer, on_timeout, g->timeout_ms, 0);
-    if (uv_read_start((uv_stream_t *)&uc->tcp, on_alloc, on_read) < 0)
-        finish(g, UV_ECONNRESET);
+    uc->on_read = on_read;
 }
 
 static void on_connected(sb_upstream_conn *uc, int status, void *arg)

@@ -52,6 +52,9 @@ typedef struct conn {
     size_t queued;        /* bytes handed to uv_write not yet completed */
     bool wants_drain;
     int handles_open;
+    sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
+    struct conn *dirty_prev, *dirty_next;
+    bool dirty;
     sb_http_req req;
     char peer[64];
 } conn;
@@ -68,13 +71,20 @@ struct sb_http_server {
     bool stopping;
     bool listener_closed;
     uint16_t port;
+    /* Writes made during one loop iteration are coalesced per connection and flushed by a
+     * check handle at the end of the iteration: a response head, its body and the chunk
+     * terminator leave in one write(2) instead of three, and an SSE event still leaves in the
+     * iteration that produced it. */
+    uv_check_t flusher;
+    conn *dirty;
+    int server_handles_closed;
 };
 
 typedef struct wreq {
     uv_write_t w;
     conn *c;
     size_t len;
-    char data[];
+    char *data;     /* the connection's out buffer, taken over: no copy */
 } wreq;
 
 static http_parser_settings parser_settings;
@@ -118,6 +128,7 @@ static void on_write(uv_write_t *w, int status)
     wreq *r = (wreq *)w;
     conn *c = r->c;
     c->queued -= r->len;
+    sb_free(r->data);
     sb_free(r);
     if (status < 0 && c->state != CONN_CLOSING) {
         conn_close(c);
@@ -136,31 +147,81 @@ static void on_write(uv_write_t *w, int status)
     }
 }
 
-/* Copies the buffers into one write request: one copy, and the caller's memory is free at
- * once (upstream read buffers are reused immediately). */
-static int conn_writev(conn *c, const uv_buf_t *bufs, int n)
+static void undirty(conn *c)
+{
+    if (!c->dirty)
+        return;
+    if (c->dirty_prev)
+        c->dirty_prev->dirty_next = c->dirty_next;
+    else
+        c->srv->dirty = c->dirty_next;
+    if (c->dirty_next)
+        c->dirty_next->dirty_prev = c->dirty_prev;
+    c->dirty_prev = c->dirty_next = NULL;
+    c->dirty = false;
+}
+
+/* Hands the out buffer to libuv (the buffer itself: no copy). */
+static int conn_flush(conn *c)
+{
+    undirty(c);
+    if (c->out.len == 0)
+        return 0;
+    wreq *r = sb_malloc(sizeof(wreq));
+    if (!r)
+        return -1;
+    r->c = c;
+    r->data = sb_buf_steal(&c->out, &r->len);
+    uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
+    int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        sb_free(r->data);
+        sb_free(r);
+        return -1;
+    }
+    c->queued += r->len;
+    return 0;
+}
+
+static void on_check(uv_check_t *h)
+{
+    sb_http_server *s = h->data;
+    while (s->dirty) {
+        conn *c = s->dirty;
+        if (conn_flush(c) < 0)
+            conn_close(c);
+    }
+    uv_check_stop(&s->flusher);
+}
+
+/* Appends to the out buffer; flushed at the end of this loop iteration. */
+static int conn_append(conn *c, const uv_buf_t *bufs, int n)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++)
         total += bufs[i].len;
-    wreq *r = sb_malloc(sizeof(wreq) + total);
-    if (!r)
+    if (sb_buf_reserve(&c->out, total) < 0)
         return -1;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        memcpy(r->data + off, bufs[i].base, bufs[i].len);
-        off += bufs[i].len;
+    for (int i = 0; i < n; i++)
+        sb_buf_append(&c->out, bufs[i].base, bufs[i].len);
+    if (!c->dirty) {
+        c->dirty = true;
+        c->dirty_prev = NULL;
+        c->dirty_next = c->srv->dirty;
+        if (c->srv->dirty)
+            c->srv->dirty->dirty_prev = c;
+        c->srv->dirty = c;
+        uv_check_start(&c->srv->flusher, on_check);
     }
-    r->c = c;
-    r->len = total;
-    uv_buf_t b = uv_buf_init(r->data, (unsigned)total);
-    int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (rc < 0) {
-        sb_free(r);
-        return -1;
-    }
-    c->queued += total;
     return 0;
+}
+
+/* Appends and flushes now (for writes followed by a close decision). */
+static int conn_writev(conn *c, const uv_buf_t *bufs, int n)
+{
+    if (conn_append(c, bufs, n) < 0)
+        return -1;
+    return conn_flush(c);
 }
 
 static int conn_write(conn *c, const char *data, size_t len)
@@ -180,6 +241,7 @@ static void on_handle_closed(uv_handle_t *h)
     sb_buf_free(&c->head);
     sb_buf_free(&c->body);
     sb_buf_free(&c->pending);
+    sb_buf_free(&c->out);
     sb_free(c);
     if (--s->n_alive == 0 && s->stopping && s->listener_closed)
         sb_free(s);
@@ -205,6 +267,7 @@ static void conn_close(conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->n_conns--;
+    undirty(c);
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -520,6 +583,10 @@ static void finish_response(conn *c)
 {
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
+    if (conn_flush(c) < 0) {
+        conn_close(c);
+        return;
+    }
     if (!c->keep_alive_resp || c->srv->stopping) {
         c->close_after = true;
         c->state = CONN_IDLE;
@@ -594,6 +661,18 @@ static void on_connection(uv_stream_t *server, int status)
     conn_read_start(c);
 }
 
+/* The listener and the flusher: the server is freed when both are closed and no
+ * connection struct is left. */
+static void on_server_handle_closed(uv_handle_t *h)
+{
+    sb_http_server *s = h->data;
+    if (++s->server_handles_closed == 2) {
+        s->listener_closed = true;
+        if (s->n_alive == 0)
+            sb_free(s);
+    }
+}
+
 int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
                          sb_http_handler handler, void *ctx, sb_http_server **out)
 {
@@ -632,13 +711,14 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->opts.write_high_water = 1024 * 1024;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
+    uv_check_init(loop, &s->flusher);
+    s->flusher.data = s;
     if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0) {
+        /* The handles close on the loop's next turn, which frees the server. */
         s->stopping = true;
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        /* The handle is closed on the next loop turn; keep the memory alive until then. */
-        uv_run(loop, UV_RUN_NOWAIT);
-        sb_free(s);
+        uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
         return rc;
     }
     struct sockaddr_storage bound;
@@ -671,13 +751,6 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
 }
 size_t sb_http_server_connections(const sb_http_server *s) { return s->n_conns; }
 
-static void on_listener_closed(uv_handle_t *h)
-{
-    sb_http_server *s = h->data;
-    s->listener_closed = true;
-    if (s->n_alive == 0)
-        sb_free(s);
-}
 
 void sb_http_server_stop(sb_http_server *s)
 {
@@ -686,7 +759,8 @@ void sb_http_server_stop(sb_http_server *s)
     s->stopping = true;
     while (s->conns)
         conn_close(s->conns);
-    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
 }
 
 /* ---- the handler's side ---- */
@@ -726,7 +800,7 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
                      c->keep_alive_resp ? "" : "Connection: close\r\n");
     uv_buf_t bufs[3] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
                         uv_buf_init(framing, (unsigned)m)};
-    if (conn_writev(c, bufs, 3) < 0) {
+    if (conn_append(c, bufs, 3) < 0) {
         conn_close(c);
         return -1;
     }
@@ -747,15 +821,19 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
         int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
         uv_buf_t bufs[3] = {uv_buf_init(hdr, (unsigned)n), uv_buf_init((char *)data, (unsigned)len),
                             uv_buf_init("\r\n", 2)};
-        rc = conn_writev(c, bufs, 3);
+        rc = conn_append(c, bufs, 3);
     } else {
-        rc = conn_write(c, data, len);
+        uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+        rc = conn_append(c, &b, 1);
     }
+    /* Large bodies go out as they come rather than piling up until the iteration ends. */
+    if (rc == 0 && c->out.len >= 65536)
+        rc = conn_flush(c);
     if (rc < 0) {
         conn_close(c);
         return -1;
     }
-    if (c->queued > c->srv->opts.write_high_water) {
+    if (c->queued + c->out.len > c->srv->opts.write_high_water) {
         c->wants_drain = true;
         return 1;
     }
@@ -767,7 +845,8 @@ int sb_http_stream_end(sb_http_req *req)
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;
-    if (c->chunked && conn_write(c, "0\r\n\r\n", 5) < 0) {
+    uv_buf_t t = uv_buf_init("0\r\n\r\n", 5);
+    if (c->chunked && conn_append(c, &t, 1) < 0) {
         conn_close(c);
         return -1;
     }
@@ -791,7 +870,7 @@ void sb_http_stream_abort(sb_http_req *req)
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
-    if (c->queued == 0)
+    if (conn_flush(c) < 0 || c->queued == 0)
         conn_close(c);
 }
 
@@ -813,7 +892,8 @@ int sb_http_respond(sb_http_req *req, int status, const char *content_type, cons
     sb_buf_free(&h);
     if (rc < 0)
         return -1;
-    if (body_len && conn_write(c, body, body_len) < 0) {
+    uv_buf_t b = uv_buf_init((char *)body, (unsigned)body_len);
+    if (body_len && conn_append(c, &b, 1) < 0) {
         conn_close(c);
         return -1;
     }

@@ -22,7 +22,6 @@
 #include "proto/orca.h"
 #include "proto/usage.h"
 
-#define READ_BUF_BYTES 65536
 #define MAX_ATTEMPTS 2
 
 typedef struct exchange {
@@ -126,8 +125,7 @@ static void drop_upstream(exchange *x, bool reusable)
     sb_upstream_conn *uc = x->uc;
     x->uc = NULL;
     uv_timer_stop(&uc->timer);
-    uv_read_stop((uv_stream_t *)&uc->tcp);
-    uc->tcp.data = uc;
+    uc->on_read = NULL;
     uc->owner = NULL;
     if (reusable)
         sb_upstream_release(uc);
@@ -402,19 +400,8 @@ static void on_response_timeout(uv_timer_t *t)
         retry_or_fail(x, UV_ETIMEDOUT, false);
 }
 
-static void up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
 {
-    /* One read buffer for all upstream reads: each read is parsed and its body bytes are
-     * queued to the client (copied once) before the callback returns. */
-    static char slab[READ_BUF_BYTES];
-    (void)h;
-    (void)suggested;
-    *buf = uv_buf_init(slab, sizeof(slab));
-}
-
-static void up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    sb_upstream_conn *uc = s->data;
     exchange *x = uc->owner;
     if (nread == 0)
         return;
@@ -456,12 +443,13 @@ static void up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (x->paused)
-        uv_read_stop(s);
+        sb_upstream_pause(uc);
 }
 
 static void upstream_read_start(exchange *x)
 {
-    if (uv_read_start((uv_stream_t *)&x->uc->tcp, up_alloc, up_read) < 0)
+    x->uc->on_read = up_read;
+    if (sb_upstream_resume(x->uc) < 0)
         retry_or_fail(x, UV_ECONNRESET, false);
 }
 

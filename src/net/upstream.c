@@ -19,6 +19,9 @@ struct sb_upstream {
     bool freeing;
 };
 
+static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
 static void maybe_free_pool(sb_upstream *u)
 {
     if (u->freeing && u->n_open == 0)
@@ -141,6 +144,11 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(&uc->tcp, 1);
     uc->state = UC_OWNED;
+    if (uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
+        sb_upstream_close(uc);
+        cb(uc, UV_ECONNRESET, arg);
+        return;
+    }
     cb(uc, 0, arg);
 }
 
@@ -150,8 +158,8 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
     if (u->idle) {
         sb_upstream_conn *uc = u->idle;
         unlink_idle(uc);
-        uv_read_stop((uv_stream_t *)&uc->tcp);
         uv_timer_stop(&uc->timer);
+        uc->on_read = NULL;
         uc->state = UC_OWNED;
         uc->reused = true;
         uc->requests++;
@@ -185,24 +193,51 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
     return 0;
 }
 
-static void idle_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    static char scratch[512];
+    /* One read buffer for every upstream connection: the loop is single-threaded and each
+     * read is consumed by its owner before the callback returns. */
+    static char slab[65536];
     (void)h;
     (void)suggested;
-    *buf = uv_buf_init(scratch, sizeof(scratch));
+    *buf = uv_buf_init(slab, sizeof(slab));
 }
 
-/* An idle connection must stay silent: EOF, an error or unsolicited bytes all mean it can
- * no longer carry a request. */
-static void idle_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Every read of a pooled connection comes here. An idle connection must stay silent: EOF,
+ * an error or unsolicited bytes all mean it can no longer carry a request. */
+static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
-    if (nread != 0)
-        sb_upstream_close(s->data);
+    sb_upstream_conn *uc = s->data;
+    if (nread == 0)
+        return;
+    if (uc->state == UC_OWNED && uc->on_read) {
+        uc->on_read(uc, nread, buf);
+        return;
+    }
+    sb_upstream_close(uc);
+}
+
+void sb_upstream_pause(sb_upstream_conn *uc)
+{
+    if (uc->state == UC_OWNED)
+        uv_read_stop((uv_stream_t *)&uc->tcp);
+}
+
+int sb_upstream_resume(sb_upstream_conn *uc)
+{
+    if (uc->state != UC_OWNED)
+        return UV_EINVAL;
+    int rc = uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
+    return rc == UV_EALREADY ? 0 : rc;
 }
 
 static void idle_timeout(uv_timer_t *t) { sb_upstream_close(t->data); }
+
+static int sb_upstream_resume_idle(sb_upstream_conn *uc)
+{
+    int rc = uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
+    return rc == UV_EALREADY ? 0 : rc;
+}
 
 void sb_upstream_release(sb_upstream_conn *uc)
 {
@@ -215,6 +250,7 @@ void sb_upstream_release(sb_upstream_conn *uc)
     }
     uc->state = UC_IDLE;
     uc->owner = NULL;
+    uc->on_read = NULL;
     uc->tcp.data = uc;
     uc->timer.data = uc;
     uc->next_idle = u->idle;
@@ -224,6 +260,7 @@ void sb_upstream_release(sb_upstream_conn *uc)
     u->idle = uc;
     u->n_idle++;
     uv_timer_start(&uc->timer, idle_timeout, u->opts.idle_ms, 0);
-    if (uv_read_start((uv_stream_t *)&uc->tcp, idle_alloc, idle_read) < 0)
+    /* Still reading (paused owners are resumed here), so a server closing it is seen. */
+    if (sb_upstream_resume_idle(uc) < 0)
         sb_upstream_close(uc);
 }

@@ -2,9 +2,11 @@
  *
  * One sb_upstream per endpoint address. sb_upstream_acquire hands out an idle pooled
  * connection at once or starts a new one (bounded by a connect timeout). The caller then
- * owns the connection's TCP stream: it writes the request and reads the response itself,
- * and gives the connection back with sb_upstream_release (reusable: back to the idle list)
- * or sb_upstream_close. Idle connections are watched: one the server closes, or one idle
+ * owns the connection: it writes the request on its TCP stream and receives what arrives
+ * through the on_read callback it sets (the pool keeps every connection reading for its
+ * whole life and dispatches: no read stop/start per request, which costs two epoll_ctl
+ * calls each on Linux), and gives the connection back with sb_upstream_release (reusable:
+ * back to the idle list) or sb_upstream_close. Idle connections are watched: one the server closes, or one idle
  * past upstream_idle_ms, leaves the pool. The pool never holds more than max_idle idle
  * connections; beyond that, released connections are closed.
  *
@@ -36,6 +38,9 @@ struct sb_upstream_conn {
     uint64_t requests;     /* requests sent on it so far, including the current one */
     /* public, read-write while owned */
     void *owner;
+    /* Set by the owner as soon as it holds the connection (before returning to the loop):
+     * receives every read (nread < 0: EOF or error). buf is valid during the call. */
+    void (*on_read)(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf);
     /* private */
     sb_upstream_conn *next_idle, *prev_idle;
     void (*connect_cb)(sb_upstream_conn *uc, int status, void *arg);
@@ -62,8 +67,12 @@ const char *sb_upstream_address(const sb_upstream *u);
 int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void *), void *arg,
                         sb_upstream_conn **out);
 
-/* Gives a connection back for reuse. The caller must have stopped reading and must not
- * touch it afterwards. */
+/* Flow control for an owner whose consumer is slower than the server: stop and resume
+ * reading (0, or a negative libuv error from resume). */
+void sb_upstream_pause(sb_upstream_conn *uc);
+int sb_upstream_resume(sb_upstream_conn *uc);
+
+/* Gives a connection back for reuse. The caller must not touch it afterwards. */
 void sb_upstream_release(sb_upstream_conn *uc);
 /* Closes a connection (pending writes are cancelled). The caller must not touch it
  * afterwards; a connect in progress has its callback suppressed. */

@@ -35,14 +35,14 @@
 enum field {
     F_RUNNING,
     F_WAITING,
-    F_KV,              /* preferred KV-usage name */
-    F_KV_FALLBACK,     /* used only when F_KV is absent */
+    F_KV,          /* preferred KV-usage name */
+    F_KV_FALLBACK, /* used only when F_KV is absent */
     F_QUERIES,
     F_HITS,
     F_QUERIES_FALLBACK,
     F_HITS_FALLBACK,
     F_HIT_RATE,
-    F_CACHE_INFO,      /* labels block_size / num_gpu_blocks (vLLM), page_size / num_pages (SGLang) */
+    F_CACHE_INFO, /* labels block_size / num_gpu_blocks (vLLM), page_size / num_pages (SGLang) */
     F_BLOCK_SIZE,
     F_NUM_BLOCKS,
     F_CAPACITY_TOKENS,
@@ -58,7 +58,10 @@ typedef struct entry {
     enum field field;
 } entry;
 
-#define PROCESS_START {"process_start_time_seconds", F_PROCESS_START}
+#define PROCESS_START                                                                                                  \
+    {                                                                                                                  \
+        "process_start_time_seconds", F_PROCESS_START                                                                  \
+    }
 
 static const entry vllm_table[] = {
     {"vllm:num_requests_running", F_RUNNING},
@@ -158,9 +161,7 @@ void sb_engine_map_init(sb_engine_map *m, sb_engine_kind kind, const sb_engine_c
     case SB_ENGINE_VLLM: t = vllm_table, n = sizeof vllm_table / sizeof vllm_table[0]; break;
     case SB_ENGINE_SGLANG: t = sglang_table, n = sizeof sglang_table / sizeof sglang_table[0]; break;
     case SB_ENGINE_TRTLLM: t = trtllm_table, n = sizeof trtllm_table / sizeof trtllm_table[0]; break;
-    case SB_ENGINE_LLAMACPP:
-        t = llamacpp_table, n = sizeof llamacpp_table / sizeof llamacpp_table[0];
-        break;
+    case SB_ENGINE_LLAMACPP: t = llamacpp_table, n = sizeof llamacpp_table / sizeof llamacpp_table[0]; break;
     case SB_ENGINE_CUSTOM:
         if (custom) {
             map_add(m, custom->running, F_RUNNING);
@@ -185,8 +186,7 @@ bool sb_engine_map_want(void *map, const char *family, size_t len)
         if (el == len && memcmp(m->e[i].name, family, len) == 0)
             return true;
         /* `# TYPE foo counter` above `foo_total` samples */
-        if (el == len + 6 && memcmp(m->e[i].name, family, len) == 0 &&
-            memcmp(m->e[i].name + len, "_total", 6) == 0)
+        if (el == len + 6 && memcmp(m->e[i].name, family, len) == 0 && memcmp(m->e[i].name + len, "_total", 6) == 0)
             return true;
     }
     return false;
@@ -287,8 +287,7 @@ static void add_field(sb_engine_report *r, enum field f, const sb_engine_map *m,
     case F_HITS_FALLBACK: r->acc.fb_hits += v, r->acc.fb_have_hits = true; break;
     case F_HIT_RATE: r->acc.rate_sum += v, r->acc.rate_n++; break;
     case F_CACHE_INFO:
-        if ((label_uint(s, "block_size", &x) || label_uint(s, "page_size", &x)) && x > 0 &&
-            x <= UINT32_MAX) {
+        if ((label_uint(s, "block_size", &x) || label_uint(s, "page_size", &x)) && x > 0 && x <= UINT32_MAX) {
             if (!r->have_block_size || x > r->block_size)
                 r->block_size = (uint32_t)x;
             r->have_block_size = true;
@@ -329,9 +328,7 @@ static void add_field(sb_engine_report *r, enum field f, const sb_engine_map *m,
         break;
     case F_REQUESTS: r->requests_total += v, r->have_requests_total = true; break;
     case F_PROMPT_TOKENS: r->prompt_tokens_total += v, r->have_prompt_tokens_total = true; break;
-    case F_GENERATION_TOKENS:
-        r->generation_tokens_total += v, r->have_generation_tokens_total = true;
-        break;
+    case F_GENERATION_TOKENS: r->generation_tokens_total += v, r->have_generation_tokens_total = true; break;
     case F_PROCESS_START:
         if (!r->have_process_start || v > r->process_start_time)
             r->process_start_time = v;
@@ -452,8 +449,7 @@ static bool tok_eq(const char *js, const jsmntok_t *t, const char *s)
     return t->type == JSMN_STRING && (size_t)(t->end - t->start) == n && memcmp(js + t->start, s, n) == 0;
 }
 
-int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes,
-                          sb_engine_report *r)
+int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r)
 {
     jsmntok_t *tok = scratch;
     size_t cap = scratch_bytes / sizeof(jsmntok_t);
@@ -483,11 +479,10 @@ int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t sc
         total++;
         for (t = obj + 1; t + 1 < end;) {
             const jsmntok_t *key = &tok[t], *val = &tok[t + 1];
-            if (tok_eq(json, key, "is_processing") && val->type == JSMN_PRIMITIVE &&
-                json[val->start] == 't')
+            if (tok_eq(json, key, "is_processing") && val->type == JSMN_PRIMITIVE && json[val->start] == 't')
                 busy++;
-            else if (tok_eq(json, key, "n_ctx") && val->type == JSMN_PRIMITIVE &&
-                     json[val->start] >= '0' && json[val->start] <= '9') {
+            else if (tok_eq(json, key, "n_ctx") && val->type == JSMN_PRIMITIVE && json[val->start] >= '0' &&
+                     json[val->start] <= '9') {
                 uint64_t x = 0;
                 for (int i = val->start; i < val->end && json[i] >= '0' && json[i] <= '9'; i++)
                     x = x < (UINT64_MAX - 9) / 10 ? x * 10 + (uint64_t)(json[i] - '0') : x;
@@ -514,8 +509,7 @@ int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t sc
 
 bool sb_engine_report_restarted(const sb_engine_report *prev, const sb_engine_report *cur)
 {
-    if (prev->have_process_start && cur->have_process_start &&
-        prev->process_start_time != cur->process_start_time)
+    if (prev->have_process_start && cur->have_process_start && prev->process_start_time != cur->process_start_time)
         return true;
     if (prev->have_requests_total && cur->have_requests_total && cur->requests_total < prev->requests_total)
         return true;
@@ -525,8 +519,7 @@ bool sb_engine_report_restarted(const sb_engine_report *prev, const sb_engine_re
     if (prev->have_generation_tokens_total && cur->have_generation_tokens_total &&
         cur->generation_tokens_total < prev->generation_tokens_total)
         return true;
-    if (prev->have_prefix_queries && cur->have_prefix_queries &&
-        cur->prefix_queries_total < prev->prefix_queries_total)
+    if (prev->have_prefix_queries && cur->have_prefix_queries && cur->prefix_queries_total < prev->prefix_queries_total)
         return true;
     return false;
 }

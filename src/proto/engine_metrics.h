@@ -42,7 +42,7 @@
 typedef enum sb_engine_kind {
     SB_ENGINE_VLLM = 0,
     SB_ENGINE_SGLANG,
-    SB_ENGINE_TRTLLM,    /* trtllm-serve's MetricsCollector names (trtllm_*) */
+    SB_ENGINE_TRTLLM, /* trtllm-serve's MetricsCollector names (trtllm_*) */
     SB_ENGINE_LLAMACPP,
     SB_ENGINE_CUSTOM,
 } sb_engine_kind;
@@ -54,10 +54,10 @@ const char *sb_engine_kind_name(sb_engine_kind k);
 /* Metric names for the `custom` engine (from config). A NULL or empty name: not reported.
  * The strings must outlive every sb_engine_map built from them. */
 typedef struct sb_engine_custom_names {
-    const char *running;    /* gauge of requests being processed */
-    const char *waiting;    /* gauge of requests queued */
-    const char *kv_usage;   /* gauge of KV-cache use */
-    double kv_usage_scale;  /* kv_usage = value * scale; 0 means 1 (0.01 for a percentage) */
+    const char *running;   /* gauge of requests being processed */
+    const char *waiting;   /* gauge of requests queued */
+    const char *kv_usage;  /* gauge of KV-cache use */
+    double kv_usage_scale; /* kv_usage = value * scale; 0 means 1 (0.01 for a percentage) */
 } sb_engine_custom_names;
 
 /* Adapter names from a comma-separated label value ("a,b" or "a, b"), copied: the report
@@ -66,9 +66,9 @@ typedef struct sb_engine_custom_names {
 #define SB_ENGINE_LORA_TEXT 1024
 
 typedef struct sb_engine_lora_list {
-    uint32_t n;                        /* names kept */
-    bool truncated;                    /* more names or bytes than fit: n names were kept */
-    uint16_t off[SB_ENGINE_LORA_MAX];  /* name i is text + off[i], NUL-terminated */
+    uint32_t n;                       /* names kept */
+    bool truncated;                   /* more names or bytes than fit: n names were kept */
+    uint16_t off[SB_ENGINE_LORA_MAX]; /* name i is text + off[i], NUL-terminated */
     uint16_t len[SB_ENGINE_LORA_MAX];
     char text[SB_ENGINE_LORA_TEXT];
 } sb_engine_lora_list;
@@ -86,33 +86,33 @@ typedef struct sb_engine_report {
     bool have_lora;
     bool have_requests_total, have_prompt_tokens_total, have_generation_tokens_total;
     bool have_process_start;
-    bool have_slots;                /* from llama.cpp /slots */
+    bool have_slots; /* from llama.cpp /slots */
 
-    double running;                 /* requests in the running batch */
-    double waiting;                 /* requests queued in the engine */
-    double kv_usage;                /* KV-cache utilisation, 0..1 */
-    double prefix_queries_total;    /* counter: prompt tokens looked up in the prefix cache */
-    double prefix_hits_total;       /* counter: of those, tokens found */
-    double prefix_hit_rate;         /* gauge 0..1, for engines without the counters */
-    uint32_t block_size;            /* tokens per KV block (page) */
-    uint64_t num_gpu_blocks;        /* KV blocks in all */
-    uint64_t capacity_tokens;       /* KV cache capacity in tokens */
+    double running;              /* requests in the running batch */
+    double waiting;              /* requests queued in the engine */
+    double kv_usage;             /* KV-cache utilisation, 0..1 */
+    double prefix_queries_total; /* counter: prompt tokens looked up in the prefix cache */
+    double prefix_hits_total;    /* counter: of those, tokens found */
+    double prefix_hit_rate;      /* gauge 0..1, for engines without the counters */
+    uint32_t block_size;         /* tokens per KV block (page) */
+    uint64_t num_gpu_blocks;     /* KV blocks in all */
+    uint64_t capacity_tokens;    /* KV cache capacity in tokens */
 
-    uint32_t max_lora;              /* adapters resident at most (vLLM --max-loras) */
-    double lora_info_time;          /* the chosen lora_requests_info series' value (unix s) */
+    uint32_t max_lora;     /* adapters resident at most (vLLM --max-loras) */
+    double lora_info_time; /* the chosen lora_requests_info series' value (unix s) */
     sb_engine_lora_list running_adapters;
     sb_engine_lora_list waiting_adapters;
 
-    double requests_total;          /* counters, compared across scrapes to detect restarts */
+    double requests_total; /* counters, compared across scrapes to detect restarts */
     double prompt_tokens_total;
     double generation_tokens_total;
-    double process_start_time;      /* unix seconds (process_start_time_seconds) */
+    double process_start_time; /* unix seconds (process_start_time_seconds) */
 
     uint32_t slots_total, slots_busy; /* llama.cpp /slots */
 
-    uint32_t n_samples;             /* samples read into this report */
-    uint32_t n_malformed;           /* malformed lines skipped */
-    uint32_t first_malformed_line;  /* 0: none */
+    uint32_t n_samples;            /* samples read into this report */
+    uint32_t n_malformed;          /* malformed lines skipped */
+    uint32_t first_malformed_line; /* 0: none */
 
     /* private: accumulators resolved by sb_engine_report_finish */
     struct {
@@ -132,7 +132,7 @@ typedef struct sb_engine_map {
     struct {
         const char *name;
         size_t len;
-        int field;                  /* private: which report field */
+        int field; /* private: which report field */
     } e[SB_ENGINE_MAP_MAX];
 } sb_engine_map;
 
@@ -162,13 +162,12 @@ size_t sb_engine_metrics_parse(const sb_engine_map *m, const char *body, size_t 
  * waiting is an approximation: llama.cpp hands a queued task to the first free slot, so a
  * queue exists only while every slot is busy: waiting = 0 (have_waiting) when a slot is idle,
  * unknown (no have_waiting) when all are busy.
- * scratch: caller memory for the JSON tokens (aligned for int; about 16 bytes per JSON value,
- * ~2.5 KiB per slot for current llama.cpp). Returns 0, SB_ENGINE_SLOTS_BAD_JSON (not JSON, or
+ * scratch: caller memory for the JSON tokens (aligned for int; 20 bytes per JSON value, about
+ * 2.6 KiB per slot for current llama.cpp). Returns 0, SB_ENGINE_SLOTS_BAD_JSON (not JSON, or
  * not an array of objects) or SB_ENGINE_SLOTS_NOSPACE (scratch too small); on error the
  * report is left as it was. */
 enum { SB_ENGINE_SLOTS_BAD_JSON = -1, SB_ENGINE_SLOTS_NOSPACE = -2 };
-int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes,
-                          sb_engine_report *r);
+int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r);
 
 /* True when `cur` shows a restart since `prev`: process_start_time changed, or a counter
  * both reports carry (requests, prompt or generation tokens, prefix queries) went backwards.

@@ -12,24 +12,19 @@
  * not. A constant table: no initialisation, nothing shared that changes. */
 enum { C_NAME_START = 1, C_NAME = 2, C_LABEL_START = 4, C_LABEL = 8, C_DIGIT = 16 };
 
+/* clang-format off */
 static const unsigned char cls[256] = {
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-    26, 26, 26, 26, 26, 26, 26, 26, 26, 26,  3,  0,  0,  0,  0,  0,
-     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0, 15,
-     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
-    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x00 */
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
+     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x20 */
+    26, 26, 26, 26, 26, 26, 26, 26, 26, 26,  3,  0,  0,  0,  0,  0,  /* 0x30 */
+     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x40 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0, 15,  /* 0x50 */
+     0, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  /* 0x60 */
+    15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,  0,  0,  0,  0,  0,  /* 0x70 */
+    /* 0x80-0xff: 0 */
 };
+/* clang-format on */
 
 static bool is_digit(unsigned char c)
 {
@@ -88,9 +83,8 @@ static bool ieq(const char *s, size_t n, const char *lower)
 }
 
 /* Exact powers of ten: every one up to 1e22 is representable in a double. */
-static const double pow10_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+static const double pow10_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* A value token: [+-]? (digits [. digits*] | . digits) ([eE] [+-]? digits)?, or NaN / [+-]Inf /
  * [+-]Infinity in any case (Go's strconv.ParseFloat; Prometheus writes NaN, +Inf, -Inf).
@@ -103,7 +97,7 @@ static bool parse_value(const char *s, size_t n, double *out)
     size_t i = 0, digits = 0, sig = 0;
     bool neg = false;
     uint64_t mant = 0;
-    long exp10 = 0, e = 0;
+    long exp10 = 0;
     char tmp[128];
     char *end;
 
@@ -151,6 +145,7 @@ static bool parse_value(const char *s, size_t n, double *out)
     if (i < n && (s[i] == 'e' || s[i] == 'E')) {
         bool eneg = false;
         size_t edigits = 0;
+        long e = 0;
 
         i++;
         if (i < n && (s[i] == '+' || s[i] == '-')) {
@@ -214,12 +209,11 @@ static bool parse_timestamp(const char *s, size_t n, int64_t *out)
     return true;
 }
 
-#define SUFFIX(s) {s, sizeof(s) - 1}
 static const struct {
     const char *s;
     size_t len;
-} family_suffixes[] = {SUFFIX("_bucket"), SUFFIX("_total"),   SUFFIX("_count"), SUFFIX("_sum"),
-                       SUFFIX("_created"), SUFFIX("_info"), SUFFIX("_gcount"), SUFFIX("_gsum")};
+} family_suffixes[] = {{"_bucket", 7},  {"_total", 6}, {"_count", 6},  {"_sum", 4},
+                       {"_created", 8}, {"_info", 5},  {"_gcount", 7}, {"_gsum", 5}};
 
 /* Whether a sample named s[0..n) belongs to the open family. A family opened by HELP/TYPE
  * takes its suffixed series (histogram _bucket, counter _total, ...); a run of samples outside
@@ -264,8 +258,10 @@ static const char *comment_line(sb_prom_parser *p, const char *s, size_t n)
     static const struct {
         const char *word;
         sb_prom_type type;
-    } types[] = {{"counter", SB_PROM_COUNTER},     {"gauge", SB_PROM_GAUGE},
-                 {"histogram", SB_PROM_HISTOGRAM}, {"summary", SB_PROM_SUMMARY},
+    } types[] = {{"counter", SB_PROM_COUNTER},
+                 {"gauge", SB_PROM_GAUGE},
+                 {"histogram", SB_PROM_HISTOGRAM},
+                 {"summary", SB_PROM_SUMMARY},
                  {"untyped", SB_PROM_UNTYPED}};
     size_t i = skip_blanks(s, 1, n), w = i, name, nl;
     bool help, type;
@@ -421,7 +417,6 @@ int sb_prom_next(sb_prom_parser *p, sb_prom_sample *out)
         const char *nl = memchr(s, '\n', p->len - p->consumed);
         const char *err;
         size_t n, i, name_len;
-        bool wanted;
 
         if (!nl)
             return SB_PROM_END; /* an incomplete line: never read, maybe truncated */
@@ -444,13 +439,9 @@ int sb_prom_next(sb_prom_parser *p, sb_prom_sample *out)
             err = "bad metric name";
             goto malformed;
         }
-        if (in_family(p, s + i, name_len))
-            wanted = p->family_wanted;
-        else {
+        if (!in_family(p, s + i, name_len))
             open_family(p, s + i, name_len, false);
-            wanted = p->family_wanted;
-        }
-        if (!wanted) {
+        if (!p->family_wanted) {
             p->n_skipped++;
             continue;
         }
@@ -468,7 +459,7 @@ int sb_prom_next(sb_prom_parser *p, sb_prom_sample *out)
         out->line = p->line;
         p->n_samples++;
         return SB_PROM_SAMPLE;
-malformed:
+    malformed:
         p->n_malformed++;
         p->error_line = p->line;
         p->error = err;

@@ -23,8 +23,11 @@
  *   - values: decimal integers and floats with an optional exponent (Go's 1.7537953269352946e+09,
  *     C++ stream defaults such as 1.23457e+06), NaN, +Inf, -Inf (case-insensitive, also
  *     Inf and Infinity, as Go's strconv.ParseFloat reads them). Hexadecimal floats, digit
- *     underscores and nan(...) payloads are malformed. Numbers are read in the "C" locale
- *     regardless of the process locale. Timestamps: optional signed 64-bit integers (ms).
+ *     underscores, nan(...) payloads, values beyond a double's range (an error in Go too) and
+ *     tokens of 128 bytes or more are malformed; underflow rounds to 0. Short decimals are
+ *     converted exactly without libc; long ones with strtod, so under a non-"C" LC_NUMERIC
+ *     those would be refused, never misread (switchboard never calls setlocale).
+ *     Timestamps: optional signed 64-bit integers (ms).
  *   - a line ends at '\n'; a '\r' before it is ignored.
  *
  * Truncation: only lines ending in '\n' are parsed (the format requires the last line to end
@@ -48,15 +51,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Labels per sample at most; a sample with more is reported malformed. vLLM's
- * cache_config_info, the widest label set seen in practice, carries about 25. */
+/* Labels per sample at most; a sample with more is reported malformed. The widest label set
+ * in the captures, vLLM's cache_config_info, has 12 (later releases add a few). */
 #define SB_PROM_MAX_LABELS 64
-/* Longest family name kept across sb_prom_feed calls; a longer family's samples are read as
- * outside any family (untyped, want() asked per run of samples). */
+/* Longest family name kept (it must survive across sb_prom_feed calls); a longer family's
+ * samples are read as outside any family: untyped, and want() asked on every line. */
 #define SB_PROM_FAMILY_MAX 256
 
 typedef enum sb_prom_type {
-    SB_PROM_UNTYPED = 0,  /* no TYPE line, or `untyped` */
+    SB_PROM_UNTYPED = 0, /* no TYPE line, or `untyped` */
     SB_PROM_COUNTER,
     SB_PROM_GAUGE,
     SB_PROM_HISTOGRAM,
@@ -71,21 +74,21 @@ typedef struct sb_prom_slice {
 
 typedef struct sb_prom_label {
     sb_prom_slice name;
-    sb_prom_slice value;  /* between the quotes, still escaped: see sb_prom_unescape */
+    sb_prom_slice value; /* between the quotes, still escaped: see sb_prom_unescape */
 } sb_prom_label;
 
 /* One sample. Slices point into the buffer last fed (family: into the parser); they are
  * valid while that buffer lives and until the next sb_prom_next on the same parser. */
 typedef struct sb_prom_sample {
-    sb_prom_slice name;     /* the series name as written: vllm:iteration_tokens_total_bucket */
-    sb_prom_slice family;   /* the open family it belongs to, else equal to name */
-    sb_prom_type type;      /* the family's type; SB_PROM_UNTYPED outside any family */
+    sb_prom_slice name;   /* the series name as written: vllm:iteration_tokens_total_bucket */
+    sb_prom_slice family; /* the open family it belongs to, else equal to name */
+    sb_prom_type type;    /* the family's type; SB_PROM_UNTYPED outside any family */
     size_t n_labels;
     sb_prom_label labels[SB_PROM_MAX_LABELS];
     double value;
     bool has_timestamp;
     int64_t timestamp_ms;
-    uint32_t line;          /* 1-based, counted over everything fed to this parser */
+    uint32_t line; /* 1-based, counted over everything fed to this parser */
 } sb_prom_sample;
 
 /* Asked whether a family (or a sample outside any family) is wanted: name is not
@@ -95,30 +98,30 @@ typedef bool (*sb_prom_want_fn)(void *ud, const char *name, size_t len);
 /* Caller-embedded cursor state. Fields are read-only for the caller. */
 typedef struct sb_prom_parser {
     /* public, read-only */
-    size_t consumed;        /* bytes of the current buffer consumed (complete lines) */
-    uint32_t line;          /* lines consumed so far, over all buffers */
-    uint32_t n_samples;     /* samples returned */
-    uint32_t n_malformed;   /* malformed lines skipped */
-    uint32_t n_skipped;     /* lines skipped as unwanted */
-    uint32_t error_line;    /* after SB_PROM_MALFORMED: its line number */
-    const char *error;      /* after SB_PROM_MALFORMED: a static reason */
+    size_t consumed;      /* bytes of the current buffer consumed (complete lines) */
+    uint32_t line;        /* lines consumed so far, over all buffers */
+    uint32_t n_samples;   /* samples returned */
+    uint32_t n_malformed; /* malformed lines skipped */
+    uint32_t n_skipped;   /* lines skipped as unwanted */
+    uint32_t error_line;  /* after SB_PROM_MALFORMED: its line number */
+    const char *error;    /* after SB_PROM_MALFORMED: a static reason */
 
     /* private */
     const char *buf;
     size_t len;
     sb_prom_want_fn want;
     void *want_ud;
-    size_t family_len;      /* 0: no open family */
+    size_t family_len; /* 0: no open family */
     sb_prom_type family_type;
     bool family_wanted;
-    bool family_declared;   /* opened by HELP/TYPE (not by a run of untyped samples) */
+    bool family_declared; /* opened by HELP/TYPE (not by a run of untyped samples) */
     char family[SB_PROM_FAMILY_MAX];
 } sb_prom_parser;
 
 enum sb_prom_status {
-    SB_PROM_SAMPLE = 1,      /* *out holds the next sample */
-    SB_PROM_END = 0,         /* no complete line left: feed more, or stop */
-    SB_PROM_MALFORMED = -1,  /* a line was skipped: see error_line, error; call again */
+    SB_PROM_SAMPLE = 1,     /* *out holds the next sample */
+    SB_PROM_END = 0,        /* no complete line left: feed more, or stop */
+    SB_PROM_MALFORMED = -1, /* a line was skipped: see error_line, error; call again */
 };
 
 /* Prepares a parser with an optional filter (want NULL: every family is wanted). No buffer
@@ -133,7 +136,8 @@ void sb_prom_feed(sb_prom_parser *p, const char *buf, size_t len);
 /* Advances to the next wanted sample. Returns SB_PROM_SAMPLE with *out filled, SB_PROM_END
  * when only an incomplete line (or nothing) is left (p->consumed then says where it starts),
  * or SB_PROM_MALFORMED after skipping one bad line (p->error_line, p->error); the caller
- * simply calls again. *out is written only on SB_PROM_SAMPLE. */
+ * simply calls again. *out holds a sample only after SB_PROM_SAMPLE (otherwise its contents
+ * are unspecified). */
 int sb_prom_next(sb_prom_parser *p, sb_prom_sample *out);
 
 /* The whole-body driver. on_sample is called for each wanted sample, on_malformed (may be
@@ -141,7 +145,7 @@ int sb_prom_next(sb_prom_parser *p, sb_prom_sample *out);
  * offset where an incomplete last line starts (it is ignored). Cannot fail. If `stats` is not
  * NULL the parser's final counters are copied there. */
 typedef struct sb_prom_handler {
-    sb_prom_want_fn want;  /* NULL: everything */
+    sb_prom_want_fn want; /* NULL: everything */
     void (*on_sample)(void *ud, const sb_prom_sample *s);
     void (*on_malformed)(void *ud, uint32_t line, const char *reason);
     void *ud;

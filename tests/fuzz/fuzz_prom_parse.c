@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            abort();                                                                                                   \
     } while (0)
 
 #define MAX_SEEN 8192
@@ -157,7 +157,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(second);
     CHECK(pieces.n == all.n);
     CHECK(memcmp(pieces.h, all.h, all.n * sizeof all.h[0]) == 0);
-    (void)used;
 
     /* The engine mapping: any body, every engine; fields stay finite. */
     for (int k = SB_ENGINE_VLLM; k <= SB_ENGINE_CUSTOM; k++) {

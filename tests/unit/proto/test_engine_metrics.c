@@ -46,8 +46,8 @@ static char *read_file(const char *rel, size_t *len)
 }
 
 /* Parses a fixture (or a literal, on an exact-size heap copy) as `kind`. */
-static sb_engine_report *report_of_bytes(sb_engine_kind kind, const sb_engine_custom_names *custom,
-                                         const char *text, size_t len)
+static sb_engine_report *report_of_bytes(sb_engine_kind kind, const sb_engine_custom_names *custom, const char *text,
+                                         size_t len)
 {
     static sb_engine_report r;
     sb_engine_map m;
@@ -78,8 +78,8 @@ static sb_engine_report *report_of_file(sb_engine_kind kind, const char *rel)
 
 static void test_vllm_v0_capture(void **state)
 {
-    sb_engine_report *r = report_of_file(SB_ENGINE_VLLM,
-                                         "tests/fixtures/metrics/vllm/v0_qwen2.5-coder-1.5b_truncated.prom");
+    sb_engine_report *r =
+        report_of_file(SB_ENGINE_VLLM, "tests/fixtures/metrics/vllm/v0_qwen2.5-coder-1.5b_truncated.prom");
 
     assert_int_equal(r->n_malformed, 0);
     assert_true(r->have_running && r->running == 0.0);
@@ -111,8 +111,7 @@ static void test_vllm_v0_capture(void **state)
 
 static void test_vllm_v1_early_capture(void **state)
 {
-    sb_engine_report *r =
-        report_of_file(SB_ENGINE_VLLM, "tests/fixtures/metrics/vllm/v1_early_qwen2.5-coder-32b.prom");
+    sb_engine_report *r = report_of_file(SB_ENGINE_VLLM, "tests/fixtures/metrics/vllm/v1_early_qwen2.5-coder-32b.prom");
 
     assert_true(r->have_running && r->running == 0.0);
     assert_true(r->have_waiting && r->waiting == 0.0);
@@ -172,8 +171,8 @@ static void test_sglang_capture(void **state)
 
 static void test_sglang_capacity(void **state)
 {
-    sb_engine_report *r = report_of(SB_ENGINE_SGLANG,
-                                    "# TYPE sglang:cache_config_info gauge\n"
+    sb_engine_report *r =
+        report_of(SB_ENGINE_SGLANG, "# TYPE sglang:cache_config_info gauge\n"
                                     "sglang:cache_config_info{num_pages=\"10000\",page_size=\"1\"} 1.0\n"
                                     "sglang:num_requests_total{model_name=\"m\"} 12.0\n"
                                     "sglang:cached_tokens_total{model_name=\"m\"} 300.0\n");
@@ -193,44 +192,44 @@ static void test_sglang_capacity(void **state)
 /* Several series for one gauge: counts summed, fractions averaged (engine_metrics.h). */
 static void test_several_series(void **state)
 {
-    sb_engine_report *r = report_of(SB_ENGINE_VLLM,
-                                    "# TYPE vllm:num_requests_running gauge\n"
-                                    "vllm:num_requests_running{engine=\"0\",model_name=\"a\"} 3.0\n"
-                                    "vllm:num_requests_running{engine=\"1\",model_name=\"a\"} 4.0\n"
-                                    "# TYPE vllm:num_requests_waiting gauge\n"
-                                    "vllm:num_requests_waiting{engine=\"0\",model_name=\"a\"} 1.0\n"
-                                    "vllm:num_requests_waiting{engine=\"1\",model_name=\"a\"} NaN\n"
-                                    "vllm:num_requests_waiting{engine=\"2\",model_name=\"a\"} 2.0\n"
-                                    "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                                    "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"a\"} 0.5\n"
-                                    "vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"a\"} 0.25\n"
-                                    "vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"a\"} 0.99\n"
-                                    "# TYPE vllm:cache_config_info gauge\n"
-                                    "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"100\"} 1\n"
-                                    "vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"50\"} 1\n"
-                                    "# TYPE vllm:request_success_total counter\n"
-                                    "vllm:request_success_total{finished_reason=\"stop\"} 10\n"
-                                    "vllm:request_success_total{finished_reason=\"length\"} 5\n"
-                                    "vllm:request_success_total{finished_reason=\"abort\"} +Inf\n");
+    sb_engine_report *r =
+        report_of(SB_ENGINE_VLLM, "# TYPE vllm:num_requests_running gauge\n"
+                                  "vllm:num_requests_running{engine=\"0\",model_name=\"a\"} 3.0\n"
+                                  "vllm:num_requests_running{engine=\"1\",model_name=\"a\"} 4.0\n"
+                                  "# TYPE vllm:num_requests_waiting gauge\n"
+                                  "vllm:num_requests_waiting{engine=\"0\",model_name=\"a\"} 1.0\n"
+                                  "vllm:num_requests_waiting{engine=\"1\",model_name=\"a\"} NaN\n"
+                                  "vllm:num_requests_waiting{engine=\"2\",model_name=\"a\"} 2.0\n"
+                                  "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                                  "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"a\"} 0.5\n"
+                                  "vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"a\"} 0.25\n"
+                                  "vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"a\"} 0.99\n"
+                                  "# TYPE vllm:cache_config_info gauge\n"
+                                  "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"100\"} 1\n"
+                                  "vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"50\"} 1\n"
+                                  "# TYPE vllm:request_success_total counter\n"
+                                  "vllm:request_success_total{finished_reason=\"stop\"} 10\n"
+                                  "vllm:request_success_total{finished_reason=\"length\"} 5\n"
+                                  "vllm:request_success_total{finished_reason=\"abort\"} +Inf\n");
 
     assert_true(r->running == 7.0);
-    assert_true(r->waiting == 3.0);            /* NaN series ignored */
-    assert_true(r->kv_usage == 0.375);          /* mean of the V1 name; V0 name ignored */
+    assert_true(r->waiting == 3.0);    /* NaN series ignored */
+    assert_true(r->kv_usage == 0.375); /* mean of the V1 name; V0 name ignored */
     assert_true(r->num_gpu_blocks == 150 && r->block_size == 16);
     assert_true(r->capacity_tokens == 2400);
-    assert_true(r->requests_total == 15.0);     /* +Inf ignored */
+    assert_true(r->requests_total == 15.0); /* +Inf ignored */
 }
 
 static void test_lora_newest_series(void **state)
 {
-    sb_engine_report *r = report_of(SB_ENGINE_VLLM,
-                                    "# TYPE vllm:lora_requests_info gauge\n"
-                                    "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"old\","
-                                    "waiting_lora_adapters=\"\"} 1.70e+09\n"
-                                    "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"sql-lora, "
-                                    "tweet\\\\x ,,\",waiting_lora_adapters=\"q\\\"uote\"} 1.75e+09\n"
-                                    "vllm:lora_requests_info{max_lora=\"8\",running_lora_adapters=\"older\","
-                                    "waiting_lora_adapters=\"\"} 1.60e+09\n");
+    sb_engine_report *r =
+        report_of(SB_ENGINE_VLLM, "# TYPE vllm:lora_requests_info gauge\n"
+                                  "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"old\","
+                                  "waiting_lora_adapters=\"\"} 1.70e+09\n"
+                                  "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"sql-lora, "
+                                  "tweet\\\\x ,,\",waiting_lora_adapters=\"q\\\"uote\"} 1.75e+09\n"
+                                  "vllm:lora_requests_info{max_lora=\"8\",running_lora_adapters=\"older\","
+                                  "waiting_lora_adapters=\"\"} 1.60e+09\n");
 
     assert_true(r->have_lora);
     assert_int_equal(r->max_lora, 4);
@@ -283,8 +282,8 @@ static void test_lora_bounds(void **state)
 
 static void test_cache_info_label_values(void **state)
 {
-    sb_engine_report *r = report_of(SB_ENGINE_VLLM,
-                                    "vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"1.5\"} 1\n");
+    sb_engine_report *r =
+        report_of(SB_ENGINE_VLLM, "vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"1.5\"} 1\n");
 
     assert_false(r->have_block_size || r->have_num_gpu_blocks || r->have_capacity_tokens);
     r = report_of(SB_ENGINE_VLLM, "vllm:cache_config_info{block_size=\"0\",num_gpu_blocks=\"\"} 1\n");
@@ -297,29 +296,32 @@ static void test_cache_info_label_values(void **state)
 static void test_trtllm(void **state)
 {
     /* Names and label sets of tensorrt_llm/metrics/collector.py (MetricsCollector). */
-    sb_engine_report *r = report_of(SB_ENGINE_TRTLLM,
-        "# HELP trtllm_num_requests_running Number of active requests\n"
-        "# TYPE trtllm_num_requests_running gauge\n"
-        "trtllm_num_requests_running{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 5.0\n"
-        "# TYPE trtllm_num_requests_waiting gauge\n"
-        "trtllm_num_requests_waiting{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0\n"
-        "# TYPE trtllm_kv_cache_utilization gauge\n"
-        "trtllm_kv_cache_utilization{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 0.4375\n"
-        "# TYPE trtllm_kv_cache_hit_rate gauge\n"
-        "trtllm_kv_cache_hit_rate{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 0.5\n"
-        "# TYPE trtllm_kv_cache_max_blocks gauge\n"
-        "trtllm_kv_cache_max_blocks{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 4096.0\n"
-        "# TYPE trtllm_kv_cache_tokens_per_block gauge\n"
-        "trtllm_kv_cache_tokens_per_block{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 32.0\n"
-        "# TYPE trtllm_request_success_total counter\n"
-        "trtllm_request_success_total{engine_type=\"trtllm\",finished_reason=\"stop\",model_name=\"Qwen/Qwen3-0.6B\"} 150.0\n"
-        "trtllm_request_success_total{engine_type=\"trtllm\",finished_reason=\"length\",model_name=\"Qwen/Qwen3-0.6B\"} 5.0\n"
-        "# TYPE trtllm_prompt_tokens_total counter\n"
-        "trtllm_prompt_tokens_total{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 1000.0\n"
-        "# TYPE trtllm_prompt_cached_tokens_total counter\n"
-        "trtllm_prompt_cached_tokens_total{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 640.0\n"
-        "# TYPE trtllm_time_to_first_token_seconds histogram\n"
-        "trtllm_time_to_first_token_seconds_bucket{le=\"0.01\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0\n");
+    sb_engine_report *r =
+        report_of(SB_ENGINE_TRTLLM,
+                  "# HELP trtllm_num_requests_running Number of active requests\n"
+                  "# TYPE trtllm_num_requests_running gauge\n"
+                  "trtllm_num_requests_running{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 5.0\n"
+                  "# TYPE trtllm_num_requests_waiting gauge\n"
+                  "trtllm_num_requests_waiting{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0\n"
+                  "# TYPE trtllm_kv_cache_utilization gauge\n"
+                  "trtllm_kv_cache_utilization{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 0.4375\n"
+                  "# TYPE trtllm_kv_cache_hit_rate gauge\n"
+                  "trtllm_kv_cache_hit_rate{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 0.5\n"
+                  "# TYPE trtllm_kv_cache_max_blocks gauge\n"
+                  "trtllm_kv_cache_max_blocks{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 4096.0\n"
+                  "# TYPE trtllm_kv_cache_tokens_per_block gauge\n"
+                  "trtllm_kv_cache_tokens_per_block{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 32.0\n"
+                  "# TYPE trtllm_request_success_total counter\n"
+                  "trtllm_request_success_total{engine_type=\"trtllm\",finished_reason=\"stop\",model_name=\"Qwen/"
+                  "Qwen3-0.6B\"} 150.0\n"
+                  "trtllm_request_success_total{engine_type=\"trtllm\",finished_reason=\"length\",model_name=\"Qwen/"
+                  "Qwen3-0.6B\"} 5.0\n"
+                  "# TYPE trtllm_prompt_tokens_total counter\n"
+                  "trtllm_prompt_tokens_total{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 1000.0\n"
+                  "# TYPE trtllm_prompt_cached_tokens_total counter\n"
+                  "trtllm_prompt_cached_tokens_total{engine_type=\"trtllm\",model_name=\"Qwen/Qwen3-0.6B\"} 640.0\n"
+                  "# TYPE trtllm_time_to_first_token_seconds histogram\n"
+                  "trtllm_time_to_first_token_seconds_bucket{le=\"0.01\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0\n");
 
     assert_true(r->have_running && r->running == 5.0);
     assert_true(r->have_waiting && r->waiting == 2.0);
@@ -341,18 +343,18 @@ static void test_trtllm(void **state)
 static void test_llamacpp_metrics(void **state)
 {
     /* llama.cpp prints C++ stream defaults (6 significant digits) and no labels. */
-    sb_engine_report *r = report_of(SB_ENGINE_LLAMACPP,
-                                    "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
-                                    "# TYPE llamacpp:prompt_tokens_total counter\n"
-                                    "llamacpp:prompt_tokens_total 1.23457e+06\n"
-                                    "# TYPE llamacpp:tokens_predicted_total counter\n"
-                                    "llamacpp:tokens_predicted_total 3469\n"
-                                    "# TYPE llamacpp:kv_cache_usage_ratio gauge\n"
-                                    "llamacpp:kv_cache_usage_ratio 0.0123457\n"
-                                    "# TYPE llamacpp:requests_processing gauge\n"
-                                    "llamacpp:requests_processing 2\n"
-                                    "# TYPE llamacpp:requests_deferred gauge\n"
-                                    "llamacpp:requests_deferred 1\n");
+    sb_engine_report *r =
+        report_of(SB_ENGINE_LLAMACPP, "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+                                      "# TYPE llamacpp:prompt_tokens_total counter\n"
+                                      "llamacpp:prompt_tokens_total 1.23457e+06\n"
+                                      "# TYPE llamacpp:tokens_predicted_total counter\n"
+                                      "llamacpp:tokens_predicted_total 3469\n"
+                                      "# TYPE llamacpp:kv_cache_usage_ratio gauge\n"
+                                      "llamacpp:kv_cache_usage_ratio 0.0123457\n"
+                                      "# TYPE llamacpp:requests_processing gauge\n"
+                                      "llamacpp:requests_processing 2\n"
+                                      "# TYPE llamacpp:requests_deferred gauge\n"
+                                      "llamacpp:requests_deferred 1\n");
 
     assert_true(r->have_running && r->running == 2.0);
     assert_true(r->have_waiting && r->waiting == 1.0);
@@ -466,8 +468,7 @@ static void test_slots_capture(void **state)
         char *copy = malloc(cut ? cut : 1);
         memcpy(copy, t, cut);
         sb_engine_report_init(&r);
-        assert_int_equal(sb_engine_slots_parse(copy, cut, scratch, sizeof scratch, &r),
-                         SB_ENGINE_SLOTS_BAD_JSON);
+        assert_int_equal(sb_engine_slots_parse(copy, cut, scratch, sizeof scratch, &r), SB_ENGINE_SLOTS_BAD_JSON);
         free(copy);
     }
     free(t);
@@ -484,7 +485,7 @@ static void test_slots_shapes(void **state)
     sb_engine_report_init(&r);
     assert_int_equal(sb_engine_slots_parse(idle, sizeof idle - 1, scratch, sizeof scratch, &r), 0);
     assert_int_equal(r.slots_total, 2);
-    assert_int_equal(r.slots_busy, 1);   /* the nested is_processing is not a slot's */
+    assert_int_equal(r.slots_busy, 1); /* the nested is_processing is not a slot's */
     assert_true(r.have_waiting && r.waiting == 0.0);
     assert_true(r.capacity_tokens == 8192);
 
@@ -494,14 +495,11 @@ static void test_slots_shapes(void **state)
     assert_false(r.have_capacity_tokens);
     assert_int_equal(sb_engine_slots_parse(LIT_ARGS("{\"id\":0}"), scratch, sizeof scratch, &r),
                      SB_ENGINE_SLOTS_BAD_JSON);
-    assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[1,2]"), scratch, sizeof scratch, &r),
-                     SB_ENGINE_SLOTS_BAD_JSON);
-    assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[{}] x"), scratch, sizeof scratch, &r),
-                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[1,2]"), scratch, sizeof scratch, &r), SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[{}] x"), scratch, sizeof scratch, &r), SB_ENGINE_SLOTS_BAD_JSON);
     assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[{}][{}]"), scratch, sizeof scratch, &r),
                      SB_ENGINE_SLOTS_BAD_JSON);
-    assert_int_equal(sb_engine_slots_parse(LIT_ARGS(""), scratch, sizeof scratch, &r),
-                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_slots_parse(LIT_ARGS(""), scratch, sizeof scratch, &r), SB_ENGINE_SLOTS_BAD_JSON);
     assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[{}]"), scratch, 0, &r), SB_ENGINE_SLOTS_NOSPACE);
 }
 

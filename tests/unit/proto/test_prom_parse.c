@@ -58,16 +58,16 @@ typedef struct collected {
     uint32_t bad_line[64];
     const char *bad_reason[64];
     size_t want_calls;
-    const char *const *wanted;  /* NULL-terminated, or NULL for all */
+    const char *const *wanted; /* NULL-terminated, or NULL for all */
 } collected;
 
 static void render(const sb_prom_sample *s, char *out, size_t cap)
 {
-    int o = snprintf(out, cap, "%.*s|%s|%.*s|", (int)s->family.len, s->family.p,
-                     sb_prom_type_name(s->type), (int)s->name.len, s->name.p);
+    int o = snprintf(out, cap, "%.*s|%s|%.*s|", (int)s->family.len, s->family.p, sb_prom_type_name(s->type),
+                     (int)s->name.len, s->name.p);
     for (size_t i = 0; i < s->n_labels && o < (int)cap; i++)
-        o += snprintf(out + o, cap - (size_t)o, "%.*s=%.*s,", (int)s->labels[i].name.len,
-                      s->labels[i].name.p, (int)s->labels[i].value.len, s->labels[i].value.p);
+        o += snprintf(out + o, cap - (size_t)o, "%.*s=%.*s,", (int)s->labels[i].name.len, s->labels[i].name.p,
+                      (int)s->labels[i].value.len, s->labels[i].value.p);
     if (o < (int)cap)
         o += snprintf(out + o, cap - (size_t)o, "|%a", s->value);
     if (s->has_timestamp && o < (int)cap)
@@ -241,12 +241,11 @@ static void test_vllm_v0_capture(void **state)
     assert_int_equal(parse_into(t, len, c, NULL), len);
     assert_int_equal(c->n, 29);
     /* The first sample: the info gauge with its 12 labels, only a TYPE line above it. */
-    assert_string_equal(c->text[0],
-                        "vllm:cache_config_info|gauge|vllm:cache_config_info|block_size=16,"
-                        "cache_dtype=auto,calculate_kv_scales=False,cpu_offload_gb=0,"
-                        "enable_prefix_caching=False,gpu_memory_utilization=0.9,is_attention_free="
-                        "False,num_cpu_blocks=9362,num_gpu_blocks=81767,num_gpu_blocks_override="
-                        "None,sliding_window=None,swap_space_bytes=4294967296,|0x1p+0");
+    assert_string_equal(c->text[0], "vllm:cache_config_info|gauge|vllm:cache_config_info|block_size=16,"
+                                    "cache_dtype=auto,calculate_kv_scales=False,cpu_offload_gb=0,"
+                                    "enable_prefix_caching=False,gpu_memory_utilization=0.9,is_attention_free="
+                                    "False,num_cpu_blocks=9362,num_gpu_blocks=81767,num_gpu_blocks_override="
+                                    "None,sliding_window=None,swap_space_bytes=4294967296,|0x1p+0");
     assert_int_equal(c->line[0], 2);
     assert_string_equal(c->text[1], "vllm:num_requests_running|gauge|vllm:num_requests_running|"
                                     "model_name=Qwen/Qwen2.5-Coder-1.5B-Instruct,|0x0p+0");
@@ -287,11 +286,9 @@ static void test_vllm_v1_captures(void **state)
     /* Early V1: process families untyped by suffix rules, e.g. 1.048576e+06. */
     assert_int_equal(parse_into(t, len, c, NULL), len);
     assert_int_equal(c->n, 7);
-    snprintf(want, sizeof want, "process_start_time_seconds|gauge|process_start_time_seconds||%a",
-             1.74262400557e+09);
+    snprintf(want, sizeof want, "process_start_time_seconds|gauge|process_start_time_seconds||%a", 1.74262400557e+09);
     assert_string_equal(c->text[0], want);
-    snprintf(want, sizeof want, "process_cpu_seconds_total|counter|process_cpu_seconds_total||%a",
-             439.71999999999997);
+    snprintf(want, sizeof want, "process_cpu_seconds_total|counter|process_cpu_seconds_total||%a", 439.71999999999997);
     assert_string_equal(c->text[1], want);
     assert_string_equal(c->text[3], "process_max_fds|gauge|process_max_fds||0x1p+20");
     assert_string_equal(c->text[6], "vllm:gpu_cache_usage_perc|gauge|vllm:gpu_cache_usage_perc|"
@@ -503,8 +500,8 @@ static void test_filter_skips_without_checking(void **state)
                                "junk{a=\"unterminated} 1\n" /* never parsed: not reported */
                                "junk not a value\n"
                                "keep 1\n"
-                               "untyped_junk{{{ 3\n"        /* outside a family: asked, skipped */
-                               "untyped_junk{{{ 4\n"        /* same name: not asked again */
+                               "untyped_junk{{{ 3\n" /* outside a family: asked, skipped */
+                               "untyped_junk{{{ 4\n" /* same name: not asked again */
                                "keep{x=\"2\"} 2\n";
     collected *c = new_collected();
     sb_prom_parser st;
@@ -526,12 +523,12 @@ static void test_malformed_lines_in_the_middle(void **state)
 {
     static const char text[] = "# TYPE a gauge\n"
                                "a 1\n"
-                               "a{x=\"1\" 2\n"        /* 3: no closing brace */
-                               "9bad 3\n"              /* 4: name starts with a digit */
-                               "a{x=\"1\"} 0x10\n"     /* 5: hex value */
-                               "# TYPE b nonsense\n"   /* 6: unknown type */
+                               "a{x=\"1\" 2\n"       /* 3: no closing brace */
+                               "9bad 3\n"            /* 4: name starts with a digit */
+                               "a{x=\"1\"} 0x10\n"   /* 5: hex value */
+                               "# TYPE b nonsense\n" /* 6: unknown type */
                                "b 4\n"
-                               "a{x=\"\\t\"} 5\n"      /* 8: invalid escape */
+                               "a{x=\"\\t\"} 5\n" /* 8: invalid escape */
                                "\n"
                                "c 6 1700000000000\n";
     collected *c = new_collected();
@@ -752,7 +749,7 @@ static void test_families_and_comments(void **state)
                                "h_sum 3\n"
                                "h_count 2\n"
                                "h_created 4\n"
-                               "h_other 5\n"      /* not a histogram suffix: its own run */
+                               "h_other 5\n" /* not a histogram suffix: its own run */
                                "# TYPE s summary\n"
                                "s{quantile=\"0.5\"} 6\n"
                                "s_sum 7\n"
@@ -763,7 +760,7 @@ static void test_families_and_comments(void **state)
                                "u 10\n"
                                "# TYPE g gauge\n"
                                "# TYPE g_total counter\n"
-                               "g_total 11\n";     /* the nearer TYPE wins */
+                               "g_total 11\n"; /* the nearer TYPE wins */
     collected *c = new_collected();
 
     assert_int_equal(parse_into(LIT(text), c, NULL), sizeof text - 1);
