@@ -21,6 +21,8 @@ TEST_SRC := $(shell find tests/unit -name 'test_*.c' | sort)
 REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o)
 SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=build/bench/%)
 
 .PHONY: all deps test unit integration bench demo clean check-format fuzz
 all: deps build/switchboard
@@ -52,6 +54,10 @@ build/san/tests/%: tests/unit/%.c build/san/libsb.a $(HDRS) tests/unit/sb_test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_SAN) -Itests/unit $< build/san/libsb.a $(LIBS) -lcmocka -o $@
 
+build/bench/%: bench/%.c build/rel/libsb.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_REL) $< build/rel/libsb.a $(LIBS) -o $@
+
 unit: $(TEST_BIN)
 	@scripts/run_unit.sh $(TEST_BIN)
 
@@ -62,7 +68,7 @@ test:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory unit integration
 
-bench: all
+bench: all $(BENCH_BIN)
 	@scripts/deps.sh bench
 	@bench/run.sh
 

@@ -2,5 +2,11 @@
 # make bench: every benchmark, each printing figures and side-by-side ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== scheduling decision time (bench/bench_sched.c) =="
+build/bench/bench_sched
+echo
+echo "== probe cycle: parse of a real vLLM /metrics capture (bench/bench_prom.c) =="
+build/bench/bench_prom
+echo
 echo "== proxy overhead (bench/proxy_overhead.sh) =="
 bench/proxy_overhead.sh

@@ -7,7 +7,7 @@
 
 extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels;
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
-    sb_scorer_pending_prefill, sb_scorer_lora_affinity;
+    sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
@@ -15,7 +15,8 @@ static const sb_filter_def *const filters[] = {&sb_filter_healthy, &sb_filter_lo
                                                &sb_filter_labels, NULL};
 static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,     &sb_scorer_running,
                                                &sb_scorer_kv_cache,  &sb_scorer_in_flight,
-                                               &sb_scorer_pending_prefill, &sb_scorer_lora_affinity, NULL};
+                                               &sb_scorer_pending_prefill, &sb_scorer_lora_affinity,
+                                               &sb_scorer_prefix,    &sb_scorer_prefix_tokens, NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};
 
@@ -57,8 +58,9 @@ void sb_profile_init(sb_profile *p, const char *name)
     p->temperature = 0.1;
 }
 
-static sb_profile builtins[4];
-static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", NULL};
+static sb_profile builtins[5];
+static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", "prefix-only",
+                                            NULL};
 
 static void add_scorer(sb_profile *p, const sb_scorer_def *s, double w)
 {
@@ -92,18 +94,27 @@ static void init_builtins(void)
     add_scorer(p, &sb_scorer_pending_prefill, 1);
 
     /* default: what a pool gets when it names no profile. Its composition changes as the
-     * project measures (the prefix scorer joins with the prefix-routing work); the weights
-     * mirror GIE's default (queue 2, KV 2) plus our own accounting, which is never stale. */
+     * project measures (docs/benchmarks.md). Weights start from GIE's default (prefix 3,
+     * queue 2, KV 2) plus our own accounting, which is never stale. With these, a prefix
+     * holder keeps its traffic while queues are equal, and yields as soon as a queue forms
+     * there and not elsewhere (3 + 0 < 2 + 1 + 1): affinity never builds a queue. */
     p = &builtins[3];
     sb_profile_init(p, "default");
     p->filters[p->n_filters++] = &sb_filter_healthy;
     p->filters[p->n_filters++] = &sb_filter_lora;
     p->filters[p->n_filters++] = &sb_filter_saturation;
+    add_scorer(p, &sb_scorer_prefix, 3);
     add_scorer(p, &sb_scorer_queue, 2);
     add_scorer(p, &sb_scorer_kv_cache, 2);
     add_scorer(p, &sb_scorer_in_flight, 1);
     add_scorer(p, &sb_scorer_pending_prefill, 1);
     add_scorer(p, &sb_scorer_lora_affinity, 1);
+
+    /* prefix-only: prefix affinity alone (a reference point: it herds). */
+    p = &builtins[4];
+    sb_profile_init(p, "prefix-only");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    add_scorer(p, &sb_scorer_prefix, 1);
 }
 
 const sb_profile *sb_profile_builtin(const char *name)

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "core/prefix_index.h"
 
 typedef struct model_entry {
     char *name;
@@ -27,6 +28,8 @@ typedef struct pool {
     /* Decision scratch, sized for the pool: no allocation per pick. */
     sb_decision last;
     bool have_last;
+    sb_prefix_index *prefix;
+    uint32_t *prefix_match;
 } pool;
 
 struct sb_router {
@@ -42,7 +45,34 @@ struct sb_router {
 
 sb_pool_params sb_pool_params_default(void)
 {
-    return (sb_pool_params){.stale_ns = SB_MS(1000), .health = sb_health_params_default()};
+    return (sb_pool_params){.stale_ns = SB_MS(1000),
+                            .health = sb_health_params_default(),
+                            .prefix_max_entries = 1u << 20,
+                            .prefix_default_blocks = 16384,
+                            .block_bytes = 64,
+                            .bytes_per_token = 4.0,
+                            .prefix_ref_tokens = 4096};
+}
+
+/* Zero fields take their defaults, so callers set only what they know. */
+static sb_pool_params complete_params(const sb_pool_params *in)
+{
+    sb_pool_params d = sb_pool_params_default(), p = in ? *in : d;
+    if (!p.stale_ns)
+        p.stale_ns = d.stale_ns;
+    if (!p.health.max_failures)
+        p.health = d.health;
+    if (!p.prefix_max_entries)
+        p.prefix_max_entries = d.prefix_max_entries;
+    if (!p.prefix_default_blocks)
+        p.prefix_default_blocks = d.prefix_default_blocks;
+    if (!p.block_bytes)
+        p.block_bytes = d.block_bytes;
+    if (!(p.bytes_per_token > 0))
+        p.bytes_per_token = d.bytes_per_token;
+    if (!(p.prefix_ref_tokens > 0))
+        p.prefix_ref_tokens = d.prefix_ref_tokens;
+    return p;
 }
 
 sb_router *sb_router_new(uint64_t seed)
@@ -70,6 +100,8 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].last.cands);
         sb_free(r->pools[i].last.live);
         sb_free(r->pools[i].last.scores);
+        sb_prefix_index_free(r->pools[i].prefix);
+        sb_free(r->pools[i].prefix_match);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->models_cap; i++)
@@ -93,16 +125,22 @@ int sb_router_add_pool(sb_router *r, const char *name, const sb_profile *profile
     p->last.cands = sb_calloc(n, sizeof(sb_candidate));
     p->last.live = sb_calloc(n, sizeof(sb_candidate));
     p->last.scores = sb_calloc(n * SB_MAX_SCORERS, sizeof(double));
-    if (!p->name || !p->eps || !p->last.cands || !p->last.live || !p->last.scores) {
+    p->params = complete_params(params);
+    p->prefix = sb_prefix_index_new((uint32_t)n_endpoints, p->params.prefix_max_entries,
+                                    p->params.prefix_default_blocks);
+    p->prefix_match = sb_calloc(n, sizeof(uint32_t));
+    if (!p->name || !p->eps || !p->last.cands || !p->last.live || !p->last.scores || !p->prefix ||
+        !p->prefix_match) {
         sb_free(p->name);
         sb_free(p->eps);
         sb_free(p->last.cands);
         sb_free(p->last.live);
         sb_free(p->last.scores);
+        sb_prefix_index_free(p->prefix);
+        sb_free(p->prefix_match);
         return -1;
     }
     p->profile = profile;
-    p->params = params ? *params : sb_pool_params_default();
     p->n_eps = n_endpoints;
     for (size_t i = 0; i < n_endpoints; i++) {
         p->eps[i].pool = (uint32_t)r->n_pools;
@@ -122,7 +160,7 @@ void sb_router_set_profile(sb_router *r, uint32_t pool_idx, const sb_profile *pr
 void sb_router_set_pool_params(sb_router *r, uint32_t pool_idx, const sb_pool_params *params)
 {
     if (pool_idx < r->n_pools)
-        r->pools[pool_idx].params = *params;
+        r->pools[pool_idx].params = complete_params(params);
 }
 
 static model_entry *find_slot(model_entry *tab, size_t cap, const char *name, size_t len, uint64_t h)
@@ -209,10 +247,21 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         return -1;
     pool *p = &r->pools[req->pool];
     sb_sched_ctx ctx = {.now = now, .stale_ns = p->params.stale_ns, .rng = &r->rng, .rr_cursor = p->rr_cursor,
-                        .profile = req->profile ? req->profile : p->profile};
+                        .profile = req->profile ? req->profile : p->profile,
+                        .block_tokens = p->params.block_bytes / p->params.bytes_per_token,
+                        .prefix_ref_tokens = p->params.prefix_ref_tokens};
+    bool blocks = req->block_hashes && req->n_blocks;
+    if (blocks) {
+        sb_prefix_index_match(p->prefix, req->block_hashes, req->n_blocks, p->prefix_match);
+        ctx.prefix_match = p->prefix_match;
+        ctx.prefix_blocks = req->n_blocks;
+    }
     int ep = sb_sched_run(&ctx, req, p->eps, p->n_eps, &p->last);
     p->rr_cursor = ctx.rr_cursor;
     p->have_last = true;
+    /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index). */
+    if (ep >= 0 && blocks)
+        sb_prefix_index_insert(p->prefix, (uint32_t)ep, req->block_hashes, req->n_blocks);
     return ep;
 }
 
@@ -249,6 +298,28 @@ void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket 
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (e)
         sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
+}
+
+void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t capacity_tokens)
+{
+    if (pool_idx >= r->n_pools || capacity_tokens == 0)
+        return;
+    pool *p = &r->pools[pool_idx];
+    double blocks = (double)capacity_tokens * p->params.bytes_per_token / p->params.block_bytes;
+    uint32_t b = blocks > 4e9 ? 4000000000u : (uint32_t)blocks;
+    if (b != sb_prefix_index_capacity(p->prefix, ep))
+        sb_prefix_index_set_capacity(p->prefix, ep, b);
+}
+
+void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)
+{
+    if (pool_idx < r->n_pools)
+        sb_prefix_index_clear_endpoint(r->pools[pool_idx].prefix, ep);
+}
+
+const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool_idx)
+{
+    return pool_idx < r->n_pools ? r->pools[pool_idx].prefix : NULL;
 }
 
 size_t sb_router_pool_count(const sb_router *r) { return r->n_pools; }

@@ -37,6 +37,13 @@ typedef struct sb_model_match {
 typedef struct sb_pool_params {
     sb_ns stale_ns;          /* reports older than this are stale; default 1 s */
     sb_health_params health;
+    /* prefix index (core/prefix_index.h) */
+    size_t prefix_max_entries;       /* memory bound, entries; default 1M (~40 MiB) */
+    uint32_t prefix_default_blocks;  /* capacity per endpoint before its engine reports one;
+                                        default 16384 blocks (~1 MiB of prompt text) */
+    uint32_t block_bytes;            /* canonical-prompt bytes per index block; default 64 */
+    double bytes_per_token;          /* to convert engine capacity to blocks; default 4 */
+    double prefix_ref_tokens;        /* prefix-tokens scorer scale; default 4096 */
 } sb_pool_params;
 
 sb_pool_params sb_pool_params_default(void);
@@ -74,6 +81,13 @@ void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t
 /* ok: a response arrived with status < 500. counts_for_health: false for client aborts. */
 void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
                         sb_ns now);
+
+/* Prefix index upkeep, from what the engines report: capacity in tokens (0 = unknown: keep
+ * the current one), and a restart or departure forgetting everything the endpoint held. */
+void sb_router_prefix_capacity(sb_router *r, uint32_t pool, uint32_t ep, uint64_t capacity_tokens);
+void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep);
+/* The pool's index, for statistics; NULL if none. */
+const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool);
 
 size_t sb_router_pool_count(const sb_router *r);
 size_t sb_router_endpoint_count(const sb_router *r, uint32_t pool);

@@ -3,20 +3,22 @@
 #include <math.h>
 #include <string.h>
 
-void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double *out)
+void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double min_range,
+                              bool skip_stale, double *out)
 {
     double lo = INFINITY, hi = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        if (c[i].stale)
+        if (skip_stale && c[i].stale)
             continue;
         lo = values[i] < lo ? values[i] : lo;
         hi = values[i] > hi ? values[i] : hi;
     }
+    double range = hi - lo > min_range ? hi - lo : min_range;
     for (size_t i = 0; i < n; i++) {
-        if (c[i].stale)
+        if (skip_stale && c[i].stale)
             out[i] = 0.0;
         else
-            out[i] = hi > lo ? 1.0 - (values[i] - lo) / (hi - lo) : 1.0;
+            out[i] = range > 0 ? 1.0 - (values[i] - lo) / range : 1.0;
     }
 }
 

@@ -58,6 +58,13 @@ typedef struct sb_sched_ctx {
     uint64_t *rng;                /* xorshift state, advanced by pickers */
     size_t rr_cursor;             /* round-robin picker position (per pool, owned by caller) */
     struct sb_profile const *profile;
+    /* Prefix-index lookup for this request (core/prefix_index.h), done once by the router
+     * before scoring: prefix_match[i] = leading blocks endpoint i (its position in the
+     * pool) holds; NULL when the request has no blocks or the pool keeps no index. */
+    const uint32_t *prefix_match;
+    size_t prefix_blocks;         /* the request's block count */
+    double block_tokens;          /* tokens per index block (block_bytes / bytes_per_token) */
+    double prefix_ref_tokens;     /* prefix-tokens scorer: matched tokens that score 1.0 */
 } sb_sched_ctx;
 
 typedef struct sb_filter_def {
@@ -155,9 +162,13 @@ static inline double sb_rand_unit(uint64_t *s) { return (double)(sb_rand_next(s)
 
 
 
-/* Helper for distribution scorers: lower values are better. Scores 1 - (v - min) / (max - min)
- * over the fresh candidates (1.0 for all when they are equal), and 0 for stale ones: a stale
- * report is scored as if the endpoint were the most loaded. Min-max normalisation follows the
- * Gateway API Inference Extension's queue scorer: it ranks the pool, whatever its scale. */
-void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double *out);
+/* Helper for distribution scorers: lower values are better. Scores 1 - (v - min) / range over
+ * the fresh candidates, range = max(max - min, min_range) (1.0 for all when they are equal),
+ * and 0 for stale ones (when skip_stale): a stale report is scored as if the endpoint were the
+ * most loaded. Min-max follows the Gateway API Inference Extension's queue scorer: it ranks the
+ * pool whatever its scale. The minimum range keeps a difference of one request from swinging
+ * the whole score (with min_range 4, one request more costs a quarter), so small transient
+ * differences do not override affinity while real queues still do. */
+void sb_score_lower_is_better(const sb_candidate *c, size_t n, const double *values, double min_range,
+                              bool skip_stale, double *out);
 #endif

@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "net/gateway.h"
+#include "core/prefix_index.h"
 #include "net/probe.h"
 
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
@@ -189,6 +190,20 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
             }
         }
     }
+    sb_buf_puts(b, "# HELP switchboard_prefix_index_entries (block, endpoint) entries in the pool's prefix index.\n"
+                   "# TYPE switchboard_prefix_index_entries gauge\n");
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_prefix_index *ix = sb_router_prefix_index(gw->router, (uint32_t)p);
+        sb_buf_printf(b, "switchboard_prefix_index_entries{pool=\"%s\"} %zu\n", cfg->pools[p].name,
+                      ix ? sb_prefix_index_entries(ix) : 0);
+    }
+    sb_buf_puts(b, "# HELP switchboard_prefix_index_bytes Memory held by the pool's prefix index.\n"
+                   "# TYPE switchboard_prefix_index_bytes gauge\n");
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_prefix_index *ix = sb_router_prefix_index(gw->router, (uint32_t)p);
+        sb_buf_printf(b, "switchboard_prefix_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
+                      ix ? sb_prefix_index_bytes(ix) : 0);
+    }
     static const char *probe_counters[][2] = {
         {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
         {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
@@ -261,6 +276,10 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                           (unsigned long long)ep->dispatched, (unsigned long long)ep->completed,
                           (unsigned long long)ep->failed, sb_endpoint_waiting(ep), sb_endpoint_running(ep),
                           sb_endpoint_kv_usage(ep), ep->consecutive_failures, ep->ejections);
+            const sb_prefix_index *ix = sb_router_prefix_index(gw->router, (uint32_t)p);
+            if (ix)
+                sb_buf_printf(b, ",\"prefix_index\":{\"blocks\":%zu,\"capacity_blocks\":%u}",
+                              sb_prefix_index_endpoint_entries(ix, (uint32_t)e), sb_prefix_index_capacity(ix, (uint32_t)e));
             if (ps)
                 sb_buf_printf(b,
                               ",\"probe\":{\"interval_ms\":%u,\"scrapes\":%llu,\"errors\":%llu,\"last_status\":%d,"

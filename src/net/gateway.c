@@ -256,7 +256,8 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
                              .health = {.max_failures = pc->max_failures,
                                         .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                        .max_eject_ns = SB_MS(pc->max_eject_ms)}};
+                                        .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                             .block_bytes = (uint32_t)cfg->block_bytes};
         if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
             goto fail;
         for (size_t e = 0; e < pc->n_endpoints; e++) {
@@ -408,7 +409,8 @@ int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
         sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
                              .health = {.max_failures = pc->max_failures,
                                         .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                        .max_eject_ns = SB_MS(pc->max_eject_ms)}};
+                                        .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                             .block_bytes = (uint32_t)cfg->block_bytes};
         sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
         sb_router_set_profile(gw->router, (uint32_t)p, sb_config_profile(cfg, pc->profile ? pc->profile : "default"));
         for (size_t e = 0; e < pc->n_endpoints; e++) {

@@ -105,9 +105,14 @@ static void apply_report(probe *pr, const sb_engine_report *er)
     bool restarted = pr->have_prev && sb_engine_report_restarted(&pr->prev, er);
     sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now_ns());
     if (restarted) {
+        /* A restarted engine has an empty cache: what the index believed is gone. */
         pr->stats.restarts++;
-        SB_INFO("endpoint %s restarted (counters went back)", ep->address ? ep->address : "?");
+        sb_router_prefix_clear(r, pr->pool, pr->ep);
+        SB_INFO("endpoint %s restarted (counters went back): prefix index entries dropped",
+                ep->address ? ep->address : "?");
     }
+    if (rep.have_capacity)
+        sb_router_prefix_capacity(r, pr->pool, pr->ep, (uint64_t)rep.num_gpu_blocks * rep.block_size);
     pr->prev = *er;
     pr->have_prev = true;
 }

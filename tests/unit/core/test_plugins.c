@@ -78,7 +78,7 @@ static void test_registry(void **state)
     n = 0;
     for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
         n++;
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 8);
     n = 0;
     for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
         n++;
@@ -107,7 +107,7 @@ static void test_builtin_profiles(void **state)
         assert_true(p->n_filters >= 1);
         assert_string_equal(p->filters[0]->name, "healthy");
     }
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     assert_null(sb_profile_builtin("prefix-only-typo"));
 
     const sb_profile *rr = sb_profile_builtin("round-robin");
@@ -321,13 +321,15 @@ static void test_scorer_queue_min_max(void **state)
 static void test_scorers_stale_zeroed(void **state)
 {
     (void)state;
-    const char *report_based[] = {"queue", "running", "kv-cache"};
-    for (size_t s = 0; s < 3; s++) {
+    /* kv-cache is absolute (1 - usage): see test_scorer_running_and_kv. */
+    const char *report_based[] = {"queue", "running"};
+    for (size_t s = 0; s < 2; s++) {
         setup(3);
         double out[MAXN];
+        /* Differences above the scorers' minimum range (4), so min-max applies as is. */
         eps[0].report.waiting = 0, eps[0].report.running = 0, eps[0].report.kv_usage = 0;
         eps[1].report.waiting = 2, eps[1].report.running = 2, eps[1].report.kv_usage = 0.2;
-        eps[2].report.waiting = 4, eps[2].report.running = 4, eps[2].report.kv_usage = 0.4;
+        eps[2].report.waiting = 8, eps[2].report.running = 8, eps[2].report.kv_usage = 0.4;
         cands[0].stale = true; /* the least loaded, per an old report */
         score(report_based[s], &base_req, 3, out);
         /* Stale scores as the most loaded and drops out of the normalisation. */
@@ -350,9 +352,17 @@ static void test_scorer_running_and_kv(void **state)
     eps[0].report.running = 8, eps[1].report.running = 2, eps[2].report.running = 4;
     score("running", &base_req, 3, out);
     assert_true(out[0] == 0.0 && out[1] == 1.0 && fabs(out[2] - 2.0 / 3) < 1e-12);
+    /* KV is scored absolutely, 1 - usage (GIE's KV scorer), not ranked: a small difference
+     * stays a small difference. Stale: 0. */
     eps[0].report.kv_usage = 0.1, eps[1].report.kv_usage = 0.9, eps[2].report.kv_usage = 0.5;
     score("kv-cache", &base_req, 3, out);
-    assert_true(out[0] == 1.0 && out[1] == 0.0 && fabs(out[2] - 0.5) < 1e-12);
+    assert_true(fabs(out[0] - 0.9) < 1e-12 && fabs(out[1] - 0.1) < 1e-12 && fabs(out[2] - 0.5) < 1e-12);
+    eps[0].report.kv_usage = 0.100, eps[1].report.kv_usage = 0.101;
+    score("kv-cache", &base_req, 3, out);
+    assert_true(fabs(out[0] - out[1]) < 0.002);
+    cands[2].stale = true;
+    score("kv-cache", &base_req, 3, out);
+    assert_true(out[2] == 0.0);
 }
 
 static void test_scorers_own_accounting_never_stale(void **state)
@@ -365,10 +375,17 @@ static void test_scorers_own_accounting_never_stale(void **state)
     sb_endpoint_dispatch(&eps[2], 250, T0);
     for (size_t i = 0; i < 3; i++)
         cands[i].stale = true;
+    /* Loads 0, 1, 2 in-flight: under the minimum range of 4, one request costs a quarter. */
     score("in-flight", &base_req, 3, out);
-    assert_true(out[0] == 1.0 && fabs(out[1] - 0.5) < 1e-12 && out[2] == 0.0);
+    assert_true(out[0] == 1.0 && fabs(out[1] - 0.75) < 1e-12 && fabs(out[2] - 0.5) < 1e-12);
+    /* Pending prefill 0, 500, 500 tokens over a minimum range of 4096. */
     score("pending-prefill", &base_req, 3, out);
-    assert_true(out[0] == 1.0 && out[1] == 0.0 && out[2] == 0.0);
+    assert_true(out[0] == 1.0 && fabs(out[1] - (1 - 500.0 / 4096)) < 1e-12 && fabs(out[2] - out[1]) < 1e-12);
+    /* Beyond the minimum range, plain min-max. */
+    for (int i = 0; i < 8; i++)
+        sb_endpoint_dispatch(&eps[2], 1000, T0);
+    score("in-flight", &base_req, 3, out);
+    assert_true(out[0] == 1.0 && fabs(out[1] - 0.9) < 1e-12 && out[2] == 0.0);
     /* Equal: 1.0. */
     setup(2);
     score("in-flight", &base_req, 2, out);

@@ -166,10 +166,11 @@ static void test_weighted_total(void **state)
     for (int i = 0; i < 2; i++)
         sb_endpoint_dispatch(&eps[0], 0, T0);
     sb_endpoint_dispatch(&eps[1], 0, T0);
-    /* after dispatch: waiting 2, 5, 8 -> queue 1, 0.5, 0; in-flight 2, 1, 0 -> 0, 0.5, 1 */
+    /* after dispatch: waiting 2, 5, 8 -> queue 1, 0.5, 0 (range 6);
+     * in-flight 2, 1, 0 -> under the minimum range 4: 0.5, 0.75, 1 */
     int k = run(&base_req, 3);
     assert_true(k >= 0);
-    const double q[] = {1, 0.5, 0}, f[] = {0, 0.5, 1};
+    const double q[] = {1, 0.5, 0}, f[] = {0.5, 0.75, 1};
     for (size_t i = 0; i < 3; i++) {
         assert_true(fabs(score_of(0, i) - q[i]) < 1e-12);
         assert_true(fabs(score_of(1, i) - f[i]) < 1e-12);
@@ -347,9 +348,9 @@ static void test_render_json(void **state)
                           "\"reason\":\"max-score\"", "\"address\":\"10.0.0.1:8000\"",
                           ("{\"endpoint\":2,\"address\":\"10.0.0.3:8000\",\"stale\":false,"
                            "\"removed_by\":\"healthy\"}"),
-                          "\"scores\":{\"queue\":1.0000,\"kv-cache\":0.0000}",
-                          "\"scores\":{\"queue\":0.0000,\"kv-cache\":1.0000}", "\"total\":0.6667",
-                          "\"total\":0.3333"};
+                          "\"scores\":{\"queue\":1.0000,\"kv-cache\":0.5000}",
+                          "\"scores\":{\"queue\":0.5000,\"kv-cache\":0.7500}", "\"total\":0.8333",
+                          "\"total\":0.5833"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (!strstr(b.data, want[i]))
             fail_msg("missing %s in %s", want[i], b.data);

@@ -1,0 +1,334 @@
+#include "core/prefix_index.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+#define NIL UINT32_MAX
+
+/* One (block, endpoint) pair. Indices instead of pointers: 24 bytes, and the array can grow
+ * with realloc. */
+typedef struct entry {
+    uint64_t hash;
+    uint32_t ep;
+    uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
+    uint32_t lru_prev;     /* towards the endpoint's most recently used */
+    uint32_t lru_next;     /* towards its least recently used */
+} entry;
+
+typedef struct ep_state {
+    uint32_t mru, lru;     /* list ends, NIL when empty */
+    uint32_t count;
+    uint32_t capacity;
+} ep_state;
+
+struct sb_prefix_index {
+    entry *entries;
+    uint32_t n_alloc;      /* entries allocated in the array */
+    uint32_t max_entries;
+    uint32_t free_head;    /* free list through next_holder */
+    size_t used;
+    /* Open addressing, linear probing: hash -> first holder. A slot is empty when its head
+     * is NIL. Deletion shifts back the following run, so no tombstones accumulate. */
+    uint64_t *keys;
+    uint32_t *heads;
+    size_t table_cap;      /* power of two */
+    size_t table_used;
+    ep_state *eps;
+    uint32_t n_eps;
+    uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
+    uint64_t generation;
+    uint64_t evictions;
+};
+
+static size_t slot_of(const sb_prefix_index *ix, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (ix->table_cap - 1); }
+
+static size_t find_slot(const sb_prefix_index *ix, uint64_t h)
+{
+    size_t i = slot_of(ix, h);
+    while (ix->heads[i] != NIL && ix->keys[i] != h)
+        i = (i + 1) & (ix->table_cap - 1);
+    return i;
+}
+
+static int grow_table(sb_prefix_index *ix)
+{
+    size_t cap = ix->table_cap ? ix->table_cap * 2 : 1024;
+    uint64_t *keys = sb_malloc(cap * sizeof(uint64_t));
+    uint32_t *heads = sb_malloc(cap * sizeof(uint32_t));
+    if (!keys || !heads) {
+        sb_free(keys);
+        sb_free(heads);
+        return -1;
+    }
+    for (size_t i = 0; i < cap; i++)
+        heads[i] = NIL;
+    uint64_t *old_keys = ix->keys;
+    uint32_t *old_heads = ix->heads;
+    size_t old_cap = ix->table_cap;
+    ix->keys = keys;
+    ix->heads = heads;
+    ix->table_cap = cap;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old_heads[i] == NIL)
+            continue;
+        size_t j = find_slot(ix, old_keys[i]);
+        keys[j] = old_keys[i];
+        heads[j] = old_heads[i];
+    }
+    sb_free(old_keys);
+    sb_free(old_heads);
+    return 0;
+}
+
+static void delete_slot(sb_prefix_index *ix, size_t i)
+{
+    /* Backward-shift deletion: move later members of the probe run into the hole. */
+    size_t mask = ix->table_cap - 1;
+    ix->heads[i] = NIL;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (ix->heads[j] == NIL)
+            break;
+        size_t home = slot_of(ix, ix->keys[j]);
+        /* Can the entry at j move to the hole at i? Only if its home is not in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays)
+            continue;
+        ix->keys[i] = ix->keys[j];
+        ix->heads[i] = ix->heads[j];
+        ix->heads[j] = NIL;
+        i = j;
+    }
+    ix->table_used--;
+}
+
+sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity)
+{
+    sb_prefix_index *ix = sb_calloc(1, sizeof(*ix));
+    if (!ix)
+        return NULL;
+    ix->n_eps = n_endpoints;
+    ix->max_entries = max_entries > NIL - 1 ? NIL - 1 : (uint32_t)max_entries;
+    ix->free_head = NIL;
+    ix->eps = sb_calloc(n_endpoints ? n_endpoints : 1, sizeof(ep_state));
+    ix->stamp = sb_calloc(n_endpoints ? n_endpoints : 1, sizeof(uint64_t));
+    if (!ix->eps || !ix->stamp || grow_table(ix) < 0) {
+        sb_prefix_index_free(ix);
+        return NULL;
+    }
+    for (uint32_t e = 0; e < n_endpoints; e++)
+        ix->eps[e] = (ep_state){.mru = NIL, .lru = NIL, .capacity = default_capacity};
+    return ix;
+}
+
+void sb_prefix_index_free(sb_prefix_index *ix)
+{
+    if (!ix)
+        return;
+    sb_free(ix->entries);
+    sb_free(ix->keys);
+    sb_free(ix->heads);
+    sb_free(ix->eps);
+    sb_free(ix->stamp);
+    sb_free(ix);
+}
+
+static void lru_unlink(sb_prefix_index *ix, uint32_t k)
+{
+    entry *en = &ix->entries[k];
+    ep_state *es = &ix->eps[en->ep];
+    if (en->lru_prev != NIL)
+        ix->entries[en->lru_prev].lru_next = en->lru_next;
+    else
+        es->mru = en->lru_next;
+    if (en->lru_next != NIL)
+        ix->entries[en->lru_next].lru_prev = en->lru_prev;
+    else
+        es->lru = en->lru_prev;
+}
+
+static void lru_push_mru(sb_prefix_index *ix, uint32_t k)
+{
+    entry *en = &ix->entries[k];
+    ep_state *es = &ix->eps[en->ep];
+    en->lru_prev = NIL;
+    en->lru_next = es->mru;
+    if (es->mru != NIL)
+        ix->entries[es->mru].lru_prev = k;
+    es->mru = k;
+    if (es->lru == NIL)
+        es->lru = k;
+}
+
+/* Removes entry k from everything and puts it on the free list. */
+static void remove_entry(sb_prefix_index *ix, uint32_t k)
+{
+    entry *en = &ix->entries[k];
+    lru_unlink(ix, k);
+    ix->eps[en->ep].count--;
+    size_t s = find_slot(ix, en->hash);
+    if (ix->heads[s] == k) {
+        ix->heads[s] = en->next_holder;
+        if (en->next_holder == NIL)
+            delete_slot(ix, s);
+    } else {
+        uint32_t p = ix->heads[s];
+        while (ix->entries[p].next_holder != k)
+            p = ix->entries[p].next_holder;
+        ix->entries[p].next_holder = en->next_holder;
+    }
+    en->next_holder = ix->free_head;
+    ix->free_head = k;
+    ix->used--;
+}
+
+static void evict_lru(sb_prefix_index *ix, uint32_t ep)
+{
+    if (ix->eps[ep].lru != NIL) {
+        remove_entry(ix, ix->eps[ep].lru);
+        ix->evictions++;
+    }
+}
+
+void sb_prefix_index_set_capacity(sb_prefix_index *ix, uint32_t ep, uint32_t blocks)
+{
+    if (ep >= ix->n_eps)
+        return;
+    ix->eps[ep].capacity = blocks;
+    while (ix->eps[ep].count > blocks)
+        evict_lru(ix, ep);
+}
+
+uint32_t sb_prefix_index_capacity(const sb_prefix_index *ix, uint32_t ep)
+{
+    return ep < ix->n_eps ? ix->eps[ep].capacity : 0;
+}
+
+/* A free entry, growing the array or, at the memory bound, evicting from the endpoint that
+ * holds the most (O(endpoints), only when the bound is hit). NIL if none can be had. */
+static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
+{
+    if (ix->free_head == NIL && ix->n_alloc < ix->max_entries) {
+        uint32_t n = ix->n_alloc ? ix->n_alloc * 2 : 4096;
+        if (n > ix->max_entries)
+            n = ix->max_entries;
+        entry *ne = sb_realloc(ix->entries, (size_t)n * sizeof(entry));
+        if (ne) {
+            ix->entries = ne;
+            for (uint32_t k = n; k-- > ix->n_alloc;) {
+                ne[k].next_holder = ix->free_head;
+                ix->free_head = k;
+            }
+            ix->n_alloc = n;
+        }
+    }
+    if (ix->free_head == NIL) {
+        uint32_t big = for_ep;
+        for (uint32_t e = 0; e < ix->n_eps; e++)
+            if (ix->eps[e].count > ix->eps[big].count)
+                big = e;
+        evict_lru(ix, big);
+    }
+    if (ix->free_head == NIL)
+        return NIL;
+    uint32_t k = ix->free_head;
+    ix->free_head = ix->entries[k].next_holder;
+    return k;
+}
+
+void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
+{
+    if (ep >= ix->n_eps || ix->eps[ep].capacity == 0)
+        return;
+    for (size_t i = n; i-- > 0;) {
+        uint64_t h = hashes[i];
+        size_t s = find_slot(ix, h);
+        uint32_t k = ix->heads[s] == NIL ? NIL : ix->heads[s];
+        while (k != NIL && ix->entries[k].ep != ep)
+            k = ix->entries[k].next_holder;
+        if (k != NIL) {
+            lru_unlink(ix, k);
+            lru_push_mru(ix, k);
+            continue;
+        }
+        if (ix->eps[ep].count >= ix->eps[ep].capacity)
+            evict_lru(ix, ep);
+        k = alloc_entry(ix, ep);
+        if (k == NIL)
+            return;
+        /* Evictions may have moved table slots: find the slot again. */
+        if ((ix->table_used + 1) * 2 > ix->table_cap && grow_table(ix) < 0) {
+            ix->entries[k].next_holder = ix->free_head;
+            ix->free_head = k;
+            return;
+        }
+        s = find_slot(ix, h);
+        entry *en = &ix->entries[k];
+        en->hash = h;
+        en->ep = ep;
+        if (ix->heads[s] == NIL) {
+            ix->keys[s] = h;
+            ix->table_used++;
+            en->next_holder = NIL;
+        } else {
+            en->next_holder = ix->heads[s];
+        }
+        ix->heads[s] = k;
+        ix->eps[ep].count++;
+        ix->used++;
+        lru_push_mru(ix, k);
+    }
+}
+
+size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t n, uint32_t *match)
+{
+    memset(match, 0, ix->n_eps * sizeof(uint32_t));
+    uint64_t gen = ++ix->generation;
+    size_t best = 0;
+    /* stamp[e] == gen means e held every block so far; match[e] counts them. */
+    for (size_t i = 0; i < n; i++) {
+        size_t s = find_slot(ix, hashes[i]);
+        bool advanced = false;
+        for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
+            uint32_t e = ix->entries[k].ep;
+            if (i == 0) {
+                ix->stamp[e] = gen;
+                match[e] = 1;
+                advanced = true;
+            } else if (ix->stamp[e] == gen && match[e] == i) {
+                match[e] = (uint32_t)i + 1;
+                advanced = true;
+            }
+        }
+        if (!advanced)
+            break;
+        best = i + 1;
+    }
+    return best;
+}
+
+void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep)
+{
+    if (ep >= ix->n_eps)
+        return;
+    while (ix->eps[ep].lru != NIL)
+        remove_entry(ix, ix->eps[ep].lru);
+}
+
+size_t sb_prefix_index_entries(const sb_prefix_index *ix) { return ix->used; }
+
+size_t sb_prefix_index_endpoint_entries(const sb_prefix_index *ix, uint32_t ep)
+{
+    return ep < ix->n_eps ? ix->eps[ep].count : 0;
+}
+
+size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
+{
+    return sizeof(*ix) + (size_t)ix->n_alloc * sizeof(entry) + ix->table_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+           ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t));
+}
+
+uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }

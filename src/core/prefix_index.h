@@ -1,0 +1,56 @@
+/* prefix_index: the router's approximate picture of what each endpoint's KV cache holds.
+ *
+ * Keys are the chained block hashes of a request's canonical prompt (proto/inspect.h: block
+ * i's hash covers blocks 0..i and the model and adapter), so holding block i means holding the
+ * whole prefix up to it. One table maps a block hash to the endpoints believed to hold it;
+ * each endpoint keeps its entries in an LRU list bounded by a capacity derived from what its
+ * engine reports (num_gpu_blocks x block_size tokens, converted to index blocks) or set by the
+ * owner, so the index never claims more than the engine can keep. A global bound on entries
+ * caps memory whatever the engines say.
+ *
+ * Recording: the blocks of a routed request are inserted for the chosen endpoint tail first,
+ * so the prompt's head is the most recently used and the last to be evicted (engines evict
+ * their LRU blocks, and a shared head is reused most).
+ * Lookup: one walk over the request's hashes yields, per endpoint, the number of leading
+ * blocks it holds. Cost: O(blocks walked x holders per block), independent of the number of
+ * endpoints that hold nothing; the walk stops at the first block nobody holds.
+ *
+ * Memory: 24 bytes per (block, endpoint) entry, plus the hash table (12 bytes per slot, at
+ * most 50% full). Pure: no I/O, no clock. Not thread-safe: one owner. */
+#ifndef SB_CORE_PREFIX_INDEX_H
+#define SB_CORE_PREFIX_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sb_prefix_index sb_prefix_index;
+
+/* n_endpoints endpoints (ids 0..n-1), each starting with default_capacity blocks; at most
+ * max_entries entries in all. Returns NULL on ENOMEM. Memory grows with use. */
+sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity);
+void sb_prefix_index_free(sb_prefix_index *ix);
+
+/* Sets an endpoint's capacity in blocks; entries beyond it are evicted (LRU first). */
+void sb_prefix_index_set_capacity(sb_prefix_index *ix, uint32_t ep, uint32_t blocks);
+uint32_t sb_prefix_index_capacity(const sb_prefix_index *ix, uint32_t ep);
+
+/* Records that ep now holds hashes[0..n): inserted or refreshed tail first. An endpoint with
+ * capacity 0 records nothing. Cannot fail: when memory cannot grow, the least recently used
+ * entries are evicted instead. */
+void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n);
+
+/* For each endpoint e, match[e] = the number of leading blocks of hashes[0..n) it holds
+ * (match has n_endpoints entries). Returns the largest value. */
+size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t n, uint32_t *match);
+
+/* Forgets everything an endpoint holds (it left, restarted or was reported cleared). */
+void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep);
+
+size_t sb_prefix_index_entries(const sb_prefix_index *ix);
+size_t sb_prefix_index_endpoint_entries(const sb_prefix_index *ix, uint32_t ep);
+/* Bytes held by the index (entries, table, per-endpoint state). */
+size_t sb_prefix_index_bytes(const sb_prefix_index *ix);
+/* Entries evicted so far (capacity or memory bound). */
+uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix);
+
+#endif

@@ -1,0 +1,31 @@
+/* Prefix scorers (affinity), from the router's prefix-index lookup (ctx->prefix_match):
+ *   prefix         the fraction of the prompt's blocks the endpoint holds as a leading run;
+ *   prefix-tokens  the prefill the endpoint would save, in tokens, over prefix_ref_tokens
+ *                  (capped at 1): for mixed prompt lengths, a long shared prefix outweighs a
+ *                  short prompt matched whole, which the fraction would score the same.
+ * A request without blocks (shorter than one block) scores 0 everywhere: no preference. */
+#include "core/sched.h"
+
+static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                     double *out)
+{
+    (void)req;
+    for (size_t i = 0; i < n; i++)
+        out[i] = ctx->prefix_match && ctx->prefix_blocks
+                     ? (double)ctx->prefix_match[c[i].ep->index] / (double)ctx->prefix_blocks
+                     : 0.0;
+}
+
+static void tokens(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                   double *out)
+{
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        double saved = ctx->prefix_match ? ctx->prefix_match[c[i].ep->index] * ctx->block_tokens : 0.0;
+        double s = ctx->prefix_ref_tokens > 0 ? saved / ctx->prefix_ref_tokens : 0.0;
+        out[i] = s > 1.0 ? 1.0 : s;
+    }
+}
+
+const sb_scorer_def sb_scorer_prefix = {.name = "prefix", .category = SB_AFFINITY, .score = fraction};
+const sb_scorer_def sb_scorer_prefix_tokens = {.name = "prefix-tokens", .category = SB_AFFINITY, .score = tokens};

@@ -1,0 +1,163 @@
+/* workload: request container, prompt content, and the generator registry.
+ * Adding a generator: write it in its own file under generators/, declare it here, list it in
+ * the table. */
+#include "replay/workload.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "core/sched.h"
+
+extern const sb_replay_generator sb_gen_shared_prefix, sb_gen_multi_turn, sb_gen_hot_prefix, sb_gen_no_sharing,
+    sb_gen_lora_mix;
+
+static const sb_replay_generator *const generators[] = {&sb_gen_shared_prefix, &sb_gen_multi_turn, &sb_gen_hot_prefix,
+                                                        &sb_gen_no_sharing, &sb_gen_lora_mix, NULL};
+
+const sb_replay_generator *const *sb_replay_generators_all(void) { return generators; }
+
+const sb_replay_generator *sb_replay_generator_find(const char *name)
+{
+    for (size_t i = 0; generators[i]; i++)
+        if (!strcmp(generators[i]->name, name))
+            return generators[i];
+    return NULL;
+}
+
+void sb_replay_prompt_tokens(const sb_replay_workload *w, const sb_replay_request *r, uint32_t *out)
+{
+    const sb_replay_span *s = &w->spans[r->first_span];
+    for (uint32_t k = 0; k < r->n_spans; k++) {
+        for (uint32_t i = 0; i < s[k].len; i++)
+            out[i] = sb_replay_token(s[k].id, i);
+        out += s[k].len;
+    }
+}
+
+long sb_replay_workload_add(sb_replay_workload *w, const sb_replay_request *r, const sb_replay_span *spans,
+                            uint32_t n_spans)
+{
+    if (w->n >= UINT32_MAX - 1 || w->n_spans + n_spans >= UINT32_MAX - 1)
+        return -1;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 1024;
+        sb_replay_request *v = sb_realloc(w->reqs, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        w->reqs = v;
+        w->cap = cap;
+    }
+    if (w->n_spans + n_spans > w->spans_cap) {
+        size_t cap = w->spans_cap ? w->spans_cap * 2 : 4096;
+        while (cap < w->n_spans + n_spans)
+            cap *= 2;
+        sb_replay_span *v = sb_realloc(w->spans, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        w->spans = v;
+        w->spans_cap = cap;
+    }
+    sb_replay_request *q = &w->reqs[w->n];
+    *q = *r;
+    q->first_span = (uint32_t)w->n_spans;
+    q->n_spans = n_spans;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_spans; i++)
+        total += spans[i].len;
+    q->n_prompt = total > UINT32_MAX ? UINT32_MAX : (uint32_t)total;
+    memcpy(&w->spans[w->n_spans], spans, n_spans * sizeof(*spans));
+    w->n_spans += n_spans;
+    if (q->n_prompt > w->max_prompt)
+        w->max_prompt = q->n_prompt;
+    if (q->adapter > w->n_adapters)
+        w->n_adapters = q->adapter;
+    return (long)w->n++;
+}
+
+size_t sb_replay_workload_roots(const sb_replay_workload *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++)
+        n += !w->reqs[i].is_followup;
+    return n;
+}
+
+void sb_replay_workload_free(sb_replay_workload *w)
+{
+    sb_free(w->reqs);
+    sb_free(w->spans);
+    *w = (sb_replay_workload){0};
+}
+
+double sb_replay_exp(uint64_t *rng, double mean) { return -log(1.0 - sb_rand_unit(rng)) * mean; }
+
+uint64_t sb_replay_below(uint64_t *rng, uint64_t n) { return n <= 1 ? 0 : sb_rand_next(rng) % n; }
+
+bool sb_replay_gen_more(const sb_replay_gen_opts *o, uint64_t added, sb_ns t)
+{
+    if (o->requests && added >= o->requests)
+        return false;
+    if (o->duration_ns && t >= o->duration_ns)
+        return false;
+    return o->requests || o->duration_ns;
+}
+
+static int set_param(const sb_replay_generator *g, double *values, const char *kv, char *err, size_t errcap)
+{
+    const char *eq = strchr(kv, '=');
+    size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
+    for (size_t i = 0; g->params[i].name; i++) {
+        const sb_replay_param *p = &g->params[i];
+        if (strlen(p->name) != klen || strncmp(p->name, kv, klen))
+            continue;
+        char *end;
+        double v = eq ? strtod(eq + 1, &end) : NAN;
+        if (!eq || end == eq + 1 || *end || !isfinite(v) || v < p->min || v > p->max) {
+            snprintf(err, errcap, "workload %s: %s wants a number in [%g, %g], got '%s'", g->name, p->name, p->min,
+                     p->max, eq ? eq + 1 : "");
+            return -EINVAL;
+        }
+        values[i] = v;
+        return 0;
+    }
+    snprintf(err, errcap, "workload %s: unknown parameter '%.*s' (see switchboard replay --list)", g->name, (int)klen,
+             kv);
+    return -EINVAL;
+}
+
+int sb_replay_generate(const sb_replay_generator *g, const char *const *kv, size_t n_kv, const sb_replay_gen_opts *o,
+                       sb_replay_workload *w, char *err, size_t errcap)
+{
+    double values[SB_REPLAY_MAX_PARAMS];
+    size_t np = 0;
+    for (; g->params[np].name && np < SB_REPLAY_MAX_PARAMS; np++)
+        values[np] = g->params[np].def;
+    for (size_t i = 0; i < n_kv; i++) {
+        int rc = set_param(g, values, kv[i], err, errcap);
+        if (rc < 0)
+            return rc;
+    }
+    if (!(o->rate > 0) || !isfinite(o->rate)) {
+        snprintf(err, errcap, "workload %s: the rate must be a positive number", g->name);
+        return -EINVAL;
+    }
+    if (!o->requests && !o->duration_ns) {
+        snprintf(err, errcap, "workload %s: give a number of requests or a duration", g->name);
+        return -EINVAL;
+    }
+    *w = (sb_replay_workload){0};
+    int rc = g->generate(values, o, w, err, errcap);
+    if (rc < 0) {
+        if (rc == -ENOMEM)
+            snprintf(err, errcap, "workload %s: out of memory", g->name);
+        sb_replay_workload_free(w);
+        return rc;
+    }
+    w->rate = o->rate;
+    snprintf(w->name, sizeof(w->name), "%s", g->name);
+    return 0;
+}

@@ -1,0 +1,228 @@
+/* Tests core/prefix_index: leading-run matches, LRU order per endpoint, tail-first insertion,
+ * capacities, the global memory bound, clearing, and a randomized comparison with a naive
+ * model of the same rules. */
+#include "sb_test.h"
+
+#include <stdlib.h>
+
+#include "base/alloc.h"
+#include "core/prefix_index.h"
+
+static void chain(uint64_t seed, size_t n, uint64_t *out)
+{
+    /* Distinct, chain-like hashes: block i depends on seed and i. */
+    for (size_t i = 0; i < n; i++)
+        out[i] = (seed * 0x9E3779B97F4A7C15ULL) ^ ((i + 1) * 0xC2B2AE3D27D4EB4FULL);
+}
+
+static void test_match_leading_run(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100);
+    uint64_t a[10], b[10];
+    chain(1, 10, a);
+    memcpy(b, a, sizeof(a));
+    b[6] = 12345; /* b shares a's first 6 blocks */
+    sb_prefix_index_insert(ix, 0, a, 10);
+    sb_prefix_index_insert(ix, 1, a, 4);
+    uint32_t m[3];
+    assert_int_equal(sb_prefix_index_match(ix, b, 10, m), 6);
+    assert_int_equal(m[0], 6);
+    assert_int_equal(m[1], 4);
+    assert_int_equal(m[2], 0);
+    /* A hole in the middle ends the run even if later blocks are held. */
+    uint64_t c[10];
+    memcpy(c, a, sizeof(a));
+    c[2] = 999;
+    assert_int_equal(sb_prefix_index_match(ix, c, 10, m), 2);
+    assert_int_equal(m[0], 2);
+    /* Nobody holds the first block: nothing. */
+    c[0] = 777;
+    assert_int_equal(sb_prefix_index_match(ix, c, 10, m), 0);
+    assert_int_equal(m[0] + m[1] + m[2], 0);
+    assert_int_equal(sb_prefix_index_entries(ix), 14);
+    sb_prefix_index_free(ix);
+}
+
+static void test_capacity_evicts_lru_and_keeps_head(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(1, 1000, 8);
+    uint64_t a[12];
+    chain(2, 12, a);
+    /* 12 blocks into 8: tail first, so the head (most recent) survives and the tail goes. */
+    sb_prefix_index_insert(ix, 0, a, 12);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 0), 8);
+    uint32_t m[1];
+    assert_int_equal(sb_prefix_index_match(ix, a, 12, m), 8);
+    assert_int_equal(sb_prefix_index_evictions(ix), 4);
+    /* LRU order: prompt b refreshed after a; inserting c evicts a's blocks first. */
+    sb_prefix_index_set_capacity(ix, 0, 6);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 0), 6);
+    assert_int_equal(sb_prefix_index_match(ix, a, 12, m), 6);
+    uint64_t b[3], c[3];
+    chain(3, 3, b);
+    chain(4, 3, c);
+    sb_prefix_index_insert(ix, 0, b, 3);  /* evicts a[5], a[4], a[3] */
+    assert_int_equal(sb_prefix_index_match(ix, a, 12, m), 3);
+    sb_prefix_index_insert(ix, 0, a, 1);  /* refresh a's head */
+    sb_prefix_index_insert(ix, 0, c, 3);  /* evicts the LRU: a[2], a[1], then b[2] */
+    assert_int_equal(sb_prefix_index_match(ix, a, 12, m), 1);
+    assert_int_equal(sb_prefix_index_match(ix, b, 3, m), 2);
+    assert_int_equal(sb_prefix_index_match(ix, c, 3, m), 3);
+    /* Capacity 0: records nothing. */
+    sb_prefix_index_set_capacity(ix, 0, 0);
+    assert_int_equal(sb_prefix_index_entries(ix), 0);
+    sb_prefix_index_insert(ix, 0, a, 12);
+    assert_int_equal(sb_prefix_index_entries(ix), 0);
+    sb_prefix_index_free(ix);
+}
+
+static void test_clear_endpoint(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    uint64_t a[20];
+    chain(5, 20, a);
+    sb_prefix_index_insert(ix, 0, a, 20);
+    sb_prefix_index_insert(ix, 1, a, 20);
+    sb_prefix_index_clear_endpoint(ix, 0);
+    uint32_t m[2];
+    assert_int_equal(sb_prefix_index_match(ix, a, 20, m), 20);
+    assert_int_equal(m[0], 0);
+    assert_int_equal(m[1], 20);
+    assert_int_equal(sb_prefix_index_entries(ix), 20);
+    sb_prefix_index_clear_endpoint(ix, 1);
+    assert_int_equal(sb_prefix_index_entries(ix), 0);
+    assert_int_equal(sb_prefix_index_match(ix, a, 20, m), 0);
+    /* Reusable after clearing (free list and table deletions are sound). */
+    sb_prefix_index_insert(ix, 1, a, 20);
+    assert_int_equal(sb_prefix_index_match(ix, a, 20, m), 20);
+    sb_prefix_index_free(ix);
+}
+
+static void test_memory_bound(void **state)
+{
+    (void)state;
+    /* Capacities allow far more than the global bound: the bound wins. */
+    sb_prefix_index *ix = sb_prefix_index_new(4, 5000, 1u << 20);
+    uint64_t a[1000];
+    for (uint64_t r = 0; r < 40; r++) {
+        chain(100 + r, 1000, a);
+        sb_prefix_index_insert(ix, (uint32_t)(r % 4), a, 1000);
+        assert_true(sb_prefix_index_entries(ix) <= 5000);
+    }
+    assert_int_equal(sb_prefix_index_entries(ix), 5000);
+    size_t bytes = sb_prefix_index_bytes(ix);
+    /* 24 B per entry plus a table at most half full: well under 64 B per entry. */
+    assert_true(bytes / 5000 < 64);
+    sb_prefix_index_free(ix);
+}
+
+/* A naive model: per endpoint, an array ordered MRU first. */
+#define NE 3
+#define CAP 40
+typedef struct model {
+    uint64_t h[NE][CAP];
+    size_t n[NE];
+} model;
+
+static void model_insert(model *md, uint32_t e, const uint64_t *hs, size_t n)
+{
+    for (size_t i = n; i-- > 0;) {
+        size_t j, k = md->n[e];
+        for (j = 0; j < k && md->h[e][j] != hs[i]; j++)
+            ;
+        if (j == k) {
+            if (k == CAP)
+                k--, md->n[e]--;
+            j = k;
+            md->n[e]++;
+        }
+        memmove(&md->h[e][1], &md->h[e][0], j * sizeof(uint64_t));
+        md->h[e][0] = hs[i];
+    }
+}
+
+static uint32_t model_match(const model *md, uint32_t e, const uint64_t *hs, size_t n)
+{
+    uint32_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t j = 0; j < md->n[e] && !found; j++)
+            found = md->h[e][j] == hs[i];
+        if (!found)
+            break;
+        c++;
+    }
+    return c;
+}
+
+static void test_randomized_against_model(void **state)
+{
+    (void)state;
+    srand(7);
+    sb_prefix_index *ix = sb_prefix_index_new(NE, 100000, CAP);
+    model md = {0};
+    uint64_t hs[30];
+    for (int step = 0; step < 4000; step++) {
+        /* Prompts from a few prefix families so sharing and eviction both happen. */
+        uint64_t fam = (uint64_t)(rand() % 6);
+        size_t n = 1 + (size_t)(rand() % 30);
+        chain(fam, n, hs);
+        if (rand() % 3 == 0)
+            hs[rand() % n] ^= (uint64_t)rand();
+        if (rand() % 2) {
+            uint32_t e = (uint32_t)(rand() % NE);
+            sb_prefix_index_insert(ix, e, hs, n);
+            model_insert(&md, e, hs, n);
+        } else {
+            uint32_t m[NE];
+            size_t best = sb_prefix_index_match(ix, hs, n, m), mb = 0;
+            for (uint32_t e = 0; e < NE; e++) {
+                uint32_t want = model_match(&md, e, hs, n);
+                assert_int_equal(m[e], want);
+                mb = want > mb ? want : mb;
+            }
+            assert_int_equal(best, mb);
+        }
+        if (step % 997 == 0) {
+            uint32_t e = (uint32_t)(rand() % NE);
+            sb_prefix_index_clear_endpoint(ix, e);
+            md.n[e] = 0;
+        }
+        for (uint32_t e = 0; e < NE; e++)
+            assert_int_equal(sb_prefix_index_endpoint_entries(ix, e), md.n[e]);
+    }
+    sb_prefix_index_free(ix);
+}
+
+static void test_alloc_failure_degrades(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 100000, 10000);
+    uint64_t a[5000];
+    chain(9, 5000, a);
+    sb_alloc_fail_after(0);
+    sb_prefix_index_insert(ix, 0, a, 5000); /* cannot grow: records what fits, no crash */
+    sb_alloc_fail_after(-1);
+    uint32_t m[2];
+    sb_prefix_index_match(ix, a, 5000, m);
+    assert_true(sb_prefix_index_entries(ix) <= 5000);
+    sb_prefix_index_insert(ix, 0, a, 5000);
+    assert_int_equal(sb_prefix_index_match(ix, a, 5000, m), 5000);
+    sb_prefix_index_free(ix);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_match_leading_run),
+        cmocka_unit_test(test_capacity_evicts_lru_and_keeps_head),
+        cmocka_unit_test(test_clear_endpoint),
+        cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_randomized_against_model),
+        cmocka_unit_test(test_alloc_failure_degrades),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
