@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 echo "== scheduling decision time (bench/bench_sched.c) =="
 build/bench/bench_sched
 echo
+echo "== prefix index and decision time vs prompt length (bench/bench_prefix.c) =="
+build/bench/bench_prefix
+echo
 echo "== probe cycle: parse of a real vLLM /metrics capture (bench/bench_prom.c) =="
 build/bench/bench_prom
 echo
