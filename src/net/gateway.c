@@ -2,6 +2,7 @@
 
 #include <http_parser.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -54,6 +55,25 @@ void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *
     sb_buf_free(&b);
 }
 
+/* The session affinity key: the configured header, else the request's `user`, else the API
+ * key, else the client's address (without its port). Never 0 (0 means "none"). */
+static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res)
+{
+    const sb_http_header *h = gw->cfg->session_header ? sb_http_req_header(req, gw->cfg->session_header) : NULL;
+    uint64_t k;
+    if (h && h->value_len)
+        k = XXH3_64bits_withSeed(h->value, h->value_len, 1);
+    else if (res->user_len)
+        k = XXH3_64bits_withSeed(res->user, res->user_len, 2);
+    else if ((h = sb_http_req_header(req, "authorization")) && h->value_len)
+        k = XXH3_64bits_withSeed(h->value, h->value_len, 3);
+    else {
+        const char *colon = strrchr(req->peer, ':');
+        k = XXH3_64bits_withSeed(req->peer, colon ? (size_t)(colon - req->peer) : strlen(req->peer), 4);
+    }
+    return k ? k : 1;
+}
+
 static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind)
 {
     sb_inspect_result res;
@@ -92,7 +112,8 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     /* Blocks are seeded by served model and adapter: two models never share a prefix. */
     const char *adapter = m.adapter >= 0 ? m.name : "";
     uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
-    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = gw->cfg->max_prompt_blocks};
+    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = gw->cfg->max_prompt_blocks,
+                           .prefix_chars = gw->cfg->prefix_chars};
     sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
 
     sb_proxy_target t = {
@@ -108,7 +129,9 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     /* About 4 bytes per token in English: the router's estimate of prefill work. */
     sb_sched_request rr = {.pool = m.pool, .adapter = m.adapter, .block_hashes = ph.hashes, .n_blocks = ph.n,
                            .prompt_bytes = ph.prompt_bytes, .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
-                           .prefix_key = ph.prefix_key,
+                           /* the adapter is part of the prefix-hash key (KubeAI's rule) */
+                           .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
+                           .session_key = session_key(gw, req, &res),
                            .profile = sb_router_pool_profile(gw->router, m.pool)};
     sb_proxy_start(gw, req, &t, &rr);
 }

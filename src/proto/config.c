@@ -97,6 +97,12 @@ static const field routing_fields[] = {
      * a block rarely matches at all between prompts. */
     F(block_bytes, K_BYTES, 8, 4096),
     F(default_pool, K_NAME, 0, 0),
+    /* Session affinity key: this request header if present, else `user`, else the API key,
+     * else the client address. */
+    F(session_header, K_NAME, 0, 0),
+    /* prefix-hash key: the adapter plus the first N bytes of the first user message (KubeAI's
+     * prefixCharLength default is 100). */
+    F(prefix_chars, K_COUNT, 1, 65536),
 };
 
 static const field admin_fields[] = {
@@ -1316,9 +1322,11 @@ static bool set_defaults(sb_config *cfg)
         .max_idle_per_endpoint = 64,
         .orca_request = true,
         .block_bytes = 64,
+        .prefix_chars = 100,
         .debug_endpoints = true,
     };
-    return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL;
+    return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL &&
+           (cfg->session_header = sb_strdup("x-session-id")) != NULL;
 }
 
 int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs)
@@ -1419,6 +1427,7 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->profiles);
     sb_free(cfg->listen_host);
     sb_free(cfg->default_pool);
+    sb_free(cfg->session_header);
     sb_free(cfg->access_log);
     sb_free(cfg);
 }

@@ -74,6 +74,8 @@ typedef struct sb_config {
     /* routing */
     size_t block_bytes;           /* prefix block size in canonical-prompt bytes; default 64 */
     char *default_pool;           /* pool for requests naming no model; NULL = 400 */
+    char *session_header;         /* session affinity header; default "x-session-id" */
+    size_t prefix_chars;          /* prefix-hash key length in bytes; default 100 */
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */
