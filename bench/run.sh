@@ -8,6 +8,9 @@ echo
 echo "== prefix index and decision time vs prompt length (bench/bench_prefix.c) =="
 build/bench/bench_prefix
 echo
+echo "== consistent hashing with bounded load (bench/bench_chash.c) =="
+build/bench/bench_chash
+echo
 echo "== probe cycle: parse of a real vLLM /metrics capture (bench/bench_prom.c) =="
 build/bench/bench_prom
 echo

@@ -10,8 +10,8 @@
 /* Points and owners in two arrays rather than one array of pairs: the binary search touches
  * only the 8-byte points, so twice as many fit per cache line; the owner is read once. */
 struct sb_chash {
-    uint64_t *points;  /* sorted ascending */
-    uint16_t *owners;  /* owners[k]: endpoint of points[k] (SB_CHASH_MAX_ENDPOINTS fits) */
+    uint64_t *points; /* sorted ascending */
+    uint16_t *owners; /* owners[k]: endpoint of points[k] (SB_CHASH_MAX_ENDPOINTS fits) */
     size_t n_points;
     size_t n;
     uint32_t vnodes;
@@ -93,8 +93,14 @@ void sb_chash_free(sb_chash *ring)
     sb_free(ring);
 }
 
-size_t sb_chash_endpoint_count(const sb_chash *ring) { return ring->n; }
-uint32_t sb_chash_vnodes(const sb_chash *ring) { return ring->vnodes; }
+size_t sb_chash_endpoint_count(const sb_chash *ring)
+{
+    return ring->n;
+}
+uint32_t sb_chash_vnodes(const sb_chash *ring)
+{
+    return ring->vnodes;
+}
 
 /* Index of the first point >= h, wrapping to 0 past the last. Branch-free halving: the
  * comparison compiles to a conditional move, so no mispredictions on random keys. */
@@ -133,8 +139,7 @@ uint64_t sb_chash_load_bound(uint64_t total, size_t m, double c)
     return (milli * (total + 1) + den - 1) / den;
 }
 
-int sb_chash_pick(const sb_chash *ring, uint64_t key, const bool *eligible, const uint32_t *load, size_t n,
-                  double c)
+int sb_chash_pick(const sb_chash *ring, uint64_t key, const bool *eligible, const uint32_t *load, size_t n, double c)
 {
     size_t lim = n < ring->n ? n : ring->n;
     uint64_t total = 0;

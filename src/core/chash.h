@@ -59,8 +59,7 @@ int sb_chash_owner(const sb_chash *ring, uint64_t key);
  * the ring's endpoint count (endpoints at or past n are ineligible). c below 1 is taken as 1.
  * Returns the endpoint taking the request, or -1 if no endpoint is eligible. O(n) to total the
  * loads, then a walk of the ring that stops at the first admissible point. */
-int sb_chash_pick(const sb_chash *ring, uint64_t key, const bool *eligible, const uint32_t *load, size_t n,
-                  double c);
+int sb_chash_pick(const sb_chash *ring, uint64_t key, const bool *eligible, const uint32_t *load, size_t n, double c);
 
 /* The two halves of sb_chash_pick, for callers that already hold the candidates in another
  * shape (the scorers): the bound, and the walk over an admissibility bitmap.

@@ -194,3 +194,12 @@ void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now)
     (void)now;
     ep->active_down = !ok;
 }
+
+void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns)
+{
+    if (uncached < 64 || ttft_ns == 0)
+        return;
+    double tps = (double)uncached / ((double)ttft_ns / 1e9);
+    ep->prefill_tps = ep->ttft_observations ? 0.8 * ep->prefill_tps + 0.2 * tps : tps;
+    ep->ttft_observations++;
+}

@@ -84,6 +84,10 @@ typedef struct sb_endpoint {
     sb_ns ejected_until;
     bool trial_in_flight;
     sb_ns last_dispatch_ns;
+    /* learned online (sb_endpoint_observe_ttft): prefill speed, tokens per second; 0 until
+     * the first observation */
+    double prefill_tps;
+    uint64_t ttft_observations;
 } sb_endpoint;
 
 /* What a dispatch hands back to the caller, to be returned on completion or failure. */
@@ -126,6 +130,13 @@ void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now);
  * detection. A client abort is neither: pass counts_for_health = false. */
 void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
                         const sb_health_params *hp, sb_ns now);
+
+/* Learns the endpoint's prefill speed from one answered request: `uncached` prompt tokens
+ * (prompt minus cached, from the usage the response reported) took ttft_ns to the first
+ * token. An exponential moving average (weight 0.2) of uncached / ttft, counted only when the
+ * request had real prefill work (>= 64 tokens), so short prompts' fixed overheads do not read
+ * as slow prefill. Queue time is included on purpose: it is what the next request will see. */
+void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns);
 
 /* Active health check result. */
 void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now);

@@ -7,7 +7,8 @@
 
 extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels;
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
-    sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens;
+    sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens,
+    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
@@ -16,7 +17,9 @@ static const sb_filter_def *const filters[] = {&sb_filter_healthy, &sb_filter_lo
 static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,     &sb_scorer_running,
                                                &sb_scorer_kv_cache,  &sb_scorer_in_flight,
                                                &sb_scorer_pending_prefill, &sb_scorer_lora_affinity,
-                                               &sb_scorer_prefix,    &sb_scorer_prefix_tokens, NULL};
+                                               &sb_scorer_prefix,    &sb_scorer_prefix_tokens,
+                                               &sb_scorer_predicted_latency, &sb_scorer_session,
+                                               &sb_scorer_prefix_hash, NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};
 
@@ -58,9 +61,9 @@ void sb_profile_init(sb_profile *p, const char *name)
     p->temperature = 0.1;
 }
 
-static sb_profile builtins[5];
+static sb_profile builtins[7];
 static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", "prefix-only",
-                                            NULL};
+                                            "session-hash", "prefix-hash", NULL};
 
 static void add_scorer(sb_profile *p, const sb_scorer_def *s, double w)
 {
@@ -115,6 +118,21 @@ static void init_builtins(void)
     sb_profile_init(p, "prefix-only");
     p->filters[p->n_filters++] = &sb_filter_healthy;
     add_scorer(p, &sb_scorer_prefix, 1);
+
+    /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,
+     * as KubeAI's prefix hash). The hash scorer decides (10 against at most 1); in-flight only
+     * breaks the tie among all candidates when a request has no key. */
+    p = &builtins[5];
+    sb_profile_init(p, "session-hash");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    add_scorer(p, &sb_scorer_session, 10);
+    add_scorer(p, &sb_scorer_in_flight, 1);
+
+    p = &builtins[6];
+    sb_profile_init(p, "prefix-hash");
+    p->filters[p->n_filters++] = &sb_filter_healthy;
+    add_scorer(p, &sb_scorer_prefix_hash, 10);
+    add_scorer(p, &sb_scorer_in_flight, 1);
 }
 
 const sb_profile *sb_profile_builtin(const char *name)

@@ -1,9 +1,11 @@
 #include "core/router.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "core/chash.h"
 #include "core/prefix_index.h"
 
 typedef struct model_entry {
@@ -30,6 +32,7 @@ typedef struct pool {
     bool have_last;
     sb_prefix_index *prefix;
     uint32_t *prefix_match;
+    sb_chash *ring;               /* NULL until sb_router_build_ring */
 } pool;
 
 struct sb_router {
@@ -102,6 +105,7 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].last.scores);
         sb_prefix_index_free(r->pools[i].prefix);
         sb_free(r->pools[i].prefix_match);
+        sb_chash_free(r->pools[i].ring);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->models_cap; i++)
@@ -249,7 +253,8 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
     sb_sched_ctx ctx = {.now = now, .stale_ns = p->params.stale_ns, .rng = &r->rng, .rr_cursor = p->rr_cursor,
                         .profile = req->profile ? req->profile : p->profile,
                         .block_tokens = p->params.block_bytes / p->params.bytes_per_token,
-                        .prefix_ref_tokens = p->params.prefix_ref_tokens};
+                        .prefix_ref_tokens = p->params.prefix_ref_tokens,
+                        .ring = p->ring};
     bool blocks = req->block_hashes && req->n_blocks;
     if (blocks) {
         sb_prefix_index_match(p->prefix, req->block_hashes, req->n_blocks, p->prefix_match);
@@ -320,6 +325,39 @@ void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool_idx)
 {
     return pool_idx < r->n_pools ? r->pools[pool_idx].prefix : NULL;
+}
+
+void sb_router_observe_ttft(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t prompt_tokens, uint64_t cached_tokens,
+                            sb_ns ttft_ns)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (e && prompt_tokens > cached_tokens)
+        sb_endpoint_observe_ttft(e, prompt_tokens - cached_tokens, ttft_ns);
+}
+
+int sb_router_build_ring(sb_router *r, uint32_t pool_idx)
+{
+    if (pool_idx >= r->n_pools)
+        return -1;
+    pool *p = &r->pools[pool_idx];
+    size_t n = p->n_eps ? p->n_eps : 1;
+    const char **ids = sb_calloc(n, sizeof(char *));
+    char (*unnamed)[16] = sb_calloc(n, sizeof(*unnamed)); /* "#" + a uint32_t */
+    sb_chash *ring = NULL;
+    if (ids && unnamed) {
+        for (size_t i = 0; i < p->n_eps; i++) {
+            snprintf(unnamed[i], sizeof(unnamed[i]), "#%u", (unsigned)i);
+            ids[i] = p->eps[i].address ? p->eps[i].address : unnamed[i];
+        }
+        ring = sb_chash_new(ids, p->n_eps, SB_CHASH_DEFAULT_VNODES);
+    }
+    sb_free(ids);
+    sb_free(unnamed);
+    if (!ring)
+        return -1;
+    sb_chash_free(p->ring);
+    p->ring = ring;
+    return 0;
 }
 
 size_t sb_router_pool_count(const sb_router *r) { return r->n_pools; }

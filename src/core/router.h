@@ -89,6 +89,17 @@ void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep);
 /* The pool's index, for statistics; NULL if none. */
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool);
 
+/* An answered request's time to first token and usage, to learn the endpoint's prefill
+ * speed (core/endpoint.h). */
+void sb_router_observe_ttft(sb_router *r, uint32_t pool, uint32_t ep, uint64_t prompt_tokens, uint64_t cached_tokens,
+                            sb_ns ttft_ns);
+
+/* Builds the pool's consistent-hash ring (core/chash.h) from its endpoints' addresses, for the
+ * session and prefix-hash scorers: call once the addresses are set, and again if they change.
+ * An endpoint with no address is named "#<index>". Returns 0, or -1 on ENOMEM (the pool keeps
+ * the ring it had). */
+int sb_router_build_ring(sb_router *r, uint32_t pool);
+
 size_t sb_router_pool_count(const sb_router *r);
 size_t sb_router_endpoint_count(const sb_router *r, uint32_t pool);
 const char *sb_router_pool_name(const sb_router *r, uint32_t pool);

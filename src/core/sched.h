@@ -65,6 +65,9 @@ typedef struct sb_sched_ctx {
     size_t prefix_blocks;         /* the request's block count */
     double block_tokens;          /* tokens per index block (block_bytes / bytes_per_token) */
     double prefix_ref_tokens;     /* prefix-tokens scorer: matched tokens that score 1.0 */
+    /* The pool's consistent-hash ring over its endpoint addresses (core/chash.h), for the
+     * session and prefix-hash scorers; NULL when the pool has none (they then abstain). */
+    const struct sb_chash *ring;
 } sb_sched_ctx;
 
 typedef struct sb_filter_def {

@@ -294,6 +294,9 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
                 ep->n_labels = l + 1;
             }
         }
+        /* After the addresses: the ring is built from them (core/chash.h). */
+        if (sb_router_build_ring(gw->router, (uint32_t)p) < 0)
+            goto fail;
         for (size_t i = 0; i < pc->n_models; i++)
             if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) == -1)
                 goto fail;

@@ -61,6 +61,7 @@ typedef struct exchange {
     int status;
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte;
+    sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;
     char tail[2048];           /* last bytes of the response body: usage comes last */
@@ -91,6 +92,13 @@ static void record(exchange *x)
         .retries = x->attempts > 1 ? x->attempts - 1 : 0,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
+    /* A streamed answer's first body bytes come with its first token: learn the endpoint's
+     * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
+    if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
+        log.outcome[0] == 'o' && log.ep >= 0)
+        sb_router_observe_ttft(x->gw->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
+                               log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
+                               x->t_first_body - x->t_start);
     sb_gateway_record(x->gw, &log);
 }
 
@@ -340,6 +348,8 @@ static int r_on_headers_complete(http_parser *p)
 static int r_on_body(http_parser *p, const char *at, size_t len)
 {
     exchange *x = p->data;
+    if (!x->t_first_body)
+        x->t_first_body = now_ns();
     if (len >= sizeof(x->tail)) {
         memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
         x->tail_len = sizeof(x->tail);

@@ -78,7 +78,7 @@ static void test_registry(void **state)
     n = 0;
     for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
         n++;
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 11);
     n = 0;
     for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
         n++;
@@ -107,7 +107,7 @@ static void test_builtin_profiles(void **state)
         assert_true(p->n_filters >= 1);
         assert_string_equal(p->filters[0]->name, "healthy");
     }
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 7);
     assert_null(sb_profile_builtin("prefix-only-typo"));
 
     const sb_profile *rr = sb_profile_builtin("round-robin");

@@ -714,7 +714,7 @@ static void test_error_profiles(void **state)
         expect_one_error(yaml, 6, want);
     }
     expect_one_error(POOL_WITH_PROFILE("fastest"), 4, "pool 'p': unknown profile 'fastest' (built in: round-robin, "
-                                                      "least-request, load-only, default, prefix-only;");
+                                                      "least-request, load-only, default, prefix-only");
     /* A profile defined elsewhere in the file is found; a typo of it is not. */
     expect_one_error(POOL_WITH_PROFILE("eu-olny") "profiles:\n  eu-only: {}\n", 4, "unknown profile 'eu-olny'");
     expect_one_error(POOL_OK "profiles: [a]\n", 5, "profiles must be a mapping, got a list");
@@ -741,7 +741,7 @@ static void test_error_profiles(void **state)
                      "profile 'x': scorers must be a mapping, got a list");
     expect_one_error(POOL_OK "profiles:\n  x:\n    scorers:\n      queue: 1\n      prefixx: 2\n", 9,
                      "profile 'x': scorers: unknown scorer 'prefixx' (known: queue, running, kv-cache, in-flight, "
-                     "pending-prefill, lora-affinity, prefix, prefix-tokens");
+                     "pending-prefill, lora-affinity, prefix, prefix-tokens, predicted-latency");
     expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: {queue: -1}\n", 7,
                      "profile 'x': scorers.queue must be at least 0, got -1");
     static const char *const bad_weights[] = {"\"2\"", "two", "0x10", ".inf", "nan", "1e999", "[1]", "~", "1.2.3"};
