@@ -64,18 +64,10 @@ static double run_once(const sb_chash *ring, size_t n, enum mode mode)
     uint64_t t0 = now_ns();
     for (size_t i = 0; i < ITERS; i++) {
         switch (mode) {
-        case OWNER:
-            sink += sb_chash_owner(ring, xorshift(&s));
-            break;
-        case PICK:
-            sink += sb_chash_pick(ring, xorshift(&s), eligible, load, n, SB_CHASH_DEFAULT_LOAD_FACTOR);
-            break;
-        case HOT:
-            sink += sb_chash_pick(ring, hot, eligible, hot_load, n, SB_CHASH_DEFAULT_LOAD_FACTOR);
-            break;
-        case FIRST:
-            sink += sb_chash_first(ring, xorshift(&s), allowed);
-            break;
+        case OWNER: sink += sb_chash_owner(ring, xorshift(&s)); break;
+        case PICK: sink += sb_chash_pick(ring, xorshift(&s), eligible, load, n, SB_CHASH_DEFAULT_LOAD_FACTOR); break;
+        case HOT: sink += sb_chash_pick(ring, hot, eligible, hot_load, n, SB_CHASH_DEFAULT_LOAD_FACTOR); break;
+        case FIRST: sink += sb_chash_first(ring, xorshift(&s), allowed); break;
         }
     }
     uint64_t t1 = now_ns();
@@ -115,8 +107,8 @@ int main(void)
     double base[4] = {0};
     printf("consistent-hash ring, %u points per endpoint, c = %.2f, median of %d runs of %d look-ups\n\n",
            SB_CHASH_DEFAULT_VNODES, SB_CHASH_DEFAULT_LOAD_FACTOR, RUNS, ITERS);
-    printf("%9s %9s %9s %10s %10s %10s %10s %12s %13s\n", "endpoints", "build ms", "ring KiB", "owner ns",
-           "pick ns", "hot ns", "first ns", "owner Mops/s", "owner vs n=8");
+    printf("%9s %9s %9s %10s %10s %10s %10s %12s %13s\n", "endpoints", "build ms", "ring KiB", "owner ns", "pick ns",
+           "hot ns", "first ns", "owner Mops/s", "owner vs n=8");
     for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
         size_t n = sizes[z];
         uint64_t s = 12345;
@@ -143,8 +135,8 @@ int main(void)
         if (z == 0)
             base[0] = owner;
         double kib = (double)n * SB_CHASH_DEFAULT_VNODES * (sizeof(uint64_t) + sizeof(uint16_t)) / 1024.0;
-        printf("%9zu %9.2f %9.0f %10.1f %10.1f %10.1f %10.1f %12.1f %12.2fx\n", n, (double)(t1 - t0) / 1e6, kib,
-               owner, pick, hot, first, 1e3 / owner, owner / base[0]);
+        printf("%9zu %9.2f %9.0f %10.1f %10.1f %10.1f %10.1f %12.1f %12.2fx\n", n, (double)(t1 - t0) / 1e6, kib, owner,
+               pick, hot, first, 1e3 / owner, owner / base[0]);
         sb_chash_free(ring);
     }
     return 0;

@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "net/gateway.h"
+#include "core/adaptive.h"
 #include "core/prefix_index.h"
 #include "net/probe.h"
 
@@ -67,12 +68,9 @@ void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
                   (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0, total_s * 1e3, log->retries,
                   (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
-    if (gw->cfg->log_decisions && log->pool >= 0) {
-        const sb_decision *d = sb_router_last_decision(gw->router, (uint32_t)log->pool);
-        if (d) {
-            sb_buf_puts(&b, ",\"decision\":");
-            sb_decision_render(d, &b);
-        }
+    if (log->decision) {
+        sb_buf_puts(&b, ",\"decision\":");
+        sb_buf_puts(&b, log->decision);
     }
     sb_buf_puts(&b, "}\n");
     if (b.data) {
@@ -204,6 +202,32 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
         sb_buf_printf(b, "switchboard_prefix_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
                       ix ? sb_prefix_index_bytes(ix) : 0);
     }
+    if (gw->adaptive) {
+        sb_buf_puts(b, "# HELP switchboard_adaptive_signal Smoothed detector signal (0..1).\n"
+                       "# TYPE switchboard_adaptive_signal gauge\n");
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            for (int d = 0; d < SB_DETECT_COUNT && gw->adaptive[p]; d++)
+                sb_buf_printf(b, "switchboard_adaptive_signal{pool=\"%s\",detector=\"%s\"} %g\n", cfg->pools[p].name,
+                              sb_detector_name((enum sb_detector)d),
+                              sb_adaptive_signal(gw->adaptive[p], (enum sb_detector)d));
+        sb_buf_puts(b, "# HELP switchboard_adaptive_regime 1 while the detector's regime is entered.\n"
+                       "# TYPE switchboard_adaptive_regime gauge\n");
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            for (int d = 0; d < SB_DETECT_COUNT && gw->adaptive[p]; d++)
+                sb_buf_printf(b, "switchboard_adaptive_regime{pool=\"%s\",detector=\"%s\"} %d\n", cfg->pools[p].name,
+                              sb_detector_name((enum sb_detector)d),
+                              sb_adaptive_regime(gw->adaptive[p], (enum sb_detector)d) ? 1 : 0);
+        sb_buf_puts(b, "# HELP switchboard_adaptive_weight Total scorer weight by category in the adaptive snapshot.\n"
+                       "# TYPE switchboard_adaptive_weight gauge\n");
+        for (size_t p = 0; p < cfg->n_pools; p++) {
+            if (!gw->adaptive[p])
+                continue;
+            sb_buf_printf(b, "switchboard_adaptive_weight{pool=\"%s\",category=\"affinity\"} %g\n", cfg->pools[p].name,
+                          sb_adaptive_category_weight(gw->adaptive[p], SB_AFFINITY));
+            sb_buf_printf(b, "switchboard_adaptive_weight{pool=\"%s\",category=\"distribution\"} %g\n",
+                          cfg->pools[p].name, sb_adaptive_category_weight(gw->adaptive[p], SB_DISTRIBUTION));
+        }
+    }
     static const char *probe_counters[][2] = {
         {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
         {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
@@ -309,6 +333,21 @@ static void render_decisions(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "]}");
 }
 
+static void render_adaptive(sb_gateway *gw, sb_buf *b)
+{
+    sb_buf_puts(b, "{\"pools\":[");
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        sb_buf_printf(b, "%s{\"pool\":\"%s\",\"adaptive\":%s,\"state\":", p ? "," : "", gw->cfg->pools[p].name,
+                      gw->cfg->pools[p].adaptive ? "true" : "false");
+        if (gw->adaptive && gw->adaptive[p])
+            sb_adaptive_render(gw->adaptive[p], b);
+        else
+            sb_buf_puts(b, "null");
+        sb_buf_puts(b, "}");
+    }
+    sb_buf_puts(b, "]}");
+}
+
 static bool path_eq(const sb_http_req *req, const char *p)
 {
     size_t n = strlen(p);
@@ -326,6 +365,8 @@ bool sb_gateway_admin(sb_gateway *gw, sb_http_req *req)
         render_endpoints(gw, &b);
     } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
         render_decisions(gw, &b);
+    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/adaptive")) {
+        render_adaptive(gw, &b);
     } else {
         return false;
     }

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "core/adaptive.h"
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
@@ -30,8 +31,8 @@ static bool path_is(const sb_http_req *req, const char *path)
     return req->path_len == n && memcmp(req->path, path, n) == 0;
 }
 
-void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
-                      const char *param, const char *code)
+static void error_response(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+                           const char *param, const char *code, const char *headers)
 {
     sb_buf b = {0};
     if (status < 500)
@@ -48,11 +49,25 @@ void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *
         sb_http_stream_abort(req);
         return;
     }
-    const char *allow = NULL;
+    char allow[64] = "";
     if (status == 405)
-        allow = req->method == HTTP_POST ? "Allow: GET, HEAD\r\n" : "Allow: POST\r\n";
-    sb_http_respond(req, status, "application/json", allow, b.data, b.len);
+        snprintf(allow, sizeof(allow), "%s", req->method == HTTP_POST ? "Allow: GET, HEAD\r\n" : "Allow: POST\r\n");
+    char hdrs[512];
+    snprintf(hdrs, sizeof(hdrs), "%s%s", allow, headers ? headers : "");
+    sb_http_respond(req, status, "application/json", hdrs[0] ? hdrs : NULL, b.data, b.len);
     sb_buf_free(&b);
+}
+
+void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+                      const char *param, const char *code)
+{
+    error_response(gw, req, status, message, type, param, code, NULL);
+}
+
+void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+                           const char *code, const char *headers)
+{
+    error_response(gw, req, status, message, type, NULL, code, headers);
 }
 
 /* The session affinity key: the configured header, else the request's `user`, else the API
@@ -109,6 +124,8 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
         return;
     }
+    if (gw->adaptive && gw->adaptive[m.pool])
+        sb_adaptive_arrivals(gw->adaptive[m.pool], 1);
     /* Blocks are seeded by served model and adapter: two models never share a prefix. */
     const char *adapter = m.adapter >= 0 ? m.name : "";
     uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
@@ -133,7 +150,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
                            .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
                            .session_key = session_key(gw, req, &res),
                            .profile = sb_router_pool_profile(gw->router, m.pool)};
-    sb_proxy_start(gw, req, &t, &rr);
+    sb_admission_route(gw, req, &t, &rr);
 }
 
 static void on_request(sb_http_req *req, void *ctx)
@@ -211,6 +228,56 @@ sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t e
     return gw->ups[gw->pool_first_up[pool] + ep];
 }
 
+static void on_adaptive_timer_closed(uv_handle_t *h);
+
+/* The adaptive loop: every pool's detectors tick on the probing cadence (never on the request
+ * path); pools with `adaptive: true` route with the configurator's published profile. */
+static void on_adaptive_tick(uv_timer_t *t)
+{
+    sb_gateway *gw = t->data;
+    sb_ns now = uv_hrtime();
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        sb_adaptive *a = gw->adaptive[p];
+        if (!a)
+            continue;
+        const sb_pool_params *pp = sb_router_pool_params(gw->router, (uint32_t)p);
+        const sb_endpoint *eps = sb_router_endpoint(gw->router, (uint32_t)p, 0);
+        unsigned changed = sb_adaptive_tick(a, eps, sb_router_endpoint_count(gw->router, (uint32_t)p), pp->stale_ns,
+                                            now);
+        for (int d = 0; d < SB_DETECT_COUNT; d++)
+            if (changed & (1u << d))
+                SB_INFO("pool %s: %s %s (signal %.2f); weights affinity %.2f distribution %.2f",
+                        gw->cfg->pools[p].name, sb_adaptive_regime(a, (enum sb_detector)d) ? "entered" : "left",
+                        sb_detector_name((enum sb_detector)d), sb_adaptive_signal(a, (enum sb_detector)d),
+                        sb_adaptive_category_weight(a, SB_AFFINITY), sb_adaptive_category_weight(a, SB_DISTRIBUTION));
+        if ((changed & SB_ADAPTIVE_PUBLISHED) && gw->cfg->pools[p].adaptive)
+            sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(a));
+    }
+    sb_admission_tick(gw, now);
+}
+
+static void start_adaptive(sb_gateway *gw)
+{
+    const sb_config *cfg = gw->cfg;
+    gw->adaptive = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_adaptive *));
+    if (!gw->adaptive)
+        return;
+    sb_adaptive_params ap = sb_adaptive_params_default();
+    uint32_t tick_ms = 100;
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_profile *base = sb_router_pool_profile(gw->router, (uint32_t)p);
+        gw->adaptive[p] = base ? sb_adaptive_new(&ap, base) : NULL;
+        if (gw->adaptive[p] && cfg->pools[p].adaptive)
+            sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
+        if (cfg->pools[p].probe_interval_ms && cfg->pools[p].probe_interval_ms < tick_ms)
+            tick_ms = cfg->pools[p].probe_interval_ms;
+    }
+    uv_timer_init(gw->loop, &gw->adaptive_timer);
+    gw->adaptive_timer.data = gw;
+    gw->adaptive_timer_open = true;
+    uv_timer_start(&gw->adaptive_timer, on_adaptive_tick, tick_ms, tick_ms);
+}
+
 static void gateway_free(sb_gateway *gw)
 {
     if (gw->ups) {
@@ -223,6 +290,11 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw->pool_first_up);
     sb_free(gw->pool_metrics);
     sb_free(gw->ep_metrics);
+    if (gw->adaptive && gw->cfg)
+        for (size_t p = 0; p < gw->cfg->n_pools; p++)
+            sb_adaptive_free(gw->adaptive[p]);
+    sb_free(gw->adaptive);
+    sb_admission_free(gw);
     sb_router_free(gw->router);
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
@@ -335,6 +407,13 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         sb_http_server_stop(gw->server);
         goto fail;
     }
+    start_adaptive(gw);
+    if (sb_admission_start(gw) < 0) {
+        SB_ERROR("admission queues: out of memory");
+        rc = UV_ENOMEM;
+        sb_http_server_stop(gw->server);
+        goto fail;
+    }
     *out = gw;
     return 0;
 fail:
@@ -351,13 +430,21 @@ void sb_gateway_stop(sb_gateway *gw)
      * done (sb_gateway_exchange_done). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
+    if (gw->adaptive_timer_open) {
+        uv_timer_stop(&gw->adaptive_timer);
+        uv_close((uv_handle_t *)&gw->adaptive_timer, on_adaptive_timer_closed);
+        gw->in_flight++; /* the timer's memory lives in gw: free only once it is closed */
+    }
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
+    sb_admission_stop(gw);
     sb_http_server_stop(gw->server);
     if (gw->in_flight == 0)
         gateway_free(gw);
 }
+
+static void on_adaptive_timer_closed(uv_handle_t *h) { sb_gateway_exchange_done(((uv_timer_t *)h)->data); }
 
 void sb_gateway_exchange_done(sb_gateway *gw)
 {
@@ -438,7 +525,13 @@ int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
                                         .max_eject_ns = SB_MS(pc->max_eject_ms)},
                              .block_bytes = (uint32_t)cfg->block_bytes};
         sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
-        sb_router_set_profile(gw->router, (uint32_t)p, sb_config_profile(cfg, pc->profile ? pc->profile : "default"));
+        const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+        sb_router_set_profile(gw->router, (uint32_t)p, prof);
+        if (gw->adaptive && gw->adaptive[p]) {
+            sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
+            if (pc->adaptive)
+                sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
+        }
         for (size_t e = 0; e < pc->n_endpoints; e++) {
             /* Same endpoint, state kept; only its identity strings move to the new config. */
             sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);

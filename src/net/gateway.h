@@ -32,6 +32,7 @@ typedef struct sb_gateway_counters {
     uint64_t client_aborts;    /* client left while its request was in flight */
     uint64_t rejected;         /* answered with 4xx by the gateway itself */
     uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
+    uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
 } sb_gateway_counters;
 
 /* Fixed-bucket latency histogram (seconds), Prometheus-style cumulative on output. */
@@ -53,6 +54,8 @@ typedef struct sb_ep_metrics {
 } sb_ep_metrics;
 
 typedef struct sb_prober sb_prober;
+typedef struct sb_adaptive sb_adaptive;
+typedef struct sb_flow sb_flow;
 
 /* A configuration in use: the current one, or a retired one still referenced by requests
  * that started under it (they finish with the profile they started with). */
@@ -80,6 +83,11 @@ typedef struct sb_gateway {
     sb_gateway_counters counters;
     size_t in_flight;           /* exchanges alive */
     sb_prober *prober;
+    sb_adaptive **adaptive;     /* per pool: detectors and configurator (core/adaptive.h) */
+    sb_flow **flows;            /* per pool: admission queues (core/flow.h, net/admission.c) */
+    bool draining_queues;       /* admission: no nested drains */
+    uv_timer_t adaptive_timer;  /* ticks them on the probing cadence */
+    bool adaptive_timer_open;
     sb_pool_metrics *pool_metrics;
     sb_ep_metrics *ep_metrics;  /* parallel to ups */
     uint64_t rejected_by_status[6];
@@ -125,6 +133,7 @@ typedef struct sb_exchange_log {
     sb_ns t_start, t_first_byte, t_end;
     int retries;
     sb_usage usage;
+    const char *decision;        /* JSON of the pick, or NULL */
 } sb_exchange_log;
 
 /* Takes and drops a reference on the current snapshot (exchanges). */
@@ -140,6 +149,20 @@ void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
 
 /* An exchange has ended (it was counted in in_flight by sb_proxy_start). */
 void sb_gateway_exchange_done(sb_gateway *gw);
+
+/* Admission (net/admission.c): routes a request through flow control; re-examines the
+ * queues when a request ends and on the periodic tick. */
+int sb_admission_start(sb_gateway *gw);
+void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
+void sb_admission_request_done(sb_gateway *gw, uint32_t pool);
+void sb_admission_tick(sb_gateway *gw, sb_ns now);
+void sb_admission_stop(sb_gateway *gw);
+void sb_admission_free(sb_gateway *gw);
+
+/* An OpenAI-shaped error with extra response headers ("Name: value\r\n" lines, or NULL);
+ * `code` goes into the body's code field. */
+void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+                           const char *code, const char *headers);
 
 /* Answers req with an OpenAI-shaped error. */
 void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,

@@ -67,6 +67,7 @@ typedef struct exchange {
     char tail[2048];           /* last bytes of the response body: usage comes last */
     size_t tail_len;
     char model[SB_MODEL_NAME_MAX + 1];
+    sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
 } exchange;
 
 static http_parser_settings resp_settings;
@@ -90,6 +91,7 @@ static void record(exchange *x)
         .t_first_byte = x->t_first_byte,
         .t_end = now_ns(),
         .retries = x->attempts > 1 ? x->attempts - 1 : 0,
+        .decision = x->decision.data,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
@@ -108,10 +110,15 @@ static void exchange_maybe_free(exchange *x)
         return;
     record(x);
     sb_gateway *gw = x->gw;
+    uint32_t pool = x->t.pool;
     sb_gateway_snapshot_unref(gw, x->snap);
     sb_buf_free(&x->head);
     sb_buf_free(&x->resp_headers);
+    sb_buf_free(&x->decision);
     sb_free(x);
+    /* Capacity freed: queued requests of this pool may go (before the gateway may be freed). */
+    if (!gw->stopping)
+        sb_admission_request_done(gw, pool);
     sb_gateway_exchange_done(gw);
 }
 
@@ -589,6 +596,13 @@ static void attempt(exchange *x)
         x->rr.exclude = x->excluded;
         x->rr.n_exclude = x->n_excluded;
         ep = sb_router_pick(gw->router, &x->rr, now);
+        /* Rendered now: the decision scratch is the pool's, reused by the next pick. */
+        if (x->snap->cfg->log_decisions) {
+            const sb_decision *d = sb_router_last_decision(gw->router, x->t.pool);
+            sb_buf_reset(&x->decision);
+            if (d)
+                sb_decision_render(d, &x->decision);
+        }
         /* The hashes live in the gateway's scratch, valid during the first pick only; a
          * retry goes without prefix affinity (it excludes the endpoint that failed). */
         x->rr.block_hashes = NULL;

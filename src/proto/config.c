@@ -981,6 +981,13 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
                            "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
                            pc->max_eject_ms);
             }
+        } else if (!strcmp(key, "adaptive")) {
+            /* The adaptive loop (core/adaptive.h) moves weight between the profile's affinity
+             * and distribution scorers as the pool's balance changes. */
+            snprintf(what, sizeof what, "%s: adaptive", label);
+            bool b;
+            if (bool_of(p, v, what, &b))
+                pc->adaptive = b;
         } else if (!strcmp(key, "metrics")) {
             snprintf(what, sizeof what, "%s: metrics", label);
             metrics = node_at(p, q->key);

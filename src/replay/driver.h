@@ -12,14 +12,15 @@
  * reports as of the last scrape, corrected by its own accounting since.
  *
  * A request's life: at arrival the driver builds what the gateway's inspection would give the
- * core (router index block hashes: one per router_block_tokens tokens of the prompt, 64 bytes
- * of token ids each, chained with xxh3 and seeded by model and adapter as
- * proto/inspect.c seeds them; prompt tokens; adapter; session and prefix keys), asks the policy
- * for a replica, records the dispatch with the router, and submits the prompt to that engine
- * as precomputed engine block hashes (sb_engine_hash_blocks over the token ids: the engine's
- * fast path). The engine's FIRST_TOKEN is the gateway's first byte; FINISHED its completion.
- * A request the policy cannot place (pick -1), or too large for a replica's KV cache, is shed;
- * so are the later turns of its conversation.
+ * core (router index block hashes: one per 16 tokens of the prompt, the 64 bytes of their token
+ * ids, chained with xxh3 and seeded by model and adapter as proto/inspect.c seeds them; prompt
+ * tokens; adapter; session and prefix keys), asks the policy for a replica, records the
+ * dispatch with the router, and submits the prompt to that engine as precomputed engine block
+ * hashes (sb_engine_hash_blocks over the token ids: the engine's fast path). The engine's
+ * FIRST_TOKEN is the gateway's first byte; FINISHED its completion, when the router also learns
+ * the replica's prefill speed (sb_router_observe_ttft); each scrape bounds the prefix index by
+ * the engine's cache size, as in the gateway. A request the policy cannot place (pick -1), or
+ * too large for a replica's KV cache, is shed; so are the later turns of its conversation.
  *
  * Deterministic: no wall clock, no unseeded randomness, and the queue breaks time ties by
  * insertion order; the same workload, policy, options and seed give bit-identical results.
@@ -39,20 +40,21 @@
 #include "sim/engine.h"
 
 typedef struct sb_replay_opts {
-    uint32_t replicas;             /* >= 1 */
-    sb_engine_params engine;       /* every replica's (sb_engine_params_default()) */
-    sb_ns scrape_ns;               /* probe interval per replica; 0 = never (default 100 ms, the
-                                      gateway's probe interval_ms default) */
-    sb_ns net_delay_ns;            /* one-way gateway <-> replica latency (default 0) */
-    double time_scale;             /* roots arrive at arrival_ns / time_scale (default 1) */
-    uint64_t max_requests;         /* at most this many roots (with their later turns); 0 = all */
-    sb_ns max_arrival_ns;          /* drop roots arriving (scaled) at or after this; 0 = none */
-    uint64_t seed;                 /* router, policy and tie-break randomness (default 1) */
-    const char *model;             /* served model name, seeds the router's block hashes */
-    uint32_t router_block_tokens;  /* default 16: the gateway's 64-byte blocks at 4 bytes/token */
-    uint32_t max_prompt_blocks;    /* router blocks hashed per request at most (gateway: 16384) */
-    sb_pool_params pool;           /* staleness and passive health, as a config pool's */
-    bool keep_records;             /* fill sb_replay_result.records */
+    uint32_t replicas;          /* >= 1 */
+    sb_engine_params engine;    /* every replica's (sb_engine_params_default()) */
+    sb_ns scrape_ns;            /* probe interval per replica; 0 = never (default 100 ms, the
+                                   gateway's probe interval_ms default) */
+    sb_ns net_delay_ns;         /* one-way gateway <-> replica latency (default 0) */
+    double time_scale;          /* roots arrive at arrival_ns / time_scale (default 1) */
+    uint64_t max_requests;      /* at most this many roots (with their later turns); 0 = all */
+    sb_ns max_arrival_ns;       /* drop roots arriving (scaled) at or after this; 0 = none */
+    uint64_t seed;              /* router, policy and tie-break randomness (default 1) */
+    const char *model;          /* served model name, seeds the router's block hashes */
+    uint32_t max_prompt_blocks; /* router blocks hashed per request at most (gateway: 16384) */
+    sb_pool_params pool;        /* as a config pool's: staleness, health, prefix index; its
+                                   block_bytes / bytes_per_token (64 / 4) is the router's index
+                                   block in tokens */
+    bool keep_records;          /* fill sb_replay_result.records */
 } sb_replay_opts;
 
 /* Fills *o with the defaults above. */
@@ -62,35 +64,35 @@ enum sb_replay_outcome { SB_REPLAY_PENDING = 0, SB_REPLAY_COMPLETED, SB_REPLAY_S
 
 /* One request, as the client saw it (times include the network delay both ways). */
 typedef struct sb_replay_record {
-    sb_ns arrival_ns;    /* virtual time of arrival at the gateway (the clock starts at 1 s) */
-    sb_ns ttft_ns;       /* arrival to first token at the client */
-    sb_ns e2e_ns;        /* arrival to last token at the client */
-    uint32_t replica;    /* UINT32_MAX if never dispatched */
+    sb_ns arrival_ns; /* virtual time of arrival at the gateway (the clock starts at 1 s) */
+    sb_ns ttft_ns;    /* arrival to first token at the client */
+    sb_ns e2e_ns;     /* arrival to last token at the client */
+    uint32_t replica; /* UINT32_MAX if never dispatched */
     uint32_t prompt_tokens, cached_tokens, completion_tokens, preemptions;
-    uint8_t outcome;     /* enum sb_replay_outcome */
+    uint8_t outcome; /* enum sb_replay_outcome */
 } sb_replay_record;
 
 typedef struct sb_replay_result {
     char policy[SB_PROFILE_NAME_MAX];
-    double rate;                /* offered root arrival rate, requests/s (workload rate x scale) */
-    uint64_t requests;          /* offered: completed + shed */
+    double rate;       /* offered root arrival rate, requests/s (workload rate x scale) */
+    uint64_t requests; /* offered: completed + shed */
     uint64_t completed, shed;
     double ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, ttft_mean_ms;
     double e2e_p50_ms, e2e_p99_ms;
-    double itl_p50_ms;          /* median gap between successive tokens, over all tokens
-                                   (log-bucketed: within 0.4%) */
-    double output_tok_s;        /* output tokens / (last answer - first arrival) */
-    double hit_rate;            /* prompt tokens served from cache / prompt tokens looked up
-                                   (the engines' prefix-cache counters) */
-    double imbalance_cv;        /* stddev / mean of requests dispatched per replica */
-    double makespan_s;          /* first arrival to last answer, virtual seconds */
+    double itl_p50_ms;   /* median gap between successive tokens, over all tokens
+                            (log-bucketed: within 0.4%) */
+    double output_tok_s; /* output tokens / (last answer - first arrival) */
+    double hit_rate;     /* prompt tokens served from cache / prompt tokens looked up
+                            (the engines' prefix-cache counters) */
+    double imbalance_cv; /* stddev / mean of requests dispatched per replica */
+    double makespan_s;   /* first arrival to last answer, virtual seconds */
     uint64_t prompt_tokens, cached_tokens, output_tokens, preemptions, engine_steps, events;
     /* Owned; freed by sb_replay_result_free. */
-    sb_ns *ttft_sorted;         /* every completed request's TTFT, ascending (for CDFs) */
+    sb_ns *ttft_sorted; /* every completed request's TTFT, ascending (for CDFs) */
     size_t n_ttft;
-    uint64_t *per_replica;      /* requests dispatched to each replica */
+    uint64_t *per_replica; /* requests dispatched to each replica */
     uint32_t n_replicas;
-    sb_replay_record *records;  /* one per workload request if opts.keep_records, else NULL */
+    sb_replay_record *records; /* one per workload request if opts.keep_records, else NULL */
     size_t n_records;
 } sb_replay_result;
 

@@ -33,7 +33,10 @@ int sb_replay_queue_push(sb_replay_queue *q, sb_ns time_ns, uint32_t kind, uint3
     return 0;
 }
 
-const sb_replay_event *sb_replay_queue_peek(const sb_replay_queue *q) { return q->n ? &q->heap[0] : NULL; }
+const sb_replay_event *sb_replay_queue_peek(const sb_replay_queue *q)
+{
+    return q->n ? &q->heap[0] : NULL;
+}
 
 bool sb_replay_queue_pop(sb_replay_queue *q, sb_replay_event *out)
 {

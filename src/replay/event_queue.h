@@ -37,7 +37,10 @@ int sb_replay_queue_push(sb_replay_queue *q, sb_ns time_ns, uint32_t kind, uint3
 const sb_replay_event *sb_replay_queue_peek(const sb_replay_queue *q);
 /* Removes the earliest event into *out; false if empty. */
 bool sb_replay_queue_pop(sb_replay_queue *q, sb_replay_event *out);
-static inline size_t sb_replay_queue_len(const sb_replay_queue *q) { return q->n; }
+static inline size_t sb_replay_queue_len(const sb_replay_queue *q)
+{
+    return q->n;
+}
 /* Frees the storage; the queue is empty and reusable afterwards. */
 void sb_replay_queue_free(sb_replay_queue *q);
 

@@ -3,6 +3,8 @@
 #include "replay/policy.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,12 +12,19 @@ extern const sb_replay_policy_def sb_policy_round_robin, sb_policy_random, sb_po
     sb_policy_default, sb_policy_load_only;
 
 static const sb_replay_policy_def *const policies[] = {
-    &sb_policy_round_robin, &sb_policy_random,  &sb_policy_least_request,
-    &sb_policy_p2c,         &sb_policy_default, &sb_policy_load_only,
+    &sb_policy_round_robin,
+    &sb_policy_random,
+    &sb_policy_least_request,
+    &sb_policy_p2c,
+    &sb_policy_default,
+    &sb_policy_load_only,
     NULL,
 };
 
-const sb_replay_policy_def *const *sb_replay_policies_all(void) { return policies; }
+const sb_replay_policy_def *const *sb_replay_policies_all(void)
+{
+    return policies;
+}
 
 const sb_replay_policy_def *sb_replay_policy_find(const char *name)
 {
@@ -43,10 +52,49 @@ int sb_replay_policy_resolve(const char *name, const sb_profile *user, size_t n_
         out->custom = d->custom;
         return 0;
     }
+    if ((out->profile = sb_profile_builtin(name)))
+        return 0;
     for (size_t i = 0; i < n_user; i++)
         if (!strcmp(user[i].name, name)) {
             out->profile = &user[i];
             return 0;
         }
     return -ENOENT;
+}
+
+static bool listed(const char *const *names, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return true;
+    return false;
+}
+
+size_t sb_replay_policy_names(const sb_profile *user, size_t n_user, const char **out, size_t cap)
+{
+    /* Quadratic in the number of names: a few dozen at most. */
+    const char *seen[256];
+    size_t n = 0, total = 0;
+    const char *const *core = sb_profile_builtin_names();
+    size_t n_core = 0;
+    while (core[n_core])
+        n_core++;
+    for (size_t pass = 0; pass < 3; pass++) {
+        size_t m = pass == 0 ? SIZE_MAX : pass == 1 ? n_core : n_user;
+        for (size_t i = 0; i < m; i++) {
+            const char *name = pass == 0   ? (policies[i] ? policies[i]->name : NULL)
+                               : pass == 1 ? core[i]
+                                           : user[i].name;
+            if (!name)
+                break;
+            if (listed(seen, n, name))
+                continue;
+            if (n < sizeof(seen) / sizeof(seen[0]))
+                seen[n++] = name;
+            if (total < cap)
+                out[total] = name;
+            total++;
+        }
+    }
+    return total;
 }

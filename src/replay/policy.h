@@ -107,9 +107,15 @@ typedef struct sb_replay_policy {
     sb_profile built;                   /* storage for kind 2 */
 } sb_replay_policy;
 
-/* Resolves a name: the registry first (its names are stable), then the user's profiles
- * (e.g. a parsed config's, which own the storage and must outlive the policy). Returns 0, or
- * -ENOENT if nothing has that name. */
+/* Resolves a name: the registry first (its names are stable), then the core's other built-in
+ * profiles (sb_profile_builtin: whatever the product ships, e.g. prefix-only, without a
+ * registry entry to keep in step), then the user's profiles (e.g. a parsed config's, which own
+ * the storage and must outlive the policy). Returns 0, or -ENOENT if nothing has that name. */
 int sb_replay_policy_resolve(const char *name, const sb_profile *user, size_t n_user, sb_replay_policy *out);
+
+/* Every policy name, in that order and without duplicates: what `--policies all` runs. Writes
+ * up to cap names (pointers into the registry, the core or `user`) and returns the count,
+ * which may exceed cap. */
+size_t sb_replay_policy_names(const sb_profile *user, size_t n_user, const char **out, size_t cap);
 
 #endif

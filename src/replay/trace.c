@@ -247,15 +247,17 @@ static int mooncake_line(cursor *c, size_t line, spans *sp, uint64_t *unique, sb
     if (c->p != c->end)
         return fail(err, line, "trailing bytes after the object");
     if (ts < 0 || !have_in || !have_out || !have_ids)
-        return fail(err, line, "missing %s", ts < 0 ? "timestamp" : !have_in ? "input_length"
-                                                   : !have_out          ? "output_length"
-                                                                        : "hash_ids");
+        return fail(err, line, "missing %s",
+                    ts < 0      ? "timestamp"
+                    : !have_in  ? "input_length"
+                    : !have_out ? "output_length"
+                                : "hash_ids");
     if (in_len == 0)
         return fail(err, line, "input_length is 0");
     size_t need = (in_len + SB_REPLAY_TRACE_BLOCK_TOKENS - 1) / SB_REPLAY_TRACE_BLOCK_TOKENS;
     if (sp->n > need)
-        return fail(err, line, "hash_ids lists %zu blocks, more than the %zu that input_length %u needs", sp->n,
-                    need, in_len);
+        return fail(err, line, "hash_ids lists %zu blocks, more than the %zu that input_length %u needs", sp->n, need,
+                    in_len);
     if (sp->n == need) {
         sp->v[sp->n - 1].len = in_len - (uint32_t)(need - 1) * SB_REPLAY_TRACE_BLOCK_TOKENS;
     } else {
@@ -312,7 +314,7 @@ static int on_mooncake(void *ud, cursor *c, size_t line)
     parse_state *st = ud;
     if (st->max_requests && st->w->n >= st->max_requests)
         return STOP;
-    int64_t t;
+    int64_t t = 0;
     int rc = mooncake_line(c, line, &st->sp, &st->unique, st->w, &t, st->err);
     if (rc == 0 && (rc = push_time(&st->times, &st->times_cap, st->w->n - 1, t)) < 0)
         st->w->n--;
@@ -342,13 +344,22 @@ static bool digits(cursor *c, int n, unsigned *out)
     return true;
 }
 
+/* The date-time separator: one space (Azure's) or ISO 8601's 'T'. */
+static bool date_sep(cursor *c)
+{
+    if (c->p < c->end && (*c->p == ' ' || *c->p == 'T')) {
+        c->p++;
+        return true;
+    }
+    return false;
+}
+
 /* "YYYY-MM-DD HH:MM:SS[.fraction]" to ns since 1970 (UTC). */
 static bool azure_time(cursor *c, int64_t *out)
 {
     unsigned y, mo, d, h, mi, s;
-    if (!digits(c, 4, &y) || !eat(c, '-') || !digits(c, 2, &mo) || !eat(c, '-') || !digits(c, 2, &d) ||
-        !(eat(c, ' ') || eat(c, 'T')) || !digits(c, 2, &h) || !eat(c, ':') || !digits(c, 2, &mi) || !eat(c, ':') ||
-        !digits(c, 2, &s))
+    if (!digits(c, 4, &y) || !eat(c, '-') || !digits(c, 2, &mo) || !eat(c, '-') || !digits(c, 2, &d) || !date_sep(c) ||
+        !digits(c, 2, &h) || !eat(c, ':') || !digits(c, 2, &mi) || !eat(c, ':') || !digits(c, 2, &s))
         return false;
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
         return false;
@@ -392,7 +403,7 @@ static int on_azure(void *ud, cursor *c, size_t line)
     }
     if (st->max_requests && st->w->n >= st->max_requests)
         return STOP;
-    int64_t t;
+    int64_t t = 0;
     uint32_t ctx, gen;
     if (!azure_time(c, &t))
         return fail(st->err, line, "TIMESTAMP: expected 'YYYY-MM-DD HH:MM:SS.fraction'");

@@ -26,7 +26,7 @@
 #define SB_REPLAY_TRACE_BLOCK_TOKENS 512 /* Mooncake's hash_ids block size (its README) */
 
 typedef struct sb_replay_trace_error {
-    size_t line;       /* 1-based; 0 when not tied to a line (ENOMEM, empty trace) */
+    size_t line; /* 1-based; 0 when not tied to a line (ENOMEM, empty trace) */
     char message[200];
 } sb_replay_trace_error;
 

@@ -16,9 +16,12 @@ extern const sb_replay_generator sb_gen_shared_prefix, sb_gen_multi_turn, sb_gen
     sb_gen_lora_mix;
 
 static const sb_replay_generator *const generators[] = {&sb_gen_shared_prefix, &sb_gen_multi_turn, &sb_gen_hot_prefix,
-                                                        &sb_gen_no_sharing, &sb_gen_lora_mix, NULL};
+                                                        &sb_gen_no_sharing,    &sb_gen_lora_mix,   NULL};
 
-const sb_replay_generator *const *sb_replay_generators_all(void) { return generators; }
+const sb_replay_generator *const *sb_replay_generators_all(void)
+{
+    return generators;
+}
 
 const sb_replay_generator *sb_replay_generator_find(const char *name)
 {
@@ -93,9 +96,15 @@ void sb_replay_workload_free(sb_replay_workload *w)
     *w = (sb_replay_workload){0};
 }
 
-double sb_replay_exp(uint64_t *rng, double mean) { return -log(1.0 - sb_rand_unit(rng)) * mean; }
+double sb_replay_exp(uint64_t *rng, double mean)
+{
+    return -log(1.0 - sb_rand_unit(rng)) * mean;
+}
 
-uint64_t sb_replay_below(uint64_t *rng, uint64_t n) { return n <= 1 ? 0 : sb_rand_next(rng) % n; }
+uint64_t sb_replay_below(uint64_t *rng, uint64_t n)
+{
+    return n <= 1 ? 0 : sb_rand_next(rng) % n;
+}
 
 bool sb_replay_gen_more(const sb_replay_gen_opts *o, uint64_t added, sb_ns t)
 {

@@ -55,10 +55,10 @@ typedef struct sb_replay_workload {
     size_t n, cap;
     sb_replay_span *spans;
     size_t n_spans, spans_cap;
-    uint32_t n_adapters;     /* adapters used: 1..n_adapters */
-    uint32_t max_prompt;     /* longest prompt, tokens */
-    double rate;             /* offered root arrival rate, requests/s (as generated or measured) */
-    char name[96];           /* generator name or trace file base name */
+    uint32_t n_adapters; /* adapters used: 1..n_adapters */
+    uint32_t max_prompt; /* longest prompt, tokens */
+    double rate;         /* offered root arrival rate, requests/s (as generated or measured) */
+    char name[96];       /* generator name or trace file base name */
 } sb_replay_workload;
 
 /* Span id namespaces: the top byte says who allocated the id, so that a trace's block ids and
@@ -66,7 +66,10 @@ typedef struct sb_replay_workload {
 #define SB_REPLAY_NS_TRACE_BLOCK 0x01ULL /* Mooncake hash_ids */
 #define SB_REPLAY_NS_UNIQUE 0x02ULL      /* content of one request only (counters) */
 #define SB_REPLAY_NS_SHARED 0x03ULL      /* generator shared content (system prompts, ...) */
-static inline uint64_t sb_replay_span_id(uint64_t ns, uint64_t n) { return ns << 56 | (n & ((1ULL << 56) - 1)); }
+static inline uint64_t sb_replay_span_id(uint64_t ns, uint64_t n)
+{
+    return ns << 56 | (n & ((1ULL << 56) - 1));
+}
 
 /* The token id at position i of content `id`: the low 31 bits of a splitmix64 mix of (id, i),
  * like the simulator's tokenizer's ids (31 bits). Pure; the whole replay's sharing rests on it. */
@@ -101,20 +104,19 @@ typedef struct sb_replay_param {
 
 /* What every generator takes besides its own parameters. */
 typedef struct sb_replay_gen_opts {
-    double rate;          /* requests/s offered (Poisson), > 0 */
-    uint64_t requests;    /* stop after this many requests (0: no limit, then duration_ns bounds) */
-    sb_ns duration_ns;    /* stop arrivals after this (0: no limit, then requests bounds) */
+    double rate;       /* requests/s offered (Poisson), > 0 */
+    uint64_t requests; /* stop after this many requests (0: no limit, then duration_ns bounds) */
+    sb_ns duration_ns; /* stop arrivals after this (0: no limit, then requests bounds) */
     uint64_t seed;
 } sb_replay_gen_opts;
 
 typedef struct sb_replay_generator {
     const char *name;
-    const char *summary; /* one line, with the source of its defaults */
+    const char *summary;           /* one line, with the source of its defaults */
     const sb_replay_param *params; /* terminated by a NULL name; at most SB_REPLAY_MAX_PARAMS */
     /* Fills an empty w from parameter values (in table order). Returns 0, -ENOMEM, or -EINVAL
      * with a message in err. */
-    int (*generate)(const double *values, const sb_replay_gen_opts *o, sb_replay_workload *w, char *err,
-                    size_t errcap);
+    int (*generate)(const double *values, const sb_replay_gen_opts *o, sb_replay_workload *w, char *err, size_t errcap);
 } sb_replay_generator;
 
 /* The registry (NULL-terminated), and look-up by name (NULL if unknown). */
@@ -128,8 +130,8 @@ int sb_replay_generate(const sb_replay_generator *g, const char *const *kv, size
                        sb_replay_workload *w, char *err, size_t errcap);
 
 /* Helpers for generators: seeded xorshift draws. */
-double sb_replay_exp(uint64_t *rng, double mean);     /* exponential with that mean */
-uint64_t sb_replay_below(uint64_t *rng, uint64_t n);  /* uniform in [0, n), n >= 1 */
+double sb_replay_exp(uint64_t *rng, double mean);    /* exponential with that mean */
+uint64_t sb_replay_below(uint64_t *rng, uint64_t n); /* uniform in [0, n), n >= 1 */
 /* True while a generator should add another root arriving at t. */
 bool sb_replay_gen_more(const sb_replay_gen_opts *o, uint64_t added, sb_ns t);
 

@@ -49,7 +49,9 @@ static int generate(const double *v, const sb_replay_gen_opts *o, sb_replay_work
         if (v[SYSTEM] >= 1)
             s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_SHARED, 5ULL << 40 | lo), (uint32_t)v[SYSTEM]};
         s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_UNIQUE, n), (uint32_t)v[QUESTION]};
-        sb_replay_request r = {.arrival_ns = (sb_ns)t, .max_tokens = (uint32_t)v[OUTPUT], .adapter = lo + 1,
+        sb_replay_request r = {.arrival_ns = (sb_ns)t,
+                               .max_tokens = (uint32_t)v[OUTPUT],
+                               .adapter = lo + 1,
                                .followup = SB_REPLAY_NO_REQUEST};
         if (sb_replay_workload_add(w, &r, s, ns) < 0) {
             rc = -ENOMEM;

@@ -42,8 +42,11 @@ static int generate(const double *v, const sb_replay_gen_opts *o, sb_replay_work
             if (k > 0) /* the previous answer joins the history */
                 s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_UNIQUE, unique++), (uint32_t)v[OUTPUT]};
             s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_UNIQUE, unique++), (uint32_t)v[USER]};
-            sb_replay_request r = {.arrival_ns = k ? 0 : (sb_ns)t, .max_tokens = (uint32_t)v[OUTPUT],
-                                   .followup = SB_REPLAY_NO_REQUEST, .session = conv + 1, .is_followup = k > 0,
+            sb_replay_request r = {.arrival_ns = k ? 0 : (sb_ns)t,
+                                   .max_tokens = (uint32_t)v[OUTPUT],
+                                   .followup = SB_REPLAY_NO_REQUEST,
+                                   .session = conv + 1,
+                                   .is_followup = k > 0,
                                    .think_ns = k ? (sb_ns)sb_replay_exp(&rng, v[THINK_MS] * 1e6) : 0};
             long idx = sb_replay_workload_add(w, &r, s, ns);
             if (idx < 0) {

@@ -25,8 +25,8 @@ static int generate(const double *v, const sb_replay_gen_opts *o, sb_replay_work
             break;
         double len = v[PROMPT] * (1 - v[SPREAD] + 2 * v[SPREAD] * sb_rand_unit(&rng));
         sb_replay_span s = {sb_replay_span_id(SB_REPLAY_NS_UNIQUE, n), len < 1 ? 1 : (uint32_t)len};
-        sb_replay_request r = {.arrival_ns = (sb_ns)t, .max_tokens = (uint32_t)v[OUTPUT],
-                               .followup = SB_REPLAY_NO_REQUEST};
+        sb_replay_request r = {
+            .arrival_ns = (sb_ns)t, .max_tokens = (uint32_t)v[OUTPUT], .followup = SB_REPLAY_NO_REQUEST};
         if (sb_replay_workload_add(w, &r, &s, 1) < 0)
             return -ENOMEM;
     }

@@ -37,8 +37,10 @@ static int generate(const double *v, const sb_replay_gen_opts *o, sb_replay_work
         if (v[PREFIX] >= 1)
             s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_SHARED, g), (uint32_t)v[PREFIX]};
         s[ns++] = (sb_replay_span){sb_replay_span_id(SB_REPLAY_NS_SHARED, 1ULL << 40 | who), (uint32_t)v[QUESTION]};
-        sb_replay_request r = {.arrival_ns = (sb_ns)t, .max_tokens = (uint32_t)v[OUTPUT],
-                               .followup = SB_REPLAY_NO_REQUEST, .session = who + 1};
+        sb_replay_request r = {.arrival_ns = (sb_ns)t,
+                               .max_tokens = (uint32_t)v[OUTPUT],
+                               .followup = SB_REPLAY_NO_REQUEST,
+                               .session = who + 1};
         if (sb_replay_workload_add(w, &r, s, ns) < 0)
             return -ENOMEM;
     }

@@ -4,6 +4,6 @@
 
 const sb_replay_policy_def sb_policy_default = {
     .name = "default",
-    .summary = "the product's default profile: saturation and LoRA filters, queue 2 + KV 2 (GIE's weights) + in-flight + pending prefill + LoRA affinity",
+    .summary = "the product's default profile: what serve runs when a pool names none (core/plugins.c)",
     .profile = "default",
 };

@@ -4,6 +4,6 @@
 
 const sb_replay_policy_def sb_policy_load_only = {
     .name = "load-only",
-    .summary = "distribution scorers alone (queue, KV, in-flight, pending prefill): the product's load-only reference profile",
+    .summary = "the product's distribution scorers alone, no affinity (core/plugins.c)",
     .profile = "load-only",
 };

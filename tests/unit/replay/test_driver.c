@@ -45,7 +45,10 @@ static long add(sb_replay_workload *w, sb_ns at, const sb_replay_span *s, uint32
     return i;
 }
 
-static void resolve(const char *name, sb_replay_policy *p) { assert_int_equal(sb_replay_policy_resolve(name, NULL, 0, p), 0); }
+static void resolve(const char *name, sb_replay_policy *p)
+{
+    assert_int_equal(sb_replay_policy_resolve(name, NULL, 0, p), 0);
+}
 
 static void run_ok(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o, sb_replay_result *r)
 {
@@ -303,6 +306,19 @@ static void test_registry_names(void **state)
     assert_int_equal(sb_replay_policy_resolve("no-such-policy", NULL, 0, &p), -ENOENT);
     resolve("p2c", &p);
     assert_string_equal(p.profile->picker->name, "p2c");
+    /* The core's other built-in profiles resolve too, and `all` lists each name once. */
+    resolve("prefix-only", &p);
+    assert_ptr_equal(p.profile, sb_profile_builtin("prefix-only"));
+    const char *all[64];
+    sb_profile extra;
+    sb_profile_init(&extra, "extra");
+    size_t n_all = sb_replay_policy_names(&extra, 1, all, 64);
+    assert_true(n_all >= 8 && n_all <= 64);
+    assert_string_equal(all[0], "round-robin");
+    assert_string_equal(all[n_all - 1], "extra");
+    for (size_t i = 0; i < n_all; i++)
+        for (size_t k = i + 1; k < n_all; k++)
+            assert_string_not_equal(all[i], all[k]);
     /* A user profile (from --config) resolves when the registry has no such name. */
     sb_profile mine;
     sb_profile_init(&mine, "mine");
@@ -358,8 +374,8 @@ static void probe_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, u
 static void test_custom_policy_plugs_in(void **state)
 {
     (void)state;
-    static const sb_replay_custom_ops ops = {.create = probe_create, .pick = probe_pick,
-                                             .on_dispatch = probe_dispatch, .on_finish = probe_finish};
+    static const sb_replay_custom_ops ops = {
+        .create = probe_create, .pick = probe_pick, .on_dispatch = probe_dispatch, .on_finish = probe_finish};
     sb_replay_policy p = {.name = "probe", .custom = &ops};
     sb_replay_workload w = {0};
     for (uint32_t i = 0; i < 40; i++) {
@@ -380,7 +396,10 @@ static void test_custom_policy_plugs_in(void **state)
     sb_replay_workload_free(&w);
 }
 
-static int bad_pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r) { return 7; }
+static int bad_pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r)
+{
+    return 7;
+}
 
 static void test_bad_options_and_picks_fail_cleanly(void **state)
 {
@@ -535,13 +554,14 @@ static void test_malformed_lines_name_their_line(void **state)
     char buf[1024];
     snprintf(buf, sizeof(buf), "%s\n%s{\"timestamp\": 5, \"input_length\": 10, \"hash_ids\": [2]}\n", ok, ok);
     expect_error(sb_replay_trace_mooncake, buf, 4, "output_length");
-    snprintf(buf, sizeof(buf), "%s%s{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [2,]}\n",
-             ok, ok);
+    snprintf(buf, sizeof(buf),
+             "%s%s{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [2,]}\n", ok, ok);
     expect_error(sb_replay_trace_mooncake, buf, 3, "hash_ids");
-    snprintf(buf, sizeof(buf), "%s{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1, 2]}\n",
-             ok);
+    snprintf(buf, sizeof(buf),
+             "%s{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1, 2]}\n", ok);
     expect_error(sb_replay_trace_mooncake, buf, 2, "more than");
-    snprintf(buf, sizeof(buf), "%s{\"timestamp\": -1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": []}\n", ok);
+    snprintf(buf, sizeof(buf), "%s{\"timestamp\": -1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": []}\n",
+             ok);
     expect_error(sb_replay_trace_mooncake, buf, 2, "timestamp");
     expect_error(sb_replay_trace_mooncake, "{\"timestamp\": 1, \"input_length\": 10", 1, "");
     expect_error(sb_replay_trace_mooncake, "", 0, "no requests");
@@ -643,8 +663,8 @@ static void test_generators_counts_and_sharing(void **state)
                      -EINVAL);
     assert_non_null(strstr(err, "groups"));
     const char *unknown[] = {"colour=blue"};
-    assert_int_equal(
-        sb_replay_generate(sb_replay_generator_find("no-sharing"), unknown, 1, &go, &w, err, sizeof(err)), -EINVAL);
+    assert_int_equal(sb_replay_generate(sb_replay_generator_find("no-sharing"), unknown, 1, &go, &w, err, sizeof(err)),
+                     -EINVAL);
     assert_non_null(strstr(err, "unknown parameter"));
 }
 

@@ -1,0 +1,584 @@
+/* switchboard replay: offline comparison of routing policies on a simulated fleet, over a trace
+ * or a generated workload (replay/driver.h). Prints a markdown table; with --out, writes
+ * results.csv, results.md and, when gnuplot is installed, TTFT plots. See docs/replay.md. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "cmd/cmd.h"
+#include "replay/driver.h"
+#include "replay/policy.h"
+#include "replay/report.h"
+#include "replay/trace.h"
+#include "replay/workload.h"
+
+extern char **environ;
+
+static const char usage_text[] =
+    "usage: switchboard replay (--trace FILE | --workload NAME [k=v ...]) [options]\n"
+    "       switchboard replay --list\n"
+    "Replays requests through the routing core onto simulated replicas in virtual time and\n"
+    "compares policies (docs/replay.md).\n"
+    "\n"
+    "input:\n"
+    "  --trace FILE           Mooncake JSONL or Azure CSV trace\n"
+    "  --workload NAME        a generator (see --list), parameters as k=v after the options\n"
+    "  --rate R               generator: requests/s (default 10); trace: rescale to R requests/s\n"
+    "  --rate-scale K         trace: replay K times faster\n"
+    "  --rates A,B,C          sweep: one run per rate per policy\n"
+    "  --requests N           at most N requests (generators default to 1000)\n"
+    "  --duration S           only requests arriving in the first S seconds\n"
+    "fleet and routing:\n"
+    "  --replicas N           replicas (default 4)\n"
+    "  --policies A,B|all     policies to compare (default all; see --list)\n"
+    "  --config FILE          gateway config whose profiles become policies too\n"
+    "  --scrape-ms M          metrics scrape interval per replica (default 100; 0 = none)\n"
+    "  --stale-ms M           reports older than this are stale (default 1000)\n"
+    "  --net-delay-ms D       one-way gateway-replica latency (default 0)\n"
+    "  --prefix-max-entries N the router's prefix index bound, entries (default the router's, 1M)\n"
+    "  --model NAME           served model name, seeds prefix hashes (default the sim's)\n"
+    "  --seed S               seed of generators, router and policies (default 1)\n"
+    "engine (as `switchboard sim`; vLLM's names and defaults, see docs/simulator.md):\n"
+    "  --max-num-seqs N  --max-num-batched-tokens N  --num-gpu-blocks N  --block-size N\n"
+    "  --max-loras N  --lora-load-ms F  --no-enable-prefix-caching\n"
+    "  --step-overhead-ms F  --prefill-token-us F  --decode-token-us F  --context-token-us F\n"
+    "output:\n"
+    "  --out DIR              write DIR/results.csv, results.md and plots (gnuplot)\n"
+    "  --list                 name the workloads, their parameters and the policies\n";
+
+enum {
+    O_TRACE = 256,
+    O_WORKLOAD,
+    O_RATE,
+    O_RATE_SCALE,
+    O_RATES,
+    O_REQUESTS,
+    O_DURATION,
+    O_REPLICAS,
+    O_POLICIES,
+    O_CONFIG,
+    O_SCRAPE,
+    O_STALE,
+    O_NET_DELAY,
+    O_PREFIX_MAX,
+    O_MODEL,
+    O_SEED,
+    O_OUT,
+    O_LIST,
+    O_MAX_NUM_SEQS,
+    O_MAX_BATCHED,
+    O_GPU_BLOCKS,
+    O_BLOCK_SIZE,
+    O_MAX_LORAS,
+    O_LORA_LOAD_MS,
+    O_NO_PREFIX,
+    O_STEP_MS,
+    O_PREFILL_US,
+    O_DECODE_US,
+    O_CONTEXT_US,
+    O_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"trace", required_argument, NULL, O_TRACE},
+    {"workload", required_argument, NULL, O_WORKLOAD},
+    {"rate", required_argument, NULL, O_RATE},
+    {"rate-scale", required_argument, NULL, O_RATE_SCALE},
+    {"rates", required_argument, NULL, O_RATES},
+    {"requests", required_argument, NULL, O_REQUESTS},
+    {"duration", required_argument, NULL, O_DURATION},
+    {"replicas", required_argument, NULL, O_REPLICAS},
+    {"policies", required_argument, NULL, O_POLICIES},
+    {"config", required_argument, NULL, O_CONFIG},
+    {"scrape-ms", required_argument, NULL, O_SCRAPE},
+    {"stale-ms", required_argument, NULL, O_STALE},
+    {"net-delay-ms", required_argument, NULL, O_NET_DELAY},
+    {"prefix-max-entries", required_argument, NULL, O_PREFIX_MAX},
+    {"model", required_argument, NULL, O_MODEL},
+    {"seed", required_argument, NULL, O_SEED},
+    {"out", required_argument, NULL, O_OUT},
+    {"list", no_argument, NULL, O_LIST},
+    {"max-num-seqs", required_argument, NULL, O_MAX_NUM_SEQS},
+    {"max-num-batched-tokens", required_argument, NULL, O_MAX_BATCHED},
+    {"num-gpu-blocks", required_argument, NULL, O_GPU_BLOCKS},
+    {"block-size", required_argument, NULL, O_BLOCK_SIZE},
+    {"max-loras", required_argument, NULL, O_MAX_LORAS},
+    {"lora-load-ms", required_argument, NULL, O_LORA_LOAD_MS},
+    {"no-enable-prefix-caching", no_argument, NULL, O_NO_PREFIX},
+    {"step-overhead-ms", required_argument, NULL, O_STEP_MS},
+    {"prefill-token-us", required_argument, NULL, O_PREFILL_US},
+    {"decode-token-us", required_argument, NULL, O_DECODE_US},
+    {"context-token-us", required_argument, NULL, O_CONTEXT_US},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+#define MAX_RATES 64
+#define MAX_POLICIES 64
+
+typedef struct args {
+    const char *trace, *workload, *config, *out, *policies;
+    double rate, rate_scale;
+    double rates[MAX_RATES];
+    size_t n_rates;
+    uint64_t requests;
+    double duration_s;
+    bool list;
+    sb_replay_opts o;
+} args;
+
+static int parse_u64(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < min || v > max) {
+        fprintf(stderr, "switchboard replay: --%s wants an integer in [%llu, %llu], got '%s'\n", flag,
+                (unsigned long long)min, (unsigned long long)max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t v;
+    if (parse_u64(flag, s, min, max, &v) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
+        fprintf(stderr, "switchboard replay: --%s wants a number in [%g, %g], got '%s'\n", flag, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_rates(const char *s, args *a)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", s);
+    a->n_rates = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (a->n_rates == MAX_RATES) {
+            fprintf(stderr, "switchboard replay: --rates takes at most %d rates\n", MAX_RATES);
+            return -1;
+        }
+        if (parse_double("rates", tok, 1e-6, 1e9, &a->rates[a->n_rates]) < 0 || !(a->rates[a->n_rates] > 0))
+            return -1;
+        a->n_rates++;
+    }
+    if (!a->n_rates) {
+        fprintf(stderr, "switchboard replay: --rates wants a list like 2,4,8\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_ms(const char *flag, const char *s, double max, sb_ns *out)
+{
+    double d;
+    if (parse_double(flag, s, 0, max, &d) < 0)
+        return -1;
+    *out = (sb_ns)(d * 1e6);
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, args *a)
+{
+    sb_replay_opts *o = &a->o;
+    sb_engine_params *ep = &o->engine;
+    double d;
+    uint64_t u;
+    int rc = 0, c;
+    optind = 1;
+    while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+        const char *v = optarg;
+        switch (c) {
+        case O_TRACE: a->trace = v; break;
+        case O_WORKLOAD: a->workload = v; break;
+        case O_RATE: rc = parse_double("rate", v, 1e-6, 1e9, &a->rate); break;
+        case O_RATE_SCALE: rc = parse_double("rate-scale", v, 1e-6, 1e9, &a->rate_scale); break;
+        case O_RATES: rc = parse_rates(v, a); break;
+        case O_REQUESTS: rc = parse_u64("requests", v, 1, UINT32_MAX - 2, &a->requests); break;
+        case O_DURATION: rc = parse_double("duration", v, 1e-3, 1e9, &a->duration_s); break;
+        case O_REPLICAS: rc = parse_u32("replicas", v, 1, 65536, &o->replicas); break;
+        case O_POLICIES: a->policies = v; break;
+        case O_CONFIG: a->config = v; break;
+        case O_SCRAPE: rc = parse_ms("scrape-ms", v, 3.6e6, &o->scrape_ns); break;
+        case O_STALE: rc = parse_ms("stale-ms", v, 3.6e6, &o->pool.stale_ns); break;
+        case O_NET_DELAY: rc = parse_ms("net-delay-ms", v, 6e4, &o->net_delay_ns); break;
+        case O_PREFIX_MAX:
+            if ((rc = parse_u64("prefix-max-entries", v, 1, UINT32_MAX - 1, &u)) == 0)
+                o->pool.prefix_max_entries = (size_t)u;
+            break;
+        case O_MODEL: o->model = v; break;
+        case O_SEED: rc = parse_u64("seed", v, 0, UINT64_MAX, &o->seed); break;
+        case O_OUT: a->out = v; break;
+        case O_LIST: a->list = true; break;
+        case O_MAX_NUM_SEQS: rc = parse_u32("max-num-seqs", v, 1, UINT32_MAX, &ep->max_num_seqs); break;
+        case O_MAX_BATCHED:
+            rc = parse_u32("max-num-batched-tokens", v, 1, UINT32_MAX, &ep->max_num_batched_tokens);
+            break;
+        case O_GPU_BLOCKS: rc = parse_u32("num-gpu-blocks", v, 1, UINT32_MAX, &ep->num_gpu_blocks); break;
+        case O_BLOCK_SIZE: rc = parse_u32("block-size", v, 1, 4096, &ep->block_size); break;
+        case O_MAX_LORAS: rc = parse_u32("max-loras", v, 0, 1024, &ep->max_loras); break;
+        case O_LORA_LOAD_MS: rc = parse_ms("lora-load-ms", v, 1e6, &ep->lora_load_ns); break;
+        case O_NO_PREFIX: ep->enable_prefix_caching = false; break;
+        case O_STEP_MS:
+            if ((rc = parse_double("step-overhead-ms", v, 0, 1e6, &d)) == 0)
+                ep->step_overhead_ns = d * 1e6;
+            break;
+        case O_PREFILL_US:
+            if ((rc = parse_double("prefill-token-us", v, 0, 1e6, &d)) == 0)
+                ep->prefill_token_ns = d * 1e3;
+            break;
+        case O_DECODE_US:
+            if ((rc = parse_double("decode-token-us", v, 0, 1e6, &d)) == 0)
+                ep->decode_token_ns = d * 1e3;
+            break;
+        case O_CONTEXT_US:
+            if ((rc = parse_double("context-token-us", v, 0, 1e6, &d)) == 0)
+                ep->context_token_ns = d * 1e3;
+            break;
+        case 'h':
+        case O_HELP: fputs(usage_text, stdout); return 1;
+        default: rc = -1; break;
+        }
+    }
+    if (rc < 0)
+        return -1;
+    if (a->list)
+        return 0;
+    if (!a->trace == !a->workload) {
+        fprintf(stderr, "switchboard replay: give one of --trace FILE and --workload NAME\n");
+        return -1;
+    }
+    if (a->trace && optind < argc) {
+        fprintf(stderr, "switchboard replay: unexpected argument '%s' (k=v parameters are for --workload)\n",
+                argv[optind]);
+        return -1;
+    }
+    if ((a->rate > 0) + (a->rate_scale > 0) + (a->n_rates > 0) > 1) {
+        fprintf(stderr, "switchboard replay: --rate, --rate-scale and --rates exclude each other\n");
+        return -1;
+    }
+    if (a->workload && a->rate_scale > 0) {
+        fprintf(stderr, "switchboard replay: --rate-scale is for traces; use --rate with a workload\n");
+        return -1;
+    }
+    if (sb_engine_params_check(ep) < 0) {
+        fprintf(stderr, "switchboard replay: engine parameters rejected (a zero size, a block size over 4096, or "
+                        "--max-num-seqs above --max-num-batched-tokens)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void list_all(const sb_config *cfg)
+{
+    printf("workloads (--workload NAME k=v ...):\n");
+    for (const sb_replay_generator *const *g = sb_replay_generators_all(); *g; g++) {
+        printf("  %-16s %s\n", (*g)->name, (*g)->summary);
+        for (const sb_replay_param *p = (*g)->params; p->name; p++)
+            printf("      %-12s %-8g %s\n", p->name, p->def, p->help);
+    }
+    printf("traces (--trace FILE): Mooncake JSONL (timestamp, input_length, output_length, hash_ids), "
+           "Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n");
+    printf("policies (--policies A,B or all):\n");
+    const char *names[MAX_POLICIES];
+    size_t n = sb_replay_policy_names(cfg ? cfg->profiles : NULL, cfg ? cfg->n_profiles : 0, names, MAX_POLICIES);
+    for (size_t i = 0; i < n && i < MAX_POLICIES; i++) {
+        const sb_replay_policy_def *d = sb_replay_policy_find(names[i]);
+        printf("  %-16s %s\n", names[i],
+               d                              ? d->summary
+               : sb_profile_builtin(names[i]) ? "the product's built-in profile of that name (core/plugins.c)"
+                                              : "profile from the config file");
+    }
+}
+
+/* Splits the policy list ("all" expands to the registry, then the config's profiles). */
+static int policy_names(const char *list, const sb_config *cfg, const char **names, size_t *n, char *buf, size_t cap)
+{
+    *n = 0;
+    snprintf(buf, cap, "%s", list ? list : "all");
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "all")) {
+            size_t k = sb_replay_policy_names(cfg ? cfg->profiles : NULL, cfg ? cfg->n_profiles : 0, names + *n,
+                                              MAX_POLICIES - *n);
+            *n += k < MAX_POLICIES - *n ? k : MAX_POLICIES - *n;
+        } else if (*n < MAX_POLICIES) {
+            names[(*n)++] = tok;
+        }
+    }
+    if (!*n) {
+        fprintf(stderr, "switchboard replay: --policies names no policy\n");
+        return -1;
+    }
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Loads the trace, or generates the workload at `rate`. */
+static int load_workload(const args *a, int kv_argc, char **kv_argv, double rate, sb_replay_workload *w)
+{
+    if (a->trace) {
+        size_t len;
+        char *text = sb_read_file(a->trace, &len);
+        if (!text) {
+            fprintf(stderr, "switchboard replay: %s: %s\n", a->trace, strerror(errno));
+            return -1;
+        }
+        sb_replay_trace_error err;
+        int rc = sb_replay_trace_parse(text, len, (size_t)a->requests, w, &err);
+        sb_free(text);
+        if (rc < 0) {
+            if (err.line)
+                fprintf(stderr, "%s:%zu: %s\n", a->trace, err.line, err.message);
+            else
+                fprintf(stderr, "%s: %s\n", a->trace, err.message);
+            return -1;
+        }
+        snprintf(w->name, sizeof(w->name), "%s", base_name(a->trace));
+        return 0;
+    }
+    const sb_replay_generator *g = sb_replay_generator_find(a->workload);
+    if (!g) {
+        fprintf(stderr, "switchboard replay: unknown workload '%s' (see --list)\n", a->workload);
+        return -1;
+    }
+    sb_replay_gen_opts go = {
+        .rate = rate, .requests = a->requests, .seed = a->o.seed, .duration_ns = (sb_ns)(a->duration_s * 1e9)};
+    if (!go.requests && !go.duration_ns)
+        go.requests = 1000;
+    char err[256];
+    if (sb_replay_generate(g, (const char *const *)kv_argv, (size_t)kv_argc, &go, w, err, sizeof(err)) < 0) {
+        fprintf(stderr, "switchboard replay: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* gnuplot from PATH, or NULL. */
+static bool have_gnuplot(void)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+    while (path && *path) {
+        const char *e = strchr(path, ':');
+        size_t len = e ? (size_t)(e - path) : strlen(path);
+        snprintf(buf, sizeof(buf), "%.*s/gnuplot", (int)len, path);
+        if (len && access(buf, X_OK) == 0)
+            return true;
+        path = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+static int run_gnuplot(const char *script)
+{
+    char *argv[] = {"gnuplot", (char *)script, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ) != 0)
+        return -1;
+    int status;
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return -1;
+    return 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "switchboard replay: %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static int close_file(FILE *f, const char *path)
+{
+    if (ferror(f) | fclose(f)) {
+        fprintf(stderr, "switchboard replay: %s: write failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
+{
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
+        fprintf(stderr, "switchboard replay: %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char path[4096], data[4096], png[4096];
+    FILE *f;
+    if (!(f = open_in(dir, "results.csv", path, sizeof(path))))
+        return -1;
+    sb_replay_write_csv(f, r, n);
+    if (close_file(f, path) < 0 || !(f = open_in(dir, "results.md", path, sizeof(path))))
+        return -1;
+    sb_replay_write_table(f, r, n);
+    if (close_file(f, path) < 0 || !(f = open_in(dir, "ttft_cdf.dat", data, sizeof(data))))
+        return -1;
+    sb_replay_write_cdf_data(f, r, n);
+    if (close_file(f, data) < 0 || !(f = open_in(dir, "ttft_cdf.gp", path, sizeof(path))))
+        return -1;
+    snprintf(png, sizeof(png), "%s/ttft_cdf", dir);
+    sb_replay_write_cdf_script(f, r, n, data, png);
+    if (close_file(f, path) < 0)
+        return -1;
+    bool sweep = sb_replay_distinct_rates(r, n) > 1;
+    char p90_script[4096];
+    if (sweep) {
+        if (!(f = open_in(dir, "ttft_p90.dat", data, sizeof(data))))
+            return -1;
+        sb_replay_write_p90_data(f, r, n);
+        if (close_file(f, data) < 0 || !(f = open_in(dir, "ttft_p90.gp", p90_script, sizeof(p90_script))))
+            return -1;
+        snprintf(png, sizeof(png), "%s/ttft_p90_vs_rate.png", dir);
+        sb_replay_write_p90_script(f, r, n, data, png);
+        if (close_file(f, p90_script) < 0)
+            return -1;
+    }
+    if (!have_gnuplot()) {
+        fprintf(stderr,
+                "switchboard replay: gnuplot not found: plots skipped (scripts are in %s; install "
+                "gnuplot-nox and run gnuplot on them)\n",
+                dir);
+        return 0;
+    }
+    if (run_gnuplot(path) < 0 || (sweep && run_gnuplot(p90_script) < 0))
+        fprintf(stderr, "switchboard replay: gnuplot failed; plots may be missing\n");
+    return 0;
+}
+
+int sb_cmd_replay(int argc, char **argv)
+{
+    args a = {0};
+    sb_replay_opts_default(&a.o);
+    a.o.replicas = 4;
+    int prc = parse_args(argc, argv, &a);
+    if (prc > 0)
+        return 0;
+    if (prc < 0) {
+        fputs("(switchboard replay --help for usage)\n", stderr);
+        return 2;
+    }
+    sb_config *cfg = NULL;
+    if (a.config && !(cfg = sb_load_config(a.config)))
+        return 2;
+    if (a.list) {
+        list_all(cfg);
+        sb_config_free(cfg);
+        return 0;
+    }
+    const sb_profile *user = cfg ? cfg->profiles : NULL;
+    size_t n_user = cfg ? cfg->n_profiles : 0;
+
+    const char *names[MAX_POLICIES];
+    size_t n_names;
+    char namebuf[4096];
+    int code = 2;
+    sb_replay_policy *pols = NULL;
+    sb_replay_result *res = NULL;
+    sb_replay_workload w = {0};
+    size_t n_res = 0;
+    if (policy_names(a.policies, cfg, names, &n_names, namebuf, sizeof(namebuf)) < 0)
+        goto done;
+    pols = sb_calloc(n_names, sizeof(*pols));
+    if (!pols)
+        goto done;
+    for (size_t i = 0; i < n_names; i++)
+        if (sb_replay_policy_resolve(names[i], user, n_user, &pols[i]) < 0) {
+            fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", names[i]);
+            goto done;
+        }
+
+    /* The runs: every rate (one, unless a sweep), every policy. */
+    double one_rate = a.rate > 0 ? a.rate : 0;
+    size_t n_rates = a.n_rates ? a.n_rates : 1;
+    res = sb_calloc(n_rates * n_names, sizeof(*res));
+    if (!res)
+        goto done;
+    char **kv = argv + optind;
+    int n_kv = a.trace ? 0 : argc - optind;
+    code = 1;
+    for (size_t ri = 0; ri < n_rates; ri++) {
+        double rate = a.n_rates ? a.rates[ri] : one_rate;
+        if (ri == 0 || a.workload) { /* a generator's arrivals depend on the rate */
+            sb_replay_workload_free(&w);
+            if (load_workload(&a, n_kv, kv, a.workload && !(rate > 0) ? 10.0 : rate, &w) < 0)
+                goto done;
+        }
+        sb_replay_opts o = a.o;
+        o.max_arrival_ns = a.trace ? (sb_ns)(a.duration_s * 1e9) : 0;
+        if (a.trace) {
+            if (rate > 0 && !(w.rate > 0)) {
+                fprintf(stderr, "switchboard replay: the trace spans no time: it has no rate to scale\n");
+                goto done;
+            }
+            o.time_scale = rate > 0 ? rate / w.rate : a.rate_scale > 0 ? a.rate_scale : 1.0;
+        }
+        fprintf(stderr, "replay: %s, %zu requests, %.4g requests/s offered, %u replicas\n", w.name, w.n,
+                w.rate * o.time_scale, o.replicas);
+        for (size_t pi = 0; pi < n_names; pi++) {
+            char err[256];
+            double t0 = wall_s();
+            int rc = sb_replay_run(&w, &pols[pi], &o, &res[n_res], err, sizeof(err));
+            if (rc < 0) {
+                fprintf(stderr, "switchboard replay: %s: %s\n", pols[pi].name, err);
+                goto done;
+            }
+            fprintf(stderr, "replay: %-16s %llu requests, %llu events in %.2f s wall\n", pols[pi].name,
+                    (unsigned long long)res[n_res].requests, (unsigned long long)res[n_res].events, wall_s() - t0);
+            if (res[n_res].completed == 0 && res[n_res].shed > 0)
+                fprintf(stderr,
+                        "replay: note: %s shed every request (a labels filter? replay's endpoints carry "
+                        "no labels)\n",
+                        pols[pi].name);
+            n_res++;
+        }
+    }
+    sb_replay_write_table(stdout, res, n_res);
+    fflush(stdout);
+    code = a.out && write_outputs(a.out, res, n_res) < 0 ? 1 : 0;
+done:
+    for (size_t i = 0; i < n_res; i++)
+        sb_replay_result_free(&res[i]);
+    sb_free(res);
+    sb_free(pols);
+    sb_replay_workload_free(&w);
+    sb_config_free(cfg);
+    return code;
+}

@@ -1,0 +1,269 @@
+/* admission: flow control in front of scheduling (core/flow.h), wired to live requests.
+ *
+ * Per pool: while the pool is saturated (every available endpoint over the profile's queue or
+ * KV threshold, or stale), requests wait in bounded queues by priority band (x-priority:
+ * critical | standard | sheddable, default standard) and tenant (x-tenant, else the API key),
+ * dispatched strictly by band and round robin across tenants as capacity returns. A full queue
+ * answers 429, a request that waited past its band's deadline 503, sheddable requests are
+ * refused first (429), and with no healthy endpoint at all the answer is 503 at once; every
+ * refusal carries Retry-After and says why in its body and in `x-switchboard-refusal`. A client
+ * that disconnects while queued is removed at once and nothing is sent upstream.
+ *
+ * The queue is re-examined when a request ends (capacity freed) and on the adaptive tick
+ * (reports arrive, deadlines pass). */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "core/adaptive.h"
+#include "core/flow.h"
+#include "net/gateway.h"
+
+typedef struct queued {
+    sb_gateway *gw;
+    sb_http_req *req;
+    sb_proxy_target t;
+    sb_sched_request rr;
+    uint64_t *hashes;         /* copied: the gateway's scratch is reused by the next request */
+    char model[SB_MODEL_NAME_MAX + 1];
+    sb_flow_handle handle;
+    uint32_t pool;
+} queued;
+
+/* Saturated: every available endpoint is over the profile's queue or KV threshold (effective
+ * queue: report plus requests sent since), stale ones counting as saturated, and at least one
+ * fresh report says so. A pool whose endpoints never report load (no /metrics) is never gated:
+ * there is no evidence to queue on, and the router's own accounting spreads the load. */
+static bool pool_saturated(sb_gateway *gw, uint32_t pool, sb_ns now)
+{
+    const sb_profile *prof = sb_router_pool_profile(gw->router, pool);
+    const sb_pool_params *pp = sb_router_pool_params(gw->router, pool);
+    size_t n = sb_router_endpoint_count(gw->router, pool);
+    double q = prof ? prof->queue_threshold : 5, kv = prof ? prof->kv_threshold : 0.8;
+    size_t evidence = 0;
+    for (size_t i = 0; i < n; i++) {
+        sb_endpoint *ep = sb_router_endpoint(gw->router, pool, (uint32_t)i);
+        if (!sb_endpoint_available(ep, now))
+            continue;
+        if (sb_endpoint_is_stale(ep, pp->stale_ns, now))
+            continue;
+        if (sb_endpoint_waiting(ep) > q || sb_endpoint_kv_usage(ep) > kv)
+            evidence++;
+        else
+            return false;
+    }
+    return evidence > 0;
+}
+
+static bool any_available(sb_gateway *gw, uint32_t pool, sb_ns now)
+{
+    size_t n = sb_router_endpoint_count(gw->router, pool);
+    for (size_t i = 0; i < n; i++)
+        if (sb_endpoint_available(sb_router_endpoint(gw->router, pool, (uint32_t)i), now))
+            return true;
+    return false;
+}
+
+static void refuse(sb_gateway *gw, sb_http_req *req, int status, const char *reason, const char *message,
+                   uint32_t retry_after_s)
+{
+    char headers[160];
+    snprintf(headers, sizeof(headers), "Retry-After: %u\r\nx-switchboard-refusal: %s\r\n",
+             retry_after_s ? retry_after_s : 1, reason);
+    gw->counters.refused[status == 429 ? 0 : 1]++;
+    sb_gateway_error_with(gw, req, status, message, status == 429 ? "rate_limit_exceeded" : "service_unavailable",
+                          reason, headers);
+}
+
+static enum sb_band band_of(const sb_http_req *req)
+{
+    const sb_http_header *h = sb_http_req_header(req, "x-priority");
+    int b = h ? sb_band_parse(h->value, h->value_len) : -1;
+    return b < 0 ? SB_BAND_STANDARD : (enum sb_band)b;
+}
+
+static uint64_t tenant_of(const sb_http_req *req)
+{
+    const sb_http_header *h = sb_http_req_header(req, "x-tenant");
+    if (!h || !h->value_len)
+        h = sb_http_req_header(req, "authorization");
+    return h && h->value_len ? XXH3_64bits(h->value, h->value_len) : 0;
+}
+
+static void free_queued(queued *q)
+{
+    sb_free(q->hashes);
+    sb_free(q);
+}
+
+static void on_queued_abort(sb_http_req *req)
+{
+    queued *q = req->user;
+    sb_flow_remove(q->gw->flows[q->pool], q->handle);
+    q->gw->counters.client_aborts++;
+    free_queued(q);
+}
+
+static void start(sb_gateway *gw, queued *q)
+{
+    sb_http_req *req = q->req;
+    req->on_abort = NULL;
+    req->user = NULL;
+    q->t.model = q->model;
+    q->rr.block_hashes = q->hashes;
+    sb_proxy_start(gw, req, &q->t, &q->rr);
+    free_queued(q);
+}
+
+/* Dispatches queued requests while the pool has room; expires those past their deadline. */
+static void drain(sb_gateway *gw, uint32_t pool, sb_ns now);
+
+static void on_expired(void *ctx, void *user, enum sb_band band, int reason)
+{
+    sb_gateway *gw = ctx;
+    queued *q = user;
+    uint32_t ra = sb_flow_retry_after_s(gw->flows[q->pool], band, uv_hrtime());
+    q->req->on_abort = NULL;
+    q->req->user = NULL;
+    if (reason == SB_FLOW_EXPIRED)
+        refuse(gw, q->req, 503, "queue_timeout", "the request waited too long for capacity", ra);
+    else
+        refuse(gw, q->req, 429, "shed", "sheddable request evicted to make room for higher priority", ra);
+    free_queued(q);
+}
+
+static void drain(sb_gateway *gw, uint32_t pool, sb_ns now)
+{
+    sb_flow *f = gw->flows[pool];
+    sb_flow_expire(f, now, on_expired, gw);
+    while (!pool_saturated(gw, pool, now)) {
+        queued *q = sb_flow_next(f, now);
+        if (!q)
+            break;
+        start(gw, q);
+    }
+}
+
+void sb_admission_tick(sb_gateway *gw, sb_ns now)
+{
+    if (!gw->flows || gw->draining_queues)
+        return;
+    gw->draining_queues = true;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++)
+        if (gw->flows[p])
+            drain(gw, (uint32_t)p, now);
+    gw->draining_queues = false;
+}
+
+void sb_admission_request_done(sb_gateway *gw, uint32_t pool)
+{
+    /* A request started by a drain can end at once (a refused connection): no nested drain,
+     * the outer loop goes on. */
+    if (!gw->flows || pool >= gw->cfg->n_pools || !gw->flows[pool] || gw->stopping || gw->draining_queues)
+        return;
+    gw->draining_queues = true;
+    drain(gw, pool, uv_hrtime());
+    gw->draining_queues = false;
+}
+
+void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
+{
+    sb_ns now = uv_hrtime();
+    uint32_t pool = t->pool;
+    if (!any_available(gw, pool, now)) {
+        refuse(gw, req, 503, "no_healthy_endpoint", "no healthy endpoint serves this model", 1);
+        return;
+    }
+    sb_flow *f = gw->flows ? gw->flows[pool] : NULL;
+    if (!f) {
+        sb_proxy_start(gw, req, t, rr);
+        return;
+    }
+    enum sb_band band = band_of(req);
+    bool saturated = pool_saturated(gw, pool, now);
+    int a = sb_flow_admit(f, saturated, band);
+    if (a == SB_FLOW_DISPATCH) {
+        sb_proxy_start(gw, req, t, rr);
+        return;
+    }
+    if (a == SB_FLOW_SHED) {
+        refuse(gw, req, 429, "shed", "the pool is saturated and the request is sheddable",
+               sb_flow_retry_after_s(f, band, now));
+        return;
+    }
+    queued *q = sb_calloc(1, sizeof(*q));
+    uint64_t *hashes = rr->n_blocks ? sb_malloc(rr->n_blocks * sizeof(uint64_t)) : NULL;
+    if (!q || (rr->n_blocks && !hashes)) {
+        sb_free(q);
+        sb_free(hashes);
+        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        return;
+    }
+    if (hashes)
+        memcpy(hashes, rr->block_hashes, rr->n_blocks * sizeof(uint64_t));
+    *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = pool};
+    snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
+    q->t.served = t->served; /* owned by the router: stable */
+    sb_flow_item item = {.band = band, .tenant = tenant_of(req), .bytes = req->body_len, .deadline = UINT64_MAX,
+                         .user = q};
+    int e = sb_flow_enqueue(f, &item, now, &q->handle);
+    if (e != SB_FLOW_QUEUED) {
+        free_queued(q);
+        refuse(gw, req, 429, "queue_full", "the pool is saturated and its queue is full",
+               sb_flow_retry_after_s(f, band, now));
+        return;
+    }
+    req->user = q;
+    req->on_abort = on_queued_abort;
+    req->on_drain = NULL;
+}
+
+static void on_evicted(void *ctx, void *user, enum sb_band band, int reason) { on_expired(ctx, user, band, reason); }
+
+int sb_admission_start(sb_gateway *gw)
+{
+    gw->flows = sb_calloc(gw->cfg->n_pools ? gw->cfg->n_pools : 1, sizeof(sb_flow *));
+    if (!gw->flows)
+        return -1;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        sb_flow_config fc;
+        sb_flow_config_default(&fc);
+        fc.on_evict = on_evicted;
+        fc.evict_ctx = gw;
+        gw->flows[p] = sb_flow_new(&fc);
+        if (!gw->flows[p])
+            return -1;
+    }
+    return 0;
+}
+
+void sb_admission_stop(sb_gateway *gw)
+{
+    if (!gw->flows)
+        return;
+    /* Queued requests end with the gateway: their clients are being closed anyway. */
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        if (!gw->flows[p])
+            continue;
+        void *q;
+        while ((q = sb_flow_next(gw->flows[p], UINT64_MAX)) != NULL) {
+            queued *qq = q;
+            qq->req->on_abort = NULL;
+            qq->req->user = NULL;
+            free_queued(qq);
+        }
+    }
+}
+
+void sb_admission_free(sb_gateway *gw)
+{
+    if (!gw->flows)
+        return;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++)
+        sb_flow_free(gw->flows[p]);
+    sb_free(gw->flows);
+    gw->flows = NULL;
+}

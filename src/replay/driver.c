@@ -1,0 +1,704 @@
+/* driver: the discrete-event loop, the request life cycle, simulated probing, and the summary
+ * of a run. */
+#include "replay/driver.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "proto/inspect.h"
+#include "replay/event_queue.h"
+
+/* The virtual clock starts at 1 s, not 0: core/endpoint.h reads report_ns == 0 as "never
+ * reported", and the first scrape happens at the start. */
+#define EPOCH_NS SB_NS_PER_S
+#define NEVER UINT64_MAX
+#define MAX_ADAPTERS 64      /* the router's LoRA masks are 64 bits (core/endpoint.h) */
+#define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/inspect.h) */
+#define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
+
+enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE };
+
+/* ITL histogram: exact below 256 ns, then 128 log-linear sub-buckets per power of two (relative
+ * width under 0.8%, midpoint error under 0.4%). 64-bit values need 56 * 128 + 256 buckets. */
+#define ITL_SUB 128
+#define ITL_BUCKETS (56 * ITL_SUB + 2 * ITL_SUB)
+
+typedef struct req_rt {
+    sb_ticket ticket;
+    sb_ns arrival_ns;
+    sb_ns ttft_ns; /* as the gateway sees it, once the engine has finished */
+    uint32_t replica;
+    uint32_t cached_tokens;
+    uint8_t outcome;
+} req_rt;
+
+typedef struct driver {
+    const sb_replay_workload *w;
+    const sb_replay_policy *p;
+    const sb_replay_opts *o;
+    sb_replay_result *out;
+    char *err;
+    size_t errcap;
+    int error;
+
+    sb_router *router;
+    sb_engine **engines;
+    uint32_t n;
+    bool *scheduled; /* an EV_STEP is queued for the engine */
+    bool *is_dirty;  /* touched at `now`: its next step is due once time moves on */
+    uint32_t *dirty;
+    size_t n_dirty;
+    sb_replay_queue q;
+    sb_ns now;
+    uint32_t cur_replica; /* the engine being advanced, for its event callback */
+
+    req_rt *rt;
+    uint64_t total, settled; /* requests this run will settle (complete or shed), and so far */
+    uint64_t *itl_hist;
+    sb_ns *ttft, *e2e;
+    size_t n_done;
+    sb_ns first_arrival, last_answer;
+
+    uint64_t hash_seeds[MAX_ADAPTERS + 1]; /* router block-hash seed per engine adapter id */
+    uint32_t *tokens;                      /* scratch, sized for the longest prompt */
+    uint64_t *rhash, *ehash;
+    sb_engine_adapter adapters[MAX_ADAPTERS + 1];
+    uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */
+    void *pstate;
+    uint64_t prng;
+} driver;
+
+void sb_replay_opts_default(sb_replay_opts *o)
+{
+    *o = (sb_replay_opts){
+        .replicas = 1,
+        .engine = sb_engine_params_default(),
+        .scrape_ns = SB_MS(100), /* proto/config.h: probe interval_ms default */
+        .time_scale = 1.0,
+        .seed = 1,
+        .model = DEFAULT_MODEL,
+        .max_prompt_blocks = 16384, /* proto/config.h max_prompt_blocks default */
+        .pool = sb_pool_params_default(),
+    };
+}
+
+double sb_replay_percentile(const sb_ns *v, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    double pos = q * (double)(n - 1);
+    size_t lo = (size_t)pos;
+    if (lo + 1 >= n)
+        return (double)v[n - 1];
+    double f = pos - (double)lo;
+    return (double)v[lo] + f * ((double)v[lo + 1] - (double)v[lo]);
+}
+
+static size_t itl_bucket(sb_ns v)
+{
+    if (v < 2 * ITL_SUB)
+        return (size_t)v;
+    unsigned e = (unsigned)(63 - __builtin_clzll(v)) - 7; /* v >> e in [128, 256) */
+    return (size_t)e * ITL_SUB + (size_t)(v >> e);
+}
+
+static double itl_value(size_t idx)
+{
+    if (idx < 2 * ITL_SUB)
+        return (double)idx;
+    unsigned e = (unsigned)(idx / ITL_SUB) - 1;
+    double lo = (double)((sb_ns)(idx - (size_t)e * ITL_SUB) << e), width = (double)(1ULL << e);
+    return lo + (width - 1) / 2;
+}
+
+static int fail(driver *d, int rc, const char *msg)
+{
+    if (!d->error) {
+        d->error = rc;
+        snprintf(d->err, d->errcap, "%s", msg);
+    }
+    return rc;
+}
+
+static void push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b)
+{
+    if (sb_replay_queue_push(&d->q, t, kind, a, b) < 0)
+        fail(d, -ENOMEM, "out of memory");
+}
+
+static void mark_dirty(driver *d, uint32_t rep)
+{
+    if (!d->is_dirty[rep]) {
+        d->is_dirty[rep] = true;
+        d->dirty[d->n_dirty++] = rep;
+    }
+}
+
+/* Forms the next step of every engine touched at `now` (so that everything submitted at one
+ * instant shares a step, as sim/engine.h asks) and queues its end. */
+static void flush_dirty(driver *d)
+{
+    for (size_t i = 0; i < d->n_dirty; i++) {
+        uint32_t rep = d->dirty[i];
+        d->is_dirty[rep] = false;
+        if (d->scheduled[rep])
+            continue;
+        sb_ns t = sb_engine_next_event(d->engines[rep]);
+        if (t != SB_ENGINE_NEVER) {
+            d->scheduled[rep] = true;
+            push(d, t, EV_STEP, rep, 0);
+        }
+    }
+    d->n_dirty = 0;
+}
+
+/* ---- probing ------------------------------------------------------------------------------- */
+
+/* The report net/probe.c would build from this engine's /metrics page (sim/sim_metrics.c
+ * renders exactly these metrics): running, waiting, KV usage, capacity, LoRA. */
+static void scrape(driver *d, uint32_t rep)
+{
+    sb_engine_metrics m;
+    sb_engine_metrics_get(d->engines[rep], &m);
+    sb_endpoint_report r = {
+        .have_running = true,
+        .have_waiting = true,
+        .have_kv = true,
+        .have_capacity = true,
+        .running = m.num_requests_running,
+        .waiting = m.num_requests_waiting,
+        .kv_usage = m.kv_cache_usage,
+        .block_size = m.block_size,
+        .num_gpu_blocks = m.num_gpu_blocks,
+        .requests_total = (double)m.request_success_total,
+    };
+    if (m.max_loras > 0) {
+        r.have_lora = true;
+        r.max_lora = m.max_loras;
+        if (d->w->n_adapters) {
+            size_t na = sb_engine_adapters(d->engines[rep], d->adapters, MAX_ADAPTERS + 1);
+            for (size_t i = 0; i < na && i <= MAX_ADAPTERS; i++) {
+                const sb_engine_adapter *a = &d->adapters[i];
+                if (a->id == 0 || a->id > MAX_ADAPTERS)
+                    continue;
+                if (a->running) {
+                    r.lora_running_mask |= 1ULL << (a->id - 1);
+                    r.lora_running_count++;
+                }
+                if (a->waiting)
+                    r.lora_waiting_mask |= 1ULL << (a->id - 1);
+            }
+        }
+    }
+    sb_endpoint_report_set(sb_router_endpoint(d->router, 0, rep), &r, SB_REPORT_SCRAPE, d->now);
+    /* As net/probe.c: the engine's cache size bounds what the prefix index believes it holds
+     * (replicas never restart here, so nothing is ever cleared). */
+    sb_router_prefix_capacity(d->router, 0, rep, (uint64_t)m.num_gpu_blocks * m.block_size);
+}
+
+/* ---- request life ---------------------------------------------------------------------------- */
+
+static sb_replay_fleet_view fleet_view(driver *d)
+{
+    return (sb_replay_fleet_view){
+        .now = d->now, .n_replicas = d->n, .router = d->router, .pool = 0, .engines = d->engines, .rng = &d->prng};
+}
+
+static void settle_shed(driver *d, uint32_t idx)
+{
+    /* A conversation whose turn is shed ends there: its later turns are shed too. */
+    for (; idx != SB_REPLAY_NO_REQUEST; idx = d->w->reqs[idx].followup) {
+        d->rt[idx].outcome = SB_REPLAY_SHED;
+        d->out->shed++;
+        d->out->requests++;
+        d->settled++;
+        if (d->out->records) {
+            sb_replay_record *rec = &d->out->records[idx];
+            rec->outcome = SB_REPLAY_SHED;
+            rec->arrival_ns = d->rt[idx].arrival_ns;
+            rec->prompt_tokens = d->w->reqs[idx].n_prompt;
+        }
+    }
+}
+
+static size_t engine_hashes(driver *d, const sb_replay_request *r)
+{
+    const sb_engine_params *ep = &d->o->engine;
+    return sb_engine_hash_blocks(d->tokens, r->n_prompt, ep->block_size, r->adapter, d->ehash);
+}
+
+static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
+{
+    const sb_replay_request *r = &d->w->reqs[idx];
+    (void)n_ehash;
+    sb_engine_request er = {.id = idx,
+                            .block_hashes = d->ehash,
+                            .n_prompt = r->n_prompt,
+                            .max_tokens = r->max_tokens,
+                            .adapter = r->adapter};
+    int rc = sb_engine_submit(d->engines[rep], &er, d->now);
+    if (rc < 0) {
+        fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
+        return;
+    }
+    mark_dirty(d, rep);
+}
+
+static void arrive(driver *d, uint32_t idx)
+{
+    const sb_replay_workload *w = d->w;
+    const sb_replay_request *r = &w->reqs[idx];
+    const sb_engine_params *ep = &d->o->engine;
+    req_rt *rt = &d->rt[idx];
+    rt->arrival_ns = d->now;
+    rt->replica = UINT32_MAX;
+    if (d->first_arrival == NEVER)
+        d->first_arrival = d->now;
+    if ((uint64_t)r->n_prompt + r->max_tokens > (uint64_t)ep->num_gpu_blocks * ep->block_size) {
+        settle_shed(d, idx); /* no replica could ever hold it (the engine says -E2BIG) */
+        return;
+    }
+
+    /* What the gateway's inspection would hand the core: proto/inspect.c hashes 64-byte
+     * blocks of the canonical prompt, chained, seeded by model and adapter; here a block is
+     * block_tokens token ids (64 bytes at the default 16). */
+    sb_replay_prompt_tokens(w, r, d->tokens);
+    uint32_t bt = d->block_tokens;
+    size_t nb = r->n_prompt / bt;
+    if (nb > d->o->max_prompt_blocks)
+        nb = d->o->max_prompt_blocks;
+    uint64_t h = d->hash_seeds[r->adapter];
+    for (size_t i = 0; i < nb; i++)
+        d->rhash[i] = h = XXH3_64bits_withSeed(d->tokens + i * bt, (size_t)bt * sizeof(uint32_t), h);
+    uint32_t pk = r->n_prompt < PREFIX_KEY_TOKENS ? r->n_prompt : PREFIX_KEY_TOKENS;
+    sb_sched_request sr = {
+        .pool = 0,
+        .adapter = r->adapter ? (int)r->adapter - 1 : -1,
+        .block_hashes = d->rhash,
+        .n_blocks = nb,
+        .prompt_bytes = (size_t)r->n_prompt * 4,
+        .prompt_tokens = r->n_prompt,
+        .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
+        .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
+        .profile = d->p->profile,
+    };
+    size_t ne = engine_hashes(d, r);
+
+    int pick;
+    sb_replay_fleet_view fv;
+    sb_replay_request_view rv;
+    if (d->p->custom) {
+        fv = fleet_view(d);
+        rv = (sb_replay_request_view){.id = idx,
+                                      .sched = &sr,
+                                      .tokens = d->tokens,
+                                      .n_tokens = r->n_prompt,
+                                      .engine_hashes = d->ehash,
+                                      .n_engine_hashes = ne,
+                                      .engine_adapter = r->adapter,
+                                      .max_tokens = r->max_tokens};
+        pick = d->p->custom->pick(d->pstate, &fv, &rv);
+        if (pick >= (int)d->n) {
+            fail(d, -EINVAL, "a custom policy picked a replica out of range");
+            return;
+        }
+    } else {
+        pick = sb_router_pick(d->router, &sr, d->now);
+    }
+    if (pick < 0) {
+        settle_shed(d, idx);
+        return;
+    }
+    rt->replica = (uint32_t)pick;
+    rt->ticket = sb_router_dispatched(d->router, 0, (uint32_t)pick, r->n_prompt, d->now);
+    d->out->per_replica[pick]++;
+    if (d->p->custom && d->p->custom->on_dispatch)
+        d->p->custom->on_dispatch(d->pstate, &fv, &rv, (uint32_t)pick);
+    if (d->o->net_delay_ns)
+        push(d, d->now + d->o->net_delay_ns, EV_DELIVER, (uint32_t)pick, idx);
+    else
+        submit(d, (uint32_t)pick, idx, ne);
+}
+
+static void deliver(driver *d, uint32_t rep, uint32_t idx)
+{
+    /* The hashes were computed at arrival into scratch since reused: compute them again. */
+    sb_replay_prompt_tokens(d->w, &d->w->reqs[idx], d->tokens);
+    submit(d, rep, idx, engine_hashes(d, &d->w->reqs[idx]));
+}
+
+static void first_byte(driver *d, uint32_t rep, uint32_t idx)
+{
+    sb_router_first_byte(d->router, 0, rep, &d->rt[idx].ticket, d->now);
+}
+
+/* The gateway sees the answer end at `now`: release the accounting, start the next turn. */
+static void answered(driver *d, uint32_t rep, uint32_t idx)
+{
+    req_rt *rt = &d->rt[idx];
+    const sb_replay_request *r = &d->w->reqs[idx];
+    sb_router_finished(d->router, 0, rep, &rt->ticket, true, true, d->now);
+    /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
+    sb_router_observe_ttft(d->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
+    if (d->p->custom && d->p->custom->on_finish) {
+        sb_replay_fleet_view fv = fleet_view(d);
+        d->p->custom->on_finish(d->pstate, &fv, idx, rep, true);
+    }
+    rt->outcome = SB_REPLAY_COMPLETED;
+    d->out->completed++;
+    d->out->requests++;
+    d->settled++;
+    d->last_answer = d->now > d->last_answer ? d->now : d->last_answer;
+    uint32_t next = r->followup;
+    if (next != SB_REPLAY_NO_REQUEST)
+        push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
+}
+
+/* The engine's final accounting of a request; client-side times add the delay both ways. */
+static void account(driver *d, uint32_t idx, const sb_engine_usage *u)
+{
+    sb_ns rtt = 2 * d->o->net_delay_ns;
+    sb_replay_result *out = d->out;
+    d->rt[idx].ttft_ns = u->ttft_ns + rtt;
+    d->rt[idx].cached_tokens = u->cached_tokens;
+    d->ttft[d->n_done] = u->ttft_ns + rtt;
+    d->e2e[d->n_done] = u->e2e_ns + rtt;
+    d->n_done++;
+    out->prompt_tokens += u->prompt_tokens;
+    out->cached_tokens += u->cached_tokens;
+    out->output_tokens += u->completion_tokens;
+    out->preemptions += u->preemptions;
+    if (out->records) {
+        sb_replay_record *rec = &out->records[idx];
+        *rec = (sb_replay_record){.arrival_ns = d->rt[idx].arrival_ns,
+                                  .ttft_ns = u->ttft_ns + rtt,
+                                  .e2e_ns = u->e2e_ns + rtt,
+                                  .replica = d->rt[idx].replica,
+                                  .prompt_tokens = u->prompt_tokens,
+                                  .cached_tokens = u->cached_tokens,
+                                  .completion_tokens = u->completion_tokens,
+                                  .preemptions = u->preemptions,
+                                  .outcome = SB_REPLAY_COMPLETED};
+    }
+}
+
+static void on_engine_event(void *ud, const sb_engine_event *ev)
+{
+    driver *d = ud;
+    uint32_t idx = (uint32_t)ev->id, rep = d->cur_replica;
+    sb_ns delay = d->o->net_delay_ns;
+    switch (ev->kind) {
+    case SB_ENGINE_EV_FIRST_TOKEN:
+        if (delay)
+            push(d, ev->time_ns + delay, EV_FIRST, rep, idx);
+        else
+            first_byte(d, rep, idx);
+        break;
+    case SB_ENGINE_EV_TOKEN: d->itl_hist[itl_bucket(ev->itl_ns)]++; break;
+    case SB_ENGINE_EV_FINISHED:
+        account(d, idx, &ev->usage);
+        if (delay) {
+            push(d, ev->time_ns + delay, EV_DONE, rep, idx);
+        } else {
+            sb_ns saved = d->now;
+            d->now = ev->time_ns;
+            answered(d, rep, idx);
+            d->now = saved;
+        }
+        break;
+    case SB_ENGINE_EV_PREEMPTED: break;
+    }
+}
+
+static void handle(driver *d, const sb_replay_event *ev)
+{
+    switch (ev->kind) {
+    case EV_STEP:
+        d->scheduled[ev->a] = false;
+        d->cur_replica = ev->a;
+        sb_engine_advance(d->engines[ev->a], d->now, on_engine_event, d);
+        mark_dirty(d, ev->a);
+        break;
+    case EV_SCRAPE:
+        scrape(d, ev->a);
+        push(d, d->now + d->o->scrape_ns, EV_SCRAPE, ev->a, 0);
+        break;
+    case EV_ARRIVE: arrive(d, (uint32_t)ev->b); break;
+    case EV_DELIVER: deliver(d, ev->a, (uint32_t)ev->b); break;
+    case EV_FIRST: first_byte(d, ev->a, (uint32_t)ev->b); break;
+    case EV_DONE: answered(d, ev->a, (uint32_t)ev->b); break;
+    }
+}
+
+/* ---- set-up, loop, summary ------------------------------------------------------------------- */
+
+static sb_ns scaled_arrival(const sb_replay_opts *o, const sb_replay_request *r)
+{
+    return o->time_scale == 1.0 ? r->arrival_ns : (sb_ns)((double)r->arrival_ns / o->time_scale);
+}
+
+/* Counts the roots this run admits (and, through their chains, every request it settles). */
+static size_t select_roots(const sb_replay_workload *w, const sb_replay_opts *o, uint64_t *total)
+{
+    size_t roots = 0;
+    *total = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const sb_replay_request *r = &w->reqs[i];
+        if (r->is_followup)
+            continue;
+        if ((o->max_requests && roots >= o->max_requests) ||
+            (o->max_arrival_ns && scaled_arrival(o, r) >= o->max_arrival_ns))
+            break;
+        roots++;
+        for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = w->reqs[k].followup)
+            (*total)++;
+    }
+    return roots;
+}
+
+static int cmp_ns(const void *a, const void *b)
+{
+    sb_ns x = *(const sb_ns *)a, y = *(const sb_ns *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void summarise(driver *d)
+{
+    sb_replay_result *out = d->out;
+    qsort(d->ttft, d->n_done, sizeof(sb_ns), cmp_ns);
+    qsort(d->e2e, d->n_done, sizeof(sb_ns), cmp_ns);
+    const double ms = 1e-6;
+    out->ttft_p50_ms = sb_replay_percentile(d->ttft, d->n_done, 0.50) * ms;
+    out->ttft_p90_ms = sb_replay_percentile(d->ttft, d->n_done, 0.90) * ms;
+    out->ttft_p99_ms = sb_replay_percentile(d->ttft, d->n_done, 0.99) * ms;
+    out->e2e_p50_ms = sb_replay_percentile(d->e2e, d->n_done, 0.50) * ms;
+    out->e2e_p99_ms = sb_replay_percentile(d->e2e, d->n_done, 0.99) * ms;
+    double sum = 0;
+    for (size_t i = 0; i < d->n_done; i++)
+        sum += (double)d->ttft[i];
+    out->ttft_mean_ms = d->n_done ? sum / (double)d->n_done * ms : 0;
+
+    uint64_t gaps = 0, seen = 0;
+    for (size_t i = 0; i < ITL_BUCKETS; i++)
+        gaps += d->itl_hist[i];
+    for (size_t i = 0; i < ITL_BUCKETS && gaps; i++) {
+        seen += d->itl_hist[i];
+        if (2 * seen >= gaps) {
+            out->itl_p50_ms = itl_value(i) * ms;
+            break;
+        }
+    }
+
+    uint64_t hits = 0, queries = 0;
+    for (uint32_t i = 0; i < d->n; i++) {
+        sb_engine_metrics m;
+        sb_engine_metrics_get(d->engines[i], &m);
+        hits += m.prefix_cache_hits_total;
+        queries += m.prefix_cache_queries_total;
+        out->engine_steps += m.num_steps_total;
+    }
+    out->hit_rate = queries ? (double)hits / (double)queries : 0;
+
+    double mean = 0, var = 0;
+    for (uint32_t i = 0; i < d->n; i++)
+        mean += (double)out->per_replica[i];
+    mean /= d->n;
+    for (uint32_t i = 0; i < d->n; i++)
+        var += ((double)out->per_replica[i] - mean) * ((double)out->per_replica[i] - mean);
+    out->imbalance_cv = mean > 0 ? sqrt(var / d->n) / mean : 0;
+
+    if (d->first_arrival != NEVER && d->last_answer > d->first_arrival) {
+        out->makespan_s = (double)(d->last_answer - d->first_arrival) * 1e-9;
+        out->output_tok_s = (double)out->output_tokens / out->makespan_s;
+    }
+    out->ttft_sorted = d->ttft;
+    out->n_ttft = d->n_done;
+    d->ttft = NULL;
+}
+
+static int check_opts(driver *d)
+{
+    const sb_replay_opts *o = d->o;
+    if (o->replicas == 0)
+        return fail(d, -EINVAL, "at least one replica is needed");
+    if (sb_engine_params_check(&o->engine) < 0)
+        return fail(d, -EINVAL,
+                    "engine parameters rejected (a zero size, a block size over 4096, or "
+                    "max_num_seqs above max_num_batched_tokens)");
+    if (d->w->n_adapters > MAX_ADAPTERS)
+        return fail(d, -EINVAL, "more than 64 LoRA adapters (the router's adapter masks hold 64)");
+    if (d->w->n_adapters && o->engine.max_loras == 0)
+        return fail(d, -EINVAL, "the workload uses LoRA adapters but max_loras is 0");
+    double bt = o->pool.bytes_per_token > 0 ? (double)o->pool.block_bytes / o->pool.bytes_per_token : 0;
+    if (!(bt >= 1) || bt > 65536 || !(o->time_scale > 0) || !isfinite(o->time_scale))
+        return fail(d, -EINVAL,
+                    "the router's block size (block_bytes / bytes_per_token) and time_scale must be "
+                    "positive");
+    d->block_tokens = (uint32_t)bt;
+    if (!d->p->profile && !d->p->custom)
+        return fail(d, -EINVAL, "the policy is not resolved");
+    return 0;
+}
+
+static int set_up(driver *d)
+{
+    const sb_replay_opts *o = d->o;
+    const sb_replay_workload *w = d->w;
+    sb_replay_result *out = d->out;
+    d->n = o->replicas;
+    d->engines = sb_calloc(d->n, sizeof(*d->engines));
+    d->scheduled = sb_calloc(d->n, sizeof(bool));
+    d->is_dirty = sb_calloc(d->n, sizeof(bool));
+    d->dirty = sb_calloc(d->n, sizeof(uint32_t));
+    d->rt = sb_calloc(w->n ? w->n : 1, sizeof(req_rt));
+    d->itl_hist = sb_calloc(ITL_BUCKETS, sizeof(uint64_t));
+    d->ttft = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
+    d->e2e = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
+    size_t maxp = w->max_prompt ? w->max_prompt : 1;
+    d->tokens = sb_malloc(maxp * sizeof(uint32_t));
+    d->rhash = sb_malloc((maxp / d->block_tokens + 1) * sizeof(uint64_t));
+    d->ehash = sb_malloc((maxp / o->engine.block_size + 1) * sizeof(uint64_t));
+    out->per_replica = sb_calloc(d->n, sizeof(uint64_t));
+    out->n_replicas = d->n;
+    if (o->keep_records) {
+        out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
+        out->n_records = w->n;
+    }
+    d->router = sb_router_new(o->seed);
+    if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
+        !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records) || !d->router)
+        return fail(d, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < d->n; i++)
+        if (!(d->engines[i] = sb_engine_new(&o->engine)))
+            return fail(d, -ENOMEM, "out of memory (engines)");
+
+    /* One pool, as a config with one pool of `replicas` endpoints would build it. A custom
+     * policy never runs the pool's profile; the pool still needs one. */
+    const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
+    const char *model = o->model ? o->model : DEFAULT_MODEL;
+    if (sb_router_add_pool(d->router, "replay", prof, d->n, &o->pool) != 0 ||
+        sb_router_add_model(d->router, 0, model, SB_MODEL_SERVED) != 0)
+        return fail(d, -ENOMEM, "out of memory (router)");
+    d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);
+    for (uint32_t a = 1; a <= w->n_adapters; a++) {
+        char name[32];
+        int len = snprintf(name, sizeof(name), "adapter-%u", a);
+        if (sb_router_add_model(d->router, 0, name, SB_MODEL_ADAPTER) != 0)
+            return fail(d, -ENOMEM, "out of memory (router)");
+        d->hash_seeds[a] = sb_prompt_seed(model, strlen(model), name, (size_t)len);
+    }
+    /* The consistent-hash ring of the session and prefix-hash scorers, as net/gateway.c builds
+     * it; endpoints have no address here, so the ring names them "#<index>". */
+    if (sb_router_build_ring(d->router, 0) < 0)
+        return fail(d, -ENOMEM, "out of memory (router)");
+    d->prng = o->seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
+    if (!d->prng)
+        d->prng = 1;
+    if (d->p->custom && d->p->custom->create) {
+        sb_replay_policy_env env = {
+            .n_replicas = d->n, .engine = &o->engine, .router_block_tokens = d->block_tokens, .seed = o->seed};
+        if (!(d->pstate = d->p->custom->create(&env)))
+            return fail(d, -ENOMEM, "out of memory (policy state)");
+    }
+    return 0;
+}
+
+static void tear_down(driver *d)
+{
+    if (d->pstate && d->p->custom->destroy)
+        d->p->custom->destroy(d->pstate);
+    for (uint32_t i = 0; d->engines && i < d->n; i++)
+        sb_engine_free(d->engines[i]);
+    sb_free(d->engines);
+    sb_free(d->scheduled);
+    sb_free(d->is_dirty);
+    sb_free(d->dirty);
+    sb_free(d->rt);
+    sb_free(d->itl_hist);
+    sb_free(d->ttft);
+    sb_free(d->e2e);
+    sb_free(d->tokens);
+    sb_free(d->rhash);
+    sb_free(d->ehash);
+    sb_router_free(d->router);
+    sb_replay_queue_free(&d->q);
+}
+
+int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,
+                  sb_replay_result *out, char *err, size_t errcap)
+{
+    static char dummy[1];
+    memset(out, 0, sizeof(*out));
+    driver d = {.w = w,
+                .p = p,
+                .o = o,
+                .out = out,
+                .err = err ? err : dummy,
+                .errcap = err ? errcap : 1,
+                .first_arrival = NEVER,
+                .now = EPOCH_NS};
+    if (check_opts(&d) == 0 && set_up(&d) == 0) {
+        snprintf(out->policy, sizeof(out->policy), "%s", p->name);
+        out->rate = w->rate * o->time_scale;
+        size_t roots = select_roots(w, o, &d.total);
+        /* Probing starts before traffic: one scrape of everyone at the start, then each
+         * replica on its own phase. */
+        for (uint32_t i = 0; i < d.n && o->scrape_ns; i++) {
+            scrape(&d, i);
+            push(&d, EPOCH_NS + o->scrape_ns * (i + 1) / d.n, EV_SCRAPE, i, 0);
+        }
+        size_t cursor = 0, admitted = 0;
+        while (d.settled < d.total && !d.error) {
+            while (cursor < w->n && w->reqs[cursor].is_followup)
+                cursor++;
+            sb_ns t_root = admitted < roots ? EPOCH_NS + scaled_arrival(o, &w->reqs[cursor]) : NEVER;
+            const sb_replay_event *top = sb_replay_queue_peek(&d.q);
+            sb_ns t_ev = top ? top->time_ns : NEVER;
+            sb_ns t = t_ev <= t_root ? t_ev : t_root;
+            if (d.n_dirty && t > d.now) {
+                flush_dirty(&d);
+                continue;
+            }
+            if (t == NEVER) {
+                fail(&d, -EINVAL, "internal: requests left unsettled with nothing to happen");
+                break;
+            }
+            d.now = t > d.now ? t : d.now;
+            out->events++;
+            if (t_ev <= t_root) {
+                sb_replay_event ev;
+                sb_replay_queue_pop(&d.q, &ev);
+                handle(&d, &ev);
+            } else {
+                admitted++;
+                arrive(&d, (uint32_t)cursor++);
+            }
+        }
+        if (!d.error)
+            summarise(&d);
+    }
+    tear_down(&d);
+    if (d.error) {
+        sb_replay_result_free(out);
+        return d.error;
+    }
+    return 0;
+}
+
+void sb_replay_result_free(sb_replay_result *r)
+{
+    if (!r)
+        return;
+    sb_free(r->ttft_sorted);
+    sb_free(r->per_replica);
+    sb_free(r->records);
+    r->ttft_sorted = NULL;
+    r->per_replica = NULL;
+    r->records = NULL;
+    r->n_ttft = r->n_records = 0;
+}
