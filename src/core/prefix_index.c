@@ -40,6 +40,7 @@ struct sb_prefix_index {
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
     uint64_t generation;
     uint64_t evictions;
+    uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
 static size_t slot_of(const sb_prefix_index *ix, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (ix->table_cap - 1); }
@@ -207,8 +208,10 @@ uint32_t sb_prefix_index_capacity(const sb_prefix_index *ix, uint32_t ep)
     return ep < ix->n_eps ? ix->eps[ep].capacity : 0;
 }
 
-/* A free entry, growing the array or, at the memory bound, evicting from the endpoint that
- * holds the most (O(endpoints), only when the bound is hit). NIL if none can be had. */
+/* A free entry, growing the array or, at the memory bound, evicting the LRU entry of an
+ * endpoint holding at least its fair share (max_entries / endpoints), found by a cursor that
+ * moves round the endpoints: amortised O(1), since at the bound most holders are at or above
+ * their share. NIL if none can be had. */
 static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
 {
     if (ix->free_head == NIL && ix->n_alloc < ix->max_entries) {
@@ -226,11 +229,22 @@ static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
         }
     }
     if (ix->free_head == NIL) {
-        uint32_t big = for_ep;
-        for (uint32_t e = 0; e < ix->n_eps; e++)
-            if (ix->eps[e].count > ix->eps[big].count)
-                big = e;
-        evict_lru(ix, big);
+        uint32_t fair = ix->max_entries / (ix->n_eps ? ix->n_eps : 1);
+        uint32_t victim = for_ep;
+        for (uint32_t k = 0; k < ix->n_eps; k++) {
+            uint32_t e = ix->evict_cursor;
+            ix->evict_cursor = (e + 1) % ix->n_eps;
+            if (ix->eps[e].count && ix->eps[e].count >= fair) {
+                victim = e;
+                break;
+            }
+        }
+        if (ix->eps[victim].count == 0) {
+            /* Nobody at its share and the inserter holds nothing: take from anyone. */
+            for (uint32_t k = 0; k < ix->n_eps && ix->eps[victim].count == 0; k++)
+                victim = (victim + 1) % ix->n_eps;
+        }
+        evict_lru(ix, victim);
     }
     if (ix->free_head == NIL)
         return NIL;

@@ -245,6 +245,16 @@ int sb_router_adapter_index(const sb_router *r, uint32_t pool_idx, const char *n
     return m.adapter;
 }
 
+static bool uses_prefix(const sb_profile *prof)
+{
+    for (size_t i = 0; prof && i < prof->n_scorers; i++) {
+        const char *n = prof->scorers[i].def->name;
+        if (!strcmp(n, "prefix") || !strcmp(n, "prefix-tokens") || !strcmp(n, "predicted-latency"))
+            return true;
+    }
+    return false;
+}
+
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
     if (req->pool >= r->n_pools)
@@ -255,7 +265,9 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
                         .block_tokens = p->params.block_bytes / p->params.bytes_per_token,
                         .prefix_ref_tokens = p->params.prefix_ref_tokens,
                         .ring = p->ring};
-    bool blocks = req->block_hashes && req->n_blocks;
+    /* The index is kept (looked up and fed) only for profiles that read it: a pool routed by
+     * round robin or by load alone pays nothing for it. */
+    bool blocks = req->block_hashes && req->n_blocks && uses_prefix(ctx.profile);
     if (blocks) {
         sb_prefix_index_match(p->prefix, req->block_hashes, req->n_blocks, p->prefix_match);
         ctx.prefix_match = p->prefix_match;
