@@ -11,6 +11,7 @@
 #include "base/buf.h"
 #include "net/gateway.h"
 #include "core/adaptive.h"
+#include "core/flow.h"
 #include "core/prefix_index.h"
 #include "net/probe.h"
 
@@ -201,6 +202,53 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
         const sb_prefix_index *ix = sb_router_prefix_index(gw->router, (uint32_t)p);
         sb_buf_printf(b, "switchboard_prefix_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
                       ix ? sb_prefix_index_bytes(ix) : 0);
+    }
+    if (gw->flows) {
+        sb_buf_puts(b, "# HELP switchboard_queue_length Requests waiting in the gateway's admission queue.\n"
+                       "# TYPE switchboard_queue_length gauge\n");
+        for (size_t p = 0; p < cfg->n_pools; p++) {
+            sb_flow_stats fs;
+            if (!gw->flows[p])
+                continue;
+            sb_flow_stats_get(gw->flows[p], &fs);
+            for (int k = 0; k < SB_BAND_COUNT; k++)
+                sb_buf_printf(b, "switchboard_queue_length{pool=\"%s\",band=\"%s\"} %u\n", cfg->pools[p].name,
+                              sb_band_name((enum sb_band)k), fs.band[k].queued);
+        }
+        static const char *qc[][2] = {
+            {"switchboard_queue_dispatched_total", "Requests dispatched from the admission queue."},
+            {"switchboard_queue_refused_total", "Requests refused by flow control (reason: full, shed, evicted, timeout)."},
+            {"switchboard_queue_removed_total", "Queued requests whose client disconnected (nothing sent upstream)."},
+            {"switchboard_queue_wait_seconds_total", "Total time dispatched requests waited in the queue."},
+        };
+        for (size_t g = 0; g < 4; g++) {
+            sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", qc[g][0], qc[g][1], qc[g][0]);
+            for (size_t p = 0; p < cfg->n_pools; p++) {
+                sb_flow_stats fs;
+                if (!gw->flows[p])
+                    continue;
+                sb_flow_stats_get(gw->flows[p], &fs);
+                for (int k = 0; k < SB_BAND_COUNT; k++) {
+                    const sb_flow_band_stats *bs = &fs.band[k];
+                    const char *pn = cfg->pools[p].name, *bn = sb_band_name((enum sb_band)k);
+                    if (g == 0)
+                        sb_buf_printf(b, "%s{pool=\"%s\",band=\"%s\"} %llu\n", qc[g][0], pn, bn,
+                                      (unsigned long long)bs->dispatched);
+                    else if (g == 1) {
+                        const char *rs[] = {"full", "shed", "evicted", "timeout"};
+                        uint64_t rv[] = {bs->refused_full, bs->shed, bs->evicted, bs->expired};
+                        for (int r = 0; r < 4; r++)
+                            sb_buf_printf(b, "%s{pool=\"%s\",band=\"%s\",reason=\"%s\"} %llu\n", qc[g][0], pn, bn,
+                                          rs[r], (unsigned long long)rv[r]);
+                    } else if (g == 2)
+                        sb_buf_printf(b, "%s{pool=\"%s\",band=\"%s\"} %llu\n", qc[g][0], pn, bn,
+                                      (unsigned long long)bs->removed);
+                    else
+                        sb_buf_printf(b, "%s{pool=\"%s\",band=\"%s\"} %.6f\n", qc[g][0], pn, bn,
+                                      (double)bs->wait_sum_ns / 1e9);
+                }
+            }
+        }
     }
     if (gw->adaptive) {
         sb_buf_puts(b, "# HELP switchboard_adaptive_signal Smoothed detector signal (0..1).\n"
