@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 static const char usage_text[] =
     "usage: switchboard sim [options]\n"
     "Serves N simulated vLLM-compatible replicas on ports P..P+N-1.\n"
+    "With --calibrate, prints what the engine parameters imply (TTFT, inter-token latency,\n"
+    "prefill throughput) next to published reference points, and exits.\n"
     "\n"
     "  --replicas N                 replicas (default 1)\n"
     "  --port P                     first port (default 8000; 0: any free ports)\n"
@@ -43,6 +46,7 @@ static const char usage_text[] =
 
 enum {
     O_REPLICAS = 256,
+    O_CALIBRATE,
     O_PORT,
     O_HOST,
     O_MODEL,
@@ -75,6 +79,7 @@ enum {
 
 static const struct option long_opts[] = {
     {"replicas", required_argument, NULL, O_REPLICAS},
+    {"calibrate", no_argument, NULL, O_CALIBRATE},
     {"port", required_argument, NULL, O_PORT},
     {"host", required_argument, NULL, O_HOST},
     {"model", required_argument, NULL, O_MODEL},
@@ -214,6 +219,41 @@ static int parse_log_level(const char *s)
     return -1;
 }
 
+/* What the engine parameters imply, measured by driving the engine in virtual time, beside
+ * the published reference points for Llama-3.1-8B on one H100 (docs/simulator.md). */
+static int print_calibration(const sb_engine_params *ep)
+{
+    sb_engine_calibration cal;
+    if (sb_engine_calibrate(ep, &cal) < 0) {
+        fprintf(stderr, "switchboard sim: calibration failed\n");
+        return 1;
+    }
+    printf("engine: a=%.3f ms, b=%.2f us/prefill token, c=%.2f us/decode token, e=%.3f us/context token;\n"
+           "        max_num_seqs %u, max_num_batched_tokens %u, %u blocks of %u tokens\n\n",
+           ep->step_overhead_ns / 1e6, ep->prefill_token_ns / 1e3, ep->decode_token_ns / 1e3,
+           ep->context_token_ns / 1e3, ep->max_num_seqs, ep->max_num_batched_tokens, ep->num_gpu_blocks,
+           ep->block_size);
+    printf("%-44s %14s   %s\n", "measure", "simulated", "reference (Llama-3.1-8B, 1x H100)");
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "TTFT, %u-token prompt, idle", cal.ttft_prompt_tokens[i]);
+        if (cal.ttft_ns[i])
+            printf("%-44s %11.1f ms   %s\n", name, cal.ttft_ns[i] / 1e6, "-");
+        else
+            printf("%-44s %14s   %s\n", name, "(too long)", "-");
+    }
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "inter-token latency, batch %u, %u-token ctx", cal.itl_batch[i],
+                 cal.itl_context_tokens);
+        printf("%-44s %11.2f ms   %s\n", name, cal.itl_ns[i] / 1e6, "roughly 5-13 ms");
+    }
+    printf("%-44s %10.0f tok/s  %s\n", "prefill throughput", cal.prefill_tokens_per_s,
+           "tens of thousands of tokens/s");
+    printf("%-44s %10.0f tok/s  %s\n", "decode throughput, largest batch", cal.decode_tokens_per_s_256, "-");
+    return 0;
+}
+
 int sb_cmd_sim(int argc, char **argv)
 {
     sb_sim_opts o;
@@ -225,11 +265,13 @@ int sb_cmd_sim(int argc, char **argv)
     uint32_t u, port = o.port;
     double d;
     int rc = 0, c;
+    bool calibrate = false;
     optind = 1;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
         const char *a = optarg;
         switch (c) {
         case O_REPLICAS: rc = parse_u32("replicas", a, 1, 4096, &o.replicas); break;
+        case O_CALIBRATE: calibrate = true; break;
         case O_PORT: rc = parse_u32("port", a, 0, 65535, &port); break;
         case O_HOST: o.host = a; break;
         case O_MODEL: o.model = a; break;
@@ -314,6 +356,10 @@ int sb_cmd_sim(int argc, char **argv)
                         "--max-num-seqs above --max-num-batched-tokens)\n");
         free_list(adapters, n_adapters);
         return 2;
+    }
+    if (calibrate) {
+        free_list(adapters, n_adapters);
+        return print_calibration(ep);
     }
 
     signal(SIGPIPE, SIG_IGN);
