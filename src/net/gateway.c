@@ -93,6 +93,32 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
 {
     sb_inspect_result res;
     int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
+    sb_model_match m;
+    bool insert = false, comma = false;
+    if (rc == SB_INSPECT_NO_MODEL && gw->cfg->default_pool && !memmem(req->body, req->body_len, "\"model\"", 7)) {
+        /* No model named: the default pool serves it under its served name, inserted as the
+         * object's first member. (A body that names a model of the wrong type, or null, is
+         * still refused: it said something, and it was not a model.) */
+        for (size_t p = 0; p < gw->cfg->n_pools; p++)
+            if (!strcmp(gw->cfg->pools[p].name, gw->cfg->default_pool)) {
+                const char *served = gw->cfg->pools[p].models[0];
+                if (sb_router_resolve(gw->router, served, strlen(served), &m) == 0) {
+                    const char *open = memchr(req->body, '{', req->body_len);
+                    size_t at = open ? (size_t)(open - req->body) + 1 : 0;
+                    size_t k = at;
+                    while (k < req->body_len && strchr(" \t\r\n", req->body[k]))
+                        k++;
+                    comma = k < req->body_len && req->body[k] != '}';
+                    res.model_tok_start = res.model_tok_end = at;
+                    snprintf(res.model, sizeof(res.model), "%s", served);
+                    res.model_len = strlen(served);
+                    insert = open != NULL;
+                }
+                break;
+            }
+        if (insert)
+            rc = SB_INSPECT_OK;
+    }
     if (rc != SB_INSPECT_OK) {
         char msg[200];
         const char *param = NULL;
@@ -117,8 +143,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         sb_gateway_error(gw, req, 400, msg, "invalid_request_error", param, NULL);
         return;
     }
-    sb_model_match m;
-    if (sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
+    if (!insert && sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
         char msg[SB_MODEL_NAME_MAX + 80];
         snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
         sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
@@ -136,7 +161,9 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     sb_proxy_target t = {
         .pool = m.pool,
         .adapter = m.adapter,
-        .served = m.is_alias ? m.served : NULL,
+        .served = m.is_alias || insert ? m.served : NULL,
+        .insert_model = insert,
+        .insert_comma = comma,
         .served_len = m.served_len,
         .model_tok_start = res.model_tok_start,
         .model_tok_end = res.model_tok_end,

@@ -115,6 +115,8 @@ typedef struct sb_proxy_target {
     uint32_t pool;
     int adapter;
     const char *served;          /* non-NULL: splice this name into the body's model field */
+    bool insert_model;           /* no model field: insert "model":served at model_tok_start */
+    bool insert_comma;           /* the insertion is followed by another member */
     size_t served_len;
     size_t model_tok_start, model_tok_end;
     int stream;

@@ -42,7 +42,7 @@ typedef struct exchange {
     sb_upstream_conn *uc;
     http_parser parser;
     sb_buf head;               /* request head sent upstream */
-    char served_quoted[SB_MODEL_NAME_MAX * 6 + 3];
+    char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
     size_t served_quoted_len;
     int pending_writes;
     /* response */
@@ -654,16 +654,15 @@ void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     x->t = *t;
     x->t_start = now_ns();
     x->rr = *rr;
-    x->snap = sb_gateway_snapshot_ref(gw);
     snprintf(x->model, sizeof(x->model), "%s", t->model ? t->model : "");
     x->prompt_tokens = rr->prompt_tokens;
     if (t->served) {
         /* Escape into the fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes,
-         * so 6x plus quotes always fits. */
+         * so 6x plus quotes (and the key, for an insertion) always fits. */
         sb_buf tmp = {0};
-        sb_buf_puts(&tmp, "\"");
+        sb_buf_puts(&tmp, t->insert_model ? "\"model\":\"" : "\"");
         sb_buf_json_escape(&tmp, t->served, t->served_len);
-        sb_buf_puts(&tmp, "\"");
+        sb_buf_puts(&tmp, t->insert_model && t->insert_comma ? "\"," : "\"");
         if (!tmp.data || tmp.len >= sizeof(x->served_quoted)) {
             sb_buf_free(&tmp);
             sb_free(x);
@@ -674,6 +673,7 @@ void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
         x->served_quoted_len = tmp.len;
         sb_buf_free(&tmp);
     }
+    x->snap = sb_gateway_snapshot_ref(gw);
     req->user = x;
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;

@@ -18,6 +18,7 @@
 #include "base/alloc.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define DEFAULT_MAX_TOKENS ((size_t)1 << 20)
@@ -528,17 +529,25 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
         return SB_INSPECT_BAD_JSON;
     find_keys(t, n, body, 0, w, 6);
 
+    /* A missing model is reported at the end, after the rest is read: a gateway with a
+     * default pool routes such a request like any other. A model of the wrong type is not
+     * "missing": it is reported at once. */
+    bool no_model = false;
     v = w[0].val;
-    if (v < 0 || t[v].type != JSMN_STRING)
+    if (v >= 0 && t[v].type != JSMN_STRING && !(t[v].type == JSMN_PRIMITIVE && body[t[v].start] == 'n'))
         return SB_INSPECT_NO_MODEL;
-    d = decode_name(&t[v], body, res->model, SB_MODEL_NAME_MAX);
-    if (d < 0)
-        return bad_field(res, "model");
-    if (d == 0)
-        return SB_INSPECT_NO_MODEL;
-    res->model_len = (size_t)d;
-    res->model_tok_start = (size_t)t[v].start - 1;
-    res->model_tok_end = (size_t)t[v].end + 1;
+    if (v < 0 || t[v].type != JSMN_STRING) {
+        no_model = true;
+    } else {
+        d = decode_name(&t[v], body, res->model, SB_MODEL_NAME_MAX);
+        if (d < 0)
+            return bad_field(res, "model");
+        if (d == 0)
+            return SB_INSPECT_NO_MODEL;
+        res->model_len = (size_t)d;
+        res->model_tok_start = (size_t)t[v].start - 1;
+        res->model_tok_end = (size_t)t[v].end + 1;
+    }
 
     v = w[1].val;
     if (present(t, v, body)) {
@@ -596,7 +605,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
         res->prompt_tok = v;
     }
     ctx->n_tokens = n;
-    return SB_INSPECT_OK;
+    return no_model ? SB_INSPECT_NO_MODEL : SB_INSPECT_OK;
 }
 
 /* ---- prompt hashing ---- */

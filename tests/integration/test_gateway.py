@@ -274,3 +274,22 @@ class GatewayTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DefaultPoolTest(unittest.TestCase):
+    def test_request_without_model_goes_to_default_pool(self):
+        up = Upstream("d1")
+        gw = Gateway([{"name": "main", "models": ["org/main-model"], "endpoints": [up.address]}],
+                     extra="routing: { default_pool: main }")
+        try:
+            for body in ((b'{"messages":[{"role":"user","content":"hi"}]}'), b"{ }"):
+                st, _, out = http(gw.port, "POST", "/v1/chat/completions", body)
+                self.assertEqual(st, 200, out)
+                sent = json.loads(up.requests[-1][3])  # valid JSON with the model inserted
+                self.assertEqual(sent["model"], "org/main-model")
+            # A model of the wrong type is still an error, not silently replaced.
+            st, _, _ = http(gw.port, "POST", "/v1/chat/completions", b'{"model": null, "messages": []}')
+            self.assertEqual(st, 400)
+        finally:
+            gw.close()
+            up.close()
