@@ -77,8 +77,15 @@ int main(void)
     const size_t sizes[] = {8, 64, 256, 1024};
     const sb_ns now = SB_MS(100000);
     double base_ns = 0;
-    printf("decision time, profile `default` (healthy, lora, saturation | queue 2, kv-cache 2, in-flight 1,\n"
-           "pending-prefill 1, lora-affinity 1 | max-score), median of %d runs\n\n", RUNS);
+    /* Print the profile as it is now: its composition changes as the project measures. */
+    const sb_profile *prof = sb_profile_builtin("default");
+    printf("decision time, profile `default` (");
+    for (size_t i = 0; i < prof->n_filters; i++)
+        printf("%s%s", i ? ", " : "", prof->filters[i]->name);
+    printf(" |");
+    for (size_t i = 0; i < prof->n_scorers; i++)
+        printf("%s %s %g", i ? "," : "", prof->scorers[i].def->name, prof->scorers[i].weight);
+    printf(" | %s), requests without prompt blocks, median of %d runs\n\n", prof->picker->name, RUNS);
     printf("%10s %12s %14s %12s %14s %10s\n", "endpoints", "iterations", "ns/decision", "ns/endpoint",
            "adapter ns/dec", "vs n=8");
     for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
