@@ -10,6 +10,10 @@
 
 extern const sb_replay_policy_def sb_policy_round_robin, sb_policy_random, sb_policy_least_request, sb_policy_p2c,
     sb_policy_default, sb_policy_load_only;
+/* Reference policies reproducing peers (issue 6), each citing its source in its file. */
+extern const sb_replay_policy_def sb_policy_session_hash, sb_policy_kubeai_chwbl, sb_policy_sglang_cache_aware,
+    sb_policy_sglang_cache_aware_rust, sb_policy_gie_default, sb_policy_production_stack_prefix,
+    sb_policy_aibrix_prefix, sb_policy_dynamo_kv, sb_policy_oracle;
 
 static const sb_replay_policy_def *const policies[] = {
     &sb_policy_round_robin,
@@ -18,6 +22,15 @@ static const sb_replay_policy_def *const policies[] = {
     &sb_policy_p2c,
     &sb_policy_default,
     &sb_policy_load_only,
+    &sb_policy_session_hash,
+    &sb_policy_kubeai_chwbl,
+    &sb_policy_sglang_cache_aware,
+    &sb_policy_sglang_cache_aware_rust,
+    &sb_policy_gie_default,
+    &sb_policy_production_stack_prefix,
+    &sb_policy_aibrix_prefix,
+    &sb_policy_dynamo_kv,
+    &sb_policy_oracle,
     NULL,
 };
 

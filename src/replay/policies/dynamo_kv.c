@@ -1,0 +1,117 @@
+/* dynamo-kv: NVIDIA Dynamo's KV router, default cost with KV events (ai-dynamo/dynamo
+ * lib/llm/src/kv_router/scheduler.rs, DefaultWorkerSelector::select_worker; later moved to
+ * lib/kv-router/src/scheduling/selector.rs; active sequences in sequence.rs; defaults in
+ * kv_router.rs KvRouterConfig: overlap_score_weight 1.0, router_temperature 0.0, use_kv_events
+ * true).
+ *
+ * The rule, for each worker w:
+ *   overlap(w)        = leading blocks of the request cached on w (from the engines' KV events:
+ *                       exact);
+ *   prefill_tokens(w) = the prompt tokens w still has to prefill for its active requests
+ *                       + this request's isl - overlap(w) x block_size;
+ *   decode_blocks(w)  = blocks of w's active requests + the blocks this request would add;
+ *   logit(w)          = overlap_weight x prefill_tokens(w) / block_size + decode_blocks(w);
+ * temperature 0: the lowest logit wins; ties go to the smaller cache tree, then at random.
+ *
+ * Here: the engines' exact cache state is what KV events would give; sim/engine.h has no
+ * read-only look-up of cached hashes, so it comes from kv_shadow.h, a replay of each engine's
+ * prefix cache from the requests sent to it (its departures from the engine are listed there
+ * and in docs/replay.md). Blocks are the engines' own (16 tokens, their chained hashes). Active
+ * requests are this policy's dispatches not yet answered; those still in prefill are the
+ * newest whose prompts add up to the router's first-byte-pending count (Dynamo marks prefill
+ * complete when the first token comes back), each counted with the tokens it had to compute. */
+#include "base/alloc.h"
+#include "replay/policies/kv_shadow.h"
+#include "replay/policy.h"
+
+#define OVERLAP_SCORE_WEIGHT 1.0 /* KvRouterConfig default */
+
+typedef struct state {
+    uint32_t n, block_size;
+    sb_kv_shadow *shadow;
+    uint32_t *ties;
+} state;
+
+static void destroy(void *st)
+{
+    state *s = st;
+    if (!s)
+        return;
+    sb_kv_shadow_free(s->shadow);
+    sb_free(s->ties);
+    sb_free(s);
+}
+
+static void *create(const sb_replay_policy_env *env)
+{
+    state *s = sb_calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->n = env->n_replicas;
+    s->block_size = env->engine->block_size;
+    s->shadow = sb_kv_shadow_new(s->n, env->engine);
+    s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
+    if (!s->shadow || !s->ties) {
+        destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r)
+{
+    state *s = st;
+    double best = 0;
+    uint32_t best_tree = 0, nt = 0;
+    uint32_t partial = r->n_tokens % s->block_size ? 1 : 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
+        uint32_t overlap = sb_kv_shadow_cached_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes);
+        uint64_t cached = (uint64_t)overlap * s->block_size;
+        uint64_t own = r->n_tokens > cached ? r->n_tokens - cached : 0;
+        uint64_t active = sb_kv_shadow_pending_uncached(s->shadow, i, ep->pending_prefill_tokens, NULL);
+        double prefill_blocks = (double)(active + own) / s->block_size;
+        double decode_blocks = (double)sb_kv_shadow_active_blocks(s->shadow, i) +
+                               sb_kv_shadow_new_active_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes) +
+                               partial;
+        double logit = OVERLAP_SCORE_WEIGHT * prefill_blocks + decode_blocks;
+        uint32_t tree = sb_kv_shadow_cached_total(s->shadow, i);
+        if (nt == 0 || logit < best || (logit == best && tree < best_tree)) {
+            best = logit;
+            best_tree = tree;
+            nt = 0;
+        }
+        if (logit == best && tree == best_tree)
+            s->ties[nt++] = i;
+    }
+    return (int)s->ties[nt == 1 ? 0 : sb_rand_next(f->rng) % nt];
+}
+
+static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
+{
+    (void)f;
+    state *s = st;
+    uint32_t overlap = sb_kv_shadow_cached_blocks(s->shadow, replica, r->engine_hashes, r->n_engine_hashes);
+    uint32_t uncached = r->n_tokens - sb_kv_shadow_cached_tokens(s->shadow, overlap, r->n_tokens);
+    /* On ENOMEM the shadow forgets this request: a less exact picture, not a failed run. */
+    (void)sb_kv_shadow_dispatch(s->shadow, replica, r->id, r->engine_hashes, r->n_engine_hashes, r->n_tokens,
+                                r->max_tokens, uncached);
+}
+
+static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
+{
+    (void)f;
+    (void)replica;
+    (void)ok;
+    sb_kv_shadow_finish(((state *)st)->shadow, id);
+}
+
+static const sb_replay_custom_ops ops = {
+    .create = create, .destroy = destroy, .pick = pick, .on_dispatch = on_dispatch, .on_finish = on_finish};
+
+const sb_replay_policy_def sb_policy_dynamo_kv = {
+    .name = "dynamo-kv",
+    .summary = "NVIDIA Dynamo KV router: min of 1.0 x prefill blocks + decode blocks, temperature 0, exact cache "
+               "(shadow of the engines) (dynamo lib/llm/src/kv_router/scheduler.rs, kv_router.rs)",
+    .custom = &ops,
+};

@@ -1,0 +1,137 @@
+/* oracle: the replica with the smallest predicted time to first token, from every engine's
+ * exact cache and queue and the engines' own step-time model (sim/engine.h). A reference point,
+ * not a peer: no gateway can see this much. It minimises each request's TTFT greedily; it does
+ * not plan ahead nor weigh what its choice costs the requests already there (their ITL).
+ *
+ * For replica i and a prompt of n tokens (engine parameters: a = step overhead, b = per prefill
+ * token, c = per decode token, e = per KV token read, B = max_num_batched_tokens):
+ *   u      = n - cached(i): cached = the leading blocks i holds, at most n - 1 tokens' worth
+ *            (the engine always computes one token);
+ *   Q      = the uncached prompt tokens of the requests on i still waiting for their first token;
+ *   D      = i's decoding sequences: running + waiting - those still in prefill;
+ *   ctx    = KV tokens in use on i (blocks used x block size), read by the decode steps;
+ *   r      = what is left of the step in flight (a new request never joins it);
+ *   steps  = ceil((Q + u) / max(1, B - D))   (prefill shares each step's budget with decode);
+ *   TTFT   = r + steps x (a + c x D + e x ctx) + b x (Q + u).
+ * Ties (equal to the nanosecond): fewer requests on the engine, then at random.
+ *
+ * Exact where the engine says so: running, waiting, blocks in use and the step in flight come
+ * from sb_engine_metrics_get / sb_engine_current_step. The cached prefix and each queued
+ * request's uncached size come from kv_shadow.h (the engine offers no read-only look-up of its
+ * hashes; see there for where the shadow departs from it); which requests are still before
+ * their first token comes from the router's first-byte accounting (exact at zero network
+ * delay), taking the newest ones (engines admit first come first served). Not modelled:
+ * admission blocked by max_num_seqs or a full cache, chunked prefill progress already made on
+ * the oldest queued request, decode sequences finishing while the request waits. */
+#include <math.h>
+
+#include "base/alloc.h"
+#include "replay/policies/kv_shadow.h"
+#include "replay/policy.h"
+
+typedef struct state {
+    uint32_t n;
+    sb_engine_params p;
+    sb_kv_shadow *shadow;
+    uint32_t *ties;
+} state;
+
+static void destroy(void *st)
+{
+    state *s = st;
+    if (!s)
+        return;
+    sb_kv_shadow_free(s->shadow);
+    sb_free(s->ties);
+    sb_free(s);
+}
+
+static void *create(const sb_replay_policy_env *env)
+{
+    state *s = sb_calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->n = env->n_replicas;
+    s->p = *env->engine;
+    s->shadow = sb_kv_shadow_new(s->n, env->engine);
+    s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
+    if (!s->shadow || !s->ties) {
+        destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The predicted TTFT on replica i, in nanoseconds; *load = requests on its engine. */
+static double predict(const state *s, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t i,
+                      uint32_t *load)
+{
+    const sb_engine_params *p = &s->p;
+    sb_engine_metrics m;
+    sb_engine_metrics_get(f->engines[i], &m);
+    uint32_t cached_blocks = sb_kv_shadow_cached_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes);
+    double u = (double)(r->n_tokens - sb_kv_shadow_cached_tokens(s->shadow, cached_blocks, r->n_tokens));
+    const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
+    uint32_t prefilling = 0;
+    double q = (double)sb_kv_shadow_pending_uncached(s->shadow, i, ep->pending_prefill_tokens, &prefilling);
+    uint32_t live = m.num_requests_running + m.num_requests_waiting;
+    double d = live > prefilling ? (double)(live - prefilling) : 0.0;
+    double ctx = (double)m.num_blocks_used * m.block_size;
+    double rest = 0;
+    sb_engine_step step;
+    if (sb_engine_current_step(f->engines[i], &step) && step.end_ns > f->now)
+        rest = (double)(step.end_ns - f->now);
+    double budget = (double)p->max_num_batched_tokens - d;
+    double steps = ceil((q + u) / (budget < 1 ? 1 : budget));
+    *load = live;
+    return rest + steps * (p->step_overhead_ns + p->decode_token_ns * d + p->context_token_ns * ctx) +
+           p->prefill_token_ns * (q + u);
+}
+
+static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r)
+{
+    state *s = st;
+    double best = 0;
+    uint32_t best_load = 0, nt = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t load;
+        double t = predict(s, f, r, i, &load);
+        if (nt == 0 || t < best || (t == best && load < best_load)) {
+            best = t;
+            best_load = load;
+            nt = 0;
+        }
+        if (t == best && load == best_load)
+            s->ties[nt++] = i;
+    }
+    return (int)s->ties[nt == 1 ? 0 : sb_rand_next(f->rng) % nt];
+}
+
+static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
+{
+    (void)f;
+    state *s = st;
+    uint32_t overlap = sb_kv_shadow_cached_blocks(s->shadow, replica, r->engine_hashes, r->n_engine_hashes);
+    uint32_t uncached = r->n_tokens - sb_kv_shadow_cached_tokens(s->shadow, overlap, r->n_tokens);
+    /* On ENOMEM the shadow forgets this request: a less exact picture, not a failed run. */
+    (void)sb_kv_shadow_dispatch(s->shadow, replica, r->id, r->engine_hashes, r->n_engine_hashes, r->n_tokens,
+                                r->max_tokens, uncached);
+}
+
+static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
+{
+    (void)f;
+    (void)replica;
+    (void)ok;
+    sb_kv_shadow_finish(((state *)st)->shadow, id);
+}
+
+static const sb_replay_custom_ops ops = {
+    .create = create, .destroy = destroy, .pick = pick, .on_dispatch = on_dispatch, .on_finish = on_finish};
+
+const sb_replay_policy_def sb_policy_oracle = {
+    .name = "oracle",
+    .summary = "min predicted TTFT from exact cache, queue and the engines' step model (reference bound; "
+               "replay/policies/oracle.c documents the formula)",
+    .custom = &ops,
+};
