@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "cmd/cmd.h"
+#include "replay/band_report.h"
 #include "replay/driver.h"
 #include "replay/policy.h"
 #include "replay/report.h"
@@ -47,6 +49,18 @@ static const char usage_text[] =
     "  --prefix-max-entries N the router's prefix index bound, entries (default the router's, 1M)\n"
     "  --model NAME           served model name, seeds prefix hashes (default the sim's)\n"
     "  --seed S               seed of generators, router and policies (default 1)\n"
+    "adaptive weights and flow control (issue 7; docs/benchmarks.md):\n"
+    "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
+    "                         as a pool with `adaptive: true`; or name one as POLICY+adaptive\n"
+    "  --adaptive-param K=V,.. override adaptive defaults: x0 k nu share_lo share_hi epsilon\n"
+    "                         min_publish_ms imbalance_tau_ms imbalance_enter imbalance_exit\n"
+    "                         w_waiting w_running w_kv w_in_flight queue_ref running_ref\n"
+    "                         in_flight_ref load_floor\n"
+    "  --flow-control         admission, fair queues and shedding in front of the pick (core/flow.h)\n"
+    "  --priority-mix B=F,..  bands per conversation, e.g. critical=0.2,standard=0.5,sheddable=0.3\n"
+    "                         (seeded; default: all standard); results are reported per band\n"
+    "  --tenants N            conversations spread over N tenants (default 1)\n"
+    "  --flow-max-wait-ms B=M,.. a band's longest queue wait (defaults 30000, 10000, 2000)\n"
     "engine (as `switchboard sim`; vLLM's names and defaults, see docs/simulator.md):\n"
     "  --max-num-seqs N  --max-num-batched-tokens N  --num-gpu-blocks N  --block-size N\n"
     "  --max-loras N  --lora-load-ms F  --no-enable-prefix-caching\n"
@@ -85,6 +99,12 @@ enum {
     O_PREFILL_US,
     O_DECODE_US,
     O_CONTEXT_US,
+    O_ADAPTIVE,
+    O_ADAPTIVE_PARAM,
+    O_FLOW,
+    O_PRIORITY_MIX,
+    O_TENANTS,
+    O_FLOW_WAIT,
     O_HELP,
 };
 
@@ -118,6 +138,12 @@ static const struct option long_opts[] = {
     {"prefill-token-us", required_argument, NULL, O_PREFILL_US},
     {"decode-token-us", required_argument, NULL, O_DECODE_US},
     {"context-token-us", required_argument, NULL, O_CONTEXT_US},
+    {"adaptive", no_argument, NULL, O_ADAPTIVE},
+    {"adaptive-param", required_argument, NULL, O_ADAPTIVE_PARAM},
+    {"flow-control", no_argument, NULL, O_FLOW},
+    {"priority-mix", required_argument, NULL, O_PRIORITY_MIX},
+    {"tenants", required_argument, NULL, O_TENANTS},
+    {"flow-max-wait-ms", required_argument, NULL, O_FLOW_WAIT},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -133,8 +159,12 @@ typedef struct args {
     uint64_t requests;
     double duration_s;
     bool list;
+    bool adaptive_all; /* --adaptive */
     sb_replay_opts o;
 } args;
+
+/* The suffix naming a policy run with adaptive weights: "default+adaptive". */
+#define ADAPTIVE_SUFFIX "+adaptive"
 
 static int parse_u64(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -202,6 +232,109 @@ static int parse_ms(const char *flag, const char *s, double max, sb_ns *out)
     return 0;
 }
 
+/* --adaptive-param names: the sb_adaptive_params fields worth tuning from replay. */
+typedef struct adaptive_knob {
+    const char *name;
+    size_t offset;
+    bool is_ms; /* an sb_ns field given in milliseconds */
+} adaptive_knob;
+
+#define KNOB(n, field)                                                                                                 \
+    {                                                                                                                  \
+        n, offsetof(sb_adaptive_params, field), false                                                                  \
+    }
+#define KNOB_MS(n, field)                                                                                              \
+    {                                                                                                                  \
+        n, offsetof(sb_adaptive_params, field), true                                                                   \
+    }
+static const adaptive_knob adaptive_knobs[] = {
+    KNOB("x0", x0),
+    KNOB("k", k),
+    KNOB("nu", nu),
+    KNOB("share_lo", share_lo),
+    KNOB("share_hi", share_hi),
+    KNOB("epsilon", epsilon),
+    KNOB_MS("min_publish_ms", min_publish_ns),
+    KNOB_MS("imbalance_tau_ms", detector[SB_DETECT_IMBALANCE].tau_ns),
+    KNOB("imbalance_enter", detector[SB_DETECT_IMBALANCE].enter),
+    KNOB("imbalance_exit", detector[SB_DETECT_IMBALANCE].exit),
+    KNOB("w_waiting", w_waiting),
+    KNOB("w_running", w_running),
+    KNOB("w_kv", w_kv),
+    KNOB("w_in_flight", w_in_flight),
+    KNOB("queue_ref", queue_ref),
+    KNOB("running_ref", running_ref),
+    KNOB("in_flight_ref", in_flight_ref),
+    KNOB("load_floor", load_floor),
+    {NULL, 0, false},
+};
+
+/* Calls set(ctx, key, value) for each "key=value" of a comma-separated list. */
+static int parse_pairs(const char *flag, const char *s, int (*set)(void *, const char *, double), void *ctx)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", s);
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+        char *eq = strchr(tok, '=');
+        double v;
+        if (!eq) {
+            fprintf(stderr, "switchboard replay: --%s wants key=value pairs, got '%s'\n", flag, tok);
+            return -1;
+        }
+        *eq = '\0';
+        if (parse_double(flag, eq + 1, -1e12, 1e12, &v) < 0)
+            return -1;
+        if (set(ctx, tok, v) < 0) {
+            fprintf(stderr, "switchboard replay: --%s: unknown or out-of-range '%s'\n", flag, tok);
+            return -1;
+        }
+    }
+    if (!n) {
+        fprintf(stderr, "switchboard replay: --%s wants key=value pairs\n", flag);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_adaptive_knob(void *ctx, const char *key, double v)
+{
+    sb_adaptive_params *p = ctx;
+    for (const adaptive_knob *k = adaptive_knobs; k->name; k++) {
+        if (strcmp(k->name, key))
+            continue;
+        if (k->is_ms) {
+            if (!(v >= 0))
+                return -1;
+            *(sb_ns *)((char *)p + k->offset) = (sb_ns)(v * 1e6);
+        } else {
+            *(double *)((char *)p + k->offset) = v;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+static int set_band_mix(void *ctx, const char *key, double v)
+{
+    double *mix = ctx;
+    int b = sb_band_parse(key, strlen(key));
+    if (b < 0 || !(v >= 0))
+        return -1;
+    mix[b] = v;
+    return 0;
+}
+
+static int set_band_wait(void *ctx, const char *key, double v)
+{
+    sb_flow_config *fc = ctx;
+    int b = sb_band_parse(key, strlen(key));
+    if (b < 0 || !(v >= 0))
+        return -1;
+    fc->band[b].max_wait_ns = (sb_ns)(v * 1e6);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, args *a)
 {
     sb_replay_opts *o = &a->o;
@@ -259,6 +392,19 @@ static int parse_args(int argc, char **argv, args *a)
             if ((rc = parse_double("context-token-us", v, 0, 1e6, &d)) == 0)
                 ep->context_token_ns = d * 1e3;
             break;
+        case O_ADAPTIVE: a->adaptive_all = true; break;
+        case O_ADAPTIVE_PARAM: rc = parse_pairs("adaptive-param", v, set_adaptive_knob, &o->adaptive_params); break;
+        case O_FLOW: o->flow_control = true; break;
+        case O_PRIORITY_MIX:
+            memset(o->band_mix, 0, sizeof(o->band_mix));
+            rc = parse_pairs("priority-mix", v, set_band_mix, o->band_mix);
+            if (rc == 0 && !(o->band_mix[0] + o->band_mix[1] + o->band_mix[2] > 0)) {
+                fprintf(stderr, "switchboard replay: --priority-mix needs a positive fraction\n");
+                rc = -1;
+            }
+            break;
+        case O_TENANTS: rc = parse_u32("tenants", v, 1, 1u << 20, &o->tenants); break;
+        case O_FLOW_WAIT: rc = parse_pairs("flow-max-wait-ms", v, set_band_wait, &o->flow); break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
         default: rc = -1; break;
@@ -288,6 +434,11 @@ static int parse_args(int argc, char **argv, args *a)
     if (sb_engine_params_check(ep) < 0) {
         fprintf(stderr, "switchboard replay: engine parameters rejected (a zero size, a block size over 4096, or "
                         "--max-num-seqs above --max-num-batched-tokens)\n");
+        return -1;
+    }
+    const char *why = sb_adaptive_params_check(&o->adaptive_params);
+    if (why) {
+        fprintf(stderr, "switchboard replay: --adaptive-param: %s\n", why);
         return -1;
     }
     return 0;
@@ -435,6 +586,20 @@ static int close_file(FILE *f, const char *path)
     return 0;
 }
 
+/* The main table, then per band and adaptive ones when any run has them. */
+static void write_tables(FILE *f, const sb_replay_result *r, size_t n)
+{
+    sb_replay_write_table(f, r, n);
+    if (sb_replay_any_bands(r, n)) {
+        fputs("\nPer priority band (flow control: refused = 429, expired = 503; TTFT includes the queue wait):\n\n", f);
+        sb_replay_write_band_table(f, r, n);
+    }
+    if (sb_replay_any_adaptive(r, n)) {
+        fputs("\nAdaptive weights (core/adaptive.h):\n\n", f);
+        sb_replay_write_adaptive_table(f, r, n);
+    }
+}
+
 static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
 {
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
@@ -445,10 +610,11 @@ static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
     FILE *f;
     if (!(f = open_in(dir, "results.csv", path, sizeof(path))))
         return -1;
-    sb_replay_write_csv(f, r, n);
+    if (sb_replay_write_csv_extended(f, r, n) < 0)
+        fprintf(stderr, "switchboard replay: %s: out of memory\n", path);
     if (close_file(f, path) < 0 || !(f = open_in(dir, "results.md", path, sizeof(path))))
         return -1;
-    sb_replay_write_table(f, r, n);
+    write_tables(f, r, n);
     if (close_file(f, path) < 0 || !(f = open_in(dir, "ttft_cdf.dat", data, sizeof(data))))
         return -1;
     sb_replay_write_cdf_data(f, r, n);
@@ -511,19 +677,42 @@ int sb_cmd_replay(int argc, char **argv)
     char namebuf[4096];
     int code = 2;
     sb_replay_policy *pols = NULL;
+    bool *adaptive = NULL;
     sb_replay_result *res = NULL;
     sb_replay_workload w = {0};
     size_t n_res = 0;
     if (policy_names(a.policies, cfg, names, &n_names, namebuf, sizeof(namebuf)) < 0)
         goto done;
     pols = sb_calloc(n_names, sizeof(*pols));
-    if (!pols)
+    adaptive = sb_calloc(n_names, sizeof(bool));
+    if (!pols || !adaptive)
         goto done;
-    for (size_t i = 0; i < n_names; i++)
-        if (sb_replay_policy_resolve(names[i], user, n_user, &pols[i]) < 0) {
-            fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", names[i]);
+    for (size_t i = 0; i < n_names; i++) {
+        /* NAME+adaptive: the profile NAME with adaptive weights, side by side with NAME. */
+        size_t len = strlen(names[i]), sl = strlen(ADAPTIVE_SUFFIX);
+        bool suffixed = len > sl && !strcmp(names[i] + len - sl, ADAPTIVE_SUFFIX);
+        char base[SB_PROFILE_NAME_MAX];
+        snprintf(base, sizeof(base), "%.*s", (int)(suffixed ? len - sl : len), names[i]);
+        if (sb_replay_policy_resolve(base, user, n_user, &pols[i]) < 0) {
+            fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", base);
             goto done;
         }
+        if (suffixed && !pols[i].profile) {
+            fprintf(stderr, "switchboard replay: %s: adaptive weights need a profile (a custom rule runs none)\n",
+                    names[i]);
+            goto done;
+        }
+        adaptive[i] = suffixed || (a.adaptive_all && pols[i].profile);
+        if (adaptive[i]) {
+            size_t bl = strlen(base);
+            if (bl + sl >= sizeof(pols[i].name)) {
+                fprintf(stderr, "switchboard replay: %s: name too long for the +adaptive suffix\n", base);
+                goto done;
+            }
+            memcpy(pols[i].name, base, bl);
+            memcpy(pols[i].name + bl, ADAPTIVE_SUFFIX, sl + 1);
+        }
+    }
 
     /* The runs: every rate (one, unless a sweep), every policy. */
     double one_rate = a.rate > 0 ? a.rate : 0;
@@ -555,6 +744,7 @@ int sb_cmd_replay(int argc, char **argv)
         for (size_t pi = 0; pi < n_names; pi++) {
             char err[256];
             double t0 = wall_s();
+            o.adaptive = adaptive[pi];
             int rc = sb_replay_run(&w, &pols[pi], &o, &res[n_res], err, sizeof(err));
             if (rc < 0) {
                 fprintf(stderr, "switchboard replay: %s: %s\n", pols[pi].name, err);
@@ -570,7 +760,7 @@ int sb_cmd_replay(int argc, char **argv)
             n_res++;
         }
     }
-    sb_replay_write_table(stdout, res, n_res);
+    write_tables(stdout, res, n_res);
     fflush(stdout);
     code = a.out && write_outputs(a.out, res, n_res) < 0 ? 1 : 0;
 done:
@@ -578,6 +768,7 @@ done:
         sb_replay_result_free(&res[i]);
     sb_free(res);
     sb_free(pols);
+    sb_free(adaptive);
     sb_replay_workload_free(&w);
     sb_config_free(cfg);
     return code;

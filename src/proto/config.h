@@ -32,7 +32,7 @@ typedef struct sb_pool_config {
     size_t n_adapters;
     char *engine;         /* "vllm" (default), "sglang", "llamacpp", "trtllm", "custom" */
     char *profile;        /* scheduling profile name; "default" when not given */
-    bool adaptive;        /* adaptive weights (core/adaptive.h); default false */
+    bool adaptive;        /* adaptive weights (core/adaptive.h); default true */
     sb_endpoint_config *endpoints;
     size_t n_endpoints;   /* >= 1 */
     /* probing (`probe:`); min <= interval <= max */

@@ -21,7 +21,10 @@
 #define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/inspect.h) */
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
 
-enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE };
+enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN };
+
+/* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
+#define TICK_MAX_NS SB_MS(100)
 
 /* ITL histogram: exact below 256 ns, then 128 log-linear sub-buckets per power of two (relative
  * width under 0.8%, midpoint error under 0.4%). 64-bit values need 56 * 128 + 256 buckets. */
@@ -31,10 +34,16 @@ enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE };
 typedef struct req_rt {
     sb_ticket ticket;
     sb_ns arrival_ns;
-    sb_ns ttft_ns; /* as the gateway sees it, once the engine has finished */
+    sb_ns dispatch_ns;    /* left the gateway for a replica: arrival, or the end of its queue wait */
+    sb_ns ttft_ns;        /* as the gateway sees it from dispatch, once the engine has finished */
+    sb_ns client_ttft_ns; /* from arrival, queue wait and network included */
     uint32_t replica;
     uint32_t cached_tokens;
+    uint32_t tenant;
+    uint16_t status; /* flow control's refusal (429, 503) */
     uint8_t outcome;
+    uint8_t band;
+    bool queued;
 } req_rt;
 
 typedef struct driver {
@@ -71,6 +80,13 @@ typedef struct driver {
     uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */
     void *pstate;
     uint64_t prng;
+
+    /* issue 7 */
+    sb_adaptive *adaptive;
+    sb_flow *flow;
+    sb_ns tick_ns;
+    bool drain_pending; /* an EV_DRAIN is queued at `now` */
+    double share_sum;
 } driver;
 
 void sb_replay_opts_default(sb_replay_opts *o)
@@ -84,7 +100,9 @@ void sb_replay_opts_default(sb_replay_opts *o)
         .model = DEFAULT_MODEL,
         .max_prompt_blocks = 16384, /* proto/config.h max_prompt_blocks default */
         .pool = sb_pool_params_default(),
+        .adaptive_params = sb_adaptive_params_default(),
     };
+    sb_flow_config_default(&o->flow);
 }
 
 double sb_replay_percentile(const sb_ns *v, size_t n, double q)
@@ -209,8 +227,10 @@ static sb_replay_fleet_view fleet_view(driver *d)
         .now = d->now, .n_replicas = d->n, .router = d->router, .pool = 0, .engines = d->engines, .rng = &d->prng};
 }
 
-static void settle_shed(driver *d, uint32_t idx)
+/* status: flow control's answer to this turn (429, 503), or 0 for any other shedding. */
+static void settle_shed(driver *d, uint32_t idx, uint16_t status)
 {
+    d->rt[idx].status = status;
     /* A conversation whose turn is shed ends there: its later turns are shed too. */
     for (; idx != SB_REPLAY_NO_REQUEST; idx = d->w->reqs[idx].followup) {
         d->rt[idx].outcome = SB_REPLAY_SHED;
@@ -222,6 +242,8 @@ static void settle_shed(driver *d, uint32_t idx)
             rec->outcome = SB_REPLAY_SHED;
             rec->arrival_ns = d->rt[idx].arrival_ns;
             rec->prompt_tokens = d->w->reqs[idx].n_prompt;
+            rec->band = d->rt[idx].band;
+            rec->status = d->rt[idx].status;
         }
     }
 }
@@ -249,21 +271,13 @@ static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
     mark_dirty(d, rep);
 }
 
-static void arrive(driver *d, uint32_t idx)
+/* Schedules a request now: builds its descriptor, asks the policy, dispatches it. */
+static void route(driver *d, uint32_t idx)
 {
     const sb_replay_workload *w = d->w;
     const sb_replay_request *r = &w->reqs[idx];
-    const sb_engine_params *ep = &d->o->engine;
     req_rt *rt = &d->rt[idx];
-    rt->arrival_ns = d->now;
-    rt->replica = UINT32_MAX;
-    if (d->first_arrival == NEVER)
-        d->first_arrival = d->now;
-    if ((uint64_t)r->n_prompt + r->max_tokens > (uint64_t)ep->num_gpu_blocks * ep->block_size) {
-        settle_shed(d, idx); /* no replica could ever hold it (the engine says -E2BIG) */
-        return;
-    }
-
+    rt->dispatch_ns = d->now;
     /* What the gateway's inspection would hand the core: proto/inspect.c hashes 64-byte
      * blocks of the canonical prompt, chained, seeded by model and adapter; here a block is
      * block_tokens token ids (64 bytes at the default 16). */
@@ -285,7 +299,10 @@ static void arrive(driver *d, uint32_t idx)
         .prompt_tokens = r->n_prompt,
         .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
         .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
-        .profile = d->p->profile,
+        /* The pool's current profile, as the gateway reads it per request: with adaptive
+         * weights, the snapshot in force. (A queued request is scheduled with the snapshot in
+         * force when it leaves the queue; the gateway keeps the one from its arrival.) */
+        .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
     };
     size_t ne = engine_hashes(d, r);
 
@@ -311,7 +328,7 @@ static void arrive(driver *d, uint32_t idx)
         pick = sb_router_pick(d->router, &sr, d->now);
     }
     if (pick < 0) {
-        settle_shed(d, idx);
+        settle_shed(d, idx, 0);
         return;
     }
     rt->replica = (uint32_t)pick;
@@ -323,6 +340,154 @@ static void arrive(driver *d, uint32_t idx)
         push(d, d->now + d->o->net_delay_ns, EV_DELIVER, (uint32_t)pick, idx);
     else
         submit(d, (uint32_t)pick, idx, ne);
+}
+
+/* ---- flow control: net/admission.c's, in virtual time ---------------------------------------- */
+
+/* net/admission.c pool_saturated(), the gateway's gating rule, kept identical: saturated when
+ * every available endpoint is over the profile's queue or KV threshold (effective queue: report
+ * plus requests sent since), stale ones counting as saturated, and at least one fresh report
+ * says so. No fresh report at all (no scraping) is never saturated: no evidence to queue on. */
+static bool pool_saturated(driver *d)
+{
+    const sb_profile *prof = sb_router_pool_profile(d->router, 0);
+    const sb_pool_params *pp = sb_router_pool_params(d->router, 0);
+    double q = prof ? prof->queue_threshold : 5, kv = prof ? prof->kv_threshold : 0.8;
+    size_t evidence = 0;
+    for (uint32_t i = 0; i < d->n; i++) {
+        const sb_endpoint *ep = sb_router_endpoint(d->router, 0, i);
+        if (!sb_endpoint_available(ep, d->now))
+            continue;
+        if (sb_endpoint_is_stale(ep, pp->stale_ns, d->now))
+            continue;
+        if (sb_endpoint_waiting(ep) > q || sb_endpoint_kv_usage(ep) > kv)
+            evidence++;
+        else
+            return false;
+    }
+    return evidence > 0;
+}
+
+static bool any_available(driver *d)
+{
+    for (uint32_t i = 0; i < d->n; i++)
+        if (sb_endpoint_available(sb_router_endpoint(d->router, 0, i), d->now))
+            return true;
+    return false;
+}
+
+/* Items carry the request index + 1 (a queued pointer is never NULL). */
+static void *item_of(uint32_t idx)
+{
+    return (void *)((uintptr_t)idx + 1);
+}
+static uint32_t index_of(void *user)
+{
+    return (uint32_t)((uintptr_t)user - 1);
+}
+
+/* Evicted (SHED: 429) or expired (EXPIRED: 503) while queued. */
+static void on_flow_drop(void *ctx, void *user, enum sb_band band, int reason)
+{
+    (void)band;
+    settle_shed(ctx, index_of(user), reason == SB_FLOW_EXPIRED ? 503 : 429);
+}
+
+/* As net/admission.c drain(): expire what is past its deadline, then dispatch while the pool
+ * has room. */
+static void drain(driver *d)
+{
+    sb_flow_expire(d->flow, d->now, on_flow_drop, d);
+    while (!d->error && !pool_saturated(d)) {
+        void *u = sb_flow_next(d->flow, d->now);
+        if (!u)
+            break;
+        route(d, index_of(u));
+    }
+}
+
+/* As net/admission.c sb_admission_route(): 503 with no endpoint available, else admit: now,
+ * refused (sheddable under saturation: 429), or queued (a full queue: 429). The request's body
+ * is what the byte bounds count: 4 bytes per prompt token, the ratio the gateway assumes. */
+static void admit(driver *d, uint32_t idx)
+{
+    req_rt *rt = &d->rt[idx];
+    if (!any_available(d)) {
+        settle_shed(d, idx, 503);
+        return;
+    }
+    enum sb_band band = (enum sb_band)rt->band;
+    int a = sb_flow_admit(d->flow, pool_saturated(d), band);
+    if (a == SB_FLOW_DISPATCH) {
+        route(d, idx);
+        return;
+    }
+    if (a == SB_FLOW_SHED) {
+        settle_shed(d, idx, 429);
+        return;
+    }
+    sb_flow_item item = {.band = band,
+                         .tenant = rt->tenant,
+                         .bytes = (uint64_t)d->w->reqs[idx].n_prompt * 4,
+                         .deadline = UINT64_MAX,
+                         .user = item_of(idx)};
+    if (sb_flow_enqueue(d->flow, &item, d->now, NULL) != SB_FLOW_QUEUED) {
+        settle_shed(d, idx, 429);
+        return;
+    }
+    rt->queued = true;
+}
+
+/* Re-examines the queue once at this instant, after whatever else happens at it (an answer
+ * ends inside an engine's step: scheduling from there would submit to an engine mid-step). */
+static void want_drain(driver *d, sb_ns at)
+{
+    if (d->flow && !d->drain_pending) {
+        d->drain_pending = true;
+        push(d, at, EV_DRAIN, 0, 0);
+    }
+}
+
+/* The gateway's adaptive timer (net/gateway.c on_adaptive_tick): the detectors tick over the
+ * pool's endpoints, a published snapshot becomes the pool's profile; then flow control's queue
+ * is re-examined (sb_admission_tick). */
+static void tick(driver *d)
+{
+    if (d->adaptive) {
+        const sb_pool_params *pp = sb_router_pool_params(d->router, 0);
+        unsigned changed =
+            sb_adaptive_tick(d->adaptive, sb_router_endpoint(d->router, 0, 0), d->n, pp->stale_ns, d->now);
+        if (changed & SB_ADAPTIVE_PUBLISHED)
+            sb_router_set_profile(d->router, 0, sb_adaptive_profile(d->adaptive));
+        double share = sb_adaptive_share(d->adaptive);
+        d->share_sum += share;
+        d->out->share_max = share > d->out->share_max ? share : d->out->share_max;
+        d->out->adaptive_ticks++;
+    }
+    if (d->flow)
+        drain(d);
+}
+
+static void arrive(driver *d, uint32_t idx)
+{
+    const sb_replay_request *r = &d->w->reqs[idx];
+    const sb_engine_params *ep = &d->o->engine;
+    req_rt *rt = &d->rt[idx];
+    rt->arrival_ns = rt->dispatch_ns = d->now;
+    rt->replica = UINT32_MAX;
+    if (d->first_arrival == NEVER)
+        d->first_arrival = d->now;
+    /* The gateway counts an arrival once its model resolves, before admission. */
+    if (d->adaptive)
+        sb_adaptive_arrivals(d->adaptive, 1);
+    if ((uint64_t)r->n_prompt + r->max_tokens > (uint64_t)ep->num_gpu_blocks * ep->block_size) {
+        settle_shed(d, idx, 0); /* no replica could ever hold it (the engine says -E2BIG) */
+        return;
+    }
+    if (d->flow)
+        admit(d, idx);
+    else
+        route(d, idx);
 }
 
 static void deliver(driver *d, uint32_t rep, uint32_t idx)
@@ -357,17 +522,21 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
     uint32_t next = r->followup;
     if (next != SB_REPLAY_NO_REQUEST)
         push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
+    /* Capacity freed: net/admission.c re-examines the queue when a request ends. */
+    want_drain(d, d->now);
 }
 
 /* The engine's final accounting of a request; client-side times add the delay both ways. */
 static void account(driver *d, uint32_t idx, const sb_engine_usage *u)
 {
     sb_ns rtt = 2 * d->o->net_delay_ns;
+    sb_ns wait = d->rt[idx].dispatch_ns - d->rt[idx].arrival_ns; /* queued by flow control */
     sb_replay_result *out = d->out;
     d->rt[idx].ttft_ns = u->ttft_ns + rtt;
+    d->rt[idx].client_ttft_ns = wait + u->ttft_ns + rtt;
     d->rt[idx].cached_tokens = u->cached_tokens;
-    d->ttft[d->n_done] = u->ttft_ns + rtt;
-    d->e2e[d->n_done] = u->e2e_ns + rtt;
+    d->ttft[d->n_done] = wait + u->ttft_ns + rtt;
+    d->e2e[d->n_done] = wait + u->e2e_ns + rtt;
     d->n_done++;
     out->prompt_tokens += u->prompt_tokens;
     out->cached_tokens += u->cached_tokens;
@@ -376,14 +545,16 @@ static void account(driver *d, uint32_t idx, const sb_engine_usage *u)
     if (out->records) {
         sb_replay_record *rec = &out->records[idx];
         *rec = (sb_replay_record){.arrival_ns = d->rt[idx].arrival_ns,
-                                  .ttft_ns = u->ttft_ns + rtt,
-                                  .e2e_ns = u->e2e_ns + rtt,
+                                  .ttft_ns = wait + u->ttft_ns + rtt,
+                                  .e2e_ns = wait + u->e2e_ns + rtt,
                                   .replica = d->rt[idx].replica,
                                   .prompt_tokens = u->prompt_tokens,
                                   .cached_tokens = u->cached_tokens,
                                   .completion_tokens = u->completion_tokens,
                                   .preemptions = u->preemptions,
-                                  .outcome = SB_REPLAY_COMPLETED};
+                                  .outcome = SB_REPLAY_COMPLETED,
+                                  .band = d->rt[idx].band,
+                                  .wait_ns = wait};
     }
 }
 
@@ -432,6 +603,14 @@ static void handle(driver *d, const sb_replay_event *ev)
     case EV_DELIVER: deliver(d, ev->a, (uint32_t)ev->b); break;
     case EV_FIRST: first_byte(d, ev->a, (uint32_t)ev->b); break;
     case EV_DONE: answered(d, ev->a, (uint32_t)ev->b); break;
+    case EV_TICK:
+        tick(d);
+        push(d, d->now + d->tick_ns, EV_TICK, 0, 0);
+        break;
+    case EV_DRAIN:
+        d->drain_pending = false;
+        drain(d);
+        break;
     }
 }
 
@@ -519,6 +698,48 @@ static void summarise(driver *d)
     out->ttft_sorted = d->ttft;
     out->n_ttft = d->n_done;
     d->ttft = NULL;
+    if (d->adaptive) {
+        out->adaptive = true;
+        out->adaptive_generations = sb_adaptive_generation(d->adaptive);
+        out->imbalance_changes = sb_adaptive_regime_changes(d->adaptive, SB_DETECT_IMBALANCE);
+        out->share_mean = out->adaptive_ticks ? d->share_sum / (double)out->adaptive_ticks : 0;
+    }
+}
+
+/* Per band: counts over every settled request, TTFT percentiles over the completed ones
+ * (client side: queue wait included). e2e's storage, already summarised, is the scratch. */
+static void summarise_bands(driver *d)
+{
+    sb_replay_result *out = d->out;
+    sb_ns *v = d->e2e;
+    double wait_sum[SB_BAND_COUNT] = {0};
+    for (int b = 0; b < SB_BAND_COUNT; b++) {
+        sb_replay_band_result *br = &out->band[b];
+        size_t k = 0;
+        for (size_t i = 0; i < d->w->n; i++) {
+            const req_rt *rt = &d->rt[i];
+            if (rt->band != b || rt->outcome == SB_REPLAY_PENDING)
+                continue;
+            br->requests++;
+            if (rt->outcome == SB_REPLAY_COMPLETED) {
+                br->completed++;
+                br->queued += rt->queued;
+                wait_sum[b] += (double)(rt->dispatch_ns - rt->arrival_ns);
+                v[k++] = rt->client_ttft_ns;
+                continue;
+            }
+            br->shed++;
+            br->refused += rt->status == 429;
+            br->expired += rt->status == 503;
+        }
+        qsort(v, k, sizeof(sb_ns), cmp_ns);
+        br->ttft_p50_ms = sb_replay_percentile(v, k, 0.50) * 1e-6;
+        br->ttft_p90_ms = sb_replay_percentile(v, k, 0.90) * 1e-6;
+        br->ttft_p99_ms = sb_replay_percentile(v, k, 0.99) * 1e-6;
+        br->wait_mean_ms = k ? wait_sum[b] / (double)k * 1e-6 : 0;
+        out->refused += br->refused;
+        out->expired += br->expired;
+    }
 }
 
 static int check_opts(driver *d)
@@ -542,7 +763,61 @@ static int check_opts(driver *d)
     d->block_tokens = (uint32_t)bt;
     if (!d->p->profile && !d->p->custom)
         return fail(d, -EINVAL, "the policy is not resolved");
+    if (o->adaptive && !d->p->profile)
+        return fail(d, -EINVAL, "adaptive weights need a profile policy (a custom rule runs no profile)");
+    const char *why = o->adaptive ? sb_adaptive_params_check(&o->adaptive_params) : NULL;
+    if (why)
+        return fail(d, -EINVAL, why);
+    double sum = 0;
+    for (int b = 0; b < SB_BAND_COUNT; b++) {
+        if (!(o->band_mix[b] >= 0) || !isfinite(o->band_mix[b]))
+            return fail(d, -EINVAL, "band mix fractions must be finite and >= 0");
+        sum += o->band_mix[b];
+    }
+    d->out->have_bands = o->flow_control || sum > 0;
     return 0;
+}
+
+/* A hash of (seed, root index, stream) in [0, 1): the same conversation gets the same band
+ * and tenant whatever the policy. splitmix64's finaliser. */
+static double unit_hash(uint64_t seed, uint64_t root, uint64_t stream)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + root * 0xBF58476D1CE4E5B9ULL + stream * 0x94D049BB133111EBULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* Bands and tenants per conversation: a root draws them, its later turns inherit. */
+static void assign_bands(driver *d)
+{
+    const sb_replay_opts *o = d->o;
+    double sum = 0;
+    for (int b = 0; b < SB_BAND_COUNT; b++)
+        sum += o->band_mix[b];
+    uint32_t tenants = o->tenants > 1 ? o->tenants : 1;
+    for (size_t i = 0; i < d->w->n; i++) {
+        if (d->w->reqs[i].is_followup)
+            continue;
+        uint8_t band = SB_BAND_STANDARD;
+        if (sum > 0) {
+            double u = unit_hash(o->seed, i, 1) * sum, acc = 0;
+            band = SB_BAND_SHEDDABLE; /* rounding at the top end */
+            for (int b = 0; b < SB_BAND_COUNT; b++) {
+                acc += o->band_mix[b];
+                if (u < acc && o->band_mix[b] > 0) {
+                    band = (uint8_t)b;
+                    break;
+                }
+            }
+        }
+        uint32_t tenant = (uint32_t)(unit_hash(o->seed, i, 2) * tenants);
+        for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = d->w->reqs[k].followup) {
+            d->rt[k].band = band;
+            d->rt[k].tenant = tenant;
+        }
+    }
 }
 
 static int set_up(driver *d)
@@ -605,6 +880,25 @@ static int set_up(driver *d)
         if (!(d->pstate = d->p->custom->create(&env)))
             return fail(d, -ENOMEM, "out of memory (policy state)");
     }
+    for (size_t i = 0; i < w->n; i++)
+        d->rt[i].band = SB_BAND_STANDARD;
+    if (out->have_bands)
+        assign_bands(d);
+    /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
+     * the start (generation 1: the base weights for a balanced pool). */
+    if (o->adaptive) {
+        if (!(d->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
+            return fail(d, -ENOMEM, "out of memory (adaptive)");
+        sb_router_set_profile(d->router, 0, sb_adaptive_profile(d->adaptive));
+    }
+    if (o->flow_control) {
+        sb_flow_config fc = o->flow;
+        fc.on_evict = on_flow_drop;
+        fc.evict_ctx = d;
+        if (!(d->flow = sb_flow_new(&fc)))
+            return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
+    }
+    d->tick_ns = o->scrape_ns && o->scrape_ns < TICK_MAX_NS ? o->scrape_ns : TICK_MAX_NS;
     return 0;
 }
 
@@ -625,6 +919,8 @@ static void tear_down(driver *d)
     sb_free(d->tokens);
     sb_free(d->rhash);
     sb_free(d->ehash);
+    sb_adaptive_free(d->adaptive);
+    sb_flow_free(d->flow);
     sb_router_free(d->router);
     sb_replay_queue_free(&d->q);
 }
@@ -652,6 +948,8 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
             scrape(&d, i);
             push(&d, EPOCH_NS + o->scrape_ns * (i + 1) / d.n, EV_SCRAPE, i, 0);
         }
+        if (d.adaptive || d.flow)
+            push(&d, EPOCH_NS + d.tick_ns, EV_TICK, 0, 0);
         size_t cursor = 0, admitted = 0;
         while (d.settled < d.total && !d.error) {
             while (cursor < w->n && w->reqs[cursor].is_followup)
@@ -679,8 +977,11 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                 arrive(&d, (uint32_t)cursor++);
             }
         }
-        if (!d.error)
+        if (!d.error) {
             summarise(&d);
+            if (out->have_bands)
+                summarise_bands(&d);
+        }
     }
     tear_down(&d);
     if (d.error) {

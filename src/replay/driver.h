@@ -22,6 +22,23 @@
  * the engine's cache size, as in the gateway. A request the policy cannot place (pick -1), or
  * too large for a replica's KV cache, is shed; so are the later turns of its conversation.
  *
+ * Issue 7's machinery, optional per run and off by default (a run without it is unchanged):
+ *   - adaptive: one core/adaptive.h configurator over the policy's profile, fed every arrival
+ *     and ticked every tick (the gateway's adaptive timer: min(scrape_ns, 100 ms)) with the
+ *     pool's endpoints; each snapshot it publishes becomes the pool's profile
+ *     (sb_router_set_profile), as net/gateway.c does for a pool with `adaptive: true`. Profile
+ *     policies only (a custom rule runs no profile).
+ *   - flow control: one core/flow.h in front of the pick, run as net/admission.c runs it: the
+ *     same saturation gate (every available endpoint over the profile's queue or KV threshold,
+ *     stale ones counting, at least one fresh report saying so), the same admission, bounds,
+ *     deadlines and eviction, re-examined when an answer ends and on every tick. Requests
+ *     refused (429: shed, queue full, evicted) or expired (503) count as shed, and the later
+ *     turns of their conversations with them. A queued request's client-side TTFT and E2E
+ *     include its wait.
+ *   - bands and tenants: each conversation (a root and its later turns) is given a priority
+ *     band and a tenant from a hash of the seed and its root's index, so every policy sees the
+ *     same requests in the same bands; results are then also reported per band.
+ *
  * Deterministic: no wall clock, no unseeded randomness, and the queue breaks time ties by
  * insertion order; the same workload, policy, options and seed give bit-identical results.
  * Cost per event is O(log events queued) plus the engine's own work; a pick is O(replicas)
@@ -34,6 +51,8 @@
 #include <stdint.h>
 
 #include "base/time.h"
+#include "core/adaptive.h"
+#include "core/flow.h"
 #include "core/router.h"
 #include "replay/policy.h"
 #include "replay/workload.h"
@@ -55,6 +74,16 @@ typedef struct sb_replay_opts {
                                    block_bytes / bytes_per_token (64 / 4) is the router's index
                                    block in tokens */
     bool keep_records;          /* fill sb_replay_result.records */
+    /* Issue 7 (above). adaptive_params is checked with sb_adaptive_params_check; flow's
+     * on_evict is the driver's own (whatever is set here is ignored). */
+    bool adaptive;
+    sb_adaptive_params adaptive_params; /* default sb_adaptive_params_default() */
+    bool flow_control;
+    sb_flow_config flow; /* default sb_flow_config_default() */
+    /* Probability of each band per conversation (normalised; >= 0); all 0 = every request
+     * standard, the gateway's band for a request without x-priority. */
+    double band_mix[SB_BAND_COUNT];
+    uint32_t tenants; /* conversations spread uniformly over this many tenants; 0 or 1 = one */
 } sb_replay_opts;
 
 /* Fills *o with the defaults above. */
@@ -70,7 +99,22 @@ typedef struct sb_replay_record {
     uint32_t replica; /* UINT32_MAX if never dispatched */
     uint32_t prompt_tokens, cached_tokens, completion_tokens, preemptions;
     uint8_t outcome; /* enum sb_replay_outcome */
+    uint8_t band;    /* enum sb_band (standard without a band mix) */
+    uint16_t status; /* flow control's refusal: 429 (shed, full, evicted) or 503 (expired); else 0 */
+    sb_ns wait_ns;   /* time queued by flow control before dispatch */
 } sb_replay_record;
+
+/* One priority band's share of a run (flow control or a band mix). */
+typedef struct sb_replay_band_result {
+    uint64_t requests; /* offered: completed + shed */
+    uint64_t completed, shed;
+    uint64_t refused;                             /* of shed: 429 from flow control (sheddable under saturation, queue
+                                                     full, evicted for a higher band) */
+    uint64_t expired;                             /* of shed: 503, waited past the band's deadline */
+    uint64_t queued;                              /* of completed: waited in flow control's queue first */
+    double ttft_p50_ms, ttft_p90_ms, ttft_p99_ms; /* completed, queue wait included */
+    double wait_mean_ms;                          /* completed: mean queue wait */
+} sb_replay_band_result;
 
 typedef struct sb_replay_result {
     char policy[SB_PROFILE_NAME_MAX];
@@ -87,6 +131,15 @@ typedef struct sb_replay_result {
     double imbalance_cv; /* stddev / mean of requests dispatched per replica */
     double makespan_s;   /* first arrival to last answer, virtual seconds */
     uint64_t prompt_tokens, cached_tokens, output_tokens, preemptions, engine_steps, events;
+    /* Flow control and bands: have_bands when the run had flow control or a band mix. */
+    bool have_bands;
+    uint64_t refused, expired; /* of shed, as in sb_replay_band_result */
+    sb_replay_band_result band[SB_BAND_COUNT];
+    /* Adaptive: snapshots published (1 = the weights never moved), regime changes of the
+     * imbalance detector, and the distribution share of the snapshot in force over the ticks. */
+    bool adaptive;
+    uint64_t adaptive_generations, imbalance_changes, adaptive_ticks;
+    double share_mean, share_max;
     /* Owned; freed by sb_replay_result_free. */
     sb_ns *ttft_sorted; /* every completed request's TTFT, ascending (for CDFs) */
     size_t n_ttft;
@@ -98,8 +151,10 @@ typedef struct sb_replay_result {
 
 /* Runs workload w under policy p on a fleet per o, and fills *out (zeroed first). Returns 0;
  * -EINVAL with a message in err for unusable options (zero replicas, engine parameters that
- * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters) or a
- * custom policy returning a replica out of range; -ENOMEM. On failure *out holds nothing to
+ * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters, adaptive
+ * parameters that fail their check or adaptive with a custom policy, a negative or all-NaN
+ * band mix, flow bounds sb_flow_new refuses) or a custom policy returning a replica out of
+ * range; -ENOMEM. On failure *out holds nothing to
  * free. w and p are only read and may be reused for other runs. */
 int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,
                   sb_replay_result *out, char *err, size_t errcap);

@@ -262,7 +262,9 @@ static void test_defaults(void **state)
     assert_int_equal(pc->probe_min_interval_ms, 50);
     assert_int_equal(pc->probe_max_interval_ms, 1000);
     assert_int_equal(pc->probe_timeout_ms, 500);
-    assert_int_equal(pc->stale_ms, 1000);
+    /* Stale only past twice the slowest (idle) scrape interval. */
+    assert_int_equal(pc->stale_ms, 2 * pc->probe_max_interval_ms);
+    assert_true(pc->adaptive);
     assert_string_equal(pc->probe_path, "/metrics");
     assert_string_equal(pc->health_path, "/health");
     assert_int_equal(pc->health_interval_ms, 2000);
