@@ -372,6 +372,35 @@ int sb_router_build_ring(sb_router *r, uint32_t pool_idx)
     return 0;
 }
 
+bool sb_router_pool_saturated(sb_router *r, uint32_t pool_idx, sb_ns now)
+{
+    if (pool_idx >= r->n_pools)
+        return false;
+    pool *p = &r->pools[pool_idx];
+    double q = p->profile ? p->profile->queue_threshold : 5, kv = p->profile ? p->profile->kv_threshold : 0.8;
+    size_t evidence = 0;
+    for (size_t i = 0; i < p->n_eps; i++) {
+        sb_endpoint *ep = &p->eps[i];
+        if (!sb_endpoint_available(ep, now) || sb_endpoint_is_stale(ep, p->params.stale_ns, now))
+            continue;
+        if (sb_endpoint_waiting(ep) > q || sb_endpoint_kv_usage(ep) > kv)
+            evidence++;
+        else
+            return false;
+    }
+    return evidence > 0;
+}
+
+bool sb_router_pool_available(sb_router *r, uint32_t pool_idx, sb_ns now)
+{
+    if (pool_idx >= r->n_pools)
+        return false;
+    for (size_t i = 0; i < r->pools[pool_idx].n_eps; i++)
+        if (sb_endpoint_available(&r->pools[pool_idx].eps[i], now))
+            return true;
+    return false;
+}
+
 size_t sb_router_pool_count(const sb_router *r) { return r->n_pools; }
 
 size_t sb_router_endpoint_count(const sb_router *r, uint32_t pool_idx)

@@ -18,7 +18,6 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "core/adaptive.h"
 #include "core/flow.h"
 #include "net/gateway.h"
 
@@ -32,40 +31,6 @@ typedef struct queued {
     sb_flow_handle handle;
     uint32_t pool;
 } queued;
-
-/* Saturated: every available endpoint is over the profile's queue or KV threshold (effective
- * queue: report plus requests sent since), stale ones counting as saturated, and at least one
- * fresh report says so. A pool whose endpoints never report load (no /metrics) is never gated:
- * there is no evidence to queue on, and the router's own accounting spreads the load. */
-static bool pool_saturated(sb_gateway *gw, uint32_t pool, sb_ns now)
-{
-    const sb_profile *prof = sb_router_pool_profile(gw->router, pool);
-    const sb_pool_params *pp = sb_router_pool_params(gw->router, pool);
-    size_t n = sb_router_endpoint_count(gw->router, pool);
-    double q = prof ? prof->queue_threshold : 5, kv = prof ? prof->kv_threshold : 0.8;
-    size_t evidence = 0;
-    for (size_t i = 0; i < n; i++) {
-        sb_endpoint *ep = sb_router_endpoint(gw->router, pool, (uint32_t)i);
-        if (!sb_endpoint_available(ep, now))
-            continue;
-        if (sb_endpoint_is_stale(ep, pp->stale_ns, now))
-            continue;
-        if (sb_endpoint_waiting(ep) > q || sb_endpoint_kv_usage(ep) > kv)
-            evidence++;
-        else
-            return false;
-    }
-    return evidence > 0;
-}
-
-static bool any_available(sb_gateway *gw, uint32_t pool, sb_ns now)
-{
-    size_t n = sb_router_endpoint_count(gw->router, pool);
-    for (size_t i = 0; i < n; i++)
-        if (sb_endpoint_available(sb_router_endpoint(gw->router, pool, (uint32_t)i), now))
-            return true;
-    return false;
-}
 
 static void refuse(sb_gateway *gw, sb_http_req *req, int status, const char *reason, const char *message,
                    uint32_t retry_after_s)
@@ -114,6 +79,8 @@ static void start(sb_gateway *gw, queued *q)
     req->user = NULL;
     q->t.model = q->model;
     q->rr.block_hashes = q->hashes;
+    /* Scheduled with the weights in force now, not those of its arrival. */
+    q->rr.profile = sb_router_pool_profile(gw->router, q->pool);
     sb_proxy_start(gw, req, &q->t, &q->rr);
     free_queued(q);
 }
@@ -139,7 +106,7 @@ static void drain(sb_gateway *gw, uint32_t pool, sb_ns now)
 {
     sb_flow *f = gw->flows[pool];
     sb_flow_expire(f, now, on_expired, gw);
-    while (!pool_saturated(gw, pool, now)) {
+    while (!sb_router_pool_saturated(gw->router, pool, now)) {
         queued *q = sb_flow_next(f, now);
         if (!q)
             break;
@@ -173,7 +140,7 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
 {
     sb_ns now = uv_hrtime();
     uint32_t pool = t->pool;
-    if (!any_available(gw, pool, now)) {
+    if (!sb_router_pool_available(gw->router, pool, now)) {
         refuse(gw, req, 503, "no_healthy_endpoint", "no healthy endpoint serves this model", 1);
         return;
     }
@@ -183,7 +150,7 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
         return;
     }
     enum sb_band band = band_of(req);
-    bool saturated = pool_saturated(gw, pool, now);
+    bool saturated = sb_router_pool_saturated(gw->router, pool, now);
     int a = sb_flow_admit(f, saturated, band);
     if (a == SB_FLOW_DISPATCH) {
         sb_proxy_start(gw, req, t, rr);

@@ -344,37 +344,10 @@ static void route(driver *d, uint32_t idx)
 
 /* ---- flow control: net/admission.c's, in virtual time ---------------------------------------- */
 
-/* net/admission.c pool_saturated(), the gateway's gating rule, kept identical: saturated when
- * every available endpoint is over the profile's queue or KV threshold (effective queue: report
- * plus requests sent since), stale ones counting as saturated, and at least one fresh report
- * says so. No fresh report at all (no scraping) is never saturated: no evidence to queue on. */
-static bool pool_saturated(driver *d)
-{
-    const sb_profile *prof = sb_router_pool_profile(d->router, 0);
-    const sb_pool_params *pp = sb_router_pool_params(d->router, 0);
-    double q = prof ? prof->queue_threshold : 5, kv = prof ? prof->kv_threshold : 0.8;
-    size_t evidence = 0;
-    for (uint32_t i = 0; i < d->n; i++) {
-        const sb_endpoint *ep = sb_router_endpoint(d->router, 0, i);
-        if (!sb_endpoint_available(ep, d->now))
-            continue;
-        if (sb_endpoint_is_stale(ep, pp->stale_ns, d->now))
-            continue;
-        if (sb_endpoint_waiting(ep) > q || sb_endpoint_kv_usage(ep) > kv)
-            evidence++;
-        else
-            return false;
-    }
-    return evidence > 0;
-}
+/* The gateway's gating rule (core/router.h, sb_router_pool_saturated), in virtual time. */
+static bool pool_saturated(driver *d) { return sb_router_pool_saturated(d->router, 0, d->now); }
 
-static bool any_available(driver *d)
-{
-    for (uint32_t i = 0; i < d->n; i++)
-        if (sb_endpoint_available(sb_router_endpoint(d->router, 0, i), d->now))
-            return true;
-    return false;
-}
+static bool any_available(driver *d) { return sb_router_pool_available(d->router, 0, d->now); }
 
 /* Items carry the request index + 1 (a queued pointer is never NULL). */
 static void *item_of(uint32_t idx)

@@ -143,6 +143,43 @@ static void test_accounting_never_underflows(void **state)
     sb_router_free(r);
 }
 
+static void report_waiting(sb_router *r, uint32_t ep, double waiting, sb_ns at)
+{
+    sb_endpoint_report rep = {.have_waiting = true, .waiting = waiting, .have_kv = true, .kv_usage = 0.1,
+                              .requests_total = -1};
+    sb_endpoint_report_set(sb_router_endpoint(r, 0, ep), &rep, SB_REPORT_SCRAPE, at);
+}
+
+static void test_pool_saturated_needs_evidence(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("default"), 2);
+    const sb_ns t = SB_MS(10000), stale = sb_pool_params_default().stale_ns;
+    /* Nobody ever reported: no evidence, never gated. */
+    assert_false(sb_router_pool_saturated(r, 0, t));
+    report_waiting(r, 0, 9, t);
+    report_waiting(r, 1, 2, t);
+    assert_false(sb_router_pool_saturated(r, 0, t)); /* endpoint 1 has room */
+    report_waiting(r, 1, 6, t);
+    assert_true(sb_router_pool_saturated(r, 0, t));
+    /* Requests sent since the report count as waiting. */
+    report_waiting(r, 1, 3, t);
+    assert_false(sb_router_pool_saturated(r, 0, t));
+    for (int i = 0; i < 3; i++)
+        sb_router_dispatched(r, 0, 1, 10, t);
+    assert_true(sb_router_pool_saturated(r, 0, t));
+    /* A stale endpoint is skipped; all stale: no evidence. */
+    report_waiting(r, 1, 0, t - stale - 1);
+    assert_true(sb_router_pool_saturated(r, 0, t));
+    report_waiting(r, 0, 9, t - stale - 1);
+    assert_false(sb_router_pool_saturated(r, 0, t));
+    /* Draining endpoints are not available. */
+    assert_true(sb_router_pool_available(r, 0, t));
+    sb_router_endpoint(r, 0, 0)->draining = sb_router_endpoint(r, 0, 1)->draining = true;
+    assert_false(sb_router_pool_available(r, 0, t));
+    sb_router_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -152,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_least_request_follows_in_flight),
         cmocka_unit_test(test_least_request_ties_spread_evenly),
         cmocka_unit_test(test_accounting_never_underflows),
+        cmocka_unit_test(test_pool_saturated_needs_evidence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
