@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "cmd/cmd.h"
+#include "cmd/flags.h"
 #include "replay/band_report.h"
 #include "replay/driver.h"
 #include "replay/policy.h"
@@ -88,17 +89,6 @@ enum {
     O_SEED,
     O_OUT,
     O_LIST,
-    O_MAX_NUM_SEQS,
-    O_MAX_BATCHED,
-    O_GPU_BLOCKS,
-    O_BLOCK_SIZE,
-    O_MAX_LORAS,
-    O_LORA_LOAD_MS,
-    O_NO_PREFIX,
-    O_STEP_MS,
-    O_PREFILL_US,
-    O_DECODE_US,
-    O_CONTEXT_US,
     O_ADAPTIVE,
     O_ADAPTIVE_PARAM,
     O_FLOW,
@@ -127,17 +117,7 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, O_SEED},
     {"out", required_argument, NULL, O_OUT},
     {"list", no_argument, NULL, O_LIST},
-    {"max-num-seqs", required_argument, NULL, O_MAX_NUM_SEQS},
-    {"max-num-batched-tokens", required_argument, NULL, O_MAX_BATCHED},
-    {"num-gpu-blocks", required_argument, NULL, O_GPU_BLOCKS},
-    {"block-size", required_argument, NULL, O_BLOCK_SIZE},
-    {"max-loras", required_argument, NULL, O_MAX_LORAS},
-    {"lora-load-ms", required_argument, NULL, O_LORA_LOAD_MS},
-    {"no-enable-prefix-caching", no_argument, NULL, O_NO_PREFIX},
-    {"step-overhead-ms", required_argument, NULL, O_STEP_MS},
-    {"prefill-token-us", required_argument, NULL, O_PREFILL_US},
-    {"decode-token-us", required_argument, NULL, O_DECODE_US},
-    {"context-token-us", required_argument, NULL, O_CONTEXT_US},
+    SB_ENGINE_LONG_OPTIONS,
     {"adaptive", no_argument, NULL, O_ADAPTIVE},
     {"adaptive-param", required_argument, NULL, O_ADAPTIVE_PARAM},
     {"flow-control", no_argument, NULL, O_FLOW},
@@ -168,16 +148,7 @@ typedef struct args {
 
 static int parse_u64(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < min || v > max) {
-        fprintf(stderr, "switchboard replay: --%s wants an integer in [%llu, %llu], got '%s'\n", flag,
-                (unsigned long long)min, (unsigned long long)max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return sb_flag_u64("replay", flag, s, min, max, out);
 }
 
 static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -191,15 +162,7 @@ static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max
 
 static int parse_double(const char *flag, const char *s, double min, double max, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
-        fprintf(stderr, "switchboard replay: --%s wants a number in [%g, %g], got '%s'\n", flag, min, max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return sb_flag_double("replay", flag, s, min, max, out);
 }
 
 static int parse_rates(const char *s, args *a)
@@ -339,7 +302,6 @@ static int parse_args(int argc, char **argv, args *a)
 {
     sb_replay_opts *o = &a->o;
     sb_engine_params *ep = &o->engine;
-    double d;
     uint64_t u;
     int rc = 0, c;
     optind = 1;
@@ -367,31 +329,6 @@ static int parse_args(int argc, char **argv, args *a)
         case O_SEED: rc = parse_u64("seed", v, 0, UINT64_MAX, &o->seed); break;
         case O_OUT: a->out = v; break;
         case O_LIST: a->list = true; break;
-        case O_MAX_NUM_SEQS: rc = parse_u32("max-num-seqs", v, 1, UINT32_MAX, &ep->max_num_seqs); break;
-        case O_MAX_BATCHED:
-            rc = parse_u32("max-num-batched-tokens", v, 1, UINT32_MAX, &ep->max_num_batched_tokens);
-            break;
-        case O_GPU_BLOCKS: rc = parse_u32("num-gpu-blocks", v, 1, UINT32_MAX, &ep->num_gpu_blocks); break;
-        case O_BLOCK_SIZE: rc = parse_u32("block-size", v, 1, 4096, &ep->block_size); break;
-        case O_MAX_LORAS: rc = parse_u32("max-loras", v, 0, 1024, &ep->max_loras); break;
-        case O_LORA_LOAD_MS: rc = parse_ms("lora-load-ms", v, 1e6, &ep->lora_load_ns); break;
-        case O_NO_PREFIX: ep->enable_prefix_caching = false; break;
-        case O_STEP_MS:
-            if ((rc = parse_double("step-overhead-ms", v, 0, 1e6, &d)) == 0)
-                ep->step_overhead_ns = d * 1e6;
-            break;
-        case O_PREFILL_US:
-            if ((rc = parse_double("prefill-token-us", v, 0, 1e6, &d)) == 0)
-                ep->prefill_token_ns = d * 1e3;
-            break;
-        case O_DECODE_US:
-            if ((rc = parse_double("decode-token-us", v, 0, 1e6, &d)) == 0)
-                ep->decode_token_ns = d * 1e3;
-            break;
-        case O_CONTEXT_US:
-            if ((rc = parse_double("context-token-us", v, 0, 1e6, &d)) == 0)
-                ep->context_token_ns = d * 1e3;
-            break;
         case O_ADAPTIVE: a->adaptive_all = true; break;
         case O_ADAPTIVE_PARAM: rc = parse_pairs("adaptive-param", v, set_adaptive_knob, &o->adaptive_params); break;
         case O_FLOW: o->flow_control = true; break;
@@ -407,7 +344,7 @@ static int parse_args(int argc, char **argv, args *a)
         case O_FLOW_WAIT: rc = parse_pairs("flow-max-wait-ms", v, set_band_wait, &o->flow); break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
-        default: rc = -1; break;
+        default: rc = sb_is_engine_flag(c) ? sb_engine_flag("replay", c, v, ep) : -1; break;
         }
     }
     if (rc < 0)

@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "cmd/cmd.h"
+#include "cmd/flags.h"
 #include "sim/server.h"
 
 static const char usage_text[] =
@@ -54,17 +55,6 @@ enum {
     O_ENGINE,
     O_SPEED,
     O_MAX_MODEL_LEN,
-    O_MAX_NUM_SEQS,
-    O_MAX_BATCHED,
-    O_GPU_BLOCKS,
-    O_BLOCK_SIZE,
-    O_MAX_LORAS,
-    O_LORA_LOAD_MS,
-    O_NO_PREFIX,
-    O_STEP_MS,
-    O_PREFILL_US,
-    O_DECODE_US,
-    O_CONTEXT_US,
     O_FAIL_RATE,
     O_METRICS_DELAY,
     O_METRICS_HANG,
@@ -87,17 +77,7 @@ static const struct option long_opts[] = {
     {"engine", required_argument, NULL, O_ENGINE},
     {"speed", required_argument, NULL, O_SPEED},
     {"max-model-len", required_argument, NULL, O_MAX_MODEL_LEN},
-    {"max-num-seqs", required_argument, NULL, O_MAX_NUM_SEQS},
-    {"max-num-batched-tokens", required_argument, NULL, O_MAX_BATCHED},
-    {"num-gpu-blocks", required_argument, NULL, O_GPU_BLOCKS},
-    {"block-size", required_argument, NULL, O_BLOCK_SIZE},
-    {"max-loras", required_argument, NULL, O_MAX_LORAS},
-    {"lora-load-ms", required_argument, NULL, O_LORA_LOAD_MS},
-    {"no-enable-prefix-caching", no_argument, NULL, O_NO_PREFIX},
-    {"step-overhead-ms", required_argument, NULL, O_STEP_MS},
-    {"prefill-token-us", required_argument, NULL, O_PREFILL_US},
-    {"decode-token-us", required_argument, NULL, O_DECODE_US},
-    {"context-token-us", required_argument, NULL, O_CONTEXT_US},
+    SB_ENGINE_LONG_OPTIONS,
     {"fail-rate", required_argument, NULL, O_FAIL_RATE},
     {"metrics-delay-ms", required_argument, NULL, O_METRICS_DELAY},
     {"metrics-hang", no_argument, NULL, O_METRICS_HANG},
@@ -130,28 +110,12 @@ static void on_stop_signal(uv_signal_t *h, int signum)
 
 static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < min || v > max) {
-        fprintf(stderr, "switchboard sim: --%s wants an integer in [%u, %u], got '%s'\n", flag, min, max, s);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
+    return sb_flag_u32("sim", flag, s, min, max, out);
 }
 
 static int parse_double(const char *flag, const char *s, double min, double max, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
-        fprintf(stderr, "switchboard sim: --%s wants a number in [%g, %g], got '%s'\n", flag, min, max, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return sb_flag_double("sim", flag, s, min, max, out);
 }
 
 /* Splits a comma-separated list into a NULL-terminated array of fresh strings (empty items
@@ -263,7 +227,6 @@ int sb_cmd_sim(int argc, char **argv)
     char **adapters = NULL;
     long n_adapters = 0;
     uint32_t u, port = o.port;
-    double d;
     int rc = 0, c;
     bool calibrate = false;
     optind = 1;
@@ -291,34 +254,6 @@ int sb_cmd_sim(int argc, char **argv)
             break;
         case O_SPEED: rc = parse_double("speed", a, 1e-3, 1e6, &o.speed); break;
         case O_MAX_MODEL_LEN: rc = parse_u32("max-model-len", a, 1, UINT32_MAX, &o.max_model_len); break;
-        case O_MAX_NUM_SEQS: rc = parse_u32("max-num-seqs", a, 1, UINT32_MAX, &ep->max_num_seqs); break;
-        case O_MAX_BATCHED:
-            rc = parse_u32("max-num-batched-tokens", a, 1, UINT32_MAX, &ep->max_num_batched_tokens);
-            break;
-        case O_GPU_BLOCKS: rc = parse_u32("num-gpu-blocks", a, 1, UINT32_MAX, &ep->num_gpu_blocks); break;
-        case O_BLOCK_SIZE: rc = parse_u32("block-size", a, 1, 4096, &ep->block_size); break;
-        case O_MAX_LORAS: rc = parse_u32("max-loras", a, 0, 1024, &ep->max_loras); break;
-        case O_LORA_LOAD_MS:
-            if ((rc = parse_double("lora-load-ms", a, 0, 1e6, &d)) == 0)
-                ep->lora_load_ns = (sb_ns)(d * 1e6);
-            break;
-        case O_NO_PREFIX: ep->enable_prefix_caching = false; break;
-        case O_STEP_MS:
-            if ((rc = parse_double("step-overhead-ms", a, 0, 1e6, &d)) == 0)
-                ep->step_overhead_ns = d * 1e6;
-            break;
-        case O_PREFILL_US:
-            if ((rc = parse_double("prefill-token-us", a, 0, 1e6, &d)) == 0)
-                ep->prefill_token_ns = d * 1e3;
-            break;
-        case O_DECODE_US:
-            if ((rc = parse_double("decode-token-us", a, 0, 1e6, &d)) == 0)
-                ep->decode_token_ns = d * 1e3;
-            break;
-        case O_CONTEXT_US:
-            if ((rc = parse_double("context-token-us", a, 0, 1e6, &d)) == 0)
-                ep->context_token_ns = d * 1e3;
-            break;
         case O_FAIL_RATE: rc = parse_double("fail-rate", a, 0, 1, &fa->fail_rate); break;
         case O_METRICS_DELAY: rc = parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms); break;
         case O_METRICS_HANG: fa->metrics_hang = true; break;
@@ -336,7 +271,7 @@ int sb_cmd_sim(int argc, char **argv)
             fputs(usage_text, stdout);
             free_list(adapters, n_adapters);
             return 0;
-        default: rc = -1; break;
+        default: rc = sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, ep) : -1; break;
         }
     }
     if (rc == 0 && optind < argc) {
