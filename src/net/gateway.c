@@ -257,6 +257,18 @@ sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t e
 
 static void on_adaptive_timer_closed(uv_handle_t *h);
 
+/* The configurator moves weight between affinity and distribution scorers: a profile without
+ * both (round robin, least request, load only) routes as it is, under its own name. */
+static bool has_both_categories(const sb_profile *p)
+{
+    bool aff = false, dist = false;
+    for (size_t i = 0; p && i < p->n_scorers; i++) {
+        aff |= p->scorers[i].def->category == SB_AFFINITY && p->scorers[i].weight > 0;
+        dist |= p->scorers[i].def->category == SB_DISTRIBUTION && p->scorers[i].weight > 0;
+    }
+    return aff && dist;
+}
+
 /* The adaptive loop: every pool's detectors tick on the probing cadence (never on the request
  * path); pools with `adaptive: true` route with the configurator's published profile. */
 static void on_adaptive_tick(uv_timer_t *t)
@@ -277,7 +289,8 @@ static void on_adaptive_tick(uv_timer_t *t)
                         gw->cfg->pools[p].name, sb_adaptive_regime(a, (enum sb_detector)d) ? "entered" : "left",
                         sb_detector_name((enum sb_detector)d), sb_adaptive_signal(a, (enum sb_detector)d),
                         sb_adaptive_category_weight(a, SB_AFFINITY), sb_adaptive_category_weight(a, SB_DISTRIBUTION));
-        if ((changed & SB_ADAPTIVE_PUBLISHED) && gw->cfg->pools[p].adaptive)
+        if ((changed & SB_ADAPTIVE_PUBLISHED) && gw->cfg->pools[p].adaptive &&
+            has_both_categories(sb_config_profile(gw->cfg, gw->cfg->pools[p].profile ? gw->cfg->pools[p].profile : "default")))
             sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(a));
     }
     sb_admission_tick(gw, now);
@@ -294,7 +307,7 @@ static void start_adaptive(sb_gateway *gw)
     for (size_t p = 0; p < cfg->n_pools; p++) {
         const sb_profile *base = sb_router_pool_profile(gw->router, (uint32_t)p);
         gw->adaptive[p] = base ? sb_adaptive_new(&ap, base) : NULL;
-        if (gw->adaptive[p] && cfg->pools[p].adaptive)
+        if (gw->adaptive[p] && cfg->pools[p].adaptive && has_both_categories(base))
             sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
         if (cfg->pools[p].probe_interval_ms && cfg->pools[p].probe_interval_ms < tick_ms)
             tick_ms = cfg->pools[p].probe_interval_ms;
@@ -556,7 +569,7 @@ int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
         sb_router_set_profile(gw->router, (uint32_t)p, prof);
         if (gw->adaptive && gw->adaptive[p]) {
             sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
-            if (pc->adaptive)
+            if (pc->adaptive && has_both_categories(prof))
                 sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
         }
         for (size_t e = 0; e < pc->n_endpoints; e++) {

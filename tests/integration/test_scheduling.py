@@ -170,7 +170,9 @@ class OrcaAndHealthTest(unittest.TestCase):
                                 "probe: { health_interval_ms: 0 }"]}])
         try:
             bad.close()  # now it refuses connections
-            for i in range(8):
+            # least-request breaks ties at random: 20 requests make two picks of the dead
+            # endpoint all but certain (a miss has probability 21 / 2^20).
+            for i in range(20):
                 st, _, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", "r%d" % i))
                 self.assertEqual(st, 200, "retried on the good endpoint")
             e = endpoints(gw)["127.0.0.1:%d" % bad_port]
