@@ -43,11 +43,27 @@ static void refuse(sb_gateway *gw, sb_http_req *req, int status, const char *rea
                           reason, headers);
 }
 
-static enum sb_band band_of(const sb_http_req *req)
+/* The request's band: the x-priority header, else its API key's band in config
+ * (flow_control.api_keys, matched against the Authorization bearer token), else standard. */
+static enum sb_band band_of(const sb_gateway *gw, const sb_http_req *req)
 {
     const sb_http_header *h = sb_http_req_header(req, "x-priority");
     int b = h ? sb_band_parse(h->value, h->value_len) : -1;
-    return b < 0 ? SB_BAND_STANDARD : (enum sb_band)b;
+    if (b >= 0)
+        return (enum sb_band)b;
+    const sb_config *cfg = gw->cfg;
+    if (cfg->n_flow_api_keys && (h = sb_http_req_header(req, "authorization")) != NULL) {
+        const char *v = h->value;
+        size_t n = h->value_len;
+        if (n > 7 && !strncasecmp(v, "Bearer ", 7)) {
+            v += 7;
+            n -= 7;
+        }
+        for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
+            if (strlen(cfg->flow_api_keys[i]) == n && !memcmp(cfg->flow_api_keys[i], v, n))
+                return (enum sb_band)cfg->flow_api_key_band[i];
+    }
+    return SB_BAND_STANDARD;
 }
 
 static uint64_t tenant_of(const sb_http_req *req)
@@ -149,7 +165,7 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
         sb_proxy_start(gw, req, t, rr);
         return;
     }
-    enum sb_band band = band_of(req);
+    enum sb_band band = band_of(gw, req);
     bool saturated = sb_router_pool_saturated(gw->router, pool, now);
     int a = sb_flow_admit(f, saturated, band);
     if (a == SB_FLOW_DISPATCH) {
@@ -192,12 +208,18 @@ static void on_evicted(void *ctx, void *user, enum sb_band band, int reason) { o
 
 int sb_admission_start(sb_gateway *gw)
 {
+    if (!gw->cfg->flow_enabled)
+        return 0; /* flows stay NULL: every request goes straight to scheduling */
     gw->flows = sb_calloc(gw->cfg->n_pools ? gw->cfg->n_pools : 1, sizeof(sb_flow *));
     if (!gw->flows)
         return -1;
     for (size_t p = 0; p < gw->cfg->n_pools; p++) {
         sb_flow_config fc;
         sb_flow_config_default(&fc);
+        for (int b = 0; b < SB_BAND_COUNT; b++) {
+            fc.band[b].max_wait_ns = SB_MS(gw->cfg->flow_max_wait_ms[b]);
+            fc.band[b].max_queued = gw->cfg->flow_max_queued[b];
+        }
         fc.on_evict = on_evicted;
         fc.evict_ctx = gw;
         gw->flows[p] = sb_flow_new(&fc);

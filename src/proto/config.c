@@ -1,5 +1,7 @@
 #include "proto/config.h"
 
+#include "core/flow.h"
+
 #include <arpa/inet.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1231,6 +1233,89 @@ static void check_pool_profiles(parse *p, const yaml_node_t *root)
     }
 }
 
+/* ---- flow control ---- */
+
+#define BAND_FIELD(arr, i, k, lo, hi)                                                                              \
+    {.key = i == 0 ? "critical" : i == 1 ? "standard" : "sheddable", .kind = k,                                   \
+     .offset = offsetof(sb_config, arr) + (i) * sizeof(uint32_t), .min = lo, .max = hi}
+
+static const field flow_wait_fields[] = {BAND_FIELD(flow_max_wait_ms, 0, K_MS, 1, UINT32_MAX),
+                                         BAND_FIELD(flow_max_wait_ms, 1, K_MS, 1, UINT32_MAX),
+                                         BAND_FIELD(flow_max_wait_ms, 2, K_MS, 1, UINT32_MAX)};
+static const field flow_queued_fields[] = {BAND_FIELD(flow_max_queued, 0, K_COUNT32, 0, 1u << 20),
+                                           BAND_FIELD(flow_max_queued, 1, K_COUNT32, 0, 1u << 20),
+                                           BAND_FIELD(flow_max_queued, 2, K_COUNT32, 0, 1u << 20)};
+static const section flow_wait_section = {"flow_control.max_wait_ms", flow_wait_fields, ARRAY_LEN(flow_wait_fields)};
+static const section flow_queued_section = {"flow_control.max_queued", flow_queued_fields,
+                                           ARRAY_LEN(flow_queued_fields)};
+static const field flow_enabled_field = {
+    .key = "enabled", .kind = K_BOOL, .offset = offsetof(sb_config, flow_enabled), .max = 1};
+
+/* flow_control: { enabled, max_wait_ms: {band: ms}, max_queued: {band: n}, api_keys: {key: band} } */
+static void parse_flow_control(parse *p, const yaml_node_t *map)
+{
+    sb_config *cfg = p->cfg;
+    if (!want_mapping(p, map, "flow_control"))
+        return;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, "flow_control");
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        if (!strcmp(key, "enabled")) {
+            parse_field(p, &flow_enabled_field, v, cfg, "flow_control");
+        } else if (!strcmp(key, "max_wait_ms")) {
+            parse_section(p, &flow_wait_section, v, cfg, "flow_control.max_wait_ms");
+        } else if (!strcmp(key, "max_queued")) {
+            parse_section(p, &flow_queued_section, v, cfg, "flow_control.max_queued");
+        } else if (!strcmp(key, "api_keys")) {
+            if (!want_mapping(p, v, "flow_control.api_keys") || mapping_len(v) == 0)
+                continue;
+            size_t n = mapping_len(v);
+            char **keys = sb_calloc(n, sizeof(char *));
+            int *bands = sb_calloc(n, sizeof(int));
+            if (!keys || !bands) {
+                sb_free(keys);
+                sb_free(bands);
+                out_of_memory(p);
+                continue;
+            }
+            /* Replace any earlier list (a repeated key is reported elsewhere). */
+            for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
+                sb_free(cfg->flow_api_keys[i]);
+            sb_free(cfg->flow_api_keys);
+            sb_free(cfg->flow_api_key_band);
+            cfg->flow_api_keys = keys;
+            cfg->flow_api_key_band = bands;
+            cfg->n_flow_api_keys = 0;
+            for (yaml_node_pair_t *r = v->data.mapping.pairs.start; r < v->data.mapping.pairs.top; r++) {
+                const char *api_key = pair_key(p, v, r, "flow_control.api_keys");
+                if (!api_key)
+                    continue;
+                const yaml_node_t *bv = node_at(p, r->value);
+                const char *band = string_of(p, bv, "flow_control.api_keys band");
+                if (!band)
+                    continue;
+                int b = sb_band_parse(band, strlen(band));
+                if (b < 0) {
+                    node_error(p, bv, "flow_control.api_keys: unknown band '%s' (critical, standard or sheddable)",
+                               band);
+                    continue;
+                }
+                char *copy = sb_strdup(api_key);
+                if (!copy) {
+                    out_of_memory(p);
+                    continue;
+                }
+                keys[cfg->n_flow_api_keys] = copy;
+                bands[cfg->n_flow_api_keys++] = b;
+            }
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in flow_control", key);
+        }
+    }
+}
+
 /* ---- top level ---- */
 
 static void parse_root(parse *p, const yaml_node_t *root)
@@ -1269,6 +1354,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
             parse_field(p, &log_decisions_field, v, p->cfg, NULL);
         } else if (!strcmp(key, "profiles")) {
             parse_profiles(p, v);
+        } else if (!strcmp(key, "flow_control")) {
+            parse_flow_control(p, v);
         } else if (!strcmp(key, "pools")) {
             seen_pools = true;
             parse_pools(p, v);
@@ -1333,6 +1420,10 @@ static bool set_defaults(sb_config *cfg)
         .orca_request = true,
         .block_bytes = 64,
         .prefix_chars = 100,
+        .flow_enabled = true,
+        /* issue 7's examples of band deadlines; 1024 queued per band */
+        .flow_max_wait_ms = {30000, 10000, 2000},
+        .flow_max_queued = {1024, 1024, 1024},
         .debug_endpoints = true,
     };
     return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL &&
@@ -1438,6 +1529,10 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->listen_host);
     sb_free(cfg->default_pool);
     sb_free(cfg->session_header);
+    for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
+        sb_free(cfg->flow_api_keys[i]);
+    sb_free(cfg->flow_api_keys);
+    sb_free(cfg->flow_api_key_band);
     sb_free(cfg->access_log);
     sb_free(cfg);
 }

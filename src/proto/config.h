@@ -77,6 +77,13 @@ typedef struct sb_config {
     char *default_pool;           /* pool for requests naming no model; NULL = 400 */
     char *session_header;         /* session affinity header; default "x-session-id" */
     size_t prefix_chars;          /* prefix-hash key length in bytes; default 100 */
+    /* flow control (net/admission.c): queues by priority band while a pool is saturated */
+    bool flow_enabled;            /* default true */
+    uint32_t flow_max_wait_ms[3]; /* per band (critical, standard, sheddable); 30 s, 10 s, 2 s */
+    uint32_t flow_max_queued[3];  /* per band; 1024 each */
+    char **flow_api_keys;         /* API keys (the Authorization bearer token) with a band */
+    int *flow_api_key_band;       /* enum sb_band of each */
+    size_t n_flow_api_keys;
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */

@@ -1,12 +1,14 @@
 /* inspect: OpenAI request body inspection and prompt block hashing (see inspect.h).
  *
- * Two passes over tokens, one over bytes: jsmn tokenizes the body (the only byte-by-byte
- * pass), a token walk checks what jsmn's strict mode lets through (separators, literals,
- * a single root), then field lookups only touch top-level keys and skip nested values by
- * binary search on token offsets. sb_prompt_hash revisits only the prompt's string tokens. */
-#define JSMN_STATIC
+ * One pass over bytes, then passes over tokens: tokenize() builds jsmn's token array (the
+ * only pass over every byte, string contents 16 bytes at a time), a token walk checks what
+ * jsmn's strict mode lets through (separators, literals, a single root), then field lookups
+ * only touch top-level keys and skip nested values by binary search on token offsets.
+ * sb_prompt_hash revisits only the prompt's string tokens. */
+
+/* jsmn's token layout only (strict mode, parent links): the parser is tokenize() below. */
+#define JSMN_HEADER
 #define JSMN_PARENT_LINKS
-#define JSMN_STRICT
 #include <jsmn.h>
 
 /* For XXH3_state_t's definition: streaming states live on the stack, never on the heap. */
@@ -21,11 +23,17 @@
 #include <stdbool.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #define DEFAULT_MAX_TOKENS ((size_t)1 << 20)
 #define FIRST_TOKENS 256
 /* Blocks up to this size are staged in a stack buffer and hashed one-shot (fastest for the
  * usual 64..1024-byte blocks); larger ones stream through an XXH3 state, same result. */
 #define STAGE_MAX 4096
+/* An escape decodes to at most 4 bytes and is never split: it may overrun the stage by 3. */
+#define STAGE_SLACK 4
 #define DEFAULT_PREFIX_CHARS 100
 
 #define KEY(s) s, sizeof(s) - 1
@@ -157,41 +165,259 @@ void sb_inspect_ctx_free(sb_inspect_ctx *ctx)
     ctx->n_tokens = 0;
 }
 
-/* Runs jsmn, growing the token array on JSMN_ERROR_NOMEM and resuming where it stopped
- * (jsmn keeps its position and only indexes tokens, so a moved array is fine). A reused
- * context is already big enough, so the steady state is one pass with no allocation.
- * Returns the token count or a negative sb_inspect_status. */
-static int tokenize(sb_inspect_ctx *ctx, const char *body, size_t len)
+/* The tokenizer is jsmn 1.1's strict mode with parent links (/usr/include/jsmn.h), written
+ * out again: same tokens, same inputs accepted, same point of running out of tokens. Why not
+ * jsmn itself: it reads string contents one byte at a time, and on a 32 KiB chat body that
+ * was 84% of inspect + hash (16.5 of 19.7 us); here string contents are scanned 16 bytes at
+ * a time for the three bytes that matter (quote, backslash, NUL). jsmn's quirks are kept on
+ * purpose (a NUL byte ends the input; ':' and ',' only move the current parent), since
+ * check_syntax() is written against them. tests/unit/proto/test_inspect.c compares the
+ * tokens with jsmn's on the fuzz corpus and on mutated bodies. */
+struct tokenizer {
+    sb_inspect_ctx *ctx;
+    jsmntok_t *t;   /* ctx->tokens */
+    size_t cap;     /* usable tokens: min(ctx->cap_tokens, max) */
+    size_t max;
+    int next;       /* next token to allocate */
+    int super;      /* current parent token, -1 at the root */
+};
+
+/* Grows the token array (doubling, up to max). Returns 0 or a negative sb_inspect_status. */
+static int grow_tokens(struct tokenizer *z)
 {
-    size_t max = ctx->max_tokens ? ctx->max_tokens : DEFAULT_MAX_TOKENS;
-    jsmn_parser p;
+    size_t grow = z->cap ? z->cap * 2 : FIRST_TOKENS;
+    void *t;
 
-    if (max > INT_MAX / 2)
-        max = INT_MAX / 2;
-    jsmn_init(&p);
-    for (;;) {
-        size_t cap = ctx->cap_tokens < max ? ctx->cap_tokens : max;
-        int r = JSMN_ERROR_NOMEM;
-        size_t grow;
-        void *t;
+    if (z->cap >= z->max)
+        return SB_INSPECT_TOO_COMPLEX;
+    if (grow > z->max)
+        grow = z->max;
+    t = sb_realloc(z->ctx->tokens, grow * sizeof(jsmntok_t));
+    if (!t)
+        return SB_INSPECT_NOMEM;
+    z->ctx->tokens = z->t = t;
+    z->ctx->cap_tokens = z->cap = grow;
+    return 0;
+}
 
-        if (ctx->tokens && cap)
-            r = jsmn_parse(&p, body, len, ctx->tokens, (unsigned)cap);
-        if (r >= 0)
-            return (int)p.toknext;
-        if (r != JSMN_ERROR_NOMEM)
-            return SB_INSPECT_BAD_JSON;
-        if (cap >= max)
-            return SB_INSPECT_TOO_COMPLEX;
-        grow = cap ? cap * 2 : FIRST_TOKENS;
-        if (grow > max)
-            grow = max;
-        t = sb_realloc(ctx->tokens, grow * sizeof(jsmntok_t));
-        if (!t)
-            return SB_INSPECT_NOMEM;
-        ctx->tokens = t;
-        ctx->cap_tokens = grow;
+/* A new token, blank as jsmn makes it (type left for the caller), or NULL with *err set. */
+static jsmntok_t *new_token(struct tokenizer *z, int *err)
+{
+    jsmntok_t *tok;
+
+    if ((size_t)z->next >= z->cap && (*err = grow_tokens(z)) != 0)
+        return NULL;
+    tok = &z->t[z->next++];
+    tok->start = tok->end = -1;
+    tok->size = 0;
+    tok->parent = -1;
+    return tok;
+}
+
+/* The byte a one-letter escape stands for, 0 if the letter is not one (\u is not). */
+static const unsigned char simple_escape[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
+};
+
+static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* Length of the escape at b[i] == '\\' (2 or 6), or 0 if jsmn rejects it. */
+static size_t escape_len(const char *b, size_t i, size_t len)
+{
+    if (len - i < 2)
+        return 0;
+    if (simple_escape[(unsigned char)b[i + 1]])
+        return 2;
+    if (b[i + 1] == 'u' && len - i >= 6 && is_hex(b[i + 2]) && is_hex(b[i + 3]) && is_hex(b[i + 4]) &&
+        is_hex(b[i + 5]))
+        return 6;
+    return 0;
+}
+
+#ifdef __SSE2__
+/* Bit k set where p[k] (k < 64) is a quote, a backslash or a NUL byte. */
+static uint64_t special_mask64(const char *p)
+{
+    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), zero = _mm_setzero_si128();
+    uint64_t m = 0;
+
+    for (int k = 0; k < 4; k++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
+        __m128i e = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)), _mm_cmpeq_epi8(v, zero));
+        m |= (uint64_t)(unsigned)_mm_movemask_epi8(e) << (16 * k);
     }
+    return m;
+}
+#endif
+
+/* Offset of the quote closing the string whose contents start at b[i], or -1 if the string
+ * is unterminated, holds a NUL byte or an escape jsmn rejects. 64 bytes are classified at
+ * once and their special bytes visited from the bit mask: escape-dense text (one every
+ * 20 bytes) then costs no rescan per escape. */
+static long string_end(const char *b, size_t i, size_t len)
+{
+    size_t adv;
+
+#ifdef __SSE2__
+    while (len - i >= 64) {
+        size_t base = i;
+        uint64_t m = special_mask64(b + base);
+
+        for (;;) {
+            m &= ~(uint64_t)0 << (i - base);
+            if (!m) {
+                i = base + 64;
+                break;
+            }
+            i = base + (size_t)__builtin_ctzll(m);
+            if (b[i] != '\\')
+                return b[i] == '"' ? (long)i : -1;
+            if ((adv = escape_len(b, i, len)) == 0)
+                return -1;
+            i += adv;
+            if (i - base >= 64)
+                break;
+        }
+    }
+#endif
+    for (; i < len; i++) {
+        if (b[i] == '"')
+            return (long)i;
+        if (b[i] == '\0')
+            return -1;
+        if (b[i] == '\\') {
+            if ((adv = escape_len(b, i, len)) == 0)
+                return -1;
+            i += adv - 1;
+        }
+    }
+    return -1;
+}
+
+/* End of the primitive starting at b[i] (a delimiter: whitespace , ] }), or -1 if a byte
+ * outside printable ASCII comes first or the input ends (strict mode wants a delimiter). */
+static long primitive_end(const char *b, size_t i, size_t len)
+{
+    for (; i < len && b[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)b[i];
+        if (c == '\t' || c == '\r' || c == '\n' || c == ' ' || c == ',' || c == ']' || c == '}')
+            return (long)i;
+        if (c < 32 || c >= 127)
+            return -1;
+    }
+    return -1;
+}
+
+/* Tokenizes body into ctx->tokens, growing the array as needed (a reused context is
+ * already big enough: one pass, no allocation). Returns the token count or a negative
+ * sb_inspect_status. */
+static int tokenize(sb_inspect_ctx *ctx, const char *b, size_t len)
+{
+    struct tokenizer z = {ctx, ctx->tokens, 0, ctx->max_tokens ? ctx->max_tokens : DEFAULT_MAX_TOKENS, 0, -1};
+    int err = 0;
+
+    if (z.max > INT_MAX / 2)
+        z.max = INT_MAX / 2;
+    z.cap = ctx->cap_tokens < z.max ? ctx->cap_tokens : z.max;
+    if ((!z.t || !z.cap) && (err = grow_tokens(&z)) != 0)
+        return err; /* as jsmn's caller did: room for tokens before the first byte */
+    for (size_t pos = 0; pos < len; pos++) {
+        char c = b[pos];
+        jsmntok_t *tok, *sup;
+        long end;
+
+        switch (c) {
+        case '\0':
+            goto done; /* jsmn reads a NUL byte as the end of input */
+        case '{':
+        case '[':
+            if (!(tok = new_token(&z, &err)))
+                return err;
+            if (z.super != -1) {
+                sup = &z.t[z.super];
+                if (sup->type == JSMN_OBJECT)
+                    return SB_INSPECT_BAD_JSON; /* a container as a key */
+                sup->size++;
+                tok->parent = z.super;
+            }
+            tok->type = c == '{' ? JSMN_OBJECT : JSMN_ARRAY;
+            tok->start = (int)pos;
+            z.super = z.next - 1;
+            break;
+        case '}':
+        case ']': {
+            jsmntype_t type = c == '}' ? JSMN_OBJECT : JSMN_ARRAY;
+            if (z.next < 1)
+                return SB_INSPECT_BAD_JSON;
+            for (tok = &z.t[z.next - 1];; tok = &z.t[tok->parent]) {
+                if (tok->start != -1 && tok->end == -1) { /* the innermost open container */
+                    if (tok->type != type)
+                        return SB_INSPECT_BAD_JSON;
+                    tok->end = (int)pos + 1;
+                    z.super = tok->parent;
+                    break;
+                }
+                if (tok->parent == -1) {
+                    if (tok->type != type || z.super == -1)
+                        return SB_INSPECT_BAD_JSON;
+                    break;
+                }
+            }
+            break;
+        }
+        case '"':
+            if ((end = string_end(b, pos + 1, len)) < 0)
+                return SB_INSPECT_BAD_JSON;
+            if (!(tok = new_token(&z, &err)))
+                return err;
+            tok->type = JSMN_STRING;
+            tok->start = (int)pos + 1;
+            tok->end = (int)end;
+            tok->parent = z.super;
+            if (z.super != -1)
+                z.t[z.super].size++;
+            pos = (size_t)end;
+            break;
+        case '\t':
+        case '\r':
+        case '\n':
+        case ' ':
+            break;
+        case ':':
+            z.super = z.next - 1;
+            break;
+        case ',':
+            if (z.super != -1 && z.t[z.super].type != JSMN_ARRAY && z.t[z.super].type != JSMN_OBJECT)
+                z.super = z.t[z.super].parent;
+            break;
+        case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7':
+        case '8': case '9': case 't': case 'f': case 'n':
+            if (z.super != -1) {
+                sup = &z.t[z.super];
+                if (sup->type == JSMN_OBJECT || (sup->type == JSMN_STRING && sup->size != 0))
+                    return SB_INSPECT_BAD_JSON; /* a primitive as a key, or a second value */
+            }
+            if ((end = primitive_end(b, pos, len)) < 0)
+                return SB_INSPECT_BAD_JSON;
+            if (!(tok = new_token(&z, &err)))
+                return err;
+            tok->type = JSMN_PRIMITIVE;
+            tok->start = (int)pos;
+            tok->end = (int)end;
+            tok->parent = z.super;
+            if (z.super != -1)
+                z.t[z.super].size++;
+            pos = (size_t)end - 1; /* the delimiter is read next */
+            break;
+        default:
+            return SB_INSPECT_BAD_JSON;
+        }
+    }
+done:
+    for (int i = z.next - 1; i >= 0; i--)
+        if (z.t[i].start != -1 && z.t[i].end == -1)
+            return SB_INSPECT_BAD_JSON; /* an unclosed container */
+    return z.next;
 }
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -659,19 +885,25 @@ static void stage(struct hasher *h, const unsigned char *p, size_t n)
                                          : XXH3_64bits_digest(h->big));
 }
 
+/* Counts n canonical bytes and feeds them to the prefix key while it is on. */
+static inline void count(struct hasher *h, const void *p, size_t n)
+{
+    h->total += n;
+    if (h->pk_on) {
+        size_t take = n < h->pk_left ? n : h->pk_left;
+        XXH3_64bits_update(h->pk, p, take);
+        h->pk_left -= take;
+        h->pk_on = h->pk_left > 0;
+    }
+}
+
 /* Appends n bytes to the canonical prompt. Whole blocks lying in p are hashed in place:
  * the common case of long unescaped text is never copied. */
 static void emit(struct hasher *h, const void *p, size_t n)
 {
     const unsigned char *c = p;
 
-    h->total += n;
-    if (h->pk_on) {
-        size_t take = n < h->pk_left ? n : h->pk_left;
-        XXH3_64bits_update(h->pk, c, take);
-        h->pk_left -= take;
-        h->pk_on = h->pk_left > 0;
-    }
+    count(h, c, n);
     if (!h->hashing)
         return;
     if (h->fill) {
@@ -692,48 +924,141 @@ static void mark(struct hasher *h, unsigned char m)
     emit(h, two, 2);
 }
 
-/* Emits a JSON string's raw text decoded, NUL bytes as 00 01. Raw runs go out by memchr
- * spans; runs of escapes are decoded into a small buffer first. The body holds no raw NUL
- * (sb_inspect rejected it), so only \u0000 can produce one. */
+/* Index of the first backslash in s[0..n), or n. */
+static size_t raw_span(const char *s, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i bs = _mm_set1_epi8('\\');
+
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs));
+        if (mask)
+            return i + (size_t)__builtin_ctz(mask);
+    }
+#endif
+    for (; i < n && s[i] != '\\'; i++)
+        ;
+    return i;
+}
+
+/* Copies s[0..n) to d up to the first backslash; returns the bytes copied. Scanning and
+ * copying in one go: escape-dense text has runs of a few dozen bytes, too short for a
+ * memchr + memcpy pair to pay its calls. */
+static size_t copy_raw(unsigned char *d, const char *s, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i bs = _mm_set1_epi8('\\');
+
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs));
+        _mm_storeu_si128((__m128i *)(void *)(d + i), v);
+        if (mask)
+            return i + (size_t)__builtin_ctz(mask);
+    }
+#endif
+    for (; i < n && s[i] != '\\'; i++)
+        d[i] = (unsigned char)s[i];
+    return i;
+}
+
+/* Decodes the escape at s (s < end) into out, in canonical form (\u0000 as 00 01): at most
+ * 4 bytes. Returns the bytes written and sets *adv to the input consumed. */
+static int canon_escape(const char *s, const char *end, unsigned char *out, size_t *adv)
+{
+    int m;
+
+    if (end - s >= 2 && simple_escape[(unsigned char)s[1]]) {
+        out[0] = simple_escape[(unsigned char)s[1]];
+        *adv = 2;
+        return 1;
+    }
+    m = decode_escape(s, (size_t)(end - s), out, adv);
+
+    if (m < 0) { /* cannot happen on a body sb_inspect accepted; keep the byte rather than loop */
+        out[0] = '\\';
+        *adv = 1;
+        return 1;
+    }
+    if (m == 1 && out[0] == 0) {
+        out[1] = M_NUL;
+        return 2;
+    }
+    return m;
+}
+
+/* The usual case of emit_json_text: blocks staged in memory and still hashing. Decodes
+ * straight into the stage (an escape may overrun it by up to 3 bytes, carried over to the
+ * next blocks), and hashes in place every block that lies whole in raw text. Returns where
+ * it stopped: at end, or earlier if the last hashed block used up the caller's slots. */
+static const char *stage_json_text(struct hasher *h, const char *s, const char *end)
+{
+    unsigned char *st = h->stage;
+    const size_t bb = h->bb;
+
+    while (s < end && h->hashing) {
+        size_t avail = (size_t)(end - s), room = bb - h->fill, lim = avail < room ? avail : room;
+        size_t run, adv;
+        int m;
+
+        if (h->fill == 0 && avail >= bb && raw_span(s, bb) == bb) {
+            count(h, s, bb);
+            push_block(h, XXH3_64bits_withSeed(s, bb, h->prev));
+            s += bb;
+            continue;
+        }
+        run = copy_raw(st + h->fill, s, lim);
+        count(h, st + h->fill, run);
+        h->fill += run;
+        s += run;
+        if (run < lim) { /* stopped at a backslash */
+            m = canon_escape(s, end, st + h->fill, &adv);
+            count(h, st + h->fill, (size_t)m);
+            h->fill += (size_t)m;
+            s += adv;
+        }
+        while (h->fill >= bb && h->hashing) { /* several blocks when bb < 4 */
+            size_t over = h->fill - bb;
+            push_block(h, XXH3_64bits_withSeed(st, bb, h->prev));
+            memmove(st, st + bb, over);
+            h->fill = over;
+        }
+    }
+    return s;
+}
+
+/* Emits a JSON string's raw text decoded, NUL bytes as 00 01. The body holds no raw NUL
+ * (sb_inspect rejected it), so only \u0000 can produce one. Otherwise (blocks streamed
+ * through an XXH3 state, or only counting once the slots are used up): long raw runs go
+ * out as they are, escapes and short runs are decoded into a small buffer first. */
 static void emit_json_text(struct hasher *h, const char *s, size_t n)
 {
     const char *end = s + n;
-    unsigned char tmp[64];
+    unsigned char tmp[512];
     size_t k = 0;
 
+    if (h->hashing && h->bb <= STAGE_MAX)
+        s = stage_json_text(h, s, end);
     while (s < end) {
-        const char *bs = memchr(s, '\\', (size_t)(end - s));
-        size_t run = (size_t)((bs ? bs : end) - s);
-        unsigned char u[4];
-        size_t adv;
-        int m;
+        size_t run = raw_span(s, (size_t)(end - s)), adv;
 
-        if (run) {
-            if (k)
-                emit(h, tmp, k);
-            k = 0;
-            emit(h, s, run);
-            s += run;
-        }
-        if (!bs)
-            break;
-        if (k > sizeof tmp - 4) {
+        if (run > 64 || k + run > sizeof tmp - STAGE_SLACK) {
             emit(h, tmp, k);
             k = 0;
         }
-        m = decode_escape(s, (size_t)(end - s), u, &adv);
-        if (m < 0) { /* cannot happen on a body jsmn accepted; keep the byte rather than loop */
-            u[0] = '\\';
-            m = 1;
-            adv = 1;
-        }
-        if (m == 1 && u[0] == 0) {
-            tmp[k++] = 0;
-            tmp[k++] = M_NUL;
+        if (run > 64) {
+            emit(h, s, run);
         } else {
-            memcpy(tmp + k, u, (size_t)m);
-            k += (size_t)m;
+            memcpy(tmp + k, s, run);
+            k += run;
         }
+        s += run;
+        if (s == end)
+            break;
+        k += (size_t)canon_escape(s, end, tmp + k, &adv);
         s += adv;
     }
     if (k)
@@ -914,7 +1239,7 @@ uint64_t sb_prompt_seed(const char *model, size_t model_len, const char *adapter
 void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspect_result *res,
                     uint64_t seed, size_t block_bytes, sb_prompt_hashes *out)
 {
-    unsigned char stage_buf[STAGE_MAX];
+    unsigned char stage_buf[STAGE_MAX + STAGE_SLACK];
     XXH3_state_t big, pk;
     struct hasher h = {0};
     const jsmntok_t *t = ctx->tokens;

@@ -36,7 +36,8 @@ class FlowControlTest(unittest.TestCase):
         self.sim = Sim("--speed", "1", "--max-num-seqs", "1", replicas=2)
         self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "least-request",
                             "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports],
-                            "yaml": ["probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"]}])
+                            "yaml": ["probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"]}],
+                          extra="flow_control:\n  max_queued: { critical: 1 }\n  api_keys: { sk-batch: sheddable }")
         self.results = []
         self.threads = []
 
@@ -69,6 +70,10 @@ class FlowControlTest(unittest.TestCase):
         self.assertEqual(h["x-switchboard-refusal"], "shed")
         self.assertGreaterEqual(int(h["retry-after"]), 1)
         self.assertEqual(json.loads(body)["error"]["code"], "shed")
+        # The same for a request whose API key the config puts in the sheddable band.
+        st, h, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat("batch job", 4),
+                        {"Authorization": "Bearer sk-batch"})
+        self.assertEqual((st, h["x-switchboard-refusal"]), (429, "shed"))
         # A standard request now waits in the gateway; its client leaves: removed, never sent.
         s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
         send_request(s, "POST", "/v1/chat/completions", chat("leave while queued", 4))
@@ -77,14 +82,19 @@ class FlowControlTest(unittest.TestCase):
         s.close()
         wait_until(lambda: metric(self.gw, 'switchboard_queue_removed_total{pool="p",band="standard"}') == 1, 10,
                    "the queued request to be removed")
-        # A critical request waits too, and is served once capacity returns.
-        st, h, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat("critical", 4),
-                        {"x-priority": "critical"}, timeout=60)
-        self.assertEqual(st, 200)
-        self.assertGreaterEqual(metric(self.gw, 'switchboard_queue_dispatched_total{pool="p",band="critical"}'), 1)
+        # A critical request waits too (ahead of standard ones); the critical band holds one
+        # (config), so a second is refused as queue_full.
+        self.background("critical", {"x-priority": "critical"}, max_tokens=4)
+        wait_until(lambda: metric(self.gw, 'switchboard_queue_length{pool="p",band="critical"}') == 1, 10,
+                   "the critical request to be queued")
+        st, h, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat("second critical", 4),
+                        {"x-priority": "critical"})
+        self.assertEqual((st, h["x-switchboard-refusal"]), (429, "queue_full"))
+        self.assertIn("retry-after", h)
         for t in self.threads:
             t.join()
-        self.assertEqual({st for _, st in self.results}, {200}, "queued standard requests all served")
+        self.assertEqual({st for _, st in self.results}, {200}, "queued requests all served")
+        self.assertEqual(metric(self.gw, 'switchboard_queue_dispatched_total{pool="p",band="critical"}'), 1)
         # 16 background requests and the critical one reached the replicas; the one whose
         # client left while queued never did.
         self.assertEqual(sum(e["own"]["dispatched"] for e in endpoints(self.gw)), 17)

@@ -1161,6 +1161,43 @@ static void test_example_demo(void **state)
     sb_config_free(cfg);
 }
 
+static void test_flow_control(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* Defaults: on, issue 7's deadlines, 1024 per band, no API keys. */
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_true(cfg->flow_enabled);
+    assert_int_equal(cfg->flow_max_wait_ms[0], 30000);
+    assert_int_equal(cfg->flow_max_wait_ms[1], 10000);
+    assert_int_equal(cfg->flow_max_wait_ms[2], 2000);
+    assert_int_equal(cfg->flow_max_queued[1], 1024);
+    assert_int_equal(cfg->n_flow_api_keys, 0);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str(POOL_OK "flow_control:\n  enabled: false\n  max_wait_ms: { sheddable: 500 }\n"
+                                       "  max_queued: { critical: 8, standard: 0 }\n"
+                                       "  api_keys: { sk-a: critical, \"sk b\": Sheddable }\n",
+                               &cfg, &errs),
+                     0);
+    assert_false(cfg->flow_enabled);
+    assert_int_equal(cfg->flow_max_wait_ms[2], 500);
+    assert_int_equal(cfg->flow_max_wait_ms[0], 30000); /* untouched bands keep their defaults */
+    assert_int_equal(cfg->flow_max_queued[0], 8);
+    assert_int_equal(cfg->flow_max_queued[1], 0);
+    assert_int_equal(cfg->n_flow_api_keys, 2);
+    assert_string_equal(cfg->flow_api_keys[0], "sk-a");
+    assert_int_equal(cfg->flow_api_key_band[0], 0);
+    assert_string_equal(cfg->flow_api_keys[1], "sk b");
+    assert_int_equal(cfg->flow_api_key_band[1], 2);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "flow_control:\n  api_keys: { sk-a: urgent }\n", 6, "unknown band 'urgent'");
+    expect_one_error(POOL_OK "flow_control:\n  max_wait_ms: { vip: 5 }\n", 6,
+                     "unknown key 'vip' in flow_control.max_wait_ms");
+    expect_one_error(POOL_OK "flow_control:\n  queues: 3\n", 6, "unknown key 'queues' in flow_control");
+    expect_one_error(POOL_OK "flow_control:\n  max_wait_ms: { critical: 0 }\n", 6, "critical");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1185,6 +1222,7 @@ int main(void)
         cmocka_unit_test(test_custom_metrics),
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
+        cmocka_unit_test(test_flow_control),
         cmocka_unit_test(test_error_yaml_syntax),
         cmocka_unit_test(test_multiple_errors),
         cmocka_unit_test(test_error_overflow_list),
