@@ -25,7 +25,7 @@ static void on_reload_signal(uv_signal_t *h, int signum)
         SB_WARN("reload: %s has errors; keeping the running configuration", st->path);
         return;
     }
-    sb_gateway_reload(st->gw, cfg);
+    sb_gateway_reload(&st->gw, cfg);
 }
 
 static void on_stop_signal(uv_signal_t *h, int signum)

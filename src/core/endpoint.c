@@ -203,3 +203,23 @@ void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns)
     ep->prefill_tps = ep->ttft_observations ? 0.8 * ep->prefill_tps + 0.2 * tps : tps;
     ep->ttft_observations++;
 }
+
+void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
+{
+    dst->report = src->report;
+    dst->report_ns = src->report_ns;
+    dst->report_source = src->report_source;
+    dst->report_seq = src->report_seq;
+    dst->dispatched = src->dispatched;
+    dst->completed = src->completed;
+    dst->failed = src->failed;
+    dst->health = src->health;
+    dst->active_down = src->active_down;
+    dst->consecutive_failures = src->consecutive_failures;
+    dst->ejections = src->ejections;
+    dst->ejections_total = src->ejections_total;
+    dst->ejected_until = src->ejected_until;
+    dst->last_dispatch_ns = src->last_dispatch_ns;
+    dst->prefill_tps = src->prefill_tps;
+    dst->ttft_observations = src->ttft_observations;
+}

@@ -138,6 +138,11 @@ void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_
  * as slow prefill. Queue time is included on purpose: it is what the next request will see. */
 void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns);
 
+/* Carries state across a reload that rebuilt the router: dst (the same endpoint in the new
+ * router) takes src's reports, health and learned figures; its identity and the accounting of
+ * requests in flight (which finish on the old router) stay dst's own. */
+void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src);
+
 /* Active health check result. */
 void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now);
 

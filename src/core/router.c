@@ -29,6 +29,7 @@ typedef struct pool {
     int n_adapters;
     /* Decision scratch, sized for the pool: no allocation per pick. */
     sb_decision last;
+    sb_profile last_profile; /* the decision's profile, copied: it outlives configs and snapshots */
     bool have_last;
     sb_prefix_index *prefix;
     uint32_t *prefix_match;
@@ -276,6 +277,8 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
     int ep = sb_sched_run(&ctx, req, p->eps, p->n_eps, &p->last);
     p->rr_cursor = ctx.rr_cursor;
     p->have_last = true;
+    p->last_profile = *ctx.profile;
+    p->last.profile = &p->last_profile;
     /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index). */
     if (ep >= 0 && blocks)
         sb_prefix_index_insert(p->prefix, (uint32_t)ep, req->block_hashes, req->n_blocks);
@@ -326,6 +329,15 @@ void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     uint32_t b = blocks > 4e9 ? 4000000000u : (uint32_t)blocks;
     if (b != sb_prefix_index_capacity(p->prefix, ep))
         sb_prefix_index_set_capacity(p->prefix, ep, b);
+}
+
+void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp)
+{
+    if (dp >= dst->n_pools || sp >= src->n_pools || dst->pools[dp].n_eps != src->pools[sp].n_eps)
+        return;
+    sb_prefix_index *t = dst->pools[dp].prefix;
+    dst->pools[dp].prefix = src->pools[sp].prefix;
+    src->pools[sp].prefix = t;
 }
 
 void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)

@@ -95,6 +95,9 @@ bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
  * the current one), and a restart or departure forgetting everything the endpoint held. */
 void sb_router_prefix_capacity(sb_router *r, uint32_t pool, uint32_t ep, uint64_t capacity_tokens);
 void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep);
+/* Moves src's pool index to dst's pool (a reload that kept the pool's endpoints as they
+ * were); src's pool gets an empty one. Both pools must have the same endpoint count. */
+void sb_router_move_prefix_index(sb_router *dst, uint32_t dst_pool, sb_router *src, uint32_t src_pool);
 /* The pool's index, for statistics; NULL if none. */
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool);
 

@@ -229,6 +229,17 @@ int sb_admission_start(sb_gateway *gw)
     return 0;
 }
 
+void sb_admission_flush(sb_gateway *gw)
+{
+    if (!gw->flows)
+        return;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        void *q;
+        while (gw->flows[p] && (q = sb_flow_next(gw->flows[p], UINT64_MAX)) != NULL)
+            start(gw, q);
+    }
+}
+
 void sb_admission_stop(sb_gateway *gw)
 {
     if (!gw->flows)

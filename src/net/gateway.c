@@ -154,7 +154,8 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     /* Blocks are seeded by served model and adapter: two models never share a prefix. */
     const char *adapter = m.adapter >= 0 ? m.name : "";
     uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
-    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = gw->cfg->max_prompt_blocks,
+    size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
+    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap,
                            .prefix_chars = gw->cfg->prefix_chars};
     sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
 
@@ -194,7 +195,7 @@ static void on_request(sb_http_req *req, void *ctx)
             return;
         }
     }
-    if (req->method == HTTP_GET && sb_gateway_admin(gw, req))
+    if ((req->method == HTTP_GET || req->method == HTTP_HEAD) && sb_gateway_admin(gw, req))
         return;
     if (path_is(req, "/v1/models") || path_is(req, "/healthz")) {
         if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
@@ -318,6 +319,8 @@ static void start_adaptive(sb_gateway *gw)
     uv_timer_start(&gw->adaptive_timer, on_adaptive_tick, tick_ms, tick_ms);
 }
 
+static void on_adaptive_timer_closed(uv_handle_t *h);
+
 static void gateway_free(sb_gateway *gw)
 {
     if (gw->ups) {
@@ -352,7 +355,9 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw);
 }
 
-int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
+/* Builds a gateway over cfg. With `server` NULL it listens itself; otherwise it takes over an
+ * existing server (a reload that changed pools or endpoints). */
+static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -369,7 +374,9 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     gw->snap->refs = 1;
     gw->router = sb_router_new(uv_hrtime());
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
-    gw->hashes = sb_malloc(cfg->max_prompt_blocks * sizeof(uint64_t));
+    /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
+    gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
+    gw->hashes = sb_malloc(gw->hashes_cap * sizeof(uint64_t));
     if (!gw->router || !gw->pool_first_up || !gw->hashes || build_models_json(gw) < 0)
         goto fail;
     size_t total = 0;
@@ -436,29 +443,40 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     sb_http_server_opts so = {.max_header_bytes = cfg->max_header_bytes, .max_body_bytes = cfg->max_body_bytes,
                               .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
                               .idle_ms = cfg->idle_ms};
-    rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, on_request, gw, &gw->server);
-    if (rc < 0) {
-        SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
-        goto fail;
+    if (server) {
+        gw->server = server;
+        sb_http_server_set_opts(server, &so);
+    } else {
+        rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, on_request, gw, &gw->server);
+        if (rc < 0) {
+            SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
+            goto fail;
+        }
+    }
+    if (sb_admission_start(gw) < 0) {
+        SB_ERROR("admission queues: out of memory");
+        rc = UV_ENOMEM;
+        goto fail_server;
     }
     rc = sb_prober_start(loop, cfg, gw->router, &gw->prober);
     if (rc < 0) {
         SB_ERROR("prober: %s", uv_strerror(rc));
-        sb_http_server_stop(gw->server);
-        goto fail;
+        goto fail_server;
     }
     start_adaptive(gw);
-    if (sb_admission_start(gw) < 0) {
-        SB_ERROR("admission queues: out of memory");
-        rc = UV_ENOMEM;
-        sb_http_server_stop(gw->server);
-        goto fail;
-    }
     *out = gw;
     return 0;
+fail_server:
+    if (!server)
+        sb_http_server_stop(gw->server);
 fail:
     gateway_free(gw);
     return rc < 0 ? rc : UV_ENOMEM;
+}
+
+int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
+{
+    return gateway_build(loop, cfg, NULL, out);
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -470,9 +488,13 @@ void sb_gateway_stop(sb_gateway *gw)
      * done (sb_gateway_exchange_done). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
+    /* Held while stopping: exchanges aborted below may end (and would free gw) before we
+     * are done with it. */
+    gw->in_flight++;
     if (gw->adaptive_timer_open) {
         uv_timer_stop(&gw->adaptive_timer);
         uv_close((uv_handle_t *)&gw->adaptive_timer, on_adaptive_timer_closed);
+        gw->adaptive_timer_open = false;
         gw->in_flight++; /* the timer's memory lives in gw: free only once it is closed */
     }
     if (gw->prober)
@@ -480,8 +502,7 @@ void sb_gateway_stop(sb_gateway *gw)
     gw->prober = NULL;
     sb_admission_stop(gw);
     sb_http_server_stop(gw->server);
-    if (gw->in_flight == 0)
-        gateway_free(gw);
+    sb_gateway_exchange_done(gw);
 }
 
 static void on_adaptive_timer_closed(uv_handle_t *h) { sb_gateway_exchange_done(((uv_timer_t *)h)->data); }
@@ -542,13 +563,86 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
     return NULL;
 }
 
-int sb_gateway_reload(sb_gateway *gw, sb_config *cfg)
+/* Stops a gateway's background work but not the server it shares: its requests in flight (and
+ * those it had queued, dispatched now) finish on it; it frees itself after the last one. */
+static void gateway_retire(sb_gateway *gw)
 {
+    gw->stopping = true;
+    gw->in_flight++; /* held while retiring (see sb_gateway_stop) */
+    if (gw->adaptive_timer_open) {
+        uv_timer_stop(&gw->adaptive_timer);
+        uv_close((uv_handle_t *)&gw->adaptive_timer, on_adaptive_timer_closed);
+        gw->adaptive_timer_open = false;
+        gw->in_flight++;
+    }
+    if (gw->prober)
+        sb_prober_stop(gw->prober);
+    gw->prober = NULL;
+    sb_admission_flush(gw);
+    gw->server = NULL; /* the new gateway's now */
+    sb_gateway_exchange_done(gw);
+}
+
+/* What a new gateway inherits from the one it replaces: every endpoint that stays (same pool
+ * name, same address) keeps its reports, health and learned figures; a pool whose endpoint
+ * list is unchanged keeps its prefix index; counters carry on (Prometheus counters must not
+ * go back). The router's own accounting of requests in flight starts at zero: those requests
+ * finish on the old gateway, and the next scrape shows them. */
+static void carry_state(sb_gateway *ngw, sb_gateway *old)
+{
+    ngw->counters = old->counters;
+    memcpy(ngw->rejected_by_status, old->rejected_by_status, sizeof(ngw->rejected_by_status));
+    ngw->reloads = old->reloads;
+    for (size_t p = 0; p < ngw->cfg->n_pools; p++) {
+        const sb_pool_config *np = &ngw->cfg->pools[p];
+        for (size_t q = 0; q < old->cfg->n_pools; q++) {
+            const sb_pool_config *op = &old->cfg->pools[q];
+            if (strcmp(np->name, op->name))
+                continue;
+            ngw->pool_metrics[p] = old->pool_metrics[q];
+            bool same = np->n_endpoints == op->n_endpoints;
+            for (size_t e = 0; e < np->n_endpoints; e++) {
+                for (size_t f = 0; f < op->n_endpoints; f++) {
+                    if (strcmp(np->endpoints[e].address, op->endpoints[f].address))
+                        continue;
+                    sb_endpoint_adopt(sb_router_endpoint(ngw->router, (uint32_t)p, (uint32_t)e),
+                                      sb_router_endpoint(old->router, (uint32_t)q, (uint32_t)f));
+                    ngw->ep_metrics[ngw->pool_first_up[p] + e] = old->ep_metrics[old->pool_first_up[q] + f];
+                }
+                same = same && !strcmp(np->endpoints[e].address, op->endpoints[e].address);
+            }
+            if (same)
+                sb_router_move_prefix_index(ngw->router, (uint32_t)p, old->router, (uint32_t)q);
+            break;
+        }
+    }
+}
+
+int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
+{
+    sb_gateway *gw = *gwp;
     const char *why = shape_differs(gw->cfg, cfg);
-    if (why) {
-        SB_WARN("reload refused: %s (restart to apply)", why);
+    if (why && (strcmp(gw->cfg->listen_host, cfg->listen_host) || gw->cfg->listen_port != cfg->listen_port)) {
+        SB_WARN("reload refused: the listen address changed (restart to apply)");
         sb_config_free(cfg);
         return -1;
+    }
+    if (why) {
+        /* Pools, models or endpoints changed: a new gateway takes over the listener; the old
+         * one finishes what it has in flight. */
+        sb_gateway *ngw = NULL;
+        if (gateway_build(gw->loop, cfg, gw->server, &ngw) < 0) {
+            SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
+            return -1;
+        }
+        carry_state(ngw, gw);
+        ngw->reloads++;
+        sb_http_server_set_handler(ngw->server, on_request, ngw);
+        gateway_retire(gw);
+        *gwp = ngw;
+        SB_INFO("configuration reloaded (%llu): %s; endpoint state carried over",
+                (unsigned long long)ngw->reloads, why);
+        return 0;
     }
     sb_snapshot *ns = sb_calloc(1, sizeof(*ns));
     if (!ns) {

@@ -76,7 +76,8 @@ typedef struct sb_gateway {
     size_t *pool_first_up;      /* index into ups of each pool's first endpoint */
     sb_http_server *server;
     sb_inspect_ctx ictx;        /* reused for every request: one loop, one request at a time */
-    uint64_t *hashes;           /* block-hash scratch, cfg->max_prompt_blocks entries */
+    uint64_t *hashes;           /* block-hash scratch, hashes_cap entries */
+    size_t hashes_cap;
     char *models_json;          /* GET /v1/models body, built once from config */
     size_t models_json_len;
     FILE *access_log;
@@ -101,11 +102,14 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
  * loop's next turns). */
 void sb_gateway_stop(sb_gateway *gw);
 uint16_t sb_gateway_port(const sb_gateway *gw);
-/* Replaces the configuration (SIGHUP). Profiles, weights, thresholds, timeouts and limits
- * change at once; endpoint state (reports, accounting, health) is kept. A config that
- * changes the set of pools, models or endpoints is refused (-1, reason logged): those need
- * a restart in this version. Ownership of cfg passes to the gateway either way. */
-int sb_gateway_reload(sb_gateway *gw, sb_config *cfg);
+/* Replaces the configuration (SIGHUP). Ownership of cfg passes to the gateway either way.
+ * Same pools, models and endpoints: profiles, weights, thresholds, timeouts and limits change
+ * in place; requests in flight keep the snapshot they started with. Pools, models or endpoints
+ * changed: a new gateway takes over the listener (*gw is replaced), every endpoint that stays
+ * keeps its state (reports, health, learned figures; the prefix index of an unchanged pool),
+ * and the old gateway finishes its requests in flight, then frees itself. A change of the
+ * listen address is refused (-1, reason logged): that needs a restart. */
+int sb_gateway_reload(sb_gateway **gw, sb_config *cfg);
 
 /* The upstream pool of endpoint `ep` of pool `pool`. */
 sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep);
@@ -159,6 +163,8 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
 void sb_admission_request_done(sb_gateway *gw, uint32_t pool);
 void sb_admission_tick(sb_gateway *gw, sb_ns now);
 void sb_admission_stop(sb_gateway *gw);
+/* Dispatches every queued request now (a gateway being retired by a reload). */
+void sb_admission_flush(sb_gateway *gw);
 void sb_admission_free(sb_gateway *gw);
 
 /* An OpenAI-shaped error with extra response headers ("Name: value\r\n" lines, or NULL);

@@ -51,6 +51,9 @@ typedef struct conn {
     int64_t resp_left;    /* for length-framed streams: bytes still expected, -1 otherwise */
     size_t queued;        /* bytes handed to uv_write not yet completed */
     bool wants_drain;
+    bool processing;      /* process() is on the stack for this connection */
+    bool head_only;       /* the response has no body (HEAD request, 1xx/204/304 status) */
+    bool resume;          /* pipelined bytes to parse once the outermost process() returns */
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     struct conn *dirty_prev, *dirty_next;
@@ -91,6 +94,8 @@ static http_parser_settings parser_settings;
 static void conn_close(conn *c);
 static void conn_read_start(conn *c);
 static void process(conn *c, const char *data, size_t len);
+static void run_pending(conn *c);
+static void arm_timer(conn *c, uint32_t ms);
 
 const char *sb_http_status_text(int status)
 {
@@ -142,6 +147,7 @@ static void on_write(uv_write_t *w, int status)
     }
     if (c->wants_drain && c->queued < c->srv->opts.write_high_water / 2 && c->state == CONN_STREAMING) {
         c->wants_drain = false;
+        arm_timer(c, 0); /* the client reads again: no stall */
         if (c->req.on_drain)
             c->req.on_drain(&c->req);
     }
@@ -276,6 +282,17 @@ static void conn_close(conn *c)
 static void on_timeout(uv_timer_t *t)
 {
     conn *c = t->data;
+    if (c->close_after) {
+        /* Closing after queued bytes, and the client does not read them: give up. */
+        conn_close(c);
+        return;
+    }
+    if (c->state == CONN_STREAMING && c->wants_drain) {
+        /* The client has stopped reading a response in progress: it is gone in effect.
+         * Closing aborts the request (on_abort), which releases its upstream. */
+        conn_close(c);
+        return;
+    }
     if (c->state == CONN_READING && c->queued == 0) {
         /* A slow or stalled request head/body: say so, then close. */
         static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
@@ -287,6 +304,8 @@ static void on_timeout(uv_timer_t *t)
         c->state = CONN_IDLE;
         if (c->queued == 0)
             conn_close(c);
+        else
+            arm_timer(c, c->srv->opts.idle_ms);
         return;
     }
     if (c->state == CONN_IDLE)
@@ -342,7 +361,7 @@ static void fail_request(conn *c, int status, const char *message)
     sb_buf_free(&json);
     c->close_after = true;
     c->state = CONN_IDLE;
-    arm_timer(c, 0);
+    arm_timer(c, c->srv->opts.idle_ms); /* closes it if the client never reads the answer */
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
@@ -386,6 +405,8 @@ static int on_url(http_parser *p, const char *at, size_t len)
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
+    if (c->head_done)
+        return 0; /* chunked trailers: never merged into the request's headers */
     if (c->last_was_value || c->n_headers == 0) {
         if (c->n_headers == MAX_HEADERS) {
             c->error_status = 431;
@@ -405,6 +426,8 @@ static int on_header_field(http_parser *p, const char *at, size_t len)
 static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
+    if (c->head_done)
+        return 0;
     if (c->n_headers == 0)
         return -1;
     hdr_off *h = &c->hoffs[c->n_headers - 1];
@@ -567,7 +590,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
+    c->processing = true;
     process(c, buf->base, (size_t)nread);
+    c->processing = false;
+    if (c->resume && c->state == CONN_IDLE && c->pending.len)
+        run_pending(c);
 }
 
 static void conn_read_start(conn *c)
@@ -596,6 +623,8 @@ static void finish_response(conn *c)
         }
         if (c->queued == 0)
             conn_close(c);
+        else
+            arm_timer(c, c->srv->opts.idle_ms); /* a client that never reads is closed */
         return;
     }
     c->state = CONN_IDLE;
@@ -603,13 +632,30 @@ static void finish_response(conn *c)
     http_parser_pause(&c->parser, 0);
     conn_read_start(c);
     if (c->pending.len) {
-        /* Pipelined requests: parse what already arrived. The buffer is detached first
-         * because process() may append leftovers to `pending` again. */
+        /* Pipelined requests: parsed by the outermost process() on the stack, in a loop, never
+         * by recursion (thousands of pipelined requests answered at once would otherwise grow
+         * the stack without bound). */
+        if (c->processing)
+            c->resume = true;
+        else
+            run_pending(c);
+    }
+}
+
+/* Parses pipelined bytes that arrived while a response was in progress, request after
+ * request, as long as each is answered at once. */
+static void run_pending(conn *c)
+{
+    c->processing = true;
+    do {
+        c->resume = false;
+        /* Detached first: process() may append leftovers to `pending` again. */
         sb_buf p = c->pending;
         c->pending = (sb_buf){0};
         process(c, p.data, p.len);
         sb_buf_free(&p);
-    }
+    } while (c->resume && c->state == CONN_IDLE && c->pending.len);
+    c->processing = false;
 }
 
 /* ---- accepting ---- */
@@ -732,6 +778,12 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
 
 uint16_t sb_http_server_port(const sb_http_server *s) { return s->port; }
 
+void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void *ctx)
+{
+    s->handler = handler;
+    s->ctx = ctx;
+}
+
 void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
 {
     sb_http_server_opts o = *opts;
@@ -785,14 +837,19 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     if (c->state != CONN_HANDLING)
         return -1;
     bool http11 = req->http_minor >= 1;
-    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && (content_length >= 0 || http11);
-    c->chunked = content_length < 0 && http11;
+    /* 1xx, 204 and 304 have no body (RFC 9110 6.4.1): no framing header, no terminator. */
+    bool bodiless = status < 200 || status == 204 || status == 304;
+    c->head_only = req->method == HTTP_HEAD || bodiless;
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && (content_length >= 0 || http11 || c->head_only);
+    c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
     char line[160];
     int n = snprintf(line, sizeof(line), "HTTP/1.%d %d %s\r\n", http11 ? 1 : 0, status, sb_http_status_text(status));
     char framing[128];
     int m;
-    if (content_length >= 0)
+    if (bodiless)
+        m = snprintf(framing, sizeof(framing), "%s\r\n", c->keep_alive_resp ? "" : "Connection: close\r\n");
+    else if (content_length >= 0)
         m = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n%s\r\n", (long long)content_length,
                      c->keep_alive_resp ? (http11 ? "" : "Connection: keep-alive\r\n") : "Connection: close\r\n");
     else
@@ -813,7 +870,7 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;
-    if (len == 0)
+    if (len == 0 || c->head_only)
         return 0;
     int rc;
     if (c->chunked) {
@@ -834,6 +891,8 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
         return -1;
     }
     if (c->queued + c->out.len > c->srv->opts.write_high_water) {
+        if (!c->wants_drain)
+            arm_timer(c, c->srv->opts.idle_ms); /* a client stalled this long is closed */
         c->wants_drain = true;
         return 1;
     }
@@ -846,7 +905,7 @@ int sb_http_stream_end(sb_http_req *req)
     if (c->state != CONN_STREAMING)
         return -1;
     uv_buf_t t = uv_buf_init("0\r\n\r\n", 5);
-    if (c->chunked && conn_append(c, &t, 1) < 0) {
+    if (c->chunked && !c->head_only && conn_append(c, &t, 1) < 0) {
         conn_close(c);
         return -1;
     }
@@ -872,6 +931,8 @@ void sb_http_stream_abort(sb_http_req *req)
     }
     if (conn_flush(c) < 0 || c->queued == 0)
         conn_close(c);
+    else
+        arm_timer(c, c->srv->opts.idle_ms); /* a client that never reads is closed */
 }
 
 int sb_http_respond(sb_http_req *req, int status, const char *content_type, const char *headers,
@@ -893,7 +954,8 @@ int sb_http_respond(sb_http_req *req, int status, const char *content_type, cons
     if (rc < 0)
         return -1;
     uv_buf_t b = uv_buf_init((char *)body, (unsigned)body_len);
-    if (body_len && conn_append(c, &b, 1) < 0) {
+    /* A HEAD answer keeps the Content-Length of the GET answer, without the body. */
+    if (body_len && !c->head_only && conn_append(c, &b, 1) < 0) {
         conn_close(c);
         return -1;
     }

@@ -71,6 +71,9 @@ typedef struct sb_http_server_opts {
  * Returns 0 and sets *out, or a negative libuv error code (nothing is left open). */
 int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
                          sb_http_handler handler, void *ctx, sb_http_server **out);
+/* Sends requests that begin from now on to another handler (a reload that replaced the
+ * gateway); requests already handed out stay with the old one. */
+void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void *ctx);
 /* Replaces limits and timeouts (a reload); connections pick them up from their next request. */
 void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts);
 /* The port actually bound. */

@@ -143,7 +143,7 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
     } else {
         pr->stats.scrape_errors++;
     }
-    if (!pr->owner->stopping) {
+    if (!pr->owner->stopping && pr->pc->probe_enabled) {
         pr->stats.interval_ms = next_interval(pr);
         uv_timer_start(&pr->scrape_timer, on_scrape_timer, pr->stats.interval_ms, 0);
     }
@@ -179,7 +179,7 @@ static void on_health_done(void *ud, int status, const char *body, size_t len)
             SB_INFO("endpoint %s health check: %s", ep->address ? ep->address : "?", ok ? "up" : "down");
         sb_endpoint_active_check(ep, ok, now_ns());
     }
-    if (!pr->owner->stopping)
+    if (!pr->owner->stopping && pr->pc->health_interval_ms)
         uv_timer_start(&pr->health_timer, on_health_timer, pr->pc->health_interval_ms, 0);
 }
 
@@ -300,6 +300,19 @@ static void configure(probe *pr, const sb_pool_config *pc)
 void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg)
 {
     for (size_t i = 0; i < cfg->n_pools; i++)
-        for (size_t e = 0; e < cfg->pools[i].n_endpoints && p->first[i] + e < p->first[i + 1]; e++)
-            configure(&p->probes[p->first[i] + e], &cfg->pools[i]);
+        for (size_t e = 0; e < cfg->pools[i].n_endpoints && p->first[i] + e < p->first[i + 1]; e++) {
+            probe *pr = &p->probes[p->first[i] + e];
+            configure(pr, &cfg->pools[i]);
+            if (!pr->up)
+                continue;
+            /* Turned off: stop; turned on: start (a request in flight re-arms when it ends). */
+            if (!pr->pc->health_interval_ms)
+                uv_timer_stop(&pr->health_timer);
+            else if (!pr->health && !uv_is_active((uv_handle_t *)&pr->health_timer))
+                uv_timer_start(&pr->health_timer, on_health_timer, pr->pc->health_interval_ms, 0);
+            if (!pr->pc->probe_enabled)
+                uv_timer_stop(&pr->scrape_timer);
+            else if (!pr->scrape && !uv_is_active((uv_handle_t *)&pr->scrape_timer))
+                uv_timer_start(&pr->scrape_timer, on_scrape_timer, 0, 0);
+        }
 }

@@ -40,6 +40,7 @@ typedef struct exchange {
     sb_ticket ticket;
     uint32_t prompt_tokens;    /* estimate, for the router's pending-prefill accounting */
     sb_upstream_conn *uc;
+    sb_upstream_conn *connecting; /* a connect in progress (owned by the pool until it ends) */
     http_parser parser;
     sb_buf head;               /* request head sent upstream */
     char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
@@ -74,6 +75,7 @@ static http_parser_settings resp_settings;
 static void attempt(exchange *x);
 static void close_header_line(exchange *x);
 static void upstream_read_start(exchange *x);
+static void on_response_timeout(uv_timer_t *t);
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
 
@@ -106,7 +108,7 @@ static void record(exchange *x)
 
 static void exchange_maybe_free(exchange *x)
 {
-    if (x->req || x->uc || x->pending_writes)
+    if (x->req || x->uc || x->pending_writes || x->connecting)
         return;
     record(x);
     sb_gateway *gw = x->gw;
@@ -207,7 +209,10 @@ static void fail_midstream(exchange *x, const char *why)
 /* A failure with nothing read from the upstream: retry if the rules allow. */
 static void retry_or_fail(exchange *x, int err, bool connect_failure)
 {
-    bool stale_pooled = x->uc && x->uc->reused && !x->got_bytes;
+    /* A pooled connection the server had closed shows as a reset or EOF with nothing read,
+     * never as a timeout: a timed-out request may be running on the endpoint, and sending it
+     * again would run it twice. */
+    bool stale_pooled = x->uc && x->uc->reused && !x->got_bytes && err != UV_ETIMEDOUT;
     drop_upstream(x, false);
     if (!x->req) {
         report_end(x, false, 0);
@@ -243,6 +248,11 @@ static void on_client_abort(sb_http_req *req)
 {
     exchange *x = req->user;
     x->req = NULL;
+    if (x->connecting) {
+        /* Closing suppresses the connect callback: nothing will touch x from there. */
+        sb_upstream_close(x->connecting);
+        x->connecting = NULL;
+    }
     x->gw->counters.client_aborts++;
     x->outcome = "client_abort";
     if (!x->started)
@@ -258,6 +268,8 @@ static void on_client_drain(sb_http_req *req)
     exchange *x = req->user;
     if (x->paused && x->uc) {
         x->paused = false;
+        uint32_t rto = x->snap->cfg->response_ms;
+        uv_timer_start(&x->uc->timer, on_response_timeout, rto, rto);
         upstream_read_start(x);
     }
 }
@@ -397,7 +409,9 @@ static int r_on_message_complete(http_parser *p)
 
 static void finish_complete(exchange *x)
 {
-    bool reusable = http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED;
+    /* Not reusable while our request is still being written (the server answered early):
+     * the rest of the body would precede the next request on that connection. */
+    bool reusable = http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED && !x->pending_writes;
     drop_upstream(x, reusable);
     report_end(x, true, x->status);
     if (x->req) {
@@ -459,8 +473,12 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
             fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response");
         return;
     }
-    if (x->paused)
+    if (x->paused) {
+        /* The client, not the endpoint, is slow: no response timeout while we wait for it
+         * (the client's own write stall is bounded by the server's idle timeout). */
         sb_upstream_pause(uc);
+        uv_timer_stop(&uc->timer);
+    }
 }
 
 static void upstream_read_start(exchange *x)
@@ -481,9 +499,10 @@ static void on_sent(uv_write_t *w, int status)
 {
     send_req *s = (send_req *)w;
     exchange *x = s->x;
+    uv_stream_t *handle = w->handle; /* read before the request is freed */
     sb_free(s);
     x->pending_writes--;
-    if (status < 0 && x->uc && (uv_stream_t *)&x->uc->tcp == w->handle && !x->got_bytes)
+    if (status < 0 && x->uc && (uv_stream_t *)&x->uc->tcp == handle && !x->got_bytes)
         retry_or_fail(x, status, false);
     else
         exchange_maybe_free(x);
@@ -567,6 +586,7 @@ static void send_request(exchange *x)
 static void on_connected(sb_upstream_conn *uc, int status, void *arg)
 {
     exchange *x = arg;
+    x->connecting = NULL;
     if (status < 0) {
         x->uc = NULL; /* already closed by the pool */
         retry_or_fail(x, status, true);
@@ -626,6 +646,7 @@ static void attempt(exchange *x)
         send_request(x);
     } else if (rc == 0) {
         x->uc = NULL; /* connecting; on_connected takes it */
+        x->connecting = uc;
     } else {
         retry_or_fail(x, rc, true);
     }

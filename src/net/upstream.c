@@ -79,8 +79,6 @@ int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_u
         u->opts.connect_ms = 1000;
     if (!u->opts.idle_ms)
         u->opts.idle_ms = 30000;
-    if (!u->opts.max_idle)
-        u->opts.max_idle = 64;
     int rc;
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&u->addr) == 0 ||
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&u->addr) == 0) {

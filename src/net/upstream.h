@@ -25,7 +25,7 @@ typedef struct sb_upstream_conn sb_upstream_conn;
 typedef struct sb_upstream_opts {
     uint32_t connect_ms;   /* default 1000 */
     uint32_t idle_ms;      /* pooled idle lifetime; default 30000 */
-    size_t max_idle;       /* default 64 */
+    size_t max_idle;       /* idle connections kept; 0 keeps none (no reuse) */
 } sb_upstream_opts;
 
 /* Caller-embedded view of a connection. */

@@ -11,8 +11,11 @@
 #define JSMN_PARENT_LINKS
 #include <jsmn.h>
 
-/* For XXH3_state_t's definition: streaming states live on the stack, never on the heap. */
+/* For XXH3_state_t's definition: streaming states live on the stack, never on the heap.
+ * Inlined: a 64-byte block hashed through the shared library took twice as long (call,
+ * length dispatch, no constant propagation of the secret); same algorithm, same hashes. */
 #define XXH_STATIC_LINKING_ONLY
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "proto/inspect.h"
@@ -32,8 +35,8 @@
 /* Blocks up to this size are staged in a stack buffer and hashed one-shot (fastest for the
  * usual 64..1024-byte blocks); larger ones stream through an XXH3 state, same result. */
 #define STAGE_MAX 4096
-/* An escape decodes to at most 4 bytes and is never split: it may overrun the stage by 3. */
-#define STAGE_SLACK 4
+/* Room past a block in the stage: decoding goes a chunk at a time (see decode_chunk). */
+#define STAGE_SLACK 128
 #define DEFAULT_PREFIX_CHARS 100
 
 #define KEY(s) s, sizeof(s) - 1
@@ -943,31 +946,34 @@ static size_t raw_span(const char *s, size_t n)
     return i;
 }
 
-/* Copies s[0..n) to d up to the first backslash; returns the bytes copied. Scanning and
- * copying in one go: escape-dense text has runs of a few dozen bytes, too short for a
- * memchr + memcpy pair to pay its calls. */
-static size_t copy_raw(unsigned char *d, const char *s, size_t n)
+/* Bit k set where p[k] (k < 64) is a backslash. */
+static uint64_t backslash_mask64(const char *p)
 {
-    size_t i = 0;
+    uint64_t m = 0;
 #ifdef __SSE2__
     const __m128i bs = _mm_set1_epi8('\\');
 
-    for (; i + 16 <= n; i += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs));
-        _mm_storeu_si128((__m128i *)(void *)(d + i), v);
-        if (mask)
-            return i + (size_t)__builtin_ctz(mask);
+    for (int k = 0; k < 4; k++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
+        m |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs)) << (16 * k);
     }
+#else
+    for (int k = 0; k < 64; k++)
+        m |= (uint64_t)(p[k] == '\\') << k;
 #endif
-    for (; i < n && s[i] != '\\'; i++)
-        d[i] = (unsigned char)s[i];
-    return i;
+    return m;
+}
+
+/* Copies n bytes in 16-byte moves: reads and writes up to 15 bytes past n. */
+static void copy16s(unsigned char *d, const char *s, size_t n)
+{
+    for (size_t x = 0; x < n; x += 16)
+        memcpy(d + x, s + x, 16);
 }
 
 /* Decodes the escape at s (s < end) into out, in canonical form (\u0000 as 00 01): at most
  * 4 bytes. Returns the bytes written and sets *adv to the input consumed. */
-static int canon_escape(const char *s, const char *end, unsigned char *out, size_t *adv)
+static inline int canon_escape(const char *s, const char *end, unsigned char *out, size_t *adv)
 {
     int m;
 
@@ -990,43 +996,90 @@ static int canon_escape(const char *s, const char *end, unsigned char *out, size
     return m;
 }
 
-/* The usual case of emit_json_text: blocks staged in memory and still hashing. Decodes
- * straight into the stage (an escape may overrun it by up to 3 bytes, carried over to the
- * next blocks), and hashes in place every block that lies whole in raw text. Returns where
- * it stopped: at end, or earlier if the last hashed block used up the caller's slots. */
+/* Decodes the 64 input bytes at p, and the end of an escape starting in them, into o.
+ * Needs CHUNK_READ input bytes at p and room for 64 + CHUNK_OVER bytes at o (16-byte moves
+ * overrun). Returns the bytes written (never more than read) and sets *used to the input
+ * read (64..75). Raw runs between escapes are found from one bit mask per 64 bytes, not by
+ * a scan per run: with an escape every 20 bytes, per-run scans cost more than the copying. */
+#define CHUNK_READ 80
+#define CHUNK_OVER 32
+static size_t decode_chunk(unsigned char *o, const char *p, const char *end, size_t *used)
+{
+    uint64_t m = backslash_mask64(p);
+    size_t i = 0, out = 0, adv;
+
+    while (m) {
+        size_t k = (size_t)__builtin_ctzll(m);
+        copy16s(o + out, p + i, k - i);
+        out += k - i;
+        out += (size_t)canon_escape(p + k, end, o + out, &adv);
+        i = k + adv;
+        if (i >= 64) {
+            *used = i;
+            return out;
+        }
+        m &= ~(uint64_t)0 << i;
+    }
+    copy16s(o + out, p + i, 64 - i);
+    *used = 64;
+    return out + 64 - i;
+}
+
+/* The usual case of emit_json_text: blocks staged in memory and still hashing. Blocks that
+ * lie whole in a raw run are hashed in place (a block begun in the stage is topped up and
+ * the following ones hashed in place); the rest is decoded straight into the stage,
+ * a chunk at a time (the stage holds a block plus a chunk's overrun, carried over to the
+ * next block). Returns where it stopped: at end, or earlier if the last hashed block used
+ * up the caller's slots (the bytes decoded past it are counted already). */
 static const char *stage_json_text(struct hasher *h, const char *s, const char *end)
 {
     unsigned char *st = h->stage;
     const size_t bb = h->bb;
+    const char *bs = NULL; /* the next backslash (or end) at or after s, if bs >= s */
+    size_t fill = h->fill, f0, off, used, adv;
 
     while (s < end && h->hashing) {
-        size_t avail = (size_t)(end - s), room = bb - h->fill, lim = avail < room ? avail : room;
-        size_t run, adv;
-        int m;
-
-        if (h->fill == 0 && avail >= bb && raw_span(s, bb) == bb) {
-            count(h, s, bb);
-            push_block(h, XXH3_64bits_withSeed(s, bb, h->prev));
-            s += bb;
+        if (!bs || bs < s)
+            bs = s + raw_span(s, (size_t)(end - s));
+        if ((size_t)(bs - s) >= bb - fill) { /* the block ends in raw text */
+            if (fill == 0) {
+                count(h, s, bb);
+                push_block(h, XXH3_64bits_withSeed(s, bb, h->prev));
+            } else {
+                memcpy(st + fill, s, bb - fill);
+                count(h, st + fill, bb - fill);
+                push_block(h, XXH3_64bits_withSeed(st, bb, h->prev));
+            }
+            s += bb - fill;
+            fill = 0;
             continue;
         }
-        run = copy_raw(st + h->fill, s, lim);
-        count(h, st + h->fill, run);
-        h->fill += run;
-        s += run;
-        if (run < lim) { /* stopped at a backslash */
-            m = canon_escape(s, end, st + h->fill, &adv);
-            count(h, st + h->fill, (size_t)m);
-            h->fill += (size_t)m;
-            s += adv;
+        if (bs == end) { /* raw text to the end, short of a block */
+            memcpy(st + fill, s, (size_t)(end - s));
+            count(h, st + fill, (size_t)(end - s));
+            fill += (size_t)(end - s);
+            s = end;
+            break;
         }
-        while (h->fill >= bb && h->hashing) { /* several blocks when bb < 4 */
-            size_t over = h->fill - bb;
-            push_block(h, XXH3_64bits_withSeed(st, bb, h->prev));
-            memmove(st, st + bb, over);
-            h->fill = over;
+        f0 = fill;
+        while (fill < bb && s < end) {
+            if (end - s >= CHUNK_READ) {
+                fill += decode_chunk(st + fill, s, end, &used);
+                s += used;
+            } else if (*s == '\\') {
+                fill += (size_t)canon_escape(s, end, st + fill, &adv);
+                s += adv;
+            } else {
+                st[fill++] = (unsigned char)*s++;
+            }
         }
+        count(h, st + f0, fill - f0);
+        for (off = 0; fill - off >= bb && h->hashing; off += bb)
+            push_block(h, XXH3_64bits_withSeed(st + off, bb, h->prev));
+        memmove(st, st + off, fill - off);
+        fill -= off;
     }
+    h->fill = fill;
     return s;
 }
 
@@ -1045,7 +1098,7 @@ static void emit_json_text(struct hasher *h, const char *s, size_t n)
     while (s < end) {
         size_t run = raw_span(s, (size_t)(end - s)), adv;
 
-        if (run > 64 || k + run > sizeof tmp - STAGE_SLACK) {
+        if (run > 64 || k + run > sizeof tmp - 4) {
             emit(h, tmp, k);
             k = 0;
         }

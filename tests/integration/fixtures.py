@@ -4,7 +4,7 @@ launcher, and small raw-HTTP client helpers.
 The upstream is written on raw sockets (not http.server) so tests control framing exactly:
 Content-Length, chunked, close-delimited, dying mid-stream, hanging. Each request's
 behaviour is chosen by headers the test sends through the gateway (forwarded untouched):
-  x-fixture-mode: json | sse | close | die | hang | slow-head | status
+  x-fixture-mode: json | sse | close | die | hang | silent | status
   x-fixture-events: N       (sse/die: number of events)
   x-fixture-delay-ms: D     (sse/die: delay between events)
   x-fixture-status: S       (status mode)
@@ -192,6 +192,17 @@ class Upstream:
             with self.lock:
                 self.finished_streams += 1
             return True
+        if mode == "silent":
+            # Reads the request and never answers, until the gateway gives up and closes.
+            c.settimeout(30)
+            try:
+                while c.recv(1):
+                    pass
+            except (OSError, socket.timeout):
+                pass
+            with self.lock:
+                self.closed_by_peer += 1
+            return False
         if mode == "hang":
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             ev = b"data: {\"started\": true}\n\n"
