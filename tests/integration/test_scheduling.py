@@ -278,3 +278,51 @@ class ReloadAndAdminTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StructuralReloadTest(unittest.TestCase):
+    def test_reload_adds_and_removes_endpoints_keeping_state(self):
+        up1, up2, up3 = Upstream("u1"), Upstream("u2"), Upstream("u3")
+        gw = Gateway([{"name": "p", "models": ["m"], "profile": "round-robin",
+                       "endpoints": [up1.address, up2.address]}])
+        try:
+            for i in range(4):
+                self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat_body("m", "a%d" % i))[0], 200)
+            # A stream in flight across the reload, on the old configuration.
+            s = __import__("socket").create_connection(("127.0.0.1", gw.port), timeout=30)
+            body = json.dumps(chat_body("m", "across", stream=True)).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                      b"x-fixture-mode: sse\r\nx-fixture-lockstep: 1\r\nx-fixture-events: 2\r\n\r\n%s"
+                      % (len(body), body))
+            wait_until(lambda: any(json.loads(r[3])["messages"][1]["content"] == "across"
+                                   for u in (up1, up2) for r in u.requests), 10, "the stream upstream")
+            before = endpoints(gw)[up1.address]["own"]["dispatched"]
+            with open(gw.config_path) as f:
+                text = f.read()
+            with open(gw.config_path, "w") as f:
+                f.write(text.replace(json.dumps([up1.address, up2.address]), json.dumps([up1.address, up3.address])))
+            gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: set(endpoints(gw)) == {up1.address, up3.address}, 10, "the new endpoint set")
+            # The endpoint that stayed kept its state; the new one starts fresh.
+            self.assertEqual(endpoints(gw)[up1.address]["own"]["dispatched"], before)
+            # The stream started before the reload finishes on the old configuration.
+            for u in (up1, up2):
+                u.gate.release()
+                u.gate.release()
+            got = b""
+            while not got.endswith(b"0\r\n\r\n"):
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, "the stream across the reload was cut")
+                got += chunk
+            self.assertIn(b"[DONE]", got)
+            s.close()
+            for i in range(6):
+                self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat_body("m", "b%d" % i))[0], 200)
+            self.assertEqual(len([r for r in up3.requests]), 3, "round robin over the new set")
+            self.assertFalse(any(json.loads(r[3])["messages"][1]["content"].startswith("b") for r in up2.requests))
+            st, _, body = http(gw.port, "GET", "/metrics")
+            self.assertIn("switchboard_config_reloads_total 1", body.decode())
+        finally:
+            gw.close()
+            for u in (up1, up2, up3):
+                u.close()
