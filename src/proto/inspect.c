@@ -11,11 +11,8 @@
 #define JSMN_PARENT_LINKS
 #include <jsmn.h>
 
-/* For XXH3_state_t's definition: streaming states live on the stack, never on the heap.
- * Inlined: a 64-byte block hashed through the shared library took twice as long (call,
- * length dispatch, no constant propagation of the secret); same algorithm, same hashes. */
+/* For XXH3_state_t's definition: streaming states live on the stack, never on the heap. */
 #define XXH_STATIC_LINKING_ONLY
-#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "proto/inspect.h"
@@ -983,7 +980,6 @@ static inline int canon_escape(const char *s, const char *end, unsigned char *ou
         return 1;
     }
     m = decode_escape(s, (size_t)(end - s), out, adv);
-
     if (m < 0) { /* cannot happen on a body sb_inspect accepted; keep the byte rather than loop */
         out[0] = '\\';
         *adv = 1;
@@ -997,12 +993,12 @@ static inline int canon_escape(const char *s, const char *end, unsigned char *ou
 }
 
 /* Decodes the 64 input bytes at p, and the end of an escape starting in them, into o.
- * Needs CHUNK_READ input bytes at p and room for 64 + CHUNK_OVER bytes at o (16-byte moves
- * overrun). Returns the bytes written (never more than read) and sets *used to the input
- * read (64..75). Raw runs between escapes are found from one bit mask per 64 bytes, not by
- * a scan per run: with an escape every 20 bytes, per-run scans cost more than the copying. */
+ * Needs CHUNK_READ input bytes at p and room for 90 bytes at o (at most 75 written, and
+ * 16-byte moves overrun by up to 15: STAGE_SLACK covers it). Returns the bytes written
+ * (never more than read) and sets *used to the input read (64..75). Raw runs between
+ * escapes are found from one bit mask per 64 bytes, not by a scan per run: with an escape
+ * every 20 bytes, per-run scans cost more than the copying. */
 #define CHUNK_READ 80
-#define CHUNK_OVER 32
 static size_t decode_chunk(unsigned char *o, const char *p, const char *end, size_t *used)
 {
     uint64_t m = backslash_mask64(p);
@@ -1084,9 +1080,10 @@ static const char *stage_json_text(struct hasher *h, const char *s, const char *
 }
 
 /* Emits a JSON string's raw text decoded, NUL bytes as 00 01. The body holds no raw NUL
- * (sb_inspect rejected it), so only \u0000 can produce one. Otherwise (blocks streamed
- * through an XXH3 state, or only counting once the slots are used up): long raw runs go
- * out as they are, escapes and short runs are decoded into a small buffer first. */
+ * (sb_inspect rejected it), so only \u0000 can produce one. Staged blocks go through
+ * stage_json_text; the rest (blocks streamed through an XXH3 state, or bytes only counted
+ * once the slots are used up) goes out here: long raw runs as they are, escapes and short
+ * runs decoded into a small buffer first. */
 static void emit_json_text(struct hasher *h, const char *s, size_t n)
 {
     const char *end = s + n;
@@ -1098,7 +1095,7 @@ static void emit_json_text(struct hasher *h, const char *s, size_t n)
     while (s < end) {
         size_t run = raw_span(s, (size_t)(end - s)), adv;
 
-        if (run > 64 || k + run > sizeof tmp - 4) {
+        if (k && (run > 64 || k + run > sizeof tmp - 4)) {
             emit(h, tmp, k);
             k = 0;
         }

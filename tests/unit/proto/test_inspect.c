@@ -12,6 +12,12 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
+/* The real jsmn (strict, parent links), as the reference for inspect.c's own tokenizer. */
+#define JSMN_STATIC
+#define JSMN_PARENT_LINKS
+#define JSMN_STRICT
+#include <jsmn.h>
+
 /* Canonical prompt markers (inspect.h). Kept as separate literals so that a following digit
  * is never read as part of an octal escape. */
 #define F "\0\2"   /* end of role / opaque field */
@@ -891,6 +897,277 @@ static void test_corpus_replay(void **state)
     assert_true(ok > 0);
 }
 
+/* ---- the tokenizer against jsmn and an independent JSON validator ---- */
+
+/* RFC 8259 with inspect.h's two laxities (raw control bytes and invalid UTF-8 inside
+ * strings), no NUL byte anywhere, an object at the root. Returns the end of the value at p,
+ * or NULL. */
+static const char *v_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static int v_digit(const char *p, const char *e) { return p < e && *p >= '0' && *p <= '9'; }
+
+static const char *v_string(const char *p, const char *e)
+{
+    for (p++; p < e && *p != '"'; p++) {
+        if (*p == '\0')
+            return NULL;
+        if (*p == '\\') {
+            if (++p == e)
+                return NULL;
+            if (*p == 'u') {
+                for (int k = 0; k < 4; k++)
+                    if (++p == e || !strchr("0123456789abcdefABCDEF", *p) || *p == '\0')
+                        return NULL;
+            } else if (*p == '\0' || !strchr("\"\\/bfnrt", *p)) {
+                return NULL;
+            }
+        }
+    }
+    return p < e ? p + 1 : NULL;
+}
+
+static const char *v_value(const char *p, const char *e, int depth)
+{
+    static const char *lits[] = {"true", "false", "null"};
+
+    if (p == e || depth > 2000)
+        return NULL;
+    if (*p == '"')
+        return v_string(p, e);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = v_ws(p + 1, e);
+        if (p < e && *p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (p == e || *p != '"' || !(p = v_string(p, e)))
+                    return NULL;
+                p = v_ws(p, e);
+                if (p == e || *p != ':')
+                    return NULL;
+                p = v_ws(p + 1, e);
+            }
+            if (!(p = v_value(p, e, depth + 1)))
+                return NULL;
+            p = v_ws(p, e);
+            if (p < e && *p == close)
+                return p + 1;
+            if (p == e || *p != ',')
+                return NULL;
+            p = v_ws(p + 1, e);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        if ((size_t)(e - p) >= strlen(lits[k]) && memcmp(p, lits[k], strlen(lits[k])) == 0)
+            return p + strlen(lits[k]);
+    if (p < e && *p == '-')
+        p++;
+    if (p < e && *p == '0')
+        p++;
+    else if (v_digit(p, e))
+        while (v_digit(p, e))
+            p++;
+    else
+        return NULL;
+    if (p < e && *p == '.') {
+        if (!v_digit(++p, e))
+            return NULL;
+        while (v_digit(p, e))
+            p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        if (!v_digit(p, e))
+            return NULL;
+        while (v_digit(p, e))
+            p++;
+    }
+    return p;
+}
+
+static int json_valid(const char *b, size_t len)
+{
+    const char *e = b + len, *p = v_ws(b, e);
+
+    if (p == e || *p != '{' || !(p = v_value(p, e, 0)))
+        return 0;
+    return v_ws(p, e) == e;
+}
+
+/* One body: sb_inspect says BAD_JSON exactly when the validator rejects it, jsmn accepts
+ * every valid body, and inspect.c's tokens are jsmn's, field for field. */
+static void check_tokens_as_jsmn(const char *body, size_t len)
+{
+    size_t cap = len + 2;
+    jsmntok_t *ref = malloc(cap * sizeof *ref);
+    char *copy = malloc(len ? len : 1); /* exactly len bytes: ASan sees a read past the end */
+    sb_inspect_result r;
+    jsmn_parser p;
+    int valid = json_valid(body, len), rc, n;
+
+    assert_non_null(ref);
+    assert_non_null(copy);
+    memcpy(copy, body, len);
+    jsmn_init(&p);
+    n = jsmn_parse(&p, copy, len, ref, (unsigned)cap);
+    rc = sb_inspect(&ctx, SB_API_CHAT, copy, len, &r);
+    if ((rc == SB_INSPECT_BAD_JSON) != !valid)
+        fail_msg("rc %d, valid %d: %.*s", rc, valid, (int)len, body);
+    if (valid) {
+        if (n < 0)
+            fail_msg("jsmn rejects a valid body (%d): %.*s", n, (int)len, body);
+        assert_memory_equal(ctx.tokens, ref, (size_t)p.toknext * sizeof *ref);
+    }
+    free(copy);
+    free(ref);
+}
+
+static uint64_t mut_state = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t mut_rand(void)
+{
+    mut_state ^= mut_state << 13;
+    mut_state ^= mut_state >> 7;
+    mut_state ^= mut_state << 17;
+    return mut_state;
+}
+
+/* A copy of body with one to three random edits: a byte replaced by a JSON-significant one,
+ * a fragment inserted, a byte deleted, or the end cut off. */
+static size_t mutate(const char *body, size_t len, char *out, size_t cap)
+{
+    static const char *frags[] = {"\"", "\\", "\\u", "\\u00e9", "\\u0000", "\\ud83d\\ude00", "{", "}", "[",
+                                  "]", ":", ",", " ", "\n", "true", "null", "-", "0", "1e5", "\\n",
+                                  "\\\"", "\\\\", "\"a\":", "[1,2]", "\xc3\xa9", "\x01", "\0"};
+    static const char special[] = "\"\\{}[]:,0-tfn \x01\x7f\xff";
+    size_t n = len, edits = 1 + mut_rand() % 3;
+
+    memcpy(out, body, len);
+    for (size_t k = 0; k < edits; k++) {
+        size_t at = n ? mut_rand() % n : 0;
+        switch (mut_rand() % 4) {
+        case 0:
+            if (n)
+                out[at] = special[mut_rand() % (sizeof special - 1)];
+            break;
+        case 1: {
+            size_t f = mut_rand() % (sizeof frags / sizeof frags[0]);
+            size_t fl = frags[f][0] ? strlen(frags[f]) : 1;
+            if (n + fl <= cap) {
+                memmove(out + at + fl, out + at, n - at);
+                memcpy(out + at, frags[f], fl);
+                n += fl;
+            }
+            break;
+        }
+        case 2:
+            if (n) {
+                memmove(out + at, out + at + 1, n - at - 1);
+                n--;
+            }
+            break;
+        default:
+            n = n ? mut_rand() % n : 0;
+            break;
+        }
+    }
+    return n;
+}
+
+/* The corpus, and 40 mutations of each file (about a thousand bodies): same verdicts and
+ * same tokens as jsmn. */
+static void test_tokens_match_jsmn(void **state)
+{
+    char dir[4096], path[8192], mutated[4096];
+    struct dirent *e;
+    DIR *d;
+    int files = 0;
+
+    corpus_dir(dir, sizeof dir);
+    d = opendir(dir);
+    if (!d)
+        fail_msg("cannot open corpus %s", dir);
+    while ((e = readdir(d)) != NULL) {
+        char data[2048];
+        size_t len;
+        FILE *f;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        f = fopen(path, "rb");
+        assert_non_null(f);
+        len = fread(data, 1, sizeof data, f);
+        assert_true(len < sizeof data);
+        fclose(f);
+        files++;
+        check_tokens_as_jsmn(data, len);
+        for (int m = 0; m < 40; m++)
+            check_tokens_as_jsmn(mutated, mutate(data, len, mutated, sizeof mutated));
+    }
+    closedir(d);
+    assert_true(files >= 10);
+    for (size_t i = 0; i <= sizeof realistic_chat - 1; i++) /* every cut, and the whole */
+        check_tokens_as_jsmn(realistic_chat, i);
+}
+
+/* Long text dense with escapes (about one every 8 bytes), as clients send code and JSON:
+ * the canonical prompt and its chain at block sizes around the stage's chunking, with
+ * fewer slots than blocks (hashing stops mid-string, counting goes on) and the prefix key. */
+static void test_escape_dense_text(void **state)
+{
+    static const struct {
+        const char *json, *text;
+    } pieces[] = {
+        {"plain words ", "plain words "}, {"\\n", "\n"}, {"\\\"q\\\"", "\"q\""}, {"\\\\", "\\"},
+        {"\\/", "/"}, {"\\t", "\t"}, {"\\u00e9", "\xc3\xa9"}, {"\\u0000", NUL},
+        {"\\ud83d\\ude00", "\xf0\x9f\x98\x80"}, {"\\ud800", "\xef\xbf\xbd"}, {"x", "x"},
+        {"a longer run of raw text that spans more than one 64-byte chunk of the input, "
+         "so the stage copies it whole ",
+         "a longer run of raw text that spans more than one 64-byte chunk of the input, "
+         "so the stage copies it whole "},
+    };
+    static const size_t sizes[] = {1, 2, 3, 5, 16, 63, 64, 65, 100, 4096, 4097};
+    sb_buf body = {0}, canon = {0};
+    sb_prompt_hashes out;
+    size_t text_at;
+
+    assert_int_equal(sb_buf_puts(&body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\""), 0);
+    assert_int_equal(sb_buf_append(&canon, LIT("user" F)), 0);
+    text_at = canon.len;
+    while (canon.len < 40000) {
+        size_t k = mut_rand() % (sizeof pieces / sizeof pieces[0]);
+        const char *t = pieces[k].text;
+        assert_int_equal(sb_buf_puts(&body, pieces[k].json), 0);
+        assert_int_equal(sb_buf_append(&canon, t, t[0] ? strlen(t) : 2), 0); /* NUL is 00 01 */
+    }
+    assert_int_equal(sb_buf_puts(&body, "\"}]}"), 0);
+    assert_int_equal(sb_buf_append(&canon, LIT(P M)), 0);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = ref_hashes(canon.data, canon.len, 9, sizes[i], want, MAXH);
+        size_t few = n < 5 ? n : 5;
+        hash_body(SB_API_CHAT, body.data, body.len, 9, sizes[i], MAXH, &out);
+        assert_int_equal(out.prompt_bytes, canon.len);
+        assert_int_equal(out.n, n);
+        assert_memory_equal(got, want, n * sizeof got[0]);
+        assert_int_equal(out.prefix_key, XXH3_64bits(canon.data + text_at, 100));
+        hash_body(SB_API_CHAT, body.data, body.len, 9, sizes[i], few, &out);
+        assert_int_equal(out.prompt_bytes, canon.len);
+        assert_int_equal(out.n, few);
+        assert_memory_equal(got, want, few * sizeof got[0]);
+    }
+    sb_buf_free(&body);
+    sb_buf_free(&canon);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -922,6 +1199,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prefix_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_n_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corpus_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tokens_match_jsmn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_escape_dense_text, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
