@@ -66,10 +66,7 @@ int sb_cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     serve_state st = {.path = path};
-    int rc = sb_gateway_start(loop, cfg, &st.gw);
-    if (rc < 0)
-        return 1;
-    SB_INFO("switchboard listening on http://%s:%u", st.gw->cfg->listen_host, sb_gateway_port(st.gw));
+    /* Signals first: once the port accepts connections, a SIGHUP must reload, not kill. */
     uv_signal_init(loop, &st.sigint);
     uv_signal_init(loop, &st.sigterm);
     uv_signal_init(loop, &st.sighup);
@@ -77,6 +74,15 @@ int sb_cmd_serve(int argc, char **argv)
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&st.sighup, on_reload_signal, SIGHUP);
+    int rc = sb_gateway_start(loop, cfg, &st.gw);
+    if (rc < 0) {
+        uv_close((uv_handle_t *)&st.sigint, NULL);
+        uv_close((uv_handle_t *)&st.sigterm, NULL);
+        uv_close((uv_handle_t *)&st.sighup, NULL);
+        uv_run(loop, UV_RUN_DEFAULT);
+        return 1;
+    }
+    SB_INFO("switchboard listening on http://%s:%u", st.gw->cfg->listen_host, sb_gateway_port(st.gw));
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;
