@@ -6,6 +6,7 @@
  *      (8, 64, 256): inspect + hash the body (proto/inspect), then sb_router_pick with the
  *      `default` profile (prefix lookup, filters, scorers, picker, recording the blocks).
  * Figures are medians of 5 runs. Built by `make bench` (build/bench/bench_prefix). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,15 +88,18 @@ static void bench_index(void)
            (double)bytes / (double)entries);
 }
 
-/* A chat body of about `bytes` bytes: a shared system prompt and a short question. */
-static char *make_body(size_t bytes, int variant, size_t *len)
+/* A chat body of about `bytes` bytes: a shared system prompt and a short question; with
+ * `escapes`, the text carries a JSON escape (\n or \") about every 20 bytes (code, quoted
+ * dialogue), else plain prose. */
+static char *make_body(size_t bytes, int variant, bool escapes, size_t *len)
 {
     sb_buf b = {0};
     sb_buf_puts(&b, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"");
     static const char *words[] = {"alpha ", "bravo ", "charlie ", "delta ", "echo\\n", "fox ", "golf \\\"q\\\" "};
+    static const char *plain[] = {"alpha ", "bravo ", "charlie ", "delta ", "echo ", "fox ", "golf "};
     size_t i = 0;
     while (b.len < bytes)
-        sb_buf_puts(&b, words[i++ % 7]);
+        sb_buf_puts(&b, (escapes ? words : plain)[i++ % 7]);
     sb_buf_printf(&b, "\"},{\"role\":\"user\",\"content\":\"question %d\"}],\"stream\":true}", variant);
     return sb_buf_steal(&b, len);
 }
@@ -105,7 +109,9 @@ static void bench_decisions(void)
     static const size_t sizes[] = {1024, 32 * 1024, 256 * 1024, 1024 * 1024};
     static const uint32_t counts[] = {8, 64, 256};
     printf("decision time (median of 5): inspect + hash the body, then sb_router_pick (`default`)\n");
-    printf("%10s %9s %12s %12s %12s %9s\n", "prompt", "endpoints", "hash us", "pick us", "total us", "blocks");
+    printf("%10s %8s %9s %12s %12s %12s %9s\n", "prompt", "text", "endpoints", "hash us", "pick us", "total us",
+           "blocks");
+    for (int esc = 0; esc < 2; esc++)
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
             uint32_t E = counts[ci];
@@ -120,7 +126,7 @@ static void bench_decisions(void)
                 sb_endpoint_report_set(sb_router_endpoint(r, 0, e), &rep, SB_REPORT_SCRAPE, 1);
             }
             size_t len;
-            char *body = make_body(sizes[si], 0, &len);
+            char *body = make_body(sizes[si], 0, esc, &len);
             size_t cap = len / 64 + 16;
             uint64_t *hashes = malloc(cap * sizeof(uint64_t));
             sb_inspect_ctx ictx = {.max_tokens = 1u << 20};
@@ -150,7 +156,8 @@ static void bench_decisions(void)
                 tp[run] = pick_t / iters * 1e6;
             }
             double h = median5(th), p = median5(tp);
-            printf("%9zuK %9u %12.2f %12.2f %12.2f %9zu\n", sizes[si] / 1024, E, h, p, h + p, nblocks);
+            printf("%9zuK %8s %9u %12.2f %12.2f %12.2f %9zu\n", sizes[si] / 1024, esc ? "escapes" : "plain", E, h,
+                   p, h + p, nblocks);
             sb_inspect_ctx_free(&ictx);
             free(hashes);
             free(body);
