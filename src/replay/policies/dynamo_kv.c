@@ -90,12 +90,7 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
 static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
 {
     (void)f;
-    state *s = st;
-    uint32_t overlap = sb_kv_shadow_cached_blocks(s->shadow, replica, r->engine_hashes, r->n_engine_hashes);
-    uint32_t uncached = r->n_tokens - sb_kv_shadow_cached_tokens(s->shadow, overlap, r->n_tokens);
-    /* On ENOMEM the shadow forgets this request: a less exact picture, not a failed run. */
-    (void)sb_kv_shadow_dispatch(s->shadow, replica, r->id, r->engine_hashes, r->n_engine_hashes, r->n_tokens,
-                                r->max_tokens, uncached);
+    sb_kv_shadow_record(((state *)st)->shadow, replica, r);
 }
 
 static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)

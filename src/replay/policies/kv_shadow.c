@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "replay/policies/block_lru.h"
+#include "replay/policy.h"
 
 typedef struct record {
     uint64_t id;
@@ -209,4 +210,12 @@ uint64_t sb_kv_shadow_pending_uncached(const sb_kv_shadow *s, uint32_t replica, 
     if (n_requests)
         *n_requests = count;
     return uncached;
+}
+
+void sb_kv_shadow_record(sb_kv_shadow *s, uint32_t replica, const sb_replay_request_view *r)
+{
+    uint32_t overlap = sb_kv_shadow_cached_blocks(s, replica, r->engine_hashes, r->n_engine_hashes);
+    uint32_t uncached = r->n_tokens - sb_kv_shadow_cached_tokens(s, overlap, r->n_tokens);
+    (void)sb_kv_shadow_dispatch(s, replica, r->id, r->engine_hashes, r->n_engine_hashes, r->n_tokens,
+                                r->max_tokens, uncached);
 }

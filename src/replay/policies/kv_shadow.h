@@ -59,6 +59,12 @@ int sb_kv_shadow_dispatch(sb_kv_shadow *s, uint32_t replica, uint64_t id, const 
 /* The request ended: its blocks are freed tail first. Unknown ids are ignored. */
 void sb_kv_shadow_finish(sb_kv_shadow *s, uint64_t id);
 
+/* The dispatch hook of a policy that keeps a shadow (dynamo-kv, oracle): records a request
+ * sent to replica with what it must compute there. On ENOMEM the shadow forgets the request:
+ * a less exact picture, not a failed run. */
+struct sb_replay_request_view;
+void sb_kv_shadow_record(sb_kv_shadow *s, uint32_t replica, const struct sb_replay_request_view *r);
+
 /* The prefill still queued on replica, given the router's count of prompt tokens sent there
  * whose first byte has not come (sb_endpoint.pending_prefill_tokens): the newest in-flight
  * requests whose prompts add up to that count are the ones still in prefill (engines admit
