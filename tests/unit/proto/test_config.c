@@ -1089,22 +1089,11 @@ static void test_allocation_failure(void **state)
     }
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    char *data = malloc(1 << 20);
-    assert_non_null(data);
-    *len = fread(data, 1, 1 << 20, f);
-    assert_true(*len < (1 << 20));
-    fclose(f);
-    return data;
-}
 
 static sb_config *parse_example(const char *path)
 {
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = sb_test_read_file(path, &len);
     sb_config *cfg = NULL;
     sb_config_errors errs;
     int rc = sb_config_parse(text, len, &cfg, &errs);

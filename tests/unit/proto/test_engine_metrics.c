@@ -14,36 +14,6 @@
 
 static size_t last_used; /* bytes consumed by the last report_of* parse */
 
-static void repo_path(char *out, size_t cap, const char *rel)
-{
-    const char *me = __FILE__;
-    const char *cut = strstr(me, "tests/unit/proto/test_engine_metrics.c");
-
-    assert_non_null(cut);
-    snprintf(out, cap, "%.*s%s", (int)(cut - me), me, rel);
-}
-
-static char *read_file(const char *rel, size_t *len)
-{
-    char path[4096];
-    FILE *f;
-    char *data;
-    long n;
-
-    repo_path(path, sizeof path, rel);
-    f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    data = malloc((size_t)n + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return data;
-}
 
 /* Parses a fixture (or a literal, on an exact-size heap copy) as `kind`. */
 static sb_engine_report *report_of_bytes(sb_engine_kind kind, const sb_engine_custom_names *custom, const char *text,
@@ -68,7 +38,7 @@ static sb_engine_report *report_of(sb_engine_kind kind, const char *text)
 static sb_engine_report *report_of_file(sb_engine_kind kind, const char *rel)
 {
     size_t len;
-    char *t = read_file(rel, &len);
+    char *t = sb_test_read_file(rel, &len);
     sb_engine_report *r = report_of_bytes(kind, NULL, t, len);
 
     assert_int_equal(last_used, len);
@@ -443,7 +413,7 @@ static void test_malformed_counted(void **state)
 static void test_slots_capture(void **state)
 {
     size_t len;
-    char *t = read_file("tests/fixtures/metrics/llamacpp/slots_example.json", &len);
+    char *t = sb_test_read_file("tests/fixtures/metrics/llamacpp/slots_example.json", &len);
     int64_t scratch[4096];
     sb_engine_report r;
 

@@ -14,37 +14,6 @@
 
 /* ---- helpers ---- */
 
-/* The repository root, found from this file's path, so the test runs from any directory. */
-static void repo_path(char *out, size_t cap, const char *rel)
-{
-    const char *me = __FILE__;
-    const char *cut = strstr(me, "tests/unit/proto/test_prom_parse.c");
-
-    assert_non_null(cut);
-    snprintf(out, cap, "%.*s%s", (int)(cut - me), me, rel);
-}
-
-static char *read_file(const char *rel, size_t *len)
-{
-    char path[4096];
-    FILE *f;
-    char *data;
-    long n;
-
-    repo_path(path, sizeof path, rel);
-    f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    data = malloc((size_t)n + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return data;
-}
 
 /* Samples rendered as one canonical string each, so whole parses compare with strcmp. */
 #define MAX_SAMPLES 512
@@ -211,7 +180,7 @@ static void test_captures_parse_cleanly(void **state)
 
     for (size_t k = 0; k < sizeof captures / sizeof captures[0]; k++) {
         size_t len;
-        char *t = read_file(captures[k], &len);
+        char *t = sb_test_read_file(captures[k], &len);
         collected *c = new_collected();
         sb_prom_parser st;
 
@@ -235,7 +204,7 @@ static void test_captures_parse_cleanly(void **state)
 static void test_vllm_v0_capture(void **state)
 {
     size_t len;
-    char *t = read_file(captures[0], &len);
+    char *t = sb_test_read_file(captures[0], &len);
     collected *c = new_collected();
 
     assert_int_equal(parse_into(t, len, c, NULL), len);
@@ -279,7 +248,7 @@ static void test_vllm_v0_capture(void **state)
 static void test_vllm_v1_captures(void **state)
 {
     size_t len;
-    char *t = read_file(captures[1], &len);
+    char *t = sb_test_read_file(captures[1], &len);
     collected *c = new_collected();
     char want[256];
 
@@ -297,7 +266,7 @@ static void test_vllm_v1_captures(void **state)
     free(t);
 
     /* vLLM 0.10: two labels, _created as its own gauge family, a tiny kv usage. */
-    t = read_file(captures[2], &len);
+    t = sb_test_read_file(captures[2], &len);
     c = new_collected();
     assert_int_equal(parse_into(t, len, c, NULL), len);
     assert_int_equal(c->n, 5);
@@ -318,7 +287,7 @@ static void test_vllm_v1_captures(void **state)
     free(t);
 
     /* The head of a dump: GC counters with three series each, a 3-digit exponent. */
-    t = read_file(captures[3], &len);
+    t = sb_test_read_file(captures[3], &len);
     c = new_collected();
     assert_int_equal(parse_into(t, len, c, NULL), len);
     assert_int_equal(c->n, 11);
@@ -336,7 +305,7 @@ static void test_vllm_v1_captures(void **state)
 static void test_sglang_capture(void **state)
 {
     size_t len;
-    char *t = read_file(captures[4], &len);
+    char *t = sb_test_read_file(captures[4], &len);
     collected *c = new_collected();
     char want[256];
 
@@ -374,7 +343,7 @@ static void test_truncation_every_offset(void **state)
 {
     for (size_t k = 0; k < sizeof captures / sizeof captures[0]; k++) {
         size_t len;
-        char *t = read_file(captures[k], &len);
+        char *t = sb_test_read_file(captures[k], &len);
         collected *full = new_collected(), *part = new_collected();
 
         parse_into(t, len, full, NULL);
@@ -403,7 +372,7 @@ static void test_crlf(void **state)
 {
     for (size_t k = 0; k < sizeof captures / sizeof captures[0]; k++) {
         size_t len, n = 0;
-        char *t = read_file(captures[k], &len);
+        char *t = sb_test_read_file(captures[k], &len);
         char *crlf = malloc(2 * len);
         collected *a = new_collected(), *b = new_collected();
 
@@ -429,7 +398,7 @@ static void test_crlf(void **state)
 static void test_streaming_chunks(void **state)
 {
     size_t len;
-    char *t = read_file(captures[4], &len);
+    char *t = sb_test_read_file(captures[4], &len);
     collected *full = new_collected();
     char *carry = malloc(len + 1);
 
@@ -476,7 +445,7 @@ static void test_filter_skips_families(void **state)
     static const char *const wanted[] = {"vllm:num_requests_waiting", "vllm:iteration_tokens_total",
                                          "vllm:cache_config_info", NULL};
     size_t len;
-    char *t = read_file(captures[0], &len);
+    char *t = sb_test_read_file(captures[0], &len);
     collected *c = new_collected();
     sb_prom_parser st;
 
@@ -861,7 +830,7 @@ static void test_corpus_replay(void **state)
     DIR *d;
     int files = 0;
 
-    repo_path(dir, sizeof dir, "tests/fuzz/corpus/prom");
+    snprintf(dir, sizeof dir, "tests/fuzz/corpus/prom"); /* the tests run from the repository root */
     d = opendir(dir);
     if (!d)
         fail_msg("cannot open corpus %s", dir);
@@ -879,7 +848,7 @@ static void test_corpus_replay(void **state)
             continue;
         }
         snprintf(path, sizeof path, "tests/fuzz/corpus/prom/%s", e->d_name);
-        data = read_file(path, &len);
+        data = sb_test_read_file(path, &len);
         files++;
         assert_true(parse_into(data, len, all, &st) <= len);
         assert_int_equal(st.n_samples, all->n);
