@@ -346,3 +346,18 @@ def chat_body(model="m1", text="hello", stream=False, extra=None):
                                       {"role": "user", "content": text}], "stream": stream}
     b.update(extra or {})
     return b
+
+
+def run_replay(*args, check=True, timeout=120):
+    """Runs `switchboard replay` (the ASan build); fails on a non-zero exit (with check) or any
+    sanitizer report. Returns the CompletedProcess."""
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+    p = subprocess.run([GATEWAY_BIN, "replay"] + [str(a) for a in args], capture_output=True, text=True,
+                       env=env, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("replay failed (%d): %s" % (p.returncode, p.stderr))
+    for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
+        if bad in p.stderr:
+            raise AssertionError("sanitizer report:\n" + p.stderr)
+    return p

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, ROOT
+from fixtures import GATEWAY_BIN, ROOT, run_replay
 
 COLUMNS = ("policy,rate,requests,completed,shed,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,e2e_p50_ms,e2e_p99_ms,"
            "itl_p50_ms,output_tok_s,hit_rate,imbalance_cv").split(",")
@@ -23,16 +23,7 @@ SMALL = ["--workload", "shared-prefix", "groups=16", "prefix=2048", "users=4", "
 
 
 def replay(*args, check=True):
-    env = dict(os.environ)
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
-    p = subprocess.run([GATEWAY_BIN, "replay"] + [str(a) for a in args], capture_output=True, text=True,
-                       env=env, timeout=120)
-    if check and p.returncode != 0:
-        raise AssertionError("replay failed (%d): %s" % (p.returncode, p.stderr))
-    for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
-        if bad in p.stderr:
-            raise AssertionError("sanitizer report:\n" + p.stderr)
-    return p
+    return run_replay(*args, check=check, timeout=120)
 
 
 def read_csv(path):

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, ROOT
+from fixtures import GATEWAY_BIN, ROOT, run_replay
 
 COLUMNS = ("policy,rate,requests,completed,shed,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,e2e_p50_ms,e2e_p99_ms,"
            "itl_p50_ms,output_tok_s,hit_rate,imbalance_cv").split(",")
@@ -25,16 +25,7 @@ OVERLOAD = ["--workload", "no-sharing", "prompt=2000", "output=200", "--requests
 
 
 def replay(*args, check=True):
-    env = dict(os.environ)
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
-    p = subprocess.run([GATEWAY_BIN, "replay"] + [str(a) for a in args], capture_output=True, text=True,
-                       env=env, timeout=60)
-    if check and p.returncode != 0:
-        raise AssertionError("replay failed (%d): %s" % (p.returncode, p.stderr))
-    for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
-        if bad in p.stderr:
-            raise AssertionError("sanitizer report:\n" + p.stderr)
-    return p
+    return run_replay(*args, check=check, timeout=60)
 
 
 def read_csv(path):
