@@ -96,6 +96,10 @@ typedef struct sb_ticket {
     uint32_t prefill_tokens; /* estimate added to pending_prefill_tokens */
     bool first_byte_seen;
     bool trial;              /* the half-open trial request */
+    /* Set by the router (core/router.h): the prefix blocks this request added to the index are
+     * pending until its first token; prefix_pending is the hash to settle them with. */
+    bool has_prefix_pending;
+    uint64_t prefix_pending;
 } sb_ticket;
 
 sb_health_params sb_health_params_default(void);

@@ -8,10 +8,11 @@
 #define NIL UINT32_MAX
 
 /* One (block, endpoint) pair. Indices instead of pointers: 24 bytes, and the array can grow
- * with realloc. */
+ * with realloc. `pending`: sent for prefill, not known computed yet (see insert_pending). */
 typedef struct entry {
     uint64_t hash;
-    uint32_t ep;
+    uint32_t ep : 31;
+    uint32_t pending : 1;
     uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
     uint32_t lru_prev;     /* towards the endpoint's most recently used */
     uint32_t lru_next;     /* towards its least recently used */
@@ -111,6 +112,8 @@ sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, u
     sb_prefix_index *ix = sb_calloc(1, sizeof(*ix));
     if (!ix)
         return NULL;
+    if (n_endpoints > 0x7fffffffu)
+        n_endpoints = 0x7fffffffu; /* entries keep the endpoint in 31 bits */
     ix->n_eps = n_endpoints;
     ix->max_entries = max_entries > NIL - 1 ? NIL - 1 : (uint32_t)max_entries;
     ix->free_head = NIL;
@@ -253,10 +256,13 @@ static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
     return k;
 }
 
-void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
+/* Inserts tail first; returns the entry of the lowest block that was not there before, or
+ * NIL if every block was. */
+static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
 {
+    uint32_t lowest_new = NIL;
     if (ep >= ix->n_eps || ix->eps[ep].capacity == 0)
-        return;
+        return NIL;
     for (size_t i = n; i-- > 0;) {
         uint64_t h = hashes[i];
         size_t s = find_slot(ix, h);
@@ -271,18 +277,21 @@ void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *ha
         if (ix->eps[ep].count >= ix->eps[ep].capacity)
             evict_lru(ix, ep);
         k = alloc_entry(ix, ep);
+        /* Out of memory: evictions may have taken lowest_new; nothing is marked pending. */
         if (k == NIL)
-            return;
+            return NIL;
         /* Evictions may have moved table slots: find the slot again. */
         if ((ix->table_used + 1) * 2 > ix->table_cap && grow_table(ix) < 0) {
             ix->entries[k].next_holder = ix->free_head;
             ix->free_head = k;
-            return;
+            return NIL;
         }
         s = find_slot(ix, h);
         entry *en = &ix->entries[k];
         en->hash = h;
-        en->ep = ep;
+        en->ep = ep & 0x7fffffffu;
+        en->pending = 0;
+        lowest_new = k;
         if (ix->heads[s] == NIL) {
             ix->keys[s] = h;
             ix->table_used++;
@@ -295,6 +304,53 @@ void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *ha
         ix->used++;
         lru_push_mru(ix, k);
     }
+    return lowest_new;
+}
+
+void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
+{
+    (void)insert(ix, ep, hashes, n);
+}
+
+bool sb_prefix_index_insert_pending(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n,
+                                    uint64_t *pending_hash)
+{
+    uint32_t k = insert(ix, ep, hashes, n);
+    /* Entries below the lowest new one were there already; those above it can only be reached
+     * through it (matches count leading blocks), so one mark holds back the whole new part. */
+    if (k == NIL)
+        return false;
+    ix->entries[k].pending = 1;
+    *pending_hash = ix->entries[k].hash;
+    return true;
+}
+
+void sb_prefix_index_settle_all(sb_prefix_index *ix)
+{
+    for (uint32_t k = 0; k < ix->n_alloc; k++)
+        ix->entries[k].pending = 0;
+}
+
+static uint32_t find_entry(const sb_prefix_index *ix, uint32_t ep, uint64_t h)
+{
+    size_t s = find_slot(ix, h);
+    uint32_t k = ix->heads[s];
+    while (k != NIL && ix->entries[k].ep != ep)
+        k = ix->entries[k].next_holder;
+    return k;
+}
+
+void sb_prefix_index_settle(sb_prefix_index *ix, uint32_t ep, uint64_t pending_hash, bool computed)
+{
+    if (ep >= ix->n_eps)
+        return;
+    uint32_t k = find_entry(ix, ep, pending_hash);
+    if (k == NIL || !ix->entries[k].pending)
+        return; /* evicted, cleared, or settled by another request that computed it */
+    if (computed)
+        ix->entries[k].pending = 0;
+    else
+        remove_entry(ix, k);
 }
 
 size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t n, uint32_t *match)
@@ -308,6 +364,8 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
         bool advanced = false;
         for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
             uint32_t e = ix->entries[k].ep;
+            if (ix->entries[k].pending)
+                continue; /* still being computed there: nothing to reuse yet */
             if (i == 0) {
                 ix->stamp[e] = gen;
                 match[e] = 1;

@@ -20,6 +20,7 @@
 #ifndef SB_CORE_PREFIX_INDEX_H
 #define SB_CORE_PREFIX_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,18 @@ uint32_t sb_prefix_index_capacity(const sb_prefix_index *ix, uint32_t ep);
  * capacity 0 records nothing. Cannot fail: when memory cannot grow, the least recently used
  * entries are evicted instead. */
 void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n);
+
+/* The same, for a request just sent to ep: the blocks it adds are *pending* (the engine has
+ * not computed them yet, so a request sent there meanwhile would compute them again) and do
+ * not match until settled. Returns true and the hash to settle with if it added any. */
+bool sb_prefix_index_insert_pending(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n,
+                                    uint64_t *pending_hash);
+/* The request that added pending_hash on ep got its first token (computed: the blocks now
+ * match) or failed before it (not computed: the blocks it added are forgotten). A hash that is
+ * gone or no longer pending is ignored. */
+void sb_prefix_index_settle(sb_prefix_index *ix, uint32_t ep, uint64_t pending_hash, bool computed);
+/* Settles every pending entry as computed (their requests can no longer settle them). */
+void sb_prefix_index_settle_all(sb_prefix_index *ix);
 
 /* For each endpoint e, match[e] = the number of leading blocks of hashes[0..n) it holds
  * (match has n_endpoints entries). Returns the largest value. */

@@ -34,6 +34,10 @@ typedef struct pool {
     sb_prefix_index *prefix;
     uint32_t *prefix_match;
     sb_chash *ring;               /* NULL until sb_router_build_ring */
+    /* What the last pick added to the index as pending, handed to the dispatch that follows. */
+    bool pick_pending;
+    uint32_t pick_pending_ep;
+    uint64_t pick_pending_hash;
 } pool;
 
 struct sb_router {
@@ -279,9 +283,16 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
     p->have_last = true;
     p->last_profile = *ctx.profile;
     p->last.profile = &p->last_profile;
-    /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index). */
-    if (ep >= 0 && blocks)
-        sb_prefix_index_insert(p->prefix, (uint32_t)ep, req->block_hashes, req->n_blocks);
+    /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index), but
+     * as pending: until this request's first token the engine has not computed the new blocks,
+     * and a request sent there meanwhile would compute them again behind it (the opening burst
+     * of a hot prefix would pile onto the first holder). */
+    p->pick_pending = false;
+    if (ep >= 0 && blocks) {
+        p->pick_pending = sb_prefix_index_insert_pending(p->prefix, (uint32_t)ep, req->block_hashes, req->n_blocks,
+                                                         &p->pick_pending_hash);
+        p->pick_pending_ep = (uint32_t)ep;
+    }
     return ep;
 }
 
@@ -302,7 +313,22 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (!e)
         return (sb_ticket){0};
-    return sb_endpoint_dispatch(e, prompt_tokens, now);
+    sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
+    pool *p = &r->pools[pool_idx];
+    if (p->pick_pending && p->pick_pending_ep == ep) {
+        t.has_prefix_pending = true;
+        t.prefix_pending = p->pick_pending_hash;
+    }
+    p->pick_pending = false;
+    return t;
+}
+
+static void settle_prefix(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, bool computed)
+{
+    if (t->has_prefix_pending) {
+        t->has_prefix_pending = false;
+        sb_prefix_index_settle(r->pools[pool_idx].prefix, ep, t->prefix_pending, computed);
+    }
 }
 
 void sb_router_first_byte(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, sb_ns now)
@@ -312,12 +338,21 @@ void sb_router_first_byte(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticke
         sb_endpoint_first_byte(e, t, now);
 }
 
+void sb_router_first_token(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t)
+{
+    if (sb_router_endpoint(r, pool_idx, ep))
+        settle_prefix(r, pool_idx, ep, t, true);
+}
+
 void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
                         sb_ns now)
 {
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
-    if (e)
-        sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
+    if (!e)
+        return;
+    /* No first token seen: an answer that completed computed the prompt; a failure did not. */
+    settle_prefix(r, pool_idx, ep, t, ok);
+    sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
 }
 
 void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t capacity_tokens)
@@ -338,6 +373,9 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
     sb_prefix_index *t = dst->pools[dp].prefix;
     dst->pools[dp].prefix = src->pools[sp].prefix;
     src->pools[sp].prefix = t;
+    /* Requests in flight settle against src's router, which no longer has these entries:
+     * count what they were computing as computed rather than leave it pending for ever. */
+    sb_prefix_index_settle_all(dst->pools[dp].prefix);
 }
 
 void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)

@@ -78,6 +78,11 @@ const sb_decision *sb_router_last_decision(const sb_router *r, uint32_t pool);
 /* Request lifecycle (see core/endpoint.h). The ticket is the caller's to keep. */
 sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
 void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, sb_ns now);
+/* The first token arrived (a stream's first body bytes; replay's time to first token): the
+ * prefix blocks the request's pick added to the index stop being pending and start matching.
+ * A pick's pending blocks go to the ticket of the dispatch that follows it to the same
+ * endpoint; sb_router_finished settles what is left (an answer: computed; a failure: not). */
+void sb_router_first_token(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t);
 /* ok: a response arrived with status < 500. counts_for_health: false for client aborts. */
 void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
                         sb_ns now);

@@ -367,8 +367,12 @@ static int r_on_headers_complete(http_parser *p)
 static int r_on_body(http_parser *p, const char *at, size_t len)
 {
     exchange *x = p->data;
-    if (!x->t_first_body)
+    if (!x->t_first_body) {
         x->t_first_body = now_ns();
+        /* A stream's first body bytes carry its first token: the prompt is computed there. */
+        if (x->dispatched)
+            sb_router_first_token(x->gw->router, x->t.pool, x->ep, &x->ticket);
+    }
     if (len >= sizeof(x->tail)) {
         memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
         x->tail_len = sizeof(x->tail);

@@ -473,6 +473,7 @@ static void deliver(driver *d, uint32_t rep, uint32_t idx)
 static void first_byte(driver *d, uint32_t rep, uint32_t idx)
 {
     sb_router_first_byte(d->router, 0, rep, &d->rt[idx].ticket, d->now);
+    sb_router_first_token(d->router, 0, rep, &d->rt[idx].ticket);
 }
 
 /* The gateway sees the answer end at `now`: release the accounting, start the next turn. */

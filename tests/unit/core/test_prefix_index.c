@@ -197,6 +197,61 @@ static void test_randomized_against_model(void **state)
     sb_prefix_index_free(ix);
 }
 
+/* A request's new blocks are pending until its first token: they do not match meanwhile (the
+ * engine has not computed them), the blocks that were there already still do, and settling
+ * either makes them match (computed) or forgets them (the request failed). */
+static void test_pending_until_settled(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    uint64_t a[10];
+    chain(3, 10, a);
+    uint32_t m[2];
+    uint64_t h = 0;
+    assert_true(sb_prefix_index_insert_pending(ix, 0, a, 4, &h));
+    assert_true(h == a[0]); /* the lowest new block carries the mark */
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 0);
+    assert_int_equal(m[0], 0);
+    sb_prefix_index_settle(ix, 0, h, true);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
+    assert_int_equal(m[0], 4);
+    /* A longer prompt on the same endpoint: blocks 0-3 keep matching, 4-9 wait. */
+    assert_true(sb_prefix_index_insert_pending(ix, 0, a, 10, &h));
+    assert_true(h == a[4]);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
+    /* Nothing new: nothing pending, and the pending mark above is kept. */
+    uint64_t h2 = 0;
+    assert_false(sb_prefix_index_insert_pending(ix, 0, a, 10, &h2));
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
+    /* The same blocks pending on endpoint 1 do not stop endpoint 0's run, nor make 1 match. */
+    uint64_t h1 = 0;
+    assert_true(sb_prefix_index_insert_pending(ix, 1, a, 10, &h1));
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
+    assert_int_equal(m[1], 0);
+    /* Failed: endpoint 1 forgets the block, so its later blocks are unreachable. */
+    sb_prefix_index_settle(ix, 1, h1, false);
+    sb_prefix_index_match(ix, a, 10, m);
+    assert_int_equal(m[1], 0);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 1), 9);
+    /* Computed on endpoint 0: the whole prompt matches; settling again is a no-op. */
+    sb_prefix_index_settle(ix, 0, h, true);
+    sb_prefix_index_settle(ix, 0, h, false);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    assert_int_equal(m[0], 10);
+    /* settle_all: endpoint 1 re-sent, its request lost track (a reload): counted computed. */
+    assert_true(sb_prefix_index_insert_pending(ix, 1, a, 10, &h1));
+    sb_prefix_index_match(ix, a, 10, m);
+    assert_int_equal(m[1], 0);
+    sb_prefix_index_settle_all(ix);
+    sb_prefix_index_match(ix, a, 10, m);
+    assert_int_equal(m[1], 10);
+    /* A hash that was never inserted, or an endpoint out of range: ignored. */
+    sb_prefix_index_settle(ix, 0, 424242, false);
+    sb_prefix_index_settle(ix, 7, a[0], false);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    sb_prefix_index_free(ix);
+}
+
 static void test_alloc_failure_degrades(void **state)
 {
     (void)state;
@@ -223,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_randomized_against_model),
         cmocka_unit_test(test_alloc_failure_degrades),
+        cmocka_unit_test(test_pending_until_settled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,10 +180,60 @@ static void test_pool_saturated_needs_evidence(void **state)
     sb_router_free(r);
 }
 
+/* A picked prefix counts for its endpoint only once the request's first token came back: the
+ * engine cannot reuse blocks it is still computing, so requests meanwhile are spread by
+ * other scores, not stacked behind the first (a hot prefix's opening burst). */
+static void test_prefix_pending_until_first_token(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 4);
+    uint64_t h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = 0x1234567ULL * (uint64_t)(i + 1);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 128};
+    int a = sb_router_pick(r, &rq, 0);
+    assert_true(a >= 0);
+    sb_ticket t = sb_router_dispatched(r, 0, (uint32_t)a, 128, 0);
+    assert_true(t.has_prefix_pending);
+    /* Pending: every candidate scores alike. */
+    for (int k = 0; k < 3; k++) {
+        sb_router_pick(r, &rq, 0);
+        const sb_decision *d = sb_router_last_decision(r, 0);
+        for (size_t i = 0; i < d->n; i++)
+            assert_true(d->cands[i].total == d->cands[0].total);
+    }
+    /* Headers alone do not settle it; the first token does. */
+    sb_router_first_byte(r, 0, (uint32_t)a, &t, 1);
+    sb_router_pick(r, &rq, 1);
+    assert_true(sb_router_last_decision(r, 0)->cands[a].total == sb_router_last_decision(r, 0)->cands[(a + 1) % 4].total);
+    sb_router_first_token(r, 0, (uint32_t)a, &t);
+    assert_false(t.has_prefix_pending);
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(sb_router_pick(r, &rq, 2), a);
+    sb_router_finished(r, 0, (uint32_t)a, &t, true, true, 3);
+    /* A longer prompt sent to b that fails before any token: b never counts as a holder. */
+    uint64_t g[8];
+    for (int i = 0; i < 8; i++)
+        g[i] = 0xabcdefULL * (uint64_t)(i + 3);
+    sb_sched_request rg = {.pool = 0, .adapter = -1, .block_hashes = g, .n_blocks = 8, .prompt_tokens = 128};
+    int b = sb_router_pick(r, &rg, 4);
+    sb_ticket tb = sb_router_dispatched(r, 0, (uint32_t)b, 128, 4);
+    sb_router_finished(r, 0, (uint32_t)b, &tb, false, true, 5);
+    sb_router_pick(r, &rg, 6);
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_true(d->cands[b].total == d->cands[(b + 1) % 4].total);
+    /* A dispatch to another endpoint than the pick (the caller chose itself) carries nothing. */
+    int c = sb_router_pick(r, &rg, 7);
+    sb_ticket tc = sb_router_dispatched(r, 0, (uint32_t)(c + 1) % 4, 128, 7);
+    assert_false(tc.has_prefix_pending);
+    sb_router_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_round_robin_cycles_and_skips_excluded),
         cmocka_unit_test(test_least_request_follows_in_flight),

@@ -31,15 +31,21 @@ static void run_ok(const sb_replay_workload *w, const sb_replay_policy *p, const
         fail_msg("run failed: %d %s", rc, err);
 }
 
-static void generate(const char *gen, const char *const *kv, size_t n_kv, double rate, uint64_t requests,
-                     sb_replay_workload *w)
+static void generate_seeded(const char *gen, const char *const *kv, size_t n_kv, double rate, uint64_t requests,
+                            uint64_t seed, sb_replay_workload *w)
 {
     const sb_replay_generator *g = sb_replay_generator_find(gen);
     assert_non_null(g);
-    sb_replay_gen_opts go = {.rate = rate, .requests = requests, .seed = 5};
+    sb_replay_gen_opts go = {.rate = rate, .requests = requests, .seed = seed};
     char err[200];
     if (sb_replay_generate(g, kv, n_kv, &go, w, err, sizeof(err)) != 0)
         fail_msg("generate: %s", err);
+}
+
+static void generate(const char *gen, const char *const *kv, size_t n_kv, double rate, uint64_t requests,
+                     sb_replay_workload *w)
+{
+    generate_seeded(gen, kv, n_kv, rate, requests, 5, w);
 }
 
 static sb_replay_opts opts(uint32_t replicas)
@@ -90,27 +96,41 @@ static void test_adaptive_is_deterministic_and_publishes(void **state)
 static void test_adaptive_evens_a_hot_prefix(void **state)
 {
     (void)state;
-    sb_replay_workload w = {0};
-    generate("hot-prefix", HOT, 4, 40, 400, &w);
-    sb_replay_policy p;
-    resolve("default", &p);
-    sb_replay_opts o = opts(4);
-    sb_replay_result st, ad;
-    run_ok(&w, &p, &o, &st);
-    o.adaptive = true;
-    run_ok(&w, &p, &o, &ad);
-    assert_false(st.adaptive);
-    assert_int_equal(st.adaptive_ticks, 0);
-    /* Static weights keep the holder busy (its decode batches grow); adaptive spreads the
-     * load and keeps the hits (the prefix is worth caching on every replica). Each replica's
-     * one cold prefill is 1% of this run, so p99 TTFT is the cold misses: compare p90 and E2E. */
-    assert_true(ad.imbalance_cv < st.imbalance_cv / 2);
-    assert_true(ad.ttft_p90_ms <= st.ttft_p90_ms);
-    assert_true(ad.e2e_p99_ms < st.e2e_p99_ms);
-    assert_true(ad.hit_rate >= 0.9 * st.hit_rate);
-    sb_replay_result_free(&st);
-    sb_replay_result_free(&ad);
-    sb_replay_workload_free(&w);
+    /* Whether static weights herd depends on the opening: a prefix counts for its endpoint
+     * only once computed (core/router.h), so when a second request comes during the first's
+     * prefill the prefix lands on two replicas and the load scorers keep them even. Over a few
+     * seeds some runs herd; in every one that does, adaptive must even it out. */
+    int herded = 0;
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        sb_replay_workload w = {0};
+        generate_seeded("hot-prefix", HOT, 4, 20, 400, seed, &w);
+        sb_replay_policy p;
+        resolve("default", &p);
+        sb_replay_opts o = opts(4);
+        sb_replay_result st, ad;
+        run_ok(&w, &p, &o, &st);
+        o.adaptive = true;
+        run_ok(&w, &p, &o, &ad);
+        assert_false(st.adaptive);
+        assert_int_equal(st.adaptive_ticks, 0);
+        /* Adaptive keeps the hits whatever happens (the prefix is worth caching on every
+         * replica) and never runs more unevenly than static. */
+        assert_true(ad.hit_rate >= 0.9 * st.hit_rate);
+        assert_true(ad.imbalance_cv <= st.imbalance_cv + 0.05);
+        if (st.imbalance_cv > 0.3) {
+            /* Static weights keep the holder busy (its decode batches grow); adaptive spreads
+             * the load. Each replica's one cold prefill is 1% of this run, so p99 TTFT is the
+             * cold misses: compare p90 and E2E. */
+            herded++;
+            assert_true(ad.imbalance_cv < st.imbalance_cv / 2);
+            assert_true(ad.ttft_p90_ms <= st.ttft_p90_ms);
+            assert_true(ad.e2e_p99_ms < st.e2e_p99_ms);
+        }
+        sb_replay_result_free(&st);
+        sb_replay_result_free(&ad);
+        sb_replay_workload_free(&w);
+    }
+    assert_true(herded >= 2);
 }
 
 static void test_adaptive_refused_for_custom_and_bad_params(void **state)
