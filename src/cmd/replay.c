@@ -53,10 +53,11 @@ static const char usage_text[] =
     "adaptive weights and flow control (issue 7; docs/benchmarks.md):\n"
     "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
     "                         as a pool with `adaptive: true`; or name one as POLICY+adaptive\n"
-    "  --adaptive-param K=V,.. override adaptive defaults: x0 k nu share_lo share_hi epsilon\n"
-    "                         min_publish_ms imbalance_tau_ms imbalance_enter imbalance_exit\n"
-    "                         w_waiting w_running w_kv w_in_flight queue_ref running_ref\n"
-    "                         in_flight_ref load_floor\n"
+    "  --adaptive-param K=V,.. override adaptive defaults: x0 k nu share_lo share_hi\n"
+    "                         share_saturated epsilon min_publish_ms, <detector>_tau_ms,\n"
+    "                         _enter, _exit (imbalance, burst, saturation), w_waiting w_running\n"
+    "                         w_kv w_in_flight queue_ref running_ref in_flight_ref load_floor...\n"
+    "                         (the names of a pool's `adaptive:` mapping, docs/configuration.md)\n"
     "  --flow-control         admission, fair queues and shedding in front of the pick (core/flow.h)\n"
     "  --priority-mix B=F,..  bands per conversation, e.g. critical=0.2,standard=0.5,sheddable=0.3\n"
     "                         (seeded; default: all standard); results are reported per band\n"
@@ -195,43 +196,6 @@ static int parse_ms(const char *flag, const char *s, double max, sb_ns *out)
     return 0;
 }
 
-/* --adaptive-param names: the sb_adaptive_params fields worth tuning from replay. */
-typedef struct adaptive_knob {
-    const char *name;
-    size_t offset;
-    bool is_ms; /* an sb_ns field given in milliseconds */
-} adaptive_knob;
-
-#define KNOB(n, field)                                                                                                 \
-    {                                                                                                                  \
-        n, offsetof(sb_adaptive_params, field), false                                                                  \
-    }
-#define KNOB_MS(n, field)                                                                                              \
-    {                                                                                                                  \
-        n, offsetof(sb_adaptive_params, field), true                                                                   \
-    }
-static const adaptive_knob adaptive_knobs[] = {
-    KNOB("x0", x0),
-    KNOB("k", k),
-    KNOB("nu", nu),
-    KNOB("share_lo", share_lo),
-    KNOB("share_hi", share_hi),
-    KNOB("epsilon", epsilon),
-    KNOB_MS("min_publish_ms", min_publish_ns),
-    KNOB_MS("imbalance_tau_ms", detector[SB_DETECT_IMBALANCE].tau_ns),
-    KNOB("imbalance_enter", detector[SB_DETECT_IMBALANCE].enter),
-    KNOB("imbalance_exit", detector[SB_DETECT_IMBALANCE].exit),
-    KNOB("w_waiting", w_waiting),
-    KNOB("w_running", w_running),
-    KNOB("w_kv", w_kv),
-    KNOB("w_in_flight", w_in_flight),
-    KNOB("queue_ref", queue_ref),
-    KNOB("running_ref", running_ref),
-    KNOB("in_flight_ref", in_flight_ref),
-    KNOB("load_floor", load_floor),
-    {NULL, 0, false},
-};
-
 /* Calls set(ctx, key, value) for each "key=value" of a comma-separated list. */
 static int parse_pairs(const char *flag, const char *s, int (*set)(void *, const char *, double), void *ctx)
 {
@@ -262,20 +226,7 @@ static int parse_pairs(const char *flag, const char *s, int (*set)(void *, const
 
 static int set_adaptive_knob(void *ctx, const char *key, double v)
 {
-    sb_adaptive_params *p = ctx;
-    for (const adaptive_knob *k = adaptive_knobs; k->name; k++) {
-        if (strcmp(k->name, key))
-            continue;
-        if (k->is_ms) {
-            if (!(v >= 0))
-                return -1;
-            *(sb_ns *)((char *)p + k->offset) = (sb_ns)(v * 1e6);
-        } else {
-            *(double *)((char *)p + k->offset) = v;
-        }
-        return 0;
-    }
-    return -1;
+    return sb_adaptive_param_set(ctx, key, v) == 0 ? 0 : -1;
 }
 
 static int set_band_mix(void *ctx, const char *key, double v)

@@ -1,6 +1,7 @@
 #include "core/adaptive.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,12 +65,19 @@ sb_adaptive_params sb_adaptive_params_default(void)
         .kv_threshold = -1,
         /* lo: the operator's (or default) profile when the pool is balanced, so adaptive
          * never does worse than static there. hi 0.9 leaves affinity a tenth: among equally
-         * loaded endpoints the cache holder still wins. x0 0.3 and k 12: the move is 10%
-         * done at x = 0.12 and 90% at x = 0.48; with this normalisation one endpoint queueing
-         * 10 while three others hold 1 reads 0.69. Replay (issue 7's evidence) tunes these. */
+         * loaded endpoints the cache holder still wins. x0 0.1 and k 12: the move is 35% done
+         * at x = 0.1, 70% at 0.2 and 89% at 0.3; with this
+         * normalisation one endpoint queueing 10 while three others hold 1 reads 0.69, and
+         * eight endpoints whose loads differ by a stddev of 20% of the mean read 0.08.
+         * Replay chose x0 (docs/benchmarks.md section 2): at 0.3 only a gross imbalance moved
+         * weight, and the affinity a balanced pool can afford was lost on shared prefixes.
+         * share_saturated 0.3: when every endpoint is full, spreading cannot shorten a queue,
+         * but every cache hit saves prefill the fleet has no room for, so a saturated,
+         * balanced pool leans to affinity (shared-prefix past capacity: p90 TTFT -4%). */
         .share_lo = -1,
         .share_hi = 0.9,
-        .x0 = 0.3,
+        .share_saturated = 0.3,
+        .x0 = 0.1,
         .k = 12,
         .nu = 1,
         .epsilon = 0.01,
@@ -110,8 +118,9 @@ const char *sb_adaptive_params_check(const sb_adaptive_params *p)
         return "burst minimum rate must be > 0";
     if (!isfinite(p->queue_threshold) || !isfinite(p->kv_threshold))
         return "saturation thresholds must be finite";
-    if (!isfinite(p->share_lo) || p->share_lo > 1 || !(p->share_hi >= 0 && p->share_hi <= 1))
-        return "shares must be in [0,1] (share_lo negative: the base profile's)";
+    if (!isfinite(p->share_lo) || p->share_lo > 1 || !(p->share_hi >= 0 && p->share_hi <= 1) ||
+        !isfinite(p->share_saturated) || p->share_saturated > 1)
+        return "shares must be in [0,1] (share_lo negative: the base profile's; share_saturated negative: off)";
     if (!isfinite(p->x0) || !(p->k > 0) || !isfinite(p->k) || !(p->nu > 0) || !isfinite(p->nu))
         return "sigmoid needs finite x0, k > 0 and nu > 0";
     if (!finite_nonneg(p->epsilon))
@@ -219,9 +228,14 @@ static double base_share(const sb_profile *base)
     return aff + dist > 0 ? dist / (aff + dist) : 0;
 }
 
+/* The distribution share of a balanced pool: share_lo (or the base's), moved towards
+ * share_saturated as the smoothed saturation signal rises. */
 static double lower_share(const sb_adaptive *a)
 {
-    return a->p.share_lo < 0 ? base_share(&a->base) : a->p.share_lo;
+    double lo = a->p.share_lo < 0 ? base_share(&a->base) : a->p.share_lo;
+    if (a->p.share_saturated >= 0)
+        lo += (a->p.share_saturated - lo) * clamp01(a->signal[SB_DETECT_SATURATION]);
+    return lo;
 }
 
 /* The base's weights with distribution given `share` of the total, written into w. Returns
@@ -307,6 +321,90 @@ void sb_adaptive_set_base(sb_adaptive *a, const sb_profile *base, sb_ns now)
     double x = a->signal[SB_DETECT_IMBALANCE];
     double share = weights_for(&a->base, sb_adaptive_share_at(&a->p, lower_share(a), x), w);
     publish(a, w, share, now);
+}
+
+void sb_adaptive_set_params(sb_adaptive *a, const sb_adaptive_params *p, sb_ns now)
+{
+    if (sb_adaptive_params_check(p))
+        return;
+    /* The rings keep their sizes: they hold snapshots requests may still be using. */
+    size_t snapshots = a->p.snapshots, history = a->p.history, changes = a->p.changes;
+    a->p = *p;
+    a->p.snapshots = snapshots;
+    a->p.history = history;
+    a->p.changes = changes;
+    sb_adaptive_set_base(a, &a->base, now);
+}
+
+typedef struct param_name {
+    const char *name;
+    size_t offset;
+    bool is_ms; /* an sb_ns field given in milliseconds */
+} param_name;
+
+#define PARAM(n, field) {n, offsetof(sb_adaptive_params, field), false}
+#define PARAM_MS(n, field) {n, offsetof(sb_adaptive_params, field), true}
+static const param_name param_names[] = {
+    PARAM("x0", x0),
+    PARAM("k", k),
+    PARAM("nu", nu),
+    PARAM("share_lo", share_lo),
+    PARAM("share_hi", share_hi),
+    PARAM("share_saturated", share_saturated),
+    PARAM("epsilon", epsilon),
+    PARAM_MS("min_publish_ms", min_publish_ns),
+    PARAM_MS("imbalance_tau_ms", detector[SB_DETECT_IMBALANCE].tau_ns),
+    PARAM("imbalance_enter", detector[SB_DETECT_IMBALANCE].enter),
+    PARAM("imbalance_exit", detector[SB_DETECT_IMBALANCE].exit),
+    PARAM_MS("burst_tau_ms", detector[SB_DETECT_BURST].tau_ns),
+    PARAM("burst_enter", detector[SB_DETECT_BURST].enter),
+    PARAM("burst_exit", detector[SB_DETECT_BURST].exit),
+    PARAM_MS("saturation_tau_ms", detector[SB_DETECT_SATURATION].tau_ns),
+    PARAM("saturation_enter", detector[SB_DETECT_SATURATION].enter),
+    PARAM("saturation_exit", detector[SB_DETECT_SATURATION].exit),
+    PARAM("w_waiting", w_waiting),
+    PARAM("w_running", w_running),
+    PARAM("w_kv", w_kv),
+    PARAM("w_in_flight", w_in_flight),
+    PARAM("queue_ref", queue_ref),
+    PARAM("running_ref", running_ref),
+    PARAM("in_flight_ref", in_flight_ref),
+    PARAM("load_floor", load_floor),
+    PARAM_MS("burst_short_ms", burst_short_ns),
+    PARAM_MS("burst_long_ms", burst_long_ns),
+    PARAM("burst_ratio", burst_ratio),
+    PARAM("burst_min_rate", burst_min_rate),
+    PARAM("queue_threshold", queue_threshold),
+    PARAM("kv_threshold", kv_threshold),
+    {NULL, 0, false},
+};
+
+int sb_adaptive_param_set(sb_adaptive_params *p, const char *name, double v)
+{
+    for (const param_name *k = param_names; k->name; k++) {
+        if (strcmp(k->name, name))
+            continue;
+        if (k->is_ms) {
+            if (!(v >= 0 && v <= 1e9))
+                return -2;
+            *(sb_ns *)((char *)p + k->offset) = (sb_ns)(v * 1e6);
+        } else {
+            *(double *)((char *)p + k->offset) = v;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+const char *sb_adaptive_param_list(void)
+{
+    static char list[640];
+    if (!list[0]) {
+        size_t n = 0;
+        for (const param_name *k = param_names; k->name && n + 40 < sizeof(list); k++)
+            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", k->name);
+    }
+    return list;
 }
 
 void sb_adaptive_arrivals(sb_adaptive *a, uint32_t n)

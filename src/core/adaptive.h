@@ -91,6 +91,8 @@ typedef struct sb_adaptive_params {
     /* configurator */
     double share_lo;      /* distribution share at x = 0; negative = the base profile's */
     double share_hi;      /* at x = 1; raised to lo when below it (weight never moves back) */
+    double share_saturated; /* the share at x = 0 when the pool is saturated: lo moves towards
+                               it with the saturation signal; negative = off */
     double x0, k, nu;     /* sigmoid midpoint, steepness (> 0) and shape (> 0; 1 = logistic) */
     double epsilon;       /* publish when a weight moves more than epsilon x total */
     sb_ns min_publish_ns; /* at most one publication per this */
@@ -134,6 +136,19 @@ void sb_adaptive_free(sb_adaptive *a);
 /* Replaces the base profile (configuration reload) and publishes at once, whatever epsilon
  * and the publication rate say; signals and regimes are kept. */
 void sb_adaptive_set_base(sb_adaptive *a, const sb_profile *base, sb_ns now);
+
+/* Replaces the parameters (configuration reload; ignored if they fail the check) and
+ * publishes at once; signals and regimes are kept, and so are the ring sizes (snapshots,
+ * history, changes), which only a new sb_adaptive can change. */
+void sb_adaptive_set_params(sb_adaptive *a, const sb_adaptive_params *p, sb_ns now);
+
+/* Sets one parameter by its configuration name (x0, k, nu, share_lo, share_hi,
+ * share_saturated, epsilon, the detectors' <name>_tau_ms/_enter/_exit, the load blend...:
+ * sb_adaptive_param_list); names ending in _ms take milliseconds. Returns 0, -1 for an unknown
+ * name, -2 for a negative or huge duration. Check the whole with sb_adaptive_params_check. */
+int sb_adaptive_param_set(sb_adaptive_params *p, const char *name, double v);
+/* Every name sb_adaptive_param_set takes, comma-separated (for error messages and --help). */
+const char *sb_adaptive_param_list(void);
 
 /* Counts n requests arriving for the pool (the request path's only duty). */
 void sb_adaptive_arrivals(sb_adaptive *a, uint32_t n);

@@ -97,16 +97,21 @@ static void init_builtins(void)
     add_scorer(p, &sb_scorer_pending_prefill, 1);
 
     /* default: what a pool gets when it names no profile. Its composition changes as the
-     * project measures (docs/benchmarks.md). Weights start from GIE's default (prefix 3,
-     * queue 2, KV 2) plus our own accounting, which is never stale. With these, a prefix
-     * holder keeps its traffic while queues are equal, and yields as soon as a queue forms
-     * there and not elsewhere (3 + 0 < 2 + 1 + 1): affinity never builds a queue. */
+     * project measures (docs/benchmarks.md). Load weights start from GIE's default (queue 2,
+     * KV 2) plus our own accounting, which is never stale. Prefix 5 (GIE has 3) is chosen for
+     * the adaptive configurator, on by default, which starts from these weights and moves
+     * weight to distribution when the pool becomes uneven: with that guard a balanced pool
+     * can afford more affinity than a static profile can (replay sweep, docs/benchmarks.md
+     * section 2: statically prefix 3 is better on shared-prefix and 5 on multi-turn; with
+     * the configurator, prefix 5 is within 3% of the best static weight on each). A holder
+     * still yields once a queue forms there and not elsewhere and it is busier
+     * (5 + 0 < 2 + 2 + 1 + 1). */
     p = &builtins[3];
     sb_profile_init(p, "default");
     p->filters[p->n_filters++] = &sb_filter_healthy;
     p->filters[p->n_filters++] = &sb_filter_lora;
     p->filters[p->n_filters++] = &sb_filter_saturation;
-    add_scorer(p, &sb_scorer_prefix, 3);
+    add_scorer(p, &sb_scorer_prefix, 5);
     add_scorer(p, &sb_scorer_queue, 2);
     add_scorer(p, &sb_scorer_kv_cache, 2);
     add_scorer(p, &sb_scorer_in_flight, 1);

@@ -303,11 +303,10 @@ static void start_adaptive(sb_gateway *gw)
     gw->adaptive = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_adaptive *));
     if (!gw->adaptive)
         return;
-    sb_adaptive_params ap = sb_adaptive_params_default();
     uint32_t tick_ms = 100;
     for (size_t p = 0; p < cfg->n_pools; p++) {
         const sb_profile *base = sb_router_pool_profile(gw->router, (uint32_t)p);
-        gw->adaptive[p] = base ? sb_adaptive_new(&ap, base) : NULL;
+        gw->adaptive[p] = base ? sb_adaptive_new(&cfg->pools[p].adaptive_params, base) : NULL;
         if (gw->adaptive[p] && cfg->pools[p].adaptive && has_both_categories(base))
             sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
         if (cfg->pools[p].probe_interval_ms && cfg->pools[p].probe_interval_ms < tick_ms)
@@ -663,6 +662,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         sb_router_set_profile(gw->router, (uint32_t)p, prof);
         if (gw->adaptive && gw->adaptive[p]) {
             sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
+            sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());
             if (pc->adaptive && has_both_categories(prof))
                 sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
         }

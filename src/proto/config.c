@@ -886,6 +886,42 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
 
 /* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
  * sb_config_free releases whatever part was built. */
+/* `adaptive:` as a mapping: `enabled` plus any parameter core/adaptive.h names (x0: 0.1,
+ * share_saturated: 0.3, imbalance_tau_ms: 1000, ...), checked as a whole. */
+static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc, const char *what)
+{
+    size_t before = p->errs->total;
+    for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const yaml_node_t *k = node_at(p, q->key), *v = node_at(p, q->value);
+        if (k->type != YAML_SCALAR_NODE) {
+            node_error(p, k, "%s: keys must be names", what);
+            continue;
+        }
+        const char *key = (const char *)k->data.scalar.value;
+        char sub[200];
+        snprintf(sub, sizeof sub, "%s: %s", what, key);
+        if (!strcmp(key, "enabled")) {
+            bool b;
+            if (bool_of(p, v, sub, &b))
+                pc->adaptive = b;
+            continue;
+        }
+        double x;
+        sb_adaptive_params probe = pc->adaptive_params;
+        if (sb_adaptive_param_set(&probe, key, 0) == -1) {
+            node_error(p, k, "unknown key '%s' in %s (enabled, %s)", key, what, sb_adaptive_param_list());
+            continue;
+        }
+        if (!number_of(p, v, sub, -INFINITY, false, INFINITY, &x))
+            continue;
+        if (sb_adaptive_param_set(&pc->adaptive_params, key, x) != 0)
+            node_error(p, v, "%s must be a duration from 0 to 1e9 ms", sub);
+    }
+    const char *why = p->errs->total == before ? sb_adaptive_params_check(&pc->adaptive_params) : NULL;
+    if (why)
+        node_error(p, map, "%s: %s", what, why);
+}
+
 static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
 {
     sb_pool_config *pc = &p->cfg->pools[i];
@@ -896,6 +932,7 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
     /* On by default: replay shows the configurator within 2% of the static weights on balanced
      * workloads and far better under a hot prefix (docs/benchmarks.md). */
     pc->adaptive = true;
+    pc->adaptive_params = sb_adaptive_params_default();
     pc->probe_min_interval_ms = 50;
     pc->probe_max_interval_ms = 1000;
     pc->probe_timeout_ms = 500;
@@ -990,9 +1027,13 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
             /* The adaptive loop (core/adaptive.h) moves weight between the profile's affinity
              * and distribution scorers as the pool's balance changes. */
             snprintf(what, sizeof what, "%s: adaptive", label);
-            bool b;
-            if (bool_of(p, v, what, &b))
-                pc->adaptive = b;
+            if (v->type == YAML_MAPPING_NODE) {
+                parse_adaptive(p, v, pc, what);
+            } else {
+                bool b;
+                if (bool_of(p, v, what, &b))
+                    pc->adaptive = b;
+            }
         } else if (!strcmp(key, "metrics")) {
             snprintf(what, sizeof what, "%s: metrics", label);
             metrics = node_at(p, q->key);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/adaptive.h"
 #include "core/sched.h"
 
 typedef struct sb_endpoint_config {
@@ -33,6 +34,7 @@ typedef struct sb_pool_config {
     char *engine;         /* "vllm" (default), "sglang", "llamacpp", "trtllm", "custom" */
     char *profile;        /* scheduling profile name; "default" when not given */
     bool adaptive;        /* adaptive weights (core/adaptive.h); default true */
+    sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
     size_t n_endpoints;   /* >= 1 */
     /* probing (`probe:`); min <= interval <= max */

@@ -538,8 +538,15 @@ static void test_sigmoid_monotonic_and_bounded(void **state)
         }
     }
     p = sb_adaptive_params_default();
-    /* The midpoint is where half the move is done (nu = 1), to within the rescaling. */
-    assert_float_equal(sb_adaptive_share_at(&p, 0.6, p.x0), 0.6 + 0.3 * 0.5, 0.01);
+    /* The midpoint is where half the move is done (nu = 1): exactly for a midpoint of 0.5,
+     * where the rescaling to [0,1] is symmetric. */
+    p.x0 = 0.5;
+    assert_float_equal(sb_adaptive_share_at(&p, 0.6, 0.5), 0.6 + 0.3 * 0.5, 1e-9);
+    /* The default midpoint sits low (a mild imbalance moves weight): by x = 0.3 most of the
+     * move is done. */
+    p = sb_adaptive_params_default();
+    assert_true(sb_adaptive_share_at(&p, 0.6, 0.3) > 0.6 + 0.3 * 0.8);
+    assert_true(sb_adaptive_share_at(&p, 0.6, 0.02) < 0.6 + 0.3 * 0.2);
     /* x outside [0,1] is clamped; NaN reads as 0. */
     assert_float_equal(sb_adaptive_share_at(&p, 0.6, -3), 0.6, 1e-12);
     assert_float_equal(sb_adaptive_share_at(&p, 0.6, 7), 0.9, 1e-12);
@@ -789,10 +796,54 @@ static void test_hot_endpoint_scenario(void **state)
         changes += (skew_tick(a, 1, t) & (1u << SB_DETECT_IMBALANCE)) != 0;
     assert_int_equal(changes, 2);
     assert_false(sb_adaptive_regime(a, SB_DETECT_IMBALANCE));
-    assert_float_equal(sb_adaptive_share(a), 0.6, 0.01);
+    /* Back to the base, to within the publication threshold (epsilon: a move smaller than
+     * 1% of the total weight per scorer is not published). */
+    assert_float_equal(sb_adaptive_share(a), 0.6, 0.02);
     /* Smoothing and epsilon keep the publications few: a handful per transition. */
     assert_true(sb_adaptive_generation(a) < 30);
     sb_adaptive_free(a);
+}
+
+/* A saturated, balanced pool leans to affinity (share_saturated): every endpoint full, so
+ * spreading shortens no queue while hits save prefill. Imbalance still moves weight back to
+ * distribution on top of it; negative turns it off. */
+static void test_saturation_leans_to_affinity(void **state)
+{
+    (void)state;
+    sb_adaptive_params p = no_smoothing();
+    p.share_saturated = 0.3;
+    sb_profile b = base_profile();
+    sb_adaptive *a = sb_adaptive_new(&p, &b);
+    sb_ns t = T0;
+    assert_int_equal(skew_tick(a, 1, t), 0);
+    assert_float_equal(sb_adaptive_share(a), 0.6, 1e-9);
+    /* Every endpoint queueing 9 (threshold 5): saturated and even. */
+    pool_reset(4, t += TICK);
+    for (size_t i = 0; i < 4; i++)
+        report(i, 9, 0, 0, t);
+    sb_adaptive_tick(a, eps, 4, STALE, t);
+    assert_float_equal(sb_adaptive_signal(a, SB_DETECT_SATURATION), 1, 1e-9);
+    assert_float_equal(sb_adaptive_share(a), 0.3, 1e-9);
+    /* Saturated and uneven: distribution takes over again. */
+    pool_reset(4, t += TICK);
+    report(0, 40, 0, 0, t);
+    for (size_t i = 1; i < 4; i++)
+        report(i, 9, 0, 0, t);
+    sb_adaptive_tick(a, eps, 4, STALE, t);
+    assert_true(sb_adaptive_share(a) > 0.6);
+    sb_adaptive_free(a);
+    /* Off: saturation leaves the weights alone. */
+    p.share_saturated = -1;
+    a = sb_adaptive_new(&p, &b);
+    pool_reset(4, t += TICK);
+    for (size_t i = 0; i < 4; i++)
+        report(i, 9, 0, 0, t);
+    sb_adaptive_tick(a, eps, 4, STALE, t);
+    assert_float_equal(sb_adaptive_share(a), 0.6, 1e-9);
+    sb_adaptive_free(a);
+    /* Out of range is refused. */
+    p.share_saturated = 1.5;
+    assert_non_null(sb_adaptive_params_check(&p));
 }
 
 static void test_history_bounded_newest_first(void **state)
@@ -935,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_set_base_publishes_at_once),
         cmocka_unit_test(test_long_base_name_truncated),
         cmocka_unit_test(test_hot_endpoint_scenario),
+        cmocka_unit_test(test_saturation_leans_to_affinity),
         cmocka_unit_test(test_history_bounded_newest_first),
         cmocka_unit_test(test_render_valid_json),
         cmocka_unit_test(test_deterministic),

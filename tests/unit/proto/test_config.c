@@ -398,6 +398,37 @@ static void test_error_bad_addresses(void **state)
                      6, "endpoint '127.0.0.1:9000' is listed twice");
 }
 
+/* `adaptive:` takes a bool or a mapping of the configurator's parameters, checked as a whole,
+ * with every error at its line. */
+static void test_adaptive_mapping(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    const char *ok = POOL_OK "    adaptive: { enabled: true, x0: 0.2, share_saturated: -1, imbalance_tau_ms: 250 }\n";
+    if (parse_str(ok, &cfg, &errs) != 0)
+        print_errors(&errs);
+    assert_non_null(cfg);
+    const sb_pool_config *pc = &cfg->pools[0];
+    assert_true(pc->adaptive);
+    assert_float_equal(pc->adaptive_params.x0, 0.2, 1e-12);
+    assert_float_equal(pc->adaptive_params.share_saturated, -1, 1e-12);
+    assert_int_equal(pc->adaptive_params.detector[SB_DETECT_IMBALANCE].tau_ns, SB_MS(250));
+    /* untouched parameters keep their defaults */
+    assert_float_equal(pc->adaptive_params.k, sb_adaptive_params_default().k, 1e-12);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str(POOL_OK "    adaptive: { enabled: false }\n", &cfg, &errs), 0);
+    assert_false(cfg->pools[0].adaptive);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "    adaptive:\n      x00: 1\n", 6, "unknown key 'x00'");
+    expect_one_error(POOL_OK "    adaptive:\n      k: fast\n", 6, "must be a number");
+    expect_one_error(POOL_OK "    adaptive:\n      min_publish_ms: -5\n", 6, "duration");
+    expect_one_error(POOL_OK "    adaptive:\n      enabled: yes\n", 6, "true or false");
+    /* each value fine alone, wrong together: reported at the mapping */
+    expect_one_error(POOL_OK "    adaptive:\n      imbalance_enter: 0.1\n      imbalance_exit: 0.2\n", 6,
+                     "exit < enter");
+}
+
 static void test_error_unknown_keys(void **state)
 {
     expect_one_error("lisen: \"127.0.0.1:80\"\n" POOL_OK, 1, "unknown key 'lisen' at the top level");
@@ -1196,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_size_suffixes),
         cmocka_unit_test(test_listen_addresses),
         cmocka_unit_test(test_error_bad_addresses),
+        cmocka_unit_test(test_adaptive_mapping),
         cmocka_unit_test(test_error_unknown_keys),
         cmocka_unit_test(test_error_wrong_types),
         cmocka_unit_test(test_error_out_of_range),
