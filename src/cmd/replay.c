@@ -63,6 +63,8 @@ static const char usage_text[] =
     "                         (seeded; default: all standard); results are reported per band\n"
     "  --tenants N            conversations spread over N tenants (default 1)\n"
     "  --flow-max-wait-ms B=M,.. a band's longest queue wait (defaults 30000, 10000, 2000)\n"
+    "  --flow-gate K=V,..     the gate's thresholds: queue=N (default 1), kv=F (default: the\n"
+    "                         profile's); negative: the profile's saturation thresholds\n"
     "engine (as `switchboard sim`; vLLM's names and defaults, see docs/simulator.md):\n"
     "  --max-num-seqs N  --max-num-batched-tokens N  --num-gpu-blocks N  --block-size N\n"
     "  --max-loras N  --lora-load-ms F  --no-enable-prefix-caching\n"
@@ -96,6 +98,7 @@ enum {
     O_PRIORITY_MIX,
     O_TENANTS,
     O_FLOW_WAIT,
+    O_FLOW_GATE,
     O_HELP,
 };
 
@@ -125,6 +128,7 @@ static const struct option long_opts[] = {
     {"priority-mix", required_argument, NULL, O_PRIORITY_MIX},
     {"tenants", required_argument, NULL, O_TENANTS},
     {"flow-max-wait-ms", required_argument, NULL, O_FLOW_WAIT},
+    {"flow-gate", required_argument, NULL, O_FLOW_GATE},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -249,6 +253,18 @@ static int set_band_wait(void *ctx, const char *key, double v)
     return 0;
 }
 
+static int set_flow_gate(void *ctx, const char *key, double v)
+{
+    sb_flow_config *fc = ctx;
+    if (!strcmp(key, "queue"))
+        fc->gate_queue = v;
+    else if (!strcmp(key, "kv") && v <= 1)
+        fc->gate_kv = v;
+    else
+        return -1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, args *a)
 {
     sb_replay_opts *o = &a->o;
@@ -293,6 +309,7 @@ static int parse_args(int argc, char **argv, args *a)
             break;
         case O_TENANTS: rc = parse_u32("tenants", v, 1, 1u << 20, &o->tenants); break;
         case O_FLOW_WAIT: rc = parse_pairs("flow-max-wait-ms", v, set_band_wait, &o->flow); break;
+        case O_FLOW_GATE: rc = parse_pairs("flow-gate", v, set_flow_gate, &o->flow); break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
         default: rc = sb_is_engine_flag(c) ? sb_engine_flag("replay", c, v, ep) : -1; break;

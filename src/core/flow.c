@@ -80,6 +80,8 @@ void sb_flow_config_default(sb_flow_config *cfg)
     cfg->max_bytes_total = 128ull << 20;
     cfg->max_tenants = 1024;
     cfg->max_retry_after_s = DEFAULT_MAX_RETRY_AFTER_S;
+    cfg->gate_queue = 1;
+    cfg->gate_kv = -1;
 }
 
 static enum sb_band clamp_band(enum sb_band b)

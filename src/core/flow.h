@@ -93,6 +93,14 @@ typedef struct sb_flow_config {
     uint32_t max_tenants;       /* tracked at once; beyond it, the overflow tenant (above) */
     uint32_t max_retry_after_s; /* cap of sb_flow_retry_after_s; 0: 60 */
     sb_flow_drop_fn on_evict;   /* evictions (reason SB_FLOW_SHED); NULL turns eviction off */
+    /* The gate the owner applies (core/router.h, sb_router_pool_saturated): requests queue
+     * while every endpoint has more than gate_queue waiting or KV use above gate_kv.
+     * Negative: the pool profile's saturation thresholds. Default 1 and the profile's KV:
+     * lower than the saturation filter's 5, so a request released from the gateway finds at
+     * most one ahead of it in an engine's FIFO queue, and bands stay strict where it counts
+     * (docs/benchmarks.md section 3). */
+    double gate_queue;
+    double gate_kv;
     void *evict_ctx;
 } sb_flow_config;
 

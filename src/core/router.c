@@ -422,12 +422,17 @@ int sb_router_build_ring(sb_router *r, uint32_t pool_idx)
     return 0;
 }
 
-bool sb_router_pool_saturated(sb_router *r, uint32_t pool_idx, sb_ns now)
+bool sb_router_pool_saturated(sb_router *r, uint32_t pool_idx, double queue_threshold, double kv_threshold,
+                              sb_ns now)
 {
     if (pool_idx >= r->n_pools)
         return false;
     pool *p = &r->pools[pool_idx];
     double q = p->profile ? p->profile->queue_threshold : 5, kv = p->profile ? p->profile->kv_threshold : 0.8;
+    if (queue_threshold >= 0)
+        q = queue_threshold;
+    if (kv_threshold >= 0)
+        kv = kv_threshold;
     size_t evidence = 0;
     for (size_t i = 0; i < p->n_eps; i++) {
         sb_endpoint *ep = &p->eps[i];

@@ -88,11 +88,11 @@ void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, 
                         sb_ns now);
 
 /* Flow control's gate (net/admission.c, replay): the pool is saturated when every available
- * endpoint is over its profile's queue or KV threshold (effective queue: report plus requests
- * sent since); stale endpoints are skipped, and at least one fresh report must say so. A pool
- * whose endpoints never report load is never saturated: there is no evidence to queue on, and
- * the router's own accounting spreads the load. Pure. */
-bool sb_router_pool_saturated(sb_router *r, uint32_t pool, sb_ns now);
+ * endpoint is over the queue or KV threshold (negative: the pool profile's; effective queue:
+ * report plus requests sent since); stale endpoints are skipped, and at least one fresh report
+ * must say so. A pool whose endpoints never report load is never saturated: there is no
+ * evidence to queue on, and the router's own accounting spreads the load. Pure. */
+bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshold, double kv_threshold, sb_ns now);
 /* Whether any endpoint of the pool may take a request now (healthy or half-open). */
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
 

@@ -42,6 +42,11 @@ typedef struct sb_sched_request {
     const uint32_t *exclude;      /* endpoint indexes not to pick */
     size_t n_exclude;
     const struct sb_profile *profile; /* NULL: the pool's current profile (router.h) */
+    /* Released by flow control's gate (core/flow.h): the saturation filter uses the gate's
+     * thresholds where they are tighter than the profile's, so the request goes where the gate
+     * saw room (negative: no gate threshold). */
+    bool gated;
+    double gate_queue, gate_kv;
 } sb_sched_request;
 
 typedef struct sb_candidate {

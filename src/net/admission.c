@@ -97,6 +97,9 @@ static void start(sb_gateway *gw, queued *q)
     q->rr.block_hashes = q->hashes;
     /* Scheduled with the weights in force now, not those of its arrival. */
     q->rr.profile = sb_router_pool_profile(gw->router, q->pool);
+    q->rr.gated = true;
+    q->rr.gate_queue = gw->cfg->flow_gate_queue;
+    q->rr.gate_kv = gw->cfg->flow_gate_kv;
     sb_proxy_start(gw, req, &q->t, &q->rr);
     free_queued(q);
 }
@@ -122,7 +125,7 @@ static void drain(sb_gateway *gw, uint32_t pool, sb_ns now)
 {
     sb_flow *f = gw->flows[pool];
     sb_flow_expire(f, now, on_expired, gw);
-    while (!sb_router_pool_saturated(gw->router, pool, now)) {
+    while (!sb_router_pool_saturated(gw->router, pool, gw->cfg->flow_gate_queue, gw->cfg->flow_gate_kv, now)) {
         queued *q = sb_flow_next(f, now);
         if (!q)
             break;
@@ -166,7 +169,7 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
         return;
     }
     enum sb_band band = band_of(gw, req);
-    bool saturated = sb_router_pool_saturated(gw->router, pool, now);
+    bool saturated = sb_router_pool_saturated(gw->router, pool, gw->cfg->flow_gate_queue, gw->cfg->flow_gate_kv, now);
     int a = sb_flow_admit(f, saturated, band);
     if (a == SB_FLOW_DISPATCH) {
         sb_proxy_start(gw, req, t, rr);

@@ -1292,7 +1292,8 @@ static const section flow_queued_section = {"flow_control.max_queued", flow_queu
 static const field flow_enabled_field = {
     .key = "enabled", .kind = K_BOOL, .offset = offsetof(sb_config, flow_enabled), .max = 1};
 
-/* flow_control: { enabled, max_wait_ms: {band: ms}, max_queued: {band: n}, api_keys: {key: band} } */
+/* flow_control: { enabled, max_wait_ms: {band: ms}, max_queued: {band: n}, api_keys: {key: band},
+ *                queue_threshold: n, kv_threshold: f } */
 static void parse_flow_control(parse *p, const yaml_node_t *map)
 {
     sb_config *cfg = p->cfg;
@@ -1307,6 +1308,10 @@ static void parse_flow_control(parse *p, const yaml_node_t *map)
             parse_field(p, &flow_enabled_field, v, cfg, "flow_control");
         } else if (!strcmp(key, "max_wait_ms")) {
             parse_section(p, &flow_wait_section, v, cfg, "flow_control.max_wait_ms");
+        } else if (!strcmp(key, "queue_threshold")) {
+            number_of(p, v, "flow_control.queue_threshold", 0, false, 1e9, &cfg->flow_gate_queue);
+        } else if (!strcmp(key, "kv_threshold")) {
+            number_of(p, v, "flow_control.kv_threshold", 0, false, 1, &cfg->flow_gate_kv);
         } else if (!strcmp(key, "max_queued")) {
             parse_section(p, &flow_queued_section, v, cfg, "flow_control.max_queued");
         } else if (!strcmp(key, "api_keys")) {
@@ -1464,6 +1469,8 @@ static bool set_defaults(sb_config *cfg)
         .flow_enabled = true,
         /* issue 7's examples of band deadlines; 1024 queued per band */
         .flow_max_wait_ms = {30000, 10000, 2000},
+        .flow_gate_queue = 1,
+        .flow_gate_kv = -1,
         .flow_max_queued = {1024, 1024, 1024},
         .debug_endpoints = true,
     };

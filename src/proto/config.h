@@ -83,6 +83,8 @@ typedef struct sb_config {
     bool flow_enabled;            /* default true */
     uint32_t flow_max_wait_ms[3]; /* per band (critical, standard, sheddable); 30 s, 10 s, 2 s */
     uint32_t flow_max_queued[3];  /* per band; 1024 each */
+    double flow_gate_queue;       /* queue while every endpoint has more waiting; default 1 */
+    double flow_gate_kv;          /* ...or KV use above this; default -1: the profile's */
     char **flow_api_keys;         /* API keys (the Authorization bearer token) with a band */
     int *flow_api_key_band;       /* enum sb_band of each */
     size_t n_flow_api_keys;

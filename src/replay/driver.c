@@ -303,6 +303,10 @@ static void route(driver *d, uint32_t idx)
          * weights, the snapshot in force. (A queued request is scheduled with the snapshot in
          * force when it leaves the queue; the gateway keeps the one from its arrival.) */
         .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
+        /* Released by the gate (drain): as net/admission.c, it goes where the gate saw room. */
+        .gated = rt->queued,
+        .gate_queue = d->o->flow.gate_queue,
+        .gate_kv = d->o->flow.gate_kv,
     };
     size_t ne = engine_hashes(d, r);
 
@@ -345,7 +349,10 @@ static void route(driver *d, uint32_t idx)
 /* ---- flow control: net/admission.c's, in virtual time ---------------------------------------- */
 
 /* The gateway's gating rule (core/router.h, sb_router_pool_saturated), in virtual time. */
-static bool pool_saturated(driver *d) { return sb_router_pool_saturated(d->router, 0, d->now); }
+static bool pool_saturated(driver *d)
+{
+    return sb_router_pool_saturated(d->router, 0, d->o->flow.gate_queue, d->o->flow.gate_kv, d->now);
+}
 
 static bool any_available(driver *d) { return sb_router_pool_available(d->router, 0, d->now); }
 

@@ -58,11 +58,12 @@ class FlowControlTest(unittest.TestCase):
         self.threads.append(t)
 
     def test_saturated_pool_queues_sheds_and_removes(self):
-        # 16 long requests: one running per replica, the rest waiting in the engines.
+        # 16 long requests: one running per replica, a queue in each engine up to the gate's
+        # threshold (1 waiting: flow_control.queue_threshold's default), the rest held here.
         for i in range(16):
             self.background("load %d" % i)
-        wait_until(lambda: all(e["report"]["waiting"] and e["report"]["waiting"] > 5 for e in endpoints(self.gw)),
-                   20, "both replicas to report a queue over the threshold")
+        wait_until(lambda: all(e["report"]["waiting"] and e["report"]["waiting"] > 1 for e in endpoints(self.gw)),
+                   20, "both replicas to report a queue over the gate's threshold")
         # Sheddable: refused at once, with the reason and a Retry-After.
         st, h, body = http(self.gw.port, "POST", "/v1/chat/completions", chat("shed me", 4),
                            {"x-priority": "sheddable"})

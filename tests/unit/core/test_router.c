@@ -156,27 +156,35 @@ static void test_pool_saturated_needs_evidence(void **state)
     sb_router *r = make_router(sb_profile_builtin("default"), 2);
     const sb_ns t = SB_MS(10000), stale = sb_pool_params_default().stale_ns;
     /* Nobody ever reported: no evidence, never gated. */
-    assert_false(sb_router_pool_saturated(r, 0, t));
+    assert_false(sb_router_pool_saturated(r, 0, -1, -1, t));
     report_waiting(r, 0, 9, t);
     report_waiting(r, 1, 2, t);
-    assert_false(sb_router_pool_saturated(r, 0, t)); /* endpoint 1 has room */
+    assert_false(sb_router_pool_saturated(r, 0, -1, -1, t)); /* endpoint 1 has room */
     report_waiting(r, 1, 6, t);
-    assert_true(sb_router_pool_saturated(r, 0, t));
+    assert_true(sb_router_pool_saturated(r, 0, -1, -1, t));
     /* Requests sent since the report count as waiting. */
     report_waiting(r, 1, 3, t);
-    assert_false(sb_router_pool_saturated(r, 0, t));
+    assert_false(sb_router_pool_saturated(r, 0, -1, -1, t));
     for (int i = 0; i < 3; i++)
         sb_router_dispatched(r, 0, 1, 10, t);
-    assert_true(sb_router_pool_saturated(r, 0, t));
+    assert_true(sb_router_pool_saturated(r, 0, -1, -1, t));
     /* A stale endpoint is skipped; all stale: no evidence. */
     report_waiting(r, 1, 0, t - stale - 1);
-    assert_true(sb_router_pool_saturated(r, 0, t));
+    assert_true(sb_router_pool_saturated(r, 0, -1, -1, t));
     report_waiting(r, 0, 9, t - stale - 1);
-    assert_false(sb_router_pool_saturated(r, 0, t));
+    assert_false(sb_router_pool_saturated(r, 0, -1, -1, t));
     /* Draining endpoints are not available. */
     assert_true(sb_router_pool_available(r, 0, t));
     sb_router_endpoint(r, 0, 0)->draining = sb_router_endpoint(r, 0, 1)->draining = true;
     assert_false(sb_router_pool_available(r, 0, t));
+    sb_router_free(r);
+    /* The gate's own thresholds override the profile's (5 waiting, KV 0.8). */
+    r = make_router(sb_profile_builtin("default"), 2);
+    report_waiting(r, 0, 2, t);
+    report_waiting(r, 1, 3, t);
+    assert_false(sb_router_pool_saturated(r, 0, -1, -1, t));
+    assert_true(sb_router_pool_saturated(r, 0, 1, -1, t));
+    assert_false(sb_router_pool_saturated(r, 0, 2, -1, t)); /* endpoint 0 is at 2, not over */
     sb_router_free(r);
 }
 
@@ -229,6 +237,35 @@ static void test_prefix_pending_until_first_token(void **state)
     sb_router_free(r);
 }
 
+/* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
+ * it goes where the gate saw room, not behind a queue the profile would tolerate. */
+static void test_gated_request_uses_gate_threshold(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("default"), 3);
+    const sb_ns t = SB_MS(10000);
+    report_waiting(r, 0, 0, t);
+    report_waiting(r, 1, 3, t);
+    report_waiting(r, 2, 3, t);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .prompt_tokens = 100};
+    sb_router_pick(r, &rq, t);
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_null(d->cands[1].removed_by); /* 3 waiting is under the profile's 5 */
+    rq.gated = true;
+    rq.gate_queue = 1;
+    rq.gate_kv = -1;
+    assert_int_equal(sb_router_pick(r, &rq, t), 0);
+    d = sb_router_last_decision(r, 0);
+    assert_string_equal(d->cands[1].removed_by, "saturation");
+    assert_string_equal(d->cands[2].removed_by, "saturation");
+    /* A gate looser than the profile does not loosen the filter. */
+    report_waiting(r, 1, 7, t);
+    rq.gate_queue = 10;
+    sb_router_pick(r, &rq, t);
+    assert_string_equal(sb_router_last_decision(r, 0)->cands[1].removed_by, "saturation");
+    sb_router_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_least_request_ties_spread_evenly),
         cmocka_unit_test(test_accounting_never_underflows),
         cmocka_unit_test(test_pool_saturated_needs_evidence),
+        cmocka_unit_test(test_gated_request_uses_gate_threshold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

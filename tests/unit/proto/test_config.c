@@ -420,6 +420,15 @@ static void test_adaptive_mapping(void **state)
     assert_int_equal(parse_str(POOL_OK "    adaptive: { enabled: false }\n", &cfg, &errs), 0);
     assert_false(cfg->pools[0].adaptive);
     sb_config_free(cfg);
+    assert_int_equal(parse_str(POOL_OK "flow_control: { queue_threshold: 2, kv_threshold: 0.9 }\n", &cfg, &errs), 0);
+    assert_float_equal(cfg->flow_gate_queue, 2, 0);
+    assert_float_equal(cfg->flow_gate_kv, 0.9, 0);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_float_equal(cfg->flow_gate_queue, 1, 0);
+    assert_true(cfg->flow_gate_kv < 0);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "flow_control: { kv_threshold: 2 }\n", 5, "kv_threshold");
     expect_one_error(POOL_OK "    adaptive:\n      x00: 1\n", 6, "unknown key 'x00'");
     expect_one_error(POOL_OK "    adaptive:\n      k: fast\n", 6, "must be a number");
     expect_one_error(POOL_OK "    adaptive:\n      min_publish_ms: -5\n", 6, "duration");
