@@ -38,7 +38,18 @@ typedef struct pool {
     bool pick_pending;
     uint32_t pick_pending_ep;
     uint64_t pick_pending_hash;
+    /* Pending marks of answers whose first token the caller cannot see (non-streamed):
+     * settled when their predicted prefill is over. A min-heap on `at`, at most
+     * params.timed_settle_max entries. */
+    struct timed_settle *timed;
+    uint32_t n_timed, cap_timed;
 } pool;
+
+typedef struct timed_settle {
+    sb_ns at;
+    uint64_t hash;
+    uint32_t ep;
+} timed_settle;
 
 struct sb_router {
     pool *pools;
@@ -59,7 +70,8 @@ sb_pool_params sb_pool_params_default(void)
                             .prefix_default_blocks = 16384,
                             .block_bytes = 64,
                             .bytes_per_token = 4.0,
-                            .prefix_ref_tokens = 4096};
+                            .prefix_ref_tokens = 4096,
+                            .timed_settle_max = 4096};
 }
 
 /* Zero fields take their defaults, so callers set only what they know. */
@@ -80,6 +92,8 @@ static sb_pool_params complete_params(const sb_pool_params *in)
         p.bytes_per_token = d.bytes_per_token;
     if (!(p.prefix_ref_tokens > 0))
         p.prefix_ref_tokens = d.prefix_ref_tokens;
+    if (!p.timed_settle_max)
+        p.timed_settle_max = d.timed_settle_max;
     return p;
 }
 
@@ -111,6 +125,7 @@ void sb_router_free(sb_router *r)
         sb_prefix_index_free(r->pools[i].prefix);
         sb_free(r->pools[i].prefix_match);
         sb_chash_free(r->pools[i].ring);
+        sb_free(r->pools[i].timed);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->models_cap; i++)
@@ -260,11 +275,46 @@ static bool uses_prefix(const sb_profile *prof)
     return false;
 }
 
+static void heap_swap(timed_settle *h, uint32_t a, uint32_t b)
+{
+    timed_settle t = h[a];
+    h[a] = h[b];
+    h[b] = t;
+}
+
+static timed_settle heap_pop(pool *p)
+{
+    timed_settle *h = p->timed, top = h[0];
+    h[0] = h[--p->n_timed];
+    for (uint32_t i = 0;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < p->n_timed && h[l].at < h[m].at)
+            m = l;
+        if (r < p->n_timed && h[r].at < h[m].at)
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(h, i, m);
+        i = m;
+    }
+    return top;
+}
+
+/* Pending marks whose predicted prefill is over count as computed. */
+static void settle_due(pool *p, sb_ns now)
+{
+    while (p->n_timed && p->timed[0].at <= now) {
+        timed_settle t = heap_pop(p);
+        sb_prefix_index_settle(p->prefix, t.ep, t.hash, true);
+    }
+}
+
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
     if (req->pool >= r->n_pools)
         return -1;
     pool *p = &r->pools[req->pool];
+    settle_due(p, now);
     sb_sched_ctx ctx = {.now = now, .stale_ns = p->params.stale_ns, .rng = &r->rng, .rr_cursor = p->rr_cursor,
                         .profile = req->profile ? req->profile : p->profile,
                         .block_tokens = p->params.block_bytes / p->params.bytes_per_token,
@@ -342,6 +392,51 @@ void sb_router_first_token(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_tick
 {
     if (sb_router_endpoint(r, pool_idx, ep))
         settle_prefix(r, pool_idx, ep, t, true);
+}
+
+/* Before any answer has taught an endpoint its prefill speed: the order of magnitude of an 8B
+ * model's prefill on one H100 (as the predicted-latency scorer assumes). */
+#define PRIOR_PREFILL_TPS 10000.0
+
+void sb_router_first_token_unseen(sb_router *r, uint32_t pool_idx, uint32_t ep, const sb_ticket *t, sb_ns now)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e || !t->has_prefix_pending)
+        return;
+    pool *p = &r->pools[pool_idx];
+    if (p->n_timed == p->cap_timed) {
+        if (p->cap_timed >= p->params.timed_settle_max) {
+            /* Full: the earliest-due mark is settled now, early, to make room. */
+            timed_settle old = heap_pop(p);
+            sb_prefix_index_settle(p->prefix, old.ep, old.hash, true);
+        } else {
+            uint32_t cap = p->cap_timed ? p->cap_timed * 2 : 64;
+            if (cap > p->params.timed_settle_max)
+                cap = p->params.timed_settle_max;
+            timed_settle *h = sb_realloc(p->timed, (size_t)cap * sizeof(*h));
+            if (!h) {
+                sb_prefix_index_settle(p->prefix, ep, t->prefix_pending, true); /* no room: ready now */
+                return;
+            }
+            p->timed = h;
+            p->cap_timed = cap;
+        }
+    }
+    /* The prefill in front of it and its own (the endpoint's pending prefill tokens include this
+     * request's since its dispatch) at the endpoint's learned speed, or the prior. */
+    double tps = e->ttft_observations && e->prefill_tps > 1 ? e->prefill_tps : PRIOR_PREFILL_TPS;
+    double secs = (double)e->pending_prefill_tokens / tps;
+    if (secs < 0.001)
+        secs = 0.001;
+    if (secs > 60)
+        secs = 60;
+    timed_settle *h = p->timed;
+    uint32_t i = p->n_timed++;
+    h[i] = (timed_settle){.at = now + (sb_ns)(secs * 1e9), .hash = t->prefix_pending, .ep = ep};
+    while (i > 0 && h[(i - 1) / 2].at > h[i].at) {
+        heap_swap(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
 }
 
 void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,

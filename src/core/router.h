@@ -44,6 +44,7 @@ typedef struct sb_pool_params {
     uint32_t block_bytes;            /* canonical-prompt bytes per index block; default 64 */
     double bytes_per_token;          /* to convert engine capacity to blocks; default 4 */
     double prefix_ref_tokens;        /* prefix-tokens scorer scale; default 4096 */
+    uint32_t timed_settle_max;       /* sb_router_first_token_unseen's marks held; default 4096 */
 } sb_pool_params;
 
 sb_pool_params sb_pool_params_default(void);
@@ -83,6 +84,13 @@ void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t
  * A pick's pending blocks go to the ticket of the dispatch that follows it to the same
  * endpoint; sb_router_finished settles what is left (an answer: computed; a failure: not). */
 void sb_router_first_token(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t);
+/* For an answer whose first token the caller will not see (a non-streamed one arrives whole):
+ * its pending blocks count as computed once its predicted prefill is over (the prefill queued
+ * on the endpoint, its own included, at the endpoint's learned speed or 10,000 tokens/s),
+ * checked by the picks at or after that time; or earlier, by sb_router_first_token. Call after
+ * sb_router_dispatched. At most timed_settle_max marks wait; beyond, the earliest is settled at
+ * once. */
+void sb_router_first_token_unseen(sb_router *r, uint32_t pool, uint32_t ep, const sb_ticket *t, sb_ns now);
 /* ok: a response arrived with status < 500. counts_for_health: false for client aborts. */
 void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
                         sb_ns now);

@@ -643,6 +643,9 @@ static void attempt(exchange *x)
     x->ep = (uint32_t)ep;
     x->ticket = sb_router_dispatched(gw->router, x->t.pool, x->ep, x->prompt_tokens, now);
     x->dispatched = true;
+    /* A non-streamed answer arrives whole: its first token is never seen on its own. */
+    if (!x->t.stream)
+        sb_router_first_token_unseen(gw->router, x->t.pool, x->ep, &x->ticket, now);
     sb_upstream_conn *uc = NULL;
     int rc = sb_upstream_acquire(sb_gateway_upstream(gw, x->t.pool, x->ep), on_connected, x, &uc);
     if (rc == 1) {

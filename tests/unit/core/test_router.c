@@ -266,11 +266,66 @@ static void test_gated_request_uses_gate_threshold(void **state)
     sb_router_free(r);
 }
 
+/* A non-streamed answer's first token is never seen on its own: its pending blocks count as
+ * computed once its predicted prefill is over (pending prefill tokens at 10,000 tokens/s
+ * before the endpoint has taught its speed), as the picks at or after that time find. */
+static void test_prefix_pending_settled_by_time_when_unseen(void **state)
+{
+    (void)state;
+    sb_pool_params pp = sb_pool_params_default();
+    pp.timed_settle_max = 2;
+    sb_router *r = sb_router_new(7);
+    assert_int_equal(sb_router_add_pool(r, "p", sb_profile_builtin("prefix-only"), 4, &pp), 0);
+    uint64_t h[3][8];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 8; i++)
+            h[k][i] = 0x51ed27ULL * (uint64_t)(k + 1) * 1000 + (uint64_t)i;
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h[0], .n_blocks = 8, .prompt_tokens = 10000};
+    int a = sb_router_pick(r, &rq, 0);
+    sb_ticket t = sb_router_dispatched(r, 0, (uint32_t)a, 10000, 0);
+    sb_router_first_token_unseen(r, 0, (uint32_t)a, &t, 0);
+    /* 10,000 tokens at 10,000 tokens/s: pending for a second. */
+    sb_router_pick(r, &rq, SB_MS(900));
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_true(d->cands[a].total == d->cands[(a + 1) % 4].total);
+    assert_int_equal(sb_router_pick(r, &rq, SB_MS(1001)), a);
+    assert_int_equal(sb_router_pick(r, &rq, SB_MS(1002)), a);
+    sb_router_finished(r, 0, (uint32_t)a, &t, true, true, SB_MS(1500));
+    /* Bounded: with two marks waiting, a third settles the earliest-due one at once. */
+    sb_ticket tk[3];
+    int ep[3];
+    for (int k = 1; k < 3; k++) {
+        rq.block_hashes = h[k];
+        ep[k] = sb_router_pick(r, &rq, SB_MS(2000));
+        tk[k] = sb_router_dispatched(r, 0, (uint32_t)ep[k], 10000, SB_MS(2000));
+        assert_true(tk[k].has_prefix_pending);
+        sb_router_first_token_unseen(r, 0, (uint32_t)ep[k], &tk[k], SB_MS(2000));
+    }
+    uint64_t g[8];
+    for (int i = 0; i < 8; i++)
+        g[i] = 0xfeedULL * (uint64_t)(i + 1);
+    rq.block_hashes = g;
+    int eg = sb_router_pick(r, &rq, SB_MS(2001));
+    sb_ticket tg = sb_router_dispatched(r, 0, (uint32_t)eg, 10000, SB_MS(2001));
+    sb_router_first_token_unseen(r, 0, (uint32_t)eg, &tg, SB_MS(2001));
+    /* Long before any of them is due, one of the first two matches already. */
+    int settled = 0;
+    for (int k = 1; k < 3; k++) {
+        rq.block_hashes = h[k];
+        sb_router_pick(r, &rq, SB_MS(2002));
+        d = sb_router_last_decision(r, 0);
+        settled += d->cands[ep[k]].total > d->cands[(ep[k] + 1) % 4].total;
+    }
+    assert_int_equal(settled, 1);
+    sb_router_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_prefix_pending_until_first_token),
+        cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_round_robin_cycles_and_skips_excluded),
         cmocka_unit_test(test_least_request_follows_in_flight),
