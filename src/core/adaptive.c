@@ -333,7 +333,7 @@ void sb_adaptive_set_params(sb_adaptive *a, const sb_adaptive_params *p, sb_ns n
     a->p.snapshots = snapshots;
     a->p.history = history;
     a->p.changes = changes;
-    sb_adaptive_set_base(a, &a->base, now);
+    (void)now;
 }
 
 typedef struct param_name {

@@ -137,9 +137,10 @@ void sb_adaptive_free(sb_adaptive *a);
  * and the publication rate say; signals and regimes are kept. */
 void sb_adaptive_set_base(sb_adaptive *a, const sb_profile *base, sb_ns now);
 
-/* Replaces the parameters (configuration reload; ignored if they fail the check) and
- * publishes at once; signals and regimes are kept, and so are the ring sizes (snapshots,
- * history, changes), which only a new sb_adaptive can change. */
+/* Replaces the parameters (configuration reload; ignored if they fail the check); signals and
+ * regimes are kept, and so are the ring sizes (snapshots, history, changes), which only a new
+ * sb_adaptive can change. Publishes nothing: the next sb_adaptive_set_base or tick applies
+ * them (a reload calls this, then set_base: one publication). */
 void sb_adaptive_set_params(sb_adaptive *a, const sb_adaptive_params *p, sb_ns now);
 
 /* Sets one parameter by its configuration name (x0, k, nu, share_lo, share_hi,

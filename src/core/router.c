@@ -315,6 +315,11 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         return -1;
     pool *p = &r->pools[req->pool];
     settle_due(p, now);
+    /* The previous pick was never dispatched: what it marked will never be computed. */
+    if (p->pick_pending) {
+        sb_prefix_index_settle(p->prefix, p->pick_pending_ep, p->pick_pending_hash, false);
+        p->pick_pending = false;
+    }
     sb_sched_ctx ctx = {.now = now, .stale_ns = p->params.stale_ns, .rng = &r->rng, .rr_cursor = p->rr_cursor,
                         .profile = req->profile ? req->profile : p->profile,
                         .block_tokens = p->params.block_bytes / p->params.bytes_per_token,
@@ -368,6 +373,9 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     if (p->pick_pending && p->pick_pending_ep == ep) {
         t.has_prefix_pending = true;
         t.prefix_pending = p->pick_pending_hash;
+    } else if (p->pick_pending) {
+        /* Sent elsewhere than picked: the picked endpoint will not compute it. */
+        sb_prefix_index_settle(p->prefix, p->pick_pending_ep, p->pick_pending_hash, false);
     }
     p->pick_pending = false;
     return t;
@@ -445,8 +453,9 @@ void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket 
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (!e)
         return;
-    /* No first token seen: an answer that completed computed the prompt; a failure did not. */
-    settle_prefix(r, pool_idx, ep, t, ok);
+    /* Still pending: no token of an answer ever came back (every answer's first body bytes
+     * settle it, sb_router_first_token): nothing known computed, so nothing is kept. */
+    settle_prefix(r, pool_idx, ep, t, false);
     sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
 }
 

@@ -82,7 +82,9 @@ void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t
 /* The first token arrived (a stream's first body bytes; replay's time to first token): the
  * prefix blocks the request's pick added to the index stop being pending and start matching.
  * A pick's pending blocks go to the ticket of the dispatch that follows it to the same
- * endpoint; sb_router_finished settles what is left (an answer: computed; a failure: not). */
+ * endpoint (a dispatch elsewhere, or a next pick with no dispatch between, forgets them);
+ * sb_router_finished forgets what is still pending: no token ever came back. Call it for
+ * answers (2xx) only: an error body computed nothing worth reusing. */
 void sb_router_first_token(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t);
 /* For an answer whose first token the caller will not see (a non-streamed one arrives whole):
  * its pending blocks count as computed once its predicted prefill is over (the prefill queued

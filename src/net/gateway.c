@@ -661,8 +661,8 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
         sb_router_set_profile(gw->router, (uint32_t)p, prof);
         if (gw->adaptive && gw->adaptive[p]) {
-            sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
             sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());
+            sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
             if (pc->adaptive && has_both_categories(prof))
                 sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
         }

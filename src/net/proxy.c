@@ -62,6 +62,8 @@ typedef struct exchange {
     int status;
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte;
+    bool carry_pending;        /* a same-endpoint retry keeps the pick's pending prefix mark */
+    uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;
@@ -224,6 +226,11 @@ static void retry_or_fail(exchange *x, int err, bool connect_failure)
          * fault, and the request never reached it. Same endpoint, new connection. */
         x->fresh_retry_used = true;
         x->retry_same_ep = true;
+        /* The prefix the pick marked pending there goes with the request, not away with the
+         * dead connection's ticket. */
+        x->carry_pending = x->ticket.has_prefix_pending;
+        x->carried_hash = x->ticket.prefix_pending;
+        x->ticket.has_prefix_pending = false;
         report_end(x, true, 0);
         attempt(x);
         return;
@@ -369,8 +376,9 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
     exchange *x = p->data;
     if (!x->t_first_body) {
         x->t_first_body = now_ns();
-        /* A stream's first body bytes carry its first token: the prompt is computed there. */
-        if (x->dispatched)
+        /* An answer's first body bytes (a stream's first token, or a whole answer) mean the
+         * prompt was computed there; an error's body means nothing of the kind. */
+        if (x->dispatched && x->final_status >= 200 && x->final_status < 300)
             sb_router_first_token(x->gw->router, x->t.pool, x->ep, &x->ticket);
     }
     if (len >= sizeof(x->tail)) {
@@ -643,6 +651,11 @@ static void attempt(exchange *x)
     x->ep = (uint32_t)ep;
     x->ticket = sb_router_dispatched(gw->router, x->t.pool, x->ep, x->prompt_tokens, now);
     x->dispatched = true;
+    if (x->carry_pending) {
+        x->carry_pending = false;
+        x->ticket.has_prefix_pending = true;
+        x->ticket.prefix_pending = x->carried_hash;
+    }
     /* A non-streamed answer arrives whole: its first token is never seen on its own. */
     if (!x->t.stream)
         sb_router_first_token_unseen(gw->router, x->t.pool, x->ep, &x->ticket, now);

@@ -884,8 +884,6 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
                    missing[i]);
 }
 
-/* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
- * sb_config_free releases whatever part was built. */
 /* `adaptive:` as a mapping: `enabled` plus any parameter core/adaptive.h names (x0: 0.1,
  * share_saturated: 0.3, imbalance_tau_ms: 1000, ...), checked as a whole. */
 static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc, const char *what)
@@ -916,12 +914,18 @@ static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc,
             continue;
         if (sb_adaptive_param_set(&pc->adaptive_params, key, x) != 0)
             node_error(p, v, "%s must be a duration from 0 to 1e9 ms", sub);
+        else if (!strcmp(key, "min_publish_ms") && x < 100)
+            /* Snapshots live in a ring of 64: at one publication per 100 ms or slower, a
+             * request's snapshot stays unchanged for 6.3 s or more (core/adaptive.h). */
+            node_error(p, v, "%s must be at least 100", sub);
     }
     const char *why = p->errs->total == before ? sb_adaptive_params_check(&pc->adaptive_params) : NULL;
     if (why)
         node_error(p, map, "%s: %s", what, why);
 }
 
+/* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
+ * sb_config_free releases whatever part was built. */
 static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
 {
     sb_pool_config *pc = &p->cfg->pools[i];
@@ -1309,9 +1313,9 @@ static void parse_flow_control(parse *p, const yaml_node_t *map)
         } else if (!strcmp(key, "max_wait_ms")) {
             parse_section(p, &flow_wait_section, v, cfg, "flow_control.max_wait_ms");
         } else if (!strcmp(key, "queue_threshold")) {
-            number_of(p, v, "flow_control.queue_threshold", 0, false, 1e9, &cfg->flow_gate_queue);
+            number_of(p, v, "flow_control.queue_threshold", -1, false, 1e9, &cfg->flow_gate_queue);
         } else if (!strcmp(key, "kv_threshold")) {
-            number_of(p, v, "flow_control.kv_threshold", 0, false, 1, &cfg->flow_gate_kv);
+            number_of(p, v, "flow_control.kv_threshold", -1, false, 1, &cfg->flow_gate_kv);
         } else if (!strcmp(key, "max_queued")) {
             parse_section(p, &flow_queued_section, v, cfg, "flow_control.max_queued");
         } else if (!strcmp(key, "api_keys")) {

@@ -149,5 +149,45 @@ class UpstreamEdgeTest(unittest.TestCase):
             up.close()
 
 
+class PendingPrefixTest(unittest.TestCase):
+    """A routed prefix counts for its endpoint only once an answer's first bytes came back: an
+    error body (400: context too long, 429, 503) computed nothing worth reusing."""
+
+    def setUp(self):
+        self.ups = [Upstream("a"), Upstream("b")]
+        self.gw = Gateway([{"name": "p", "models": ["m"], "profile": "prefix-only",
+                            "endpoints": [u.address for u in self.ups]}])
+
+    def tearDown(self):
+        try:
+            self.gw.close()
+        finally:
+            for u in self.ups:
+                u.close()
+
+    def prefix_scores(self):
+        st, _, body = http(self.gw.port, "GET", "/debug/decisions")
+        d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+        return [c["scores"]["prefix"] for c in d["candidates"]]
+
+    def test_error_bodies_do_not_make_a_prefix_count(self):
+        body = chat_body("m", "the same long question " * 40)
+        for status in (400, 503):
+            st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", body,
+                            {"x-fixture-mode": "status", "x-fixture-status": str(status)})
+            self.assertEqual(st, status)
+            st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", body,
+                            {"x-fixture-mode": "status", "x-fixture-status": "429"})
+            # Each pick saw nothing computed anywhere.
+            self.assertEqual(self.prefix_scores(), [0, 0])
+        # An answer does count: the next identical request finds its endpoint.
+        st, _, out = http(self.gw.port, "POST", "/v1/chat/completions", body)
+        self.assertEqual(st, 200)
+        first = json.loads(out)["upstream"]
+        st, _, out = http(self.gw.port, "POST", "/v1/chat/completions", body)
+        self.assertEqual(json.loads(out)["upstream"], first)
+        self.assertEqual(sorted(self.prefix_scores()), [0, 1])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -846,6 +846,41 @@ static void test_saturation_leans_to_affinity(void **state)
     assert_non_null(sb_adaptive_params_check(&p));
 }
 
+/* A reload's new parameters apply with the base it sets: one publication, not two. */
+static void test_set_params_applies_with_next_publication(void **state)
+{
+    (void)state;
+    sb_adaptive_params p = no_smoothing();
+    sb_profile b = base_profile();
+    sb_adaptive *a = sb_adaptive_new(&p, &b);
+    assert_int_equal(sb_adaptive_generation(a), 1);
+    assert_float_equal(sb_adaptive_share(a), 0.6, 1e-9);
+    p.share_lo = 0.3;
+    sb_adaptive_set_params(a, &p, T0);
+    assert_int_equal(sb_adaptive_generation(a), 1);
+    assert_float_equal(sb_adaptive_share(a), 0.6, 1e-9);
+    sb_adaptive_set_base(a, &b, T0);
+    assert_int_equal(sb_adaptive_generation(a), 2);
+    assert_float_equal(sb_adaptive_share(a), 0.3, 1e-9);
+    /* Parameters that fail the check are ignored. */
+    sb_adaptive_params bad = p;
+    bad.share_lo = 0.5;
+    bad.k = -1;
+    sb_adaptive_set_params(a, &bad, T0);
+    sb_adaptive_set_base(a, &b, T0);
+    assert_float_equal(sb_adaptive_share(a), 0.3, 1e-9);
+    /* Names: every listed name sets something; unknown names and negative durations fail. */
+    sb_adaptive_params q = sb_adaptive_params_default();
+    assert_int_equal(sb_adaptive_param_set(&q, "x0", 0.25), 0);
+    assert_float_equal(q.x0, 0.25, 0);
+    assert_int_equal(sb_adaptive_param_set(&q, "saturation_tau_ms", 40), 0);
+    assert_int_equal(q.detector[SB_DETECT_SATURATION].tau_ns, SB_MS(40));
+    assert_int_equal(sb_adaptive_param_set(&q, "x1", 1), -1);
+    assert_int_equal(sb_adaptive_param_set(&q, "min_publish_ms", -1), -2);
+    assert_non_null(strstr(sb_adaptive_param_list(), "share_saturated"));
+    sb_adaptive_free(a);
+}
+
 static void test_history_bounded_newest_first(void **state)
 {
     (void)state;
@@ -987,6 +1022,7 @@ int main(void)
         cmocka_unit_test(test_long_base_name_truncated),
         cmocka_unit_test(test_hot_endpoint_scenario),
         cmocka_unit_test(test_saturation_leans_to_affinity),
+        cmocka_unit_test(test_set_params_applies_with_next_publication),
         cmocka_unit_test(test_history_bounded_newest_first),
         cmocka_unit_test(test_render_valid_json),
         cmocka_unit_test(test_deterministic),

@@ -1,6 +1,7 @@
 /* Tests core/router: model resolution, round robin, least request, exclusion, accounting. */
 #include "sb_test.h"
 
+#include "core/prefix_index.h"
 #include "core/router.h"
 
 #define RR sb_profile_builtin("round-robin")
@@ -230,10 +231,23 @@ static void test_prefix_pending_until_first_token(void **state)
     sb_router_pick(r, &rg, 6);
     const sb_decision *d = sb_router_last_decision(r, 0);
     assert_true(d->cands[b].total == d->cands[(b + 1) % 4].total);
-    /* A dispatch to another endpoint than the pick (the caller chose itself) carries nothing. */
+    /* A dispatch to another endpoint than the pick (the caller chose itself) carries nothing,
+     * and the picked endpoint's mark is forgotten (its lowest new block goes). */
+    const struct sb_prefix_index *ix = sb_router_prefix_index(r, 0);
     int c = sb_router_pick(r, &rg, 7);
+    size_t held = sb_prefix_index_endpoint_entries(ix, (uint32_t)c);
     sb_ticket tc = sb_router_dispatched(r, 0, (uint32_t)(c + 1) % 4, 128, 7);
     assert_false(tc.has_prefix_pending);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, (uint32_t)c), held - 1);
+    /* A pick that no dispatch follows: the next pick forgets its mark too. */
+    uint64_t f[8];
+    for (int i = 0; i < 8; i++)
+        f[i] = 0x77ULL * (uint64_t)(i + 11);
+    sb_sched_request rf = {.pool = 0, .adapter = -1, .block_hashes = f, .n_blocks = 8, .prompt_tokens = 128};
+    int e = sb_router_pick(r, &rf, 8);
+    held = sb_prefix_index_endpoint_entries(ix, (uint32_t)e);
+    sb_router_pick(r, &rq, 9); /* the first prompt: nothing new anywhere it is held */
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, (uint32_t)e), held - 1);
     sb_router_free(r);
 }
 

@@ -433,6 +433,10 @@ static void test_adaptive_mapping(void **state)
     expect_one_error(POOL_OK "    adaptive:\n      k: fast\n", 6, "must be a number");
     expect_one_error(POOL_OK "    adaptive:\n      min_publish_ms: -5\n", 6, "duration");
     expect_one_error(POOL_OK "    adaptive:\n      enabled: yes\n", 6, "true or false");
+    expect_one_error(POOL_OK "    adaptive:\n      min_publish_ms: 20\n", 6, "at least 100");
+    assert_int_equal(parse_str(POOL_OK "flow_control: { queue_threshold: -1 }\n", &cfg, &errs), 0);
+    assert_true(cfg->flow_gate_queue < 0);
+    sb_config_free(cfg);
     /* each value fine alone, wrong together: reported at the mapping */
     expect_one_error(POOL_OK "    adaptive:\n      imbalance_enter: 0.1\n      imbalance_exit: 0.2\n", 6,
                      "exit < enter");
