@@ -222,7 +222,10 @@ int sb_admission_start(sb_gateway *gw)
         for (int b = 0; b < SB_BAND_COUNT; b++) {
             fc.band[b].max_wait_ns = SB_MS(gw->cfg->flow_max_wait_ms[b]);
             fc.band[b].max_queued = gw->cfg->flow_max_queued[b];
+            fc.band[b].max_bytes = gw->cfg->flow_max_bytes[b];
         }
+        fc.max_queued_total = gw->cfg->flow_max_queued_total;
+        fc.max_bytes_total = gw->cfg->flow_max_bytes_total;
         fc.on_evict = on_evicted;
         fc.evict_ctx = gw;
         gw->flows[p] = sb_flow_new(&fc);

@@ -559,6 +559,13 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
     }
     if (strcmp(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";
+    /* The queues are built with their bounds (the gate's thresholds and the API keys' bands are
+     * read per request, so they change in place). */
+    if (a->flow_enabled != b->flow_enabled || memcmp(a->flow_max_wait_ms, b->flow_max_wait_ms, sizeof(a->flow_max_wait_ms)) ||
+        memcmp(a->flow_max_queued, b->flow_max_queued, sizeof(a->flow_max_queued)) ||
+        memcmp(a->flow_max_bytes, b->flow_max_bytes, sizeof(a->flow_max_bytes)) ||
+        a->flow_max_queued_total != b->flow_max_queued_total || a->flow_max_bytes_total != b->flow_max_bytes_total)
+        return "flow control's queues changed";
     return NULL;
 }
 

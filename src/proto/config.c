@@ -1290,6 +1290,17 @@ static const field flow_wait_fields[] = {BAND_FIELD(flow_max_wait_ms, 0, K_MS, 1
 static const field flow_queued_fields[] = {BAND_FIELD(flow_max_queued, 0, K_COUNT32, 0, 1u << 20),
                                            BAND_FIELD(flow_max_queued, 1, K_COUNT32, 0, 1u << 20),
                                            BAND_FIELD(flow_max_queued, 2, K_COUNT32, 0, 1u << 20)};
+#define BAND_BYTES(i)                                                                                              \
+    {.key = i == 0 ? "critical" : i == 1 ? "standard" : "sheddable", .kind = K_BYTES,                             \
+     .offset = offsetof(sb_config, flow_max_bytes) + (i) * sizeof(size_t), .min = 0, .max = 1ull << 40}
+static const field flow_bytes_fields[] = {BAND_BYTES(0), BAND_BYTES(1), BAND_BYTES(2)};
+static const section flow_bytes_section = {"flow_control.max_bytes", flow_bytes_fields, ARRAY_LEN(flow_bytes_fields)};
+static const field flow_total_fields[] = {
+    {.key = "max_queued_total", .kind = K_COUNT32, .offset = offsetof(sb_config, flow_max_queued_total), .min = 1,
+     .max = 1u << 24},
+    {.key = "max_bytes_total", .kind = K_BYTES, .offset = offsetof(sb_config, flow_max_bytes_total), .min = 1,
+     .max = 1ull << 40},
+};
 static const section flow_wait_section = {"flow_control.max_wait_ms", flow_wait_fields, ARRAY_LEN(flow_wait_fields)};
 static const section flow_queued_section = {"flow_control.max_queued", flow_queued_fields,
                                            ARRAY_LEN(flow_queued_fields)};
@@ -1318,6 +1329,12 @@ static void parse_flow_control(parse *p, const yaml_node_t *map)
             number_of(p, v, "flow_control.kv_threshold", -1, false, 1, &cfg->flow_gate_kv);
         } else if (!strcmp(key, "max_queued")) {
             parse_section(p, &flow_queued_section, v, cfg, "flow_control.max_queued");
+        } else if (!strcmp(key, "max_bytes")) {
+            parse_section(p, &flow_bytes_section, v, cfg, "flow_control.max_bytes");
+        } else if (!strcmp(key, "max_queued_total")) {
+            parse_field(p, &flow_total_fields[0], v, cfg, "flow_control");
+        } else if (!strcmp(key, "max_bytes_total")) {
+            parse_field(p, &flow_total_fields[1], v, cfg, "flow_control");
         } else if (!strcmp(key, "api_keys")) {
             if (!want_mapping(p, v, "flow_control.api_keys") || mapping_len(v) == 0)
                 continue;
@@ -1474,6 +1491,9 @@ static bool set_defaults(sb_config *cfg)
         /* issue 7's examples of band deadlines; 1024 queued per band */
         .flow_max_wait_ms = {30000, 10000, 2000},
         .flow_gate_queue = 1,
+        .flow_max_bytes = {64u << 20, 64u << 20, 64u << 20},
+        .flow_max_queued_total = 2048,
+        .flow_max_bytes_total = 128u << 20,
         .flow_gate_kv = -1,
         .flow_max_queued = {1024, 1024, 1024},
         .debug_endpoints = true,

@@ -83,6 +83,9 @@ typedef struct sb_config {
     bool flow_enabled;            /* default true */
     uint32_t flow_max_wait_ms[3]; /* per band (critical, standard, sheddable); 30 s, 10 s, 2 s */
     uint32_t flow_max_queued[3];  /* per band; 1024 each */
+    size_t flow_max_bytes[3];     /* request bodies queued per band; 64 MiB each */
+    uint32_t flow_max_queued_total; /* over all bands; 2048 */
+    size_t flow_max_bytes_total;  /* over all bands; 128 MiB */
     double flow_gate_queue;       /* queue while every endpoint has more waiting; default 1 */
     double flow_gate_kv;          /* ...or KV use above this; default -1: the profile's */
     char **flow_api_keys;         /* API keys (the Authorization bearer token) with a band */

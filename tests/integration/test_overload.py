@@ -9,11 +9,12 @@ Adaptive: a profile that over-weights prefix affinity herds a hot prefix onto on
 scorers (visible in /debug/adaptive), and the load evens out compared with the same profile
 without the loop."""
 import json
+import signal
 import socket
 import threading
 import unittest
 
-from fixtures import Gateway, http, send_request, wait_until
+from fixtures import Gateway, Upstream, http, send_request, wait_until
 from test_prefix import system_prompt
 from test_sim import MODEL, Sim
 
@@ -174,6 +175,25 @@ class AdaptiveTest(unittest.TestCase):
         self.assertTrue(any(c["detector"] == "imbalance" and c["event"] == "entered" for c in changes), changes)
         # The load evens out: the busiest replica's share falls against the static profile.
         self.assertLess(max(counts), max(static_counts))
+
+
+class FlowReloadTest(unittest.TestCase):
+    def test_reload_rebuilds_queues_with_new_bounds(self):
+        up = Upstream("u")
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [up.address]}],
+                     extra="flow_control:\n  max_queued: { standard: 5 }\n  max_bytes: { standard: 1MiB }\n")
+        try:
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("a", 2))[0], 200)
+            with open(gw.config_path) as f:
+                text = f.read()
+            with open(gw.config_path, "w") as f:
+                f.write(text.replace("standard: 5", "standard: 0"))
+            gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "flow control's queues changed" in open(gw.log_path).read(), 10, "the reload")
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("b", 2))[0], 200)
+        finally:
+            gw.close()
+            up.close()
 
 
 if __name__ == "__main__":

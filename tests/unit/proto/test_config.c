@@ -429,6 +429,16 @@ static void test_adaptive_mapping(void **state)
     assert_true(cfg->flow_gate_kv < 0);
     sb_config_free(cfg);
     expect_one_error(POOL_OK "flow_control: { kv_threshold: 2 }\n", 5, "kv_threshold");
+    assert_int_equal(parse_str(POOL_OK "flow_control:\n  max_bytes: { critical: 2MiB, sheddable: 0 }\n"
+                                       "  max_queued_total: 100\n  max_bytes_total: 8MiB\n", &cfg, &errs), 0);
+    assert_int_equal(cfg->flow_max_bytes[0], 2u << 20);
+    assert_int_equal(cfg->flow_max_bytes[1], 64u << 20); /* untouched: the default */
+    assert_int_equal(cfg->flow_max_bytes[2], 0);
+    assert_int_equal(cfg->flow_max_queued_total, 100);
+    assert_int_equal(cfg->flow_max_bytes_total, 8u << 20);
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "flow_control:\n  max_bytes: { urgent: 1 }\n", 6, "urgent");
+    expect_one_error(POOL_OK "flow_control:\n  max_queued_total: 0\n", 6, "max_queued_total");
     expect_one_error(POOL_OK "    adaptive:\n      x00: 1\n", 6, "unknown key 'x00'");
     expect_one_error(POOL_OK "    adaptive:\n      k: fast\n", 6, "must be a number");
     expect_one_error(POOL_OK "    adaptive:\n      min_publish_ms: -5\n", 6, "duration");
