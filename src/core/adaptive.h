@@ -17,8 +17,9 @@
  *     + w_kv * kv_usage + w_in_flight * in_flight / in_flight_ref (the router's corrected
  *     figures, core/endpoint.h). CV = stddev / max(mean, load_floor), divided by sqrt(n - 1),
  *     the largest CV n non-negative loads can have (all load on one endpoint): 0 is a
- *     perfectly even pool, 1 is everything on one endpoint, whatever n is. The floor keeps
- *     an idle pool (one request on one of four endpoints) from reading as imbalanced.
+ *     perfectly even pool, 1 is everything on one endpoint, whatever n is; times
+ *     stddev / spread_floor when the stddev is below spread_floor. The floors keep an idle
+ *     pool (one request on one of four endpoints) from reading as imbalanced.
  *     Fewer than two such endpoints: 0 (nothing to balance).
  *   - burst: the arrival rate (arrivals counted between ticks) smoothed over burst_short_ns
  *     against its long-run average over burst_long_ns (floored at burst_min_rate):
@@ -81,6 +82,7 @@ typedef struct sb_adaptive_params {
     double w_waiting, w_running, w_kv, w_in_flight;
     double queue_ref, running_ref, in_flight_ref;
     double load_floor; /* mean load below which the pool counts as idle; >= 0 */
+    double spread_floor; /* load stddev below which the signal is damped in proportion; 0: off */
     /* burst */
     sb_ns burst_short_ns;  /* time constant of the current rate; > 0 */
     sb_ns burst_long_ns;   /* time constant of the long-run rate; > burst_short_ns */

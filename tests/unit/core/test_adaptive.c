@@ -348,6 +348,16 @@ static void test_imbalance_signal(void **state)
     report(0, 0, 1, 0.01, T0);
     eps[0].in_flight = 1;
     assert_true(sb_adaptive_imbalance_of(&p, eps, n, STALE, T0) < 0.1);
+    /* ...thanks to the spread floor: without it the mean floor alone reads it above 0.1. */
+    sb_adaptive_params nofloor = p;
+    nofloor.spread_floor = 0;
+    assert_true(sb_adaptive_imbalance_of(&nofloor, eps, n, STALE, T0) > 0.1);
+    /* A lightly loaded pool whose load sits on one endpoint does read as imbalanced: 13
+     * running there (a hot prefix's holder at 10 requests/s), nothing elsewhere. */
+    pool_reset(n, T0);
+    report(0, 0, 13, 0.2, T0);
+    eps[0].in_flight = 13;
+    assert_true(sb_adaptive_imbalance_of(&p, eps, n, STALE, T0) > 0.5);
     /* Stale and unavailable endpoints are left out; fewer than two left: 0. */
     pool_reset(n, T0);
     report(0, 50, 0, 0, T0 - SB_MS(5000)); /* stale and hot */
