@@ -430,10 +430,13 @@ void sb_router_first_token_unseen(sb_router *r, uint32_t pool_idx, uint32_t ep, 
             p->cap_timed = cap;
         }
     }
-    /* The prefill in front of it and its own (the endpoint's pending prefill tokens include this
-     * request's since its dispatch) at the endpoint's learned speed, or the prior. */
+    /* Its prefill and those of the requests waiting in front of it (the effective queue counts
+     * it, sent since the report), each taken as long as its own, at the endpoint's learned
+     * speed or the prior. Not the endpoint's pending prefill tokens: for non-streamed answers
+     * those include every request still decoding, whose prefill is long done. */
     double tps = e->ttft_observations && e->prefill_tps > 1 ? e->prefill_tps : PRIOR_PREFILL_TPS;
-    double secs = (double)e->pending_prefill_tokens / tps;
+    double waiting = sb_endpoint_waiting(e);
+    double secs = (waiting > 1 ? waiting : 1) * (double)t->prefill_tokens / tps;
     if (secs < 0.001)
         secs = 0.001;
     if (secs > 60)

@@ -281,8 +281,9 @@ static void test_gated_request_uses_gate_threshold(void **state)
 }
 
 /* A non-streamed answer's first token is never seen on its own: its pending blocks count as
- * computed once its predicted prefill is over (pending prefill tokens at 10,000 tokens/s
- * before the endpoint has taught its speed), as the picks at or after that time find. */
+ * computed once its predicted prefill is over (its prompt times the requests waiting there, at
+ * 10,000 tokens/s before the endpoint has taught its speed), as the picks at or after that
+ * time find. */
 static void test_prefix_pending_settled_by_time_when_unseen(void **state)
 {
     (void)state;
