@@ -891,11 +891,11 @@ static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc,
     size_t before = p->errs->total;
     for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
         const yaml_node_t *k = node_at(p, q->key), *v = node_at(p, q->value);
-        if (k->type != YAML_SCALAR_NODE) {
-            node_error(p, k, "%s: keys must be names", what);
+        /* As in every other mapping: a non-string or repeated key is reported and skipped
+         * (a repeated one used to win silently). */
+        const char *key = pair_key(p, map, q, what);
+        if (!key)
             continue;
-        }
-        const char *key = (const char *)k->data.scalar.value;
         char sub[200];
         snprintf(sub, sizeof sub, "%s: %s", what, key);
         if (!strcmp(key, "enabled")) {

@@ -1241,6 +1241,91 @@ static void test_flow_control(void **state)
     expect_one_error(POOL_OK "flow_control:\n  max_wait_ms: { critical: 0 }\n", 6, "critical");
 }
 
+/* ---- corpus replay (tests/fuzz/corpus/config, shared with tests/fuzz/fuzz_config.c) ---- */
+
+#include <dirent.h>
+
+/* Every file of the fuzzer's corpus, through the loader under ASan and UBSan: no crash, a
+ * consistent verdict (a config and no error, or no config and at least one error, each placed
+ * within the file), a bounded error text, and a config that sb_config_free releases. The corpus
+ * path comes from this file's path as the compiler saw it (as in test_inspect.c). */
+static void test_corpus_replay(void **state)
+{
+    (void)state;
+    const char *me = __FILE__, *cut = strstr(me, "unit/proto/test_config.c");
+    char dir[4096], path[8192], small[40], big[16384];
+    struct dirent *e;
+    DIR *d;
+    int files = 0, ok = 0;
+
+    assert_non_null(cut);
+    snprintf(dir, sizeof dir, "%.*sfuzz/corpus/config", (int)(cut - me), me);
+    d = opendir(dir);
+    if (!d)
+        fail_msg("cannot open corpus %s", dir);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *data = malloc(len > 0 ? (size_t)len : 1); /* exact size: ASan sees overreads */
+        assert_non_null(data);
+        assert_int_equal(fread(data, 1, (size_t)len, f), (size_t)len);
+        fclose(f);
+        files++;
+        /* An upper bound of libyaml's line breaks: LF, CR, NEL, LS and PS, in UTF-8 or UTF-16,
+         * each hold one of these bytes. */
+        size_t lines = 1;
+        for (long i = 0; i < len; i++)
+            lines += memchr("\n\r\x85\xa8\xa9\x28\x29", data[i], 7) != NULL;
+
+        sb_config *cfg = NULL;
+        sb_config_errors errs;
+        int rc = sb_config_parse(data, (size_t)len, &cfg, &errs);
+        if (rc == 0) {
+            ok++;
+            assert_non_null(cfg);
+            assert_int_equal(errs.total, 0);
+            assert_int_equal(errs.n, 0);
+            assert_true(cfg->n_pools >= 1);
+            for (size_t i = 0; i < cfg->n_pools; i++) {
+                const sb_pool_config *pc = &cfg->pools[i];
+                assert_non_null(sb_config_profile(cfg, pc->profile ? pc->profile : "default"));
+                assert_true(pc->n_models >= 1 && pc->n_endpoints >= 1);
+            }
+        } else {
+            if (rc != -1)
+                fail_msg("%s: rc %d", path, rc);
+            assert_null(cfg);
+            assert_true(errs.total >= 1 && errs.n >= 1);
+        }
+        assert_true(errs.n <= errs.total && errs.n <= sizeof errs.items / sizeof errs.items[0]);
+        for (size_t i = 0; i < errs.n; i++) {
+            const sb_config_error *it = &errs.items[i];
+            if (it->line < 1 || (size_t)it->line > lines + 1 || it->column < 1 || it->column > len + 1)
+                fail_msg("%s: error at %d:%d outside the file: %s", path, it->line, it->column, it->message);
+            assert_non_null(memchr(it->message, '\0', sizeof it->message));
+        }
+        sb_config_errors_format(&errs, "f.yaml", big, sizeof big);
+        memset(small, 'x', sizeof small);
+        sb_config_errors_format(&errs, "f.yaml", small, sizeof small - 8);
+        assert_true(strlen(big) < sizeof big - 1);
+        assert_true(strlen(small) < sizeof small - 8);
+        assert_memory_equal(small, big, strlen(small));
+        for (size_t i = sizeof small - 8; i < sizeof small; i++)
+            assert_int_equal(small[i], 'x'); /* nothing past the given capacity */
+        sb_config_free(cfg);
+        free(data);
+    }
+    closedir(d);
+    assert_true(files >= 10);
+    assert_true(ok > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1274,6 +1359,7 @@ int main(void)
         cmocka_unit_test(test_allocation_failure),
         cmocka_unit_test(test_example_switchboard),
         cmocka_unit_test(test_example_demo),
+        cmocka_unit_test(test_corpus_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
