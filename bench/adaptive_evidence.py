@@ -45,12 +45,20 @@ def run(out, args):
     cmd = [BIN, "replay"] + args + EXTRA + ["--out", out]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit("replay failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr[-2000:]))
+        raise RuntimeError("replay failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr[-2000:]))
     rows = {}
     with open(os.path.join(out, "results.csv")) as f:
         for row in csv.DictReader(f):
             rows.setdefault(row["policy"], row)
+    for p in args[args.index("--policies") + 1].split(","):
+        if p not in rows:
+            raise RuntimeError("policy %s missing from %s/results.csv" % (p, out))
     return rows
+
+
+def shown(cmd):
+    """A printed command line, with the pass-through options it really ran with."""
+    return cmd + ("" if not EXTRA else " " + " ".join(EXTRA))
 
 
 def fnum(row, key):
@@ -64,8 +72,9 @@ def pct(a, b):
 def hot_prefix(tmp, pool, seeds):
     print("## 1. hot-prefix: the thundering herd\n")
     policies = "least-request,prefix-only,default,default+adaptive,latency"
-    print("```\nbuild/switchboard replay --workload hot-prefix burst=B --rate R --requests 2000 --replicas 8 \\\n"
-          "    --config examples/replay-profiles.yaml --policies %s --seed S\n```\n" % policies)
+    print("```\n%s\n```\n" % shown("build/switchboard replay --workload hot-prefix burst=B --rate R --requests 2000 "
+                                    "--replicas 8 \\\n    --config examples/replay-profiles.yaml --policies %s --seed S"
+                                    % policies))
     print("`burst=64` is the generator's default (64 requests in the first 100 ms, then Poisson); `burst=0` is "
           "steady traffic onto one 8,000-token system prompt. Each figure is the median over seeds %s. `default` "
           "is static; `default+adaptive` is what a pool runs unless it says `adaptive: false`.\n" %
@@ -114,8 +123,11 @@ def sweep(tmp, pool, seeds):
          True),
         ("multi-turn 400/s", ["--workload", "multi-turn", "--rate", "400", "--requests", "6000", "think_ms=1000"],
          True),
-        ("Mooncake x5", ["--trace", MOONCAKE, "--rate-scale", "5"], False),
     ]
+    if os.path.exists(MOONCAKE):
+        workloads.append(("Mooncake x5", ["--trace", MOONCAKE, "--rate-scale", "5"], False))
+    else:
+        print("(Mooncake trace not found at %s: that workload is left out.)\n" % MOONCAKE)
     print("Static sweep: prefix weight 1, 2, 3 (GIE's), 4, 5 (`default`), 8 against the default profile's load "
           "scorers (examples/replay-profiles.yaml). Each figure is the median over seeds %s (the generators draw "
           "arrivals and prompts from `--seed`; the trace has no seed: one run). 8 replicas.\n" %
@@ -123,8 +135,8 @@ def sweep(tmp, pool, seeds):
     print("```")
     for name, args, seeded in workloads:
         a = [x if x != MOONCAKE else "../shared/data/traces/mooncake/conversation_trace.jsonl" for x in args]
-        print("build/switchboard replay %s --replicas 8 --config examples/replay-profiles.yaml --policies P%s" %
-              (" ".join(a), " --seed S" if seeded else ""))
+        print(shown("build/switchboard replay %s --replicas 8 --config examples/replay-profiles.yaml --policies P%s" %
+                    (" ".join(a), " --seed S" if seeded else "")))
     print("```\n")
     jobs = {}
     for i, (name, args, seeded) in enumerate(workloads):
@@ -179,6 +191,8 @@ def overload(tmp, pool):
           "build/switchboard replay $A                                   # without flow control\n"
           "build/switchboard replay $A --flow-control --flow-gate queue=-1  # gate at the profile's 5\n"
           "build/switchboard replay $A --flow-control                    # default gate\n```\n" % policies)
+    if EXTRA:
+        print("(every run with %s)\n" % " ".join(EXTRA))
     jobs = [pool.submit(run, os.path.join(tmp, "over_%d" % i), base + extra) for i, (_, extra) in enumerate(variants)]
     print("| variant | policy | band | requests | completed | refused 429 | expired 503 | TTFT p50 ms | p90 | p99 "
           "| out tok/s (all bands) |")
@@ -206,16 +220,23 @@ def main():
         EXTRA.extend(["--adaptive-param", a.adaptive_param])
     if not os.access(BIN, os.X_OK):
         sys.exit("build/switchboard not found: run make first")
-    seeds = [int(s) for s in a.seeds.split(",")]
+    seeds = sorted({int(s) for s in a.seeds.split(",")})
     only = set(a.only.split(","))
+    if not only <= {"hot", "sweep", "overload"}:
+        sys.exit("--only takes hot, sweep and overload")
     tmp = a.out or tempfile.mkdtemp(prefix="sb-evidence-")
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+    try:
         if "hot" in only:
             hot_prefix(tmp, pool, seeds)
         if "sweep" in only:
             sweep(tmp, pool, seeds)
         if "overload" in only:
             overload(tmp, pool)
+    except (RuntimeError, KeyError) as e:
+        pool.shutdown(wait=False, cancel_futures=True)
+        sys.exit("adaptive_evidence: %s" % e)
+    pool.shutdown()
     print("(runs kept in %s)" % tmp)
 
 

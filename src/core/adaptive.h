@@ -81,7 +81,8 @@ typedef struct sb_adaptive_params {
     /* imbalance: the load blend (weights >= 0, not all 0) and its reference scales (> 0) */
     double w_waiting, w_running, w_kv, w_in_flight;
     double queue_ref, running_ref, in_flight_ref;
-    double load_floor; /* mean load below which the pool counts as idle; >= 0 */
+    double load_floor; /* the CV's denominator is at least this (an idle pool's small mean
+                          would make any difference look large); >= 0 */
     double spread_floor; /* load stddev below which the signal is damped in proportion; 0: off */
     /* burst */
     sb_ns burst_short_ns;  /* time constant of the current rate; > 0 */

@@ -285,16 +285,24 @@ static void *unlink_node(sb_flow *f, uint32_t n)
     return user;
 }
 
+/* The totals a config means: 0 = the sum of the bands' bounds. */
+static void resolve_totals(const sb_flow_config *cfg, uint64_t *total, uint64_t *total_bytes)
+{
+    *total = cfg->max_queued_total;
+    *total_bytes = cfg->max_bytes_total;
+    if (!*total)
+        for (int b = 0; b < SB_BAND_COUNT; b++)
+            *total += cfg->band[b].max_queued;
+    if (!*total_bytes)
+        for (int b = 0; b < SB_BAND_COUNT; b++)
+            *total_bytes = cfg->band[b].max_bytes > UINT64_MAX - *total_bytes ? UINT64_MAX
+                                                                            : *total_bytes + cfg->band[b].max_bytes;
+}
+
 sb_flow *sb_flow_new(const sb_flow_config *cfg)
 {
-    uint64_t total = cfg->max_queued_total, total_bytes = cfg->max_bytes_total;
-    if (!total)
-        for (int b = 0; b < SB_BAND_COUNT; b++)
-            total += cfg->band[b].max_queued;
-    if (!total_bytes)
-        for (int b = 0; b < SB_BAND_COUNT; b++)
-            total_bytes =
-                cfg->band[b].max_bytes > UINT64_MAX - total_bytes ? UINT64_MAX : total_bytes + cfg->band[b].max_bytes;
+    uint64_t total, total_bytes;
+    resolve_totals(cfg, &total, &total_bytes);
     if (total > SB_FLOW_MAX_QUEUED || cfg->max_tenants > SB_FLOW_MAX_TENANTS)
         return NULL;
 
@@ -339,6 +347,41 @@ sb_flow *sb_flow_new(const sb_flow_config *cfg)
 fail:
     sb_flow_free(f);
     return NULL;
+}
+
+int sb_flow_reconfigure(sb_flow *f, const sb_flow_config *cfg)
+{
+    uint64_t total, total_bytes;
+    resolve_totals(cfg, &total, &total_bytes);
+    if (total > SB_FLOW_MAX_QUEUED)
+        return -1;
+    if (total > f->n_nodes) {
+        /* More room: more nodes on the free list (nodes and the heap hold indices, so both
+         * arrays can move). */
+        node *nn = sb_realloc(f->nodes, (size_t)total * sizeof(*nn));
+        if (!nn)
+            return -1;
+        f->nodes = nn;
+        uint32_t *nh = sb_realloc(f->heap, (size_t)total * sizeof(*nh));
+        if (!nh)
+            return -1; /* the nodes grew, harmlessly: n_nodes still says what is in use */
+        f->heap = nh;
+        for (uint32_t i = f->n_nodes; i < (uint32_t)total; i++) {
+            f->nodes[i] = (node){.gen = 1, .heap = NIL};
+            f->nodes[i].next = i + 1 < (uint32_t)total ? i + 1 : f->free_node;
+        }
+        f->free_node = f->n_nodes;
+        f->n_nodes = (uint32_t)total;
+    }
+    /* Fewer: the nodes stay allocated; the bound applies to what comes next. */
+    for (int b = 0; b < SB_BAND_COUNT; b++)
+        f->cfg.band[b] = cfg->band[b];
+    f->cfg.max_queued_total = (uint32_t)total;
+    f->cfg.max_bytes_total = total_bytes;
+    f->cfg.max_retry_after_s = cfg->max_retry_after_s ? cfg->max_retry_after_s : DEFAULT_MAX_RETRY_AFTER_S;
+    f->cfg.gate_queue = cfg->gate_queue;
+    f->cfg.gate_kv = cfg->gate_kv;
+    return 0;
 }
 
 void sb_flow_free(sb_flow *f)

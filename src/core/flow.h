@@ -140,6 +140,13 @@ sb_flow *sb_flow_new(const sb_flow_config *cfg);
  * (to answer them first, sb_flow_expire(f, UINT64_MAX, ...) drops every one). NULL is fine. */
 void sb_flow_free(sb_flow *f);
 
+/* A configuration reload: new band bounds and waits, totals and the Retry-After cap, in place.
+ * Queued requests stay, with the deadlines they were given; a lower bound refuses what comes
+ * next (nothing queued is dropped); a higher total grows the node pool. max_tenants, on_evict
+ * and evict_ctx are kept from sb_flow_new. Returns 0, or -1 (ENOMEM, or a total over
+ * SB_FLOW_MAX_QUEUED) with the configuration unchanged. */
+int sb_flow_reconfigure(sb_flow *f, const sb_flow_config *cfg);
+
 /* The admission decision above: SB_FLOW_DISPATCH, SB_FLOW_WAIT or SB_FLOW_SHED. DISPATCH and
  * SHED are counted (admitted, shed); WAIT counts nothing until enqueue. */
 int sb_flow_admit(sb_flow *f, bool saturated, enum sb_band band);

@@ -430,12 +430,14 @@ void sb_router_first_token_unseen(sb_router *r, uint32_t pool_idx, uint32_t ep, 
             p->cap_timed = cap;
         }
     }
-    /* Its prefill and those of the requests waiting in front of it (the effective queue counts
-     * it, sent since the report), each taken as long as its own, at the endpoint's learned
-     * speed or the prior. Not the endpoint's pending prefill tokens: for non-streamed answers
-     * those include every request still decoding, whose prefill is long done. */
+    /* Its prefill and those of the requests waiting in front of it, each taken as long as its
+     * own, at the endpoint's learned speed or the prior. The queue is the fresh report's plus
+     * what was sent since (this request among them); without a fresh report only this request
+     * counts, since what was sent since an old report is mostly decoding by now. Not the
+     * endpoint's pending prefill tokens: for non-streamed answers those include every request
+     * still decoding, whose prefill is long done. */
     double tps = e->ttft_observations && e->prefill_tps > 1 ? e->prefill_tps : PRIOR_PREFILL_TPS;
-    double waiting = sb_endpoint_waiting(e);
+    double waiting = sb_endpoint_is_stale(e, p->params.stale_ns, now) ? 1 : sb_endpoint_waiting(e);
     double secs = (waiting > 1 ? waiting : 1) * (double)t->prefill_tokens / tps;
     if (secs < 0.001)
         secs = 0.001;

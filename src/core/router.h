@@ -88,8 +88,8 @@ void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t
 void sb_router_first_token(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t);
 /* For an answer whose first token the caller will not see (a non-streamed one arrives whole):
  * its pending blocks count as computed once its predicted prefill is over (its prompt times
- * the requests waiting there, its own included, at the endpoint's learned speed or 10,000
- * tokens/s),
+ * the requests waiting there by a fresh report and sent since, its own included, or its own
+ * alone without a fresh report; at the endpoint's learned speed or 10,000 tokens/s),
  * checked by the picks at or after that time; or earlier, by sb_router_first_token. Call after
  * sb_router_dispatched. At most timed_settle_max marks wait; beyond, the earliest is settled at
  * once. */

@@ -209,6 +209,23 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
 
 static void on_evicted(void *ctx, void *user, enum sb_band band, int reason) { on_expired(ctx, user, band, reason); }
 
+static void flow_config_of(sb_gateway *gw, sb_flow_config *fc)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_flow_config_default(fc);
+    for (int b = 0; b < SB_BAND_COUNT; b++) {
+        fc->band[b].max_wait_ns = SB_MS(cfg->flow_max_wait_ms[b]);
+        fc->band[b].max_queued = cfg->flow_max_queued[b];
+        fc->band[b].max_bytes = cfg->flow_max_bytes[b];
+    }
+    fc->max_queued_total = cfg->flow_max_queued_total;
+    fc->max_bytes_total = cfg->flow_max_bytes_total;
+    fc->gate_queue = cfg->flow_gate_queue;
+    fc->gate_kv = cfg->flow_gate_kv;
+    fc->on_evict = on_evicted;
+    fc->evict_ctx = gw;
+}
+
 int sb_admission_start(sb_gateway *gw)
 {
     if (!gw->cfg->flow_enabled)
@@ -218,21 +235,36 @@ int sb_admission_start(sb_gateway *gw)
         return -1;
     for (size_t p = 0; p < gw->cfg->n_pools; p++) {
         sb_flow_config fc;
-        sb_flow_config_default(&fc);
-        for (int b = 0; b < SB_BAND_COUNT; b++) {
-            fc.band[b].max_wait_ns = SB_MS(gw->cfg->flow_max_wait_ms[b]);
-            fc.band[b].max_queued = gw->cfg->flow_max_queued[b];
-            fc.band[b].max_bytes = gw->cfg->flow_max_bytes[b];
-        }
-        fc.max_queued_total = gw->cfg->flow_max_queued_total;
-        fc.max_bytes_total = gw->cfg->flow_max_bytes_total;
-        fc.on_evict = on_evicted;
-        fc.evict_ctx = gw;
+        flow_config_of(gw, &fc);
         gw->flows[p] = sb_flow_new(&fc);
         if (!gw->flows[p])
             return -1;
     }
     return 0;
+}
+
+int sb_admission_reconfigure(sb_gateway *gw)
+{
+    if (!gw->cfg->flow_enabled) {
+        /* Turned off: what waits goes on to scheduling, as new requests now do. */
+        sb_admission_flush(gw);
+        sb_admission_free(gw);
+        return 0;
+    }
+    if (!gw->flows) {
+        if (sb_admission_start(gw) == 0)
+            return 0;
+        sb_admission_free(gw); /* a partial start: no flow control rather than half */
+        return -1;
+    }
+    int rc = 0;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
+        sb_flow_config fc;
+        flow_config_of(gw, &fc);
+        if (gw->flows[p] && sb_flow_reconfigure(gw->flows[p], &fc) < 0)
+            rc = -1; /* that pool keeps its bounds */
+    }
+    return rc;
 }
 
 void sb_admission_flush(sb_gateway *gw)

@@ -559,13 +559,6 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
     }
     if (strcmp(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";
-    /* The queues are built with their bounds (the gate's thresholds and the API keys' bands are
-     * read per request, so they change in place). */
-    if (a->flow_enabled != b->flow_enabled || memcmp(a->flow_max_wait_ms, b->flow_max_wait_ms, sizeof(a->flow_max_wait_ms)) ||
-        memcmp(a->flow_max_queued, b->flow_max_queued, sizeof(a->flow_max_queued)) ||
-        memcmp(a->flow_max_bytes, b->flow_max_bytes, sizeof(a->flow_max_bytes)) ||
-        a->flow_max_queued_total != b->flow_max_queued_total || a->flow_max_bytes_total != b->flow_max_bytes_total)
-        return "flow control's queues changed";
     return NULL;
 }
 
@@ -700,6 +693,8 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->snap = ns;
     gw->cfg = cfg;
     gw->reloads++;
+    if (sb_admission_reconfigure(gw) < 0)
+        SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
     sb_gateway_snapshot_unref(gw, old);
     SB_INFO("configuration reloaded (%llu)", (unsigned long long)gw->reloads);
     return 0;

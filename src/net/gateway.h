@@ -165,6 +165,10 @@ void sb_admission_tick(sb_gateway *gw, sb_ns now);
 void sb_admission_stop(sb_gateway *gw);
 /* Dispatches every queued request now (a gateway being retired by a reload). */
 void sb_admission_flush(sb_gateway *gw);
+/* A reload that kept the shape (gw->cfg is the new configuration): flow control turned on or
+ * off, or new bounds and waits applied in place; queued requests keep their place. Returns
+ * -1 if some pool could not take the new bounds (it keeps its old ones). */
+int sb_admission_reconfigure(sb_gateway *gw);
 void sb_admission_free(sb_gateway *gw);
 
 /* An OpenAI-shaped error with extra response headers ("Name: value\r\n" lines, or NULL);

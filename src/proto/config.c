@@ -1296,9 +1296,11 @@ static const field flow_queued_fields[] = {BAND_FIELD(flow_max_queued, 0, K_COUN
 static const field flow_bytes_fields[] = {BAND_BYTES(0), BAND_BYTES(1), BAND_BYTES(2)};
 static const section flow_bytes_section = {"flow_control.max_bytes", flow_bytes_fields, ARRAY_LEN(flow_bytes_fields)};
 static const field flow_total_fields[] = {
-    {.key = "max_queued_total", .kind = K_COUNT32, .offset = offsetof(sb_config, flow_max_queued_total), .min = 1,
-     .max = 1u << 24},
-    {.key = "max_bytes_total", .kind = K_BYTES, .offset = offsetof(sb_config, flow_max_bytes_total), .min = 1,
+    /* 0: the sum of the bands' bounds. The count is allocated up front (about 60 bytes a
+     * request per pool), hence a million at most. */
+    {.key = "max_queued_total", .kind = K_COUNT32, .offset = offsetof(sb_config, flow_max_queued_total), .min = 0,
+     .max = 1u << 20},
+    {.key = "max_bytes_total", .kind = K_BYTES, .offset = offsetof(sb_config, flow_max_bytes_total), .min = 0,
      .max = 1ull << 40},
 };
 static const section flow_wait_section = {"flow_control.max_wait_ms", flow_wait_fields, ARRAY_LEN(flow_wait_fields)};
@@ -1307,7 +1309,8 @@ static const section flow_queued_section = {"flow_control.max_queued", flow_queu
 static const field flow_enabled_field = {
     .key = "enabled", .kind = K_BOOL, .offset = offsetof(sb_config, flow_enabled), .max = 1};
 
-/* flow_control: { enabled, max_wait_ms: {band: ms}, max_queued: {band: n}, api_keys: {key: band},
+/* flow_control: { enabled, max_wait_ms: {band: ms}, max_queued: {band: n}, max_bytes: {band: size},
+ *                max_queued_total: n, max_bytes_total: size, api_keys: {key: band},
  *                queue_threshold: n, kv_threshold: f } */
 static void parse_flow_control(parse *p, const yaml_node_t *map)
 {

@@ -178,19 +178,39 @@ class AdaptiveTest(unittest.TestCase):
 
 
 class FlowReloadTest(unittest.TestCase):
-    def test_reload_rebuilds_queues_with_new_bounds(self):
+    def test_reload_applies_flow_control_in_place(self):
         up = Upstream("u")
         gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [up.address]}],
                      extra="flow_control:\n  max_queued: { standard: 5 }\n  max_bytes: { standard: 1MiB }\n")
-        try:
-            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("a", 2))[0], 200)
+
+        def log():
+            with open(gw.log_path) as f:
+                return f.read()
+
+        def reload(old, new, n):
             with open(gw.config_path) as f:
                 text = f.read()
+            self.assertIn(old, text)
             with open(gw.config_path, "w") as f:
-                f.write(text.replace("standard: 5", "standard: 0"))
+                f.write(text.replace(old, new))
             gw.proc.send_signal(signal.SIGHUP)
-            wait_until(lambda: "flow control's queues changed" in open(gw.log_path).read(), 10, "the reload")
-            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("b", 2))[0], 200)
+            wait_until(lambda: "configuration reloaded (%d)" % n in log(), 10, "reload %d" % n)
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("after %d" % n, 2))[0], 200)
+
+        try:
+            def has_queues():
+                return 'switchboard_queue_length{pool="p"' in http(gw.port, "GET", "/metrics")[2].decode()
+
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("a", 2))[0], 200)
+            self.assertTrue(has_queues())
+            reload("standard: 5", "standard: 0", 1)          # new bounds, in place
+            self.assertTrue(has_queues())
+            reload("flow_control:\n", "flow_control:\n  enabled: false\n", 2)   # off: no queues
+            self.assertFalse(has_queues())
+            reload("enabled: false", "enabled: true", 3)     # on again
+            self.assertTrue(has_queues())
+            # In place: no new gateway took over the listener.
+            self.assertNotIn("carried over", log())
         finally:
             gw.close()
             up.close()

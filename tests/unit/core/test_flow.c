@@ -1000,6 +1000,62 @@ static void run_model(uint64_t seed, bool evict)
     sb_flow_free(f);
 }
 
+/* A reload's new bounds and waits apply in place: what is queued stays, in order, with its
+ * deadline; a higher total grows the pool; a lower bound refuses what comes next only. */
+static void test_reconfigure_in_place(void **state)
+{
+    (void)state;
+    sb_flow_config c = cfg_of(2, 2, 8);
+    c.band[SB_BAND_STANDARD].max_wait_ns = SB_MS(1000);
+    sb_flow *f = sb_flow_new(&c);
+    sb_ns t0 = SB_MS(10000);
+    put(f, SB_BAND_STANDARD, 1, 1, t0);
+    put(f, SB_BAND_STANDARD, 2, 2, t0);
+    sb_flow_item it = {.band = SB_BAND_STANDARD, .tenant = 3, .bytes = 100, .user = ID(3)};
+    assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_FULL);
+    /* Room for five, and a longer wait for what comes next. */
+    c = cfg_of(5, 5, 8);
+    c.band[SB_BAND_STANDARD].max_wait_ns = SB_MS(5000);
+    assert_int_equal(sb_flow_reconfigure(f, &c), 0);
+    for (uintptr_t id = 3; id <= 5; id++)
+        put(f, SB_BAND_STANDARD, id, id, t0);
+    it.user = ID(6);
+    assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_FULL);
+    /* The first two keep the 1 s deadline they were given; the new ones have 5 s. */
+    drops d = {0};
+    assert_int_equal(sb_flow_expire(f, t0 + SB_MS(1000), record, &d), 2);
+    assert_int_equal(d.id[0] + d.id[1], 1 + 2);
+    /* Down to one: nothing queued is dropped, nothing new gets in until it drains. */
+    c = cfg_of(1, 1, 8);
+    assert_int_equal(sb_flow_reconfigure(f, &c), 0);
+    it.user = ID(7);
+    assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_FULL);
+    assert_int_equal(next_id(f, t0), 3);
+    assert_int_equal(next_id(f, t0), 4);
+    assert_int_equal(next_id(f, t0), 5);
+    put(f, SB_BAND_STANDARD, 9, 8, t0);
+    assert_int_equal(next_id(f, t0), 8);
+    /* Refused as a whole when the total is out of range. */
+    c = cfg_of(1, SB_FLOW_MAX_QUEUED + 1, 8);
+    assert_int_equal(sb_flow_reconfigure(f, &c), -1);
+    put(f, SB_BAND_STANDARD, 9, 9, t0);
+    it.user = ID(10);
+    assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_FULL); /* still one */
+    /* ...and when growing runs out of memory (either array). */
+    for (int n = 0; n < 2; n++) {
+        c = cfg_of(64, 64, 8);
+        sb_alloc_fail_after(n);
+        assert_int_equal(sb_flow_reconfigure(f, &c), -1);
+        sb_alloc_fail_after(-1);
+        assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_FULL);
+    }
+    assert_int_equal(sb_flow_reconfigure(f, &c), 0);
+    assert_int_equal(sb_flow_enqueue(f, &it, t0, NULL), SB_FLOW_QUEUED);
+    assert_int_equal(next_id(f, t0), 9);
+    assert_int_equal(next_id(f, t0), 10);
+    sb_flow_free(f);
+}
+
 static void test_randomized_against_model(void **state)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
@@ -1027,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_reconfigure_in_place),
         cmocka_unit_test(test_randomized_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -306,6 +306,31 @@ static void test_prefix_pending_settled_by_time_when_unseen(void **state)
     assert_int_equal(sb_router_pick(r, &rq, SB_MS(1001)), a);
     assert_int_equal(sb_router_pick(r, &rq, SB_MS(1002)), a);
     sb_router_finished(r, 0, (uint32_t)a, &t, true, true, SB_MS(1500));
+    /* Requests still decoding do not delay it: twenty answers streaming on every endpoint,
+     * then a fresh report with nobody waiting; a 1,000-token prompt is due in 0.1 s, not 2.1. */
+    {
+        sb_ticket busy[4][20];
+        for (uint32_t e = 0; e < 4; e++)
+            for (int k = 0; k < 20; k++)
+                busy[e][k] = sb_router_dispatched(r, 0, e, 1000, SB_MS(1500));
+        for (uint32_t e = 0; e < 4; e++)
+            report_waiting(r, e, 0, SB_MS(1600));
+        uint64_t q[8];
+        for (int i = 0; i < 8; i++)
+            q[i] = 0xabcULL * (uint64_t)(i + 101);
+        sb_sched_request rb = {.pool = 0, .adapter = -1, .block_hashes = q, .n_blocks = 8, .prompt_tokens = 1000};
+        int eb = sb_router_pick(r, &rb, SB_MS(1600));
+        sb_ticket tb = sb_router_dispatched(r, 0, (uint32_t)eb, 1000, SB_MS(1600));
+        sb_router_first_token_unseen(r, 0, (uint32_t)eb, &tb, SB_MS(1600));
+        sb_router_pick(r, &rb, SB_MS(1690));
+        const sb_decision *db = sb_router_last_decision(r, 0);
+        assert_true(db->cands[eb].total == db->cands[(eb + 1) % 4].total);
+        assert_int_equal(sb_router_pick(r, &rb, SB_MS(1710)), eb);
+        sb_router_finished(r, 0, (uint32_t)eb, &tb, true, true, SB_MS(1720));
+        for (uint32_t e = 0; e < 4; e++)
+            for (int k = 0; k < 20; k++)
+                sb_router_finished(r, 0, e, &busy[e][k], true, true, SB_MS(1720));
+    }
     /* Bounded: with two marks waiting, a third settles the earliest-due one at once. */
     sb_ticket tk[3];
     int ep[3];
