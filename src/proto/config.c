@@ -885,7 +885,7 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
 }
 
 /* `adaptive:` as a mapping: `enabled` plus any parameter core/adaptive.h names (x0: 0.1,
- * share_saturated: 0.3, imbalance_tau_ms: 1000, ...), checked as a whole. */
+ * share_saturated: 0.2, imbalance_tau_ms: 1000, ...), checked as a whole. */
 static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc, const char *what)
 {
     size_t before = p->errs->total;
