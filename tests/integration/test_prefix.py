@@ -116,5 +116,53 @@ class PrefixRoutingTest(unittest.TestCase):
             sim.stop()
 
 
+    def test_opening_burst_spreads_until_the_prefix_is_computed(self):
+        # prefix-only has no load signal at all: before pending prefixes, every request after
+        # the first went to the first holder. A prefix counts for a replica only once a token
+        # of an answer came back, so a simultaneous opening spreads over the pool; afterwards
+        # the holders attract the prefix's requests.
+        sim = Sim("--speed", "1", replicas=4)
+        try:
+            gw = Gateway([{"name": "p", "models": [MODEL], "profile": "prefix-only",
+                           "endpoints": ["127.0.0.1:%d" % p for p in sim.ports]}])
+            try:
+                hot = system_prompt(42, 3000)
+                start = threading.Barrier(16)
+                errors = []
+
+                def client(k):
+                    body = {"model": MODEL, "max_tokens": 8, "stream": True, "messages": [
+                        {"role": "system", "content": hot}, {"role": "user", "content": "burst %d" % k}]}
+                    start.wait()
+                    st, _, _ = http(gw.port, "POST", "/v1/chat/completions", body, timeout=60)
+                    if st != 200:
+                        errors.append(st)
+
+                threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                self.assertEqual(errors, [])
+                st, _, body = http(gw.port, "GET", "/debug/endpoints")
+                counts = [e["own"]["dispatched"] for e in json.loads(body)["pools"][0]["endpoints"]]
+                print("\nopening burst, prefix-only: requests per replica %s" % counts)
+                self.assertEqual(sum(counts), 16)
+                self.assertGreaterEqual(sum(1 for c in counts if c), 3, counts)
+                # Computed now: the next request of the prefix goes to a replica that holds it,
+                # and the decision shows a full prefix score there.
+                st, _, _ = http(gw.port, "POST", "/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [
+                    {"role": "system", "content": hot}, {"role": "user", "content": "after"}]}, timeout=60)
+                self.assertEqual(st, 200)
+                st, _, body = http(gw.port, "GET", "/debug/decisions")
+                d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+                picked = [c for c in d["candidates"] if c.get("picked")] or \
+                         [max(d["candidates"], key=lambda c: c.get("total", 0))]
+                self.assertGreater(picked[0]["scores"]["prefix"], 0.9)
+            finally:
+                gw.close()
+        finally:
+            sim.stop()
+
 if __name__ == "__main__":
     unittest.main()
