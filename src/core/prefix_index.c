@@ -22,6 +22,7 @@ typedef struct ep_state {
     uint32_t mru, lru;     /* list ends, NIL when empty */
     uint32_t count;
     uint32_t capacity;
+    uint32_t pending;      /* entries marked pending */
 } ep_state;
 
 struct sb_prefix_index {
@@ -173,6 +174,10 @@ static void remove_entry(sb_prefix_index *ix, uint32_t k)
     entry *en = &ix->entries[k];
     lru_unlink(ix, k);
     ix->eps[en->ep].count--;
+    if (en->pending) {
+        ix->eps[en->ep].pending--;
+        en->pending = 0;
+    }
     size_t s = find_slot(ix, en->hash);
     if (ix->heads[s] == k) {
         ix->heads[s] = en->next_holder;
@@ -321,6 +326,7 @@ bool sb_prefix_index_insert_pending(sb_prefix_index *ix, uint32_t ep, const uint
     if (k == NIL)
         return false;
     ix->entries[k].pending = 1;
+    ix->eps[ep].pending++;
     *pending_hash = ix->entries[k].hash;
     return true;
 }
@@ -329,6 +335,8 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
 {
     for (uint32_t k = 0; k < ix->n_alloc; k++)
         ix->entries[k].pending = 0;
+    for (uint32_t e = 0; e < ix->n_eps; e++)
+        ix->eps[e].pending = 0;
 }
 
 static uint32_t find_entry(const sb_prefix_index *ix, uint32_t ep, uint64_t h)
@@ -347,10 +355,12 @@ void sb_prefix_index_settle(sb_prefix_index *ix, uint32_t ep, uint64_t pending_h
     uint32_t k = find_entry(ix, ep, pending_hash);
     if (k == NIL || !ix->entries[k].pending)
         return; /* evicted, cleared, or settled by another request that computed it */
-    if (computed)
+    if (computed) {
         ix->entries[k].pending = 0;
-    else
+        ix->eps[ep].pending--;
+    } else {
         remove_entry(ix, k);
+    }
 }
 
 size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t n, uint32_t *match)
@@ -395,6 +405,11 @@ size_t sb_prefix_index_entries(const sb_prefix_index *ix) { return ix->used; }
 size_t sb_prefix_index_endpoint_entries(const sb_prefix_index *ix, uint32_t ep)
 {
     return ep < ix->n_eps ? ix->eps[ep].count : 0;
+}
+
+size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep)
+{
+    return ep < ix->n_eps ? ix->eps[ep].pending : 0;
 }
 
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix)

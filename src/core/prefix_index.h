@@ -61,6 +61,8 @@ void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep);
 
 size_t sb_prefix_index_entries(const sb_prefix_index *ix);
 size_t sb_prefix_index_endpoint_entries(const sb_prefix_index *ix, uint32_t ep);
+/* Pending marks on ep: requests sent there whose prompt is not known computed yet. */
+size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep);
 /* Bytes held by the index (entries, table, per-endpoint state). */
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix);
 /* Entries evicted so far (capacity or memory bound). */

@@ -149,6 +149,9 @@ class PrefixRoutingTest(unittest.TestCase):
                 print("\nopening burst, prefix-only: requests per replica %s" % counts)
                 self.assertEqual(sum(counts), 16)
                 self.assertGreaterEqual(sum(1 for c in counts if c), 3, counts)
+                # Every answer came back: nothing is left pending.
+                eps = json.loads(body)["pools"][0]["endpoints"]
+                self.assertEqual([e["prefix_index"]["pending"] for e in eps], [0, 0, 0, 0])
                 # Computed now: the next request of the prefix goes to a replica that holds it,
                 # and the decision shows a full prefix score there.
                 st, _, _ = http(gw.port, "POST", "/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [

@@ -210,9 +210,11 @@ static void test_pending_until_settled(void **state)
     uint64_t h = 0;
     assert_true(sb_prefix_index_insert_pending(ix, 0, a, 4, &h));
     assert_true(h == a[0]); /* the lowest new block carries the mark */
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 0), 1);
     assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 0);
     assert_int_equal(m[0], 0);
     sb_prefix_index_settle(ix, 0, h, true);
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 0), 0);
     assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
     assert_int_equal(m[0], 4);
     /* A longer prompt on the same endpoint: blocks 0-3 keep matching, 4-9 wait. */
@@ -229,7 +231,9 @@ static void test_pending_until_settled(void **state)
     assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 4);
     assert_int_equal(m[1], 0);
     /* Failed: endpoint 1 forgets the block, so its later blocks are unreachable. */
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 1);
     sb_prefix_index_settle(ix, 1, h1, false);
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 0);
     sb_prefix_index_match(ix, a, 10, m);
     assert_int_equal(m[1], 0);
     assert_int_equal(sb_prefix_index_endpoint_entries(ix, 1), 9);
@@ -243,8 +247,21 @@ static void test_pending_until_settled(void **state)
     sb_prefix_index_match(ix, a, 10, m);
     assert_int_equal(m[1], 0);
     sb_prefix_index_settle_all(ix);
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 0);
     sb_prefix_index_match(ix, a, 10, m);
     assert_int_equal(m[1], 10);
+    /* A pending entry that is evicted or cleared takes its count with it. */
+    uint64_t b2[3];
+    chain(9, 3, b2);
+    assert_true(sb_prefix_index_insert_pending(ix, 1, b2, 3, &h1));
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 1);
+    sb_prefix_index_clear_endpoint(ix, 1);
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 0);
+    assert_true(sb_prefix_index_insert_pending(ix, 1, b2, 3, &h1));
+    sb_prefix_index_set_capacity(ix, 1, 2); /* the mark is the most recent: the tail goes */
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 1);
+    sb_prefix_index_set_capacity(ix, 1, 0);
+    assert_int_equal(sb_prefix_index_endpoint_pending(ix, 1), 0);
     /* A hash that was never inserted, or an endpoint out of range: ignored. */
     sb_prefix_index_settle(ix, 0, 424242, false);
     sb_prefix_index_settle(ix, 7, a[0], false);
