@@ -75,6 +75,10 @@ static const field limits_fields[] = {
     F(max_header_bytes, K_BYTES, 1, SIZE_MAX),
     F(max_connections, K_COUNT, 1, SIZE_MAX),
     F(max_prompt_blocks, K_COUNT, 1, SIZE_MAX),
+    F(max_json_depth, K_COUNT, 1, 100000),
+    F(max_buffered_body_bytes, K_BYTES, 1, SIZE_MAX),
+    F(linger_ms, K_MS, 0, UINT32_MAX),
+    F(linger_bytes, K_BYTES, 0, SIZE_MAX),
 };
 
 /* The bound is the field's width; a timeout that large means "never" in practice. */
@@ -1481,6 +1485,10 @@ static bool set_defaults(sb_config *cfg)
         .max_header_bytes = 64u << 10,
         .max_connections = 10000,
         .max_prompt_blocks = 16384,
+        .max_json_depth = 128,
+        .max_buffered_body_bytes = 256u << 20,
+        .linger_ms = 5000,
+        .linger_bytes = 64u << 20,
         .connect_ms = 1000,
         .response_ms = 600000,
         .idle_ms = 60000,

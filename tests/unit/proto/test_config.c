@@ -57,6 +57,10 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "  max_header_bytes: 32768\n"
                                 "  max_connections: 500\n"
                                 "  max_prompt_blocks: 2048\n"
+                                "  max_json_depth: 64\n"
+                                "  max_buffered_body_bytes: 1GiB\n"
+                                "  linger_ms: 0\n"
+                                "  linger_bytes: 1MiB\n"
                                 "timeouts:\n"
                                 "  connect_ms: 250\n"
                                 "  response_ms: 120000\n"
@@ -130,6 +134,10 @@ static void test_full_config(void **state)
     assert_int_equal(cfg->max_header_bytes, 32768);
     assert_int_equal(cfg->max_connections, 500);
     assert_int_equal(cfg->max_prompt_blocks, 2048);
+    assert_int_equal(cfg->max_json_depth, 64);
+    assert_int_equal(cfg->max_buffered_body_bytes, (size_t)1 << 30);
+    assert_int_equal(cfg->linger_ms, 0);
+    assert_int_equal(cfg->linger_bytes, 1u << 20);
     assert_int_equal(cfg->connect_ms, 250);
     assert_int_equal(cfg->response_ms, 120000);
     assert_int_equal(cfg->idle_ms, 5000);
@@ -239,6 +247,10 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->max_header_bytes, 64u << 10);
     assert_int_equal(cfg->max_connections, 10000);
     assert_int_equal(cfg->max_prompt_blocks, 16384);
+    assert_int_equal(cfg->max_json_depth, 128);
+    assert_int_equal(cfg->max_buffered_body_bytes, 256u << 20);
+    assert_int_equal(cfg->linger_ms, 5000);
+    assert_int_equal(cfg->linger_bytes, 64u << 20);
     assert_int_equal(cfg->connect_ms, 1000);
     assert_int_equal(cfg->response_ms, 600000);
     assert_int_equal(cfg->idle_ms, 60000);
