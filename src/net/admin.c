@@ -120,6 +120,25 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                   (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
                   (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
                   (unsigned long long)gw->reloads, gw->in_flight);
+    sb_http_server_stats hs;
+    sb_http_server_get_stats(gw->server, &hs);
+    sb_buf_printf(b,
+                  "# HELP switchboard_open_connections Client connections open (lingering ones included), "
+                  "counted against limits.max_connections.\n"
+                  "# TYPE switchboard_open_connections gauge\nswitchboard_open_connections %zu\n"
+                  "# HELP switchboard_connections_refused_total Connections refused at limits.max_connections: "
+                  "answered 503, or closed unanswered once max_refusing_connections were being answered.\n"
+                  "# TYPE switchboard_connections_refused_total counter\n"
+                  "switchboard_connections_refused_total{answer=\"503\"} %llu\n"
+                  "switchboard_connections_refused_total{answer=\"none\"} %llu\n"
+                  "# HELP switchboard_request_body_bytes Memory held in request bodies "
+                  "(bounded by limits.max_buffered_body_bytes).\n"
+                  "# TYPE switchboard_request_body_bytes gauge\nswitchboard_request_body_bytes %zu\n"
+                  "# HELP switchboard_body_budget_refusals_total Requests answered 503 because request bodies "
+                  "held limits.max_buffered_body_bytes.\n"
+                  "# TYPE switchboard_body_budget_refusals_total counter\nswitchboard_body_budget_refusals_total %llu\n",
+                  hs.open_connections, (unsigned long long)hs.refused_total, (unsigned long long)hs.reset_total,
+                  hs.body_bytes, (unsigned long long)hs.body_budget_refusals);
     sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error.\n"
                    "# TYPE switchboard_rejected_total counter\n");
     for (int k = 4; k <= 5; k++)

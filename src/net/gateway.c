@@ -356,6 +356,23 @@ static void gateway_free(sb_gateway *gw)
 
 /* Builds a gateway over cfg. With `server` NULL it listens itself; otherwise it takes over an
  * existing server (a reload that changed pools or endpoints). */
+/* The client listener's limits, from the configuration (start and reload). */
+static sb_http_server_opts client_server_opts(const sb_config *cfg)
+{
+    return (sb_http_server_opts){
+        .max_header_bytes = cfg->max_header_bytes,
+        .max_body_bytes = cfg->max_body_bytes,
+        .max_connections = cfg->max_connections,
+        .max_refusing = cfg->max_refusing_connections,
+        .max_buffered_body_bytes = cfg->max_buffered_body_bytes,
+        .header_ms = cfg->header_ms,
+        .idle_ms = cfg->idle_ms,
+        /* 0 in the configuration means "close at once", 0 in the options "default". */
+        .linger_ms = cfg->linger_ms && cfg->linger_bytes ? cfg->linger_ms : SB_HTTP_LINGER_OFF,
+        .linger_bytes = cfg->linger_bytes ? cfg->linger_bytes : 1,
+    };
+}
+
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
@@ -439,9 +456,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
         }
     }
-    sb_http_server_opts so = {.max_header_bytes = cfg->max_header_bytes, .max_body_bytes = cfg->max_body_bytes,
-                              .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
-                              .idle_ms = cfg->idle_ms};
+    sb_http_server_opts so = client_server_opts(cfg);
     if (server) {
         gw->server = server;
         sb_http_server_set_opts(server, &so);
@@ -680,9 +695,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
             }
         }
     }
-    sb_http_server_opts so = {.max_header_bytes = cfg->max_header_bytes, .max_body_bytes = cfg->max_body_bytes,
-                              .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
-                              .idle_ms = cfg->idle_ms};
+    sb_http_server_opts so = client_server_opts(cfg);
     sb_http_server_set_opts(gw->server, &so);
     if (gw->prober)
         sb_prober_reconfigure(gw->prober, cfg);

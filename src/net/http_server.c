@@ -8,18 +8,28 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "proto/openai_error.h"
 
 #define MAX_HEADERS 128
 #define READ_BUF_BYTES 65536
 /* Bytes a pipelining client may send ahead while a response is in progress; beyond this we
- * stop reading until the current request finishes. */
-#define MAX_PENDING_BYTES (256 * 1024)
+ * stop reading until the current request finishes. One read may overshoot it by at most
+ * READ_BUF_BYTES, so a connection never holds more than 128 KiB of bytes read ahead. */
+#define MAX_PENDING_BYTES (64 * 1024)
+/* First allocation for a body; then it doubles with the bytes that arrive (never with the
+ * bytes a Content-Length promises), up to the declared length. */
+#define BODY_FIRST_BYTES 4096
+/* A connection past max_connections is only answered 503: it needs to get its request out
+ * before it reads, so a short linger suffices (bounded further by linger_ms/linger_bytes). */
+#define REFUSE_LINGER_MS 1000
+#define REFUSE_LINGER_BYTES (64 * 1024)
 
 enum conn_state {
     CONN_IDLE = 0,     /* between requests (keep-alive) */
     CONN_READING,      /* a request's head or body is arriving */
     CONN_HANDLING,     /* the handler owns the request, response not started */
     CONN_STREAMING,    /* response started, not finished */
+    CONN_LINGERING,    /* answered and closing: draining the answer, then reading and discarding */
     CONN_CLOSING,
 };
 
@@ -42,7 +52,8 @@ typedef struct conn {
     bool last_was_value;
     bool saw_cl, saw_te, expect_continue;
     bool head_done;
-    sb_buf body;
+    sb_buf body;          /* body.cap is what this connection holds of the server's body budget */
+    size_t body_cap_max;  /* declared Content-Length + 1 (the NUL), or SIZE_MAX when chunked */
     sb_buf pending;       /* bytes read past the current request (pipelining) */
     bool reading;         /* uv_read_start active */
     int error_status;     /* set by callbacks to answer with an error */
@@ -58,6 +69,14 @@ typedef struct conn {
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     struct conn *dirty_prev, *dirty_next;
     bool dirty;
+    /* lingering close (conn_linger) */
+    bool refused;         /* over max_connections: answered 503, counted in n_refusing */
+    bool shut;            /* our write side is shut down (FIN sent) */
+    bool peer_eof;        /* the client has finished sending */
+    uint32_t linger_ms;
+    size_t linger_bytes;  /* discarded bytes allowed before giving up */
+    size_t linger_seen;
+    uv_shutdown_t shutdown_req;
     sb_http_req req;
     char peer[64];
 } conn;
@@ -69,8 +88,12 @@ struct sb_http_server {
     sb_http_handler handler;
     void *ctx;
     conn *conns;
-    size_t n_conns;       /* open connections (not closing) */
+    size_t n_conns;       /* open connections counted against max_connections (lingering included) */
+    size_t n_refusing;    /* connections past the limit being answered 503 (not in n_conns) */
+    size_t n_lingering;
     size_t n_alive;       /* connection structs not yet freed (closing ones included) */
+    size_t body_bytes;    /* sum of the body buffers' capacity over all connections */
+    uint64_t refused_total, reset_total, body_budget_refusals;
     bool stopping;
     bool listener_closed;
     uint16_t port;
@@ -96,6 +119,8 @@ static void conn_read_start(conn *c);
 static void process(conn *c, const char *data, size_t len);
 static void run_pending(conn *c);
 static void arm_timer(conn *c, uint32_t ms);
+static void linger_drained(conn *c);
+static void fail_request(conn *c, int status, const char *code, const char *message, const char *headers);
 
 const char *sb_http_status_text(int status)
 {
@@ -141,6 +166,10 @@ static void on_write(uv_write_t *w, int status)
     }
     if (c->state == CONN_CLOSING)
         return;
+    if (c->state == CONN_LINGERING) {
+        linger_drained(c);
+        return;
+    }
     if (c->queued == 0 && c->close_after && c->state == CONN_IDLE) {
         conn_close(c);
         return;
@@ -236,6 +265,48 @@ static int conn_write(conn *c, const char *data, size_t len)
     return conn_writev(c, &b, 1);
 }
 
+/* ---- request bodies: grown with what arrives, charged to the server's budget ---- */
+
+/* Makes room for `extra` more body bytes. The buffer doubles from what has arrived (so the
+ * memory a connection holds is at most about twice what it sent), never past the declared
+ * Content-Length, and every byte of capacity is charged to max_buffered_body_bytes.
+ * Returns 0, 503 when the budget is spent, or 500 when out of memory; the buffer is
+ * unchanged on failure. */
+static int body_grow(conn *c, size_t extra)
+{
+    sb_http_server *s = c->srv;
+    size_t need = c->body.len + extra + 1; /* sb_buf keeps a NUL after the data */
+    if (need <= c->body.cap)
+        return 0;
+    size_t cap = c->body.cap ? c->body.cap * 2 : BODY_FIRST_BYTES;
+    if (cap < need)
+        cap = need;
+    if (cap > c->body_cap_max && c->body_cap_max >= need)
+        cap = c->body_cap_max;
+    size_t more = cap - c->body.cap;
+    if (more > s->opts.max_buffered_body_bytes - s->body_bytes) {
+        /* Try the exact need before refusing: the doubling is a convenience, not a claim. */
+        cap = need;
+        more = cap - c->body.cap;
+        if (s->body_bytes > s->opts.max_buffered_body_bytes || more > s->opts.max_buffered_body_bytes - s->body_bytes)
+            return 503;
+    }
+    char *d = sb_realloc(c->body.data, cap);
+    if (!d)
+        return 500;
+    c->body.data = d;
+    c->body.cap = cap;
+    s->body_bytes += more;
+    return 0;
+}
+
+/* Frees the body and gives its capacity back to the budget. */
+static void body_release(conn *c)
+{
+    c->srv->body_bytes -= c->body.cap;
+    sb_buf_free(&c->body);
+}
+
 /* ---- lifecycle ---- */
 
 static void on_handle_closed(uv_handle_t *h)
@@ -245,7 +316,7 @@ static void on_handle_closed(uv_handle_t *h)
         return;
     sb_http_server *s = c->srv;
     sb_buf_free(&c->head);
-    sb_buf_free(&c->body);
+    body_release(c);
     sb_buf_free(&c->pending);
     sb_buf_free(&c->out);
     sb_free(c);
@@ -266,13 +337,19 @@ static void conn_close(conn *c)
         cb(&c->req);
     }
     sb_http_server *s = c->srv;
+    body_release(c); /* the handler is done with the request: give the budget back now */
     if (c->prev)
         c->prev->next = c->next;
     else
         s->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    s->n_conns--;
+    if (c->refused)
+        s->n_refusing--;
+    else
+        s->n_conns--;
+    if (was == CONN_LINGERING)
+        s->n_lingering--;
     undirty(c);
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
@@ -282,7 +359,7 @@ static void conn_close(conn *c)
 static void on_timeout(uv_timer_t *t)
 {
     conn *c = t->data;
-    if (c->close_after) {
+    if (c->state == CONN_LINGERING || c->close_after) {
         /* Closing after queued bytes, and the client does not read them: give up. */
         conn_close(c);
         return;
@@ -293,19 +370,10 @@ static void on_timeout(uv_timer_t *t)
         conn_close(c);
         return;
     }
-    if (c->state == CONN_READING && c->queued == 0) {
-        /* A slow or stalled request head/body: say so, then close. */
-        static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                                  "Content-Length: 105\r\nConnection: close\r\n\r\n"
-                                  "{\"error\":{\"message\":\"request not received in time\","
-                                  "\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}";
-        conn_write(c, msg, sizeof(msg) - 1);
-        c->close_after = true;
-        c->state = CONN_IDLE;
-        if (c->queued == 0)
-            conn_close(c);
-        else
-            arm_timer(c, c->srv->opts.idle_ms);
+    if (c->state == CONN_READING) {
+        /* A slow or stalled request head/body: say so (after any response still queued
+         * ahead of it), then close. */
+        fail_request(c, 408, "request_timeout", "request not received in time", NULL);
         return;
     }
     if (c->state == CONN_IDLE)
@@ -323,7 +391,8 @@ static void arm_timer(conn *c, uint32_t ms)
 static void reset_request(conn *c)
 {
     sb_buf_reset(&c->head);
-    sb_buf_reset(&c->body);
+    body_release(c);
+    c->body_cap_max = SIZE_MAX;
     c->n_headers = 0;
     c->url_off = c->url_len = 0;
     c->last_was_value = false;
@@ -337,21 +406,89 @@ static void reset_request(conn *c)
     c->req.peer = c->peer;
 }
 
-/* Sends a small error response and closes the connection after it: used for framing errors,
- * where the rest of the input cannot be trusted. */
-static void fail_request(conn *c, int status, const char *message)
+static void on_shutdown(uv_shutdown_t *r, int status)
+{
+    conn *c = r->data;
+    /* ECANCELED: the connection is being closed already. */
+    if (status < 0 && c->state != CONN_CLOSING)
+        conn_close(c);
+}
+
+/* The answer has left: half-close (the client reads it, then EOF) and keep discarding what
+ * the client still sends for linger_ms; or close now if the client is done sending. */
+static void linger_drained(conn *c)
+{
+    if (c->shut || c->queued || c->out.len)
+        return;
+    if (c->peer_eof || !c->linger_ms || !c->linger_bytes) {
+        conn_close(c);
+        return;
+    }
+    c->shutdown_req.data = c;
+    if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+        conn_close(c);
+        return;
+    }
+    c->shut = true;
+    arm_timer(c, c->linger_ms);
+}
+
+/* Closes the connection after an answer with Connection: close, without losing the answer.
+ * Closing a socket whose receive queue holds unread bytes makes the kernel send a reset,
+ * and the reset destroys the answer before the client reads it: a client that writes its
+ * whole body before reading (Python's http.client, the OpenAI SDKs) would see
+ * ECONNRESET instead of its 413, and retry. So: stop parsing, free the request's buffers,
+ * let the answer drain (at most drain_ms), half-close, then read and discard until the
+ * client closes, linger_ms pass or linger_bytes arrive, whichever is first. A lingering
+ * connection still counts against max_connections, so lingerers cannot pile up. */
+static void conn_linger(conn *c, uint32_t drain_ms)
+{
+    if (c->state == CONN_CLOSING || c->state == CONN_LINGERING)
+        return;
+    sb_http_server *s = c->srv;
+    c->state = CONN_LINGERING;
+    s->n_lingering++;
+    if (!c->refused) {
+        c->linger_ms = s->opts.linger_ms == SB_HTTP_LINGER_OFF ? 0 : s->opts.linger_ms;
+        c->linger_bytes = s->opts.linger_bytes;
+    }
+    if (!drain_ms)
+        drain_ms = c->linger_ms ? c->linger_ms : s->opts.idle_ms;
+    c->req.on_abort = NULL;
+    c->req.on_drain = NULL;
+    body_release(c);
+    sb_buf_free(&c->pending);
+    sb_buf_free(&c->head);
+    c->resume = false;
+    c->linger_seen = 0;
+    if (conn_flush(c) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->linger_ms && c->linger_bytes && !c->peer_eof) {
+        conn_read_start(c);
+    } else if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    arm_timer(c, drain_ms); /* a client that never reads the answer is closed */
+    linger_drained(c);
+}
+
+/* Answers an error the server found itself (framing, limits, time, memory) with an
+ * OpenAI-shaped body and Connection: close, then lingers: the rest of the input cannot be
+ * trusted, or is not wanted. `headers` is NULL or extra "Name: value\r\n" lines. */
+static void fail_request(conn *c, int status, const char *code, const char *message, const char *headers)
 {
     sb_buf b = {0};
     sb_buf json = {0};
-    sb_buf_puts(&json, "{\"error\":{\"message\":\"");
-    sb_buf_json_escape(&json, message, strlen(message));
-    sb_buf_printf(&json, "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":%d}}", status);
-    sb_buf_printf(&b,
-                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                  "Connection: close\r\n\r\n",
-                  status, sb_http_status_text(status), json.len);
-    sb_buf_append(&b, json.data, json.len);
-    if (!b.data || conn_write(c, b.data, b.len) < 0) {
+    const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
+    if (sb_openai_error(&json, message, type, NULL, code) < 0 ||
+        sb_buf_printf(&b,
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "%sConnection: close\r\n\r\n",
+                      status, sb_http_status_text(status), json.len, headers ? headers : "") < 0 ||
+        sb_buf_append(&b, json.data, json.len) < 0 || conn_write(c, b.data, b.len) < 0) {
         sb_buf_free(&b);
         sb_buf_free(&json);
         conn_close(c);
@@ -359,13 +496,7 @@ static void fail_request(conn *c, int status, const char *message)
     }
     sb_buf_free(&b);
     sb_buf_free(&json);
-    c->close_after = true;
-    c->state = CONN_IDLE;
-    arm_timer(c, c->srv->opts.idle_ms); /* closes it if the client never reads the answer */
-    if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    }
+    conn_linger(c, 0);
 }
 
 /* ---- parsing callbacks ---- */
@@ -471,10 +602,10 @@ static int on_headers_complete(http_parser *p)
         c->error_status = 413;
         return 3;
     }
-    if (c->saw_cl && p->content_length > 0 && sb_buf_reserve(&c->body, (size_t)p->content_length) < 0) {
-        c->error_status = 500;
-        return 3;
-    }
+    /* Nothing is reserved for the declared length: a promise costs nothing until bytes
+     * come (body_grow). The length only caps the growth, so the last doubling fits. */
+    if (c->saw_cl)
+        c->body_cap_max = (size_t)p->content_length + 1;
     if (c->expect_continue && p->http_minor >= 1) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         conn_write(c, cont, sizeof(cont) - 1);
@@ -489,10 +620,12 @@ static int on_body(http_parser *p, const char *at, size_t len)
         c->error_status = 413;
         return -1;
     }
-    if (sb_buf_append(&c->body, at, len) < 0) {
-        c->error_status = 500;
+    int rc = body_grow(c, len);
+    if (rc) {
+        c->error_status = rc;
         return -1;
     }
+    sb_buf_append(&c->body, at, len); /* cannot fail: the room is there */
     return 0;
 }
 
@@ -540,14 +673,23 @@ static void process(conn *c, const char *data, size_t len)
     }
     if (err != HPE_OK) {
         int status = c->error_status ? c->error_status : 400;
-        const char *msg = status == 413   ? "request body too large"
-                          : status == 431 ? "request header too large"
-                          : status == 500 ? "out of memory"
-                          : c->saw_cl && c->saw_te
-                              ? "both Content-Length and Transfer-Encoding (request smuggling refused)"
-                              : http_errno_description(err);
+        const char *code = "invalid_http_request", *msg = http_errno_description(err), *hdrs = NULL;
+        switch (status) {
+        case 413: code = "request_too_large", msg = "request body too large"; break;
+        case 431: code = "request_header_too_large", msg = "request header too large"; break;
+        case 500: code = "out_of_memory", msg = "out of memory"; break;
+        case 503:
+            code = "request_bodies_over_budget";
+            msg = "the gateway holds too many request bytes at once (limits.max_buffered_body_bytes); retry";
+            hdrs = "Retry-After: 1\r\n";
+            c->srv->body_budget_refusals++;
+            break;
+        default:
+            if (c->saw_cl && c->saw_te)
+                code = "request_smuggling", msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
+        }
         if (c->state == CONN_READING || c->state == CONN_IDLE)
-            fail_request(c, status, msg);
+            fail_request(c, status, code, msg, hdrs);
         else
             conn_close(c);
         return;
@@ -571,6 +713,17 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     conn *c = stream->data;
     if (nread == 0)
         return;
+    if (c->state == CONN_LINGERING) {
+        if (nread == UV_EOF && !c->shut) {
+            /* The client is done sending; close once the answer has left. */
+            c->peer_eof = true;
+            uv_read_stop(stream);
+            c->reading = false;
+        } else if (nread < 0 || (c->linger_seen += (size_t)nread) > c->linger_bytes) {
+            conn_close(c);
+        }
+        return;
+    }
     if (nread < 0) {
         /* EOF or error: the client is gone. A half-read request is dropped; an in-flight one
          * is aborted, which closes its upstream so the model server stops generating. */
@@ -610,21 +763,15 @@ static void finish_response(conn *c)
 {
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
+    body_release(c); /* the request is over: its body leaves the budget */
     if (conn_flush(c) < 0) {
         conn_close(c);
         return;
     }
     if (!c->keep_alive_resp || c->srv->stopping) {
-        c->close_after = true;
-        c->state = CONN_IDLE;
-        if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->tcp);
-            c->reading = false;
-        }
-        if (c->queued == 0)
-            conn_close(c);
-        else
-            arm_timer(c, c->srv->opts.idle_ms); /* a client that never reads is closed */
+        /* Bytes the client pipelined behind a Connection: close must not reset the answer.
+         * The response may be long and the client slow: idle_ms to drain it, as on a stream. */
+        conn_linger(c, c->srv->opts.idle_ms);
         return;
     }
     c->state = CONN_IDLE;
@@ -660,31 +807,78 @@ static void run_pending(conn *c)
 
 /* ---- accepting ---- */
 
+static void on_reset_closed(uv_handle_t *h) { sb_free(h); }
+
+/* Past max_connections and past the refusal slots too: accepted (libuv stops watching a
+ * listener whose connection is left unaccepted) and closed at once, unanswered. */
+static void drop_connection(sb_http_server *s, uv_stream_t *server)
+{
+    uv_tcp_t *t = sb_malloc(sizeof(*t));
+    if (!t)
+        return;
+    uv_tcp_init(s->loop, t);
+    uv_accept(server, (uv_stream_t *)t);
+    s->reset_total++;
+    uv_close((uv_handle_t *)t, on_reset_closed);
+}
+
+/* Answers a connection past max_connections with 503 and Retry-After, then a short linger
+ * so the client reads it after sending its request. */
+static void refuse_connection(conn *c)
+{
+    sb_http_server *s = c->srv;
+    s->refused_total++;
+    c->linger_ms = s->opts.linger_ms == SB_HTTP_LINGER_OFF ? 0
+                   : s->opts.linger_ms < REFUSE_LINGER_MS ? s->opts.linger_ms
+                                                           : REFUSE_LINGER_MS;
+    c->linger_bytes = s->opts.linger_bytes < REFUSE_LINGER_BYTES ? s->opts.linger_bytes : REFUSE_LINGER_BYTES;
+    fail_request(c, 503, "too_many_connections", "the gateway is at its connection limit (limits.max_connections); retry",
+                 "Retry-After: 1\r\n");
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     sb_http_server *s = server->data;
     if (status < 0)
         return;
-    conn *c = sb_calloc(1, sizeof(conn));
-    if (!c)
+    bool over = s->n_conns >= s->opts.max_connections;
+    if (over && s->n_refusing >= s->opts.max_refusing) {
+        drop_connection(s, server);
         return;
+    }
+    conn *c = sb_calloc(1, sizeof(conn));
+    if (!c) {
+        drop_connection(s, server);
+        return;
+    }
     c->srv = s;
     uv_tcp_init(s->loop, &c->tcp);
     uv_timer_init(s->loop, &c->timer);
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
+    c->body_cap_max = SIZE_MAX;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
-    s->n_conns++;
+    if (over) {
+        c->refused = true;
+        s->n_refusing++;
+    } else {
+        s->n_conns++;
+    }
     s->n_alive++;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || s->n_conns > s->opts.max_connections) {
+    c->state = CONN_IDLE;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    if (over) {
+        refuse_connection(c);
+        return;
+    }
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
@@ -702,7 +896,6 @@ static void on_connection(uv_stream_t *server, int status)
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     reset_request(c);
-    c->state = CONN_IDLE;
     arm_timer(c, s->opts.header_ms);
     conn_read_start(c);
 }
@@ -755,6 +948,14 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->opts.idle_ms = 60000;
     if (!s->opts.write_high_water)
         s->opts.write_high_water = 1024 * 1024;
+    if (!s->opts.max_refusing)
+        s->opts.max_refusing = 64;
+    if (!s->opts.max_buffered_body_bytes)
+        s->opts.max_buffered_body_bytes = (size_t)256 << 20;
+    if (!s->opts.linger_ms)
+        s->opts.linger_ms = 5000;
+    if (!s->opts.linger_bytes)
+        s->opts.linger_bytes = (size_t)64 << 20;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     uv_check_init(loop, &s->flusher);
@@ -799,9 +1000,31 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
         o.idle_ms = s->opts.idle_ms;
     if (!o.write_high_water)
         o.write_high_water = s->opts.write_high_water;
+    if (!o.max_refusing)
+        o.max_refusing = s->opts.max_refusing;
+    if (!o.max_buffered_body_bytes)
+        o.max_buffered_body_bytes = s->opts.max_buffered_body_bytes;
+    if (!o.linger_ms)
+        o.linger_ms = s->opts.linger_ms;
+    if (!o.linger_bytes)
+        o.linger_bytes = s->opts.linger_bytes;
     s->opts = o;
 }
+
 size_t sb_http_server_connections(const sb_http_server *s) { return s->n_conns; }
+
+void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out)
+{
+    *out = (sb_http_server_stats){
+        .open_connections = s->n_conns,
+        .lingering_connections = s->n_lingering,
+        .refusing_connections = s->n_refusing,
+        .body_bytes = s->body_bytes,
+        .refused_total = s->refused_total,
+        .reset_total = s->reset_total,
+        .body_budget_refusals = s->body_budget_refusals,
+    };
+}
 
 
 void sb_http_server_stop(sb_http_server *s)

@@ -7,7 +7,29 @@
  * streaming (sb_http_stream_*). Requests that break framing rules are answered here and never
  * reach the handler: both Content-Length and Transfer-Encoding, an invalid Content-Length, a
  * non-chunked Transfer-Encoding (400: no request smuggling), oversized head (431) or body
- * (413), a slow head (408).
+ * (413), a slow head (408), request bodies over the server's memory budget (503).
+ *
+ * Bounds, so that no client can stall the loop or claim its memory:
+ * - Memory grows with bytes received, never with bytes promised: a body buffer starts small
+ *   and doubles as bytes arrive, capped by the declared Content-Length; the head grows up to
+ *   max_header_bytes; bytes pipelined behind a request in progress are held up to 64 KiB
+ *   (plus one read), then reading pauses. Reads land in one static 64 KiB slab, consumed
+ *   before the next read.
+ * - max_buffered_body_bytes bounds the capacity of all body buffers of this server at once.
+ *   A body that would pass it is refused with 503 (code request_bodies_over_budget,
+ *   Retry-After: 1) rather than paused: pausing would let a few slow clients holding
+ *   partial bodies stall everyone else until header_ms; a 503 is immediate and clear. A body
+ *   is charged from its first byte until its response is finished (it stays alive while the
+ *   handler proxies it) or the connection closes.
+ * - Every answer that closes the connection (the errors above, Connection: close, HTTP/1.0)
+ *   ends in a lingering close: the answer drains, the write side is shut (FIN), and what the
+ *   client still sends is read and discarded for at most linger_ms and linger_bytes, so a
+ *   client that writes its whole body before reading gets the answer instead of a reset.
+ *   Lingering connections count against max_connections.
+ * - At max_connections a new connection is accepted and answered 503 (code
+ *   too_many_connections, Retry-After: 1, Connection: close), with a short linger (1 s,
+ *   64 KiB at most). At most max_refusing of those are answered at once; beyond that a new
+ *   connection is accepted and closed unanswered (the client sees a reset or EOF).
  *
  * Not for: routing or anything about OpenAI; TLS; HTTP/2. Used by the gateway (net/proxy.c),
  * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
@@ -58,14 +80,33 @@ struct sb_http_req {
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
 
+/* linger_ms value that turns lingering off: close as soon as the answer has left. */
+#define SB_HTTP_LINGER_OFF UINT32_MAX
+
+/* Zero fields take the default (at start) or keep the current value (set_opts). */
 typedef struct sb_http_server_opts {
     size_t max_header_bytes;   /* request line + headers; default 64 KiB */
     size_t max_body_bytes;     /* default 16 MiB */
-    size_t max_connections;    /* default 10000 */
+    size_t max_connections;    /* counted: open and lingering connections; default 10000 */
+    size_t max_refusing;       /* connections past max_connections answered 503 at once; default 64 */
+    size_t max_buffered_body_bytes; /* body buffer capacity over all connections; default 256 MiB */
     uint32_t header_ms;        /* whole request (head and body) must arrive within; default 10 s */
     uint32_t idle_ms;          /* keep-alive idle; default 60 s */
+    uint32_t linger_ms;        /* lingering close, after the answer left; default 5 s; or SB_HTTP_LINGER_OFF */
+    size_t linger_bytes;       /* bytes discarded while lingering before giving up; default 64 MiB */
     size_t write_high_water;   /* backpressure threshold, bytes queued; default 1 MiB */
 } sb_http_server_opts;
+
+/* A server's gauges and counters, for metrics. */
+typedef struct sb_http_server_stats {
+    size_t open_connections;      /* counted against max_connections, lingering ones included */
+    size_t lingering_connections; /* answered and closing (refused ones included) */
+    size_t refusing_connections;  /* past max_connections, being answered 503 */
+    size_t body_bytes;            /* body buffer capacity held now (max_buffered_body_bytes) */
+    uint64_t refused_total;       /* connections answered 503 at max_connections */
+    uint64_t reset_total;         /* connections closed unanswered (max_refusing reached) */
+    uint64_t body_budget_refusals; /* requests answered 503: body budget spent */
+} sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).
  * Returns 0 and sets *out, or a negative libuv error code (nothing is left open). */
@@ -82,6 +123,8 @@ uint16_t sb_http_server_port(const sb_http_server *s);
  * server is freed once libuv has closed all handles. */
 void sb_http_server_stop(sb_http_server *s);
 size_t sb_http_server_connections(const sb_http_server *s);
+/* Fills *out with the server's current gauges and counters. */
+void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out);
 
 /* Finds a request header by case-insensitive name; NULL if absent. */
 const sb_http_header *sb_http_req_header(const sb_http_req *req, const char *name);

@@ -79,6 +79,7 @@ static const field limits_fields[] = {
     F(max_buffered_body_bytes, K_BYTES, 1, SIZE_MAX),
     F(linger_ms, K_MS, 0, UINT32_MAX),
     F(linger_bytes, K_BYTES, 0, SIZE_MAX),
+    F(max_refusing_connections, K_COUNT, 1, SIZE_MAX),
 };
 
 /* The bound is the field's width; a timeout that large means "never" in practice. */
@@ -1489,6 +1490,7 @@ static bool set_defaults(sb_config *cfg)
         .max_buffered_body_bytes = 256u << 20,
         .linger_ms = 5000,
         .linger_bytes = 64u << 20,
+        .max_refusing_connections = 64,
         .connect_ms = 1000,
         .response_ms = 600000,
         .idle_ms = 60000,

@@ -61,6 +61,7 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "  max_buffered_body_bytes: 1GiB\n"
                                 "  linger_ms: 0\n"
                                 "  linger_bytes: 1MiB\n"
+                                "  max_refusing_connections: 8\n"
                                 "timeouts:\n"
                                 "  connect_ms: 250\n"
                                 "  response_ms: 120000\n"
@@ -138,6 +139,7 @@ static void test_full_config(void **state)
     assert_int_equal(cfg->max_buffered_body_bytes, (size_t)1 << 30);
     assert_int_equal(cfg->linger_ms, 0);
     assert_int_equal(cfg->linger_bytes, 1u << 20);
+    assert_int_equal(cfg->max_refusing_connections, 8);
     assert_int_equal(cfg->connect_ms, 250);
     assert_int_equal(cfg->response_ms, 120000);
     assert_int_equal(cfg->idle_ms, 5000);
@@ -251,6 +253,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->max_buffered_body_bytes, 256u << 20);
     assert_int_equal(cfg->linger_ms, 5000);
     assert_int_equal(cfg->linger_bytes, 64u << 20);
+    assert_int_equal(cfg->max_refusing_connections, 64);
     assert_int_equal(cfg->connect_ms, 1000);
     assert_int_equal(cfg->response_ms, 600000);
     assert_int_equal(cfg->idle_ms, 60000);
