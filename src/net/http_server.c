@@ -672,7 +672,8 @@ static void process(conn *c, const char *data, size_t len)
         return;
     }
     if (err != HPE_OK) {
-        int status = c->error_status ? c->error_status : 400;
+        /* http-parser's own head bound (HTTP_MAX_HEADER_SIZE, 80 KiB) is a 431 too. */
+        int status = c->error_status ? c->error_status : err == HPE_HEADER_OVERFLOW ? 431 : 400;
         const char *code = "invalid_http_request", *msg = http_errno_description(err), *hdrs = NULL;
         switch (status) {
         case 413: code = "request_too_large", msg = "request body too large"; break;
@@ -685,7 +686,7 @@ static void process(conn *c, const char *data, size_t len)
             c->srv->body_budget_refusals++;
             break;
         default:
-            if (c->saw_cl && c->saw_te)
+            if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH)
                 code = "request_smuggling", msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
         }
         if (c->state == CONN_READING || c->state == CONN_IDLE)

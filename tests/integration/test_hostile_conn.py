@@ -1,0 +1,282 @@
+"""Hostile connections against the live gateway (issue 11, items 3-5), on raw sockets where the
+wire matters.
+
+- Early answers (413, 431, 400, 408) reach a client that writes its whole request before it
+  reads: the gateway lingers (reads and discards) instead of closing on unread bytes, which
+  makes the kernel reset the connection and destroy the answer.
+- Memory grows with bytes received, not with the Content-Length a client promises.
+- A global budget of request-body bytes: past it, 503 with Retry-After; back once they go.
+- At max_connections a new client reads a 503 with Retry-After instead of a reset, and
+  /metrics shows the open-connection gauge.
+"""
+import http.client as httpclient
+import json
+import socket
+import time
+import unittest
+
+from fixtures import Gateway, Upstream, chat_body, http, read_response, send_request, wait_until
+
+MODEL = "m1"
+
+
+def metrics_text(gw):
+    """The gateway's Prometheus text (one place to change if /metrics moves listener)."""
+    return http(gw.port, "GET", "/metrics")[2].decode()
+
+
+def metric(gw, name):
+    for line in metrics_text(gw).splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def vm_data_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmData")
+
+
+def error_of(body):
+    return json.loads(body)["error"]
+
+
+def send_all_then_read(port, data):
+    """Writes every byte of `data` before reading anything, as Python's http.client and the
+    OpenAI SDKs do; returns the response. A reset anywhere raises (the hole this pins)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    try:
+        s.sendall(data)
+        return read_response(s)
+    finally:
+        s.close()
+
+
+class EarlyAnswersLinger(unittest.TestCase):
+    def setUp(self):
+        self.up = Upstream("u1")
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                          extra="limits: { max_body_bytes: 1KiB }\ntimeouts: { header_ms: 300 }")
+
+    def tearDown(self):
+        try:
+            self.gw.close()
+        finally:
+            self.up.close()
+
+    def test_413_reaches_a_client_that_writes_its_whole_body_first(self):
+        body = b'{"model":"m1","messages":[],"x":"' + b"a" * (8 << 20) + b'"}'
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+               b"Content-Length: %d\r\n\r\n" % len(body)
+        for _ in range(5):
+            st, h, out = send_all_then_read(self.gw.port, head + body)
+            self.assertEqual(st, 413)
+            self.assertEqual(h.get("connection"), "close")
+            self.assertEqual(error_of(out)["code"], "request_too_large")
+        self.assertEqual(len(self.up.requests), 0)
+
+    def test_413_reaches_python_http_client(self):
+        body = json.dumps(chat_body(MODEL, text="a" * (1 << 20))).encode()
+        for _ in range(5):
+            conn = httpclient.HTTPConnection("127.0.0.1", self.gw.port, timeout=20)
+            try:
+                conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                self.assertEqual(r.status, 413)
+                err = error_of(r.read())
+                self.assertEqual(err["type"], "invalid_request_error")
+                self.assertIn("too large", err["message"])
+            finally:
+                conn.close()
+
+    def test_chunked_body_over_the_limit_413_with_the_rest_unread(self):
+        chunk = b"a" * 4096
+        data = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+            (b"1000\r\n" + chunk + b"\r\n") * 2048 + b"0\r\n\r\n"
+        st, _, out = send_all_then_read(self.gw.port, data)
+        self.assertEqual(st, 413)
+        self.assertEqual(error_of(out)["code"], "request_too_large")
+
+    def test_431_reaches_a_client_that_writes_a_huge_head(self):
+        data = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+        st, h, out = send_all_then_read(self.gw.port, data)
+        self.assertEqual(st, 431)
+        self.assertEqual(h.get("connection"), "close")
+        self.assertEqual(error_of(out)["code"], "request_header_too_large")
+
+    def test_400_smuggling_with_trailing_data(self):
+        junk = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20000  # ~700 KB behind the refused request
+        data = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n" \
+               b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + junk
+        st, h, out = send_all_then_read(self.gw.port, data)
+        self.assertEqual(st, 400)
+        self.assertEqual(h.get("connection"), "close")
+        self.assertEqual(error_of(out)["code"], "request_smuggling")
+        self.assertEqual(len(self.up.requests), 0)
+
+    def test_connection_close_answer_survives_pipelined_junk(self):
+        # The gateway's own answer with Connection: close, then bytes it will never parse.
+        data = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" + b"z" * (8 << 20)
+        st, h, _ = send_all_then_read(self.gw.port, data)
+        self.assertEqual(st, 200)
+        self.assertEqual(h.get("connection"), "close")
+
+    def test_408_reaches_a_client_still_trickling_its_body(self):
+        # header_ms is 300: the client sends a head and trickles its body past that, only
+        # then reads. It must read the 408, not a reset.
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=20)
+        try:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+            for _ in range(40):  # about 800 ms of trickle, never finishing the 1000 bytes
+                s.sendall(b"a" * 20)
+                time.sleep(0.02)
+            st, h, out = read_response(s)
+        finally:
+            s.close()
+        self.assertEqual(st, 408)
+        self.assertEqual(error_of(out)["code"], "request_timeout")
+
+    def test_lingering_is_bounded_by_linger_bytes(self):
+        # A client that never stops sending after its 413 is cut once linger_bytes are
+        # discarded; the gateway keeps serving.
+        gw = Gateway([{"name": "q", "models": ["m2"], "endpoints": [self.up.address]}],
+                     extra="limits: { max_body_bytes: 1KiB, linger_bytes: 256KiB }")
+        try:
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+            cut = False
+            try:
+                for _ in range(1000):  # up to 64 MiB, far past linger_bytes
+                    s.sendall(b"a" * 65536)
+            except OSError:
+                cut = True
+            s.close()
+            self.assertTrue(cut, "the gateway stopped discarding after linger_bytes")
+            self.assertEqual(http(gw.port, "GET", "/healthz")[0], 200)
+        finally:
+            gw.close()
+
+
+class BodyMemory(unittest.TestCase):
+    def setUp(self):
+        self.up = Upstream("u1")
+
+    def tearDown(self):
+        self.up.close()
+
+    def test_declared_length_reserves_nothing(self):
+        # 64 connections each promise a 16 MiB body (the default max_body_bytes) and send
+        # 100 bytes of it. Today's reservation would take 64 x 32 MiB of address space.
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}])
+        socks = []
+        try:
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat_body(MODEL))[0], 200)
+            base = vm_data_kib(gw.proc.pid)
+            for _ in range(64):
+                s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+                socks.append(s)
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                          b"Expect: 100-continue\r\n\r\n" % (16 << 20))
+            for s in socks:
+                # 100 Continue comes once the head is processed (and, before, reserved for).
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    chunk = s.recv(4096)
+                    self.assertTrue(chunk, "gateway closed instead of 100 Continue")
+                    got += chunk
+                self.assertTrue(got.startswith(b"HTTP/1.1 100"), got)
+                s.sendall(b"{" + b" " * 99)
+            grown_kib = vm_data_kib(gw.proc.pid) - base
+            # Generous: 64 MiB against the 2 GiB the promises would cost.
+            self.assertLess(grown_kib, 64 * 1024, "memory followed the declared lengths")
+        finally:
+            for s in socks:
+                s.close()
+            gw.close()
+
+    def test_global_body_budget_503_then_back(self):
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                     extra="limits: { max_body_bytes: 1MiB, max_buffered_body_bytes: 256KiB }")
+        try:
+            # A slow client holds 200 KiB of a 1 MiB body.
+            hog = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+            hog.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 20)
+                        + b"{" + b" " * (200 * 1024))
+            wait_until(lambda: (metric(gw, "switchboard_request_body_bytes") or 0) >= 200 * 1024, 10,
+                       "the gateway to hold the slow client's body")
+            # A 100 KiB request no longer fits: 503, Retry-After, read by a client that
+            # writes everything first.
+            body = json.dumps(chat_body(MODEL, text="b" * 100 * 1024)).encode()
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+                   b"Content-Length: %d\r\n\r\n" % len(body)
+            st, h, out = send_all_then_read(gw.port, head + body)
+            self.assertEqual(st, 503)
+            self.assertGreaterEqual(int(h["retry-after"]), 1)
+            err = error_of(out)
+            self.assertEqual(err["code"], "request_bodies_over_budget")
+            self.assertEqual(err["type"], "service_unavailable")
+            self.assertEqual(metric(gw, "switchboard_body_budget_refusals_total"), 1)
+            self.assertEqual(len(self.up.requests), 0)
+            # Small requests without a body still pass meanwhile.
+            self.assertEqual(http(gw.port, "GET", "/healthz")[0], 200)
+            # The hog leaves: its bytes leave the budget, and the same request succeeds.
+            hog.close()
+            wait_until(lambda: metric(gw, "switchboard_request_body_bytes") == 0, 10, "the budget to be released")
+            st, _, out = send_all_then_read(gw.port, head + body)
+            self.assertEqual(st, 200)
+            self.assertEqual(json.loads(out)["body_len"], len(body))
+            # Bodies proxied and answered are released too.
+            self.assertEqual(metric(gw, "switchboard_request_body_bytes"), 0)
+        finally:
+            gw.close()
+
+
+class ConnectionLimit(unittest.TestCase):
+    def setUp(self):
+        self.up = Upstream("u1")
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                          extra="limits: { max_connections: 4 }")
+        self.held = []
+
+    def tearDown(self):
+        for s in self.held:
+            s.close()
+        try:
+            self.gw.close()
+        finally:
+            self.up.close()
+
+    def hold(self):
+        """A keep-alive connection, proved accepted and counted by one answered request."""
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        send_request(s, "GET", "/healthz")
+        self.assertEqual(read_response(s)[0], 200)
+        self.held.append(s)
+        return s
+
+    def test_at_the_limit_a_new_client_reads_503_with_retry_after(self):
+        for _ in range(4):
+            self.hold()
+        for _ in range(3):
+            st, h, out = http(self.gw.port, "POST", "/v1/chat/completions", chat_body(MODEL))
+            self.assertEqual(st, 503)
+            self.assertGreaterEqual(int(h["retry-after"]), 1)
+            self.assertEqual(h.get("connection"), "close")
+            err = error_of(out)
+            self.assertEqual(err["code"], "too_many_connections")
+            self.assertEqual(err["type"], "service_unavailable")
+        self.assertEqual(len(self.up.requests), 0)
+        # One leaves: service resumes.
+        self.held.pop().close()
+        wait_until(lambda: http(self.gw.port, "GET", "/healthz")[0] == 200, 10, "a slot to free up")
+        text = metrics_text(self.gw)  # on the fourth slot
+        vals = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l and l[0] != "#"}
+        self.assertEqual(vals["switchboard_open_connections"], 4)  # three held and this one
+        self.assertGreaterEqual(vals['switchboard_connections_refused_total{answer="503"}'], 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
