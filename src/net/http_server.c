@@ -16,6 +16,10 @@
  * stop reading until the current request finishes. One read may overshoot it by at most
  * READ_BUF_BYTES, so a connection never holds more than 128 KiB of bytes read ahead. */
 #define MAX_PENDING_BYTES (64 * 1024)
+#define PENDING_CAP (MAX_PENDING_BYTES + READ_BUF_BYTES + 1)
+/* A head buffer up to this size is kept for the connection's next request; a larger one
+ * (a client that once sent a big head) is freed when its response is done. */
+#define HEAD_KEEP_BYTES 4096
 /* First allocation for a body; then it doubles with the bytes that arrive (never with the
  * bytes a Content-Length promises), up to the declared length. */
 #define BODY_FIRST_BYTES 4096
@@ -265,7 +269,42 @@ static int conn_write(conn *c, const char *data, size_t len)
     return conn_writev(c, &b, 1);
 }
 
-/* ---- request bodies: grown with what arrives, charged to the server's budget ---- */
+/* ---- buffers of client bytes: grown with what arrives, never past their bound ---- */
+
+/* The capacity `b` needs for `extra` more bytes (and sb_buf's NUL): 0 if it has room, else
+ * double the current one (at least `first`), but never more than `cap_max` when that still
+ * fits, so a buffer at its bound holds no doubling's worth of slack. */
+static size_t grown_cap(const sb_buf *b, size_t extra, size_t first, size_t cap_max)
+{
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap * 2 : first;
+    if (cap < need)
+        cap = need;
+    if (cap > cap_max && cap_max >= need)
+        cap = cap_max;
+    return cap;
+}
+
+static int buf_set_cap(sb_buf *b, size_t cap)
+{
+    char *d = sb_realloc(b->data, cap);
+    if (!d)
+        return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+/* Appends to a head or pending buffer, growing it at most to cap_max. Returns 0 or -1 (ENOMEM). */
+static int buf_append_capped(sb_buf *b, const char *p, size_t n, size_t cap_max)
+{
+    size_t cap = grown_cap(b, n, 1024, cap_max);
+    if (cap && buf_set_cap(b, cap) < 0)
+        return -1;
+    return sb_buf_append(b, p, n);
+}
 
 /* Makes room for `extra` more body bytes. The buffer doubles from what has arrived (so the
  * memory a connection holds is at most about twice what it sent), never past the declared
@@ -275,27 +314,19 @@ static int conn_write(conn *c, const char *data, size_t len)
 static int body_grow(conn *c, size_t extra)
 {
     sb_http_server *s = c->srv;
-    size_t need = c->body.len + extra + 1; /* sb_buf keeps a NUL after the data */
-    if (need <= c->body.cap)
+    size_t cap = grown_cap(&c->body, extra, BODY_FIRST_BYTES, c->body_cap_max);
+    if (!cap)
         return 0;
-    size_t cap = c->body.cap ? c->body.cap * 2 : BODY_FIRST_BYTES;
-    if (cap < need)
-        cap = need;
-    if (cap > c->body_cap_max && c->body_cap_max >= need)
-        cap = c->body_cap_max;
-    size_t more = cap - c->body.cap;
-    if (more > s->opts.max_buffered_body_bytes - s->body_bytes) {
-        /* Try the exact need before refusing: the doubling is a convenience, not a claim. */
-        cap = need;
-        more = cap - c->body.cap;
-        if (s->body_bytes > s->opts.max_buffered_body_bytes || more > s->opts.max_buffered_body_bytes - s->body_bytes)
+    size_t avail = s->body_bytes < s->opts.max_buffered_body_bytes ? s->opts.max_buffered_body_bytes - s->body_bytes : 0;
+    if (cap - c->body.cap > avail) {
+        /* The exact need before refusing: the doubling is a convenience, not a claim. */
+        cap = c->body.len + extra + 1;
+        if (cap - c->body.cap > avail)
             return 503;
     }
-    char *d = sb_realloc(c->body.data, cap);
-    if (!d)
+    size_t more = cap - c->body.cap;
+    if (buf_set_cap(&c->body, cap) < 0)
         return 500;
-    c->body.data = d;
-    c->body.cap = cap;
     s->body_bytes += more;
     return 0;
 }
@@ -517,7 +548,7 @@ static int head_append(conn *c, const char *at, size_t len)
         c->error_status = 431;
         return -1;
     }
-    if (sb_buf_append(&c->head, at, len) < 0) {
+    if (buf_append_capped(&c->head, at, len, c->srv->opts.max_header_bytes + 1) < 0) {
         c->error_status = 500;
         return -1;
     }
@@ -663,7 +694,7 @@ static void process(conn *c, const char *data, size_t len)
     size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
     enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
     if (err == HPE_PAUSED) {
-        if (n < len && sb_buf_append(&c->pending, data + n, len - n) < 0) {
+        if (n < len && buf_append_capped(&c->pending, data + n, len - n, PENDING_CAP) < 0) {
             conn_close(c);
             return;
         }
@@ -734,7 +765,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (c->state == CONN_HANDLING || c->state == CONN_STREAMING || c->close_after) {
         if (c->close_after)
             return;
-        if (sb_buf_append(&c->pending, buf->base, (size_t)nread) < 0) {
+        if (buf_append_capped(&c->pending, buf->base, (size_t)nread, PENDING_CAP) < 0) {
             conn_close(c);
             return;
         }
@@ -765,6 +796,8 @@ static void finish_response(conn *c)
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
     body_release(c); /* the request is over: its body leaves the budget */
+    if (c->head.cap > HEAD_KEEP_BYTES)
+        sb_buf_free(&c->head);
     if (conn_flush(c) < 0) {
         conn_close(c);
         return;
