@@ -16,3 +16,6 @@ build/bench/bench_prom
 echo
 echo "== proxy overhead (bench/proxy_overhead.sh) =="
 bench/proxy_overhead.sh
+echo
+echo "== hostile connections: memory per promised body, early answers, connection limit, body budget (bench/hostile_conn.py) =="
+bench/hostile_conn.py
