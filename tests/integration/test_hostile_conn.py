@@ -250,12 +250,17 @@ class ConnectionLimit(unittest.TestCase):
             self.up.close()
 
     def hold(self):
-        """A keep-alive connection, proved accepted and counted by one answered request."""
-        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
-        send_request(s, "GET", "/healthz")
-        self.assertEqual(read_response(s)[0], 200)
-        self.held.append(s)
-        return s
+        """A keep-alive connection, proved accepted and counted by one answered request
+        (retried: the fixture's readiness probe may hold a slot for a moment)."""
+        def take():
+            s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+            send_request(s, "GET", "/healthz")
+            if read_response(s)[0] == 200:
+                self.held.append(s)
+                return True
+            s.close()
+            return False
+        wait_until(take, 10, "a connection slot")
 
     def test_at_the_limit_a_new_client_reads_503_with_retry_after(self):
         for _ in range(4):
@@ -276,6 +281,63 @@ class ConnectionLimit(unittest.TestCase):
         vals = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l and l[0] != "#"}
         self.assertEqual(vals["switchboard_open_connections"], 4)  # three held and this one
         self.assertGreaterEqual(vals['switchboard_connections_refused_total{answer="503"}'], 3)
+
+    def test_refusals_answered_at_once_are_bounded(self):
+        # With max_refusing_connections 1, a second client past the limit while the first
+        # refusal still lingers is closed unanswered (documented), and counted.
+        gw = Gateway([{"name": "q", "models": ["m2"], "endpoints": [self.up.address]}],
+                     extra="limits: { max_connections: 1, max_refusing_connections: 1 }")
+        held = []
+        try:
+            def take_the_slot():
+                # The fixture's readiness probe may still hold the one slot for a moment.
+                s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+                send_request(s, "GET", "/healthz")
+                if read_response(s)[0] == 200:
+                    held.append(s)
+                    return True
+                s.close()
+                return False
+            wait_until(take_the_slot, 10, "the only connection slot")
+            for _ in range(5):  # the first refusal lingers 1 s at most: retry if it ended first
+                r1 = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+                held.append(r1)  # kept open: its refusal lingers
+                r1.settimeout(10)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += r1.recv(4096)
+                self.assertTrue(got.startswith(b"HTTP/1.1 503"), got)
+                r2 = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+                try:
+                    r2.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    answer = r2.recv(4096)
+                except OSError:
+                    answer = b""
+                r2.close()
+                if not answer:
+                    break
+            self.assertEqual(answer, b"", "the second refusal was closed unanswered")
+            for x in held:  # the slot and the refusals free up
+                x.close()
+            held = []
+
+            def healthy():
+                try:
+                    return http(gw.port, "GET", "/healthz")[0] == 200
+                except OSError:  # still past the limit for a moment: closed unanswered
+                    return False
+            wait_until(healthy, 10, "service to resume")
+            # (a /metrics request may itself meet the limit of 1 for a moment: retried)
+            def counted():
+                try:
+                    return (metric(gw, 'switchboard_connections_refused_total{answer="none"}') or 0) >= 1
+                except OSError:
+                    return False
+            wait_until(counted, 10, "the unanswered refusal to be counted")
+        finally:
+            for x in held:
+                x.close()
+            gw.close()
 
 
 if __name__ == "__main__":
