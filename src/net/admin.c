@@ -136,7 +136,8 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_request_body_bytes gauge\nswitchboard_request_body_bytes %zu\n"
                   "# HELP switchboard_body_budget_refusals_total Requests answered 503 because request bodies "
                   "held limits.max_buffered_body_bytes.\n"
-                  "# TYPE switchboard_body_budget_refusals_total counter\nswitchboard_body_budget_refusals_total %llu\n",
+                  "# TYPE switchboard_body_budget_refusals_total counter\n"
+                  "switchboard_body_budget_refusals_total %llu\n",
                   hs.open_connections, (unsigned long long)hs.refused_total, (unsigned long long)hs.reset_total,
                   hs.body_bytes, (unsigned long long)hs.body_budget_refusals);
     sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error.\n"

@@ -317,7 +317,8 @@ static int body_grow(conn *c, size_t extra)
     size_t cap = grown_cap(&c->body, extra, BODY_FIRST_BYTES, c->body_cap_max);
     if (!cap)
         return 0;
-    size_t avail = s->body_bytes < s->opts.max_buffered_body_bytes ? s->opts.max_buffered_body_bytes - s->body_bytes : 0;
+    size_t budget = s->opts.max_buffered_body_bytes;
+    size_t avail = s->body_bytes < budget ? budget - s->body_bytes : 0; /* a reload may have lowered it */
     if (cap - c->body.cap > avail) {
         /* The exact need before refusing: the doubling is a convenience, not a claim. */
         cap = c->body.len + extra + 1;
@@ -717,8 +718,10 @@ static void process(conn *c, const char *data, size_t len)
             c->srv->body_budget_refusals++;
             break;
         default:
-            if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH)
-                code = "request_smuggling", msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
+            if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH) {
+                code = "request_smuggling";
+                msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
+            }
         }
         if (c->state == CONN_READING || c->state == CONN_IDLE)
             fail_request(c, status, code, msg, hdrs);
@@ -862,12 +865,12 @@ static void refuse_connection(conn *c)
 {
     sb_http_server *s = c->srv;
     s->refused_total++;
-    c->linger_ms = s->opts.linger_ms == SB_HTTP_LINGER_OFF ? 0
-                   : s->opts.linger_ms < REFUSE_LINGER_MS ? s->opts.linger_ms
-                                                           : REFUSE_LINGER_MS;
+    c->linger_ms = s->opts.linger_ms < REFUSE_LINGER_MS ? s->opts.linger_ms : REFUSE_LINGER_MS;
+    if (s->opts.linger_ms == SB_HTTP_LINGER_OFF)
+        c->linger_ms = 0;
     c->linger_bytes = s->opts.linger_bytes < REFUSE_LINGER_BYTES ? s->opts.linger_bytes : REFUSE_LINGER_BYTES;
-    fail_request(c, 503, "too_many_connections", "the gateway is at its connection limit (limits.max_connections); retry",
-                 "Retry-After: 1\r\n");
+    fail_request(c, 503, "too_many_connections",
+                 "the gateway is at its connection limit (limits.max_connections); retry", "Retry-After: 1\r\n");
 }
 
 static void on_connection(uv_stream_t *server, int status)

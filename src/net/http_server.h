@@ -85,26 +85,26 @@ typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
 
 /* Zero fields take the default (at start) or keep the current value (set_opts). */
 typedef struct sb_http_server_opts {
-    size_t max_header_bytes;   /* request line + headers; default 64 KiB */
-    size_t max_body_bytes;     /* default 16 MiB */
-    size_t max_connections;    /* counted: open and lingering connections; default 10000 */
-    size_t max_refusing;       /* connections past max_connections answered 503 at once; default 64 */
+    size_t max_header_bytes;        /* request line + headers; default 64 KiB */
+    size_t max_body_bytes;          /* default 16 MiB */
+    size_t max_connections;         /* counted: open and lingering connections; default 10000 */
+    size_t max_refusing;            /* connections past max_connections answered 503 at once; default 64 */
     size_t max_buffered_body_bytes; /* body buffer capacity over all connections; default 256 MiB */
-    uint32_t header_ms;        /* whole request (head and body) must arrive within; default 10 s */
-    uint32_t idle_ms;          /* keep-alive idle; default 60 s */
-    uint32_t linger_ms;        /* lingering close, after the answer left; default 5 s; or SB_HTTP_LINGER_OFF */
-    size_t linger_bytes;       /* bytes discarded while lingering before giving up; default 64 MiB */
-    size_t write_high_water;   /* backpressure threshold, bytes queued; default 1 MiB */
+    uint32_t header_ms;             /* whole request (head and body) must arrive within; default 10 s */
+    uint32_t idle_ms;               /* keep-alive idle; default 60 s */
+    uint32_t linger_ms;             /* lingering close, after the answer left; default 5 s; or SB_HTTP_LINGER_OFF */
+    size_t linger_bytes;            /* bytes discarded while lingering before giving up; default 64 MiB */
+    size_t write_high_water;        /* backpressure threshold, bytes queued; default 1 MiB */
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */
 typedef struct sb_http_server_stats {
-    size_t open_connections;      /* counted against max_connections, lingering ones included */
-    size_t lingering_connections; /* answered and closing (refused ones included) */
-    size_t refusing_connections;  /* past max_connections, being answered 503 */
-    size_t body_bytes;            /* body buffer capacity held now (max_buffered_body_bytes) */
-    uint64_t refused_total;       /* connections answered 503 at max_connections */
-    uint64_t reset_total;         /* connections closed unanswered (max_refusing reached) */
+    size_t open_connections;       /* counted against max_connections, lingering ones included */
+    size_t lingering_connections;  /* answered and closing (refused ones included) */
+    size_t refusing_connections;   /* past max_connections, being answered 503 */
+    size_t body_bytes;             /* body buffer capacity held now (max_buffered_body_bytes) */
+    uint64_t refused_total;        /* connections answered 503 at max_connections */
+    uint64_t reset_total;          /* connections closed unanswered (max_refusing reached) */
     uint64_t body_budget_refusals; /* requests answered 503: body budget spent */
 } sb_http_server_stats;
 
