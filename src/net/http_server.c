@@ -69,6 +69,7 @@ typedef struct conn {
     bool processing;      /* process() is on the stack for this connection */
     bool head_only;       /* the response has no body (HEAD request, 1xx/204/304 status) */
     bool resume;          /* pipelined bytes to parse once the outermost process() returns */
+    bool write_paused;    /* reading and parsing paused until the client reads its answers */
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     struct conn *dirty_prev, *dirty_next;
@@ -176,6 +177,16 @@ static void on_write(uv_write_t *w, int status)
     }
     if (c->queued == 0 && c->close_after && c->state == CONN_IDLE) {
         conn_close(c);
+        return;
+    }
+    if (c->write_paused && c->state == CONN_IDLE) {
+        arm_timer(c, c->srv->opts.idle_ms); /* it reads: not idle */
+        if (c->queued + c->out.len < c->srv->opts.write_high_water / 2) {
+            c->write_paused = false;
+            conn_read_start(c);
+            if (c->pending.len)
+                run_pending(c);
+        }
         return;
     }
     if (c->wants_drain && c->queued < c->srv->opts.write_high_water / 2 && c->state == CONN_STREAMING) {
@@ -814,6 +825,18 @@ static void finish_response(conn *c)
     c->state = CONN_IDLE;
     arm_timer(c, c->srv->opts.idle_ms);
     http_parser_pause(&c->parser, 0);
+    if (c->queued + c->out.len > c->srv->opts.write_high_water) {
+        /* A client pipelining requests without reading the answers would have them pile up
+         * here without bound (a 30-byte request can fetch kilobytes): stop reading and
+         * parsing until it reads below the low watermark (on_write); idle_ms closes it if
+         * it never does. */
+        c->write_paused = true;
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+        return;
+    }
     conn_read_start(c);
     if (c->pending.len) {
         /* Pipelined requests: parsed by the outermost process() on the stack, in a loop, never

@@ -32,12 +32,16 @@ def metric(gw, name):
     return None
 
 
-def vm_data_kib(pid):
+def status_kib(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmData:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmData")
+    raise AssertionError("no " + key)
+
+
+def vm_data_kib(pid):
+    return status_kib(pid, "VmData")
 
 
 def error_of(body):
@@ -231,6 +235,39 @@ class BodyMemory(unittest.TestCase):
             # Bodies proxied and answered are released too.
             self.assertEqual(metric(gw, "switchboard_request_body_bytes"), 0)
         finally:
+            gw.close()
+
+    def test_pipelined_requests_never_read_do_not_pile_up_answers(self):
+        # A client pipelines small requests for big answers and never reads: the gateway
+        # must stop reading it (answers stay under write_high_water), not buffer every answer.
+        models = ["org/model-with-a-rather-long-name-%03d" % i for i in range(300)]
+        gw = Gateway([{"name": "p", "models": models, "endpoints": [self.up.address]}])
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        try:
+            st, _, out = http(gw.port, "GET", "/v1/models")
+            self.assertEqual(st, 200)
+            self.assertGreater(len(out), 10000)  # each 40-byte request asks for this much
+            base = status_kib(gw.proc.pid, "VmRSS")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(0.5)
+            batch = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+            deadline = time.monotonic() + 4
+            try:
+                while time.monotonic() < deadline:  # until the gateway stops reading (send blocks)
+                    s.send(batch)
+            except socket.timeout:
+                pass
+            # The loop still serves others meanwhile.
+            self.assertEqual(http(gw.port, "GET", "/healthz")[0], 200)
+            grown = status_kib(gw.proc.pid, "VmRSS") - base
+            self.assertLess(grown, 64 * 1024, "answers piled up for a client that does not read")
+            # Once the client reads, answers flow again, in order.
+            s.settimeout(10)
+            st, _, out = read_response(s)
+            self.assertEqual(st, 200)
+            self.assertIn(models[-1].encode(), out)
+        finally:
+            s.close()
             gw.close()
 
 
