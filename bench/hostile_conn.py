@@ -10,7 +10,9 @@ side by side):
   3. the connection limit: with max_connections taken, 50 new clients: how many read a 503,
      and the median time to it;
   4. the body budget: slow clients hold max_buffered_body_bytes; the median time for a
-     100 KiB request to be refused (503), and for a /healthz meanwhile.
+     100 KiB request to be refused (503), and for a /healthz meanwhile;
+  5. a client pipelining GET /v1/models (a 24 KiB answer for a 40-byte request) for 3 s
+     without reading: the gateway's VmRSS growth.
 
 usage: bench/hostile_conn.py [--bin PATH] [--compare PATH] [--conns N]
 """
@@ -137,6 +139,29 @@ def budget(binary, up):
     return codes, statistics.median(refuse) * 1e3, statistics.median(health) * 1e3
 
 
+def pipelined_flood(binary, up):
+    models = ["org/model-with-a-rather-long-name-%03d" % i for i in range(300)]
+    gw = Gateway([{"name": "p", "models": models, "endpoints": [up.address]}], bin_path=binary)
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    try:
+        http(gw.port, "GET", "/v1/models")
+        base = status_kib(gw.proc.pid, "VmRSS")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(0.5)
+        batch = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+        sent, deadline = 0, time.monotonic() + 3
+        try:
+            while time.monotonic() < deadline:
+                sent += s.send(batch)
+        except socket.timeout:
+            pass
+        time.sleep(0.3)
+        return sent, status_kib(gw.proc.pid, "VmRSS") - base
+    finally:
+        s.close()
+        gw.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "switchboard"))
@@ -154,6 +179,9 @@ def main():
             print("early 413: http.client sending 1 MiB over a 1 KiB limit read the 413 %d/10 times" % early_413(b, up))
             n, ms = at_limit(b, up)
             print("connection limit: %d/50 clients past max_connections read a 503 (median %.2f ms)" % (n, ms))
+            sent, grown = pipelined_flood(b, up)
+            print("pipelined flood, never read: %.1f MiB of requests taken in, VmRSS +%.1f MiB"
+                  % (sent / 2**20, grown / 1024))
             try:
                 codes, r_ms, h_ms = budget(b, up)
             except AssertionError as e:  # an older build without the key

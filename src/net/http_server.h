@@ -14,7 +14,9 @@
  *   and doubles as bytes arrive, capped by the declared Content-Length; the head grows up to
  *   max_header_bytes; bytes pipelined behind a request in progress are held up to 64 KiB
  *   (plus one read), then reading pauses. Reads land in one static 64 KiB slab, consumed
- *   before the next read.
+ *   before the next read. Answers a client does not read are bounded too: past
+ *   write_high_water queued, a keep-alive connection stops being read and parsed until the
+ *   client reads (idle_ms without progress closes it), and a stream reports backpressure.
  * - max_buffered_body_bytes bounds the capacity of all body buffers of this server at once.
  *   A body that would pass it is refused with 503 (code request_bodies_over_budget,
  *   Retry-After: 1) rather than paused: pausing would let a few slow clients holding
