@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const enum sb_api_kind kinds[] = {SB_API_CHAT, SB_API_COMPLETIONS, SB_API_EMBEDDINGS,
                                              SB_API_RESPONSES};
-    static sb_inspect_ctx ctx = {.max_tokens = 1 << 16}; /* reused, as the data path does */
+    static sb_inspect_ctx ctx = {.json.max_tokens = 1 << 16}; /* reused, as the data path does */
     const char *body = (const char *)data;
     char out[SB_MODEL_NAME_MAX + 1];
 

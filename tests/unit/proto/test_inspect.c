@@ -443,7 +443,7 @@ static void test_too_complex(void **state)
     sb_buf b = {0};
 
     /* {"model":"m","a":[1,2]} is 7 tokens. */
-    ctx.max_tokens = 7;
+    ctx.json.max_tokens = 7;
     assert_int_equal(inspect(SB_API_CHAT, "{\"model\":\"m\",\"a\":[1,2]}", &r), SB_INSPECT_OK);
     assert_int_equal(ctx.n_tokens, 7);
     assert_int_equal(inspect(SB_API_CHAT, "{\"model\":\"m\",\"a\":[1,2,3]}", &r), SB_INSPECT_TOO_COMPLEX);
@@ -451,7 +451,7 @@ static void test_too_complex(void **state)
 
     /* Growth from empty across several doublings, then reuse with no allocation. */
     sb_inspect_ctx_free(&ctx);
-    ctx.max_tokens = 0;
+    ctx.json.max_tokens = 0;
     assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m\",\"messages\":["), 0);
     for (int i = 0; i < 3000; i++)
         assert_int_equal(sb_buf_printf(&b, "%s{\"role\":\"user\",\"content\":\"m%d\"}", i ? "," : "", i), 0);
@@ -1018,13 +1018,15 @@ static void check_tokens_as_jsmn(const char *body, size_t len)
     memcpy(copy, body, len);
     jsmn_init(&p);
     n = jsmn_parse(&p, copy, len, ref, (unsigned)cap);
+    ctx.json.max_depth = 100000; /* the tokens, not the bound: test_too_deep has that */
     rc = sb_inspect(&ctx, SB_API_CHAT, copy, len, &r);
+    ctx.json.max_depth = 0;
     if ((rc == SB_INSPECT_BAD_JSON) != !valid)
         fail_msg("rc %d, valid %d: %.*s", rc, valid, (int)len, body);
     if (valid) {
         if (n < 0)
             fail_msg("jsmn rejects a valid body (%d): %.*s", n, (int)len, body);
-        assert_memory_equal(ctx.tokens, ref, (size_t)p.toknext * sizeof *ref);
+        assert_memory_equal(ctx.json.tokens, ref, (size_t)p.toknext * sizeof *ref);
     }
     free(copy);
     free(ref);
