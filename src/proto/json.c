@@ -368,8 +368,7 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
             open = -2 - tok->end;
             tok->end = (int)pos + 1;
             depth--;
-            z.super = tok->parent;
-            root_super = root_last; /* the closed one is an ancestor of the last token */
+            z.super = tok->parent; /* in the closed one's tree, which is the last token's */
             break;
         }
         case '"':
@@ -607,7 +606,9 @@ bool sb_json_str_is(const char *b, const sb_json_tok *k, const char *name, size_
         return false;
     if (n == name_len)
         return memcmp(s, name, n) == 0; /* same length: decoding could only shorten it */
-    if (n < name_len || name_len > sizeof tmp || !memchr(s, '\\', n))
+    /* Decoding shrinks a string at most 6 to 1 (\u0041 is one byte): a longer token cannot
+     * match, and is not scanned (a megabyte key compared against each wanted name). */
+    if (n < name_len || name_len > sizeof tmp || n > 6 * name_len || !memchr(s, '\\', n))
         return false;
     return sb_json_unescape(s, n, tmp, sizeof tmp) == (long)name_len && memcmp(tmp, name, name_len) == 0;
 }

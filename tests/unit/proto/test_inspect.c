@@ -465,6 +465,54 @@ static void test_too_complex(void **state)
     sb_buf_free(&b);
 }
 
+/* Nesting past json.max_depth is refused with its own status, at the first container past the
+ * bound; at the bound it is read as before. */
+static void test_too_deep(void **state)
+{
+    sb_inspect_result r;
+    sb_buf b = {0};
+
+    /* The root object is level 1: "x" may nest 127 more by default. */
+    for (int depth = 127; depth <= 128; depth++) {
+        b.len = 0;
+        assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m1\",\"x\":"), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "["), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "]"), 0);
+        assert_int_equal(sb_buf_puts(&b, ",\"messages\":[]}"), 0);
+        assert_int_equal(sb_inspect(&ctx, SB_API_CHAT, b.data, b.len, &r),
+                         depth == 127 ? SB_INSPECT_OK : SB_INSPECT_TOO_DEEP);
+        assert_int_equal(ctx.n_tokens, depth == 127 ? 6 + depth : 0);
+    }
+    /* A bound set by the caller; deep content parts count like anything else. */
+    ctx.json.max_depth = 6;
+    assert_int_equal(inspect(SB_API_CHAT,
+                             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                             "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"u\"}}]}]}", &r),
+                     SB_INSPECT_OK);
+    assert_int_equal(inspect(SB_API_CHAT,
+                             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                             "[{\"type\":\"image_url\",\"image_url\":{\"url\":[\"u\"]}}]}]}", &r),
+                     SB_INSPECT_TOO_DEEP);
+    /* The body: 100,000 nested arrays, refused after reading the first levels only. */
+    ctx.json.max_depth = 0;
+    b.len = 0;
+    assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m1\",\"x\":"), 0);
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(sb_buf_puts(&b, "["), 0);
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(sb_buf_puts(&b, "]"), 0);
+    assert_int_equal(sb_buf_puts(&b, ",\"messages\":[]}"), 0);
+    assert_int_equal(sb_inspect(&ctx, SB_API_CHAT, b.data, b.len, &r), SB_INSPECT_TOO_DEEP);
+    assert_true(ctx.json.steps < 200);
+    /* With the bound lifted, read in full, in work linear in its size. */
+    ctx.json.max_depth = 1000000;
+    assert_int_equal(sb_inspect(&ctx, SB_API_CHAT, b.data, b.len, &r), SB_INSPECT_OK);
+    assert_true(ctx.json.steps <= 4 * (uint64_t)b.len);
+    sb_buf_free(&b);
+}
+
 static void test_nomem(void **state)
 {
     sb_inspect_result r;
@@ -1188,6 +1236,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_every_offset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_realistic_canon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_too_complex, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_too_deep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nomem, setup, teardown),
         cmocka_unit_test_setup_teardown(test_canon_chat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_canon_completions, setup, teardown),
