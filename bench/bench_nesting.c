@@ -9,7 +9,8 @@
  * sb_prompt_hash the gateway runs next, 64-byte blocks):
  *   refused  the default bound (limits.max_json_depth = 128): refused as TOO_DEEP;
  *   lifted   the bound at 1,000,000: the whole body tokenized and checked, to show the
- *            tokenizer itself is linear (ns per byte stays flat along the ladder below).
+ *            tokenizer itself is linear (ns per byte stays flat along the ladder below);
+ *   wide     what the default bound still admits at its dearest: a token every 2-3 bytes.
  * Figures only: a benchmark never decides whether a build passes. */
 #include "base/buf.h"
 #include "proto/inspect.h"
@@ -133,6 +134,24 @@ int main(int argc, char **argv)
         printf("  %-34s %9.3f ms %10.2f %9.3fx\n", name, refused / 1e6, refused / (double)b.len, refused / base);
         snprintf(name, sizeof name, "%s lifted (1e6)", shapes[s].name);
         printf("  %-34s %9.3f ms %10.2f %9.2fx\n", name, lifted / 1e6, lifted / (double)b.len, lifted / base);
+    }
+
+    /* What the default bound still admits at its most expensive: a token every two bytes. */
+    static const struct {
+        const char *name, *unit;
+    } wide[] = {{"wide    [1,1,1,...] (default bound)", "1,"}, {"wide    [[],[],...] (default bound)", "[],"}};
+    for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++) {
+        double t;
+        b.len = 0;
+        if (sb_buf_puts(&b, "{\"model\":\"m1\",\"x\":[") < 0)
+            exit(1);
+        while (b.len < MIB - 32)
+            if (sb_buf_puts(&b, wide[s].unit) < 0)
+                exit(1);
+        if (sb_buf_puts(&b, "1],\"messages\":[]}") < 0)
+            exit(1);
+        t = measure(&ctx, &b, 0, SB_INSPECT_OK, 0, runs);
+        printf("  %-34s %9.3f ms %10.2f %9.2fx\n", wide[s].name, t / 1e6, t / (double)b.len, t / base);
     }
 
     /* The ladder: nested arrays, bound lifted. Linear means ns/byte stays flat. */
