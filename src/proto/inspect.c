@@ -13,9 +13,6 @@
 
 #include "proto/inspect.h"
 
-#include "base/alloc.h"
-
-#include <limits.h>
 #include <stdbool.h>
 #include <string.h>
 

@@ -89,7 +89,8 @@ void sb_json_free(sb_json *j);
  * check separators, literals, key/value pairing or what follows the first value. */
 int sb_json_tokenize(sb_json *j, const char *b, size_t len);
 
-/* Tokenizes and checks b[0..len): exactly one JSON value (any type at the root), with nothing
+/* Tokenizes and checks b[0..len): exactly one JSON value (any type at the root; a bare number
+ * or literal at the root needs whitespace after it, as in jsmn's strict mode), with nothing
  * but whitespace around it. Returns the number of tokens (>= 1), or a negative
  * sb_json_status. TOO_DEEP and TOO_MANY are reported as soon as the bound is crossed, before
  * the rest of the input is looked at, so they take precedence over later syntax errors. */
