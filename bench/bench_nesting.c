@@ -154,6 +154,21 @@ int main(int argc, char **argv)
         printf("  %-34s %9.3f ms %10.2f %9.2fx\n", wide[s].name, t / 1e6, t / (double)b.len, t / base);
     }
 
+    /* Many small messages: every walk over siblings (check, then hashing) skips each one. */
+    b.len = 0;
+    if (sb_buf_puts(&b, "{\"model\":\"m1\",\"messages\":[") < 0)
+        exit(1);
+    while (b.len < MIB - 64)
+        if (sb_buf_puts(&b, "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]},") < 0)
+            exit(1);
+    if (sb_buf_puts(&b, "{\"role\":\"user\",\"content\":\"x\"}]}") < 0)
+        exit(1);
+    {
+        double t = measure(&ctx, &b, 0, SB_INSPECT_OK, 1, runs);
+        printf("  %-34s %9.3f ms %10.2f %9.2fx\n", "small messages (+ block hashes)", t / 1e6, t / (double)b.len,
+               t / base);
+    }
+
     /* The ladder: nested arrays, bound lifted. Linear means ns/byte stays flat. */
     printf("\nnested arrays, bound lifted: cost against depth (linear: flat ns/byte)\n");
     printf("  %10s %10s %12s %10s %14s\n", "levels", "bytes", "time", "ns/byte", "steps/byte");

@@ -3,7 +3,7 @@
  * One pass over bytes, then passes over tokens: sb_json_parse (proto/json.h) builds the
  * token array and checks the syntax (the only pass over every byte, linear whatever the
  * nesting, which is bounded), then field lookups only touch the keys of the objects they
- * read and skip nested values by binary search on token offsets. sb_prompt_hash revisits only
+ * read and skip nested values by a galloping search on token offsets. sb_prompt_hash revisits only
  * the prompt's tokens. Every walk here is over direct children (messages, parts, keys) or,
  * for a non-text part, once over its subtree: O(tokens) in all, whatever the shape. */
 

@@ -582,10 +582,20 @@ int sb_json_parse(sb_json *j, const char *b, size_t len)
 
 int sb_json_skip(const sb_json_tok *t, int n, int i)
 {
-    int lo = i + 1, hi = n;
+    int lo = i + 1, hi = i + 1, step = 1;
 
     if ((t[i].type != SB_JSON_OBJECT && t[i].type != SB_JSON_ARRAY) || t[i].size == 0)
         return i + 1;
+    /* Galloping, then binary search: O(log subtree), near i. A walk over n siblings then costs
+     * O(tokens) in all, where a search over the whole rest of the array would cost
+     * O(n log tokens), with cache misses at every far probe. */
+    while (hi < n && t[hi].start < t[i].end) {
+        lo = hi + 1;
+        hi = step < n - hi ? hi + step : n;
+        step *= 2;
+    }
+    if (hi > n)
+        hi = n;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
         if (t[mid].start < t[i].end)

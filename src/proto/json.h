@@ -97,8 +97,9 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len);
 int sb_json_parse(sb_json *j, const char *b, size_t len);
 
 /* Index of the token after i's subtree (t[0..n) from a successful tokenize). Tokens are in
- * document order with increasing starts, so this is a binary search: O(log n), not a walk
- * over nested values. */
+ * document order with increasing starts, so this is a galloping search from i: O(log of the
+ * subtree's size), not a walk over nested values; skipping each of n siblings in turn costs
+ * O(their tokens) in all. */
 int sb_json_skip(const sb_json_tok *t, int n, int i);
 
 /* Whether string token k equals name[0..name_len) once decoded ("mod\u0065l" is "model").

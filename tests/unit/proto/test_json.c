@@ -203,6 +203,12 @@ static void check_as_jsmn(const char *s, size_t len)
     rc = sb_json_parse(&j, copy, len);
     if ((rc > 0) != valid)
         fail_msg("parse %d, valid %d: %.*s", rc, valid, (int)len, s);
+    for (int i = 0; i < rc; i++) { /* skip: the first token starting past i's end */
+        int k = i + 1;
+        while (k < rc && j.tokens[k].start < j.tokens[i].end)
+            k++;
+        assert_int_equal(sb_json_skip(j.tokens, rc, i), k);
+    }
     j.max_depth = 0;
     free(copy);
     free(ref);
