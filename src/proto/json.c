@@ -168,11 +168,11 @@ void sb_json_free(sb_json *j)
  * last token is tracked instead of walked to. */
 struct tokenizer {
     sb_json *j;
-    sb_json_tok *t;  /* j->tokens */
-    size_t cap;      /* usable tokens: min(j->cap_tokens, max) */
+    sb_json_tok *t; /* j->tokens */
+    size_t cap;     /* usable tokens: min(j->cap_tokens, max) */
     size_t max;
-    int next;        /* next token to allocate */
-    int super;       /* current parent token, -1 at the root */
+    int next;       /* next token to allocate */
+    int super;      /* current parent token, -1 at the root */
 };
 
 /* Grows the token array (doubling, up to max). Returns 0 or a negative sb_json_status. */
@@ -304,10 +304,10 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
 {
     struct tokenizer z = {j, j->tokens, 0, j->max_tokens ? j->max_tokens : SB_JSON_DEFAULT_MAX_TOKENS, 0, -1};
     const size_t max_depth = j->max_depth ? j->max_depth : SB_JSON_DEFAULT_MAX_DEPTH;
-    size_t depth = 0;        /* open containers */
-    int open = -1;           /* the innermost open container */
-    int root_super = -1;     /* the root of super's tree (when super != -1) */
-    int root_last = -1;      /* the root of the last token's tree */
+    size_t depth = 0;    /* open containers */
+    int open = -1;       /* the innermost open container */
+    int root_super = -1; /* the root of super's tree (when super != -1) */
+    int root_last = -1;  /* the root of the last token's tree */
     uint64_t steps = 0;
     int err = 0;
 
@@ -331,15 +331,15 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
         case '{':
         case '[':
             if (depth == max_depth) {
-                j->steps = steps;
-                return SB_JSON_TOO_DEEP;
+                err = SB_JSON_TOO_DEEP;
+                goto out;
             }
             if (!(tok = new_token(&z, &err)))
-                return err;
+                goto out;
             if (z.super != -1) {
                 sup = &z.t[z.super];
                 if (sup->type == SB_JSON_OBJECT)
-                    return SB_JSON_BAD; /* a container as a key */
+                    goto bad; /* a container as a key */
                 sup->size++;
                 tok->parent = z.super;
             }
@@ -356,15 +356,15 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
         case ']': {
             sb_json_type type = c == '}' ? SB_JSON_OBJECT : SB_JSON_ARRAY;
             if (z.next < 1)
-                return SB_JSON_BAD;
+                goto bad;
             if (open == -1) { /* jsmn's walk would reach the root without meeting an open one */
                 if (z.t[root_last].type != type || z.super == -1)
-                    return SB_JSON_BAD;
+                    goto bad;
                 break;
             }
             tok = &z.t[open];
             if (tok->type != type)
-                return SB_JSON_BAD;
+                goto bad;
             open = -2 - tok->end;
             tok->end = (int)pos + 1;
             depth--;
@@ -373,9 +373,9 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
         }
         case '"':
             if ((end = string_end(b, pos + 1, len)) < 0)
-                return SB_JSON_BAD;
+                goto bad;
             if (!(tok = new_token(&z, &err)))
-                return err;
+                goto out;
             tok->type = SB_JSON_STRING;
             tok->start = (int)pos + 1;
             tok->end = (int)end;
@@ -403,12 +403,12 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
             if (z.super != -1) {
                 sup = &z.t[z.super];
                 if (sup->type == SB_JSON_OBJECT || (sup->type == SB_JSON_STRING && sup->size != 0))
-                    return SB_JSON_BAD; /* a primitive as a key, or a second value */
+                    goto bad; /* a primitive as a key, or a second value */
             }
             if ((end = primitive_end(b, pos, len)) < 0)
-                return SB_JSON_BAD;
+                goto bad;
             if (!(tok = new_token(&z, &err)))
-                return err;
+                goto out;
             tok->type = SB_JSON_PRIMITIVE;
             tok->start = (int)pos;
             tok->end = (int)end;
@@ -419,7 +419,7 @@ int sb_json_tokenize(sb_json *j, const char *b, size_t len)
             pos = (size_t)end - 1; /* the delimiter is read next */
             break;
         default:
-            return SB_JSON_BAD;
+            goto bad;
         }
     }
 done:
@@ -427,6 +427,11 @@ done:
     if (open != -1)
         return SB_JSON_BAD; /* an unclosed container */
     return z.next;
+bad:
+    err = SB_JSON_BAD;
+out:
+    j->steps = steps;
+    return err;
 }
 
 /* ---- syntax ---- */

@@ -70,9 +70,9 @@ typedef struct sb_json {
     /* read-only */
     sb_json_tok *tokens;
     size_t cap_tokens;
-    uint64_t steps;     /* work of the last call: one per structural byte or token visited,
-                           one per link followed by the syntax check. Tests assert it grows
-                           linearly with the input; it costs one add per step. */
+    uint64_t steps;     /* work of the last call, failed or not: one per structural byte or
+                           token visited, one per link followed by the syntax check. Tests
+                           assert it grows linearly with the input; it costs one add a step. */
     /* private */
     bool lent;
 } sb_json;
