@@ -9,7 +9,10 @@ fake upstream, then measures, sequentially on fresh connections:
   POST /v1/chat/completions (tiny)    inspected, routed, proxied to the fake upstream
 first alone, then while --senders threads each send nested bodies back to back (1 MiB of
 nesting by default; --levels N sends the issue's {"model":"m1","x":[[[...]]]} of N levels).
-Prints median / p99 / max in ms and how many hostile bodies were answered meanwhile.
+Prints median / p99 / max in ms and how many hostile bodies were answered meanwhile. A control
+row sends, the same way, 1 MiB ordinary prompts naming an unknown model (read, inspected,
+hashed, answered 404): what receiving 1 MiB bodies at that rate costs by itself, on a machine
+whose cores the senders share.
 Figures only: a benchmark never decides whether a build passes.
 
   python3 bench/hostile_latency.py [--bin PATH] [--requests N] [--senders K] [--levels N]
@@ -35,6 +38,11 @@ def mib_nesting():
 
 def levels_body(levels):
     return b'{"model":"m1","x":' + b"[" * levels + b"]" * levels + b',"messages":[]}'
+
+
+def mib_prompt():
+    text = "The quick brown fox jumps over the lazy dog. " * ((1 << 20) // 45)
+    return ('{"model":"no-such-model","messages":[{"role":"user","content":"%s"}]}' % text).encode()
 
 
 def timed(port, method, path, body=None, timeout=120):
@@ -81,36 +89,43 @@ def main():
         quiet_h = series(gw.port, a.requests, "GET", "/healthz")
         quiet_c = series(gw.port, a.requests, "POST", "/v1/chat/completions", chat)
 
-        stop = threading.Event()
-        answered, statuses = [0], set()
+        def under(body):
+            stop = threading.Event()
+            answered, statuses = [0], set()
 
-        def sender():
-            while not stop.is_set():
-                st, _ = timed(gw.port, "POST", "/v1/chat/completions", hostile, timeout=600)
-                answered[0] += 1
-                statuses.add(st)
+            def sender():
+                while not stop.is_set():
+                    st, _ = timed(gw.port, "POST", "/v1/chat/completions", body, timeout=600)
+                    answered[0] += 1
+                    statuses.add(st)
 
-        threads = [threading.Thread(target=sender, daemon=True) for _ in range(a.senders)]
-        for t in threads:
-            t.start()
-        time.sleep(0.2)  # the senders are mid-stream when measuring starts
-        t0 = time.perf_counter()
-        busy_h = series(gw.port, a.requests, "GET", "/healthz")
-        busy_c = series(gw.port, a.requests, "POST", "/v1/chat/completions", chat)
-        elapsed = time.perf_counter() - t0
-        stop.set()
-        for t in threads:
-            t.join(600)
+            threads = [threading.Thread(target=sender, daemon=True) for _ in range(a.senders)]
+            for t in threads:
+                t.start()
+            time.sleep(0.2)  # the senders are mid-stream when measuring starts
+            t0 = time.perf_counter()
+            h = series(gw.port, a.requests, "GET", "/healthz")
+            c = series(gw.port, a.requests, "POST", "/v1/chat/completions", chat)
+            elapsed = time.perf_counter() - t0
+            stop.set()
+            for t in threads:
+                t.join(600)
+            return h, c, answered[0] / elapsed, sorted(statuses)
+
+        busy_h, busy_c, rate, statuses = under(hostile)
+        ctl_h, ctl_c, ctl_rate, ctl_statuses = under(mib_prompt())
 
         what = "%d levels (%d bytes)" % (a.levels, len(hostile)) if a.levels else "1 MiB of nesting"
         print("gateway %s; hostile bodies: %s, %d senders back to back" % (os.path.relpath(a.bin, ROOT), what,
                                                                            a.senders))
-        print("  %-40s %s" % ("GET /healthz, quiet", summary(quiet_h)))
-        print("  %-40s %s" % ("GET /healthz, under hostile bodies", summary(busy_h)))
-        print("  %-40s %s" % ("tiny chat request, quiet", summary(quiet_c)))
-        print("  %-40s %s" % ("tiny chat request, under hostile bodies", summary(busy_c)))
-        print("  hostile bodies answered meanwhile: %d (%.0f/s, statuses %s)" % (
-            answered[0], answered[0] / elapsed, sorted(statuses)))
+        print("  %-44s %s" % ("GET /healthz, quiet", summary(quiet_h)))
+        print("  %-44s %s" % ("GET /healthz, under hostile bodies", summary(busy_h)))
+        print("  %-44s %s" % ("GET /healthz, under 1 MiB prompts (control)", summary(ctl_h)))
+        print("  %-44s %s" % ("tiny chat request, quiet", summary(quiet_c)))
+        print("  %-44s %s" % ("tiny chat request, under hostile bodies", summary(busy_c)))
+        print("  %-44s %s" % ("tiny chat request, under 1 MiB prompts", summary(ctl_c)))
+        print("  bodies answered meanwhile: hostile %.0f/s (statuses %s), control %.0f/s (statuses %s)" % (
+            rate, statuses, ctl_rate, ctl_statuses))
     finally:
         gw.close()
         up.close()
