@@ -3,7 +3,7 @@
  * Build and run (the committed corpus is the seed; it is also replayed by the unit test
  * tests/unit/proto/test_inspect.c):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/fuzz_inspect.c \
- *         src/proto/inspect.c src/base/alloc.c -lxxhash -o /tmp/fuzz_inspect
+ *         src/proto/inspect.c src/proto/json.c src/base/alloc.c -lxxhash -o /tmp/fuzz_inspect
  *   /tmp/fuzz_inspect -max_total_time=60 /tmp/corpus tests/fuzz/corpus/inspect
  *
  * Besides crashes and sanitizer reports, it checks properties the rest of the gateway relies
