@@ -14,6 +14,12 @@ echo
 echo "== probe cycle: parse of a real vLLM /metrics capture (bench/bench_prom.c) =="
 build/bench/bench_prom
 echo
+echo "== hostile JSON nesting: 1 MiB bodies refused or parsed vs an ordinary prompt (bench/bench_nesting.c) =="
+build/bench/bench_nesting
+echo
+echo "== latency of a small request while 1 MiB nested bodies arrive (bench/hostile_latency.py) =="
+python3 bench/hostile_latency.py
+echo
 echo "== proxy overhead (bench/proxy_overhead.sh) =="
 bench/proxy_overhead.sh
 echo

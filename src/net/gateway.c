@@ -92,6 +92,7 @@ static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const 
 static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind)
 {
     sb_inspect_result res;
+    gw->ictx.json.max_depth = gw->cfg->max_json_depth; /* read per request: reloads apply at once */
     int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
     sb_model_match m;
     bool insert = false, comma = false;
@@ -134,6 +135,12 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         case SB_INSPECT_TOO_COMPLEX:
             snprintf(msg, sizeof(msg), "request body has too many JSON values");
             break;
+        case SB_INSPECT_TOO_DEEP:
+            snprintf(msg, sizeof(msg),
+                     "request body nests JSON arrays and objects more than %zu levels deep "
+                     "(limits.max_json_depth)", gw->cfg->max_json_depth);
+            sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
+            return;
         case SB_INSPECT_NOMEM:
             sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
             return;
@@ -447,7 +454,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             }
         }
     }
-    gw->ictx.max_tokens = 1u << 20;
+    gw->ictx.json.max_tokens = 1u << 20;
     if (cfg->access_log) {
         gw->access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
         if (!gw->access_log) {

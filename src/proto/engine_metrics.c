@@ -27,10 +27,7 @@
 #include <math.h>
 #include <string.h>
 
-#define JSMN_STATIC
-#define JSMN_PARENT_LINKS
-#define JSMN_STRICT
-#include <jsmn.h>
+#include "proto/json.h"
 
 enum field {
     F_RUNNING,
@@ -433,65 +430,46 @@ size_t sb_engine_metrics_parse(const sb_engine_map *m, const char *body, size_t 
 
 /* ---- llama.cpp GET /slots ---- */
 
-/* Index of the token after the subtree rooted at t (jsmn stores tokens in document order). */
-static int skip_token(const jsmntok_t *tok, int n, int t)
-{
-    int end = tok[t].end;
-
-    for (t++; t < n && tok[t].start < end; t++)
-        ;
-    return t;
-}
-
-static bool tok_eq(const char *js, const jsmntok_t *t, const char *s)
-{
-    size_t n = strlen(s);
-    return t->type == JSMN_STRING && (size_t)(t->end - t->start) == n && memcmp(js + t->start, s, n) == 0;
-}
-
 int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r)
 {
-    jsmntok_t *tok = scratch;
-    size_t cap = scratch_bytes / sizeof(jsmntok_t);
-    unsigned max = cap > 0x7fffffff ? 0x7fffffff : (unsigned)cap; /* jsmn counts in int */
+    sb_json j = {.max_depth = SB_ENGINE_SLOTS_MAX_DEPTH};
+    const sb_json_tok *tok;
     uint32_t total = 0, busy = 0;
     uint64_t ctx_tokens = 0;
     bool have_ctx = false;
-    jsmn_parser p;
-    int n, t;
+    int n;
 
-    jsmn_init(&p);
-    n = jsmn_parse(&p, json, len, tok, max);
-    if (n == JSMN_ERROR_NOMEM)
+    sb_json_lend(&j, scratch, scratch_bytes);
+    n = sb_json_parse(&j, json, len);
+    if (n == SB_JSON_TOO_MANY)
         return SB_ENGINE_SLOTS_NOSPACE;
-    if (n < 1 || tok[0].type != JSMN_ARRAY)
+    tok = j.tokens;
+    if (n < 1 || tok[0].type != SB_JSON_ARRAY)
         return SB_ENGINE_SLOTS_BAD_JSON;
-    /* jsmn stops at the end of the first value: only whitespace may follow it. */
-    for (size_t i = (size_t)tok[0].end; i < len; i++)
-        if (json[i] != ' ' && json[i] != '\t' && json[i] != '\n' && json[i] != '\r')
+    /* Direct children only: each slot's keys, values skipped by binary search. */
+    for (int i = 0, obj = 1; i < tok[0].size; i++, obj = sb_json_skip(tok, n, obj)) {
+        if (tok[obj].type != SB_JSON_OBJECT)
             return SB_ENGINE_SLOTS_BAD_JSON;
-    for (t = 1; t < n;) {
-        int obj = t, end;
-
-        if (tok[obj].type != JSMN_OBJECT)
-            return SB_ENGINE_SLOTS_BAD_JSON;
-        end = skip_token(tok, n, obj);
         total++;
-        for (t = obj + 1; t + 1 < end;) {
-            const jsmntok_t *key = &tok[t], *val = &tok[t + 1];
-            if (tok_eq(json, key, "is_processing") && val->type == JSMN_PRIMITIVE && json[val->start] == 't')
-                busy++;
-            else if (tok_eq(json, key, "n_ctx") && val->type == JSMN_PRIMITIVE && json[val->start] >= '0' &&
-                     json[val->start] <= '9') {
-                uint64_t x = 0;
-                for (int i = val->start; i < val->end && json[i] >= '0' && json[i] <= '9'; i++)
-                    x = x < (UINT64_MAX - 9) / 10 ? x * 10 + (uint64_t)(json[i] - '0') : x;
-                ctx_tokens += x;
-                have_ctx = true;
-            }
-            t = skip_token(tok, n, t + 1);
+        /* A duplicate key: the last one counts, as for the JSON readers llama.cpp's clients
+         * use; summing each would count one slot many times. */
+        int processing = -1, n_ctx = -1;
+        for (int k = 0, key = obj + 1; k < tok[obj].size; k++, key = sb_json_skip(tok, n, key + 1)) {
+            if (sb_json_str_is(json, &tok[key], "is_processing", 13))
+                processing = key + 1;
+            else if (sb_json_str_is(json, &tok[key], "n_ctx", 5))
+                n_ctx = key + 1;
         }
-        t = end;
+        if (processing >= 0 && tok[processing].type == SB_JSON_PRIMITIVE && json[tok[processing].start] == 't')
+            busy++;
+        if (n_ctx >= 0 && tok[n_ctx].type == SB_JSON_PRIMITIVE && json[tok[n_ctx].start] >= '0' &&
+            json[tok[n_ctx].start] <= '9') {
+            uint64_t x = 0;
+            for (int c = tok[n_ctx].start; c < tok[n_ctx].end && json[c] >= '0' && json[c] <= '9'; c++)
+                x = x < (UINT64_MAX - 9) / 10 ? x * 10 + (uint64_t)(json[c] - '0') : x;
+            ctx_tokens += x;
+            have_ctx = true;
+        }
     }
     r->have_slots = true;
     r->slots_total = total;

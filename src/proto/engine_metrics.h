@@ -163,10 +163,14 @@ size_t sb_engine_metrics_parse(const sb_engine_map *m, const char *body, size_t 
  * queue exists only while every slot is busy: waiting = 0 (have_waiting) when a slot is idle,
  * unknown (no have_waiting) when all are busy.
  * scratch: caller memory for the JSON tokens (aligned for int; 20 bytes per JSON value, about
- * 2.6 KiB per slot for current llama.cpp). Returns 0, SB_ENGINE_SLOTS_BAD_JSON (not JSON, or
- * not an array of objects) or SB_ENGINE_SLOTS_NOSPACE (scratch too small); on error the
- * report is left as it was. */
+ * 2.6 KiB per slot for current llama.cpp); never allocates. Linear in len whatever the shape
+ * (proto/json.h). Returns 0, SB_ENGINE_SLOTS_BAD_JSON (not JSON, not an array of objects, or
+ * nested deeper than SB_ENGINE_SLOTS_MAX_DEPTH) or SB_ENGINE_SLOTS_NOSPACE (scratch too small);
+ * on error the report is left as it was. */
 enum { SB_ENGINE_SLOTS_BAD_JSON = -1, SB_ENGINE_SLOTS_NOSPACE = -2 };
+/* llama.cpp's /slots nests 4 levels (array, slot, params, a list in params); a server that
+ * answers deeper is not one we can read, and is refused before it costs anything. */
+#define SB_ENGINE_SLOTS_MAX_DEPTH 32
 int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r);
 
 /* True when `cur` shows a restart since `prev`: process_start_time changed, or a counter

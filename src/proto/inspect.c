@@ -1,15 +1,11 @@
 /* inspect: OpenAI request body inspection and prompt block hashing (see inspect.h).
  *
- * One pass over bytes, then passes over tokens: tokenize() builds jsmn's token array (the
- * only pass over every byte, string contents 16 bytes at a time), a token walk checks what
- * jsmn's strict mode lets through (separators, literals, a single root), then field lookups
- * only touch top-level keys and skip nested values by binary search on token offsets.
- * sb_prompt_hash revisits only the prompt's string tokens. */
-
-/* jsmn's token layout only (strict mode, parent links): the parser is tokenize() below. */
-#define JSMN_HEADER
-#define JSMN_PARENT_LINKS
-#include <jsmn.h>
+ * One pass over bytes, then passes over tokens: sb_json_parse (proto/json.h) builds the
+ * token array and checks the syntax (the only pass over every byte, linear whatever the
+ * nesting, which is bounded), then field lookups only touch the keys of the objects they
+ * read and skip nested values by a galloping search on token offsets. sb_prompt_hash revisits only
+ * the prompt's tokens. Every walk here is over direct children (messages, parts, keys) or,
+ * for a non-text part, once over its subtree: O(tokens) in all, whatever the shape. */
 
 /* For XXH3_state_t's definition: streaming states live on the stack, never on the heap. */
 #define XXH_STATIC_LINKING_ONLY
@@ -17,9 +13,6 @@
 
 #include "proto/inspect.h"
 
-#include "base/alloc.h"
-
-#include <limits.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -27,8 +20,6 @@
 #include <emmintrin.h>
 #endif
 
-#define DEFAULT_MAX_TOKENS ((size_t)1 << 20)
-#define FIRST_TOKENS 256
 /* Blocks up to this size are staged in a stack buffer and hashed one-shot (fastest for the
  * usual 64..1024-byte blocks); larger ones stream through an XXH3 state, same result. */
 #define STAGE_MAX 4096
@@ -41,552 +32,15 @@
 /* Canonical prompt markers (inspect.h): each is emitted after a 00 byte. */
 enum { M_NUL = 1, M_FIELD = 2, M_MESSAGE = 3, M_PART = 4, M_OPAQUE = 5 };
 
-/* ---- JSON string decoding ---- */
-
-static long hex4(const char *s, size_t n)
-{
-    long v = 0;
-    if (n < 4)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        int d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
-            return -1;
-        v = v << 4 | d;
-    }
-    return v;
-}
-
-static int utf8_encode(long cp, unsigned char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | cp >> 6);
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | cp >> 12);
-        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | cp >> 18);
-    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Decodes the escape at s[0] == '\\' (n bytes available) into out (up to 4 bytes).
- * Returns the number of bytes written and sets *adv to the input consumed, or -1. */
-static int decode_escape(const char *s, size_t n, unsigned char *out, size_t *adv)
-{
-    long cp, lo;
-
-    *adv = 2;
-    if (n < 2)
-        return -1;
-    switch (s[1]) {
-    case '"': out[0] = '"'; return 1;
-    case '\\': out[0] = '\\'; return 1;
-    case '/': out[0] = '/'; return 1;
-    case 'b': out[0] = '\b'; return 1;
-    case 'f': out[0] = '\f'; return 1;
-    case 'n': out[0] = '\n'; return 1;
-    case 'r': out[0] = '\r'; return 1;
-    case 't': out[0] = '\t'; return 1;
-    case 'u': break;
-    default: return -1;
-    }
-    cp = hex4(s + 2, n - 2);
-    if (cp < 0)
-        return -1;
-    *adv = 6;
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-        lo = n >= 12 && s[6] == '\\' && s[7] == 'u' ? hex4(s + 8, n - 8) : -1;
-        if (lo >= 0xDC00 && lo <= 0xDFFF) {
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            *adv = 12;
-        } else {
-            cp = 0xFFFD; /* lone high surrogate: the next escape is decoded on its own */
-        }
-    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        cp = 0xFFFD;
-    }
-    return utf8_encode(cp, out);
-}
-
-long sb_json_unescape(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t i = 0, o = 0;
-
-    while (i < n) {
-        const char *bs = memchr(s + i, '\\', n - i);
-        size_t run = (bs ? (size_t)(bs - s) : n) - i;
-        unsigned char u[4];
-        size_t adv;
-        int k;
-
-        if (o < cap)
-            memcpy(out + o, s + i, run < cap - o ? run : cap - o);
-        o += run;
-        i += run;
-        if (!bs)
-            break;
-        k = decode_escape(s + i, n - i, u, &adv);
-        if (k < 0)
-            return -1;
-        for (int j = 0; j < k; j++, o++)
-            if (o < cap)
-                out[o] = (char)u[j];
-        i += adv;
-    }
-    return (long)o;
-}
-
-/* ---- tokenizing and syntax ---- */
-
 void sb_inspect_ctx_free(sb_inspect_ctx *ctx)
 {
-    sb_free(ctx->tokens);
-    ctx->tokens = NULL;
-    ctx->cap_tokens = 0;
+    sb_json_free(&ctx->json);
     ctx->n_tokens = 0;
-}
-
-/* The tokenizer is jsmn 1.1's strict mode with parent links (/usr/include/jsmn.h), written
- * out again: same tokens, same inputs accepted, same point of running out of tokens. Why not
- * jsmn itself: it reads string contents one byte at a time, and on a 32 KiB chat body that
- * was 84% of inspect + hash (16.5 of 19.7 us); here string contents are scanned 16 bytes at
- * a time for the three bytes that matter (quote, backslash, NUL). jsmn's quirks are kept on
- * purpose (a NUL byte ends the input; ':' and ',' only move the current parent), since
- * check_syntax() is written against them. tests/unit/proto/test_inspect.c compares the
- * tokens with jsmn's on the fuzz corpus and on mutated bodies. */
-struct tokenizer {
-    sb_inspect_ctx *ctx;
-    jsmntok_t *t;   /* ctx->tokens */
-    size_t cap;     /* usable tokens: min(ctx->cap_tokens, max) */
-    size_t max;
-    int next;       /* next token to allocate */
-    int super;      /* current parent token, -1 at the root */
-};
-
-/* Grows the token array (doubling, up to max). Returns 0 or a negative sb_inspect_status. */
-static int grow_tokens(struct tokenizer *z)
-{
-    size_t grow = z->cap ? z->cap * 2 : FIRST_TOKENS;
-    void *t;
-
-    if (z->cap >= z->max)
-        return SB_INSPECT_TOO_COMPLEX;
-    if (grow > z->max)
-        grow = z->max;
-    t = sb_realloc(z->ctx->tokens, grow * sizeof(jsmntok_t));
-    if (!t)
-        return SB_INSPECT_NOMEM;
-    z->ctx->tokens = z->t = t;
-    z->ctx->cap_tokens = z->cap = grow;
-    return 0;
-}
-
-/* A new token, blank as jsmn makes it (type left for the caller), or NULL with *err set. */
-static jsmntok_t *new_token(struct tokenizer *z, int *err)
-{
-    jsmntok_t *tok;
-
-    if ((size_t)z->next >= z->cap && (*err = grow_tokens(z)) != 0)
-        return NULL;
-    tok = &z->t[z->next++];
-    tok->start = tok->end = -1;
-    tok->size = 0;
-    tok->parent = -1;
-    return tok;
-}
-
-/* The byte a one-letter escape stands for, 0 if the letter is not one (\u is not). */
-static const unsigned char simple_escape[256] = {
-    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
-};
-
-static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-/* Length of the escape at b[i] == '\\' (2 or 6), or 0 if jsmn rejects it. */
-static size_t escape_len(const char *b, size_t i, size_t len)
-{
-    if (len - i < 2)
-        return 0;
-    if (simple_escape[(unsigned char)b[i + 1]])
-        return 2;
-    if (b[i + 1] == 'u' && len - i >= 6 && is_hex(b[i + 2]) && is_hex(b[i + 3]) && is_hex(b[i + 4]) &&
-        is_hex(b[i + 5]))
-        return 6;
-    return 0;
-}
-
-#ifdef __SSE2__
-/* Bit k set where p[k] (k < 64) is a quote, a backslash or a NUL byte. */
-static uint64_t special_mask64(const char *p)
-{
-    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), zero = _mm_setzero_si128();
-    uint64_t m = 0;
-
-    for (int k = 0; k < 4; k++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
-        __m128i e = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)), _mm_cmpeq_epi8(v, zero));
-        m |= (uint64_t)(unsigned)_mm_movemask_epi8(e) << (16 * k);
-    }
-    return m;
-}
-#endif
-
-/* Offset of the quote closing the string whose contents start at b[i], or -1 if the string
- * is unterminated, holds a NUL byte or an escape jsmn rejects. 64 bytes are classified at
- * once and their special bytes visited from the bit mask: escape-dense text (one every
- * 20 bytes) then costs no rescan per escape. */
-static long string_end(const char *b, size_t i, size_t len)
-{
-    size_t adv;
-
-#ifdef __SSE2__
-    while (len - i >= 64) {
-        size_t base = i;
-        uint64_t m = special_mask64(b + base);
-
-        for (;;) {
-            m &= ~(uint64_t)0 << (i - base);
-            if (!m) {
-                i = base + 64;
-                break;
-            }
-            i = base + (size_t)__builtin_ctzll(m);
-            if (b[i] != '\\')
-                return b[i] == '"' ? (long)i : -1;
-            if ((adv = escape_len(b, i, len)) == 0)
-                return -1;
-            i += adv;
-            if (i - base >= 64)
-                break;
-        }
-    }
-#endif
-    for (; i < len; i++) {
-        if (b[i] == '"')
-            return (long)i;
-        if (b[i] == '\0')
-            return -1;
-        if (b[i] == '\\') {
-            if ((adv = escape_len(b, i, len)) == 0)
-                return -1;
-            i += adv - 1;
-        }
-    }
-    return -1;
-}
-
-/* End of the primitive starting at b[i] (a delimiter: whitespace , ] }), or -1 if a byte
- * outside printable ASCII comes first or the input ends (strict mode wants a delimiter). */
-static long primitive_end(const char *b, size_t i, size_t len)
-{
-    for (; i < len && b[i] != '\0'; i++) {
-        unsigned char c = (unsigned char)b[i];
-        if (c == '\t' || c == '\r' || c == '\n' || c == ' ' || c == ',' || c == ']' || c == '}')
-            return (long)i;
-        if (c < 32 || c >= 127)
-            return -1;
-    }
-    return -1;
-}
-
-/* Tokenizes body into ctx->tokens, growing the array as needed (a reused context is
- * already big enough: one pass, no allocation). Returns the token count or a negative
- * sb_inspect_status. */
-static int tokenize(sb_inspect_ctx *ctx, const char *b, size_t len)
-{
-    struct tokenizer z = {ctx, ctx->tokens, 0, ctx->max_tokens ? ctx->max_tokens : DEFAULT_MAX_TOKENS, 0, -1};
-    int err = 0;
-
-    if (z.max > INT_MAX / 2)
-        z.max = INT_MAX / 2;
-    z.cap = ctx->cap_tokens < z.max ? ctx->cap_tokens : z.max;
-    if ((!z.t || !z.cap) && (err = grow_tokens(&z)) != 0)
-        return err; /* as jsmn's caller did: room for tokens before the first byte */
-    for (size_t pos = 0; pos < len; pos++) {
-        char c = b[pos];
-        jsmntok_t *tok, *sup;
-        long end;
-
-        switch (c) {
-        case '\0':
-            goto done; /* jsmn reads a NUL byte as the end of input */
-        case '{':
-        case '[':
-            if (!(tok = new_token(&z, &err)))
-                return err;
-            if (z.super != -1) {
-                sup = &z.t[z.super];
-                if (sup->type == JSMN_OBJECT)
-                    return SB_INSPECT_BAD_JSON; /* a container as a key */
-                sup->size++;
-                tok->parent = z.super;
-            }
-            tok->type = c == '{' ? JSMN_OBJECT : JSMN_ARRAY;
-            tok->start = (int)pos;
-            z.super = z.next - 1;
-            break;
-        case '}':
-        case ']': {
-            jsmntype_t type = c == '}' ? JSMN_OBJECT : JSMN_ARRAY;
-            if (z.next < 1)
-                return SB_INSPECT_BAD_JSON;
-            for (tok = &z.t[z.next - 1];; tok = &z.t[tok->parent]) {
-                if (tok->start != -1 && tok->end == -1) { /* the innermost open container */
-                    if (tok->type != type)
-                        return SB_INSPECT_BAD_JSON;
-                    tok->end = (int)pos + 1;
-                    z.super = tok->parent;
-                    break;
-                }
-                if (tok->parent == -1) {
-                    if (tok->type != type || z.super == -1)
-                        return SB_INSPECT_BAD_JSON;
-                    break;
-                }
-            }
-            break;
-        }
-        case '"':
-            if ((end = string_end(b, pos + 1, len)) < 0)
-                return SB_INSPECT_BAD_JSON;
-            if (!(tok = new_token(&z, &err)))
-                return err;
-            tok->type = JSMN_STRING;
-            tok->start = (int)pos + 1;
-            tok->end = (int)end;
-            tok->parent = z.super;
-            if (z.super != -1)
-                z.t[z.super].size++;
-            pos = (size_t)end;
-            break;
-        case '\t':
-        case '\r':
-        case '\n':
-        case ' ':
-            break;
-        case ':':
-            z.super = z.next - 1;
-            break;
-        case ',':
-            if (z.super != -1 && z.t[z.super].type != JSMN_ARRAY && z.t[z.super].type != JSMN_OBJECT)
-                z.super = z.t[z.super].parent;
-            break;
-        case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7':
-        case '8': case '9': case 't': case 'f': case 'n':
-            if (z.super != -1) {
-                sup = &z.t[z.super];
-                if (sup->type == JSMN_OBJECT || (sup->type == JSMN_STRING && sup->size != 0))
-                    return SB_INSPECT_BAD_JSON; /* a primitive as a key, or a second value */
-            }
-            if ((end = primitive_end(b, pos, len)) < 0)
-                return SB_INSPECT_BAD_JSON;
-            if (!(tok = new_token(&z, &err)))
-                return err;
-            tok->type = JSMN_PRIMITIVE;
-            tok->start = (int)pos;
-            tok->end = (int)end;
-            tok->parent = z.super;
-            if (z.super != -1)
-                z.t[z.super].size++;
-            pos = (size_t)end - 1; /* the delimiter is read next */
-            break;
-        default:
-            return SB_INSPECT_BAD_JSON;
-        }
-    }
-done:
-    for (int i = z.next - 1; i >= 0; i--)
-        if (z.t[i].start != -1 && z.t[i].end == -1)
-            return SB_INSPECT_BAD_JSON; /* an unclosed container */
-    return z.next;
-}
-
-static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-/* body[from..to) is whitespace, then `sep` if nonzero, then whitespace. */
-static int gap_ok(const char *b, size_t from, size_t to, char sep)
-{
-    size_t i = from;
-
-    if (from > to)
-        return 0;
-    while (i < to && is_ws(b[i]))
-        i++;
-    if (sep) {
-        if (i == to || b[i] != sep)
-            return 0;
-        for (i++; i < to && is_ws(b[i]); i++)
-            ;
-    }
-    return i == to;
 }
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* jsmn's strict mode takes any run starting with t, f, n, - or a digit as a primitive. */
-static int literal_ok(const char *s, size_t n)
-{
-    size_t i = 0, d;
-
-    switch (s[0]) {
-    case 't': return n == 4 && memcmp(s, "true", 4) == 0;
-    case 'f': return n == 5 && memcmp(s, "false", 5) == 0;
-    case 'n': return n == 4 && memcmp(s, "null", 4) == 0;
-    }
-    if (s[i] == '-')
-        i++;
-    if (i < n && s[i] == '0')
-        i++;
-    else if (i < n && s[i] >= '1' && s[i] <= '9')
-        while (i < n && is_digit(s[i]))
-            i++;
-    else
-        return 0;
-    if (i < n && s[i] == '.') {
-        for (d = ++i; i < n && is_digit(s[i]); i++)
-            ;
-        if (i == d)
-            return 0;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < n && (s[i] == '+' || s[i] == '-'))
-            i++;
-        for (d = i; i < n && is_digit(s[i]); i++)
-            ;
-        if (i == d)
-            return 0;
-    }
-    return i == n;
-}
-
-static int is_container(const jsmntok_t *t) { return t->type == JSMN_OBJECT || t->type == JSMN_ARRAY; }
-
-static int close_container(const jsmntok_t *t, const char *b, size_t *pos)
-{
-    if (!is_container(t))
-        return 1;
-    if (t->end < 1 || !gap_ok(b, *pos, (size_t)t->end - 1, 0))
-        return 0;
-    *pos = (size_t)t->end;
-    return 1;
-}
-
-/* jsmn (strict) checks brackets, strings and escapes but not commas, colons, literals,
- * key/value pairing or what follows the root. Every body byte is either inside a token, a
- * bracket, or in a gap between tokens; this walk checks each gap holds exactly the expected
- * separator, in document order, in O(tokens + whitespace) and without recursion. */
-static int check_syntax(const jsmntok_t *t, int n, const char *b, size_t len)
-{
-    size_t pos = 0, start;
-    int cur = -1;
-
-    if (n < 1 || t[0].type != JSMN_OBJECT)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        int p = t[i].parent;
-        char sep = 0;
-
-        if ((i == 0) != (p < 0))
-            return 0; /* a second root */
-        while (cur != p) {
-            if (cur < 0 || !close_container(&t[cur], b, &pos))
-                return 0;
-            cur = t[cur].parent;
-        }
-        if (p >= 0) {
-            switch (t[p].type) {
-            case JSMN_OBJECT:
-                if (t[i].type != JSMN_STRING || t[i].size != 1)
-                    return 0; /* a key without exactly one value */
-                /* fallthrough */
-            case JSMN_ARRAY:
-                sep = i == p + 1 ? 0 : ',';
-                break;
-            case JSMN_STRING: /* a value, after its key */
-                if (i != p + 1 || t[p].parent < 0 || t[t[p].parent].type != JSMN_OBJECT)
-                    return 0;
-                sep = ':';
-                break;
-            default:
-                return 0;
-            }
-        }
-        start = (size_t)t[i].start - (t[i].type == JSMN_STRING);
-        if (!gap_ok(b, pos, start, sep))
-            return 0;
-        if (t[i].type == JSMN_STRING) {
-            pos = (size_t)t[i].end + 1;
-        } else if (t[i].type == JSMN_PRIMITIVE) {
-            if (!literal_ok(b + start, (size_t)(t[i].end - t[i].start)))
-                return 0;
-            pos = (size_t)t[i].end;
-        } else {
-            pos = start + 1;
-        }
-        cur = i;
-    }
-    for (; cur >= 0; cur = t[cur].parent)
-        if (!close_container(&t[cur], b, &pos))
-            return 0;
-    return gap_ok(b, pos, len, 0);
-}
-
 /* ---- token tree navigation ---- */
-
-/* Index of the token after i's subtree. Tokens are in document order with strictly
- * increasing starts, so the subtree ends at the first token starting past i's end:
- * a binary search, not a walk over nested values. */
-static int skip(const jsmntok_t *t, int n, int i)
-{
-    int lo = i + 1, hi = n;
-
-    if (!is_container(&t[i]) || t[i].size == 0)
-        return i + 1;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (t[mid].start < t[i].end)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Whether string token k equals name once decoded. Escaped keys are rare: decode only then. */
-static int str_is(const char *b, const jsmntok_t *k, const char *name, size_t name_len)
-{
-    const char *s = b + k->start;
-    size_t n = (size_t)(k->end - k->start);
-    char tmp[32];
-
-    if (k->type != JSMN_STRING)
-        return 0;
-    if (n == name_len)
-        return memcmp(s, name, n) == 0; /* same length: decoding could only shorten it */
-    if (n < name_len || name_len > sizeof tmp || !memchr(s, '\\', n))
-        return 0;
-    return sb_json_unescape(s, n, tmp, sizeof tmp) == (long)name_len &&
-           memcmp(tmp, name, name_len) == 0;
-}
 
 struct want {
     const char *name;
@@ -595,7 +49,7 @@ struct want {
 };
 
 /* Finds the values of the wanted keys of object obj; the last duplicate wins. */
-static void find_keys(const jsmntok_t *t, int n, const char *b, int obj, struct want *w, int nw)
+static void find_keys(const sb_json_tok *t, int n, const char *b, int obj, struct want *w, int nw)
 {
     int key = obj + 1;
 
@@ -603,29 +57,29 @@ static void find_keys(const jsmntok_t *t, int n, const char *b, int obj, struct 
         w[k].val = -1;
     for (int c = 0; c < t[obj].size; c++) {
         for (int k = 0; k < nw; k++) {
-            if (str_is(b, &t[key], w[k].name, w[k].len)) {
+            if (sb_json_str_is(b, &t[key], w[k].name, w[k].len)) {
                 w[k].val = key + 1;
                 break;
             }
         }
-        key = skip(t, n, key + 1);
+        key = sb_json_skip(t, n, key + 1);
     }
 }
 
-static int is_null(const jsmntok_t *t, const char *b) { return t->type == JSMN_PRIMITIVE && b[t->start] == 'n'; }
+static int is_null(const sb_json_tok *t, const char *b) { return t->type == SB_JSON_PRIMITIVE && b[t->start] == 'n'; }
 
-static int is_bool(const jsmntok_t *t, const char *b)
+static int is_bool(const sb_json_tok *t, const char *b)
 {
-    return t->type == JSMN_PRIMITIVE && (b[t->start] == 't' || b[t->start] == 'f');
+    return t->type == SB_JSON_PRIMITIVE && (b[t->start] == 't' || b[t->start] == 'f');
 }
 
-static int is_number(const jsmntok_t *t, const char *b)
+static int is_number(const sb_json_tok *t, const char *b)
 {
-    return t->type == JSMN_PRIMITIVE && (b[t->start] == '-' || is_digit(b[t->start]));
+    return t->type == SB_JSON_PRIMITIVE && (b[t->start] == '-' || is_digit(b[t->start]));
 }
 
 /* An absent or null value reads as absent. */
-static int present(const jsmntok_t *t, int v, const char *b) { return v >= 0 && !is_null(&t[v], b); }
+static int present(const sb_json_tok *t, int v, const char *b) { return v >= 0 && !is_null(&t[v], b); }
 
 /* ---- field checks ---- */
 
@@ -637,40 +91,40 @@ static const struct names chat_names = {"messages", "messages.role", "messages.c
 static const struct names responses_names = {"input", "input.role", "input.content"};
 
 /* A content part: an object whose `type` and `text`, if present, are strings. */
-static int part_ok(const jsmntok_t *t, int n, const char *b, int part)
+static int part_ok(const sb_json_tok *t, int n, const char *b, int part)
 {
     struct want w[] = {{KEY("type"), -1}, {KEY("text"), -1}};
 
-    if (t[part].type != JSMN_OBJECT)
+    if (t[part].type != SB_JSON_OBJECT)
         return 0;
     find_keys(t, n, b, part, w, 2);
     for (int k = 0; k < 2; k++)
-        if (present(t, w[k].val, b) && t[w[k].val].type != JSMN_STRING)
+        if (present(t, w[k].val, b) && t[w[k].val].type != SB_JSON_STRING)
             return 0;
     return 1;
 }
 
 /* A chat message, or a /v1/responses input item (role optional: function calls and their
  * outputs have none). Returns NULL if fine, else the field to blame. */
-static const char *check_message(const jsmntok_t *t, int n, const char *b, int m, int role_required,
+static const char *check_message(const sb_json_tok *t, int n, const char *b, int m, int role_required,
                                  const struct names *nm)
 {
     struct want w[] = {{KEY("role"), -1}, {KEY("content"), -1}, {KEY("type"), -1}};
     int c;
 
-    if (t[m].type != JSMN_OBJECT)
+    if (t[m].type != SB_JSON_OBJECT)
         return nm->item;
     find_keys(t, n, b, m, w, 3);
-    if (present(t, w[0].val, b) ? t[w[0].val].type != JSMN_STRING : role_required)
+    if (present(t, w[0].val, b) ? t[w[0].val].type != SB_JSON_STRING : role_required)
         return nm->role;
     if (!present(t, w[0].val, b)) /* read as one opaque part: its `type` names it */
-        return present(t, w[2].val, b) && t[w[2].val].type != JSMN_STRING ? nm->item : NULL;
+        return present(t, w[2].val, b) && t[w[2].val].type != SB_JSON_STRING ? nm->item : NULL;
     c = w[1].val;
-    if (!present(t, c, b) || t[c].type == JSMN_STRING)
+    if (!present(t, c, b) || t[c].type == SB_JSON_STRING)
         return NULL;
-    if (t[c].type != JSMN_ARRAY)
+    if (t[c].type != SB_JSON_ARRAY)
         return nm->content;
-    for (int i = 0, p = c + 1; i < t[c].size; i++, p = skip(t, n, p))
+    for (int i = 0, p = c + 1; i < t[c].size; i++, p = sb_json_skip(t, n, p))
         if (!part_ok(t, n, b, p))
             return nm->content;
     return NULL;
@@ -678,24 +132,24 @@ static const char *check_message(const jsmntok_t *t, int n, const char *b, int m
 
 /* Completion `prompt` / embeddings `input`: a string, an array of strings or of token-id
  * arrays, or one token-id array. Returns the number of parts, or -1. */
-static long check_prompt(const jsmntok_t *t, int n, const char *b, int v)
+static long check_prompt(const sb_json_tok *t, int n, const char *b, int v)
 {
     int tokens;
 
-    if (t[v].type == JSMN_STRING)
+    if (t[v].type == SB_JSON_STRING)
         return 1;
-    if (t[v].type != JSMN_ARRAY)
+    if (t[v].type != SB_JSON_ARRAY)
         return -1;
-    tokens = t[v].size > 0 && t[v + 1].type == JSMN_PRIMITIVE;
-    for (int i = 0, e = v + 1; i < t[v].size; i++, e = skip(t, n, e)) {
+    tokens = t[v].size > 0 && t[v + 1].type == SB_JSON_PRIMITIVE;
+    for (int i = 0, e = v + 1; i < t[v].size; i++, e = sb_json_skip(t, n, e)) {
         if (tokens) {
             if (!is_number(&t[e], b))
                 return -1;
-        } else if (t[e].type == JSMN_ARRAY) {
+        } else if (t[e].type == SB_JSON_ARRAY) {
             for (int j = 0; j < t[e].size; j++)
                 if (!is_number(&t[e + 1 + j], b))
                     return -1;
-        } else if (t[e].type != JSMN_STRING) {
+        } else if (t[e].type != SB_JSON_STRING) {
             return -1;
         }
     }
@@ -704,7 +158,7 @@ static long check_prompt(const jsmntok_t *t, int n, const char *b, int v)
 
 /* Decodes a string field into buf (cap bytes + NUL). Returns its length, or -1 if it is too
  * long or holds a NUL byte (a C string compare would then read another name). */
-static long decode_name(const jsmntok_t *v, const char *b, char *buf, size_t cap)
+static long decode_name(const sb_json_tok *v, const char *b, char *buf, size_t cap)
 {
     long d = sb_json_unescape(b + v->start, (size_t)(v->end - v->start), buf, cap);
 
@@ -728,7 +182,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
         {KEY("model"), -1}, {KEY("stream"), -1}, {KEY("stream_options"), -1},
         {KEY("user"), -1},  {KEY("instructions"), -1}, {prompt_key, strlen(prompt_key), -1},
     };
-    const jsmntok_t *t;
+    const sb_json_tok *t;
     const char *field;
     int n, v;
     long d;
@@ -745,13 +199,15 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
     res->error_field = NULL;
     ctx->n_tokens = 0;
 
-    if (len >= INT_MAX) /* jsmn offsets are ints */
-        return SB_INSPECT_TOO_COMPLEX;
-    n = tokenize(ctx, body, len);
-    if (n < 0)
-        return n;
-    t = ctx->tokens;
-    if (!check_syntax(t, n, body, len))
+    n = sb_json_parse(&ctx->json, body, len);
+    switch (n) {
+    case SB_JSON_BAD: return SB_INSPECT_BAD_JSON;
+    case SB_JSON_TOO_MANY: return SB_INSPECT_TOO_COMPLEX;
+    case SB_JSON_TOO_DEEP: return SB_INSPECT_TOO_DEEP;
+    case SB_JSON_NOMEM: return SB_INSPECT_NOMEM;
+    }
+    t = ctx->json.tokens;
+    if (t[0].type != SB_JSON_OBJECT)
         return SB_INSPECT_BAD_JSON;
     find_keys(t, n, body, 0, w, 6);
 
@@ -760,9 +216,9 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
      * "missing": it is reported at once. */
     bool no_model = false;
     v = w[0].val;
-    if (v >= 0 && t[v].type != JSMN_STRING && !(t[v].type == JSMN_PRIMITIVE && body[t[v].start] == 'n'))
+    if (v >= 0 && t[v].type != SB_JSON_STRING && !(t[v].type == SB_JSON_PRIMITIVE && body[t[v].start] == 'n'))
         return SB_INSPECT_NO_MODEL;
-    if (v < 0 || t[v].type != JSMN_STRING) {
+    if (v < 0 || t[v].type != SB_JSON_STRING) {
         no_model = true;
     } else {
         d = decode_name(&t[v], body, res->model, SB_MODEL_NAME_MAX);
@@ -785,7 +241,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
     v = w[2].val;
     if (present(t, v, body)) {
         struct want iu = {KEY("include_usage"), -1};
-        if (t[v].type != JSMN_OBJECT)
+        if (t[v].type != SB_JSON_OBJECT)
             return bad_field(res, "stream_options");
         find_keys(t, n, body, v, &iu, 1);
         if (present(t, iu.val, body)) {
@@ -797,14 +253,14 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
 
     v = w[3].val;
     if (present(t, v, body)) {
-        if (t[v].type != JSMN_STRING || (d = decode_name(&t[v], body, res->user, SB_USER_MAX)) < 0)
+        if (t[v].type != SB_JSON_STRING || (d = decode_name(&t[v], body, res->user, SB_USER_MAX)) < 0)
             return bad_field(res, "user");
         res->user_len = (size_t)d;
     }
 
     v = w[4].val;
     if (kind == SB_API_RESPONSES && present(t, v, body)) {
-        if (t[v].type != JSMN_STRING)
+        if (t[v].type != SB_JSON_STRING)
             return bad_field(res, "instructions");
         res->instructions_tok = v;
         res->n_messages = 1;
@@ -812,11 +268,11 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
 
     v = w[5].val;
     if (present(t, v, body)) {
-        if (kind == SB_API_CHAT || (kind == SB_API_RESPONSES && t[v].type != JSMN_STRING)) {
+        if (kind == SB_API_CHAT || (kind == SB_API_RESPONSES && t[v].type != SB_JSON_STRING)) {
             const struct names *nm = kind == SB_API_CHAT ? &chat_names : &responses_names;
-            if (t[v].type != JSMN_ARRAY)
+            if (t[v].type != SB_JSON_ARRAY)
                 return bad_field(res, nm->item);
-            for (int i = 0, m = v + 1; i < t[v].size; i++, m = skip(t, n, m))
+            for (int i = 0, m = v + 1; i < t[v].size; i++, m = sb_json_skip(t, n, m))
                 if ((field = check_message(t, n, body, m, kind == SB_API_CHAT, nm)) != NULL)
                     return bad_field(res, field);
             res->n_messages += (size_t)t[v].size;
@@ -837,7 +293,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
 /* ---- prompt hashing ---- */
 
 struct hasher {
-    const jsmntok_t *t;
+    const sb_json_tok *t;
     int n;
     const char *b;
 
@@ -974,12 +430,12 @@ static inline int canon_escape(const char *s, const char *end, unsigned char *ou
 {
     int m;
 
-    if (end - s >= 2 && simple_escape[(unsigned char)s[1]]) {
-        out[0] = simple_escape[(unsigned char)s[1]];
+    if (end - s >= 2 && sb_json_simple_escape[(unsigned char)s[1]]) {
+        out[0] = sb_json_simple_escape[(unsigned char)s[1]];
         *adv = 2;
         return 1;
     }
-    m = decode_escape(s, (size_t)(end - s), out, adv);
+    m = sb_json_decode_escape(s, (size_t)(end - s), out, adv);
     if (m < 0) { /* cannot happen on a body sb_inspect accepted; keep the byte rather than loop */
         out[0] = '\\';
         *adv = 1;
@@ -1148,8 +604,8 @@ static void end_prefix_scope(struct hasher *h)
  * outside the subtree; a `type` key directly in v is skipped since it was named already. */
 static void emit_opaque(struct hasher *h, const char *type_lit, size_t type_len, int type_tok, int v)
 {
-    const jsmntok_t *t = h->t;
-    int end = skip(t, h->n, v);
+    const sb_json_tok *t = h->t;
+    int end = sb_json_skip(t, h->n, v);
 
     mark(h, M_OPAQUE);
     if (type_tok >= 0)
@@ -1159,14 +615,14 @@ static void emit_opaque(struct hasher *h, const char *type_lit, size_t type_len,
     mark(h, M_FIELD);
     for (int j = v; j < end;) {
         int p = t[j].parent;
-        if (t[j].type == JSMN_STRING && p >= 0 && t[p].type == JSMN_OBJECT) { /* a key */
-            j = p == v && str_is(h->b, &t[j], KEY("type")) ? skip(t, h->n, j + 1) : j + 1;
+        if (t[j].type == SB_JSON_STRING && p >= 0 && t[p].type == SB_JSON_OBJECT) { /* a key */
+            j = p == v && sb_json_str_is(h->b, &t[j], KEY("type")) ? sb_json_skip(t, h->n, j + 1) : j + 1;
             continue;
         }
-        if (t[j].type == JSMN_STRING) {
+        if (t[j].type == SB_JSON_STRING) {
             emit_str(h, j);
             mark(h, M_FIELD);
-        } else if (t[j].type == JSMN_PRIMITIVE) {
+        } else if (t[j].type == SB_JSON_PRIMITIVE) {
             emit(h, h->b + t[j].start, (size_t)(t[j].end - t[j].start));
             mark(h, M_FIELD);
         }
@@ -1190,7 +646,7 @@ static void emit_part(struct hasher *h, int part)
 
 static void emit_message(struct hasher *h, int m)
 {
-    const jsmntok_t *t = h->t;
+    const sb_json_tok *t = h->t;
     struct want w[] = {{KEY("role"), -1}, {KEY("content"), -1}, {KEY("tool_calls"), -1}, {KEY("type"), -1}};
     int c;
 
@@ -1204,14 +660,14 @@ static void emit_message(struct hasher *h, int m)
     }
     emit_str(h, w[0].val);
     mark(h, M_FIELD);
-    if (str_is(h->b, &t[w[0].val], KEY("user")))
+    if (sb_json_str_is(h->b, &t[w[0].val], KEY("user")))
         begin_prefix_scope(h);
     c = w[1].val;
-    if (present(t, c, h->b) && t[c].type == JSMN_STRING) {
+    if (present(t, c, h->b) && t[c].type == SB_JSON_STRING) {
         emit_text_field(h, c);
         mark(h, M_PART);
     } else if (present(t, c, h->b)) {
-        for (int i = 0, p = c + 1; i < t[c].size; i++, p = skip(t, h->n, p))
+        for (int i = 0, p = c + 1; i < t[c].size; i++, p = sb_json_skip(t, h->n, p))
             emit_part(h, p);
     }
     end_prefix_scope(h);
@@ -1237,12 +693,12 @@ static void emit_simple_message(struct hasher *h, const char *role, size_t role_
 
 static void emit_token_ids(struct hasher *h, int arr)
 {
-    const jsmntok_t *t = h->t;
+    const sb_json_tok *t = h->t;
 
     mark(h, M_OPAQUE);
     h->pk_on = h->pk_msg && h->pk_left > 0;
     for (int i = 0; i < t[arr].size; i++) {
-        const jsmntok_t *e = &t[arr + 1 + i];
+        const sb_json_tok *e = &t[arr + 1 + i];
         emit(h, h->b + e->start, (size_t)(e->end - e->start));
         emit(h, ",", 1);
     }
@@ -1251,16 +707,16 @@ static void emit_token_ids(struct hasher *h, int arr)
 
 static void emit_prompt(struct hasher *h, int v)
 {
-    const jsmntok_t *t = h->t;
+    const sb_json_tok *t = h->t;
 
     begin_prefix_scope(h); /* the first part is the key's */
-    if (t[v].type == JSMN_STRING) {
+    if (t[v].type == SB_JSON_STRING) {
         emit_text_field(h, v);
-    } else if (t[v].size > 0 && t[v + 1].type == JSMN_PRIMITIVE) {
+    } else if (t[v].size > 0 && t[v + 1].type == SB_JSON_PRIMITIVE) {
         emit_token_ids(h, v);
     } else {
-        for (int i = 0, e = v + 1; i < t[v].size; i++, e = skip(t, h->n, e)) {
-            if (t[e].type == JSMN_STRING)
+        for (int i = 0, e = v + 1; i < t[v].size; i++, e = sb_json_skip(t, h->n, e)) {
+            if (t[e].type == SB_JSON_STRING)
                 emit_text_field(h, e);
             else
                 emit_token_ids(h, e);
@@ -1292,7 +748,7 @@ void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspec
     unsigned char stage_buf[STAGE_MAX + STAGE_SLACK];
     XXH3_state_t big, pk;
     struct hasher h = {0};
-    const jsmntok_t *t = ctx->tokens;
+    const sb_json_tok *t = ctx->json.tokens;
 
     out->n = 0;
     out->prompt_bytes = 0;
@@ -1318,11 +774,11 @@ void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspec
     if (res->kind == SB_API_CHAT || res->kind == SB_API_RESPONSES) {
         if (res->instructions_tok >= 0)
             emit_simple_message(&h, KEY("system"), res->instructions_tok, 0);
-        if (res->prompt_tok >= 0 && t[res->prompt_tok].type == JSMN_STRING) {
+        if (res->prompt_tok >= 0 && t[res->prompt_tok].type == SB_JSON_STRING) {
             emit_simple_message(&h, KEY("user"), res->prompt_tok, 1);
         } else if (res->prompt_tok >= 0) {
             int v = res->prompt_tok;
-            for (int i = 0, m = v + 1; i < t[v].size; i++, m = skip(t, h.n, m))
+            for (int i = 0, m = v + 1; i < t[v].size; i++, m = sb_json_skip(t, h.n, m))
                 emit_message(&h, m);
         }
     } else if (res->prompt_tok >= 0) {

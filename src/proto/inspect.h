@@ -1,7 +1,7 @@
 /* inspect: reads an OpenAI-style request body without building a copy of it.
  *
- * sb_inspect() tokenizes the JSON body once (jsmn, zero-copy: tokens are offsets into the
- * caller's body) and fills an sb_inspect_result with what routing needs: the model name
+ * sb_inspect() tokenizes the JSON body once (proto/json.h: zero-copy, tokens are offsets into
+ * the caller's body, linear in the body whatever its shape, nesting bounded) and fills an sb_inspect_result with what routing needs: the model name
  * (decoded), where the model string sits in the body (so the data path can splice in a served
  * name for an alias without re-serialising), stream / stream_options.include_usage, user, and
  * the prompt's location (completion `prompt` as a string or array of strings, or chat
@@ -34,7 +34,7 @@
  * and two different conversations never produce the same canonical bytes. (Within a
  * non-text part only the values count, not the nesting: close enough for routing.)
  *
- * JSON accepted: RFC 8259, checked token by token (separators, literals, numbers, a single
+ * JSON accepted: RFC 8259 nested at most json.max_depth deep, checked token by token (separators, literals, numbers, a single
  * root object, nothing but whitespace after it). Two laxities, for speed, since the model
  * server validates the body fully anyway: raw control characters inside strings and invalid
  * UTF-8 are passed through. A raw NUL byte anywhere is malformed.
@@ -53,6 +53,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/json.h"
+
 #define SB_MODEL_NAME_MAX 256
 #define SB_USER_MAX 256
 
@@ -70,16 +72,17 @@ enum sb_inspect_status {
     SB_INSPECT_BAD_FIELD = -3,    /* a known field has the wrong type (message in `error_field`) */
     SB_INSPECT_TOO_COMPLEX = -4,  /* more JSON tokens than the context allows, or body >= 2 GiB */
     SB_INSPECT_NOMEM = -5,
+    SB_INSPECT_TOO_DEEP = -6,     /* more than json.max_depth arrays / objects open at once */
 };
 
-/* Reusable tokenizer storage: initialise with {0} and a max_tokens bound (0 = 1<<20);
- * sb_inspect grows `tokens` up to max_tokens and keeps it for the next call, so a reused
- * context tokenizes in one pass with no allocation. Free with sb_inspect_ctx_free (which
- * leaves the context empty and reusable). One context serves one request at a time. */
+/* Reusable tokenizer storage: initialise with {0} and set the bounds json.max_tokens
+ * (0 = 1<<20) and json.max_depth (0 = 128, SB_JSON_DEFAULT_MAX_DEPTH); they may change between
+ * calls. sb_inspect grows json.tokens up to max_tokens and keeps it for the next call, so a
+ * reused context tokenizes in one pass with no allocation. Free with sb_inspect_ctx_free
+ * (which leaves the context empty and reusable, bounds kept). One context serves one request
+ * at a time. */
 typedef struct sb_inspect_ctx {
-    void *tokens;      /* jsmntok_t array (opaque here) */
-    size_t cap_tokens;
-    size_t max_tokens;
+    sb_json json;      /* tokenizer: bounds (public), tokens and steps (read-only) */
     int n_tokens;      /* tokens used by the last sb_inspect; 0 after a failure */
 } sb_inspect_ctx;
 
@@ -106,7 +109,8 @@ typedef struct sb_inspect_result {
 /* Tokenizes `body` (len bytes, need not be NUL-terminated) and fills *res.
  * Returns SB_INSPECT_OK or a negative sb_inspect_status; on failure *res is partially filled
  * and must not be used except error_field. Checks, in this order whatever the key order:
- * JSON syntax, model, stream, stream_options, user, instructions, the prompt.
+ * JSON (TOO_DEEP and TOO_COMPLEX as soon as the bound is crossed, before any syntax error
+ * later in the body; then BAD_JSON), model, stream, stream_options, user, instructions, the prompt.
  * `model` and `user` are rejected (SB_INSPECT_BAD_FIELD) when longer than their buffers or
  * when they decode to a NUL byte, since a C string compare would read a different name.
  * The ctx keeps pointers into nothing: `body` must stay unchanged and alive until
@@ -137,11 +141,5 @@ uint64_t sb_prompt_seed(const char *model, size_t model_len, const char *adapter
  * last sb_inspect failed, reports an empty prompt. */
 void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspect_result *res,
                     uint64_t seed, size_t block_bytes, sb_prompt_hashes *out);
-
-/* Decodes the JSON string token body[start..end) (without quotes) into out (cap bytes),
- * handling all escapes; \u0000 decodes to a NUL byte, a lone surrogate to U+FFFD.
- * Returns the decoded length, which may exceed cap (output truncated), or -1 for an invalid
- * escape (unknown letter, bad hex, or input ending inside an escape). */
-long sb_json_unescape(const char *s, size_t n, char *out, size_t cap);
 
 #endif

@@ -1,53 +1,35 @@
 /* sim_request: OpenAI-style request parsing for the simulator (see sim_request.h). */
-#define JSMN_STATIC
-#define JSMN_STRICT
-#include <jsmn.h>
-
 #include "sim/sim_request.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "base/alloc.h"
-#include "proto/inspect.h"
+#include "proto/json.h"
 
 #define KEY(s) s, sizeof(s) - 1
 
 typedef struct parse {
     const char *b;
-    const jsmntok_t *t;
+    const sb_json_tok *t;
     int n;
     sb_sim_request *out;
 } parse;
 
-/* Index of the token after the value at i (and its whole subtree). */
-static int skip(const jsmntok_t *t, int n, int i)
-{
-    int left = 1;
-    while (left > 0 && i < n) {
-        left += t[i].size - 1;
-        i++;
-    }
-    return i;
-}
-
-static bool tok_is(const parse *p, int i, const char *s, size_t n)
-{
-    const jsmntok_t *t = &p->t[i];
-    return t->type == JSMN_STRING && (size_t)(t->end - t->start) == n && memcmp(p->b + t->start, s, n) == 0;
-}
+/* Keys compare decoded, as vLLM's JSON reader sees them ("mod\u0065l" is "model"). */
+static bool tok_is(const parse *p, int i, const char *s, size_t n) { return sb_json_str_is(p->b, &p->t[i], s, n); }
 
 static bool is_null(const parse *p, int i)
 {
-    return p->t[i].type == JSMN_PRIMITIVE && p->b[p->t[i].start] == 'n';
+    return p->t[i].type == SB_JSON_PRIMITIVE && p->b[p->t[i].start] == 'n';
 }
 
 /* Reads a boolean (null reads as false). Returns 0 or -EINVAL. */
 static int read_bool(parse *p, int i, bool *v, const char *error)
 {
-    const jsmntok_t *t = &p->t[i];
+    const sb_json_tok *t = &p->t[i];
     char c = p->b[t->start];
-    if (t->type != JSMN_PRIMITIVE || (c != 't' && c != 'f' && c != 'n')) {
+    if (t->type != SB_JSON_PRIMITIVE || (c != 't' && c != 'f' && c != 'n')) {
         p->out->error = error;
         return -EINVAL;
     }
@@ -58,10 +40,10 @@ static int read_bool(parse *p, int i, bool *v, const char *error)
 /* Reads a positive integer that fits in 32 bits; null leaves *v alone. */
 static int read_count(parse *p, int i, uint32_t *v, const char *error)
 {
-    const jsmntok_t *t = &p->t[i];
+    const sb_json_tok *t = &p->t[i];
     if (is_null(p, i))
         return 0;
-    if (t->type != JSMN_PRIMITIVE)
+    if (t->type != SB_JSON_PRIMITIVE)
         goto bad;
     uint64_t x = 0;
     for (int k = t->start; k < t->end; k++) {
@@ -82,7 +64,7 @@ bad:
 /* Appends the decoded string token i to b. */
 static int append_string(parse *p, int i, sb_buf *b)
 {
-    const jsmntok_t *t = &p->t[i];
+    const sb_json_tok *t = &p->t[i];
     size_t n = (size_t)(t->end - t->start);
     if (sb_buf_reserve(b, n + 1) < 0)
         return -ENOMEM;
@@ -98,17 +80,17 @@ static int append_string(parse *p, int i, sb_buf *b)
 
 static int append_content(parse *p, int v, sb_buf *b)
 {
-    if (p->t[v].type == JSMN_STRING)
+    if (p->t[v].type == SB_JSON_STRING)
         return append_string(p, v, b);
     if (is_null(p, v))
         return 0;
-    if (p->t[v].type != JSMN_ARRAY)
+    if (p->t[v].type != SB_JSON_ARRAY)
         goto bad;
-    for (int k = 0, part = v + 1; k < p->t[v].size; k++, part = skip(p->t, p->n, part)) {
-        if (p->t[part].type != JSMN_OBJECT)
+    for (int k = 0, part = v + 1; k < p->t[v].size; k++, part = sb_json_skip(p->t, p->n, part)) {
+        if (p->t[part].type != SB_JSON_OBJECT)
             goto bad;
-        for (int f = 0, key = part + 1; f < p->t[part].size; f++, key = skip(p->t, p->n, key + 1))
-            if (tok_is(p, key, KEY("text")) && p->t[key + 1].type == JSMN_STRING) {
+        for (int f = 0, key = part + 1; f < p->t[part].size; f++, key = sb_json_skip(p->t, p->n, key + 1))
+            if (tok_is(p, key, KEY("text")) && p->t[key + 1].type == SB_JSON_STRING) {
                 int rc = append_string(p, key + 1, b);
                 if (rc < 0)
                     return rc;
@@ -122,23 +104,23 @@ bad:
 
 static int render_messages(parse *p, int v, sb_buf *b)
 {
-    if (p->t[v].type != JSMN_ARRAY || p->t[v].size == 0) {
+    if (p->t[v].type != SB_JSON_ARRAY || p->t[v].size == 0) {
         p->out->error = "messages must be a non-empty array";
         return -EINVAL;
     }
-    for (int k = 0, m = v + 1; k < p->t[v].size; k++, m = skip(p->t, p->n, m)) {
-        if (p->t[m].type != JSMN_OBJECT) {
+    for (int k = 0, m = v + 1; k < p->t[v].size; k++, m = sb_json_skip(p->t, p->n, m)) {
+        if (p->t[m].type != SB_JSON_OBJECT) {
             p->out->error = "messages[] must be objects";
             return -EINVAL;
         }
         int role = -1, content = -1;
-        for (int f = 0, key = m + 1; f < p->t[m].size; f++, key = skip(p->t, p->n, key + 1)) {
+        for (int f = 0, key = m + 1; f < p->t[m].size; f++, key = sb_json_skip(p->t, p->n, key + 1)) {
             if (tok_is(p, key, KEY("role")))
                 role = key + 1;
             else if (tok_is(p, key, KEY("content")))
                 content = key + 1;
         }
-        if (role < 0 || p->t[role].type != JSMN_STRING) {
+        if (role < 0 || p->t[role].type != SB_JSON_STRING) {
             p->out->error = "messages[].role must be a string";
             return -EINVAL;
         }
@@ -157,11 +139,11 @@ static int render_messages(parse *p, int v, sb_buf *b)
 
 static int render_prompt(parse *p, int v, sb_buf *b)
 {
-    if (p->t[v].type == JSMN_STRING)
+    if (p->t[v].type == SB_JSON_STRING)
         return append_string(p, v, b);
-    if (p->t[v].type == JSMN_ARRAY) {
-        for (int k = 0, s = v + 1; k < p->t[v].size; k++, s = skip(p->t, p->n, s)) {
-            if (p->t[s].type != JSMN_STRING) {
+    if (p->t[v].type == SB_JSON_ARRAY) {
+        for (int k = 0, s = v + 1; k < p->t[v].size; k++, s = sb_json_skip(p->t, p->n, s)) {
+            if (p->t[s].type != SB_JSON_STRING) {
                 p->out->error = "prompt must be a string or an array of strings (token ids are not simulated)";
                 return -EINVAL;
             }
@@ -177,18 +159,18 @@ static int render_prompt(parse *p, int v, sb_buf *b)
 
 static int walk(parse *p, sb_sim_api api, sb_buf *prompt)
 {
-    const jsmntok_t *t = p->t;
+    const sb_json_tok *t = p->t;
     sb_sim_request *out = p->out;
     int messages = -1, text = -1, rc;
     uint32_t max_tokens = 0, max_completion_tokens = 0;
-    for (int f = 0, key = 1; f < t[0].size; f++, key = skip(t, p->n, key + 1)) {
+    for (int f = 0, key = 1; f < t[0].size; f++, key = sb_json_skip(t, p->n, key + 1)) {
         int v = key + 1;
         if (tok_is(p, key, KEY("model"))) {
             out->model[0] = '\0';
             out->model_len = 0;
             if (is_null(p, v))
                 continue;
-            if (t[v].type != JSMN_STRING) {
+            if (t[v].type != SB_JSON_STRING) {
                 out->error = "model must be a string";
                 return -EINVAL;
             }
@@ -205,11 +187,11 @@ static int walk(parse *p, sb_sim_api api, sb_buf *prompt)
         } else if (tok_is(p, key, KEY("stream_options"))) {
             if (is_null(p, v))
                 continue;
-            if (t[v].type != JSMN_OBJECT) {
+            if (t[v].type != SB_JSON_OBJECT) {
                 out->error = "stream_options must be an object";
                 return -EINVAL;
             }
-            for (int g = 0, k2 = v + 1; g < t[v].size; g++, k2 = skip(t, p->n, k2 + 1))
+            for (int g = 0, k2 = v + 1; g < t[v].size; g++, k2 = sb_json_skip(t, p->n, k2 + 1))
                 if (tok_is(p, k2, KEY("include_usage")) &&
                     (rc = read_bool(p, k2 + 1, &out->include_usage, "include_usage must be a boolean")) < 0)
                     return rc;
@@ -247,37 +229,37 @@ static int walk(parse *p, sb_sim_api api, sb_buf *prompt)
 
 int sb_sim_request_parse(const char *body, size_t len, sb_sim_api api, sb_sim_request *out, sb_buf *prompt)
 {
+    sb_json j = {.max_depth = SB_SIM_MAX_JSON_DEPTH};
+    int n, rc;
+
     memset(out, 0, sizeof(*out));
     out->max_tokens = SB_SIM_DEFAULT_MAX_TOKENS;
-    jsmn_parser jp;
-    jsmn_init(&jp);
-    int n = jsmn_parse(&jp, body, len, NULL, 0);
-    if (n <= 0) {
-        out->error = "request body is not valid JSON";
-        return -EINVAL;
-    }
-    jsmntok_t *t = sb_malloc((size_t)n * sizeof(*t));
-    if (!t)
-        return -ENOMEM;
-    jsmn_init(&jp);
-    int rc;
-    if (jsmn_parse(&jp, body, len, t, (unsigned)n) != n || t[0].type != JSMN_OBJECT) {
-        out->error = "request body must be a JSON object";
+    n = sb_json_parse(&j, body, len);
+    switch (n) {
+    case SB_JSON_NOMEM:
+        rc = -ENOMEM;
+        break;
+    case SB_JSON_TOO_DEEP:
+        out->error = "request body nests JSON arrays and objects too deep (more than 128 levels)";
         rc = -EINVAL;
-    } else {
-        /* Only whitespace may follow the root object: jsmn stops at its end. */
-        rc = 0;
-        for (size_t k = (size_t)t[0].end; k < len; k++)
-            if (body[k] != ' ' && body[k] != '\n' && body[k] != '\r' && body[k] != '\t') {
-                out->error = "request body is not valid JSON";
-                rc = -EINVAL;
-                break;
-            }
-        if (rc == 0) {
-            parse p = {body, t, n, out};
+        break;
+    case SB_JSON_TOO_MANY:
+        out->error = "request body has too many JSON values";
+        rc = -EINVAL;
+        break;
+    case SB_JSON_BAD:
+        out->error = "request body is not valid JSON";
+        rc = -EINVAL;
+        break;
+    default:
+        if (j.tokens[0].type != SB_JSON_OBJECT) {
+            out->error = "request body must be a JSON object";
+            rc = -EINVAL;
+        } else {
+            parse p = {body, j.tokens, n, out};
             rc = walk(&p, api, prompt);
         }
     }
-    sb_free(t);
+    sb_json_free(&j);
     return rc;
 }

@@ -2,7 +2,7 @@
  *
  * The simulator needs little from a request: the model name, the stream flags, the output
  * length, and the prompt as one text to tokenize. sb_sim_request_parse() extracts them with
- * jsmn and renders the prompt text through a fixed template, so the same conversation gives
+ * proto/json.h (one linear pass, nesting bounded by SB_SIM_MAX_JSON_DEPTH) and renders the prompt text through a fixed template, so the same conversation gives
  * the same text, hence the same tokens, on every replica (prefix caching then works across
  * requests and replicas, as with a real chat template).
  *
@@ -33,6 +33,9 @@
  * request run for minutes, so the simulator uses 16 for both. */
 #define SB_SIM_DEFAULT_MAX_TOKENS 16
 #define SB_SIM_MODEL_MAX 256
+/* The gateway's default bound (limits.max_json_depth): the simulator stands in for a model
+ * server behind it, and refuses what no real request nests. */
+#define SB_SIM_MAX_JSON_DEPTH 128
 
 /* Which fields carry the prompt. */
 typedef enum sb_sim_api {
@@ -52,9 +55,10 @@ typedef struct sb_sim_request {
 } sb_sim_request;
 
 /* Parses body[0..len) for `api`, fills *out and appends the prompt text to `prompt`.
- * Returns 0; -EINVAL if the body is malformed or a field is invalid (out->error says which;
- * `prompt` may hold a partial text); -ENOMEM. Allocates a temporary token array, freed before
- * it returns; the prompt buffer is the caller's. */
+ * Returns 0; -EINVAL if the body is malformed, nested deeper than SB_SIM_MAX_JSON_DEPTH, or
+ * a field is invalid (out->error says which; `prompt` may hold a partial text); -ENOMEM.
+ * Linear in len whatever the shape. Allocates a temporary token array, freed before it
+ * returns; the prompt buffer is the caller's. */
 int sb_sim_request_parse(const char *body, size_t len, sb_sim_api api, sb_sim_request *out, sb_buf *prompt);
 
 #endif

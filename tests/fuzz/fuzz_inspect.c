@@ -3,7 +3,7 @@
  * Build and run (the committed corpus is the seed; it is also replayed by the unit test
  * tests/unit/proto/test_inspect.c):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/fuzz_inspect.c \
- *         src/proto/inspect.c src/base/alloc.c -lxxhash -o /tmp/fuzz_inspect
+ *         src/proto/inspect.c src/proto/json.c src/base/alloc.c -lxxhash -o /tmp/fuzz_inspect
  *   /tmp/fuzz_inspect -max_total_time=60 /tmp/corpus tests/fuzz/corpus/inspect
  *
  * Besides crashes and sanitizer reports, it checks properties the rest of the gateway relies
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const enum sb_api_kind kinds[] = {SB_API_CHAT, SB_API_COMPLETIONS, SB_API_EMBEDDINGS,
                                              SB_API_RESPONSES};
-    static sb_inspect_ctx ctx = {.max_tokens = 1 << 16}; /* reused, as the data path does */
+    static sb_inspect_ctx ctx = {.json.max_tokens = 1 << 16}; /* reused, as the data path does */
     const char *body = (const char *)data;
     char out[SB_MODEL_NAME_MAX + 1];
 
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc = sb_inspect(&ctx, kinds[k], body, size, &r);
         long d;
 
-        CHECK(rc <= 0 && rc >= SB_INSPECT_NOMEM);
+        CHECK(rc <= 0 && rc >= SB_INSPECT_TOO_DEEP);
         CHECK((rc == SB_INSPECT_BAD_FIELD) == (r.error_field != NULL));
         if (rc == SB_INSPECT_BAD_JSON && k > 0)
             return 0; /* syntax does not depend on the API kind: checked once is enough */

@@ -4,6 +4,7 @@
  * from llama.cpp's /slots JSON. */
 #include "sb_test.h"
 
+#include "base/buf.h"
 #include "proto/engine_metrics.h"
 
 #include <errno.h>
@@ -473,6 +474,63 @@ static void test_slots_shapes(void **state)
     assert_int_equal(sb_engine_slots_parse(LIT_ARGS("[{}]"), scratch, 0, &r), SB_ENGINE_SLOTS_NOSPACE);
 }
 
+/* Answers no llama.cpp sends: refused or read in work linear in their size. */
+static void test_slots_hostile(void **state)
+{
+    static int64_t scratch[(256 << 10) / 8]; /* the prober's scratch */
+    sb_engine_report r;
+    sb_buf b = {0};
+
+    /* 10,000 nested arrays in a slot (fits the scratch): refused at the depth bound, not
+     * tokenized with a walk per bracket. */
+    assert_int_equal(sb_buf_puts(&b, "[{\"id\":0,\"params\":"), 0);
+    for (int i = 0; i < 10000; i++)
+        assert_int_equal(sb_buf_puts(&b, "["), 0);
+    for (int i = 0; i < 10000; i++)
+        assert_int_equal(sb_buf_puts(&b, "]"), 0);
+    assert_int_equal(sb_buf_puts(&b, ",\"is_processing\":true}]"), 0);
+    sb_engine_report_init(&r);
+    assert_int_equal(sb_engine_slots_parse(b.data, b.len, scratch, sizeof scratch, &r), SB_ENGINE_SLOTS_BAD_JSON);
+    assert_false(r.have_slots);
+
+    /* The bound: the array and the slot are two levels, so 30 more are fine, 31 are not. */
+    for (int depth = 30; depth <= 31; depth++) {
+        b.len = 0;
+        assert_int_equal(sb_buf_puts(&b, "[{\"p\":"), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "["), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "]"), 0);
+        assert_int_equal(sb_buf_puts(&b, "}]"), 0);
+        assert_int_equal(SB_ENGINE_SLOTS_MAX_DEPTH, 32);
+        assert_int_equal(sb_engine_slots_parse(b.data, b.len, scratch, sizeof scratch, &r),
+                         depth == 30 ? 0 : SB_ENGINE_SLOTS_BAD_JSON);
+    }
+
+    /* A key repeated: the last one counts, so one slot is never counted busy twice. */
+    static const char dup[] = "[{\"is_processing\":true,\"is_processing\":true,\"is_processing\":false,"
+                              "\"n_ctx\":100,\"n_ctx\":4096},{\"is_processing\":false,\"is_processing\":true}]";
+    sb_engine_report_init(&r);
+    assert_int_equal(sb_engine_slots_parse(dup, sizeof dup - 1, scratch, sizeof scratch, &r), 0);
+    assert_int_equal(r.slots_total, 2);
+    assert_int_equal(r.slots_busy, 1);
+    assert_true(r.capacity_tokens == 4096);
+
+    /* Many slots with many keys each: all read. */
+    b.len = 0;
+    assert_int_equal(sb_buf_puts(&b, "["), 0);
+    for (int i = 0; i < 800; i++)
+        assert_int_equal(sb_buf_printf(&b, "%s{\"id\":%d,\"x\":[1,2,3],\"is_processing\":%s,\"n_ctx\":1}", i ? "," : "",
+                                       i, i % 2 ? "true" : "false"), 0);
+    assert_int_equal(sb_buf_puts(&b, "]"), 0);
+    sb_engine_report_init(&r);
+    assert_int_equal(sb_engine_slots_parse(b.data, b.len, scratch, sizeof scratch, &r), 0);
+    assert_int_equal(r.slots_total, 800);
+    assert_int_equal(r.slots_busy, 400);
+    assert_true(r.capacity_tokens == 800);
+    sb_buf_free(&b);
+}
+
 static void test_restart_detection(void **state)
 {
     sb_engine_report a, b;
@@ -542,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_malformed_counted),
         cmocka_unit_test(test_slots_capture),
         cmocka_unit_test(test_slots_shapes),
+        cmocka_unit_test(test_slots_hostile),
         cmocka_unit_test(test_restart_detection),
         cmocka_unit_test(test_kind_names),
     };

@@ -52,12 +52,52 @@ static void test_malformed_and_unsupported(void **state)
     assert_false(r.have_waiting);
 }
 
+/* Hostile header values (as long as the HTTP parser lets a header be): refused or read in one
+ * pass. The JSON walk recurses at most three objects deep, whatever the value nests. */
+static void test_hostile_values(void **state)
+{
+    (void)state;
+    sb_endpoint_report r;
+    size_t cap = 600000, n;
+    char *v = malloc(cap);
+    assert_non_null(v);
+
+    n = (size_t)snprintf(v, cap, "JSON ");
+    while (n + 5 < cap)
+        n += (size_t)snprintf(v + n, cap - n, "{\"a\":");
+    assert_int_equal(sb_orca_parse(v, n, &r), -1);
+
+    /* A key repeated 10,000 times: the last one is the report. */
+    n = (size_t)snprintf(v, cap, "JSON {");
+    for (int i = 0; i < 10000; i++)
+        n += (size_t)snprintf(v + n, cap - n, "\"num_requests_waiting\":%d,", i);
+    n += (size_t)snprintf(v + n, cap - n, "\"named_metrics\":{\"num_requests_waiting\":7}}");
+    assert_int_equal(sb_orca_parse(v, n, &r), 10001);
+    assert_true(r.have_waiting && r.waiting == 7.0);
+
+    n = (size_t)snprintf(v, cap, "TEXT ");
+    for (int i = 0; i < 10000; i++)
+        n += (size_t)snprintf(v + n, cap - n, "named_metrics.num_requests_running=%d, ", i);
+    assert_int_equal(sb_orca_parse(v, n, &r), 10000);
+    assert_true(r.running == 9999.0);
+
+    /* A value or a key running to the end of the header. */
+    memset(v, '1', cap);
+    memcpy(v, "JSON {\"a\":", 11);
+    assert_int_equal(sb_orca_parse(v, cap, &r), -1);
+    memset(v, 'k', cap);
+    memcpy(v, "JSON {\"", 7);
+    assert_int_equal(sb_orca_parse(v, cap, &r), -1);
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_form),
         cmocka_unit_test(test_json_form),
         cmocka_unit_test(test_malformed_and_unsupported),
+        cmocka_unit_test(test_hostile_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,10 +143,47 @@ static void test_allocation_failure(void **state)
     }
 }
 
+/* Nesting: 128 levels read, 129 refused with a reason, and the issue's 100,000 levels refused
+ * after reading the first levels only (jsmn read them all, twice, with a walk per bracket). */
+static void test_nesting_bound(void **state)
+{
+    (void)state;
+    sb_sim_request r;
+    sb_buf p = {0}, b = {0};
+
+    for (int depth = 127; depth <= 128; depth++) {
+        b.len = 0;
+        assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m\",\"x\":"), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "["), 0);
+        for (int i = 0; i < depth; i++)
+            assert_int_equal(sb_buf_puts(&b, "]"), 0);
+        assert_int_equal(sb_buf_puts(&b, ",\"prompt\":\"hi\"}"), 0);
+        sb_buf_reset(&p);
+        assert_int_equal(sb_sim_request_parse(b.data, b.len, SB_SIM_API_COMPLETIONS, &r, &p), depth == 127 ? 0 : -EINVAL);
+        if (depth == 128)
+            assert_non_null(strstr(r.error, "too deep"));
+    }
+    b.len = 0;
+    assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m\",\"x\":"), 0);
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(sb_buf_puts(&b, "["), 0);
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(sb_buf_puts(&b, "]"), 0);
+    assert_int_equal(sb_buf_puts(&b, ",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"), 0);
+    sb_buf_reset(&p);
+    assert_int_equal(sb_sim_request_parse(b.data, b.len, SB_SIM_API_CHAT, &r, &p), -EINVAL);
+    assert_non_null(strstr(r.error, "too deep"));
+    sb_buf_free(&b);
+    sb_buf_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_fields_and_template), cmocka_unit_test(test_completion_prompt_and_defaults),
+        cmocka_unit_test(test_chat_fields_and_template),
+        cmocka_unit_test(test_nesting_bound),
+        cmocka_unit_test(test_completion_prompt_and_defaults),
         cmocka_unit_test(test_tokenize_takes_either),    cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_long_model_name),          cmocka_unit_test(test_allocation_failure),
     };
