@@ -3,7 +3,6 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -15,19 +14,51 @@ void sb_auth_digest(const void *secret, size_t len, uint8_t out[SB_AUTH_DIGEST_L
     SHA256(secret, len, out);
 }
 
-static sb_api_key *find_linear(sb_auth_keys *t, const uint8_t *digest)
+static size_t slot_of(const uint8_t *digest, size_t mask)
 {
-    for (size_t i = 0; i < t->n; i++)
-        if (!memcmp(t->items[i].digest, digest, SB_AUTH_DIGEST_LEN))
-            return &t->items[i];
-    return NULL;
+    uint64_t h;
+    memcpy(&h, digest, sizeof h); /* a SHA-256 digest's bytes are already uniform */
+    return (size_t)h & mask;
+}
+
+static sb_api_key *lookup(const sb_auth_keys *t, const uint8_t *digest)
+{
+    if (!t->n_slots)
+        return NULL;
+    size_t mask = t->n_slots - 1;
+    for (size_t i = slot_of(digest, mask);; i = (i + 1) & mask) {
+        uint32_t s = t->slots[i];
+        if (!s)
+            return NULL;
+        if (CRYPTO_memcmp(t->items[s - 1].digest, digest, SB_AUTH_DIGEST_LEN) == 0)
+            return &t->items[s - 1];
+    }
+}
+
+/* Rebuilds the slots for at least `want` entries at load 1/2. */
+static int grow_slots(sb_auth_keys *t, size_t want)
+{
+    size_t n = 16;
+    while (n < 2 * want)
+        n *= 2;
+    uint32_t *slots = sb_calloc(n, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (size_t k = 0; k < t->n; k++) {
+        size_t i = slot_of(t->items[k].digest, n - 1);
+        while (slots[i])
+            i = (i + 1) & (n - 1);
+        slots[i] = (uint32_t)(k + 1);
+    }
+    sb_free(t->slots);
+    t->slots = slots;
+    t->n_slots = n;
+    return 0;
 }
 
 int sb_auth_keys_add(sb_auth_keys *t, const sb_api_key *k, const char **why)
 {
-    /* Linear: tables are built once per load, and a load of many thousands of keys still
-     * costs milliseconds; lookups on the request path use the sealed, sorted table. */
-    sb_api_key *e = find_linear(t, k->digest);
+    sb_api_key *e = lookup(t, k->digest);
     if (e) {
         if (e->admits && k->admits) {
             *why = "the same key is listed twice";
@@ -48,54 +79,36 @@ int sb_auth_keys_add(sb_auth_keys *t, const sb_api_key *k, const char **why)
         e->admits = e->admits || k->admits;
         return 0;
     }
+    if (t->n >= UINT32_MAX - 1)
+        return -1;
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 16;
-        sb_api_key *items = sb_realloc(t->items, cap * sizeof *items);
+        sb_api_key *items = sb_malloc(cap * sizeof *items);
         if (!items)
             return -1;
+        /* Not realloc: the old block would be freed holding digests and tenants unwiped. */
+        if (t->items) {
+            memcpy(items, t->items, t->n * sizeof *items);
+            OPENSSL_cleanse(t->items, t->cap * sizeof *t->items);
+            sb_free(t->items);
+        }
         t->items = items;
         t->cap = cap;
     }
-    t->items[t->n++] = *k;
+    if (2 * (t->n + 1) > t->n_slots && grow_slots(t, t->n + 1) < 0)
+        return -1;
+    t->items[t->n] = *k;
+    size_t mask = t->n_slots - 1, i = slot_of(k->digest, mask);
+    while (t->slots[i])
+        i = (i + 1) & mask;
+    t->slots[i] = (uint32_t)(t->n + 1);
+    t->n++;
     return 0;
-}
-
-int sb_auth_keys_merge(sb_auth_keys *t, const sb_auth_keys *src, const char **why)
-{
-    for (size_t i = 0; i < src->n; i++) {
-        int rc = sb_auth_keys_add(t, &src->items[i], why);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int cmp_key(const void *a, const void *b)
-{
-    return memcmp(((const sb_api_key *)a)->digest, ((const sb_api_key *)b)->digest, SB_AUTH_DIGEST_LEN);
-}
-
-void sb_auth_keys_seal(sb_auth_keys *t)
-{
-    if (t->n > 1)
-        qsort(t->items, t->n, sizeof *t->items, cmp_key);
 }
 
 const sb_api_key *sb_auth_keys_find(const sb_auth_keys *t, const uint8_t digest[SB_AUTH_DIGEST_LEN])
 {
-    size_t lo = 0, hi = t->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp(t->items[mid].digest, digest, SB_AUTH_DIGEST_LEN);
-        if (c < 0) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (lo < t->n && CRYPTO_memcmp(t->items[lo].digest, digest, SB_AUTH_DIGEST_LEN) == 0)
-        return &t->items[lo];
-    return NULL;
+    return lookup(t, digest);
 }
 
 size_t sb_auth_keys_clients(const sb_auth_keys *t)
@@ -111,6 +124,7 @@ void sb_auth_keys_free(sb_auth_keys *t)
     if (t->items)
         OPENSSL_cleanse(t->items, t->cap * sizeof *t->items);
     sb_free(t->items);
+    sb_free(t->slots);
     *t = (sb_auth_keys){0};
 }
 

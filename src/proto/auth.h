@@ -7,11 +7,12 @@
  * text: callers hash a presented token with sb_auth_digest() and look the digest up, and wipe
  * the text they hashed (OPENSSL_cleanse) once it is no longer needed.
  *
- * Lookup is a binary search over sorted digests, finished by a constant-time comparison of the
- * candidate (CRYPTO_memcmp). The search's timing depends only on how the digest of the
- * presented token orders against the stored digests: SHA-256 being preimage-resistant, that
- * says nothing an attacker can use about any key's text, while a linear constant-time scan
- * would cost O(keys) per request.
+ * Lookup hashes nothing more: the digest's first 8 bytes index an open-addressing table (load
+ * at most 1/2), and each candidate is compared in constant time (CRYPTO_memcmp). The probe
+ * sequence depends only on the digest of the presented token and on where the stored digests
+ * fall; SHA-256 being preimage-resistant, its timing says nothing usable about any key's text,
+ * and clusters cannot be ground: the stored digests are the operator's keys', not the
+ * client's. A constant-time linear scan would cost O(keys) per request instead of O(1).
  *
  * Also the pure parser of a keys file's text (one key per line, see sb_auth_parse_keys_file).
  * Not for: reading files (cmd/config_file.c does), HTTP (net/gateway.c checks requests). */
@@ -33,11 +34,13 @@ typedef struct sb_api_key {
     bool admits;                         /* a client key (auth.*); false: a band only */
 } sb_api_key;
 
-/* Build with sb_auth_keys_add, then sb_auth_keys_seal before any lookup. Zero-initialised is
- * an empty table. */
+/* Zero-initialised is an empty table. Filled with sb_auth_keys_add; lookups may follow any
+ * add. */
 typedef struct sb_auth_keys {
-    sb_api_key *items; /* sorted by digest once sealed */
+    sb_api_key *items; /* in the order added */
     size_t n, cap;
+    uint32_t *slots;   /* 1 + index into items; 0: empty. n_slots is a power of two >= 2n */
+    size_t n_slots;
 } sb_auth_keys;
 
 /* SHA-256 of len bytes. */
@@ -46,16 +49,10 @@ void sb_auth_digest(const void *secret, size_t len, uint8_t out[SB_AUTH_DIGEST_L
 /* Adds k, or merges it into the entry of the same digest: a client key and a band-only entry
  * of the same key become one client key (the band from whichever names one). Returns 0, -1
  * when out of memory, or -2 with *why set (a static string, naming no key) when they
- * conflict: the same client key twice, or two different bands. The table is unsealed after. */
+ * conflict: the same client key twice, or two different bands or tenants. O(1) on average. */
 int sb_auth_keys_add(sb_auth_keys *t, const sb_api_key *k, const char **why);
 
-/* Adds every entry of src to t (as sb_auth_keys_add, stopping at the first failure). */
-int sb_auth_keys_merge(sb_auth_keys *t, const sb_auth_keys *src, const char **why);
-
-/* Sorts the table for lookup. */
-void sb_auth_keys_seal(sb_auth_keys *t);
-
-/* The entry whose digest is `digest`, or NULL. t must be sealed. */
+/* The entry whose digest is `digest`, or NULL. The pointer is valid until the next add. */
 const sb_api_key *sb_auth_keys_find(const sb_auth_keys *t, const uint8_t digest[SB_AUTH_DIGEST_LEN]);
 
 /* Number of entries that admit requests (client keys). */

@@ -1671,7 +1671,6 @@ int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, c
 {
     sb_auth_file_error err;
     long n = sb_auth_parse_keys_file(text, len, &cfg->api_keys, &err);
-    sb_auth_keys_seal(&cfg->api_keys);
     *line = n < 0 ? err.line : 0;
     if (n < 0)
         snprintf(msg, cap, "%s", err.message);
@@ -1854,7 +1853,6 @@ int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_err
         yaml_document_delete(&extra);
     }
     parse_root(&p, root);
-    sb_auth_keys_seal(&p.cfg->api_keys);
 
 done:
     if (have_doc) {

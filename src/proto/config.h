@@ -99,8 +99,7 @@ typedef struct sb_config {
     double flow_gate_queue;       /* queue while every endpoint has more waiting; default 1 */
     double flow_gate_kv;          /* ...or KV use above this; default -1: the profile's */
     /* API keys, as digests only (proto/auth.h): client keys (`auth.api_keys` and the keys
-     * file's, once the cmd layer has read it) and flow_control.api_keys' bands, merged. Sealed
-     * after parsing; the loader of api_keys_file merges and seals again. */
+     * file's, once the cmd layer has read it) and flow_control.api_keys' bands, merged. */
     sb_auth_keys api_keys;
     bool auth_enabled;            /* `auth` names keys or a keys file: API requests need a key */
     char *auth_api_keys_file;     /* as written; NULL if none */
@@ -151,8 +150,8 @@ bool sb_config_host_is_loopback(const char *host);
 /* The secret files named by a parsed config are read by the caller (the cmd layer), whose
  * text these take; each wipes `text` before returning. Return 0, or -1 with msg filled
  * (naming no secret). */
-/* auth.api_keys_file's text: its keys join cfg->api_keys (sb_auth_parse_keys_file), which is
- * sealed again. *line is the line of the error, 0 if none. */
+/* auth.api_keys_file's text: its keys join cfg->api_keys (sb_auth_parse_keys_file). *line is
+ * the line of the error, 0 if none. */
 int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, char *msg, size_t cap);
 /* admin.token_file's text: one token, surrounding blanks and newlines ignored. */
 int sb_config_set_admin_token(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);

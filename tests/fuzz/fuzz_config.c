@@ -135,7 +135,7 @@ static void check_config(const sb_config *cfg)
     for (size_t i = 0; i < cfg->api_keys.n; i++) {
         CHECK(cfg->api_keys.items[i].band >= -1 && cfg->api_keys.items[i].band <= 2);
         CHECK(cfg->api_keys.items[i].admits || cfg->api_keys.items[i].band >= 0);
-        CHECK(i == 0 || memcmp(cfg->api_keys.items[i - 1].digest, cfg->api_keys.items[i].digest, 32) < 0);
+        CHECK(sb_auth_keys_find(&cfg->api_keys, cfg->api_keys.items[i].digest) == &cfg->api_keys.items[i]);
     }
     CHECK(!cfg->admin_host || cfg->admin_has_token || cfg->admin_token_file ||
           sb_config_host_is_loopback(cfg->admin_host));
