@@ -65,7 +65,8 @@ int sb_cmd_demo(int argc, char **argv)
         else
             return usage();
     }
-    if (port == 0 || port > 65535 || admin_port == 0 || admin_port > 65535 || admin_port == port || sim_port == 0 || sim_port > 65532 || speed <= 0)
+    if (port == 0 || port > 65535 || admin_port == 0 || admin_port > 65535 || admin_port == port || sim_port == 0 ||
+        sim_port > 65532 || speed <= 0)
         return usage();
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
@@ -110,7 +111,8 @@ int sb_cmd_demo(int argc, char **argv)
                   "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
                   "    engine: vllm\n"
                   "    endpoints: [\"127.0.0.1:%u\"]\n",
-                  port, access_log ? "access_log: \"-\"\n" : "", admin_port, sim_port, sim_port + 1, sim_port + 2, sim_port + 3);
+                  port, access_log ? "access_log: \"-\"\n" : "", admin_port, sim_port, sim_port + 1, sim_port + 2,
+                  sim_port + 3);
     sb_config *cfg = NULL;
     sb_config_errors errs = {0};
     if (!y.data || sb_config_parse(y.data, y.len, &cfg, &errs) < 0) {

@@ -11,12 +11,12 @@
 #include <openssl/crypto.h>
 
 #include "base/buf.h"
-#include "net/gateway.h"
-#include "proto/openai_error.h"
 #include "core/adaptive.h"
 #include "core/flow.h"
 #include "core/prefix_index.h"
+#include "net/gateway.h"
 #include "net/probe.h"
+#include "proto/openai_error.h"
 
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
 static const double bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,

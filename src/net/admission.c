@@ -190,8 +190,8 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
     *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = pool};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
-    sb_flow_item item = {.band = band, .tenant = tenant_of(req, t), .bytes = req->body_len, .deadline = UINT64_MAX,
-                         .user = q};
+    sb_flow_item item = {
+        .band = band, .tenant = tenant_of(req, t), .bytes = req->body_len, .deadline = UINT64_MAX, .user = q};
     int e = sb_flow_enqueue(f, &item, now, &q->handle);
     if (e != SB_FLOW_QUEUED) {
         free_queued(q);

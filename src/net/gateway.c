@@ -72,8 +72,8 @@ void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const c
 
 /* Who sent a request, from its Authorization bearer token: computed once per request. */
 typedef struct caller {
-    uint64_t key_id;          /* 64 bits of the token's SHA-256; 0: no bearer token */
-    const sb_api_key *key;    /* the configured key it matches, or NULL */
+    uint64_t key_id;       /* 64 bits of the token's SHA-256; 0: no bearer token */
+    const sb_api_key *key; /* the configured key it matches, or NULL */
 } caller;
 
 static caller caller_of(const sb_gateway *gw, const sb_http_req *req)
@@ -102,7 +102,8 @@ static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token
                                "this gateway."
                              : "You didn't provide an API key. You need to provide your API key in an Authorization "
                                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                   "invalid_request_error", NULL, "invalid_api_key", "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
+                   "invalid_request_error", NULL, "invalid_api_key",
+                   "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
 }
 
 /* The session affinity key: the configured header, else the request's `user`, else the API
@@ -213,8 +214,12 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     if (who->key)
         memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
     /* About 4 bytes per token in English: the router's estimate of prefill work. */
-    sb_sched_request rr = {.pool = m.pool, .adapter = m.adapter, .block_hashes = ph.hashes, .n_blocks = ph.n,
-                           .prompt_bytes = ph.prompt_bytes, .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
+    sb_sched_request rr = {.pool = m.pool,
+                           .adapter = m.adapter,
+                           .block_hashes = ph.hashes,
+                           .n_blocks = ph.n,
+                           .prompt_bytes = ph.prompt_bytes,
+                           .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
                            /* the adapter is part of the prefix-hash key (KubeAI's rule) */
                            .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
                            .session_key = session_key(gw, req, &res, who),
@@ -237,8 +242,7 @@ static void on_request(sb_http_req *req, void *ctx)
     }
     caller who = caller_of(gw, req);
     /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
-    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) &&
-        !(who.key && who.key->admits)) {
+    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) && !(who.key && who.key->admits)) {
         refuse_unauthorized(gw, req, who.key_id != 0);
         return;
     }
@@ -407,8 +411,10 @@ static void gateway_free(sb_gateway *gw)
 
 static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_server_opts *admin)
 {
-    *so = (sb_http_server_opts){.max_header_bytes = cfg->max_header_bytes, .max_body_bytes = cfg->max_body_bytes,
-                                .max_connections = cfg->max_connections, .header_ms = cfg->header_ms,
+    *so = (sb_http_server_opts){.max_header_bytes = cfg->max_header_bytes,
+                                .max_body_bytes = cfg->max_body_bytes,
+                                .max_connections = cfg->max_connections,
+                                .header_ms = cfg->header_ms,
                                 .idle_ms = cfg->idle_ms};
     /* The same request limits; its own connection budget, so a full client listener leaves
      * room for operators. */

@@ -138,7 +138,7 @@ typedef struct sb_proxy_target {
     /* who asked (gateway.c, from the Authorization bearer token) */
     uint64_t key_id;             /* 64 bits of the token's SHA-256; 0: no bearer token */
     int key_band;                /* the matched key's band (enum sb_band); -1: none named */
-    char tenant[SB_AUTH_TENANT_MAX + 1]; /* the matched key's tenant; "" if none named */
+    char tenant[SB_AUTH_TENANT_MAX + 1]; /* the key's tenant; "" if none named */
     int band;                    /* set by admission: the band it queued the request in; -1 */
 } sb_proxy_target;
 

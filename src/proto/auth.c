@@ -128,7 +128,10 @@ void sb_auth_keys_free(sb_auth_keys *t)
     *t = (sb_auth_keys){0};
 }
 
-static bool blank(char c) { return c == ' ' || c == '\t'; }
+static bool blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
 
 bool sb_auth_bearer(const char *value, size_t len, const char **token, size_t *token_len)
 {

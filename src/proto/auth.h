@@ -28,7 +28,7 @@
 #define SB_AUTH_KEY_MAX 4096  /* bytes of one key: fits any header a client can send */
 
 typedef struct sb_api_key {
-    uint8_t digest[SB_AUTH_DIGEST_LEN]; /* SHA-256 of the key's bytes */
+    uint8_t digest[SB_AUTH_DIGEST_LEN];  /* SHA-256 of the key's bytes */
     char tenant[SB_AUTH_TENANT_MAX + 1]; /* "" when the key names none */
     int band;                            /* enum sb_band (core/flow.h), or -1 when none named */
     bool admits;                         /* a client key (auth.*); false: a band only */
@@ -39,7 +39,7 @@ typedef struct sb_api_key {
 typedef struct sb_auth_keys {
     sb_api_key *items; /* in the order added */
     size_t n, cap;
-    uint32_t *slots;   /* 1 + index into items; 0: empty. n_slots is a power of two >= 2n */
+    uint32_t *slots; /* 1 + index into items; 0: empty. n_slots is a power of two >= 2n */
     size_t n_slots;
 } sb_auth_keys;
 

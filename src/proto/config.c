@@ -117,7 +117,10 @@ static const field admin_fields[] = {
     F(debug_endpoints, K_BOOL, 0, 1),
     /* Its own budget, so operators can still look at a gateway whose client listener is
      * full; scrapers and a few people need tens, not thousands. */
-    {.key = "max_connections", .kind = K_COUNT, .offset = offsetof(sb_config, admin_max_connections), .min = 1,
+    {.key = "max_connections",
+     .kind = K_COUNT,
+     .offset = offsetof(sb_config, admin_max_connections),
+     .min = 1,
      .max = 1u << 20},
     {.key = "metrics_auth", .kind = K_BOOL, .offset = offsetof(sb_config, admin_metrics_auth), .max = 1},
 };
@@ -1623,8 +1626,7 @@ static void wipe_parser(yaml_parser_t *y)
         OPENSSL_cleanse(y->buffer.start, (size_t)(y->buffer.end - y->buffer.start));
 }
 
-static int secret_file_text(char *text, size_t len, const char **s, size_t *n, char *msg, size_t cap,
-                            const char *what)
+static int secret_file_text(char *text, size_t len, const char **s, size_t *n, char *msg, size_t cap, const char *what)
 {
     size_t a = 0, b = len;
     while (a < b && strchr(" \t\r\n", text[a]))

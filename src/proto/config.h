@@ -113,7 +113,8 @@ typedef struct sb_config {
     size_t admin_max_connections; /* default 64 */
     bool admin_metrics_auth;      /* /metrics needs the token too; default false */
     bool admin_has_token;         /* admin.token given, or admin_token_file read */
-    uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN]; /* SHA-256 of the bearer token */
+    /* SHA-256 of the admin bearer token */
+    uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
     char *admin_token_file;       /* as written; NULL if none */
     /* scheduling profiles defined under `profiles:`, fully built (labels point into strings
      * owned by the config); none of them shadows a built-in name */

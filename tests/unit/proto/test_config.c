@@ -1142,10 +1142,11 @@ static void test_client_auth(void **state)
                      "auth.api_keys[0].tenant must be 1 to 64 letters");
     expect_one_error("auth:\n  api_keys:\n    - { key: k, colour: red }\n" POOL_OK, 3,
                      "unknown key 'colour' in auth.api_keys[0]");
-    expect_one_error("auth:\n  api_keys:\n    - { key: k, band: critical }\nflow_control:\n  api_keys: { k: sheddable }\n"
-                     POOL_OK, 5, "the same key is given two different bands");
-    assert_int_equal(parse_str("auth:\n  api_keys:\n    - sk-twice-secret\n    - sk-twice-secret\n" POOL_OK, &cfg, &errs),
-                     -1);
+    expect_one_error(
+        "auth:\n  api_keys:\n    - { key: k, band: critical }\nflow_control:\n  api_keys: { k: sheddable }\n" POOL_OK,
+        5, "the same key is given two different bands");
+    assert_int_equal(
+        parse_str("auth:\n  api_keys:\n    - sk-twice-secret\n    - sk-twice-secret\n" POOL_OK, &cfg, &errs), -1);
     assert_true(has_error(&errs, 4, "auth.api_keys[1]: the same key is listed twice"));
     expect_no_secret(&errs, "sk-twice-secret");
     assert_int_equal(parse_str("auth:\n  api_keys: [\"sk leaked\"]\n" POOL_OK, &cfg, &errs), -1);
