@@ -53,6 +53,7 @@ backend be
 HAP
 cat > "$work/sb.yaml" <<SBY
 listen: "127.0.0.1:$P_SB"
+admin: { listen: "127.0.0.1:$((P_SB + 2))" }
 pools:
   - name: bench
     models: ["bench-model"]

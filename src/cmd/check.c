@@ -26,8 +26,15 @@ int sb_cmd_check(int argc, char **argv)
         eps += cfg->pools[i].n_endpoints;
         models += cfg->pools[i].n_models + cfg->pools[i].n_adapters;
     }
-    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, listen %s:%u)\n", path, cfg->n_pools, models, eps,
-           cfg->listen_host, cfg->listen_port);
+    char admin[300] = "admin off";
+    if (cfg->admin_host)
+        snprintf(admin, sizeof admin, "admin %s:%u%s", cfg->admin_host, cfg->admin_port,
+                 cfg->admin_has_token ? " with token" : "");
+    char auth[64] = "";
+    if (cfg->auth_enabled)
+        snprintf(auth, sizeof auth, ", %zu API keys", sb_auth_keys_clients(&cfg->api_keys));
+    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, listen %s:%u, %s%s)\n", path, cfg->n_pools, models, eps,
+           cfg->listen_host, cfg->listen_port, admin, auth);
     sb_config_free(cfg);
     return 0;
 }

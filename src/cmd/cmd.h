@@ -15,8 +15,14 @@ int sb_cmd_replay(int argc, char **argv);
 
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with errno set on failure. */
 char *sb_read_file(const char *path, size_t *len);
-/* Reads and parses a config file, printing errors as FILE:LINE:COL: message.
- * Returns NULL on any failure. */
+/* Reads and parses a config file, printing errors as FILE:LINE:COL: message, then reads the
+ * secret files it names (sb_config_load_files). Returns NULL on any failure. The file's text
+ * is wiped once parsed. */
 sb_config *sb_load_config(const char *path);
+/* Reads the secret files a parsed config names (auth.api_keys_file, admin.token_file, each
+ * pool's upstream_api_key_file; relative paths from config_path's directory) into cfg, wiping
+ * their text. Prints each problem naming the file (and line), never a secret. Returns 0, or -1
+ * if any file is missing or malformed (cfg is then only fit to be freed). */
+int sb_config_load_files(sb_config *cfg, const char *config_path);
 
 #endif

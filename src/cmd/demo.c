@@ -37,8 +37,9 @@ static void on_signal(uv_signal_t *h, int signum)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: switchboard demo [--port P] [--sim-port P] [--speed X] [--access-log]\n"
+    fprintf(stderr, "usage: switchboard demo [--port P] [--admin-port P] [--sim-port P] [--speed X] [--access-log]\n"
                     "  --port P       gateway port (default 8080)\n"
+                    "  --admin-port P admin port: /metrics, /debug/* (default 8081)\n"
                     "  --sim-port P   first simulated replica's port (default 8101; uses P..P+3)\n"
                     "  --speed X      simulated engine clock speed (default 1: real time)\n"
                     "  --access-log   print one JSON line per request\n");
@@ -47,12 +48,14 @@ static int usage(void)
 
 int sb_cmd_demo(int argc, char **argv)
 {
-    unsigned port = 8080, sim_port = 8101;
+    unsigned port = 8080, admin_port = 8081, sim_port = 8101;
     double speed = 1.0;
     bool access_log = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc)
             port = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--admin-port") && i + 1 < argc)
+            admin_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sim-port") && i + 1 < argc)
             sim_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--speed") && i + 1 < argc)
@@ -62,7 +65,8 @@ int sb_cmd_demo(int argc, char **argv)
         else
             return usage();
     }
-    if (port == 0 || port > 65535 || sim_port == 0 || sim_port > 65532 || speed <= 0)
+    if (port == 0 || port > 65535 || admin_port == 0 || admin_port > 65535 || admin_port == port || sim_port == 0 ||
+        sim_port > 65532 || speed <= 0)
         return usage();
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
@@ -96,6 +100,7 @@ int sb_cmd_demo(int argc, char **argv)
     sb_buf y = {0};
     sb_buf_printf(&y,
                   "listen: \"127.0.0.1:%u\"\n%s"
+                  "admin: { listen: \"127.0.0.1:%u\" }\n"
                   "pools:\n"
                   "  - name: llama\n"
                   "    models: [\"meta-llama/Llama-3.1-8B-Instruct\", \"llama-3.1-8b\"]\n"
@@ -106,7 +111,8 @@ int sb_cmd_demo(int argc, char **argv)
                   "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
                   "    engine: vllm\n"
                   "    endpoints: [\"127.0.0.1:%u\"]\n",
-                  port, access_log ? "access_log: \"-\"\n" : "", sim_port, sim_port + 1, sim_port + 2, sim_port + 3);
+                  port, access_log ? "access_log: \"-\"\n" : "", admin_port, sim_port, sim_port + 1, sim_port + 2,
+                  sim_port + 3);
     sb_config *cfg = NULL;
     sb_config_errors errs = {0};
     if (!y.data || sb_config_parse(y.data, y.len, &cfg, &errs) < 0) {
@@ -126,6 +132,7 @@ int sb_cmd_demo(int argc, char **argv)
     }
     printf("switchboard demo\n"
            "  gateway    http://127.0.0.1:%u  (pools: llama x3 replicas with LoRA sql-lora, chat-lora; qwen x1)\n"
+           "  admin      http://127.0.0.1:%u  (/metrics, /debug/*; loopback only)\n"
            "  replicas   http://127.0.0.1:%u-%u  (simulated vLLM, Llama-3.1-8B on H100 timing, speed %gx)\n\n"
            "Try:\n"
            "  curl -s localhost:%u/v1/models\n"
@@ -137,7 +144,8 @@ int sb_cmd_demo(int argc, char **argv)
            "  curl -s localhost:%u/debug/endpoints      # what the gateway knows of each replica\n"
            "  curl -s localhost:%u/metrics              # Prometheus metrics\n\n"
            "Ctrl-C stops everything.\n",
-           port, sim_port, sim_port + 3, speed, port, port, port, port, port);
+           port, sb_gateway_admin_port(d.gw), sim_port, sim_port + 3, speed, port, port, port,
+           sb_gateway_admin_port(d.gw), sb_gateway_admin_port(d.gw));
     fflush(stdout);
     uv_signal_init(loop, &d.sigint);
     uv_signal_init(loop, &d.sigterm);

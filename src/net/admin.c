@@ -8,12 +8,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 #include "base/buf.h"
-#include "net/gateway.h"
 #include "core/adaptive.h"
 #include "core/flow.h"
 #include "core/prefix_index.h"
+#include "net/gateway.h"
 #include "net/probe.h"
+#include "proto/openai_error.h"
 
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
 static const double bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -69,6 +72,11 @@ void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
                   (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0, total_s * 1e3, log->retries,
                   (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
+    /* Who asked, as flow control saw it: never the key, only what the configuration names. */
+    if (log->band)
+        sb_buf_printf(&b, ",\"band\":\"%s\"", log->band);
+    if (log->tenant && log->tenant[0])
+        sb_buf_printf(&b, ",\"tenant\":\"%s\"", log->tenant); /* a plain name (proto/auth.h) */
     if (log->decision) {
         sb_buf_puts(&b, ",\"decision\":");
         sb_buf_puts(&b, log->decision);
@@ -140,6 +148,13 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                   "switchboard_body_budget_refusals_total %llu\n",
                   hs.open_connections, (unsigned long long)hs.refused_total, (unsigned long long)hs.reset_total,
                   hs.body_bytes, (unsigned long long)hs.body_budget_refusals);
+    sb_buf_printf(b,
+                  "# HELP switchboard_unauthorized_total Requests refused 401: a missing or unknown API key "
+                  "(listener=\"client\") or admin token (listener=\"admin\").\n"
+                  "# TYPE switchboard_unauthorized_total counter\n"
+                  "switchboard_unauthorized_total{listener=\"client\"} %llu\n"
+                  "switchboard_unauthorized_total{listener=\"admin\"} %llu\n",
+                  (unsigned long long)c->unauthorized[0], (unsigned long long)c->unauthorized[1]);
     sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error.\n"
                    "# TYPE switchboard_rejected_total counter\n");
     for (int k = 4; k <= 5; k++)
@@ -423,27 +438,70 @@ static bool path_eq(const sb_http_req *req, const char *p)
     return req->path_len == n && !memcmp(req->path, p, n);
 }
 
-bool sb_gateway_admin(sb_gateway *gw, sb_http_req *req)
+static void admin_error(sb_http_req *req, int status, const char *message, const char *code, const char *headers)
 {
     sb_buf b = {0};
+    if (sb_openai_error(&b, message, status == 500 ? "server_error" : "invalid_request_error", NULL, code) < 0) {
+        sb_buf_free(&b);
+        sb_http_stream_abort(req);
+        return;
+    }
+    sb_http_respond(req, status, "application/json", headers, b.data, b.len);
+    sb_buf_free(&b);
+}
+
+/* Whether req carries the admin token. Only the digests are compared, in constant time. */
+static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
+{
+    const sb_http_header *h = sb_http_req_header(req, "authorization");
+    const char *tok;
+    size_t n;
+    if (!h || !sb_auth_bearer(h->value, h->value_len, &tok, &n))
+        return false;
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest(tok, n, d);
+    return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
+}
+
+void sb_gateway_admin(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    const sb_config *cfg = gw->cfg;
+    bool metrics = path_eq(req, "/metrics");
+    /* Every path but an open /metrics needs the token, unknown ones included: a caller
+     * without it learns nothing of what is served here. */
+    if (cfg->admin_has_token && (!metrics || cfg->admin_metrics_auth) && !admin_authorized(cfg, req)) {
+        gw->counters.unauthorized[1]++;
+        admin_error(req, 401, "this admin endpoint needs Authorization: Bearer <admin.token>", "invalid_admin_token",
+                    "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
+        return;
+    }
+    if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+        admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
+        return;
+    }
+    sb_buf b = {0};
     const char *ct = "application/json";
-    if (path_eq(req, "/metrics")) {
+    if (metrics) {
         render_metrics(gw, &b);
         ct = "text/plain; version=0.0.4; charset=utf-8";
-    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/endpoints")) {
+    } else if (cfg->debug_endpoints && path_eq(req, "/debug/endpoints")) {
         render_endpoints(gw, &b);
-    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
+    } else if (cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
         render_decisions(gw, &b);
-    } else if (gw->cfg->debug_endpoints && path_eq(req, "/debug/adaptive")) {
+    } else if (cfg->debug_endpoints && path_eq(req, "/debug/adaptive")) {
         render_adaptive(gw, &b);
     } else {
-        return false;
+        char msg[160];
+        snprintf(msg, sizeof(msg), "no admin route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
+                 req->path);
+        admin_error(req, 404, msg, "not_found", NULL);
+        return;
     }
     if (!b.data) {
-        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        admin_error(req, 500, "out of memory", NULL, NULL);
     } else {
         sb_http_respond(req, 200, ct, NULL, b.data, b.len);
     }
     sb_buf_free(&b);
-    return true;
 }

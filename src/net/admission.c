@@ -2,7 +2,8 @@
  *
  * Per pool: while the pool is saturated (every available endpoint over the profile's queue or
  * KV threshold, or stale), requests wait in bounded queues by priority band (x-priority:
- * critical | standard | sheddable, default standard) and tenant (x-tenant, else the API key),
+ * critical | standard | sheddable, default standard; a band the API key names wins) and tenant
+ * (the key's tenant, else x-tenant, else the API key),
  * dispatched strictly by band and round robin across tenants as capacity returns. A full queue
  * answers 429, a request that waited past its band's deadline 503, sheddable requests are
  * refused first (429), and with no healthy endpoint at all the answer is 503 at once; every
@@ -43,35 +44,28 @@ static void refuse(sb_gateway *gw, sb_http_req *req, int status, const char *rea
                           reason, headers);
 }
 
-/* The request's band: the x-priority header, else its API key's band in config
- * (flow_control.api_keys, matched against the Authorization bearer token), else standard. */
-static enum sb_band band_of(const sb_gateway *gw, const sb_http_req *req)
+/* The request's band: its API key's (auth.api_keys, flow_control.api_keys) when the key names
+ * one, else the x-priority header, else standard. The key wins: a band tied to a key is the
+ * operator's decision, which a header the client writes must not overturn. */
+static enum sb_band band_of(const sb_http_req *req, const sb_proxy_target *t)
 {
+    if (t->key_band >= 0)
+        return (enum sb_band)t->key_band;
     const sb_http_header *h = sb_http_req_header(req, "x-priority");
     int b = h ? sb_band_parse(h->value, h->value_len) : -1;
-    if (b >= 0)
-        return (enum sb_band)b;
-    const sb_config *cfg = gw->cfg;
-    if (cfg->n_flow_api_keys && (h = sb_http_req_header(req, "authorization")) != NULL) {
-        const char *v = h->value;
-        size_t n = h->value_len;
-        if (n > 7 && !strncasecmp(v, "Bearer ", 7)) {
-            v += 7;
-            n -= 7;
-        }
-        for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
-            if (strlen(cfg->flow_api_keys[i]) == n && !memcmp(cfg->flow_api_keys[i], v, n))
-                return (enum sb_band)cfg->flow_api_key_band[i];
-    }
-    return SB_BAND_STANDARD;
+    return b >= 0 ? (enum sb_band)b : SB_BAND_STANDARD;
 }
 
-static uint64_t tenant_of(const sb_http_req *req)
+/* The fairness key: the API key's tenant when it names one, else x-tenant, else the key
+ * itself (its digest), else none. A tenant name and the same x-tenant are one tenant. */
+static uint64_t tenant_of(const sb_http_req *req, const sb_proxy_target *t)
 {
+    if (t->tenant[0])
+        return XXH3_64bits(t->tenant, strlen(t->tenant));
     const sb_http_header *h = sb_http_req_header(req, "x-tenant");
-    if (!h || !h->value_len)
-        h = sb_http_req_header(req, "authorization");
-    return h && h->value_len ? XXH3_64bits(h->value, h->value_len) : 0;
+    if (h && h->value_len)
+        return XXH3_64bits(h->value, h->value_len);
+    return t->key_id;
 }
 
 static void free_queued(queued *q)
@@ -168,7 +162,10 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
         sb_proxy_start(gw, req, t, rr);
         return;
     }
-    enum sb_band band = band_of(gw, req);
+    enum sb_band band = band_of(req, t);
+    sb_proxy_target tb = *t;
+    tb.band = (int)band;
+    t = &tb;
     bool saturated = sb_router_pool_saturated(gw->router, pool, gw->cfg->flow_gate_queue, gw->cfg->flow_gate_kv, now);
     int a = sb_flow_admit(f, saturated, band);
     if (a == SB_FLOW_DISPATCH) {
@@ -193,8 +190,8 @@ void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target 
     *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = pool};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
-    sb_flow_item item = {.band = band, .tenant = tenant_of(req), .bytes = req->body_len, .deadline = UINT64_MAX,
-                         .user = q};
+    sb_flow_item item = {
+        .band = band, .tenant = tenant_of(req, t), .bytes = req->body_len, .deadline = UINT64_MAX, .user = q};
     int e = sb_flow_enqueue(f, &item, now, &q->handle);
     if (e != SB_FLOW_QUEUED) {
         free_queued(q);

@@ -70,9 +70,46 @@ void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const c
     error_response(gw, req, status, message, type, NULL, code, headers);
 }
 
+/* Who sent a request, from its Authorization bearer token: computed once per request. */
+typedef struct caller {
+    uint64_t key_id;       /* 64 bits of the token's SHA-256; 0: no bearer token */
+    const sb_api_key *key; /* the configured key it matches, or NULL */
+} caller;
+
+static caller caller_of(const sb_gateway *gw, const sb_http_req *req)
+{
+    caller c = {0};
+    const sb_http_header *h = sb_http_req_header(req, "authorization");
+    const char *tok;
+    size_t n;
+    if (!h || !sb_auth_bearer(h->value, h->value_len, &tok, &n))
+        return c;
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest(tok, n, d);
+    memcpy(&c.key_id, d, sizeof c.key_id);
+    c.key_id |= 1; /* never 0 */
+    c.key = sb_auth_keys_find(&gw->cfg->api_keys, d);
+    return c;
+}
+
+/* 401 as OpenAI answers it (type invalid_request_error, code invalid_api_key), never quoting
+ * what the client sent. */
+static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token)
+{
+    gw->counters.unauthorized[0]++;
+    error_response(gw, req, 401,
+                   had_token ? "Incorrect API key provided. You can find your API key with the operator of "
+                               "this gateway."
+                             : "You didn't provide an API key. You need to provide your API key in an Authorization "
+                               "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                   "invalid_request_error", NULL, "invalid_api_key",
+                   "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
+}
+
 /* The session affinity key: the configured header, else the request's `user`, else the API
- * key, else the client's address (without its port). Never 0 (0 means "none"). */
-static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res)
+ * key (its digest), else the client's address (without its port). Never 0 (0 means "none"). */
+static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res,
+                            const caller *who)
 {
     const sb_http_header *h = gw->cfg->session_header ? sb_http_req_header(req, gw->cfg->session_header) : NULL;
     uint64_t k;
@@ -80,8 +117,8 @@ static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const 
         k = XXH3_64bits_withSeed(h->value, h->value_len, 1);
     else if (res->user_len)
         k = XXH3_64bits_withSeed(res->user, res->user_len, 2);
-    else if ((h = sb_http_req_header(req, "authorization")) && h->value_len)
-        k = XXH3_64bits_withSeed(h->value, h->value_len, 3);
+    else if (who->key_id)
+        k = who->key_id;
     else {
         const char *colon = strrchr(req->peer, ':');
         k = XXH3_64bits_withSeed(req->peer, colon ? (size_t)(colon - req->peer) : strlen(req->peer), 4);
@@ -89,7 +126,7 @@ static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const 
     return k ? k : 1;
 }
 
-static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind)
+static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
 {
     sb_inspect_result res;
     gw->ictx.json.max_depth = gw->cfg->max_json_depth; /* read per request: reloads apply at once */
@@ -177,40 +214,58 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         .model_tok_end = res.model_tok_end,
         .stream = res.stream,
         .model = res.model,
+        .key_id = who->key_id,
+        .key_band = who->key ? who->key->band : -1,
+        .band = -1,
     };
+    if (who->key)
+        memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
     /* About 4 bytes per token in English: the router's estimate of prefill work. */
-    sb_sched_request rr = {.pool = m.pool, .adapter = m.adapter, .block_hashes = ph.hashes, .n_blocks = ph.n,
-                           .prompt_bytes = ph.prompt_bytes, .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
+    sb_sched_request rr = {.pool = m.pool,
+                           .adapter = m.adapter,
+                           .block_hashes = ph.hashes,
+                           .n_blocks = ph.n,
+                           .prompt_bytes = ph.prompt_bytes,
+                           .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
                            /* the adapter is part of the prefix-hash key (KubeAI's rule) */
                            .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
-                           .session_key = session_key(gw, req, &res),
+                           .session_key = session_key(gw, req, &res, who),
                            .profile = sb_router_pool_profile(gw->router, m.pool)};
     sb_admission_route(gw, req, &t, &rr);
 }
 
+/* The client listener: the OpenAI API and /healthz only (the admin pages live on the admin
+ * listener, net/admin.c). */
 static void on_request(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
     gw->counters.requests++;
+    if (path_is(req, "/healthz")) {
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD)
+            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+        else
+            sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        return;
+    }
+    caller who = caller_of(gw, req);
+    /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
+    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) && !(who.key && who.key->admits)) {
+        refuse_unauthorized(gw, req, who.key_id != 0);
+        return;
+    }
     for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
         if (path_is(req, inference_routes[i].path)) {
             if (req->method != HTTP_POST) {
                 sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
                 return;
             }
-            handle_inference(gw, req, inference_routes[i].kind);
+            handle_inference(gw, req, inference_routes[i].kind, &who);
             return;
         }
     }
-    if ((req->method == HTTP_GET || req->method == HTTP_HEAD) && sb_gateway_admin(gw, req))
-        return;
-    if (path_is(req, "/v1/models") || path_is(req, "/healthz")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+    if (path_is(req, "/v1/models")) {
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD)
             sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-            return;
-        }
-        if (path_is(req, "/healthz"))
-            sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
         else
             sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
         return;
@@ -361,12 +416,12 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw);
 }
 
-/* Builds a gateway over cfg. With `server` NULL it listens itself; otherwise it takes over an
- * existing server (a reload that changed pools or endpoints). */
-/* The client listener's limits, from the configuration (start and reload). */
-static sb_http_server_opts client_server_opts(const sb_config *cfg)
+/* The listeners' limits, from the configuration (start and reload). The admin listener has
+ * the same request limits and its own connection budget, so a full client listener leaves room
+ * for operators. */
+static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_server_opts *admin)
 {
-    return (sb_http_server_opts){
+    *so = (sb_http_server_opts){
         .max_header_bytes = cfg->max_header_bytes,
         .max_body_bytes = cfg->max_body_bytes,
         .max_connections = cfg->max_connections,
@@ -378,9 +433,14 @@ static sb_http_server_opts client_server_opts(const sb_config *cfg)
         .linger_ms = cfg->linger_ms && cfg->linger_bytes ? cfg->linger_ms : SB_HTTP_LINGER_OFF,
         .linger_bytes = cfg->linger_bytes ? cfg->linger_bytes : 1,
     };
+    *admin = *so;
+    admin->max_connections = cfg->admin_max_connections;
 }
 
-static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_gateway **out)
+/* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
+ * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
+static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
+                         sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -463,15 +523,27 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
         }
     }
-    sb_http_server_opts so = client_server_opts(cfg);
+    sb_http_server_opts so, ao;
+    server_opts(cfg, &so, &ao);
     if (server) {
         gw->server = server;
+        gw->admin_server = admin_server;
         sb_http_server_set_opts(server, &so);
+        if (admin_server)
+            sb_http_server_set_opts(admin_server, &ao);
     } else {
         rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, on_request, gw, &gw->server);
         if (rc < 0) {
             SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
             goto fail;
+        }
+        if (cfg->admin_host) {
+            rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
+                                      &gw->admin_server);
+            if (rc < 0) {
+                SB_ERROR("admin.listen %s:%u: %s", cfg->admin_host, cfg->admin_port, uv_strerror(rc));
+                goto fail_server;
+            }
         }
     }
     if (sb_admission_start(gw) < 0) {
@@ -488,8 +560,11 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     *out = gw;
     return 0;
 fail_server:
-    if (!server)
+    if (!server) {
         sb_http_server_stop(gw->server);
+        if (gw->admin_server)
+            sb_http_server_stop(gw->admin_server);
+    }
 fail:
     gateway_free(gw);
     return rc < 0 ? rc : UV_ENOMEM;
@@ -497,10 +572,15 @@ fail:
 
 int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
 {
-    return gateway_build(loop, cfg, NULL, out);
+    return gateway_build(loop, cfg, NULL, NULL, out);
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
+
+uint16_t sb_gateway_admin_port(const sb_gateway *gw)
+{
+    return gw->admin_server ? sb_http_server_port(gw->admin_server) : 0;
+}
 
 void sb_gateway_stop(sb_gateway *gw)
 {
@@ -523,6 +603,9 @@ void sb_gateway_stop(sb_gateway *gw)
     gw->prober = NULL;
     sb_admission_stop(gw);
     sb_http_server_stop(gw->server);
+    if (gw->admin_server)
+        sb_http_server_stop(gw->admin_server);
+    gw->admin_server = NULL;
     sb_gateway_exchange_done(gw);
 }
 
@@ -584,6 +667,14 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
     return NULL;
 }
 
+/* Whether a and b listen for admin on the same address (or both not at all). */
+static bool same_admin_listen(const sb_config *a, const sb_config *b)
+{
+    if (!a->admin_host || !b->admin_host)
+        return !a->admin_host && !b->admin_host;
+    return !strcmp(a->admin_host, b->admin_host) && a->admin_port == b->admin_port;
+}
+
 /* Stops a gateway's background work but not the server it shares: its requests in flight (and
  * those it had queued, dispatched now) finish on it; it frees itself after the last one. */
 static void gateway_retire(sb_gateway *gw)
@@ -600,7 +691,8 @@ static void gateway_retire(sb_gateway *gw)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
     sb_admission_flush(gw);
-    gw->server = NULL; /* the new gateway's now */
+    gw->server = NULL; /* the new gateway's now, like the admin listener */
+    gw->admin_server = NULL;
     sb_gateway_exchange_done(gw);
 }
 
@@ -648,17 +740,24 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         sb_config_free(cfg);
         return -1;
     }
+    if (!same_admin_listen(gw->cfg, cfg)) {
+        SB_WARN("reload refused: admin.listen changed (restart to apply)");
+        sb_config_free(cfg);
+        return -1;
+    }
     if (why) {
         /* Pools, models or endpoints changed: a new gateway takes over the listener; the old
          * one finishes what it has in flight. */
         sb_gateway *ngw = NULL;
-        if (gateway_build(gw->loop, cfg, gw->server, &ngw) < 0) {
+        if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, &ngw) < 0) {
             SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
             return -1;
         }
         carry_state(ngw, gw);
         ngw->reloads++;
         sb_http_server_set_handler(ngw->server, on_request, ngw);
+        if (ngw->admin_server)
+            sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
         gateway_retire(gw);
         *gwp = ngw;
         SB_INFO("configuration reloaded (%llu): %s; endpoint state carried over",
@@ -702,8 +801,11 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
             }
         }
     }
-    sb_http_server_opts so = client_server_opts(cfg);
+    sb_http_server_opts so, ao;
+    server_opts(cfg, &so, &ao);
     sb_http_server_set_opts(gw->server, &so);
+    if (gw->admin_server)
+        sb_http_server_set_opts(gw->admin_server, &ao);
     if (gw->prober)
         sb_prober_reconfigure(gw->prober, cfg);
     /* The old configuration retires; it is freed when its last request ends. */

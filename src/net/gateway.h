@@ -5,7 +5,13 @@
  * without copying it; core/router resolves the model to a pool and picks an endpoint; the
  * proxy (net/proxy.c) forwards the request on a pooled keep-alive upstream connection and
  * streams the answer back as it arrives. The gateway answers GET /v1/models and /healthz
- * itself.
+ * itself. With `auth` configured, every OpenAI API request needs a configured API key
+ * (Authorization: Bearer KEY; 401 invalid_api_key otherwise); the key's tenant and band feed
+ * flow control.
+ *
+ * A second server, the admin listener (`admin.listen`, its own connection budget), serves
+ * /metrics and the /debug pages (net/admin.c), behind the admin bearer token when one is set; the
+ * client listener never serves them. Both listeners survive reloads.
  *
  * Owns its config, router, upstream pools and server. Not thread-safe: one loop. */
 #ifndef SB_NET_GATEWAY_H
@@ -33,6 +39,7 @@ typedef struct sb_gateway_counters {
     uint64_t rejected;         /* answered with 4xx by the gateway itself */
     uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
     uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
+    uint64_t unauthorized[2];  /* 401: [0] client API key, [1] admin token */
 } sb_gateway_counters;
 
 /* Fixed-bucket latency histogram (seconds), Prometheus-style cumulative on output. */
@@ -75,6 +82,7 @@ typedef struct sb_gateway {
     sb_upstream **ups;          /* all endpoints, pool-major */
     size_t *pool_first_up;      /* index into ups of each pool's first endpoint */
     sb_http_server *server;
+    sb_http_server *admin_server; /* NULL when admin.listen is null */
     sb_inspect_ctx ictx;        /* reused for every request: one loop, one request at a time */
     uint64_t *hashes;           /* block-hash scratch, hashes_cap entries */
     size_t hashes_cap;
@@ -102,13 +110,15 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
  * loop's next turns). */
 void sb_gateway_stop(sb_gateway *gw);
 uint16_t sb_gateway_port(const sb_gateway *gw);
+/* The admin listener's port; 0 when there is none. */
+uint16_t sb_gateway_admin_port(const sb_gateway *gw);
 /* Replaces the configuration (SIGHUP). Ownership of cfg passes to the gateway either way.
  * Same pools, models and endpoints: profiles, weights, thresholds, timeouts and limits change
  * in place; requests in flight keep the snapshot they started with. Pools, models or endpoints
  * changed: a new gateway takes over the listener (*gw is replaced), every endpoint that stays
  * keeps its state (reports, health, learned figures; the prefix index of an unchanged pool),
  * and the old gateway finishes its requests in flight, then frees itself. A change of the
- * listen address is refused (-1, reason logged): that needs a restart. */
+ * listen address, or of admin.listen, is refused (-1, reason logged): that needs a restart. */
 int sb_gateway_reload(sb_gateway **gw, sb_config *cfg);
 
 /* The upstream pool of endpoint `ep` of pool `pool`. */
@@ -125,6 +135,11 @@ typedef struct sb_proxy_target {
     size_t model_tok_start, model_tok_end;
     int stream;
     const char *model;           /* as requested, for the access log */
+    /* who asked (gateway.c, from the Authorization bearer token) */
+    uint64_t key_id;             /* 64 bits of the token's SHA-256; 0: no bearer token */
+    int key_band;                /* the matched key's band (enum sb_band); -1: none named */
+    char tenant[SB_AUTH_TENANT_MAX + 1]; /* the key's tenant; "" if none named */
+    int band;                    /* set by admission: the band it queued the request in; -1 */
 } sb_proxy_target;
 
 /* What the access log and metrics learn of one request when it ends. */
@@ -140,14 +155,17 @@ typedef struct sb_exchange_log {
     int retries;
     sb_usage usage;
     const char *decision;        /* JSON of the pick, or NULL */
+    const char *band;            /* flow-control band's name, NULL if none was decided */
+    const char *tenant;          /* the API key's tenant, or NULL */
 } sb_exchange_log;
 
 /* Takes and drops a reference on the current snapshot (exchanges). */
 sb_snapshot *sb_gateway_snapshot_ref(sb_gateway *gw);
 void sb_gateway_snapshot_unref(sb_gateway *gw, sb_snapshot *s);
 
-/* Serves the admin GET routes (/metrics, /debug/...); false if req is not one. */
-bool sb_gateway_admin(sb_gateway *gw, sb_http_req *req);
+/* The admin listener's handler (ctx: the gateway): /metrics and /debug/... behind the admin
+ * token; 401 with WWW-Authenticate: Bearer without it, 404 for any other path. */
+void sb_gateway_admin(sb_http_req *req, void *ctx);
 
 /* Records one finished request: metrics, and the access log line if enabled. */
 void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log);

@@ -17,6 +17,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "core/flow.h"
 #include "net/gateway.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
@@ -96,6 +97,8 @@ static void record(exchange *x)
         .t_end = now_ns(),
         .retries = x->attempts > 1 ? x->attempts - 1 : 0,
         .decision = x->decision.data,
+        .band = x->t.band >= 0 ? sb_band_name((enum sb_band)x->t.band) : NULL,
+        .tenant = x->t.tenant,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
@@ -555,13 +558,19 @@ static void send_request(exchange *x)
                   req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url,
                   sb_upstream_address(uc->up));
     bool has_orca_fmt = false;
+    /* A pool with upstream_api_key speaks to its model servers with that key: the client's
+     * Authorization (its gateway key, when client auth is on) stays here. */
+    const char *upstream_auth = x->snap->cfg->pools[x->t.pool].upstream_auth_header;
+    if (upstream_auth)
+        sb_buf_puts(h, upstream_auth);
     for (size_t i = 0; i < req->n_headers; i++) {
         const sb_http_header *hd = &req->headers[i];
         bool skip = false;
         for (int k = 0; hop_by_hop[k] && !skip; k++)
             skip = strlen(hop_by_hop[k]) == hd->name_len && strncasecmp(hd->name, hop_by_hop[k], hd->name_len) == 0;
         if (skip || (hd->name_len == 4 && strncasecmp(hd->name, "host", 4) == 0) ||
-            (hd->name_len == 6 && strncasecmp(hd->name, "expect", 6) == 0))
+            (hd->name_len == 6 && strncasecmp(hd->name, "expect", 6) == 0) ||
+            (upstream_auth && hd->name_len == 13 && strncasecmp(hd->name, "authorization", 13) == 0))
             continue;
         if (hd->name_len == 28 && strncasecmp(hd->name, "endpoint-load-metrics-format", 28) == 0)
             has_orca_fmt = true;

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <math.h>
+#include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,8 +113,17 @@ static const field routing_fields[] = {
     F(prefix_chars, K_COUNT, 1, 65536),
 };
 
+/* admin's scalar keys; listen, token and token_file are parsed by parse_admin. */
 static const field admin_fields[] = {
     F(debug_endpoints, K_BOOL, 0, 1),
+    /* Its own budget, so operators can still look at a gateway whose client listener is
+     * full; scrapers and a few people need tens, not thousands. */
+    {.key = "max_connections",
+     .kind = K_COUNT,
+     .offset = offsetof(sb_config, admin_max_connections),
+     .min = 1,
+     .max = 1u << 20},
+    {.key = "metrics_auth", .kind = K_BOOL, .offset = offsetof(sb_config, admin_metrics_auth), .max = 1},
 };
 
 /* A top-level scalar rather than a section: it belongs with access_log. */
@@ -125,7 +135,6 @@ static const section sections[] = {
     {"timeouts", timeouts_fields, ARRAY_LEN(timeouts_fields)},
     {"upstream", upstream_fields, ARRAY_LEN(upstream_fields)},
     {"routing", routing_fields, ARRAY_LEN(routing_fields)},
-    {"admin", admin_fields, ARRAY_LEN(admin_fields)},
 };
 
 /* Per pool. Intervals are at least 1 ms: 0 would busy-loop the prober; only the active health
@@ -301,6 +310,10 @@ static yaml_node_t *lookup(parse *p, const yaml_node_t *map, const char *key)
     }
     return NULL;
 }
+
+/* Defined with the secrets, below. */
+static const char *secret_of(parse *p, const yaml_node_t *v, const char *what);
+static void parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, const char *what);
 
 /* ---- scalars ---- */
 
@@ -936,6 +949,7 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
     sb_pool_config *pc = &p->cfg->pools[i];
     char label[96];
     const yaml_node_t *engine = NULL, *metrics = NULL; /* metrics: the key, for its line */
+    const yaml_node_t *upstream_key = NULL, *upstream_key_file = NULL;
     bool metrics_ok = true;
     pc->probe_interval_ms = 100;
     /* On by default: replay shows the configurator within 2% of the static weights on balanced
@@ -1043,6 +1057,18 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
                 if (bool_of(p, v, what, &b))
                     pc->adaptive = b;
             }
+        } else if (!strcmp(key, "upstream_api_key")) {
+            snprintf(what, sizeof what, "%s: upstream_api_key", label);
+            upstream_key = v;
+            parse_upstream_key(p, pc, v, what);
+        } else if (!strcmp(key, "upstream_api_key_file")) {
+            snprintf(what, sizeof what, "%s: upstream_api_key_file", label);
+            upstream_key_file = v;
+            char *s = dup_string(p, v, what);
+            if (s) {
+                sb_free(pc->upstream_api_key_file);
+                pc->upstream_api_key_file = s;
+            }
         } else if (!strcmp(key, "metrics")) {
             snprintf(what, sizeof what, "%s: metrics", label);
             metrics = node_at(p, q->key);
@@ -1053,6 +1079,8 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
             node_error(p, node_at(p, q->key), "unknown key '%s' in %s", key, label);
         }
     }
+    if (upstream_key && upstream_key_file)
+        node_error(p, upstream_key_file, "%s: give upstream_api_key or upstream_api_key_file, not both", label);
     if (!seen_models)
         node_error(p, map, "%s has no 'models'", label);
     if (!seen_endpoints)
@@ -1344,51 +1372,312 @@ static void parse_flow_control(parse *p, const yaml_node_t *map)
         } else if (!strcmp(key, "max_bytes_total")) {
             parse_field(p, &flow_total_fields[1], v, cfg, "flow_control");
         } else if (!strcmp(key, "api_keys")) {
-            if (!want_mapping(p, v, "flow_control.api_keys") || mapping_len(v) == 0)
+            /* key: band. Hashed at once, like auth.api_keys, and merged with them; no message
+             * quotes a key (pair_key would, for a repeated one: the table reports those). */
+            if (!want_mapping(p, v, "flow_control.api_keys"))
                 continue;
-            size_t n = mapping_len(v);
-            char **keys = sb_calloc(n, sizeof(char *));
-            int *bands = sb_calloc(n, sizeof(int));
-            if (!keys || !bands) {
-                sb_free(keys);
-                sb_free(bands);
-                out_of_memory(p);
-                continue;
-            }
-            /* Replace any earlier list (a repeated key is reported elsewhere). */
-            for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
-                sb_free(cfg->flow_api_keys[i]);
-            sb_free(cfg->flow_api_keys);
-            sb_free(cfg->flow_api_key_band);
-            cfg->flow_api_keys = keys;
-            cfg->flow_api_key_band = bands;
-            cfg->n_flow_api_keys = 0;
             for (yaml_node_pair_t *r = v->data.mapping.pairs.start; r < v->data.mapping.pairs.top; r++) {
-                const char *api_key = pair_key(p, v, r, "flow_control.api_keys");
-                if (!api_key)
-                    continue;
+                const yaml_node_t *kn = node_at(p, r->key);
+                const char *api_key = secret_of(p, kn, "a key in flow_control.api_keys");
                 const yaml_node_t *bv = node_at(p, r->value);
                 const char *band = string_of(p, bv, "flow_control.api_keys band");
-                if (!band)
+                if (!api_key || !band)
                     continue;
-                int b = sb_band_parse(band, strlen(band));
-                if (b < 0) {
+                sb_api_key k = {.band = sb_band_parse(band, strlen(band))};
+                if (k.band < 0) {
                     node_error(p, bv, "flow_control.api_keys: unknown band '%s' (critical, standard or sheddable)",
                                band);
                     continue;
                 }
-                char *copy = sb_strdup(api_key);
-                if (!copy) {
+                sb_auth_digest(api_key, strlen(api_key), k.digest);
+                const char *why = NULL;
+                int rc = sb_auth_keys_add(&cfg->api_keys, &k, &why);
+                if (rc == -1)
                     out_of_memory(p);
-                    continue;
-                }
-                keys[cfg->n_flow_api_keys] = copy;
-                bands[cfg->n_flow_api_keys++] = b;
+                else if (rc < 0)
+                    node_error(p, kn, "flow_control.api_keys: %s", why);
             }
         } else {
             node_error(p, node_at(p, q->key), "unknown key '%s' in flow_control", key);
         }
     }
+}
+
+/* ---- secrets: admin token, API keys, upstream keys ---- */
+
+/* Secrets never appear in messages: a config error is printed, and may be logged. */
+
+bool sb_config_host_is_loopback(const char *host)
+{
+    if (!host)
+        return false;
+    if (!strcasecmp(host, "localhost") || !strcmp(host, "::1"))
+        return true;
+    struct in_addr a4;
+    return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+/* A secret given inline: a non-empty string of printable ASCII without blanks (it travels in a
+ * header). Returns its text (in the YAML document, wiped after parsing) or NULL after
+ * reporting. */
+static const char *secret_of(parse *p, const yaml_node_t *v, const char *what)
+{
+    const char *s = string_of(p, v, what);
+    if (s && !sb_auth_valid_key(s, strlen(s))) {
+        node_error(p, v, "%s must be 1 to %d printable ASCII characters without blanks", what, SB_AUTH_KEY_MAX);
+        return NULL;
+    }
+    return s;
+}
+
+static bool upstream_header_of(const char *key, size_t len, char **out)
+{
+    static const char pre[] = "Authorization: Bearer ";
+    size_t n = sizeof pre - 1 + len + 3;
+    char *h = sb_malloc(n);
+    if (!h)
+        return false;
+    memcpy(h, pre, sizeof pre - 1);
+    memcpy(h + sizeof pre - 1, key, len);
+    memcpy(h + sizeof pre - 1 + len, "\r\n", 3);
+    if (*out) {
+        OPENSSL_cleanse(*out, strlen(*out));
+        sb_free(*out);
+    }
+    *out = h;
+    return true;
+}
+
+static void parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, const char *what)
+{
+    const char *s = secret_of(p, v, what);
+    if (s && !upstream_header_of(s, strlen(s), &pc->upstream_auth_header))
+        out_of_memory(p);
+}
+
+/* admin: { listen, max_connections, token, token_file, metrics_auth, debug_endpoints } */
+static void parse_admin(parse *p, const yaml_node_t *map)
+{
+    sb_config *cfg = p->cfg;
+    if (!want_mapping(p, map, "admin"))
+        return;
+    const yaml_node_t *token = NULL, *token_file = NULL, *listen = NULL;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, "admin");
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        const field *f = NULL;
+        for (size_t i = 0; i < ARRAY_LEN(admin_fields) && !f; i++)
+            if (!strcmp(admin_fields[i].key, key))
+                f = &admin_fields[i];
+        if (f) {
+            parse_field(p, f, v, cfg, "admin");
+        } else if (!strcmp(key, "listen")) {
+            listen = v;
+            char *host = NULL;
+            uint16_t port = 0;
+            if (is_null(v) || parse_address(p, v, "admin.listen", &host, &port)) {
+                sb_free(cfg->admin_host);
+                cfg->admin_host = host;
+                cfg->admin_port = port;
+            }
+        } else if (!strcmp(key, "token")) {
+            token = v;
+            const char *s = secret_of(p, v, "admin.token");
+            if (s) {
+                sb_auth_digest(s, strlen(s), cfg->admin_token_digest);
+                cfg->admin_has_token = true;
+            }
+        } else if (!strcmp(key, "token_file")) {
+            token_file = v;
+            char *s = dup_string(p, v, "admin.token_file");
+            if (s) {
+                sb_free(cfg->admin_token_file);
+                cfg->admin_token_file = s;
+            }
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in admin", key);
+        }
+    }
+    if (token && token_file)
+        node_error(p, token_file, "admin: give token or token_file, not both");
+    bool has_token = token || token_file;
+    /* Secure by default: /debug shows every endpoint's state and later operator endpoints
+     * change routing; reachable from other hosts, they must not be open. */
+    if (cfg->admin_host && !has_token && !sb_config_host_is_loopback(cfg->admin_host))
+        node_error(p, listen ? listen : map,
+                   "admin.listen %s is not a loopback address: set admin.token or admin.token_file "
+                   "(the admin endpoints must not be open to other hosts)",
+                   cfg->admin_host);
+    if (cfg->admin_metrics_auth && !has_token)
+        node_error(p, lookup(p, map, "metrics_auth"), "admin.metrics_auth needs admin.token or admin.token_file");
+}
+
+/* One auth.api_keys item: "KEY" or { key: KEY, tenant: NAME, band: BAND }. */
+static void parse_api_key(parse *p, const yaml_node_t *item, size_t i)
+{
+    char what[96];
+    snprintf(what, sizeof what, "auth.api_keys[%zu]", i);
+    sb_api_key k = {.band = -1, .admits = true};
+    const char *key = NULL;
+    if (item->type == YAML_MAPPING_NODE) {
+        bool ok = true;
+        for (yaml_node_pair_t *q = item->data.mapping.pairs.start; q < item->data.mapping.pairs.top; q++) {
+            const char *name = pair_key(p, item, q, what);
+            if (!name) {
+                ok = false;
+                continue;
+            }
+            const yaml_node_t *v = node_at(p, q->value);
+            char field_what[128];
+            snprintf(field_what, sizeof field_what, "%s.%s", what, name);
+            if (!strcmp(name, "key")) {
+                key = secret_of(p, v, field_what);
+                ok = ok && key;
+            } else if (!strcmp(name, "tenant")) {
+                const char *t = string_of(p, v, field_what);
+                if (t && !sb_auth_valid_tenant(t, strlen(t))) {
+                    node_error(p, v, "%s must be 1 to %d letters, digits, '-', '_' or '.'", field_what,
+                               SB_AUTH_TENANT_MAX);
+                    t = NULL;
+                }
+                if (t)
+                    snprintf(k.tenant, sizeof k.tenant, "%s", t);
+                ok = ok && t;
+            } else if (!strcmp(name, "band")) {
+                const char *b = string_of(p, v, field_what);
+                k.band = b ? sb_band_parse(b, strlen(b)) : -1;
+                if (b && k.band < 0)
+                    node_error(p, v, "%s: unknown band '%s' (critical, standard or sheddable)", field_what, b);
+                ok = ok && k.band >= 0;
+            } else {
+                node_error(p, node_at(p, q->key), "unknown key '%s' in %s", name, what);
+                ok = false;
+            }
+        }
+        if (!lookup(p, item, "key")) {
+            node_error(p, item, "%s has no 'key'", what);
+            return;
+        }
+        if (!ok)
+            return;
+    } else {
+        key = secret_of(p, item, what);
+        if (!key)
+            return;
+    }
+    sb_auth_digest(key, strlen(key), k.digest);
+    const char *why = NULL;
+    int rc = sb_auth_keys_add(&p->cfg->api_keys, &k, &why);
+    if (rc == -1)
+        out_of_memory(p);
+    else if (rc < 0)
+        node_error(p, item, "%s: %s", what, why);
+}
+
+/* auth: { api_keys: [KEY | {key, tenant, band}], api_keys_file: PATH } */
+static void parse_auth(parse *p, const yaml_node_t *map)
+{
+    sb_config *cfg = p->cfg;
+    if (!want_mapping(p, map, "auth"))
+        return;
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = pair_key(p, map, q, "auth");
+        if (!key)
+            continue;
+        const yaml_node_t *v = node_at(p, q->value);
+        if (!strcmp(key, "api_keys")) {
+            if (v->type != YAML_SEQUENCE_NODE) {
+                node_error(p, v, "auth.api_keys must be a list, got %s", type_name(v));
+                continue;
+            }
+            cfg->auth_enabled = true;
+            size_t i = 0;
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
+                parse_api_key(p, node_at(p, *it), i++);
+        } else if (!strcmp(key, "api_keys_file")) {
+            char *s = dup_string(p, v, "auth.api_keys_file");
+            if (s) {
+                sb_free(cfg->auth_api_keys_file);
+                cfg->auth_api_keys_file = s;
+                cfg->auth_enabled = true;
+            }
+        } else {
+            node_error(p, node_at(p, q->key), "unknown key '%s' in auth", key);
+        }
+    }
+}
+
+/* Wipes every scalar of the document: keys and tokens were read from it. */
+static void wipe_document(yaml_document_t *doc)
+{
+    for (yaml_node_t *n = doc->nodes.start; n < doc->nodes.top; n++)
+        if (n->type == YAML_SCALAR_NODE && n->data.scalar.value)
+            OPENSSL_cleanse(n->data.scalar.value, n->data.scalar.length);
+}
+
+/* libyaml copies the input into its own buffers (raw, then decoded); they are freed without
+ * being wiped, so wipe them first. */
+static void wipe_parser(yaml_parser_t *y)
+{
+    if (y->raw_buffer.start)
+        OPENSSL_cleanse(y->raw_buffer.start, (size_t)(y->raw_buffer.end - y->raw_buffer.start));
+    if (y->buffer.start)
+        OPENSSL_cleanse(y->buffer.start, (size_t)(y->buffer.end - y->buffer.start));
+}
+
+static int secret_file_text(char *text, size_t len, const char **s, size_t *n, char *msg, size_t cap, const char *what)
+{
+    size_t a = 0, b = len;
+    while (a < b && strchr(" \t\r\n", text[a]))
+        a++;
+    while (b > a && strchr(" \t\r\n", text[b - 1]))
+        b--;
+    if (!sb_auth_valid_key(text + a, b - a)) {
+        OPENSSL_cleanse(text, len);
+        snprintf(msg, cap, "%s must hold one %s: 1 to %d printable ASCII characters without blanks", what, what,
+                 SB_AUTH_KEY_MAX);
+        return -1;
+    }
+    *s = text + a;
+    *n = b - a;
+    return 0;
+}
+
+int sb_config_set_admin_token(sb_config *cfg, char *text, size_t len, char *msg, size_t cap)
+{
+    const char *s;
+    size_t n;
+    if (secret_file_text(text, len, &s, &n, msg, cap, "token") < 0)
+        return -1;
+    sb_auth_digest(s, n, cfg->admin_token_digest);
+    cfg->admin_has_token = true;
+    OPENSSL_cleanse(text, len);
+    return 0;
+}
+
+int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t len, char *msg, size_t cap)
+{
+    const char *s;
+    size_t n;
+    if (pool >= cfg->n_pools || secret_file_text(text, len, &s, &n, msg, cap, "key") < 0)
+        return -1;
+    bool ok = upstream_header_of(s, n, &cfg->pools[pool].upstream_auth_header);
+    OPENSSL_cleanse(text, len);
+    if (!ok)
+        snprintf(msg, cap, "out of memory");
+    return ok ? 0 : -1;
+}
+
+int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, char *msg, size_t cap)
+{
+    sb_auth_file_error err;
+    long n = sb_auth_parse_keys_file(text, len, &cfg->api_keys, &err);
+    *line = n < 0 ? err.line : 0;
+    if (n < 0)
+        snprintf(msg, cap, "%s", err.message);
+    return n < 0 ? -1 : 0;
 }
 
 /* ---- top level ---- */
@@ -1431,6 +1720,10 @@ static void parse_root(parse *p, const yaml_node_t *root)
             parse_profiles(p, v);
         } else if (!strcmp(key, "flow_control")) {
             parse_flow_control(p, v);
+        } else if (!strcmp(key, "admin")) {
+            parse_admin(p, v);
+        } else if (!strcmp(key, "auth")) {
+            parse_auth(p, v);
         } else if (!strcmp(key, "pools")) {
             seen_pools = true;
             parse_pools(p, v);
@@ -1443,6 +1736,10 @@ static void parse_root(parse *p, const yaml_node_t *root)
 
     /* Cross-references last, once every pool and profile is known. */
     check_pool_profiles(p, root);
+    const sb_config *cfg = p->cfg;
+    if (cfg->admin_host && cfg->admin_port == cfg->listen_port && !strcmp(cfg->admin_host, cfg->listen_host))
+        node_error(p, lookup(p, lookup(p, root, "admin"), "listen"), "admin.listen must differ from listen (%s:%u)",
+                   cfg->listen_host, cfg->listen_port);
     if (p->cfg->default_pool) {
         bool found = false;
         for (size_t i = 0; i < p->cfg->n_pools && !found; i++)
@@ -1510,8 +1807,10 @@ static bool set_defaults(sb_config *cfg)
         .flow_gate_kv = -1,
         .flow_max_queued = {1024, 1024, 1024},
         .debug_endpoints = true,
+        .admin_port = 8081,
+        .admin_max_connections = 64,
     };
-    return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL &&
+    return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL && (cfg->admin_host = sb_strdup("127.0.0.1")) != NULL &&
            (cfg->session_header = sb_strdup("x-session-id")) != NULL;
 }
 
@@ -1560,10 +1859,14 @@ int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_err
     parse_root(&p, root);
 
 done:
-    if (have_doc)
+    if (have_doc) {
+        wipe_document(&doc);
         yaml_document_delete(&doc);
-    if (have_parser)
+    }
+    if (have_parser) {
+        wipe_parser(&y);
         yaml_parser_delete(&y);
+    }
     sb_free(p.names);
     if (p.oom) {
         /* Errors found before the failure may be artefacts of it: report the cause alone. */
@@ -1601,6 +1904,10 @@ void sb_config_free(sb_config *cfg)
         sb_free(pc->metric_running);
         sb_free(pc->metric_waiting);
         sb_free(pc->metric_kv_usage);
+        if (pc->upstream_auth_header)
+            OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
+        sb_free(pc->upstream_auth_header);
+        sb_free(pc->upstream_api_key_file);
     }
     sb_free(cfg->pools);
     /* The profiles' label strings are the config's (see parse_profile): const only to
@@ -1614,10 +1921,11 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->listen_host);
     sb_free(cfg->default_pool);
     sb_free(cfg->session_header);
-    for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
-        sb_free(cfg->flow_api_keys[i]);
-    sb_free(cfg->flow_api_keys);
-    sb_free(cfg->flow_api_key_band);
+    sb_auth_keys_free(&cfg->api_keys);
+    sb_free(cfg->auth_api_keys_file);
+    sb_free(cfg->admin_host);
+    sb_free(cfg->admin_token_file);
+    OPENSSL_cleanse(cfg->admin_token_digest, sizeof cfg->admin_token_digest);
     sb_free(cfg->access_log);
     sb_free(cfg);
 }

@@ -14,6 +14,7 @@
 
 #include "core/adaptive.h"
 #include "core/sched.h"
+#include "proto/auth.h"
 
 typedef struct sb_endpoint_config {
     char *host;        /* as written: IPv4/IPv6 literal (IPv6 without its brackets) or a name */
@@ -55,6 +56,11 @@ typedef struct sb_pool_config {
     char *metric_running;
     char *metric_waiting;
     char *metric_kv_usage;
+    /* `upstream_api_key`: the whole header line "Authorization: Bearer KEY\r\n" sent to this
+     * pool's model servers instead of the client's Authorization; NULL: the client's passes.
+     * Wiped when freed. With `upstream_api_key_file`, filled by the cmd layer from that file. */
+    char *upstream_auth_header;
+    char *upstream_api_key_file; /* as written; NULL if none */
 } sb_pool_config;
 
 typedef struct sb_config {
@@ -93,13 +99,24 @@ typedef struct sb_config {
     size_t flow_max_bytes_total;  /* over all bands; 128 MiB */
     double flow_gate_queue;       /* queue while every endpoint has more waiting; default 1 */
     double flow_gate_kv;          /* ...or KV use above this; default -1: the profile's */
-    char **flow_api_keys;         /* API keys (the Authorization bearer token) with a band */
-    int *flow_api_key_band;       /* enum sb_band of each */
-    size_t n_flow_api_keys;
+    /* API keys, as digests only (proto/auth.h): client keys (`auth.api_keys` and the keys
+     * file's, once the cmd layer has read it) and flow_control.api_keys' bands, merged. */
+    sb_auth_keys api_keys;
+    bool auth_enabled;            /* `auth` names keys or a keys file: API requests need a key */
+    char *auth_api_keys_file;     /* as written; NULL if none */
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */
     bool debug_endpoints;         /* serve GET /debug/endpoints; default true */
+    /* the admin listener (`admin:`): /metrics and the debug pages, apart from the client listener */
+    char *admin_host;             /* default "127.0.0.1"; NULL: no admin listener (listen: null) */
+    uint16_t admin_port;          /* default 8081 */
+    size_t admin_max_connections; /* default 64 */
+    bool admin_metrics_auth;      /* /metrics needs the token too; default false */
+    bool admin_has_token;         /* admin.token given, or admin_token_file read */
+    /* SHA-256 of the admin bearer token */
+    uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
+    char *admin_token_file;       /* as written; NULL if none */
     /* scheduling profiles defined under `profiles:`, fully built (labels point into strings
      * owned by the config); none of them shadows a built-in name */
     sb_profile *profiles;
@@ -121,10 +138,27 @@ typedef struct sb_config_errors {
 } sb_config_errors;
 
 /* Parses and validates. Returns 0 and sets *out (caller frees with sb_config_free), or -1 and
- * fills *errs (at least one error) with *out untouched. */
+ * fills *errs (at least one error) with *out untouched. Secrets (API keys, the admin token,
+ * upstream keys) are hashed or moved into the config, and every scalar of the YAML document
+ * and libyaml's copies of the input are wiped before returning; `text` itself is the
+ * caller's to wipe. Paths of secret files are recorded, not read: see sb_config_*_file below. */
 int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs);
 
 void sb_config_free(sb_config *cfg);
+
+/* Whether host (as parsed from an address) is a loopback literal or "localhost". */
+bool sb_config_host_is_loopback(const char *host);
+
+/* The secret files named by a parsed config are read by the caller (the cmd layer), whose
+ * text these take; each wipes `text` before returning. Return 0, or -1 with msg filled
+ * (naming no secret). */
+/* auth.api_keys_file's text: its keys join cfg->api_keys (sb_auth_parse_keys_file). *line is
+ * the line of the error, 0 if none. */
+int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, char *msg, size_t cap);
+/* admin.token_file's text: one token, surrounding blanks and newlines ignored. */
+int sb_config_set_admin_token(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);
+/* A pool's upstream_api_key_file's text: one key, surrounding blanks and newlines ignored. */
+int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t len, char *msg, size_t cap);
 
 /* The profile a pool's `profile:` names: a user profile of cfg, else the built-in of that
  * name, else NULL (never for a pool of a parsed config: the loader checks every name). The

@@ -132,8 +132,13 @@ static void check_config(const sb_config *cfg)
     CHECK(cfg->session_header != NULL);
     CHECK(cfg->n_pools >= 1 && cfg->pools != NULL);
     CHECK(cfg->block_bytes >= 8 && cfg->block_bytes <= 4096);
-    for (size_t i = 0; i < cfg->n_flow_api_keys; i++)
-        CHECK(cfg->flow_api_keys[i] != NULL && cfg->flow_api_key_band[i] >= 0 && cfg->flow_api_key_band[i] <= 2);
+    for (size_t i = 0; i < cfg->api_keys.n; i++) {
+        CHECK(cfg->api_keys.items[i].band >= -1 && cfg->api_keys.items[i].band <= 2);
+        CHECK(cfg->api_keys.items[i].admits || cfg->api_keys.items[i].band >= 0);
+        CHECK(sb_auth_keys_find(&cfg->api_keys, cfg->api_keys.items[i].digest) == &cfg->api_keys.items[i]);
+    }
+    CHECK(!cfg->admin_host || cfg->admin_has_token || cfg->admin_token_file ||
+          sb_config_host_is_loopback(cfg->admin_host));
     for (size_t i = 0; i < cfg->n_profiles; i++)
         CHECK(sb_config_profile(cfg, cfg->profiles[i].name) == &cfg->profiles[i]);
     if (cfg->default_pool) {

@@ -223,11 +223,19 @@ class Upstream:
 class Gateway:
     """Runs the built switchboard with a generated config; stops it on close()."""
 
-    def __init__(self, pools, extra="", bin_path=None):
+    def __init__(self, pools, extra="", bin_path=None, admin="", pre_start=None):
+        """`admin`: more entries of the admin mapping ("token: x, metrics_auth: true"); the
+        admin listener always gets a free port of its own (admin_port). `pre_start(dir)` runs
+        before the config is written (to put files beside it); it may return {name: value}
+        to fill "{name}" in `extra`."""
         self.port = free_port()
+        self.admin_port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sb-it-")
+        for k, v in ((pre_start and pre_start(self.dir)) or {}).items():
+            extra = extra.replace("{%s}" % k, v)
         self.config_path = os.path.join(self.dir, "switchboard.yaml")
-        lines = ['listen: "127.0.0.1:%d"' % self.port, extra, "pools:"]
+        admin_line = 'admin: { listen: "127.0.0.1:%d"%s }' % (self.admin_port, ", " + admin if admin else "")
+        lines = ['listen: "127.0.0.1:%d"' % self.port, admin_line, extra, "pools:"]
         for p in pools:
             lines.append("  - name: %s" % p["name"])
             lines.append("    models: %s" % json.dumps(p["models"]))

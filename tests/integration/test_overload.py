@@ -20,11 +20,11 @@ from test_sim import MODEL, Sim
 
 
 def endpoints(gw):
-    return json.loads(http(gw.port, "GET", "/debug/endpoints")[2])["pools"][0]["endpoints"]
+    return json.loads(http(gw.admin_port, "GET", "/debug/endpoints")[2])["pools"][0]["endpoints"]
 
 
 def metric(gw, name_prefix):
-    text = http(gw.port, "GET", "/metrics")[2].decode()
+    text = http(gw.admin_port, "GET", "/metrics")[2].decode()
     return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name_prefix))
 
 
@@ -156,7 +156,7 @@ def hot_prefix_run(adaptive):
                 t.join()
             assert not errors, errors
             counts = [e["own"]["dispatched"] for e in endpoints(gw)]
-            state = json.loads(http(gw.port, "GET", "/debug/adaptive")[2])["pools"][0]
+            state = json.loads(http(gw.admin_port, "GET", "/debug/adaptive")[2])["pools"][0]
             return counts, state
         finally:
             gw.close()
@@ -199,7 +199,7 @@ class FlowReloadTest(unittest.TestCase):
 
         try:
             def has_queues():
-                return 'switchboard_queue_length{pool="p"' in http(gw.port, "GET", "/metrics")[2].decode()
+                return 'switchboard_queue_length{pool="p"' in http(gw.admin_port, "GET", "/metrics")[2].decode()
 
             self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat("a", 2))[0], 200)
             self.assertTrue(has_queues())

@@ -102,7 +102,7 @@ class PrefixRoutingTest(unittest.TestCase):
                 for t in threads:
                     t.join()
                 self.assertEqual(errors, [])
-                st, _, body = http(gw.port, "GET", "/debug/endpoints")
+                st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
                 counts = [e["own"]["dispatched"] for e in json.loads(body)["pools"][0]["endpoints"]]
                 fair = sum(counts) / len(counts)
                 print("\nhot prefix: requests per replica %s (fair share %.0f)" % (counts, fair))
@@ -144,7 +144,7 @@ class PrefixRoutingTest(unittest.TestCase):
                 for t in threads:
                     t.join()
                 self.assertEqual(errors, [])
-                st, _, body = http(gw.port, "GET", "/debug/endpoints")
+                st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
                 counts = [e["own"]["dispatched"] for e in json.loads(body)["pools"][0]["endpoints"]]
                 print("\nopening burst, prefix-only: requests per replica %s" % counts)
                 self.assertEqual(sum(counts), 16)
@@ -157,7 +157,7 @@ class PrefixRoutingTest(unittest.TestCase):
                 st, _, _ = http(gw.port, "POST", "/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [
                     {"role": "system", "content": hot}, {"role": "user", "content": "after"}]}, timeout=60)
                 self.assertEqual(st, 200)
-                st, _, body = http(gw.port, "GET", "/debug/decisions")
+                st, _, body = http(gw.admin_port, "GET", "/debug/decisions")
                 d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
                 picked = [c for c in d["candidates"] if c.get("picked")] or \
                          [max(d["candidates"], key=lambda c: c.get("total", 0))]

@@ -10,7 +10,7 @@ from fixtures import Gateway, Upstream, chat_body, http, read_head, read_respons
 
 
 def metric(gw, prefix):
-    text = http(gw.port, "GET", "/metrics")[2].decode()
+    text = http(gw.admin_port, "GET", "/metrics")[2].decode()
     return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(prefix))
 
 
@@ -166,7 +166,7 @@ class PendingPrefixTest(unittest.TestCase):
                 u.close()
 
     def prefix_scores(self):
-        st, _, body = http(self.gw.port, "GET", "/debug/decisions")
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
         d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
         return [c["scores"]["prefix"] for c in d["candidates"]]
 

@@ -16,7 +16,7 @@ PROMTOOL = shutil.which("promtool")
 
 
 def endpoints(gw):
-    st, _, body = http(gw.port, "GET", "/debug/endpoints")
+    st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
     assert st == 200, st
     return {e["address"]: e for p in json.loads(body)["pools"] for e in p["endpoints"]}
 
@@ -86,7 +86,7 @@ class PoolsAndLoraTest(unittest.TestCase):
             self.assertEqual(st, 200)
         self.assertEqual(endpoints(self.gw)[a_holder]["own"]["dispatched"] - before, 5,
                          "every lora-a request went to the replica that has lora-a loaded")
-        st, _, body = http(self.gw.port, "GET", "/debug/decisions")
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
         d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
         self.assertIn("lora", [c.get("removed_by") for c in d["candidates"]])
         for s in holders:
@@ -233,7 +233,7 @@ class ReloadAndAdminTest(unittest.TestCase):
         with open(self.gw.config_path, "w") as f:
             f.write(text)
         self.gw.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: json.loads(http(self.gw.port, "GET", "/debug/endpoints")[2])["pools"][0]["profile"]
+        wait_until(lambda: json.loads(http(self.gw.admin_port, "GET", "/debug/endpoints")[2])["pools"][0]["profile"]
                    == "fast", 10, "reload")
         n = len(results)
         wait_until(lambda: len(results) >= n + 10, 20, "traffic after reload")
@@ -241,7 +241,7 @@ class ReloadAndAdminTest(unittest.TestCase):
         for t in threads:
             t.join()
         self.assertEqual(set(results), {200}, "no request dropped across the reload")
-        st, _, body = http(self.gw.port, "GET", "/metrics")
+        st, _, body = http(self.gw.admin_port, "GET", "/metrics")
         self.assertIn("switchboard_config_reloads_total 1", body.decode())
         # A broken file is refused; the running config stays.
         with open(self.gw.config_path, "w") as f:
@@ -254,7 +254,7 @@ class ReloadAndAdminTest(unittest.TestCase):
         for i in range(4):
             http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m", "x%d" % i))
         http(self.gw.port, "POST", "/v1/chat/completions", chat_body("nope"))
-        st, h, body = http(self.gw.port, "GET", "/metrics")
+        st, h, body = http(self.gw.admin_port, "GET", "/metrics")
         self.assertEqual(st, 200)
         self.assertTrue(h["content-type"].startswith("text/plain"))
         text = body.decode()
@@ -269,7 +269,7 @@ class ReloadAndAdminTest(unittest.TestCase):
 
     def test_decision_explained(self):
         http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"))
-        st, _, body = http(self.gw.port, "GET", "/debug/decisions")
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
         d = json.loads(body)["decisions"][0]
         self.assertEqual(d["profile"], "round-robin")
         self.assertEqual(len(d["candidates"]), 2)
@@ -320,7 +320,7 @@ class StructuralReloadTest(unittest.TestCase):
                 self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat_body("m", "b%d" % i))[0], 200)
             self.assertEqual(len([r for r in up3.requests]), 3, "round robin over the new set")
             self.assertFalse(any(json.loads(r[3])["messages"][1]["content"].startswith("b") for r in up2.requests))
-            st, _, body = http(gw.port, "GET", "/metrics")
+            st, _, body = http(gw.admin_port, "GET", "/metrics")
             self.assertIn("switchboard_config_reloads_total 1", body.decode())
         finally:
             gw.close()

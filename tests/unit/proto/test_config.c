@@ -995,6 +995,194 @@ static void test_endpoint_mappings(void **state)
 #undef EP
 }
 
+static const sb_api_key *find_key(const sb_config *cfg, const char *key)
+{
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest(key, strlen(key), d);
+    return sb_auth_keys_find(&cfg->api_keys, d);
+}
+
+/* No error message may quote a secret: the loader's output is printed and may be logged. */
+static void expect_no_secret(const sb_config_errors *errs, const char *secret)
+{
+    for (size_t i = 0; i < errs->n; i++)
+        assert_null(strstr(errs->items[i].message, secret));
+}
+
+static void test_admin_listener(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* Defaults: on loopback 8081, 64 connections, no token, /metrics open. */
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_string_equal(cfg->admin_host, "127.0.0.1");
+    assert_int_equal(cfg->admin_port, 8081);
+    assert_int_equal(cfg->admin_max_connections, 64);
+    assert_false(cfg->admin_has_token);
+    assert_false(cfg->admin_metrics_auth);
+    sb_config_free(cfg);
+
+    assert_int_equal(parse_str("admin:\n  listen: \"0.0.0.0:9100\"\n  max_connections: 8\n  token: s3cret-t0ken\n"
+                               "  metrics_auth: true\n  debug_endpoints: false\n" POOL_OK,
+                               &cfg, &errs),
+                     0);
+    assert_string_equal(cfg->admin_host, "0.0.0.0");
+    assert_int_equal(cfg->admin_port, 9100);
+    assert_int_equal(cfg->admin_max_connections, 8);
+    assert_true(cfg->admin_has_token);
+    assert_true(cfg->admin_metrics_auth);
+    assert_false(cfg->debug_endpoints);
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest("s3cret-t0ken", 12, d);
+    assert_memory_equal(cfg->admin_token_digest, d, sizeof d);
+    sb_config_free(cfg);
+
+    /* null turns the listener off; a token file is recorded, read by the cmd layer. */
+    assert_int_equal(parse_str("admin: { listen: null, token_file: admin.token }\n" POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->admin_host);
+    assert_string_equal(cfg->admin_token_file, "admin.token");
+    assert_false(cfg->admin_has_token);
+    char text[] = "  tok-from-file\n";
+    char msg[200];
+    assert_int_equal(sb_config_set_admin_token(cfg, text, strlen("  tok-from-file\n"), msg, sizeof msg), 0);
+    assert_true(cfg->admin_has_token);
+    sb_auth_digest("tok-from-file", 13, d);
+    assert_memory_equal(cfg->admin_token_digest, d, sizeof d);
+    assert_null(strstr(text, "tok")); /* wiped */
+    char empty[] = " \n";
+    assert_int_equal(sb_config_set_admin_token(cfg, empty, 2, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "must hold one token"));
+    sb_config_free(cfg);
+
+    /* Secure by default: other hosts may reach a non-loopback address. */
+    expect_one_error("admin:\n  listen: \"0.0.0.0:8081\"\n" POOL_OK, 2,
+                     "admin.listen 0.0.0.0 is not a loopback address: set admin.token or admin.token_file");
+    expect_one_error("admin:\n  listen: \"[::]:8081\"\n" POOL_OK, 2, "is not a loopback address");
+    assert_int_equal(parse_str("admin: { listen: \"[::1]:8081\" }\n" POOL_OK, &cfg, &errs), 0);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("admin: { listen: \"localhost:8081\" }\n" POOL_OK, &cfg, &errs), 0);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("admin: { listen: \"0.0.0.0:8081\", token_file: /etc/sb/admin }\n" POOL_OK, &cfg, &errs),
+                     0);
+    sb_config_free(cfg);
+    expect_one_error("admin:\n  token: abc\n  token_file: f\n" POOL_OK, 3, "give token or token_file, not both");
+    expect_one_error("admin:\n  metrics_auth: true\n" POOL_OK, 2, "admin.metrics_auth needs admin.token");
+    expect_one_error("admin:\n  max_connections: 0\n" POOL_OK, 2, "admin.max_connections must be between 1");
+    expect_one_error("admin:\n  listen: 8081\n" POOL_OK, 2, "admin.listen");
+    expect_one_error("admin:\n  listen: \"127.0.0.1:8080\"\n" POOL_OK, 2, "admin.listen must differ from listen");
+    assert_int_equal(parse_str("admin:\n  token: \"bad token\"\n" POOL_OK, &cfg, &errs), -1);
+    assert_true(has_error(&errs, 2, "admin.token must be 1 to 4096 printable ASCII characters without blanks"));
+    expect_no_secret(&errs, "bad token");
+}
+
+static void test_client_auth(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str("auth:\n"
+                               "  api_keys:\n"
+                               "    - sk-plain\n"
+                               "    - { key: sk-team-a, tenant: team-a, band: critical }\n"
+                               "    - key: sk-batch\n"
+                               "      band: sheddable\n"
+                               "  api_keys_file: keys.txt\n"
+                               "flow_control:\n"
+                               "  api_keys: { sk-plain: standard, sk-flow-only: critical }\n" POOL_OK,
+                               &cfg, &errs),
+                     0);
+    assert_true(cfg->auth_enabled);
+    assert_string_equal(cfg->auth_api_keys_file, "keys.txt");
+    assert_int_equal(cfg->api_keys.n, 4);
+    assert_int_equal(sb_auth_keys_clients(&cfg->api_keys), 3);
+    const sb_api_key *k = find_key(cfg, "sk-plain");
+    assert_non_null(k);
+    assert_true(k->admits);
+    assert_int_equal(k->band, 1); /* from flow_control.api_keys, merged */
+    assert_string_equal(k->tenant, "");
+    k = find_key(cfg, "sk-team-a");
+    assert_true(k->admits);
+    assert_int_equal(k->band, 0);
+    assert_string_equal(k->tenant, "team-a");
+    k = find_key(cfg, "sk-batch");
+    assert_int_equal(k->band, 2);
+    k = find_key(cfg, "sk-flow-only");
+    assert_false(k->admits);
+    assert_null(find_key(cfg, "sk-unknown"));
+
+    /* The keys file joins the table (union) and is wiped. */
+    char file[] = "# team b\nsk-file-1 tenant=team-b band=critical\n\n  sk-file-2   # no fields\n";
+    int line = -1;
+    char msg[200];
+    assert_int_equal(sb_config_set_keys_file(cfg, file, strlen(file), &line, msg, sizeof msg), 0);
+    assert_null(strstr(file, "sk-file"));
+    assert_int_equal(sb_auth_keys_clients(&cfg->api_keys), 5);
+    k = find_key(cfg, "sk-file-1");
+    assert_string_equal(k->tenant, "team-b");
+    assert_int_equal(k->band, 0);
+    assert_non_null(find_key(cfg, "sk-file-2"));
+    assert_non_null(find_key(cfg, "sk-team-a"));
+    /* A file repeating an inline key is refused, naming the line, not the key. */
+    char dup[] = "sk-new\nsk-team-a\n";
+    assert_int_equal(sb_config_set_keys_file(cfg, dup, strlen(dup), &line, msg, sizeof msg), -1);
+    assert_int_equal(line, 2);
+    assert_non_null(strstr(msg, "listed twice"));
+    sb_config_free(cfg);
+
+    /* An empty list still turns auth on: no key admits anything. */
+    assert_int_equal(parse_str("auth: { api_keys: [] }\n" POOL_OK, &cfg, &errs), 0);
+    assert_true(cfg->auth_enabled);
+    assert_int_equal(cfg->api_keys.n, 0);
+    sb_config_free(cfg);
+
+    expect_one_error("auth:\n  api_keys: sk-a\n" POOL_OK, 2, "auth.api_keys must be a list, got a scalar");
+    expect_one_error("auth:\n  keys: [a]\n" POOL_OK, 2, "unknown key 'keys' in auth");
+    expect_one_error("auth:\n  api_keys:\n    - { tenant: t }\n" POOL_OK, 3, "auth.api_keys[0] has no 'key'");
+    expect_one_error("auth:\n  api_keys:\n    - { key: k, band: vip }\n" POOL_OK, 3,
+                     "auth.api_keys[0].band: unknown band 'vip'");
+    expect_one_error("auth:\n  api_keys:\n    - { key: k, tenant: \"a b\" }\n" POOL_OK, 3,
+                     "auth.api_keys[0].tenant must be 1 to 64 letters");
+    expect_one_error("auth:\n  api_keys:\n    - { key: k, colour: red }\n" POOL_OK, 3,
+                     "unknown key 'colour' in auth.api_keys[0]");
+    expect_one_error(
+        "auth:\n  api_keys:\n    - { key: k, band: critical }\nflow_control:\n  api_keys: { k: sheddable }\n" POOL_OK,
+        5, "the same key is given two different bands");
+    assert_int_equal(
+        parse_str("auth:\n  api_keys:\n    - sk-twice-secret\n    - sk-twice-secret\n" POOL_OK, &cfg, &errs), -1);
+    assert_true(has_error(&errs, 4, "auth.api_keys[1]: the same key is listed twice"));
+    expect_no_secret(&errs, "sk-twice-secret");
+    assert_int_equal(parse_str("auth:\n  api_keys: [\"sk leaked\"]\n" POOL_OK, &cfg, &errs), -1);
+    expect_no_secret(&errs, "sk leaked");
+}
+
+static void test_upstream_api_key(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK "    upstream_api_key: sk-upstream\n"
+                                       "  - name: q\n    models: [n]\n    endpoints: [\"127.0.0.1:9001\"]\n"
+                                       "    upstream_api_key_file: up.key\n"
+                                       "  - name: r\n    models: [o]\n    endpoints: [\"127.0.0.1:9002\"]\n",
+                               &cfg, &errs),
+                     0);
+    assert_string_equal(cfg->pools[0].upstream_auth_header, "Authorization: Bearer sk-upstream\r\n");
+    assert_null(cfg->pools[1].upstream_auth_header);
+    assert_string_equal(cfg->pools[1].upstream_api_key_file, "up.key");
+    assert_null(cfg->pools[2].upstream_auth_header);
+    char text[] = "sk-from-file\n";
+    char msg[200];
+    assert_int_equal(sb_config_set_upstream_key(cfg, 1, text, strlen(text), msg, sizeof msg), 0);
+    assert_string_equal(cfg->pools[1].upstream_auth_header, "Authorization: Bearer sk-from-file\r\n");
+    assert_null(strstr(text, "sk-"));
+    sb_config_free(cfg);
+    expect_one_error(POOL_OK "    upstream_api_key: a\n    upstream_api_key_file: b\n", 6,
+                     "pool 'p': give upstream_api_key or upstream_api_key_file, not both");
+    expect_one_error(POOL_OK "    upstream_api_key: \"a\\r\\nX-Injected: 1\"\n", 5,
+                     "upstream_api_key must be 1 to 4096 printable ASCII characters");
+}
+
 static void test_admin_and_decision_log(void **state)
 {
     sb_config *cfg;
@@ -1235,11 +1423,12 @@ static void test_flow_control(void **state)
     assert_int_equal(cfg->flow_max_wait_ms[1], 10000);
     assert_int_equal(cfg->flow_max_wait_ms[2], 2000);
     assert_int_equal(cfg->flow_max_queued[1], 1024);
-    assert_int_equal(cfg->n_flow_api_keys, 0);
+    assert_int_equal(cfg->api_keys.n, 0);
+    assert_false(cfg->auth_enabled);
     sb_config_free(cfg);
     assert_int_equal(parse_str(POOL_OK "flow_control:\n  enabled: false\n  max_wait_ms: { sheddable: 500 }\n"
                                        "  max_queued: { critical: 8, standard: 0 }\n"
-                                       "  api_keys: { sk-a: critical, \"sk b\": Sheddable }\n",
+                                       "  api_keys: { sk-a: critical, \"sk-b\": Sheddable }\n",
                                &cfg, &errs),
                      0);
     assert_false(cfg->flow_enabled);
@@ -1247,12 +1436,20 @@ static void test_flow_control(void **state)
     assert_int_equal(cfg->flow_max_wait_ms[0], 30000); /* untouched bands keep their defaults */
     assert_int_equal(cfg->flow_max_queued[0], 8);
     assert_int_equal(cfg->flow_max_queued[1], 0);
-    assert_int_equal(cfg->n_flow_api_keys, 2);
-    assert_string_equal(cfg->flow_api_keys[0], "sk-a");
-    assert_int_equal(cfg->flow_api_key_band[0], 0);
-    assert_string_equal(cfg->flow_api_keys[1], "sk b");
-    assert_int_equal(cfg->flow_api_key_band[1], 2);
+    /* Digests only, and bands without admission: flow_control.api_keys turns no auth on. */
+    assert_int_equal(cfg->api_keys.n, 2);
+    assert_false(cfg->auth_enabled);
+    const sb_api_key *k = find_key(cfg, "sk-a");
+    assert_non_null(k);
+    assert_int_equal(k->band, 0);
+    assert_false(k->admits);
+    k = find_key(cfg, "sk-b");
+    assert_non_null(k);
+    assert_int_equal(k->band, 2);
+    assert_null(find_key(cfg, "sk-c"));
     sb_config_free(cfg);
+    /* A key is a bearer token: no blanks. The message never quotes it. */
+    expect_one_error(POOL_OK "flow_control:\n  api_keys: { \"sk secret\": critical }\n", 6, "without blanks");
     expect_one_error(POOL_OK "flow_control:\n  api_keys: { sk-a: urgent }\n", 6, "unknown band 'urgent'");
     expect_one_error(POOL_OK "flow_control:\n  max_wait_ms: { vip: 5 }\n", 6,
                      "unknown key 'vip' in flow_control.max_wait_ms");
@@ -1375,6 +1572,9 @@ int main(void)
         cmocka_unit_test(test_custom_metrics),
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
+        cmocka_unit_test(test_admin_listener),
+        cmocka_unit_test(test_client_auth),
+        cmocka_unit_test(test_upstream_api_key),
         cmocka_unit_test(test_flow_control),
         cmocka_unit_test(test_error_yaml_syntax),
         cmocka_unit_test(test_multiple_errors),
