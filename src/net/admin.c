@@ -463,9 +463,12 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
-void sb_gateway_admin(sb_http_req *req, void *ctx)
+enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE };
+
+/* The checks the head decides (token, method, path), shared by the head hook and the
+ * handler. Answers and returns true if one fails; else sets *page. */
+static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page)
 {
-    sb_gateway *gw = ctx;
     const sb_config *cfg = gw->cfg;
     bool metrics = path_eq(req, "/metrics");
     /* Every path but an open /metrics needs the token, unknown ones included: a caller
@@ -474,29 +477,52 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         gw->counters.unauthorized[1]++;
         admin_error(req, 401, "this admin endpoint needs Authorization: Bearer <admin.token>", "invalid_admin_token",
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
-        return;
+        return true;
     }
     if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
         admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
-        return;
+        return true;
     }
-    sb_buf b = {0};
-    const char *ct = "application/json";
     if (metrics) {
-        render_metrics(gw, &b);
-        ct = "text/plain; version=0.0.4; charset=utf-8";
+        *page = PAGE_METRICS;
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/endpoints")) {
-        render_endpoints(gw, &b);
+        *page = PAGE_ENDPOINTS;
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
-        render_decisions(gw, &b);
+        *page = PAGE_DECISIONS;
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/adaptive")) {
-        render_adaptive(gw, &b);
+        *page = PAGE_ADAPTIVE;
     } else {
         char msg[160];
         snprintf(msg, sizeof(msg), "no admin route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
                  req->path);
         admin_error(req, 404, msg, "not_found", NULL);
+        return true;
+    }
+    return false;
+}
+
+bool sb_gateway_admin_head(sb_http_req *req, void *ctx)
+{
+    enum admin_page page;
+    return !admin_refuse(ctx, req, &page);
+}
+
+void sb_gateway_admin(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    enum admin_page page;
+    if (admin_refuse(gw, req, &page))
         return;
+    sb_buf b = {0};
+    const char *ct = "application/json";
+    switch (page) {
+    case PAGE_METRICS:
+        render_metrics(gw, &b);
+        ct = "text/plain; version=0.0.4; charset=utf-8";
+        break;
+    case PAGE_ENDPOINTS: render_endpoints(gw, &b); break;
+    case PAGE_DECISIONS: render_decisions(gw, &b); break;
+    case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
     }
     if (!b.data) {
         admin_error(req, 500, "out of memory", NULL, NULL);

@@ -234,45 +234,86 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     sb_admission_route(gw, req, &t, &rr);
 }
 
+enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */
+
+/* The checks a request's head decides (route, method, API key), in one place for both
+ * callers: on_head, before the body is read, and on_request, with the body. Answers and
+ * returns true if one fails; else sets *route and *who. The key is hashed and looked up each
+ * time rather than carried from the head to the body: the hook must keep no pointers, a
+ * reload between the two may swap the configuration (the newer one decides), and one
+ * SHA-256 of a token costs about a microsecond. */
+static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
+{
+    if (path_is(req, "/healthz")) {
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+            return true;
+        }
+        *route = ROUTE_HEALTHZ;
+        return false;
+    }
+    *who = caller_of(gw, req);
+    /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
+    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) &&
+        !(who->key && who->key->admits)) {
+        refuse_unauthorized(gw, req, who->key_id != 0);
+        return true;
+    }
+    for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
+        if (path_is(req, inference_routes[i].path)) {
+            if (req->method != HTTP_POST) {
+                sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
+                return true;
+            }
+            *route = (int)i;
+            return false;
+        }
+    }
+    if (path_is(req, "/v1/models")) {
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+            return true;
+        }
+        *route = ROUTE_MODELS;
+        return false;
+    }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "no route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
+    sb_gateway_error(gw, req, 404, msg, "invalid_request_error", NULL, "not_found");
+    return true;
+}
+
+/* The client listener's head hook: a request refused anyway (no key, no route, wrong
+ * method) is answered before its body is read, so a stranger can neither make the gateway
+ * buffer bodies nor spend the body budget (limits.max_buffered_body_bytes) of paying
+ * clients, and `Expect: 100-continue` gets the refusal instead of 100. */
+static bool on_head(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    int route;
+    caller who;
+    if (!refuse_by_head(gw, req, &route, &who))
+        return true;
+    gw->counters.requests++; /* answered here: on_request never sees it */
+    return false;
+}
+
 /* The client listener: the OpenAI API and /healthz only (the admin pages live on the admin
  * listener, net/admin.c). */
 static void on_request(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
     gw->counters.requests++;
-    if (path_is(req, "/healthz")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD)
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-        else
-            sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    int route;
+    caller who = {0};
+    if (refuse_by_head(gw, req, &route, &who))
         return;
-    }
-    caller who = caller_of(gw, req);
-    /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
-    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) && !(who.key && who.key->admits)) {
-        refuse_unauthorized(gw, req, who.key_id != 0);
-        return;
-    }
-    for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
-        if (path_is(req, inference_routes[i].path)) {
-            if (req->method != HTTP_POST) {
-                sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
-                return;
-            }
-            handle_inference(gw, req, inference_routes[i].kind, &who);
-            return;
-        }
-    }
-    if (path_is(req, "/v1/models")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD)
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-        else
-            sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
-        return;
-    }
-    char msg[160];
-    snprintf(msg, sizeof(msg), "no route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
-    sb_gateway_error(gw, req, 404, msg, "invalid_request_error", NULL, "not_found");
+    if (route == ROUTE_HEALTHZ)
+        sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    else if (route == ROUTE_MODELS)
+        sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
+    else
+        handle_inference(gw, req, inference_routes[route].kind, &who);
 }
 
 /* GET /v1/models: every served model, alias and adapter, built once from config. */
@@ -537,6 +578,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
             goto fail;
         }
+        sb_http_server_set_head_hook(gw->server, on_head);
         if (cfg->admin_host) {
             rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
                                       &gw->admin_server);
@@ -544,6 +586,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
                 SB_ERROR("admin.listen %s:%u: %s", cfg->admin_host, cfg->admin_port, uv_strerror(rc));
                 goto fail_server;
             }
+            sb_http_server_set_head_hook(gw->admin_server, sb_gateway_admin_head);
         }
     }
     if (sb_admission_start(gw) < 0) {

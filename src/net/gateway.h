@@ -166,6 +166,9 @@ void sb_gateway_snapshot_unref(sb_gateway *gw, sb_snapshot *s);
 /* The admin listener's handler (ctx: the gateway): /metrics and /debug/... behind the admin
  * token; 401 with WWW-Authenticate: Bearer without it, 404 for any other path. */
 void sb_gateway_admin(sb_http_req *req, void *ctx);
+/* The admin listener's head hook (sb_http_head_hook): a missing or wrong token, a method
+ * other than GET/HEAD or an unknown path is answered before any body is read. */
+bool sb_gateway_admin_head(sb_http_req *req, void *ctx);
 
 /* Records one finished request: metrics, and the access log line if enabled. */
 void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log);

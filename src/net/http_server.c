@@ -68,6 +68,7 @@ typedef struct conn {
     bool wants_drain;
     bool processing;      /* process() is on the stack for this connection */
     bool head_only;       /* the response has no body (HEAD request, 1xx/204/304 status) */
+    bool at_head;         /* the head hook runs: an answer it gives closes the connection */
     bool resume;          /* pipelined bytes to parse once the outermost process() returns */
     bool write_paused;    /* reading and parsing paused until the client reads its answers */
     int handles_open;
@@ -91,6 +92,7 @@ struct sb_http_server {
     uv_loop_t *loop;
     sb_http_server_opts opts;
     sb_http_handler handler;
+    sb_http_head_hook on_head; /* NULL: every request goes whole to the handler */
     void *ctx;
     conn *conns;
     size_t n_conns;       /* open connections counted against max_connections (lingering included) */
@@ -619,6 +621,52 @@ static bool name_is(const sb_buf *b, const hdr_off *h, const char *name)
     return h->name_len == n && strncasecmp(b->data + h->name_off, name, n) == 0;
 }
 
+/* The request view of a parsed head (body empty until on_message_complete). The head
+ * buffer no longer moves once the head is complete (chunked trailers are not kept), so the
+ * same pointers hold from the head hook to the end of the response. */
+static void fill_req(conn *c, http_parser *p)
+{
+    sb_http_req *r = &c->req;
+    for (size_t i = 0; i < c->n_headers; i++) {
+        hdr_off *h = &c->hoffs[i];
+        c->headers[i] = (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off,
+                                         h->value_len};
+    }
+    r->method = p->method;
+    r->url = c->head.data ? c->head.data + c->url_off : "";
+    r->url_len = c->url_len;
+    r->path = r->url;
+    const char *q = memchr(r->url, '?', r->url_len);
+    r->path_len = q ? (size_t)(q - r->url) : r->url_len;
+    r->headers = c->headers;
+    r->n_headers = c->n_headers;
+    r->body = "";
+    r->body_len = 0;
+    r->http_minor = p->http_minor;
+    r->keep_alive = http_should_keep_alive(p) != 0;
+}
+
+/* Runs the head hook. Returns true to read the body; false when the hook answered (the
+ * connection lingers) or refused to (the connection is closed): parsing stops either way. */
+static bool run_head_hook(conn *c, http_parser *p)
+{
+    sb_http_server *s = c->srv;
+    fill_req(c, p);
+    c->state = CONN_HANDLING; /* what sb_http_respond expects */
+    c->at_head = true;
+    bool go_on = s->on_head(&c->req, s->ctx);
+    c->at_head = false;
+    if (c->state == CONN_HANDLING && go_on) {
+        c->state = CONN_READING;
+        return true;
+    }
+    /* Unanswered, or a stream begun and left open (the contract asks for sb_http_respond):
+     * no complete answer can follow, so close. */
+    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING)
+        conn_close(c);
+    return false;
+}
+
 static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
@@ -641,6 +689,11 @@ static int on_headers_complete(http_parser *p)
         c->error_status = 400;
         return 3;
     }
+    /* Before the size check, 100 Continue and any body byte: a request the hook refuses
+     * costs its head only, and its sender learns nothing of the limits. */
+    bool body_follows = (p->flags & F_CHUNKED) || (c->saw_cl && p->content_length > 0);
+    if (c->srv->on_head && (body_follows || c->expect_continue) && !run_head_hook(c, p))
+        return 3; /* stops the parser; process() sees the connection lingering or closing */
     if (c->saw_cl && p->content_length > c->srv->opts.max_body_bytes) {
         c->error_status = 413;
         return 3;
@@ -676,23 +729,9 @@ static int on_message_complete(http_parser *p)
 {
     conn *c = p->data;
     sb_http_req *r = &c->req;
-    for (size_t i = 0; i < c->n_headers; i++) {
-        hdr_off *h = &c->hoffs[i];
-        c->headers[i] = (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off,
-                                         h->value_len};
-    }
-    r->method = p->method;
-    r->url = c->head.data ? c->head.data + c->url_off : "";
-    r->url_len = c->url_len;
-    r->path = r->url;
-    const char *q = memchr(r->url, '?', r->url_len);
-    r->path_len = q ? (size_t)(q - r->url) : r->url_len;
-    r->headers = c->headers;
-    r->n_headers = c->n_headers;
+    fill_req(c, p);
     r->body = c->body.data ? c->body.data : "";
     r->body_len = c->body.len;
-    r->http_minor = p->http_minor;
-    r->keep_alive = http_should_keep_alive(p) != 0;
     c->state = CONN_HANDLING;
     arm_timer(c, 0);
     /* Stop parsing here: pipelined bytes wait in `pending` until this response is done. */
@@ -714,6 +753,8 @@ static void process(conn *c, const char *data, size_t len)
         s->handler(&c->req, s->ctx);
         return;
     }
+    if (c->state == CONN_LINGERING || c->state == CONN_CLOSING)
+        return; /* the head hook answered (or closed): the rest of the input is discarded */
     if (err != HPE_OK) {
         /* http-parser's own head bound (HTTP_MAX_HEADER_SIZE, 80 KiB) is a 431 too. */
         int status = c->error_status ? c->error_status : err == HPE_HEADER_OVERFLOW ? 431 : 400;
@@ -1045,6 +1086,8 @@ void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void
     s->ctx = ctx;
 }
 
+void sb_http_server_set_head_hook(sb_http_server *s, sb_http_head_hook on_head) { s->on_head = on_head; }
+
 void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
 {
     sb_http_server_opts o = *opts;
@@ -1123,7 +1166,9 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     /* 1xx, 204 and 304 have no body (RFC 9110 6.4.1): no framing header, no terminator. */
     bool bodiless = status < 200 || status == 204 || status == 304;
     c->head_only = req->method == HTTP_HEAD || bodiless;
-    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && (content_length >= 0 || http11 || c->head_only);
+    /* An answer from the head hook leaves the body unread: the connection cannot be reused. */
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->at_head &&
+                         (content_length >= 0 || http11 || c->head_only);
     c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
     char line[160];

@@ -7,7 +7,10 @@
  * streaming (sb_http_stream_*). Requests that break framing rules are answered here and never
  * reach the handler: both Content-Length and Transfer-Encoding, an invalid Content-Length, a
  * non-chunked Transfer-Encoding (400: no request smuggling), oversized head (431) or body
- * (413), a slow head (408), request bodies over the server's memory budget (503).
+ * (413), a slow head (408), request bodies over the server's memory budget (503). An
+ * optional head hook (sb_http_head_hook) answers requests from their head, before their
+ * body is read: a caller the gateway refuses anyway (no API key, no such route) cannot make
+ * it buffer a body or spend the body budget.
  *
  * Bounds, so that no client can stall the loop or claim its memory:
  * - Memory grows with bytes received, never with bytes promised: a body buffer starts small
@@ -82,6 +85,26 @@ struct sb_http_req {
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
 
+/* Decides a request from its head alone, before its body is read. Called once per request
+ * that has a body to come (Content-Length above 0, chunked) or asks for 100 Continue, when
+ * the head is complete and framing checks passed: before 100 Continue is sent, before any
+ * body byte is buffered or charged to max_buffered_body_bytes, and before the body-size
+ * check (a refused client learns nothing of the limits). `req` shows method, path, url,
+ * headers, http_minor, keep_alive and peer; body is empty. `ctx` is the handler's ctx
+ * (sb_http_server_set_handler changes both).
+ * Returns true to go on: the body is read and the handler gets the request as usual (the
+ * handler sees the same head; it must derive anything it needs again, since a reload may
+ * swap the handler between the two calls). Or the hook answers the request itself with
+ * sb_http_respond (complete; a started stream is aborted) and returns false: the answer
+ * carries Connection: close, the connection is not reused, and the body still on the wire
+ * is read and discarded in a lingering close (linger_ms, linger_bytes), so a client that
+ * writes its whole body before reading still reads the answer. Returning false without
+ * answering closes the connection unanswered.
+ * The hook must not keep `req` or any pointer into it: the head is freed when the answer is
+ * given (and moves to the handler otherwise). A request without a body skips the hook: the
+ * handler answers it at the same cost, and the connection stays alive. */
+typedef bool (*sb_http_head_hook)(sb_http_req *req, void *ctx);
+
 /* linger_ms value that turns lingering off: close as soon as the answer has left. */
 #define SB_HTTP_LINGER_OFF UINT32_MAX
 
@@ -117,6 +140,8 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
 /* Sends requests that begin from now on to another handler (a reload that replaced the
  * gateway); requests already handed out stay with the old one. */
 void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void *ctx);
+/* Installs (or with NULL removes) the head hook for requests that begin from now on. */
+void sb_http_server_set_head_hook(sb_http_server *s, sb_http_head_hook on_head);
 /* Replaces limits and timeouts (a reload); connections pick them up from their next request. */
 void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts);
 /* The port actually bound. */
