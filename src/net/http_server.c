@@ -629,8 +629,8 @@ static void fill_req(conn *c, http_parser *p)
     sb_http_req *r = &c->req;
     for (size_t i = 0; i < c->n_headers; i++) {
         hdr_off *h = &c->hoffs[i];
-        c->headers[i] = (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off,
-                                         h->value_len};
+        c->headers[i] =
+            (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off, h->value_len};
     }
     r->method = p->method;
     r->url = c->head.data ? c->head.data + c->url_off : "";
@@ -1086,7 +1086,10 @@ void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void
     s->ctx = ctx;
 }
 
-void sb_http_server_set_head_hook(sb_http_server *s, sb_http_head_hook on_head) { s->on_head = on_head; }
+void sb_http_server_set_head_hook(sb_http_server *s, sb_http_head_hook on_head)
+{
+    s->on_head = on_head;
+}
 
 void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
 {
@@ -1167,8 +1170,8 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     bool bodiless = status < 200 || status == 204 || status == 304;
     c->head_only = req->method == HTTP_HEAD || bodiless;
     /* An answer from the head hook leaves the body unread: the connection cannot be reused. */
-    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->at_head &&
-                         (content_length >= 0 || http11 || c->head_only);
+    c->keep_alive_resp =
+        req->keep_alive && !c->srv->stopping && !c->at_head && (content_length >= 0 || http11 || c->head_only);
     c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
     char line[160];

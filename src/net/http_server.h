@@ -26,10 +26,11 @@
  *   partial bodies stall everyone else until header_ms; a 503 is immediate and clear. A body
  *   is charged from its first byte until its response is finished (it stays alive while the
  *   handler proxies it) or the connection closes.
- * - Every answer that closes the connection (the errors above, Connection: close, HTTP/1.0)
- *   ends in a lingering close: the answer drains, the write side is shut (FIN), and what the
- *   client still sends is read and discarded for at most linger_ms and linger_bytes, so a
- *   client that writes its whole body before reading gets the answer instead of a reset.
+ * - Every answer that closes the connection (the errors above, an answer from the head hook,
+ *   Connection: close, HTTP/1.0) ends in a lingering close: the answer drains, the write
+ *   side is shut (FIN), and what the client still sends is read and discarded for at most
+ *   linger_ms and linger_bytes, so a client that writes its whole body before reading gets
+ *   the answer instead of a reset.
  *   Lingering connections count against max_connections.
  * - At max_connections a new connection is accepted and answered 503 (code
  *   too_many_connections, Retry-After: 1, Connection: close), with a short linger (1 s,

@@ -116,6 +116,11 @@ class RefusedFromTheHead(unittest.TestCase):
         st, h, out = send_all_then_read(self.gw.port, head("POST", "/v1/chat/completions", len(body)) + body)
         self.assert_401(st, h, out)
         self.assertEqual(h["connection"], "close")
+        # Chunked: no length declared, refused from the head all the same.
+        chunk = b"%x\r\n%s\r\n" % (64 * 1024, b" " * (64 * 1024))
+        st, h, out = send_all_then_read(self.gw.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                                      b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 16 + b"0\r\n\r\n")
+        self.assert_401(st, h, out)
         self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total"), 0)
         self.assertEqual(metric(self.gw, "switchboard_request_body_bytes"), 0)
         self.assertEqual(len(self.up.requests), 0)
