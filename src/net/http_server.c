@@ -660,9 +660,9 @@ static bool run_head_hook(conn *c, http_parser *p)
         c->state = CONN_READING;
         return true;
     }
-    /* Unanswered, or a stream begun and left open (the contract asks for sb_http_respond):
-     * no complete answer can follow, so close. */
-    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING)
+    /* Unanswered, a stream begun and left open (the contract asks for sb_http_respond) or
+     * aborted: no complete answer can follow, so close. */
+    if (c->state != CONN_LINGERING && c->state != CONN_CLOSING)
         conn_close(c);
     return false;
 }
