@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 #define NIL UINT32_MAX
 
@@ -37,6 +38,8 @@ struct sb_prefix_index {
     uint32_t *heads;
     size_t table_cap;      /* power of two */
     size_t table_used;
+    sb_hash_key slot_key;  /* keyed slots: block hashes are public functions of a prompt */
+    sb_table_probes probes;
     ep_state *eps;
     uint32_t n_eps;
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
@@ -45,13 +48,29 @@ struct sb_prefix_index {
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
-static size_t slot_of(const sb_prefix_index *ix, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (ix->table_cap - 1); }
-
-static size_t find_slot(const sb_prefix_index *ix, uint64_t h)
+static size_t slot_of(const sb_prefix_index *ix, uint64_t h)
 {
-    size_t i = slot_of(ix, h);
-    while (ix->heads[i] != NIL && ix->keys[i] != h)
+    return (size_t)sb_hash_u64(&ix->slot_key, h) & (ix->table_cap - 1);
+}
+
+/* The slot holding h, or the empty slot where it would go. */
+static size_t probe(const sb_prefix_index *ix, uint64_t h, size_t *steps)
+{
+    size_t i = slot_of(ix, h), n = 0;
+    while (ix->heads[i] != NIL && ix->keys[i] != h) {
         i = (i + 1) & (ix->table_cap - 1);
+        n++;
+    }
+    *steps = n;
+    return i;
+}
+
+/* probe() for an operation (insert, match, settle, removal), counted in the probe stats;
+ * rehashing on growth is not counted. */
+static size_t find_slot(sb_prefix_index *ix, uint64_t h)
+{
+    size_t steps, i = probe(ix, h, &steps);
+    sb_table_probes_add(&ix->probes, steps);
     return i;
 }
 
@@ -76,7 +95,7 @@ static int grow_table(sb_prefix_index *ix)
     for (size_t i = 0; i < old_cap; i++) {
         if (old_heads[i] == NIL)
             continue;
-        size_t j = find_slot(ix, old_keys[i]);
+        size_t steps, j = probe(ix, old_keys[i], &steps);
         keys[j] = old_keys[i];
         heads[j] = old_heads[i];
     }
@@ -108,11 +127,13 @@ static void delete_slot(sb_prefix_index *ix, size_t i)
     ix->table_used--;
 }
 
-sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity)
+sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity,
+                                     uint64_t hash_secret)
 {
     sb_prefix_index *ix = sb_calloc(1, sizeof(*ix));
     if (!ix)
         return NULL;
+    ix->slot_key = sb_hash_key_from_secret(hash_secret);
     if (n_endpoints > 0x7fffffffu)
         n_endpoints = 0x7fffffffu; /* entries keep the endpoint in 31 bits */
     ix->n_eps = n_endpoints;
@@ -339,7 +360,7 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
         ix->eps[e].pending = 0;
 }
 
-static uint32_t find_entry(const sb_prefix_index *ix, uint32_t ep, uint64_t h)
+static uint32_t find_entry(sb_prefix_index *ix, uint32_t ep, uint64_t h)
 {
     size_t s = find_slot(ix, h);
     uint32_t k = ix->heads[s];
@@ -419,3 +440,5 @@ size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
 }
 
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }
+
+sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->probes; }

@@ -18,7 +18,7 @@ static void chain(uint64_t seed, size_t n, uint64_t *out)
 static void test_match_leading_run(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100, 0x5ec7e7);
     uint64_t a[10], b[10];
     chain(1, 10, a);
     memcpy(b, a, sizeof(a));
@@ -47,7 +47,7 @@ static void test_match_leading_run(void **state)
 static void test_capacity_evicts_lru_and_keeps_head(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(1, 1000, 8);
+    sb_prefix_index *ix = sb_prefix_index_new(1, 1000, 8, 0x5ec7e7);
     uint64_t a[12];
     chain(2, 12, a);
     /* 12 blocks into 8: tail first, so the head (most recent) survives and the tail goes. */
@@ -81,7 +81,7 @@ static void test_capacity_evicts_lru_and_keeps_head(void **state)
 static void test_clear_endpoint(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
     uint64_t a[20];
     chain(5, 20, a);
     sb_prefix_index_insert(ix, 0, a, 20);
@@ -105,7 +105,7 @@ static void test_memory_bound(void **state)
 {
     (void)state;
     /* Capacities allow far more than the global bound: the bound wins. */
-    sb_prefix_index *ix = sb_prefix_index_new(4, 5000, 1u << 20);
+    sb_prefix_index *ix = sb_prefix_index_new(4, 5000, 1u << 20, 0x5ec7e7);
     uint64_t a[1000];
     for (uint64_t r = 0; r < 40; r++) {
         chain(100 + r, 1000, a);
@@ -162,7 +162,7 @@ static void test_randomized_against_model(void **state)
 {
     (void)state;
     srand(7);
-    sb_prefix_index *ix = sb_prefix_index_new(NE, 100000, CAP);
+    sb_prefix_index *ix = sb_prefix_index_new(NE, 100000, CAP, 0x5ec7e7);
     model md = {0};
     uint64_t hs[30];
     for (int step = 0; step < 4000; step++) {
@@ -203,7 +203,7 @@ static void test_randomized_against_model(void **state)
 static void test_pending_until_settled(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
     uint64_t a[10];
     chain(3, 10, a);
     uint32_t m[2];
@@ -272,7 +272,7 @@ static void test_pending_until_settled(void **state)
 static void test_alloc_failure_degrades(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 100000, 10000);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 100000, 10000, 0x5ec7e7);
     uint64_t a[5000];
     chain(9, 5000, a);
     sb_alloc_fail_after(0);

@@ -9,7 +9,7 @@
 
 static sb_router *make_router(const sb_profile *policy, size_t n)
 {
-    sb_router *r = sb_router_new(42);
+    sb_router *r = sb_router_new(42, 0x5ec7e7);
     assert_non_null(r);
     assert_int_equal(sb_router_add_pool(r, "llama", policy, n, NULL), 0);
     assert_int_equal(sb_router_add_pool(r, "qwen", policy, 1, NULL), 1);
@@ -289,7 +289,7 @@ static void test_prefix_pending_settled_by_time_when_unseen(void **state)
     (void)state;
     sb_pool_params pp = sb_pool_params_default();
     pp.timed_settle_max = 2;
-    sb_router *r = sb_router_new(7);
+    sb_router *r = sb_router_new(7, 0x5ec7e7);
     assert_int_equal(sb_router_add_pool(r, "p", sb_profile_builtin("prefix-only"), 4, &pp), 0);
     uint64_t h[3][8];
     for (int k = 0; k < 3; k++)
