@@ -11,7 +11,7 @@
 /* One (block, endpoint) pair. Indices instead of pointers: 24 bytes, and the array can grow
  * with realloc. `pending`: sent for prefill, not known computed yet (see insert_pending). */
 typedef struct entry {
-    uint64_t hash;
+    uint64_t key;          /* the keyed hash of the block hash (see the table below) */
     uint32_t ep : 31;
     uint32_t pending : 1;
     uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
@@ -32,8 +32,13 @@ struct sb_prefix_index {
     uint32_t max_entries;
     uint32_t free_head;    /* free list through next_holder */
     size_t used;
-    /* Open addressing, linear probing: hash -> first holder. A slot is empty when its head
-     * is NIL. Deletion shifts back the following run, so no tombstones accumulate. */
+    /* Open addressing, linear probing: keyed hash of a block hash -> first holder. A slot is
+     * empty when its head is NIL. Deletion shifts back the following run, so no tombstones
+     * accumulate. Blocks are known by their keyed hash (base/hash.h), in the table and in
+     * the entries, so a block is hashed once per operation and never again by shifts,
+     * growth or evictions. Two blocks are confused only if their keyed hashes are equal: a
+     * pseudo-random 64-bit value, so about 1 in 2^64 per pair, as for the block hashes
+     * themselves, except that it cannot be arranged without the secret. */
     uint64_t *keys;
     uint32_t *heads;
     size_t table_cap;      /* power of two */
@@ -48,15 +53,13 @@ struct sb_prefix_index {
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
-/* The keyed hash of a block hash: its home slot is this masked to the table (kept unmasked
- * across a lookahead because the table may grow meanwhile). */
 static uint64_t keyed(const sb_prefix_index *ix, uint64_t h) { return sb_hash_u64(&ix->slot_key, h); }
 
-/* The slot holding h (keyed hash kh), or the empty slot where it would go. */
-static size_t probe(const sb_prefix_index *ix, uint64_t h, uint64_t kh, size_t *steps)
+/* The slot holding keyed hash kh, or the empty slot where it would go. */
+static size_t probe(const sb_prefix_index *ix, uint64_t kh, size_t *steps)
 {
     size_t i = (size_t)kh & (ix->table_cap - 1), n = 0;
-    while (ix->heads[i] != NIL && ix->keys[i] != h) {
+    while (ix->heads[i] != NIL && ix->keys[i] != kh) {
         i = (i + 1) & (ix->table_cap - 1);
         n++;
     }
@@ -66,21 +69,22 @@ static size_t probe(const sb_prefix_index *ix, uint64_t h, uint64_t kh, size_t *
 
 /* probe() for an operation (insert, match, settle, removal), counted in the probe stats;
  * rehashing on growth is not counted. */
-static size_t find_slot_keyed(sb_prefix_index *ix, uint64_t h, uint64_t kh)
+static size_t find_slot(sb_prefix_index *ix, uint64_t kh)
 {
-    size_t steps, i = probe(ix, h, kh, &steps);
+    size_t steps, i = probe(ix, kh, &steps);
     sb_table_probes_add(&ix->probes, steps);
     return i;
 }
 
-static size_t find_slot(sb_prefix_index *ix, uint64_t h) { return find_slot_keyed(ix, h, keyed(ix, h)); }
-
 /* Inserts and lookups walk a prompt's blocks in order. The keyed hashes of the next AHEAD
  * blocks are computed first and their slots prefetched, so the cache misses of consecutive
- * blocks overlap: a keyed hash is ~70 instructions, enough to stop the CPU from running ahead
- * to the next block's miss on its own (measured: 1.6x slower per block without this, on
- * bench_collide's warm-index workload). kh[j] gets the hash of hashes[first + j * step]. */
-#define AHEAD 8
+ * blocks overlap: a keyed hash is ~70 instructions, enough to keep the CPU from running ahead
+ * to the next block's miss on its own (bench/bench_collide.c measures the index with and
+ * without). kh[j] gets the keyed hash of hashes[first + j * step]. */
+#ifndef SB_PREFIX_INDEX_AHEAD
+#define SB_PREFIX_INDEX_AHEAD 8 /* bench/bench_collide.c rebuilds the index as it was with 1 */
+#endif
+#define AHEAD SB_PREFIX_INDEX_AHEAD
 static void look_ahead(const sb_prefix_index *ix, const uint64_t *hashes, size_t first, ptrdiff_t step, size_t count,
                        uint64_t *kh)
 {
@@ -113,7 +117,7 @@ static int grow_table(sb_prefix_index *ix)
     for (size_t i = 0; i < old_cap; i++) {
         if (old_heads[i] == NIL)
             continue;
-        size_t steps, j = probe(ix, old_keys[i], keyed(ix, old_keys[i]), &steps);
+        size_t steps, j = probe(ix, old_keys[i], &steps);
         keys[j] = old_keys[i];
         heads[j] = old_heads[i];
     }
@@ -132,7 +136,7 @@ static void delete_slot(sb_prefix_index *ix, size_t i)
         j = (j + 1) & mask;
         if (ix->heads[j] == NIL)
             break;
-        size_t home = (size_t)keyed(ix, ix->keys[j]) & mask;
+        size_t home = (size_t)ix->keys[j] & mask;
         /* Can the entry at j move to the hole at i? Only if its home is not in (i, j]. */
         bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (stays)
@@ -217,7 +221,7 @@ static void remove_entry(sb_prefix_index *ix, uint32_t k)
         ix->eps[en->ep].pending--;
         en->pending = 0;
     }
-    size_t s = find_slot(ix, en->hash);
+    size_t s = find_slot(ix, en->key);
     if (ix->heads[s] == k) {
         ix->heads[s] = en->next_holder;
         if (en->next_holder == NIL)
@@ -300,21 +304,20 @@ static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
     return k;
 }
 
-/* Inserts tail first; returns the entry of the lowest block that was not there before, or
- * NIL if every block was. */
-static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
+/* Inserts tail first; returns the entry of the lowest block that was not there before (and
+ * its position in *lowest), or NIL if every block was. */
+static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n, size_t *lowest)
 {
     uint32_t lowest_new = NIL;
     if (ep >= ix->n_eps || ix->eps[ep].capacity == 0)
         return NIL;
     uint64_t kh[AHEAD];
     for (size_t i = n; i-- > 0;) {
-        uint64_t h = hashes[i];
         size_t ahead = (n - 1 - i) % AHEAD;
         if (ahead == 0)
             look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh);
-        size_t s = find_slot_keyed(ix, h, kh[ahead]);
-        uint32_t k = ix->heads[s] == NIL ? NIL : ix->heads[s];
+        size_t s = find_slot(ix, kh[ahead]);
+        uint32_t k = ix->heads[s];
         while (k != NIL && ix->entries[k].ep != ep)
             k = ix->entries[k].next_holder;
         if (k != NIL) {
@@ -334,14 +337,15 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
             ix->free_head = k;
             return NIL;
         }
-        s = find_slot_keyed(ix, h, kh[ahead]);
+        s = find_slot(ix, kh[ahead]);
         entry *en = &ix->entries[k];
-        en->hash = h;
+        en->key = kh[ahead];
         en->ep = ep & 0x7fffffffu;
         en->pending = 0;
         lowest_new = k;
+        *lowest = i;
         if (ix->heads[s] == NIL) {
-            ix->keys[s] = h;
+            ix->keys[s] = kh[ahead];
             ix->table_used++;
             en->next_holder = NIL;
         } else {
@@ -357,20 +361,22 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
 
 void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
 {
-    (void)insert(ix, ep, hashes, n);
+    size_t lowest;
+    (void)insert(ix, ep, hashes, n, &lowest);
 }
 
 bool sb_prefix_index_insert_pending(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n,
                                     uint64_t *pending_hash)
 {
-    uint32_t k = insert(ix, ep, hashes, n);
+    size_t lowest = 0;
+    uint32_t k = insert(ix, ep, hashes, n, &lowest);
     /* Entries below the lowest new one were there already; those above it can only be reached
      * through it (matches count leading blocks), so one mark holds back the whole new part. */
     if (k == NIL)
         return false;
     ix->entries[k].pending = 1;
     ix->eps[ep].pending++;
-    *pending_hash = ix->entries[k].hash;
+    *pending_hash = hashes[lowest];
     return true;
 }
 
@@ -384,7 +390,7 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
 
 static uint32_t find_entry(sb_prefix_index *ix, uint32_t ep, uint64_t h)
 {
-    size_t s = find_slot(ix, h);
+    size_t s = find_slot(ix, keyed(ix, h));
     uint32_t k = ix->heads[s];
     while (k != NIL && ix->entries[k].ep != ep)
         k = ix->entries[k].next_holder;
@@ -416,7 +422,7 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
     for (size_t i = 0; i < n; i++) {
         if (i % AHEAD == 0)
             look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh);
-        size_t s = find_slot_keyed(ix, hashes[i], kh[i % AHEAD]);
+        size_t s = find_slot(ix, kh[i % AHEAD]);
         bool advanced = false;
         for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
             uint32_t e = ix->entries[k].ep;
