@@ -18,7 +18,7 @@
 /* ---- KV blocks ------------------------------------------------------------------------------ */
 
 typedef struct block {
-    uint64_t hash;
+    uint64_t hash;       /* keyed, as the request's hashes are */
     uint32_t ref;        /* running requests holding it */
     uint32_t prev, next; /* free-queue links (NIL at the ends), meaningful while ref == 0 */
     bool hashed;         /* registered in the hash table: a reusable full prompt block */
@@ -45,7 +45,7 @@ typedef struct req {
     uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
     sb_ns last_token_ns;
     sb_engine_usage u;
-    uint64_t *hashes; /* n_hashes, stored after the struct */
+    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (e->btab_key) at submit */
     uint32_t *table;  /* block ids, room for every block the request can ever hold */
 } req;
 
@@ -167,9 +167,11 @@ size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_si
 
 /* ---- block hash table ----------------------------------------------------------------------- */
 
-static uint32_t btab_home(const sb_engine *e, uint64_t h)
+/* Blocks are known by the keyed hash of their block hash (made once per request at submit):
+ * the home slot is that masked, so lookups, inserts and backward shifts never hash again. */
+static uint32_t btab_home(const sb_engine *e, uint64_t key)
 {
-    return (uint32_t)sb_hash_u64(&e->btab_key, h) & e->btab_mask;
+    return (uint32_t)key & e->btab_mask;
 }
 
 static uint32_t btab_find(const sb_engine *e, uint64_t h)
@@ -934,6 +936,9 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
         memcpy(r->hashes, q->block_hashes, n_hashes * sizeof *r->hashes);
     else
         sb_engine_hash_blocks(q->tokens, q->n_prompt, p->block_size, q->adapter, r->hashes);
+    /* Keyed once here; the block table only ever sees these (btab_home). */
+    for (uint32_t i = 0; i < n_hashes; i++)
+        r->hashes[i] = sb_hash_u64(&e->btab_key, r->hashes[i]);
     r->state = REQ_WAITING;
     list_push_back(&e->waiting, r);
     adapter_count(e, r->adapter, 0, +1);
