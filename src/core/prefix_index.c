@@ -45,6 +45,12 @@ struct sb_prefix_index {
     size_t table_used;
     sb_hash_key slot_key;  /* keyed slots: block hashes are public functions of a prompt */
     sb_table_probes probes;
+    /* The keyed hashes computed by the last match, memo_n of them, with the block hashes they
+     * came from: the router inserts the prompt it just matched, and finds them here instead
+     * of hashing every block twice (each is checked against the block hash, so a caller that
+     * inserts something else just misses). At most MEMO_MAX blocks. */
+    uint64_t *memo_raw, *memo_key;
+    size_t memo_n, memo_cap;
     ep_state *eps;
     uint32_t n_eps;
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
@@ -85,15 +91,51 @@ static size_t find_slot(sb_prefix_index *ix, uint64_t kh)
 #define SB_PREFIX_INDEX_AHEAD 8 /* bench/bench_collide.c rebuilds the index as it was with 1 */
 #endif
 #define AHEAD SB_PREFIX_INDEX_AHEAD
-static void look_ahead(const sb_prefix_index *ix, const uint64_t *hashes, size_t first, ptrdiff_t step, size_t count,
-                       uint64_t *kh)
+static void look_ahead(sb_prefix_index *ix, const uint64_t *hashes, size_t first, ptrdiff_t step, size_t count,
+                       uint64_t *kh, bool record)
 {
     for (size_t j = 0; j < count; j++) {
-        kh[j] = keyed(ix, hashes[(ptrdiff_t)first + (ptrdiff_t)j * step]);
+        size_t i = (size_t)((ptrdiff_t)first + (ptrdiff_t)j * step);
+        if (i < ix->memo_n && ix->memo_raw[i] == hashes[i]) {
+            kh[j] = ix->memo_key[i];
+        } else {
+            kh[j] = keyed(ix, hashes[i]);
+            if (record && i == ix->memo_n && i < ix->memo_cap) {
+                ix->memo_raw[i] = hashes[i];
+                ix->memo_key[i] = kh[j];
+                ix->memo_n = i + 1;
+            }
+        }
         size_t s = (size_t)kh[j] & (ix->table_cap - 1);
         __builtin_prefetch(&ix->keys[s]);
         __builtin_prefetch(&ix->heads[s]);
     }
+}
+
+/* 1 MiB of memo covers 64 Ki blocks (4 MiB of prompt at 64-byte blocks); blocks beyond are
+ * hashed twice. */
+#define MEMO_MAX ((size_t)1 << 16)
+
+/* Makes room for a match of n blocks to record its keyed hashes; on ENOMEM records fewer. */
+static void memo_reset(sb_prefix_index *ix, size_t n)
+{
+    ix->memo_n = 0;
+    if (n > MEMO_MAX)
+        n = MEMO_MAX;
+    if (n <= ix->memo_cap)
+        return;
+    size_t cap = ix->memo_cap ? ix->memo_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint64_t *raw = sb_realloc(ix->memo_raw, cap * sizeof(uint64_t));
+    if (!raw)
+        return;
+    ix->memo_raw = raw;
+    uint64_t *key = sb_realloc(ix->memo_key, cap * sizeof(uint64_t));
+    if (!key)
+        return; /* raw grew, harmlessly: memo_cap still bounds both */
+    ix->memo_key = key;
+    ix->memo_cap = cap;
 }
 
 static int grow_table(sb_prefix_index *ix)
@@ -181,6 +223,8 @@ void sb_prefix_index_free(sb_prefix_index *ix)
     sb_free(ix->heads);
     sb_free(ix->eps);
     sb_free(ix->stamp);
+    sb_free(ix->memo_raw);
+    sb_free(ix->memo_key);
     sb_free(ix);
 }
 
@@ -315,7 +359,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
     for (size_t i = n; i-- > 0;) {
         size_t ahead = (n - 1 - i) % AHEAD;
         if (ahead == 0)
-            look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh);
+            look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh, false);
         size_t s = find_slot(ix, kh[ahead]);
         uint32_t k = ix->heads[s];
         while (k != NIL && ix->entries[k].ep != ep)
@@ -419,9 +463,10 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
     size_t best = 0;
     /* stamp[e] == gen means e held every block so far; match[e] counts them. */
     uint64_t kh[AHEAD];
+    memo_reset(ix, n);
     for (size_t i = 0; i < n; i++) {
         if (i % AHEAD == 0)
-            look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh);
+            look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh, true);
         size_t s = find_slot(ix, kh[i % AHEAD]);
         bool advanced = false;
         for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
@@ -467,7 +512,7 @@ size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep)
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
 {
     return sizeof(*ix) + (size_t)ix->n_alloc * sizeof(entry) + ix->table_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
-           ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t));
+           ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t)) + ix->memo_cap * 2 * sizeof(uint64_t);
 }
 
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }
