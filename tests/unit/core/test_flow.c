@@ -1182,6 +1182,33 @@ static void test_reconfigure_in_place(void **state)
     sb_flow_free(f);
 }
 
+/* The tenant table keeps the key it was built with: a reconfiguration carrying another
+ * hash_secret (the gateway never sends one, but a caller could) must not strand the tenants
+ * already queued. 64 tenants in a 128-slot table: each found again, none counted twice. */
+static void test_reconfigure_keeps_table_key(void **state)
+{
+    (void)state;
+    sb_flow_config c = cfg_of(512, 0, 64);
+    c.hash_secret = 1;
+    sb_flow *f = sb_flow_new(&c);
+    for (uintptr_t t = 0; t < 64; t++)
+        put(f, SB_BAND_STANDARD, t * 0x9E3779B97F4A7C15ull, t + 1, 0);
+    c.hash_secret = 2;
+    assert_int_equal(sb_flow_reconfigure(f, &c), 0);
+    for (uintptr_t t = 0; t < 64; t++)
+        put(f, SB_BAND_STANDARD, t * 0x9E3779B97F4A7C15ull, 100 + t, 0);
+    sb_flow_stats s;
+    sb_flow_stats_get(f, &s);
+    assert_int_equal(s.tenants, 64);
+    assert_int_equal(s.tenant_overflow, 0);
+    /* Round robin: each tenant's first request, then each one's second. */
+    for (uintptr_t t = 0; t < 64; t++)
+        assert_int_equal(next_id(f, 1), t + 1);
+    for (uintptr_t t = 0; t < 64; t++)
+        assert_int_equal(next_id(f, 1), 100 + t);
+    sb_flow_free(f);
+}
+
 static void test_randomized_against_model(void **state)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
@@ -1212,6 +1239,7 @@ int main(void)
         cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_reconfigure_in_place),
+        cmocka_unit_test(test_reconfigure_keeps_table_key),
         cmocka_unit_test(test_randomized_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
