@@ -336,6 +336,33 @@ static void test_secret_changes_placement_only(void **state)
         sb_prefix_index_free(ix[k]);
 }
 
+/* A pick inserts the prompt it just matched, and the index reuses the keyed hashes the match
+ * computed: only for blocks that are still the same. A caller that changed its array in
+ * between (the gateway reuses one scratch array for every request) gets fresh ones. */
+static void test_match_memo_checks_blocks(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
+    uint64_t a[10], orig[10];
+    chain(21, 10, a);
+    memcpy(orig, a, sizeof(a));
+    uint32_t m[2];
+    sb_prefix_index_insert(ix, 1, a, 10);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    a[2] ^= 0xff; /* the same array, another prompt from block 2 on */
+    uint64_t ph = 0;
+    assert_true(sb_prefix_index_insert_pending(ix, 0, a, 10, &ph));
+    assert_true(ph == a[0]);
+    sb_prefix_index_settle(ix, 0, ph, true);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    assert_int_equal(m[0], 10);
+    assert_int_equal(m[1], 2);
+    assert_int_equal(sb_prefix_index_match(ix, orig, 10, m), 10);
+    assert_int_equal(m[0], 2);
+    assert_int_equal(m[1], 10);
+    sb_prefix_index_free(ix);
+}
+
 /* Inserts keys one per prompt on endpoint 0, then looks each up: the probe figures. */
 static sb_table_probes probe_cost(uint64_t secret, const uint64_t *keys, size_t n)
 {
@@ -421,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_alloc_failure_degrades),
         cmocka_unit_test(test_pending_until_settled),
         cmocka_unit_test(test_secret_changes_placement_only),
+        cmocka_unit_test(test_match_memo_checks_blocks),
         cmocka_unit_test(test_crafted_collisions_probe_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
