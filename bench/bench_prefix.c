@@ -55,7 +55,7 @@ static void bench_index(void)
     double ins[5], look[5];
     size_t entries = 0, bytes = 0;
     for (int r = 0; r < 5; r++) {
-        sb_prefix_index *ix = sb_prefix_index_new(EPS, 1u << 22, 29205);
+        sb_prefix_index *ix = sb_prefix_index_new(EPS, 1u << 22, 29205, 0x5ec7e7);
         uint64_t x = 12345;
         double t0 = now_s();
         for (int i = 0; i < OPS; i++) {
@@ -115,7 +115,7 @@ static void bench_decisions(void)
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
             uint32_t E = counts[ci];
-            sb_router *r = sb_router_new(7);
+            sb_router *r = sb_router_new(7, 0x5ec7e7);
             sb_pool_params pp = sb_pool_params_default();
             sb_router_add_pool(r, "p", sb_profile_builtin("default"), E, &pp);
             sb_router_add_model(r, 0, "m", SB_MODEL_SERVED);

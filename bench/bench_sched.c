@@ -34,7 +34,7 @@ static int cmp_double(const void *a, const void *b)
  * use, some own traffic since the report, a few saturated, a few unhealthy, LoRA state. */
 static sb_router *make_pool(size_t n, sb_ns now)
 {
-    sb_router *r = sb_router_new(0x5eed);
+    sb_router *r = sb_router_new(0x5eed, 0x5ec7e7);
     if (!r || sb_router_add_pool(r, "bench", sb_profile_builtin("default"), n, NULL) < 0) {
         fprintf(stderr, "out of memory\n");
         exit(1);

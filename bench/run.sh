@@ -8,6 +8,9 @@ echo
 echo "== prefix index and decision time vs prompt length (bench/bench_prefix.c) =="
 build/bench/bench_prefix
 echo
+echo "== hash flooding: crafted colliding block hashes, unkeyed vs keyed slots (bench/bench_collide.c) =="
+build/bench/bench_collide
+echo
 echo "== consistent hashing with bounded load (bench/bench_chash.c) =="
 build/bench/bench_chash
 echo

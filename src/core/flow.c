@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 #define NIL UINT32_MAX
 /* Dispatches remembered for the drain rate: enough to smooth one slow request out, few
@@ -58,6 +59,8 @@ struct sb_flow {
      * half full; deletion shifts the following run back, so no tombstones accumulate. */
     uint32_t *table;
     size_t table_mask;
+    sb_hash_key table_key; /* from cfg.hash_secret at creation; reconfiguring keeps it */
+    sb_table_probes probes;
     band_state band[SB_BAND_COUNT];
     uint32_t queued;
     uint64_t bytes;
@@ -91,15 +94,11 @@ static enum sb_band clamp_band(enum sb_band b)
 
 /* --- tenant table --- */
 
+/* Keyed: tenant keys are hashes of headers a client writes, so an unkeyed slot function
+ * would let one client grind header values that share a home slot (base/hash.h). */
 static size_t home_of(const sb_flow *f, uint64_t key)
 {
-    /* splitmix64's finaliser: tenant keys may be small integers or already hashes */
-    key ^= key >> 30;
-    key *= 0xbf58476d1ce4e5b9ull;
-    key ^= key >> 27;
-    key *= 0x94d049bb133111ebull;
-    key ^= key >> 31;
-    return (size_t)key & f->table_mask;
+    return (size_t)sb_hash_u64(&f->table_key, key) & f->table_mask;
 }
 
 /* The tenant for key, tracking it if it is new; the overflow tenant when the table is full.
@@ -107,13 +106,15 @@ static size_t home_of(const sb_flow *f, uint64_t key)
  * FIFO order across the two holds only within each. */
 static uint32_t tenant_for(sb_flow *f, uint64_t key)
 {
-    size_t i = home_of(f, key);
-    while (f->table[i]) {
+    size_t i = home_of(f, key), steps = 0;
+    for (; f->table[i]; i = (i + 1) & f->table_mask, steps++) {
         uint32_t t = f->table[i] - 1;
-        if (f->tenants[t].key == key)
+        if (f->tenants[t].key == key) {
+            sb_table_probes_add(&f->probes, steps);
             return t;
-        i = (i + 1) & f->table_mask;
+        }
     }
+    sb_table_probes_add(&f->probes, steps);
     if (f->free_tenant == NIL) {
         f->tenant_overflow++;
         return f->overflow;
@@ -128,9 +129,10 @@ static uint32_t tenant_for(sb_flow *f, uint64_t key)
 
 static void tenant_release(sb_flow *f, uint32_t t)
 {
-    size_t i = home_of(f, f->tenants[t].key);
-    while (f->table[i] != t + 1)
+    size_t i = home_of(f, f->tenants[t].key), steps = 0;
+    for (; f->table[i] != t + 1; steps++)
         i = (i + 1) & f->table_mask;
+    sb_table_probes_add(&f->probes, steps);
     f->table[i] = 0;
     /* Backward shift: an entry further along the run moves into the hole unless its home
      * lies cyclically in (hole, its slot], where the probe would still reach it. */
@@ -327,6 +329,7 @@ sb_flow *sb_flow_new(const sb_flow_config *cfg)
     if (!f->nodes || !f->heap || !f->tenants || !f->table)
         goto fail;
     f->table_mask = cap - 1;
+    f->table_key = sb_hash_key_from_secret(cfg->hash_secret);
 
     for (uint32_t i = 0; i < f->n_nodes; i++) {
         f->nodes[i].gen = 1;
@@ -613,6 +616,7 @@ void sb_flow_stats_get(const sb_flow *f, sb_flow_stats *out)
     }
     out->tenants = f->tracked;
     out->tenant_overflow = f->tenant_overflow;
+    out->tenant_probes = f->probes;
 }
 
 static const char *const band_names[SB_BAND_COUNT] = {"critical", "standard", "sheddable"};

@@ -60,6 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/hash.h"
 #include "base/time.h"
 
 enum sb_band { SB_BAND_CRITICAL = 0, SB_BAND_STANDARD = 1, SB_BAND_SHEDDABLE = 2 };
@@ -102,6 +103,11 @@ typedef struct sb_flow_config {
     double gate_queue;
     double gate_kv;
     void *evict_ctx;
+    /* Keys the tenant table's slots (base/hash.h): tenant keys are hashes of client headers.
+     * Read by sb_flow_new only (reconfiguring keeps the table and its key). 0 is a valid but
+     * guessable secret: the live gateway passes one drawn from the OS, replay one derived
+     * from its seed. Placement only: no result depends on it. */
+    uint64_t hash_secret;
 } sb_flow_config;
 
 /* Limits sb_flow_new accepts. */
@@ -207,6 +213,7 @@ typedef struct sb_flow_stats {
     sb_flow_band_stats total; /* sums over the bands (wait_max_ns: the largest) */
     uint32_t tenants;         /* tracked tenants with anything queued (overflow excluded) */
     uint64_t tenant_overflow; /* requests queued under the shared overflow tenant */
+    sb_table_probes tenant_probes; /* tenant table searches (enqueue, release) and their probes */
 } sb_flow_stats;
 
 void sb_flow_stats_get(const sb_flow *f, sb_flow_stats *out);

@@ -4,13 +4,14 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 #define NIL UINT32_MAX
 
 /* One (block, endpoint) pair. Indices instead of pointers: 24 bytes, and the array can grow
  * with realloc. `pending`: sent for prefill, not known computed yet (see insert_pending). */
 typedef struct entry {
-    uint64_t hash;
+    uint64_t key;          /* the keyed hash of the block hash (see the table below) */
     uint32_t ep : 31;
     uint32_t pending : 1;
     uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
@@ -31,12 +32,25 @@ struct sb_prefix_index {
     uint32_t max_entries;
     uint32_t free_head;    /* free list through next_holder */
     size_t used;
-    /* Open addressing, linear probing: hash -> first holder. A slot is empty when its head
-     * is NIL. Deletion shifts back the following run, so no tombstones accumulate. */
+    /* Open addressing, linear probing: keyed hash of a block hash -> first holder. A slot is
+     * empty when its head is NIL. Deletion shifts back the following run, so no tombstones
+     * accumulate. Blocks are known by their keyed hash (base/hash.h), in the table and in
+     * the entries, so a block is hashed once per operation and never again by shifts,
+     * growth or evictions. Two blocks are confused only if their keyed hashes are equal: a
+     * pseudo-random 64-bit value, so about 1 in 2^64 per pair, as for the block hashes
+     * themselves, except that it cannot be arranged without the secret. */
     uint64_t *keys;
     uint32_t *heads;
     size_t table_cap;      /* power of two */
     size_t table_used;
+    sb_hash_key slot_key;  /* keyed slots: block hashes are public functions of a prompt */
+    sb_table_probes probes;
+    /* The keyed hashes computed by the last match, memo_n of them, with the block hashes they
+     * came from: the router inserts the prompt it just matched, and finds them here instead
+     * of hashing every block twice (each is checked against the block hash, so a caller that
+     * inserts something else just misses). At most MEMO_MAX blocks. */
+    uint64_t *memo_raw, *memo_key;
+    size_t memo_n, memo_cap;
     ep_state *eps;
     uint32_t n_eps;
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
@@ -45,14 +59,83 @@ struct sb_prefix_index {
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
-static size_t slot_of(const sb_prefix_index *ix, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (ix->table_cap - 1); }
+static uint64_t keyed(const sb_prefix_index *ix, uint64_t h) { return sb_hash_u64(&ix->slot_key, h); }
 
-static size_t find_slot(const sb_prefix_index *ix, uint64_t h)
+/* The slot holding keyed hash kh, or the empty slot where it would go. */
+static size_t probe(const sb_prefix_index *ix, uint64_t kh, size_t *steps)
 {
-    size_t i = slot_of(ix, h);
-    while (ix->heads[i] != NIL && ix->keys[i] != h)
+    size_t i = (size_t)kh & (ix->table_cap - 1), n = 0;
+    while (ix->heads[i] != NIL && ix->keys[i] != kh) {
         i = (i + 1) & (ix->table_cap - 1);
+        n++;
+    }
+    *steps = n;
     return i;
+}
+
+/* probe() for an operation (insert, match, settle, removal), counted in the probe stats;
+ * rehashing on growth is not counted. */
+static size_t find_slot(sb_prefix_index *ix, uint64_t kh)
+{
+    size_t steps, i = probe(ix, kh, &steps);
+    sb_table_probes_add(&ix->probes, steps);
+    return i;
+}
+
+/* Inserts and lookups walk a prompt's blocks in order. The keyed hashes of the next AHEAD
+ * blocks are computed first and their slots prefetched, so the cache misses of consecutive
+ * blocks overlap: a keyed hash is ~70 instructions, enough to keep the CPU from running ahead
+ * to the next block's miss on its own (bench/bench_collide.c measures the index with and
+ * without). kh[j] gets the keyed hash of hashes[first + j * step]. */
+#ifndef SB_PREFIX_INDEX_AHEAD
+#define SB_PREFIX_INDEX_AHEAD 8 /* bench/bench_collide.c rebuilds the index as it was with 1 */
+#endif
+#define AHEAD SB_PREFIX_INDEX_AHEAD
+static void look_ahead(sb_prefix_index *ix, const uint64_t *hashes, size_t first, ptrdiff_t step, size_t count,
+                       uint64_t *kh, bool record)
+{
+    for (size_t j = 0; j < count; j++) {
+        size_t i = (size_t)((ptrdiff_t)first + (ptrdiff_t)j * step);
+        if (i < ix->memo_n && ix->memo_raw[i] == hashes[i]) {
+            kh[j] = ix->memo_key[i];
+        } else {
+            kh[j] = keyed(ix, hashes[i]);
+            if (record && i == ix->memo_n && i < ix->memo_cap) {
+                ix->memo_raw[i] = hashes[i];
+                ix->memo_key[i] = kh[j];
+                ix->memo_n = i + 1;
+            }
+        }
+        size_t s = (size_t)kh[j] & (ix->table_cap - 1);
+        __builtin_prefetch(&ix->keys[s]);
+        __builtin_prefetch(&ix->heads[s]);
+    }
+}
+
+/* 1 MiB of memo covers 64 Ki blocks (4 MiB of prompt at 64-byte blocks); blocks beyond are
+ * hashed twice. */
+#define MEMO_MAX ((size_t)1 << 16)
+
+/* Makes room for a match of n blocks to record its keyed hashes; on ENOMEM records fewer. */
+static void memo_reset(sb_prefix_index *ix, size_t n)
+{
+    ix->memo_n = 0;
+    if (n > MEMO_MAX)
+        n = MEMO_MAX;
+    if (n <= ix->memo_cap)
+        return;
+    size_t cap = ix->memo_cap ? ix->memo_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint64_t *raw = sb_realloc(ix->memo_raw, cap * sizeof(uint64_t));
+    if (!raw)
+        return;
+    ix->memo_raw = raw;
+    uint64_t *key = sb_realloc(ix->memo_key, cap * sizeof(uint64_t));
+    if (!key)
+        return; /* raw grew, harmlessly: memo_cap still bounds both */
+    ix->memo_key = key;
+    ix->memo_cap = cap;
 }
 
 static int grow_table(sb_prefix_index *ix)
@@ -76,7 +159,7 @@ static int grow_table(sb_prefix_index *ix)
     for (size_t i = 0; i < old_cap; i++) {
         if (old_heads[i] == NIL)
             continue;
-        size_t j = find_slot(ix, old_keys[i]);
+        size_t steps, j = probe(ix, old_keys[i], &steps);
         keys[j] = old_keys[i];
         heads[j] = old_heads[i];
     }
@@ -95,7 +178,7 @@ static void delete_slot(sb_prefix_index *ix, size_t i)
         j = (j + 1) & mask;
         if (ix->heads[j] == NIL)
             break;
-        size_t home = slot_of(ix, ix->keys[j]);
+        size_t home = (size_t)ix->keys[j] & mask;
         /* Can the entry at j move to the hole at i? Only if its home is not in (i, j]. */
         bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (stays)
@@ -108,11 +191,13 @@ static void delete_slot(sb_prefix_index *ix, size_t i)
     ix->table_used--;
 }
 
-sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity)
+sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity,
+                                     uint64_t hash_secret)
 {
     sb_prefix_index *ix = sb_calloc(1, sizeof(*ix));
     if (!ix)
         return NULL;
+    ix->slot_key = sb_hash_key_from_secret(hash_secret);
     if (n_endpoints > 0x7fffffffu)
         n_endpoints = 0x7fffffffu; /* entries keep the endpoint in 31 bits */
     ix->n_eps = n_endpoints;
@@ -138,6 +223,8 @@ void sb_prefix_index_free(sb_prefix_index *ix)
     sb_free(ix->heads);
     sb_free(ix->eps);
     sb_free(ix->stamp);
+    sb_free(ix->memo_raw);
+    sb_free(ix->memo_key);
     sb_free(ix);
 }
 
@@ -178,7 +265,7 @@ static void remove_entry(sb_prefix_index *ix, uint32_t k)
         ix->eps[en->ep].pending--;
         en->pending = 0;
     }
-    size_t s = find_slot(ix, en->hash);
+    size_t s = find_slot(ix, en->key);
     if (ix->heads[s] == k) {
         ix->heads[s] = en->next_holder;
         if (en->next_holder == NIL)
@@ -261,17 +348,20 @@ static uint32_t alloc_entry(sb_prefix_index *ix, uint32_t for_ep)
     return k;
 }
 
-/* Inserts tail first; returns the entry of the lowest block that was not there before, or
- * NIL if every block was. */
-static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
+/* Inserts tail first; returns the entry of the lowest block that was not there before (and
+ * its position in *lowest), or NIL if every block was. */
+static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n, size_t *lowest)
 {
     uint32_t lowest_new = NIL;
     if (ep >= ix->n_eps || ix->eps[ep].capacity == 0)
         return NIL;
+    uint64_t kh[AHEAD];
     for (size_t i = n; i-- > 0;) {
-        uint64_t h = hashes[i];
-        size_t s = find_slot(ix, h);
-        uint32_t k = ix->heads[s] == NIL ? NIL : ix->heads[s];
+        size_t ahead = (n - 1 - i) % AHEAD;
+        if (ahead == 0)
+            look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh, false);
+        size_t s = find_slot(ix, kh[ahead]);
+        uint32_t k = ix->heads[s];
         while (k != NIL && ix->entries[k].ep != ep)
             k = ix->entries[k].next_holder;
         if (k != NIL) {
@@ -291,14 +381,15 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
             ix->free_head = k;
             return NIL;
         }
-        s = find_slot(ix, h);
+        s = find_slot(ix, kh[ahead]);
         entry *en = &ix->entries[k];
-        en->hash = h;
+        en->key = kh[ahead];
         en->ep = ep & 0x7fffffffu;
         en->pending = 0;
         lowest_new = k;
+        *lowest = i;
         if (ix->heads[s] == NIL) {
-            ix->keys[s] = h;
+            ix->keys[s] = kh[ahead];
             ix->table_used++;
             en->next_holder = NIL;
         } else {
@@ -314,20 +405,22 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
 
 void sb_prefix_index_insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n)
 {
-    (void)insert(ix, ep, hashes, n);
+    size_t lowest;
+    (void)insert(ix, ep, hashes, n, &lowest);
 }
 
 bool sb_prefix_index_insert_pending(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes, size_t n,
                                     uint64_t *pending_hash)
 {
-    uint32_t k = insert(ix, ep, hashes, n);
+    size_t lowest = 0;
+    uint32_t k = insert(ix, ep, hashes, n, &lowest);
     /* Entries below the lowest new one were there already; those above it can only be reached
      * through it (matches count leading blocks), so one mark holds back the whole new part. */
     if (k == NIL)
         return false;
     ix->entries[k].pending = 1;
     ix->eps[ep].pending++;
-    *pending_hash = ix->entries[k].hash;
+    *pending_hash = hashes[lowest];
     return true;
 }
 
@@ -339,9 +432,9 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
         ix->eps[e].pending = 0;
 }
 
-static uint32_t find_entry(const sb_prefix_index *ix, uint32_t ep, uint64_t h)
+static uint32_t find_entry(sb_prefix_index *ix, uint32_t ep, uint64_t h)
 {
-    size_t s = find_slot(ix, h);
+    size_t s = find_slot(ix, keyed(ix, h));
     uint32_t k = ix->heads[s];
     while (k != NIL && ix->entries[k].ep != ep)
         k = ix->entries[k].next_holder;
@@ -369,8 +462,12 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
     uint64_t gen = ++ix->generation;
     size_t best = 0;
     /* stamp[e] == gen means e held every block so far; match[e] counts them. */
+    uint64_t kh[AHEAD];
+    memo_reset(ix, n);
     for (size_t i = 0; i < n; i++) {
-        size_t s = find_slot(ix, hashes[i]);
+        if (i % AHEAD == 0)
+            look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh, true);
+        size_t s = find_slot(ix, kh[i % AHEAD]);
         bool advanced = false;
         for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
             uint32_t e = ix->entries[k].ep;
@@ -415,7 +512,9 @@ size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep)
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
 {
     return sizeof(*ix) + (size_t)ix->n_alloc * sizeof(entry) + ix->table_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
-           ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t));
+           ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t)) + ix->memo_cap * 2 * sizeof(uint64_t);
 }
 
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }
+
+sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->probes; }

@@ -15,6 +15,12 @@
  * blocks it holds. Cost: O(blocks walked x holders per block), independent of the number of
  * endpoints that hold nothing; the walk stops at the first block nobody holds.
  *
+ * Slots are keyed (base/hash.h): a block hash is a public function of the prompt and the
+ * model name, so with a fixed slot function prompts could be ground offline to share one home
+ * slot and make every insert and lookup walk a long probe run. With the owner's secret mixed
+ * in, placement cannot be predicted; the secret changes where keys sit, never what any call
+ * returns.
+ *
  * Memory: 24 bytes per (block, endpoint) entry, plus the hash table (12 bytes per slot, at
  * most 50% full). Pure: no I/O, no clock. Not thread-safe: one owner. */
 #ifndef SB_CORE_PREFIX_INDEX_H
@@ -24,11 +30,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/hash.h"
+
 typedef struct sb_prefix_index sb_prefix_index;
 
 /* n_endpoints endpoints (ids 0..n-1), each starting with default_capacity blocks; at most
- * max_entries entries in all. Returns NULL on ENOMEM. Memory grows with use. */
-sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity);
+ * max_entries entries in all; table slots keyed by hash_secret (the live gateway passes a
+ * secret drawn from the OS, replay one derived from its seed). Returns NULL on ENOMEM.
+ * Memory grows with use. */
+sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity,
+                                     uint64_t hash_secret);
 void sb_prefix_index_free(sb_prefix_index *ix);
 
 /* Sets an endpoint's capacity in blocks; entries beyond it are evicted (LRU first). */
@@ -67,5 +78,8 @@ size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep);
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix);
 /* Entries evicted so far (capacity or memory bound). */
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix);
+/* Table searches made by inserts, lookups, settles and removals so far, and their probe
+ * lengths (the only figures that depend on the secret). */
+sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix);
 
 #endif

@@ -2,9 +2,9 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 #include "core/chash.h"
 #include "core/prefix_index.h"
 
@@ -60,6 +60,10 @@ struct sb_router {
     size_t models_cap;
     size_t n_models;
     uint64_t rng;
+    /* Model names come from clients at lookup: slots are keyed (base/hash.h); the same
+     * secret keys every pool's prefix index. */
+    uint64_t hash_secret;
+    sb_hash_key model_key;
 };
 
 sb_pool_params sb_pool_params_default(void)
@@ -97,12 +101,14 @@ static sb_pool_params complete_params(const sb_pool_params *in)
     return p;
 }
 
-sb_router *sb_router_new(uint64_t seed)
+sb_router *sb_router_new(uint64_t seed, uint64_t hash_secret)
 {
     sb_router *r = sb_calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     r->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
+    r->hash_secret = hash_secret;
+    r->model_key = sb_hash_key_from_secret(hash_secret);
     r->models_cap = 64;
     r->models = sb_calloc(r->models_cap, sizeof(model_entry));
     if (!r->models) {
@@ -151,7 +157,7 @@ int sb_router_add_pool(sb_router *r, const char *name, const sb_profile *profile
     p->last.scores = sb_calloc(n * SB_MAX_SCORERS, sizeof(double));
     p->params = complete_params(params);
     p->prefix = sb_prefix_index_new((uint32_t)n_endpoints, p->params.prefix_max_entries,
-                                    p->params.prefix_default_blocks);
+                                    p->params.prefix_default_blocks, r->hash_secret);
     p->prefix_match = sb_calloc(n, sizeof(uint32_t));
     if (!p->name || !p->eps || !p->last.cands || !p->last.live || !p->last.scores || !p->prefix ||
         !p->prefix_match) {
@@ -222,7 +228,7 @@ int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum 
     if ((r->n_models + 1) * 2 > r->models_cap && grow_models(r) < 0)
         return -1;
     size_t len = strlen(name);
-    uint64_t h = XXH3_64bits(name, len);
+    uint64_t h = sb_hash_bytes(&r->model_key, name, len);
     model_entry *e = find_slot(r->models, r->models_cap, name, len, h);
     if (e->name)
         return -2;
@@ -243,7 +249,7 @@ int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum 
 
 int sb_router_resolve(const sb_router *r, const char *name, size_t len, sb_model_match *out)
 {
-    uint64_t h = XXH3_64bits(name, len);
+    uint64_t h = sb_hash_bytes(&r->model_key, name, len);
     const model_entry *e = find_slot(r->models, r->models_cap, name, len, h);
     if (!e->name)
         return -1;
@@ -479,6 +485,7 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
 {
     if (dp >= dst->n_pools || sp >= src->n_pools || dst->pools[dp].n_eps != src->pools[sp].n_eps)
         return;
+    /* An index keeps its own slot key, so it stays valid under dst whatever dst's secret. */
     sb_prefix_index *t = dst->pools[dp].prefix;
     dst->pools[dp].prefix = src->pools[sp].prefix;
     src->pools[sp].prefix = t;

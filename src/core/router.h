@@ -49,7 +49,12 @@ typedef struct sb_pool_params {
 
 sb_pool_params sb_pool_params_default(void);
 
-sb_router *sb_router_new(uint64_t seed);
+/* A router whose random choices are seeded by `seed` and whose tables (model names, every
+ * pool's prefix index) place keys by `hash_secret` (base/hash.h): secret where clients can
+ * reach it (the gateway draws it from the OS), derived from the seed where runs must repeat
+ * (replay). Neither changes what the router decides, except through the seed's random
+ * choices. NULL on ENOMEM. */
+sb_router *sb_router_new(uint64_t seed, uint64_t hash_secret);
 void sb_router_free(sb_router *r);
 
 /* Adds a pool of n_endpoints endpoints scheduled by `profile`; returns its index or -1

@@ -221,6 +221,7 @@ static void flow_config_of(sb_gateway *gw, sb_flow_config *fc)
     fc->gate_kv = cfg->flow_gate_kv;
     fc->on_evict = on_evicted;
     fc->evict_ctx = gw;
+    fc->hash_secret = gw->hash_secret;
 }
 
 int sb_admission_start(sb_gateway *gw)

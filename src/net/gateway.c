@@ -481,6 +481,7 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
 /* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
  * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
+                         uint64_t hash_secret,
                          sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
@@ -496,7 +497,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
         goto fail;
     gw->snap->cfg = cfg;
     gw->snap->refs = 1;
-    gw->router = sb_router_new(uv_hrtime());
+    gw->hash_secret = hash_secret;
+    gw->router = sb_router_new(uv_hrtime(), hash_secret);
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
@@ -615,7 +617,17 @@ fail:
 
 int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
 {
-    return gateway_build(loop, cfg, NULL, NULL, out);
+    /* getrandom(2), or /dev/urandom where it is missing. Refusing to start beats running with
+     * a guessable table secret; on Linux this fails only before the kernel's pool is seeded
+     * at boot, where getrandom waits rather than fails. */
+    uint64_t secret;
+    int rc = uv_random(NULL, NULL, &secret, sizeof(secret), 0, NULL);
+    if (rc < 0) {
+        SB_ERROR("cannot draw the hash-table secret from the OS: %s", uv_strerror(rc));
+        sb_config_free(cfg);
+        return rc;
+    }
+    return gateway_build(loop, cfg, NULL, NULL, secret, out);
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -792,7 +804,9 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         /* Pools, models or endpoints changed: a new gateway takes over the listener; the old
          * one finishes what it has in flight. */
         sb_gateway *ngw = NULL;
-        if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, &ngw) < 0) {
+        /* The same secret: the prefix indexes carried over keep their own key anyway, but one
+         * secret per process is simpler to reason about. */
+        if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, &ngw) < 0) {
             SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
             return -1;
         }

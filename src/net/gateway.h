@@ -101,6 +101,9 @@ typedef struct sb_gateway {
     sb_ep_metrics *ep_metrics;  /* parallel to ups */
     uint64_t rejected_by_status[6];
     bool stopping;
+    /* Keys the slots of every table holding client-derived keys (router, prefix indexes, flow
+     * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
+    uint64_t hash_secret;
 } sb_gateway;
 
 /* Starts serving cfg (ownership of cfg passes to the gateway, also on failure).

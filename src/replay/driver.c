@@ -759,6 +759,16 @@ static int check_opts(driver *d)
     return 0;
 }
 
+/* The secret keying the run's table slots: a function of the seed apart from the streams
+ * the seed drives (the constant separates them), so a run repeats bit for bit. */
+static uint64_t table_secret_of(uint64_t seed)
+{
+    uint64_t z = seed ^ 0x53575441424c4553ULL; /* "SWTABLES" */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 /* A hash of (seed, root index, stream) in [0, 1): the same conversation gets the same band
  * and tenant whatever the policy. splitmix64's finaliser. */
 static double unit_hash(uint64_t seed, uint64_t root, uint64_t stream)
@@ -825,12 +835,17 @@ static int set_up(driver *d)
         out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
         out->n_records = w->n;
     }
-    d->router = sb_router_new(o->seed);
+    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
+     * the seed, so runs repeat (and only placement depends on it: results do not). */
+    uint64_t secret = table_secret_of(o->seed);
+    d->router = sb_router_new(o->seed, secret);
     if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
         !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records) || !d->router)
         return fail(d, -ENOMEM, "out of memory");
+    sb_engine_params ep = o->engine;
+    ep.hash_secret = secret;
     for (uint32_t i = 0; i < d->n; i++)
-        if (!(d->engines[i] = sb_engine_new(&o->engine)))
+        if (!(d->engines[i] = sb_engine_new(&ep)))
             return fail(d, -ENOMEM, "out of memory (engines)");
 
     /* One pool, as a config with one pool of `replicas` endpoints would build it. A custom
@@ -857,7 +872,8 @@ static int set_up(driver *d)
         d->prng = 1;
     if (d->p->custom && d->p->custom->create) {
         sb_replay_policy_env env = {
-            .n_replicas = d->n, .engine = &o->engine, .router_block_tokens = d->block_tokens, .seed = o->seed};
+            .n_replicas = d->n, .engine = &o->engine, .router_block_tokens = d->block_tokens, .seed = o->seed,
+            .hash_secret = secret};
         if (!(d->pstate = d->p->custom->create(&env)))
             return fail(d, -ENOMEM, "out of memory (policy state)");
     }
@@ -876,6 +892,7 @@ static int set_up(driver *d)
         sb_flow_config fc = o->flow;
         fc.on_evict = on_flow_drop;
         fc.evict_ctx = d;
+        fc.hash_secret = secret;
         if (!(d->flow = sb_flow_new(&fc)))
             return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
     }

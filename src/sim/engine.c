@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 #define NIL UINT32_MAX
 /* Arbitrary fixed seed for the root of every block-hash chain; changing it changes no behaviour
@@ -17,7 +18,7 @@
 /* ---- KV blocks ------------------------------------------------------------------------------ */
 
 typedef struct block {
-    uint64_t hash;
+    uint64_t hash;       /* keyed, as the request's hashes are */
     uint32_t ref;        /* running requests holding it */
     uint32_t prev, next; /* free-queue links (NIL at the ends), meaningful while ref == 0 */
     bool hashed;         /* registered in the hash table: a reusable full prompt block */
@@ -44,7 +45,7 @@ typedef struct req {
     uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
     sb_ns last_token_ns;
     sb_engine_usage u;
-    uint64_t *hashes; /* n_hashes, stored after the struct */
+    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (e->btab_key) at submit */
     uint32_t *table;  /* block ids, room for every block the request can ever hold */
 } req;
 
@@ -80,6 +81,7 @@ struct sb_engine {
     uint32_t n_cached_free; /* hashed blocks in the free queue */
     uint32_t *btab;         /* block hash -> block id + 1 (0 = empty) */
     uint32_t btab_mask;
+    sb_hash_key btab_key;   /* keyed slots: a client chooses the prompts behind the hashes */
 
     id_map ids;
     req_list waiting, running;
@@ -165,9 +167,16 @@ size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_si
 
 /* ---- block hash table ----------------------------------------------------------------------- */
 
+/* Blocks are known by the keyed hash of their block hash (made once per request at submit):
+ * the home slot is that masked, so lookups, inserts and backward shifts never hash again. */
+static uint32_t btab_home(const sb_engine *e, uint64_t key)
+{
+    return (uint32_t)key & e->btab_mask;
+}
+
 static uint32_t btab_find(const sb_engine *e, uint64_t h)
 {
-    for (uint32_t i = (uint32_t)h & e->btab_mask;; i = (i + 1) & e->btab_mask) {
+    for (uint32_t i = btab_home(e, h);; i = (i + 1) & e->btab_mask) {
         uint32_t v = e->btab[i];
         if (v == 0)
             return NIL;
@@ -178,7 +187,7 @@ static uint32_t btab_find(const sb_engine *e, uint64_t h)
 
 static void btab_insert(sb_engine *e, uint64_t h, uint32_t b)
 {
-    uint32_t i = (uint32_t)h & e->btab_mask;
+    uint32_t i = btab_home(e, h);
     while (e->btab[i] != 0)
         i = (i + 1) & e->btab_mask;
     e->btab[i] = b + 1;
@@ -186,13 +195,13 @@ static void btab_insert(sb_engine *e, uint64_t h, uint32_t b)
 
 static void btab_remove(sb_engine *e, uint64_t h)
 {
-    uint32_t m = e->btab_mask, i = (uint32_t)h & m;
+    uint32_t m = e->btab_mask, i = btab_home(e, h);
     while (e->blocks[e->btab[i] - 1].hash != h)
         i = (i + 1) & m;
     /* Backward shift: pull later entries of the run into the hole unless that would move one
      * before its home slot. */
     for (uint32_t j = (i + 1) & m; e->btab[j] != 0; j = (j + 1) & m) {
-        uint32_t home = (uint32_t)e->blocks[e->btab[j] - 1].hash & m;
+        uint32_t home = btab_home(e, e->blocks[e->btab[j] - 1].hash);
         if (((j - home) & m) >= ((j - i) & m)) {
             e->btab[i] = e->btab[j];
             i = j;
@@ -857,6 +866,7 @@ sb_engine *sb_engine_new(const sb_engine_params *p)
         cap *= 2;
     e->btab = sb_calloc(cap, sizeof *e->btab);
     e->btab_mask = cap - 1;
+    e->btab_key = sb_hash_key_from_secret(p->hash_secret);
     /* Worst case between two deliveries: every sequence emits a token and finishes, and a
      * formation preempts them all. */
     e->cap_ev = 4 * (size_t)p->max_num_seqs + 16;
@@ -926,6 +936,9 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
         memcpy(r->hashes, q->block_hashes, n_hashes * sizeof *r->hashes);
     else
         sb_engine_hash_blocks(q->tokens, q->n_prompt, p->block_size, q->adapter, r->hashes);
+    /* Keyed once here; the block table only ever sees these (btab_home). */
+    for (uint32_t i = 0; i < n_hashes; i++)
+        r->hashes[i] = sb_hash_u64(&e->btab_key, r->hashes[i]);
     r->state = REQ_WAITING;
     list_push_back(&e->waiting, r);
     adapter_count(e, r->adapter, 0, +1);

@@ -75,6 +75,11 @@ typedef struct sb_engine_params {
     double prefill_token_ns; /* b: per prefill token computed */
     double decode_token_ns;  /* c: per decode token computed */
     double context_token_ns; /* e: per KV token read by a decoding sequence */
+    /* Keys the slots of the block-hash table (base/hash.h): block hashes are a public
+     * function of the prompt a client sends the simulator. Placement only: no result depends
+     * on it. The live simulator draws it from the OS, replay derives it from its seed; the
+     * default 0 is valid but guessable. */
+    uint64_t hash_secret;
 } sb_engine_params;
 
 /* The defaults: vLLM's for the scheduler, Llama-3.1-8B on one H100-80GB for the rest (see

@@ -1009,6 +1009,13 @@ int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **
                            ? opts->max_model_len
                            : (uint32_t)(cache_tokens < DEFAULT_MODEL_LEN ? cache_tokens : DEFAULT_MODEL_LEN);
     f->rng = opts->seed ? opts->seed : 0x9E3779B97F4A7C15ULL;
+    /* The engines' block tables are keyed (sim/engine.h): clients choose the prompts. Not
+     * from --seed: that one is known, and the simulator's answers do not depend on it. */
+    int drawn = uv_random(NULL, NULL, &f->opts.engine.hash_secret, sizeof(f->opts.engine.hash_secret), 0, NULL);
+    if (drawn < 0) {
+        fleet_free(f);
+        return drawn;
+    }
     f->start_ns = uv_hrtime();
     f->n = opts->replicas;
     /* Timers first, for every replica: from here on, the one cleanup path is fleet_stop. */

@@ -53,7 +53,7 @@ static void *create(const sb_replay_policy_env *env)
     if (!s)
         return NULL;
     s->n = env->n_replicas;
-    s->trie = sb_prefix_index_new(s->n, MAX_ENTRIES, MAX_ENTRIES);
+    s->trie = sb_prefix_index_new(s->n, MAX_ENTRIES, MAX_ENTRIES, env->hash_secret);
     s->match = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
     s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
     s->picked_id = UINT64_MAX;

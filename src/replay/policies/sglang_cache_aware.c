@@ -83,7 +83,7 @@ static void *create_with(const sb_replay_policy_env *env, const params *p)
     s->block_tokens = env->router_block_tokens ? env->router_block_tokens : 16;
     uint64_t blocks = p->max_tree_chars / CHARS_PER_TOKEN / s->block_tokens;
     s->max_tree_blocks = blocks > MAX_ENTRIES ? MAX_ENTRIES : (uint32_t)blocks;
-    s->trees = sb_prefix_index_new(s->n, MAX_ENTRIES, MAX_ENTRIES);
+    s->trees = sb_prefix_index_new(s->n, MAX_ENTRIES, MAX_ENTRIES, env->hash_secret);
     s->match = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
     s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
     if (!s->trees || !s->match || !s->ties) {

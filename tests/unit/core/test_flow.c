@@ -1,6 +1,7 @@
 /* Tests core/flow (admission, fair queueing and shedding): admission rules, strict band
  * order, round robin across tenants, count and byte bounds, shedding and eviction, deadlines
- * on a hand-driven clock, removal on disconnect, the tenant bound, counters, Retry-After,
+ * on a hand-driven clock, removal on disconnect, the tenant bound and its keyed slots (same
+ * results under any secret, crafted tenant keys probe short), counters, Retry-After,
  * allocation failure, and a randomized run against a naive model of the same rules (arrays
  * scanned on every step). */
 #include "sb_test.h"
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 #include "core/flow.h"
 
 #define ID(x) ((void *)(uintptr_t)(x))
@@ -547,6 +549,130 @@ static void test_tenant_table_bound(void **state)
     sb_flow_free(f);
 }
 
+/* Only slot placement depends on the secret: the same operations on flows with different
+ * secrets dispatch, expire, refuse and count alike (tenants coming and going through a small
+ * table, the overflow tenant, removals, deadlines). */
+static void test_secret_changes_placement_only(void **state)
+{
+    enum { K = 3 };
+    const uint64_t secrets[K] = {1, 2, 0xfeedfacecafebeefULL};
+    sb_flow *f[K];
+    drops *d = calloc(K, sizeof(drops));
+    assert_non_null(d);
+    for (int k = 0; k < K; k++) {
+        sb_flow_config c = cfg_of(64, 150, 24);
+        c.band[SB_BAND_SHEDDABLE].max_wait_ns = 50;
+        c.hash_secret = secrets[k];
+        c.on_evict = record;
+        c.evict_ctx = &d[k];
+        assert_non_null(f[k] = sb_flow_new(&c));
+    }
+    sb_flow_handle hs[K][64];
+    memset(hs, 0, sizeof(hs));
+    uint64_t x = 5;
+    for (sb_ns now = 1; now < 8000; now++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t op = (uint32_t)(x >> 61);
+        int r[K];
+        uintptr_t got[K];
+        for (int k = 0; k < K; k++) {
+            r[k] = 0;
+            got[k] = 0;
+            if (op < 4) {
+                /* 40 tenants through a 24-tenant table: some overflow. */
+                sb_flow_item it = {.band = (enum sb_band)((x >> 20) % 3), .tenant = (x >> 30) % 40 * 0x1000193,
+                                   .bytes = 10, .user = ID(now)};
+                r[k] = sb_flow_enqueue(f[k], &it, now, &hs[k][now % 64]);
+            } else if (op < 6) {
+                got[k] = next_id(f[k], now);
+            } else if (op == 6) {
+                r[k] = sb_flow_remove(f[k], hs[k][(x >> 8) % 64]);
+            } else {
+                r[k] = (int)sb_flow_expire(f[k], now, record, &d[k]);
+            }
+        }
+        for (int k = 1; k < K; k++) {
+            assert_int_equal(r[k], r[0]);
+            assert_int_equal(got[k], got[0]);
+            assert_int_equal(hs[k][now % 64].slot, hs[0][now % 64].slot);
+            assert_int_equal(hs[k][now % 64].gen, hs[0][now % 64].gen);
+            sb_flow_stats a, b;
+            sb_flow_stats_get(f[0], &a);
+            sb_flow_stats_get(f[k], &b);
+            assert_memory_equal(&a, &b, offsetof(sb_flow_stats, tenant_probes));
+        }
+    }
+    for (int k = 1; k < K; k++) {
+        assert_int_equal(d[k].n, d[0].n);
+        assert_memory_equal(d[k].id, d[0].id, d[0].n * sizeof(d[0].id[0]));
+    }
+    sb_flow_stats s;
+    sb_flow_stats_get(f[0], &s);
+    assert_true(s.tenant_overflow > 0 && s.total.dispatched > 100 && s.total.expired > 0 && d[0].n > 0);
+    for (int k = 0; k < K; k++)
+        sb_flow_free(f[k]);
+    free(d);
+}
+
+/* The tenant table's slot before keying: splitmix64's finaliser, public. */
+static size_t old_home(uint64_t key, size_t mask)
+{
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return (size_t)key & mask;
+}
+
+/* One request per tenant key, then all dispatched: the tenant table's probe figures. */
+static sb_table_probes tenant_probe_cost(uint64_t secret, const uint64_t *keys, size_t n)
+{
+    sb_flow_config c = cfg_of(4096, 0, 1024);
+    c.hash_secret = secret;
+    sb_flow *f = sb_flow_new(&c);
+    for (size_t i = 0; i < n; i++)
+        put(f, SB_BAND_STANDARD, keys[i], i + 1, 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(next_id(f, 1), i + 1);
+    sb_flow_stats s;
+    sb_flow_stats_get(f, &s);
+    assert_int_equal(s.tenant_overflow, 0);
+    sb_flow_free(f);
+    return s.tenant_probes;
+}
+
+/* Tenant keys are hashes of x-tenant or Authorization values a client writes: crafted to share
+ * a home slot under the old public function, or under a secret the attacker learned, they
+ * probe like random keys under the flow's own secret. */
+static void test_crafted_tenants_probe_short(void **state)
+{
+    enum { N = 1000, MASK = 2047 }; /* 1024 tenants: a 2048-slot table */
+    static uint64_t old_set[N], known_set[N];
+    const uint64_t A = 0xA11CE, B = 0xB0B;
+    sb_hash_key ka = sb_hash_key_from_secret(A);
+    uint64_t x = 1;
+    for (size_t n = 0; n < N; x++)
+        if (old_home(x, MASK) == 0)
+            old_set[n++] = x;
+    for (size_t n = 0; n < N; x++)
+        if ((sb_hash_u64(&ka, x) & MASK) == 0)
+            known_set[n++] = x;
+    sb_table_probes old = tenant_probe_cost(B, old_set, N), known = tenant_probe_cost(B, known_set, N);
+    sb_table_probes attack = tenant_probe_cost(A, known_set, N);
+    print_message("tenant probes per search: under B: old-function set %.2f (longest %llu), A set %.2f (%llu); "
+                  "A set under A %.1f (%llu)\n",
+                  (double)old.probes / old.searches, (unsigned long long)old.longest,
+                  (double)known.probes / known.searches, (unsigned long long)known.longest,
+                  (double)attack.probes / attack.searches, (unsigned long long)attack.longest);
+    assert_int_equal(old.searches, 2 * N); /* one on enqueue, one on release */
+    assert_true((double)old.probes / old.searches < 2.0 && old.longest < 64);
+    assert_true((double)known.probes / known.searches < 2.0 && known.longest < 64);
+    /* Known secret: each enqueue walks the run (releases in FIFO order find theirs at home
+     * once the run shifted back), ~N/4 per search. */
+    assert_true(attack.probes / attack.searches > N / 8);
+}
+
 static void test_counters_and_waits(void **state)
 {
     sb_flow_config c = cfg_of(2, 4, 8);
@@ -1056,6 +1182,33 @@ static void test_reconfigure_in_place(void **state)
     sb_flow_free(f);
 }
 
+/* The tenant table keeps the key it was built with: a reconfiguration carrying another
+ * hash_secret (the gateway never sends one, but a caller could) must not strand the tenants
+ * already queued. 64 tenants in a 128-slot table: each found again, none counted twice. */
+static void test_reconfigure_keeps_table_key(void **state)
+{
+    (void)state;
+    sb_flow_config c = cfg_of(512, 0, 64);
+    c.hash_secret = 1;
+    sb_flow *f = sb_flow_new(&c);
+    for (uintptr_t t = 0; t < 64; t++)
+        put(f, SB_BAND_STANDARD, t * 0x9E3779B97F4A7C15ull, t + 1, 0);
+    c.hash_secret = 2;
+    assert_int_equal(sb_flow_reconfigure(f, &c), 0);
+    for (uintptr_t t = 0; t < 64; t++)
+        put(f, SB_BAND_STANDARD, t * 0x9E3779B97F4A7C15ull, 100 + t, 0);
+    sb_flow_stats s;
+    sb_flow_stats_get(f, &s);
+    assert_int_equal(s.tenants, 64);
+    assert_int_equal(s.tenant_overflow, 0);
+    /* Round robin: each tenant's first request, then each one's second. */
+    for (uintptr_t t = 0; t < 64; t++)
+        assert_int_equal(next_id(f, 1), t + 1);
+    for (uintptr_t t = 0; t < 64; t++)
+        assert_int_equal(next_id(f, 1), 100 + t);
+    sb_flow_free(f);
+}
+
 static void test_randomized_against_model(void **state)
 {
     for (uint64_t seed = 1; seed <= 6; seed++)
@@ -1079,11 +1232,14 @@ int main(void)
         cmocka_unit_test(test_remove_disconnect),
         cmocka_unit_test(test_remove_is_constant_time),
         cmocka_unit_test(test_tenant_table_bound),
+        cmocka_unit_test(test_secret_changes_placement_only),
+        cmocka_unit_test(test_crafted_tenants_probe_short),
         cmocka_unit_test(test_counters_and_waits),
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_reconfigure_in_place),
+        cmocka_unit_test(test_reconfigure_keeps_table_key),
         cmocka_unit_test(test_randomized_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

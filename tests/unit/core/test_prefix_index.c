@@ -1,11 +1,13 @@
 /* Tests core/prefix_index: leading-run matches, LRU order per endpoint, tail-first insertion,
- * capacities, the global memory bound, clearing, and a randomized comparison with a naive
- * model of the same rules. */
+ * capacities, the global memory bound, clearing, a randomized comparison with a naive
+ * model of the same rules, and keyed slots (same results under any secret, crafted
+ * collisions probe short). */
 #include "sb_test.h"
 
 #include <stdlib.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 #include "core/prefix_index.h"
 
 static void chain(uint64_t seed, size_t n, uint64_t *out)
@@ -18,7 +20,7 @@ static void chain(uint64_t seed, size_t n, uint64_t *out)
 static void test_match_leading_run(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100, 0x5ec7e7);
     uint64_t a[10], b[10];
     chain(1, 10, a);
     memcpy(b, a, sizeof(a));
@@ -47,7 +49,7 @@ static void test_match_leading_run(void **state)
 static void test_capacity_evicts_lru_and_keeps_head(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(1, 1000, 8);
+    sb_prefix_index *ix = sb_prefix_index_new(1, 1000, 8, 0x5ec7e7);
     uint64_t a[12];
     chain(2, 12, a);
     /* 12 blocks into 8: tail first, so the head (most recent) survives and the tail goes. */
@@ -81,7 +83,7 @@ static void test_capacity_evicts_lru_and_keeps_head(void **state)
 static void test_clear_endpoint(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
     uint64_t a[20];
     chain(5, 20, a);
     sb_prefix_index_insert(ix, 0, a, 20);
@@ -105,7 +107,7 @@ static void test_memory_bound(void **state)
 {
     (void)state;
     /* Capacities allow far more than the global bound: the bound wins. */
-    sb_prefix_index *ix = sb_prefix_index_new(4, 5000, 1u << 20);
+    sb_prefix_index *ix = sb_prefix_index_new(4, 5000, 1u << 20, 0x5ec7e7);
     uint64_t a[1000];
     for (uint64_t r = 0; r < 40; r++) {
         chain(100 + r, 1000, a);
@@ -162,7 +164,7 @@ static void test_randomized_against_model(void **state)
 {
     (void)state;
     srand(7);
-    sb_prefix_index *ix = sb_prefix_index_new(NE, 100000, CAP);
+    sb_prefix_index *ix = sb_prefix_index_new(NE, 100000, CAP, 0x5ec7e7);
     model md = {0};
     uint64_t hs[30];
     for (int step = 0; step < 4000; step++) {
@@ -203,7 +205,7 @@ static void test_randomized_against_model(void **state)
 static void test_pending_until_settled(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
     uint64_t a[10];
     chain(3, 10, a);
     uint32_t m[2];
@@ -269,10 +271,159 @@ static void test_pending_until_settled(void **state)
     sb_prefix_index_free(ix);
 }
 
+/* Only slot placement depends on the secret: the same operations on indexes with different
+ * secrets give the same answers, evictions and figures (tail-first inserts, pending marks,
+ * settles, capacity changes, clears, and the global bound evicting across endpoints). */
+static void test_secret_changes_placement_only(void **state)
+{
+    (void)state;
+    enum { E = 4, K = 3 };
+    const uint64_t secrets[K] = {1, 2, 0xdeadbeefcafef00dULL};
+    sb_prefix_index *ix[K];
+    for (int k = 0; k < K; k++)
+        ix[k] = sb_prefix_index_new(E, 3000, 900, secrets[k]);
+    uint64_t x = 99, hs[64], pend[E][8] = {{0}};
+    for (int step = 0; step < 6000; step++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t op = (uint32_t)(x >> 60), e = (uint32_t)(x >> 40) % E;
+        size_t n = 1 + (size_t)((x >> 20) % 64);
+        chain((x >> 8) % 40, n, hs);
+        uint32_t m[K][E];
+        size_t best[K];
+        bool got[K];
+        uint64_t ph[K];
+        for (int k = 0; k < K; k++) {
+            got[k] = false;
+            ph[k] = 0;
+            best[k] = 0;
+            memset(m[k], 0, sizeof(m[k]));
+            if (op < 5) {
+                sb_prefix_index_insert(ix[k], e, hs, n);
+            } else if (op < 9) {
+                got[k] = sb_prefix_index_insert_pending(ix[k], e, hs, n, &ph[k]);
+            } else if (op < 11) {
+                sb_prefix_index_settle(ix[k], e, pend[e][(x >> 4) & 7], (x >> 3) & 1);
+            } else if (op == 11 && step % 50 == 0) {
+                sb_prefix_index_set_capacity(ix[k], e, (uint32_t)(100 + (x >> 30) % 1000));
+            } else if (op == 12 && step % 400 == 0) {
+                sb_prefix_index_clear_endpoint(ix[k], e);
+            } else if (op == 13 && step % 1000 == 0) {
+                sb_prefix_index_settle_all(ix[k]);
+            } else {
+                best[k] = sb_prefix_index_match(ix[k], hs, n, m[k]);
+            }
+        }
+        if (got[0])
+            pend[e][(x >> 4) & 7] = ph[0];
+        for (int k = 1; k < K; k++) {
+            assert_int_equal(got[k], got[0]);
+            assert_int_equal(ph[k], ph[0]);
+            assert_int_equal(best[k], best[0]);
+            assert_memory_equal(m[k], m[0], sizeof(m[0]));
+            assert_int_equal(sb_prefix_index_entries(ix[k]), sb_prefix_index_entries(ix[0]));
+            assert_int_equal(sb_prefix_index_evictions(ix[k]), sb_prefix_index_evictions(ix[0]));
+            assert_int_equal(sb_prefix_index_bytes(ix[k]), sb_prefix_index_bytes(ix[0]));
+            for (uint32_t ep = 0; ep < E; ep++) {
+                assert_int_equal(sb_prefix_index_endpoint_entries(ix[k], ep), sb_prefix_index_endpoint_entries(ix[0], ep));
+                assert_int_equal(sb_prefix_index_endpoint_pending(ix[k], ep), sb_prefix_index_endpoint_pending(ix[0], ep));
+                assert_int_equal(sb_prefix_index_capacity(ix[k], ep), sb_prefix_index_capacity(ix[0], ep));
+            }
+        }
+    }
+    /* The operations did reach the bound and the capacities. */
+    assert_true(sb_prefix_index_evictions(ix[0]) > 1000);
+    for (int k = 0; k < K; k++)
+        sb_prefix_index_free(ix[k]);
+}
+
+/* A pick inserts the prompt it just matched, and the index reuses the keyed hashes the match
+ * computed: only for blocks that are still the same. A caller that changed its array in
+ * between (the gateway reuses one scratch array for every request) gets fresh ones. */
+static void test_match_memo_checks_blocks(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
+    uint64_t a[10], orig[10];
+    chain(21, 10, a);
+    memcpy(orig, a, sizeof(a));
+    uint32_t m[2];
+    sb_prefix_index_insert(ix, 1, a, 10);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    a[2] ^= 0xff; /* the same array, another prompt from block 2 on */
+    uint64_t ph = 0;
+    assert_true(sb_prefix_index_insert_pending(ix, 0, a, 10, &ph));
+    assert_true(ph == a[0]);
+    sb_prefix_index_settle(ix, 0, ph, true);
+    assert_int_equal(sb_prefix_index_match(ix, a, 10, m), 10);
+    assert_int_equal(m[0], 10);
+    assert_int_equal(m[1], 2);
+    assert_int_equal(sb_prefix_index_match(ix, orig, 10, m), 10);
+    assert_int_equal(m[0], 2);
+    assert_int_equal(m[1], 10);
+    sb_prefix_index_free(ix);
+}
+
+/* Inserts keys one per prompt on endpoint 0, then looks each up: the probe figures. */
+static sb_table_probes probe_cost(uint64_t secret, const uint64_t *keys, size_t n)
+{
+    sb_prefix_index *ix = sb_prefix_index_new(1, 1u << 20, 1u << 20, secret);
+    uint32_t m[1];
+    for (size_t i = 0; i < n; i++)
+        sb_prefix_index_insert(ix, 0, &keys[i], 1);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(sb_prefix_index_match(ix, &keys[i], 1, m), 1);
+    sb_table_probes p = sb_prefix_index_probes(ix);
+    sb_prefix_index_free(ix);
+    return p;
+}
+
+/* Hash flooding: block hashes are public functions of the prompt (chained xxh3 seeded by the
+ * model name), so an attacker can grind prompts whose blocks share a home slot. Keys crafted
+ * against the old unkeyed slot function, or against a secret the attacker somehow learned,
+ * probe like random keys under the index's own secret. */
+static void test_crafted_collisions_probe_short(void **state)
+{
+    (void)state;
+    enum { N = 1500, TABLE = 4096 }; /* N keys end in a 4096-slot table (half full at most) */
+    static uint64_t old_set[N], known_set[N], random_set[N];
+    /* (h ^ h >> 29) & mask, the slot function before keying, puts all of these in slot 0 of
+     * any table up to 2^16 slots. */
+    for (size_t i = 0; i < N; i++)
+        old_set[i] = (uint64_t)(i + 1) << 45;
+    /* Ground against secret A: slot 0 of the final table. */
+    const uint64_t A = 0xA11CE, B = 0xB0B;
+    sb_hash_key ka = sb_hash_key_from_secret(A);
+    uint64_t x = 1;
+    for (size_t n = 0; n < N; x++)
+        if ((sb_hash_u64(&ka, x) & (TABLE - 1)) == 0)
+            known_set[n++] = x;
+    for (size_t i = 0; i < N; i++)
+        random_set[i] = (i + 1) * 0x9E3779B97F4A7C15ULL;
+
+    sb_table_probes attack = probe_cost(A, known_set, N);
+    sb_table_probes old = probe_cost(B, old_set, N), known = probe_cost(B, known_set, N);
+    sb_table_probes rnd = probe_cost(B, random_set, N);
+    print_message("probes per search: crafted for A under A %.1f (longest %llu); under B: old-function set %.2f "
+                  "(%llu), A set %.2f (%llu), random %.2f (%llu)\n",
+                  (double)attack.probes / attack.searches, (unsigned long long)attack.longest,
+                  (double)old.probes / old.searches, (unsigned long long)old.longest,
+                  (double)known.probes / known.searches, (unsigned long long)known.longest,
+                  (double)rnd.probes / rnd.searches, (unsigned long long)rnd.longest);
+    /* Under the index's secret both crafted sets cost what random keys cost: linear probing
+     * at most half full averages under 2.5 probes for a miss, and runs stay short. (With the
+     * old unkeyed function the first set walks ~N/2 slots per search.) */
+    assert_true((double)old.probes / old.searches < 2.0);
+    assert_true((double)known.probes / known.searches < 2.0);
+    assert_true(old.longest < 64 && known.longest < 64);
+    assert_true((double)rnd.probes / rnd.searches < 2.0);
+    /* The attack does work when the secret is known: every search walks the run. */
+    assert_true(attack.probes / attack.searches > N / 4);
+}
+
 static void test_alloc_failure_degrades(void **state)
 {
     (void)state;
-    sb_prefix_index *ix = sb_prefix_index_new(2, 100000, 10000);
+    sb_prefix_index *ix = sb_prefix_index_new(2, 100000, 10000, 0x5ec7e7);
     uint64_t a[5000];
     chain(9, 5000, a);
     sb_alloc_fail_after(0);
@@ -296,6 +447,9 @@ int main(void)
         cmocka_unit_test(test_randomized_against_model),
         cmocka_unit_test(test_alloc_failure_degrades),
         cmocka_unit_test(test_pending_until_settled),
+        cmocka_unit_test(test_secret_changes_placement_only),
+        cmocka_unit_test(test_match_memo_checks_blocks),
+        cmocka_unit_test(test_crafted_collisions_probe_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

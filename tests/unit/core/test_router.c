@@ -1,4 +1,5 @@
-/* Tests core/router: model resolution, round robin, least request, exclusion, accounting. */
+/* Tests core/router: model resolution, round robin, least request, exclusion, accounting, and
+ * that the hash secret changes no result. */
 #include "sb_test.h"
 
 #include "core/prefix_index.h"
@@ -9,7 +10,7 @@
 
 static sb_router *make_router(const sb_profile *policy, size_t n)
 {
-    sb_router *r = sb_router_new(42);
+    sb_router *r = sb_router_new(42, 0x5ec7e7);
     assert_non_null(r);
     assert_int_equal(sb_router_add_pool(r, "llama", policy, n, NULL), 0);
     assert_int_equal(sb_router_add_pool(r, "qwen", policy, 1, NULL), 1);
@@ -289,7 +290,7 @@ static void test_prefix_pending_settled_by_time_when_unseen(void **state)
     (void)state;
     sb_pool_params pp = sb_pool_params_default();
     pp.timed_settle_max = 2;
-    sb_router *r = sb_router_new(7);
+    sb_router *r = sb_router_new(7, 0x5ec7e7);
     assert_int_equal(sb_router_add_pool(r, "p", sb_profile_builtin("prefix-only"), 4, &pp), 0);
     uint64_t h[3][8];
     for (int k = 0; k < 3; k++)
@@ -360,6 +361,73 @@ static void test_prefix_pending_settled_by_time_when_unseen(void **state)
     sb_router_free(r);
 }
 
+/* The hash secret keys the model table and the prefix indexes: resolution and decisions are
+ * the same under any secret (the seed alone drives random choices). */
+static void test_secret_changes_placement_only(void **state)
+{
+    (void)state;
+    enum { K = 2, E = 4 };
+    sb_router *r[K];
+    for (int k = 0; k < K; k++) {
+        r[k] = sb_router_new(42, k == 0 ? 1 : 0x9e3779b97f4a7c15ULL);
+        assert_int_equal(sb_router_add_pool(r[k], "p", sb_profile_builtin("default"), E, NULL), 0);
+        assert_int_equal(sb_router_add_pool(r[k], "q", RR, 2, NULL), 1);
+        char name[32];
+        for (int i = 0; i < 300; i++) {
+            snprintf(name, sizeof(name), "model-%d", i);
+            assert_int_equal(sb_router_add_model(r[k], (uint32_t)(i % 2), name, i < 2 ? SB_MODEL_SERVED : SB_MODEL_ALIAS), 0);
+        }
+    }
+    char name[32];
+    for (int i = 0; i < 400; i++) {
+        snprintf(name, sizeof(name), "model-%d", i);
+        sb_model_match m[K];
+        int rc0 = sb_router_resolve(r[0], name, strlen(name), &m[0]);
+        assert_int_equal(sb_router_resolve(r[1], name, strlen(name), &m[1]), rc0);
+        if (rc0 == 0) {
+            assert_int_equal(m[1].pool, m[0].pool);
+            assert_string_equal(m[1].name, m[0].name);
+            assert_memory_equal(m[1].served, m[0].served, m[0].served_len);
+        }
+    }
+    /* Prompts from a few families: prefix hits, ties, load. */
+    uint64_t x = 3, h[32];
+    sb_ticket t[K][16];
+    int ep[K][16];
+    memset(ep, -1, sizeof(ep));
+    for (sb_ns now = 1; now < 3000; now++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        size_t n = 1 + (x >> 59);
+        for (size_t i = 0; i < n; i++)
+            h[i] = ((x >> 40) % 12 + 1) * 0x100000001b3ULL + i * 0x9E3779B97F4A7C15ULL;
+        sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = n, .prompt_tokens = 16 * n};
+        int slot = (int)(now % 16);
+        for (int k = 0; k < K; k++) {
+            if (ep[k][slot] >= 0)
+                sb_router_finished(r[k], 0, (uint32_t)ep[k][slot], &t[k][slot], true, true, now);
+            int a = sb_router_pick(r[k], &rq, now);
+            ep[k][slot] = a;
+            if (a >= 0) {
+                t[k][slot] = sb_router_dispatched(r[k], 0, (uint32_t)a, 16 * (uint32_t)n, now);
+                if (now % 3)
+                    sb_router_first_token(r[k], 0, (uint32_t)a, &t[k][slot]);
+            }
+        }
+        assert_int_equal(ep[1][slot], ep[0][slot]);
+        const sb_decision *d0 = sb_router_last_decision(r[0], 0), *d1 = sb_router_last_decision(r[1], 0);
+        assert_int_equal(d1->n, d0->n);
+        for (size_t i = 0; i < d0->n; i++)
+            assert_true(d1->cands[i].total == d0->cands[i].total);
+    }
+    const struct sb_prefix_index *i0 = sb_router_prefix_index(r[0], 0), *i1 = sb_router_prefix_index(r[1], 0);
+    assert_true(sb_prefix_index_entries(i0) > 0);
+    assert_int_equal(sb_prefix_index_entries(i1), sb_prefix_index_entries(i0));
+    for (uint32_t e = 0; e < E; e++)
+        assert_int_equal(sb_prefix_index_endpoint_entries(i1, e), sb_prefix_index_endpoint_entries(i0, e));
+    for (int k = 0; k < K; k++)
+        sb_router_free(r[k]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
+        cmocka_unit_test(test_secret_changes_placement_only),
         cmocka_unit_test(test_round_robin_cycles_and_skips_excluded),
         cmocka_unit_test(test_least_request_follows_in_flight),
         cmocka_unit_test(test_least_request_ties_spread_evenly),

@@ -36,7 +36,7 @@ static void fleet_init(fleet *f, const char *policy, uint32_t n)
     f->n = n;
     f->params = sb_engine_params_default();
     f->rng = 0x9E3779B97F4A7C15ULL;
-    f->router = sb_router_new(1);
+    f->router = sb_router_new(1, 0x5ec7e7);
     assert_non_null(f->router);
     assert_int_equal(sb_router_add_pool(f->router, "t", sb_profile_builtin("default"), n, NULL), 0);
     for (uint32_t i = 0; i < n; i++)
@@ -193,7 +193,7 @@ static void test_registry_lists_the_references(void **state)
 static void test_session_hash_keeps_a_session_on_one_replica(void **state)
 {
     (void)state;
-    sb_router *r = sb_router_new(1);
+    sb_router *r = sb_router_new(1, 0x5ec7e7);
     assert_int_equal(sb_router_add_pool(r, "t", sb_profile_builtin("session-hash"), 8, NULL), 0);
     assert_int_equal(sb_router_build_ring(r, 0), 0);
     uint32_t seen = 0;

@@ -645,9 +645,10 @@ static uint64_t lcg(uint64_t *s)
 }
 
 /* A mixed workload under memory pressure: shared prefixes, adapters, preemptions, aborts. */
-static void run_workload(recorder *rec, sb_engine_metrics *m)
+static void run_workload(recorder *rec, sb_engine_metrics *m, uint64_t hash_secret)
 {
     sb_engine_params p = sb_engine_params_default();
+    p.hash_secret = hash_secret;
     p.num_gpu_blocks = 400;
     p.max_num_seqs = 16;
     p.max_num_batched_tokens = 512;
@@ -680,8 +681,9 @@ static void test_determinism(void **state)
     (void)state;
     recorder *a = new_recorder(), *b = new_recorder();
     sb_engine_metrics ma, mb;
-    run_workload(a, &ma);
-    run_workload(b, &mb);
+    run_workload(a, &ma, 0);
+    /* Another block-table secret: slots move, nothing else does. */
+    run_workload(b, &mb, 0x5ec7e7);
     assert_true(ma.num_preemptions_total > 0);
     assert_true(ma.prefix_cache_hits_total > 0);
     assert_int_equal(ma.request_success_total + ma.request_aborted_total, 300);
