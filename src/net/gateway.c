@@ -129,7 +129,9 @@ static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const 
 static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
 {
     sb_inspect_result res;
-    gw->ictx.json.max_depth = gw->cfg->max_json_depth; /* read per request: reloads apply at once */
+    /* read per request: reloads apply at once */
+    gw->ictx.json.max_depth = gw->cfg->max_json_depth;
+    gw->ictx.json.max_tokens = gw->cfg->max_json_tokens;
     int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
     sb_model_match m;
     bool insert = false, comma = false;
@@ -170,8 +172,10 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
             param = res.error_field;
             break;
         case SB_INSPECT_TOO_COMPLEX:
-            snprintf(msg, sizeof(msg), "request body has too many JSON values");
-            break;
+            snprintf(msg, sizeof(msg), "request body has more than %zu JSON values (limits.max_json_tokens)",
+                     gw->cfg->max_json_tokens);
+            sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_large");
+            return;
         case SB_INSPECT_TOO_DEEP:
             snprintf(msg, sizeof(msg),
                      "request body nests JSON arrays and objects more than %zu levels deep "
@@ -557,7 +561,6 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             }
         }
     }
-    gw->ictx.json.max_tokens = 1u << 20;
     if (cfg->access_log) {
         gw->access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
         if (!gw->access_log) {

@@ -77,6 +77,8 @@ static const field limits_fields[] = {
     F(max_connections, K_COUNT, 1, SIZE_MAX),
     F(max_prompt_blocks, K_COUNT, 1, SIZE_MAX),
     F(max_json_depth, K_COUNT, 1, 100000),
+    /* The tokenizer's indexes are ints; 2^30 tokens of 16 bytes is 16 GiB, past any real body. */
+    F(max_json_tokens, K_COUNT, 16, 1u << 30),
     F(max_buffered_body_bytes, K_BYTES, 1, SIZE_MAX),
     F(linger_ms, K_MS, 0, UINT32_MAX),
     F(linger_bytes, K_BYTES, 0, SIZE_MAX),
@@ -1784,6 +1786,7 @@ static bool set_defaults(sb_config *cfg)
         .max_connections = 10000,
         .max_prompt_blocks = 16384,
         .max_json_depth = 128,
+        .max_json_tokens = 1u << 20,
         .max_buffered_body_bytes = 256u << 20,
         .linger_ms = 5000,
         .linger_bytes = 64u << 20,

@@ -72,6 +72,7 @@ typedef struct sb_config {
     size_t max_connections;       /* client connections; default 10000 */
     size_t max_prompt_blocks;     /* hashed blocks per request; default 16384 */
     size_t max_json_depth;        /* JSON nesting (arrays and objects) in bodies; default 128 */
+    size_t max_json_tokens;       /* JSON values (keys included) in a body; default 1 Mi */
     size_t max_buffered_body_bytes; /* request body bytes held over all connections; 256 MiB */
     uint32_t linger_ms;           /* after an early answer, read and discard up to this long; 5000 */
     size_t linger_bytes;          /* ...and up to this many bytes; default 64 MiB */

@@ -117,6 +117,28 @@ class DepthConfigTest(unittest.TestCase):
             up.close()
 
 
+class TokenBoundTest(unittest.TestCase):
+    def test_configured_token_bound(self):
+        # limits.max_json_tokens bounds the values of one body: 400 json_too_large past it.
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": [up.address]}],
+                     extra="limits: { max_json_tokens: 100 }")
+        try:
+            def body(n):  # the root, model key and value, messages key, array, n numbers
+                return {"model": "m1", "messages": [], "x": list(range(n))}
+            st, _, out = http(gw.port, "POST", "/v1/chat/completions", body(50))
+            self.assertEqual(st, 200, out)
+            st, _, out = http(gw.port, "POST", "/v1/chat/completions", body(200))
+            self.assertEqual(st, 400)
+            err = json.loads(out)["error"]
+            self.assertEqual(err["code"], "json_too_large")
+            self.assertIn("limits.max_json_tokens", err["message"])
+            self.assertEqual(len(up.requests), 1)
+        finally:
+            gw.close()
+            up.close()
+
+
 class SimNestingTest(unittest.TestCase):
     def test_sim_refuses_deep_bodies(self):
         sim = Sim("--speed", "50")

@@ -58,6 +58,7 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "  max_connections: 500\n"
                                 "  max_prompt_blocks: 2048\n"
                                 "  max_json_depth: 64\n"
+                                "  max_json_tokens: 5000\n"
                                 "  max_buffered_body_bytes: 1GiB\n"
                                 "  linger_ms: 0\n"
                                 "  linger_bytes: 1MiB\n"
@@ -136,6 +137,7 @@ static void test_full_config(void **state)
     assert_int_equal(cfg->max_connections, 500);
     assert_int_equal(cfg->max_prompt_blocks, 2048);
     assert_int_equal(cfg->max_json_depth, 64);
+    assert_int_equal(cfg->max_json_tokens, 5000);
     assert_int_equal(cfg->max_buffered_body_bytes, (size_t)1 << 30);
     assert_int_equal(cfg->linger_ms, 0);
     assert_int_equal(cfg->linger_bytes, 1u << 20);
@@ -250,6 +252,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->max_connections, 10000);
     assert_int_equal(cfg->max_prompt_blocks, 16384);
     assert_int_equal(cfg->max_json_depth, 128);
+    assert_int_equal(cfg->max_json_tokens, 1u << 20);
     assert_int_equal(cfg->max_buffered_body_bytes, 256u << 20);
     assert_int_equal(cfg->linger_ms, 5000);
     assert_int_equal(cfg->linger_bytes, 64u << 20);
