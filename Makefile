@@ -50,7 +50,7 @@ build/switchboard: $(CMD_SRC) build/rel/libsb.a $(HDRS)
 build/san/switchboard: $(CMD_SRC) build/san/libsb.a $(HDRS)
 	$(CC) $(CFLAGS_SAN) $(CMD_SRC) build/san/libsb.a $(LIBS) -o $@
 
-build/san/tests/%: tests/unit/%.c build/san/libsb.a $(HDRS) tests/unit/sb_test.h
+build/san/tests/%: tests/unit/%.c build/san/libsb.a $(HDRS) tests/unit/sb_test.h $(wildcard tests/unit/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_SAN) -Itests/unit $< build/san/libsb.a $(LIBS) -lcmocka -o $@
 
