@@ -134,7 +134,7 @@ def sweep(tmp, pool, seeds):
           ", ".join(map(str, seeds)))
     print("```")
     for name, args, seeded in workloads:
-        a = [x if x != MOONCAKE else "../shared/data/traces/mooncake/conversation_trace.jsonl" for x in args]
+        a = [x if x != MOONCAKE else "tests/data/traces/mooncake/conversation_trace.jsonl" for x in args]
         print(shown("build/switchboard replay %s --replicas 8 --config examples/replay-profiles.yaml --policies P%s" %
                     (" ".join(a), " --seed S" if seeded else "")))
     print("```\n")
