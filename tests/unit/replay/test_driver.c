@@ -521,8 +521,7 @@ static void test_azure_real_head(void **state)
     (void)state;
     size_t len;
     char *text = read_trace("azure/AzureLLMInferenceTrace_code.csv", &len);
-    if (!text)
-        skip();
+    assert_non_null(text);
     sb_replay_workload w;
     sb_replay_trace_error err;
     assert_int_equal(sb_replay_trace_parse(text, len, 5, &w, &err), 0);
