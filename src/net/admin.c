@@ -12,7 +12,7 @@
 
 #include "base/buf.h"
 #include "core/adaptive.h"
-#include "core/flow.h"
+#include "core/admission.h"
 #include "core/prefix_index.h"
 #include "net/gateway.h"
 #include "net/probe.h"
@@ -238,14 +238,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
         sb_buf_printf(b, "switchboard_prefix_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
                       ix ? sb_prefix_index_bytes(ix) : 0);
     }
-    if (gw->flows) {
+    if (gw->adm) {
         sb_buf_puts(b, "# HELP switchboard_queue_length Requests waiting in the gateway's admission queue.\n"
                        "# TYPE switchboard_queue_length gauge\n");
         for (size_t p = 0; p < cfg->n_pools; p++) {
             sb_flow_stats fs;
-            if (!gw->flows[p])
-                continue;
-            sb_flow_stats_get(gw->flows[p], &fs);
+            sb_flow_stats_get(sb_admission_flow(gw->adm, (uint32_t)p), &fs);
             for (int k = 0; k < SB_BAND_COUNT; k++)
                 sb_buf_printf(b, "switchboard_queue_length{pool=\"%s\",band=\"%s\"} %u\n", cfg->pools[p].name,
                               sb_band_name((enum sb_band)k), fs.band[k].queued);
@@ -260,9 +258,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
             sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", qc[g][0], qc[g][1], qc[g][0]);
             for (size_t p = 0; p < cfg->n_pools; p++) {
                 sb_flow_stats fs;
-                if (!gw->flows[p])
-                    continue;
-                sb_flow_stats_get(gw->flows[p], &fs);
+                sb_flow_stats_get(sb_admission_flow(gw->adm, (uint32_t)p), &fs);
                 for (int k = 0; k < SB_BAND_COUNT; k++) {
                     const sb_flow_band_stats *bs = &fs.band[k];
                     const char *pn = cfg->pools[p].name, *bn = sb_band_name((enum sb_band)k);

@@ -235,7 +235,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
                            .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
                            .session_key = session_key(gw, req, &res, who),
                            .profile = sb_router_pool_profile(gw->router, m.pool)};
-    sb_admission_route(gw, req, &t, &rr);
+    sb_gateway_admit(gw, req, &t, &rr);
 }
 
 enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */
@@ -401,7 +401,7 @@ static void on_adaptive_tick(uv_timer_t *t)
             has_both_categories(sb_config_profile(gw->cfg, gw->cfg->pools[p].profile ? gw->cfg->pools[p].profile : "default")))
             sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(a));
     }
-    sb_admission_tick(gw, now);
+    sb_gateway_admission_tick(gw, now);
 }
 
 static void start_adaptive(sb_gateway *gw)
@@ -443,7 +443,7 @@ static void gateway_free(sb_gateway *gw)
         for (size_t p = 0; p < gw->cfg->n_pools; p++)
             sb_adaptive_free(gw->adaptive[p]);
     sb_free(gw->adaptive);
-    sb_admission_free(gw);
+    sb_gateway_admission_free(gw);
     sb_router_free(gw->router);
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
@@ -594,7 +594,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             sb_http_server_set_head_hook(gw->admin_server, sb_gateway_admin_head);
         }
     }
-    if (sb_admission_start(gw) < 0) {
+    if (sb_gateway_admission_start(gw) < 0) {
         SB_ERROR("admission queues: out of memory");
         rc = UV_ENOMEM;
         goto fail_server;
@@ -659,7 +659,7 @@ void sb_gateway_stop(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
-    sb_admission_stop(gw);
+    sb_gateway_admission_stop(gw);
     sb_http_server_stop(gw->server);
     if (gw->admin_server)
         sb_http_server_stop(gw->admin_server);
@@ -748,7 +748,7 @@ static void gateway_retire(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
-    sb_admission_flush(gw);
+    sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */
     gw->admin_server = NULL;
     sb_gateway_exchange_done(gw);
@@ -875,7 +875,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->snap = ns;
     gw->cfg = cfg;
     gw->reloads++;
-    if (sb_admission_reconfigure(gw) < 0)
+    if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
     sb_gateway_snapshot_unref(gw, old);
     SB_INFO("configuration reloaded (%llu)", (unsigned long long)gw->reloads);

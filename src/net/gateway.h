@@ -62,7 +62,7 @@ typedef struct sb_ep_metrics {
 
 typedef struct sb_prober sb_prober;
 typedef struct sb_adaptive sb_adaptive;
-typedef struct sb_flow sb_flow;
+typedef struct sb_admission sb_admission;
 
 /* A configuration in use: the current one, or a retired one still referenced by requests
  * that started under it (they finish with the profile they started with). */
@@ -93,8 +93,7 @@ typedef struct sb_gateway {
     size_t in_flight;           /* exchanges alive */
     sb_prober *prober;
     sb_adaptive **adaptive;     /* per pool: detectors and configurator (core/adaptive.h) */
-    sb_flow **flows;            /* per pool: admission queues (core/flow.h, net/admission.c) */
-    bool draining_queues;       /* admission: no nested drains */
+    sb_admission *adm;          /* flow control (core/admission.h, net/admission.c); NULL: off */
     uv_timer_t adaptive_timer;  /* ticks them on the probing cadence */
     bool adaptive_timer_open;
     sb_pool_metrics *pool_metrics;
@@ -182,18 +181,18 @@ void sb_gateway_exchange_done(sb_gateway *gw);
 
 /* Admission (net/admission.c): routes a request through flow control; re-examines the
  * queues when a request ends and on the periodic tick. */
-int sb_admission_start(sb_gateway *gw);
-void sb_admission_route(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
-void sb_admission_request_done(sb_gateway *gw, uint32_t pool);
-void sb_admission_tick(sb_gateway *gw, sb_ns now);
-void sb_admission_stop(sb_gateway *gw);
+int sb_gateway_admission_start(sb_gateway *gw);
+void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
+void sb_gateway_admission_done(sb_gateway *gw, uint32_t pool);
+void sb_gateway_admission_tick(sb_gateway *gw, sb_ns now);
+void sb_gateway_admission_stop(sb_gateway *gw);
 /* Dispatches every queued request now (a gateway being retired by a reload). */
-void sb_admission_flush(sb_gateway *gw);
+void sb_gateway_admission_flush(sb_gateway *gw);
 /* A reload that kept the shape (gw->cfg is the new configuration): flow control turned on or
  * off, or new bounds and waits applied in place; queued requests keep their place. Returns
  * -1 if some pool could not take the new bounds (it keeps its old ones). */
-int sb_admission_reconfigure(sb_gateway *gw);
-void sb_admission_free(sb_gateway *gw);
+int sb_gateway_admission_reconfigure(sb_gateway *gw);
+void sb_gateway_admission_free(sb_gateway *gw);
 
 /* An OpenAI-shaped error with extra response headers ("Name: value\r\n" lines, or NULL);
  * `code` goes into the body's code field. */

@@ -125,7 +125,7 @@ static void exchange_maybe_free(exchange *x)
     sb_free(x);
     /* Capacity freed: queued requests of this pool may go (before the gateway may be freed). */
     if (!gw->stopping)
-        sb_admission_request_done(gw, pool);
+        sb_gateway_admission_done(gw, pool);
     sb_gateway_exchange_done(gw);
 }
 

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "core/admission.h"
 #include "proto/inspect.h"
 #include "replay/event_queue.h"
 
@@ -81,9 +82,9 @@ typedef struct driver {
     void *pstate;
     uint64_t prng;
 
-    /* issue 7 */
+    /* adaptive weights and flow control, as the gateway runs them */
     sb_adaptive *adaptive;
-    sb_flow *flow;
+    sb_admission *adm; /* flow control; NULL without */
     sb_ns tick_ns;
     bool drain_pending; /* an EV_DRAIN is queued at `now` */
     double share_sum;
@@ -346,15 +347,7 @@ static void route(driver *d, uint32_t idx)
         submit(d, (uint32_t)pick, idx, ne);
 }
 
-/* ---- flow control: net/admission.c's, in virtual time ---------------------------------------- */
-
-/* The gateway's gating rule (core/router.h, sb_router_pool_saturated), in virtual time. */
-static bool pool_saturated(driver *d)
-{
-    return sb_router_pool_saturated(d->router, 0, d->o->flow.gate_queue, d->o->flow.gate_kv, d->now);
-}
-
-static bool any_available(driver *d) { return sb_router_pool_available(d->router, 0, d->now); }
+/* ---- flow control: core/admission.h, the gateway's, in virtual time ------------------------- */
 
 /* Items carry the request index + 1 (a queued pointer is never NULL). */
 static void *item_of(uint32_t idx)
@@ -366,63 +359,53 @@ static uint32_t index_of(void *user)
     return (uint32_t)((uintptr_t)user - 1);
 }
 
-/* Evicted (SHED: 429) or expired (EXPIRED: 503) while queued. */
-static void on_flow_drop(void *ctx, void *user, enum sb_band band, int reason)
+/* Released by the gate: scheduled now; a failure stops the release. */
+static bool on_admission_dispatch(void *ctx, void *user)
 {
-    (void)band;
-    settle_shed(ctx, index_of(user), reason == SB_FLOW_EXPIRED ? 503 : 429);
+    driver *d = ctx;
+    route(d, index_of(user));
+    return !d->error;
 }
 
-/* As net/admission.c drain(): expire what is past its deadline, then dispatch while the pool
- * has room. */
-static void drain(driver *d)
+/* Evicted (429) or expired (503) while queued. */
+static void on_admission_refuse(void *ctx, void *user, const sb_admission_refusal *r)
 {
-    sb_flow_expire(d->flow, d->now, on_flow_drop, d);
-    while (!d->error && !pool_saturated(d)) {
-        void *u = sb_flow_next(d->flow, d->now);
-        if (!u)
-            break;
-        route(d, index_of(u));
-    }
+    settle_shed(ctx, index_of(user), r->status);
 }
 
-/* As net/admission.c sb_admission_route(): 503 with no endpoint available, else admit: now,
- * refused (sheddable under saturation: 429), or queued (a full queue: 429). The request's body
- * is what the byte bounds count: 4 bytes per prompt token, the ratio the gateway assumes. */
+/* As the gateway (net/admission.c): refused (no endpoint available: 503; sheddable under
+ * saturation or a full queue: 429), scheduled now, or queued. The request's body is what the
+ * byte bounds count: 4 bytes per prompt token, the ratio the gateway assumes. */
 static void admit(driver *d, uint32_t idx)
 {
     req_rt *rt = &d->rt[idx];
-    if (!any_available(d)) {
-        settle_shed(d, idx, 503);
-        return;
-    }
     enum sb_band band = (enum sb_band)rt->band;
-    int a = sb_flow_admit(d->flow, pool_saturated(d), band);
-    if (a == SB_FLOW_DISPATCH) {
+    sb_admission_refusal r;
+    int a = sb_admission_admit(d->adm, 0, band, d->now, &r);
+    if (a == SB_ADMIT_DISPATCH) {
         route(d, idx);
         return;
     }
-    if (a == SB_FLOW_SHED) {
-        settle_shed(d, idx, 429);
-        return;
+    if (a == SB_ADMIT_WAIT) {
+        sb_flow_item item = {.band = band,
+                             .tenant = rt->tenant,
+                             .bytes = (uint64_t)d->w->reqs[idx].n_prompt * 4,
+                             .deadline = UINT64_MAX,
+                             .user = item_of(idx)};
+        a = sb_admission_enqueue(d->adm, 0, &item, d->now, NULL, &r);
+        if (a == SB_ADMIT_QUEUED) {
+            rt->queued = true;
+            return;
+        }
     }
-    sb_flow_item item = {.band = band,
-                         .tenant = rt->tenant,
-                         .bytes = (uint64_t)d->w->reqs[idx].n_prompt * 4,
-                         .deadline = UINT64_MAX,
-                         .user = item_of(idx)};
-    if (sb_flow_enqueue(d->flow, &item, d->now, NULL) != SB_FLOW_QUEUED) {
-        settle_shed(d, idx, 429);
-        return;
-    }
-    rt->queued = true;
+    settle_shed(d, idx, r.status);
 }
 
 /* Re-examines the queue once at this instant, after whatever else happens at it (an answer
  * ends inside an engine's step: scheduling from there would submit to an engine mid-step). */
 static void want_drain(driver *d, sb_ns at)
 {
-    if (d->flow && !d->drain_pending) {
+    if (d->adm && !d->drain_pending) {
         d->drain_pending = true;
         push(d, at, EV_DRAIN, 0, 0);
     }
@@ -444,8 +427,8 @@ static void tick(driver *d)
         d->out->share_max = share > d->out->share_max ? share : d->out->share_max;
         d->out->adaptive_ticks++;
     }
-    if (d->flow)
-        drain(d);
+    if (d->adm)
+        sb_admission_tick(d->adm, d->now);
 }
 
 static void arrive(driver *d, uint32_t idx)
@@ -464,7 +447,7 @@ static void arrive(driver *d, uint32_t idx)
         settle_shed(d, idx, 0); /* no replica could ever hold it (the engine says -E2BIG) */
         return;
     }
-    if (d->flow)
+    if (d->adm)
         admit(d, idx);
     else
         route(d, idx);
@@ -590,7 +573,7 @@ static void handle(driver *d, const sb_replay_event *ev)
         break;
     case EV_DRAIN:
         d->drain_pending = false;
-        drain(d);
+        sb_admission_release(d->adm, 0, d->now);
         break;
     }
 }
@@ -889,11 +872,10 @@ static int set_up(driver *d)
         sb_router_set_profile(d->router, 0, sb_adaptive_profile(d->adaptive));
     }
     if (o->flow_control) {
+        static const sb_admission_ops ops = {.dispatch = on_admission_dispatch, .refuse = on_admission_refuse};
         sb_flow_config fc = o->flow;
-        fc.on_evict = on_flow_drop;
-        fc.evict_ctx = d;
         fc.hash_secret = secret;
-        if (!(d->flow = sb_flow_new(&fc)))
+        if (!(d->adm = sb_admission_new(d->router, 1, &fc, &ops, d)))
             return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
     }
     d->tick_ns = o->scrape_ns && o->scrape_ns < TICK_MAX_NS ? o->scrape_ns : TICK_MAX_NS;
@@ -918,7 +900,7 @@ static void tear_down(driver *d)
     sb_free(d->rhash);
     sb_free(d->ehash);
     sb_adaptive_free(d->adaptive);
-    sb_flow_free(d->flow);
+    sb_admission_free(d->adm);
     sb_router_free(d->router);
     sb_replay_queue_free(&d->q);
 }
@@ -946,7 +928,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
             scrape(&d, i);
             push(&d, EPOCH_NS + o->scrape_ns * (i + 1) / d.n, EV_SCRAPE, i, 0);
         }
-        if (d.adaptive || d.flow)
+        if (d.adaptive || d.adm)
             push(&d, EPOCH_NS + d.tick_ns, EV_TICK, 0, 0);
         size_t cursor = 0, admitted = 0;
         while (d.settled < d.total && !d.error) {
