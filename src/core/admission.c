@@ -113,9 +113,11 @@ static bool saturated(sb_admission *a, uint32_t pool, sb_ns now)
     return sb_router_pool_saturated(a->router, pool, a->gate_queue, a->gate_kv, now);
 }
 
-int sb_admission_admit(sb_admission *a, uint32_t pool, enum sb_band band, sb_ns now, sb_admission_refusal *out)
+int sb_admission_admit(sb_admission *a, const sb_request_desc *req, sb_ns now, sb_admission_refusal *out)
 {
-    if (!sb_router_pool_available(a->router, pool, now)) {
+    uint32_t pool = req->sched.pool;
+    enum sb_band band = req->band;
+    if (pool >= a->n_pools || !sb_router_pool_available(a->router, pool, now)) {
         *out = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
         return SB_ADMIT_REFUSED;
     }
@@ -130,15 +132,23 @@ int sb_admission_admit(sb_admission *a, uint32_t pool, enum sb_band band, sb_ns 
     return SB_ADMIT_WAIT;
 }
 
-int sb_admission_enqueue(sb_admission *a, uint32_t pool, const sb_flow_item *item, sb_ns now, sb_flow_handle *handle,
+int sb_admission_enqueue(sb_admission *a, const sb_request_desc *req, void *user, sb_ns now, sb_flow_handle *handle,
                          sb_admission_refusal *out)
 {
+    uint32_t pool = req->sched.pool;
+    if (pool >= a->n_pools) {
+        *out = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
+        return SB_ADMIT_REFUSED;
+    }
     sb_flow *f = a->flows[pool];
+    /* No deadline of its own: the band's wait bounds it. */
+    sb_flow_item item = {
+        .band = req->band, .tenant = req->tenant, .bytes = req->body_bytes, .deadline = UINT64_MAX, .user = user};
     a->evict.pool = pool;
     a->evict.now = now;
-    if (sb_flow_enqueue(f, item, now, handle) == SB_FLOW_QUEUED)
+    if (sb_flow_enqueue(f, &item, now, handle) == SB_FLOW_QUEUED)
         return SB_ADMIT_QUEUED;
-    *out = sb_admission_refusal_of(SB_REFUSE_QUEUE_FULL, sb_flow_retry_after_s(f, item->band, now));
+    *out = sb_admission_refusal_of(SB_REFUSE_QUEUE_FULL, sb_flow_retry_after_s(f, req->band, now));
     return SB_ADMIT_REFUSED;
 }
 

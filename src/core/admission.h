@@ -10,8 +10,9 @@
  * sheddable request may be evicted for a higher band (429). Every refusal carries its status,
  * a reason token, a message and a Retry-After.
  *
- * Driven by the caller: sb_admission_admit decides at arrival (dispatch now, wait, refused);
- * a waiting request is handed to sb_admission_enqueue with an opaque user pointer; later
+ * Driven by the caller with the request's descriptor (core/decide.h: pool, band, tenant, body
+ * bytes): sb_admission_admit decides at arrival (dispatch now, wait, refused); a waiting
+ * request is handed to sb_admission_enqueue with an opaque user pointer; later
  * calls of sb_admission_release (capacity freed) and sb_admission_tick (reports arrived,
  * deadlines passed) give that pointer back through the ops: dispatch (schedule it now, it was
  * released by the gate) or refuse (answer it with this refusal). A request whose client left
@@ -33,6 +34,7 @@
 #include <stdint.h>
 
 #include "base/time.h"
+#include "core/decide.h"
 #include "core/flow.h"
 #include "core/router.h"
 
@@ -78,15 +80,17 @@ void sb_admission_free(sb_admission *a);
  * its new bounds (that pool keeps its old ones; the others take theirs). */
 int sb_admission_reconfigure(sb_admission *a, const sb_flow_config *fc);
 
-/* The arrival decision for a request of `band` to `pool`. */
+/* The arrival decision for req (its pool and band; an out-of-range band counts as
+ * sheddable, a pool out of range is refused as having no endpoint). */
 enum { SB_ADMIT_DISPATCH = 0, SB_ADMIT_WAIT, SB_ADMIT_QUEUED, SB_ADMIT_REFUSED };
 /* Returns SB_ADMIT_DISPATCH (schedule it now), SB_ADMIT_WAIT (call sb_admission_enqueue) or
  * SB_ADMIT_REFUSED with *out filled. Calls no op. */
-int sb_admission_admit(sb_admission *a, uint32_t pool, enum sb_band band, sb_ns now, sb_admission_refusal *out);
-/* Holds a request admit answered WAIT for: SB_ADMIT_QUEUED (*handle set, may be NULL; item->user
- * comes back through the ops) or SB_ADMIT_REFUSED (queue full: *out filled, nothing held).
- * May refuse queued sheddable requests through the ops (evictions) before returning QUEUED. */
-int sb_admission_enqueue(sb_admission *a, uint32_t pool, const sb_flow_item *item, sb_ns now, sb_flow_handle *handle,
+int sb_admission_admit(sb_admission *a, const sb_request_desc *req, sb_ns now, sb_admission_refusal *out);
+/* Holds a request admit answered WAIT for, by its pool, band, tenant and body bytes, until
+ * `user` comes back through the ops: SB_ADMIT_QUEUED (*handle set; handle may be NULL) or
+ * SB_ADMIT_REFUSED (queue full: *out filled, nothing held). May refuse queued sheddable
+ * requests through the ops (evictions) before returning QUEUED. */
+int sb_admission_enqueue(sb_admission *a, const sb_request_desc *req, void *user, sb_ns now, sb_flow_handle *handle,
                          sb_admission_refusal *out);
 /* Takes a queued request out at once (its client left): true if it was queued. */
 bool sb_admission_remove(sb_admission *a, uint32_t pool, sb_flow_handle handle);

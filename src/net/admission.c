@@ -130,9 +130,10 @@ void sb_gateway_admission_done(sb_gateway *gw, uint32_t pool)
 
 /* Holds a request admission answered WAIT for: its target, descriptor and hashes are copied
  * (the gateway's scratch is reused by the next request) until it is released. */
-static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr,
+static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_request_desc *desc,
                     sb_ns now)
 {
+    const sb_sched_request *rr = &desc->sched;
     queued *q = sb_calloc(1, sizeof(*q));
     uint64_t *hashes = rr->n_blocks ? sb_malloc(rr->n_blocks * sizeof(uint64_t)) : NULL;
     if (!q || (rr->n_blocks && !hashes)) {
@@ -146,13 +147,8 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
-    sb_flow_item item = {.band = (enum sb_band)t->band,
-                         .tenant = tenant_of(req, t),
-                         .bytes = req->body_len,
-                         .deadline = UINT64_MAX,
-                         .user = q};
     sb_admission_refusal r;
-    if (sb_admission_enqueue(gw->adm, t->pool, &item, now, &q->handle, &r) != SB_ADMIT_QUEUED) {
+    if (sb_admission_enqueue(gw->adm, desc, q, now, &q->handle, &r) != SB_ADMIT_QUEUED) {
         free_queued(q);
         refuse(gw, req, &r);
         return;
@@ -176,11 +172,15 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
         }
         return;
     }
+    sb_request_desc desc = {.sched = *rr, .band = band_of(req, t), .body_bytes = req->body_len, .stream = t->stream};
     sb_proxy_target tb = *t;
-    tb.band = (int)band_of(req, t);
-    switch (sb_admission_admit(gw->adm, t->pool, (enum sb_band)tb.band, now, &r)) {
+    tb.band = (int)desc.band;
+    switch (sb_admission_admit(gw->adm, &desc, now, &r)) {
     case SB_ADMIT_DISPATCH: sb_proxy_start(gw, req, &tb, rr); break;
-    case SB_ADMIT_WAIT: enqueue(gw, req, &tb, rr, now); break;
+    case SB_ADMIT_WAIT:
+        desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
+        enqueue(gw, req, &tb, &desc, now);
+        break;
     default: refuse(gw, req, &r);
     }
 }

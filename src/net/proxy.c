@@ -17,6 +17,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
+#include "core/decide.h"
 #include "core/flow.h"
 #include "net/gateway.h"
 #include "proto/openai_error.h"
@@ -636,13 +637,14 @@ static void attempt(exchange *x)
     } else {
         x->rr.exclude = x->excluded;
         x->rr.n_exclude = x->n_excluded;
-        ep = sb_router_pick(gw->router, &x->rr, now);
+        sb_request_desc desc = {.sched = x->rr, .stream = x->t.stream};
+        sb_ranking rk;
+        ep = sb_decide(gw->router, &desc, 1, now, &rk);
         /* Rendered now: the decision scratch is the pool's, reused by the next pick. */
         if (x->snap->cfg->log_decisions) {
-            const sb_decision *d = sb_router_last_decision(gw->router, x->t.pool);
             sb_buf_reset(&x->decision);
-            if (d)
-                sb_decision_render(d, &x->decision);
+            if (rk.why)
+                sb_decision_render(rk.why, &x->decision);
         }
         /* The hashes live in the gateway's scratch, valid during the first pick only; a
          * retry goes without prefix affinity (it excludes the endpoint that failed). */

@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "core/admission.h"
+#include "core/decide.h"
 #include "proto/inspect.h"
 #include "replay/event_queue.h"
 
@@ -272,6 +273,13 @@ static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
     mark_dirty(d, rep);
 }
 
+/* What the gateway's byte bounds count of a request: its body, 4 bytes per prompt token (the
+ * ratio the gateway assumes). */
+static uint64_t body_bytes(const sb_replay_request *r)
+{
+    return (uint64_t)r->n_prompt * 4;
+}
+
 /* Schedules a request now: builds its descriptor, asks the policy, dispatches it. */
 static void route(driver *d, uint32_t idx)
 {
@@ -291,7 +299,7 @@ static void route(driver *d, uint32_t idx)
     for (size_t i = 0; i < nb; i++)
         d->rhash[i] = h = XXH3_64bits_withSeed(d->tokens + i * bt, (size_t)bt * sizeof(uint32_t), h);
     uint32_t pk = r->n_prompt < PREFIX_KEY_TOKENS ? r->n_prompt : PREFIX_KEY_TOKENS;
-    sb_sched_request sr = {
+    sb_request_desc rq = {.sched = {
         .pool = 0,
         .adapter = r->adapter ? (int)r->adapter - 1 : -1,
         .block_hashes = d->rhash,
@@ -301,14 +309,14 @@ static void route(driver *d, uint32_t idx)
         .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
         .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
         /* The pool's current profile, as the gateway reads it per request: with adaptive
-         * weights, the snapshot in force. (A queued request is scheduled with the snapshot in
-         * force when it leaves the queue; the gateway keeps the one from its arrival.) */
+         * weights, the snapshot in force (for a queued request, the one in force when it
+         * leaves the queue, as in the gateway). */
         .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
         /* Released by the gate (drain): as net/admission.c, it goes where the gate saw room. */
         .gated = rt->queued,
         .gate_queue = d->o->flow.gate_queue,
         .gate_kv = d->o->flow.gate_kv,
-    };
+    }, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(r), .stream = true};
     size_t ne = engine_hashes(d, r);
 
     int pick;
@@ -317,7 +325,7 @@ static void route(driver *d, uint32_t idx)
     if (d->p->custom) {
         fv = fleet_view(d);
         rv = (sb_replay_request_view){.id = idx,
-                                      .sched = &sr,
+                                      .sched = &rq.sched,
                                       .tokens = d->tokens,
                                       .n_tokens = r->n_prompt,
                                       .engine_hashes = d->ehash,
@@ -330,7 +338,8 @@ static void route(driver *d, uint32_t idx)
             return;
         }
     } else {
-        pick = sb_router_pick(d->router, &sr, d->now);
+        sb_ranking rk;
+        pick = sb_decide(d->router, &rq, 1, d->now, &rk);
     }
     if (pick < 0) {
         settle_shed(d, idx, 0);
@@ -374,25 +383,20 @@ static void on_admission_refuse(void *ctx, void *user, const sb_admission_refusa
 }
 
 /* As the gateway (net/admission.c): refused (no endpoint available: 503; sheddable under
- * saturation or a full queue: 429), scheduled now, or queued. The request's body is what the
- * byte bounds count: 4 bytes per prompt token, the ratio the gateway assumes. */
+ * saturation or a full queue: 429), scheduled now, or queued. */
 static void admit(driver *d, uint32_t idx)
 {
     req_rt *rt = &d->rt[idx];
-    enum sb_band band = (enum sb_band)rt->band;
+    sb_request_desc rq = {
+        .sched.pool = 0, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(&d->w->reqs[idx])};
     sb_admission_refusal r;
-    int a = sb_admission_admit(d->adm, 0, band, d->now, &r);
+    int a = sb_admission_admit(d->adm, &rq, d->now, &r);
     if (a == SB_ADMIT_DISPATCH) {
         route(d, idx);
         return;
     }
     if (a == SB_ADMIT_WAIT) {
-        sb_flow_item item = {.band = band,
-                             .tenant = rt->tenant,
-                             .bytes = (uint64_t)d->w->reqs[idx].n_prompt * 4,
-                             .deadline = UINT64_MAX,
-                             .user = item_of(idx)};
-        a = sb_admission_enqueue(d->adm, 0, &item, d->now, NULL, &r);
+        a = sb_admission_enqueue(d->adm, &rq, item_of(idx), d->now, NULL, &r);
         if (a == SB_ADMIT_QUEUED) {
             rt->queued = true;
             return;

@@ -1,0 +1,409 @@
+/* Tests core/admission (flow control's gate in front of scheduling, driven by callbacks) on a
+ * hand-driven clock: the arrival decision and its refusals, release when capacity returns,
+ * band order, expiry and eviction answered through the refuse op, removal of a request whose
+ * client left, no nested release from inside a dispatch, a dispatch that stops the release,
+ * reconfiguration of the gate, and allocation failure. The queueing policy itself is
+ * test_flow.c's. */
+#include "sb_test.h"
+
+#include "base/alloc.h"
+#include "core/admission.h"
+#include "core/router.h"
+
+#define T0 SB_MS(10000)
+#define ID(x) ((void *)(uintptr_t)(x))
+
+/* What the ops saw, in order. */
+typedef struct seen {
+    sb_admission *a;
+    uintptr_t dispatched[64];
+    size_t n_dispatched;
+    uintptr_t refused[64];
+    sb_admission_refusal refusal[64];
+    size_t n_refused;
+    bool release_inside; /* dispatch calls sb_admission_release, as a request that ends at once */
+    size_t stop_after;   /* dispatch returns false once this many were dispatched (0: never) */
+    sb_router *send_to;  /* dispatch sends the request to endpoint 0 of this router */
+    sb_ns now;
+} seen;
+
+static bool on_dispatch(void *ctx, void *user)
+{
+    seen *s = ctx;
+    assert_true(s->n_dispatched < 64);
+    s->dispatched[s->n_dispatched++] = (uintptr_t)user;
+    if (s->send_to)
+        sb_router_dispatched(s->send_to, 0, 0, 10, s->now);
+    if (s->release_inside)
+        sb_admission_release(s->a, 0, s->now);
+    return !(s->stop_after && s->n_dispatched >= s->stop_after);
+}
+
+static void on_refuse(void *ctx, void *user, const sb_admission_refusal *r)
+{
+    seen *s = ctx;
+    assert_true(s->n_refused < 64);
+    s->refused[s->n_refused] = (uintptr_t)user;
+    s->refusal[s->n_refused++] = *r;
+}
+
+static const sb_admission_ops ops = {.dispatch = on_dispatch, .refuse = on_refuse};
+
+static void report_waiting(sb_router *r, uint32_t ep, double waiting, sb_ns at)
+{
+    sb_endpoint_report rep = {.have_waiting = true, .waiting = waiting, .have_kv = true, .kv_usage = 0.1,
+                              .requests_total = -1};
+    sb_endpoint_report_set(sb_router_endpoint(r, 0, ep), &rep, SB_REPORT_SCRAPE, at);
+}
+
+static sb_router *two_endpoints(void)
+{
+    sb_router *r = sb_router_new(7, 0x5ec7e7);
+    assert_non_null(r);
+    assert_int_equal(sb_router_add_pool(r, "llama", sb_profile_builtin("default"), 2, NULL), 0);
+    return r;
+}
+
+/* Gate at 1 waiting; 4 per band, 6 in all, no default waits. */
+static sb_flow_config gate_config(void)
+{
+    sb_flow_config c;
+    sb_flow_config_default(&c);
+    for (int b = 0; b < SB_BAND_COUNT; b++) {
+        c.band[b].max_queued = 4;
+        c.band[b].max_wait_ns = 0;
+    }
+    c.max_queued_total = 6;
+    c.gate_queue = 1;
+    c.gate_kv = -1;
+    return c;
+}
+
+static void saturate(sb_router *r, sb_ns at)
+{
+    report_waiting(r, 0, 3, at);
+    report_waiting(r, 1, 3, at);
+}
+
+static void make_room(sb_router *r, sb_ns at)
+{
+    report_waiting(r, 0, 0, at);
+    report_waiting(r, 1, 0, at);
+}
+
+static int arrive(sb_admission *a, enum sb_band band, uintptr_t id, sb_ns now, sb_flow_handle *h,
+                  sb_admission_refusal *out)
+{
+    sb_request_desc rq = {.sched.pool = 0, .band = band, .tenant = id % 3, .body_bytes = 100};
+    int r = sb_admission_admit(a, &rq, now, out);
+    if (r != SB_ADMIT_WAIT)
+        return r;
+    return sb_admission_enqueue(a, &rq, ID(id), now, h, out);
+}
+
+static void test_arrival_decisions(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    assert_non_null(a);
+    s.a = a;
+    sb_admission_refusal out;
+    /* Room: dispatched at once, no op called. */
+    make_room(r, T0);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_DISPATCH);
+    /* Saturated: standard waits, sheddable is refused with 429 "shed". */
+    saturate(r, T0);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_SHEDDABLE, 3, T0, NULL, &out), SB_ADMIT_REFUSED);
+    assert_int_equal(out.why, SB_REFUSE_SHED);
+    assert_int_equal(out.status, 429);
+    assert_string_equal(out.reason, "shed");
+    assert_true(out.retry_after_s >= 1);
+    /* A band whose queue is full: 429 "queue_full". */
+    for (uintptr_t id = 10; id < 13; id++)
+        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 13, T0, NULL, &out), SB_ADMIT_REFUSED);
+    assert_int_equal(out.why, SB_REFUSE_QUEUE_FULL);
+    assert_int_equal(out.status, 429);
+    assert_string_equal(out.reason, "queue_full");
+    /* No endpoint available: 503 at once, whatever the band and the queue. */
+    sb_router_endpoint(r, 0, 0)->draining = sb_router_endpoint(r, 0, 1)->draining = true;
+    assert_int_equal(arrive(a, SB_BAND_CRITICAL, 14, T0, NULL, &out), SB_ADMIT_REFUSED);
+    assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
+    assert_int_equal(out.status, 503);
+    assert_string_equal(out.reason, "no_healthy_endpoint");
+    assert_int_equal(out.retry_after_s, 1);
+    /* A pool the module does not hold is refused the same way, at admit and at enqueue. */
+    sb_request_desc other = {.sched.pool = 4, .band = SB_BAND_STANDARD};
+    assert_int_equal(sb_admission_admit(a, &other, T0, &out), SB_ADMIT_REFUSED);
+    assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
+    assert_int_equal(sb_admission_enqueue(a, &other, ID(15), T0, NULL, &out), SB_ADMIT_REFUSED);
+    assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
+    assert_int_equal(s.n_dispatched + s.n_refused, 0);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+static void test_release_when_capacity_returns(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    sb_admission_refusal out;
+    saturate(r, T0);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_CRITICAL, 2, T0 + 1, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 3, T0 + 2, NULL, &out), SB_ADMIT_QUEUED);
+    /* Still saturated: a release and a tick hand out nothing. */
+    sb_admission_release(a, 0, T0 + SB_MS(1));
+    sb_admission_tick(a, T0 + SB_MS(2));
+    assert_int_equal(s.n_dispatched, 0);
+    /* Capacity returns: everything leaves, critical first, then standard in arrival order. */
+    make_room(r, T0 + SB_MS(3));
+    sb_admission_tick(a, T0 + SB_MS(3));
+    assert_int_equal(s.n_dispatched, 3);
+    assert_int_equal(s.dispatched[0], 2);
+    assert_int_equal(s.dispatched[1], 1);
+    assert_int_equal(s.dispatched[2], 3);
+    assert_int_equal(s.n_refused, 0);
+    /* Out-of-range pools are ignored. */
+    sb_admission_release(a, 5, T0);
+    assert_null(sb_admission_take(a, 5));
+    assert_null(sb_admission_flow(a, 5));
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+/* The gate closes again as released requests land: the release stops with the pool full, and
+ * the rest waits. The gate counts requests sent since the last report. */
+static void test_release_stops_when_gate_closes(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    sb_admission_refusal out;
+    saturate(r, T0);
+    for (uintptr_t id = 1; id <= 4; id++)
+        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    /* One endpoint reports an empty queue: with the gate at "more than 1 waiting", it takes
+     * two before it is full again (what was sent since its report counts as waiting). */
+    report_waiting(r, 0, 0, T0 + SB_MS(5));
+    s.send_to = r;
+    s.now = T0 + SB_MS(5);
+    sb_admission_release(a, 0, T0 + SB_MS(5));
+    assert_int_equal(s.n_dispatched, 2);
+    sb_admission_tick(a, T0 + SB_MS(6));
+    assert_int_equal(s.n_dispatched, 2);
+    /* Its next report says it drained them: the other two leave. */
+    report_waiting(r, 0, 0, T0 + SB_MS(7));
+    s.now = T0 + SB_MS(7);
+    sb_admission_tick(a, T0 + SB_MS(7));
+    assert_int_equal(s.n_dispatched, 4);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+static void test_expiry_and_eviction_go_through_refuse(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    c.band[SB_BAND_STANDARD].max_wait_ns = SB_MS(100);
+    c.max_queued_total = 3;
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    sb_admission_refusal out;
+    saturate(r, T0);
+    /* Sheddable requests queue only through the gate's WAIT: admit them while unsaturated is
+     * DISPATCH, saturated is SHED; so enqueue them directly, as a caller holding them would. */
+    sb_request_desc sh = {.sched.pool = 0, .band = SB_BAND_SHEDDABLE, .tenant = 9, .body_bytes = 10};
+    assert_int_equal(sb_admission_enqueue(a, &sh, ID(50), T0, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0, NULL, &out), SB_ADMIT_QUEUED);
+    /* The total is full: a critical request evicts the sheddable one, answered 429 "shed". */
+    assert_int_equal(arrive(a, SB_BAND_CRITICAL, 3, T0 + 1, NULL, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(s.n_refused, 1);
+    assert_int_equal(s.refused[0], 50);
+    assert_int_equal(s.refusal[0].why, SB_REFUSE_EVICTED);
+    assert_int_equal(s.refusal[0].status, 429);
+    assert_string_equal(s.refusal[0].reason, "shed");
+    /* Standard waits at most 100 ms: past it, the tick answers both 503 "queue_timeout". */
+    sb_admission_tick(a, T0 + SB_MS(99));
+    assert_int_equal(s.n_refused, 1);
+    sb_admission_tick(a, T0 + SB_MS(100));
+    assert_int_equal(s.n_refused, 3);
+    for (size_t i = 1; i < 3; i++) {
+        assert_int_equal(s.refusal[i].why, SB_REFUSE_QUEUE_TIMEOUT);
+        assert_int_equal(s.refusal[i].status, 503);
+        assert_string_equal(s.refusal[i].reason, "queue_timeout");
+        assert_true(s.refusal[i].retry_after_s >= 1);
+    }
+    assert_int_equal(s.n_dispatched, 0);
+    /* The critical one has no deadline: it leaves when capacity returns. */
+    make_room(r, T0 + SB_MS(200));
+    sb_admission_release(a, 0, T0 + SB_MS(200));
+    assert_int_equal(s.n_dispatched, 1);
+    assert_int_equal(s.dispatched[0], 3);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+static void test_removed_request_is_never_dispatched(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    sb_admission_refusal out;
+    sb_flow_handle h1, h2;
+    saturate(r, T0);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, &h1, &out), SB_ADMIT_QUEUED);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0, &h2, &out), SB_ADMIT_QUEUED);
+    assert_true(sb_admission_remove(a, 0, h1));
+    assert_false(sb_admission_remove(a, 0, h1)); /* already gone */
+    assert_false(sb_admission_remove(a, 3, h2)); /* no such pool */
+    make_room(r, T0 + 1);
+    sb_admission_tick(a, T0 + 1);
+    assert_int_equal(s.n_dispatched, 1);
+    assert_int_equal(s.dispatched[0], 2);
+    assert_int_equal(s.n_refused, 0);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+/* A released request can end at once (the gateway: a refused connection), and its end asks
+ * for a release: that must not nest; the outer release goes on, each request once. */
+static void test_no_nested_release(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    s.release_inside = true;
+    sb_admission_refusal out;
+    saturate(r, T0);
+    for (uintptr_t id = 1; id <= 4; id++)
+        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    make_room(r, T0 + 1);
+    s.now = T0 + 1;
+    sb_admission_release(a, 0, T0 + 1);
+    assert_int_equal(s.n_dispatched, 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(s.dispatched[i], i + 1);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+/* A dispatch that fails beyond repair stops the release; the rest stays queued. */
+static void test_dispatch_can_stop_release(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    s.stop_after = 2;
+    sb_admission_refusal out;
+    saturate(r, T0);
+    for (uintptr_t id = 1; id <= 4; id++)
+        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    make_room(r, T0 + 1);
+    sb_admission_release(a, 0, T0 + 1);
+    assert_int_equal(s.n_dispatched, 2);
+    /* What is left can be taken regardless of capacity (a shutdown). */
+    assert_ptr_equal(sb_admission_take(a, 0), ID(3));
+    assert_ptr_equal(sb_admission_take(a, 0), ID(4));
+    assert_null(sb_admission_take(a, 0));
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+/* A reload moves the gate: a pool the old gate found saturated has room under the new one. */
+static void test_reconfigure_moves_the_gate(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
+    s.a = a;
+    sb_admission_refusal out;
+    saturate(r, T0); /* 3 waiting each: over a gate of 1 */
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
+    c.gate_queue = 4;
+    assert_int_equal(sb_admission_reconfigure(a, &c), 0);
+    sb_admission_tick(a, T0 + 1);
+    assert_int_equal(s.n_dispatched, 1);
+    assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0 + 2, NULL, &out), SB_ADMIT_DISPATCH);
+    /* A bound the flow refuses leaves that pool as it was. */
+    c.max_queued_total = SB_FLOW_MAX_QUEUED + 1;
+    assert_int_equal(sb_admission_reconfigure(a, &c), -1);
+    assert_int_equal(sb_admission_pool_count(a), 1);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
+static void test_refusal_table(void **state)
+{
+    (void)state;
+    sb_admission_refusal r = sb_admission_refusal_of(SB_REFUSE_QUEUE_TIMEOUT, 0);
+    assert_int_equal(r.status, 503);
+    assert_int_equal(r.retry_after_s, 1); /* never 0 */
+    assert_non_null(r.message);
+    r = sb_admission_refusal_of(SB_REFUSE_EVICTED, 7);
+    assert_int_equal(r.retry_after_s, 7);
+    assert_string_equal(r.reason, "shed");
+}
+
+static void test_allocation_failure(void **state)
+{
+    (void)state;
+    sb_router *r = two_endpoints();
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    /* Every allocation of the constructor in turn fails; each failure is a clean NULL. */
+    for (long n = 0;; n++) {
+        sb_alloc_fail_after(n);
+        sb_admission *a = sb_admission_new(r, 3, &c, &ops, &s);
+        sb_alloc_fail_after(-1);
+        if (a) {
+            assert_true(n > 2);
+            sb_admission_free(a);
+            break;
+        }
+    }
+    sb_admission_free(NULL);
+    sb_router_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arrival_decisions),
+        cmocka_unit_test(test_release_when_capacity_returns),
+        cmocka_unit_test(test_release_stops_when_gate_closes),
+        cmocka_unit_test(test_expiry_and_eviction_go_through_refuse),
+        cmocka_unit_test(test_removed_request_is_never_dispatched),
+        cmocka_unit_test(test_no_nested_release),
+        cmocka_unit_test(test_dispatch_can_stop_release),
+        cmocka_unit_test(test_reconfigure_moves_the_gate),
+        cmocka_unit_test(test_refusal_table),
+        cmocka_unit_test(test_allocation_failure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
