@@ -234,6 +234,14 @@ static void category_sums(const sb_profile *pr, double *aff, double *dist)
     }
 }
 
+bool sb_adaptive_movable(const sb_profile *p)
+{
+    double aff = 0, dist = 0;
+    if (p)
+        category_sums(p, &aff, &dist);
+    return aff > 0 && dist > 0;
+}
+
 static double base_share(const sb_profile *base)
 {
     double aff, dist;

@@ -163,6 +163,12 @@ void sb_adaptive_arrivals(sb_adaptive *a, uint32_t n);
  * Returns the SB_ADAPTIVE_* / regime-change bits (0: nothing changed). */
 unsigned sb_adaptive_tick(sb_adaptive *a, const sb_endpoint *eps, size_t n, sb_ns stale_ns, sb_ns now);
 
+/* Whether the configurator can move weight in profile p: it has scorers of both categories
+ * with positive weight. A profile without both (round robin, least request, load only) has
+ * nothing to move: its snapshots keep the base's weights, and the pool routes by p itself
+ * (core/control.h). NULL: false. */
+bool sb_adaptive_movable(const sb_profile *p);
+
 /* The current snapshot (never NULL); lifetime as above. */
 const sb_profile *sb_adaptive_profile(const sb_adaptive *a);
 uint64_t sb_adaptive_generation(const sb_adaptive *a);

@@ -8,6 +8,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "core/adaptive.h"
+#include "core/control.h"
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
@@ -365,18 +366,6 @@ sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t e
 
 static void on_adaptive_timer_closed(uv_handle_t *h);
 
-/* The configurator moves weight between affinity and distribution scorers: a profile without
- * both (round robin, least request, load only) routes as it is, under its own name. */
-static bool has_both_categories(const sb_profile *p)
-{
-    bool aff = false, dist = false;
-    for (size_t i = 0; p && i < p->n_scorers; i++) {
-        aff |= p->scorers[i].def->category == SB_AFFINITY && p->scorers[i].weight > 0;
-        dist |= p->scorers[i].def->category == SB_DISTRIBUTION && p->scorers[i].weight > 0;
-    }
-    return aff && dist;
-}
-
 /* The adaptive loop: every pool's detectors tick on the probing cadence (never on the request
  * path); pools with `adaptive: true` route with the configurator's published profile. */
 static void on_adaptive_tick(uv_timer_t *t)
@@ -387,19 +376,15 @@ static void on_adaptive_tick(uv_timer_t *t)
         sb_adaptive *a = gw->adaptive[p];
         if (!a)
             continue;
-        const sb_pool_params *pp = sb_router_pool_params(gw->router, (uint32_t)p);
-        const sb_endpoint *eps = sb_router_endpoint(gw->router, (uint32_t)p, 0);
-        unsigned changed = sb_adaptive_tick(a, eps, sb_router_endpoint_count(gw->router, (uint32_t)p), pp->stale_ns,
-                                            now);
+        const sb_pool_config *pc = &gw->cfg->pools[p];
+        const sb_profile *base = sb_config_profile(gw->cfg, pc->profile ? pc->profile : "default");
+        unsigned changed = sb_control_tick(gw->router, (uint32_t)p, a, base, pc->adaptive, now);
         for (int d = 0; d < SB_DETECT_COUNT; d++)
             if (changed & (1u << d))
-                SB_INFO("pool %s: %s %s (signal %.2f); weights affinity %.2f distribution %.2f",
-                        gw->cfg->pools[p].name, sb_adaptive_regime(a, (enum sb_detector)d) ? "entered" : "left",
+                SB_INFO("pool %s: %s %s (signal %.2f); weights affinity %.2f distribution %.2f", pc->name,
+                        sb_adaptive_regime(a, (enum sb_detector)d) ? "entered" : "left",
                         sb_detector_name((enum sb_detector)d), sb_adaptive_signal(a, (enum sb_detector)d),
                         sb_adaptive_category_weight(a, SB_AFFINITY), sb_adaptive_category_weight(a, SB_DISTRIBUTION));
-        if ((changed & SB_ADAPTIVE_PUBLISHED) && gw->cfg->pools[p].adaptive &&
-            has_both_categories(sb_config_profile(gw->cfg, gw->cfg->pools[p].profile ? gw->cfg->pools[p].profile : "default")))
-            sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(a));
     }
     sb_gateway_admission_tick(gw, now);
 }
@@ -414,8 +399,8 @@ static void start_adaptive(sb_gateway *gw)
     for (size_t p = 0; p < cfg->n_pools; p++) {
         const sb_profile *base = sb_router_pool_profile(gw->router, (uint32_t)p);
         gw->adaptive[p] = base ? sb_adaptive_new(&cfg->pools[p].adaptive_params, base) : NULL;
-        if (gw->adaptive[p] && cfg->pools[p].adaptive && has_both_categories(base))
-            sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
+        if (gw->adaptive[p])
+            sb_control_publish(gw->router, (uint32_t)p, gw->adaptive[p], base, cfg->pools[p].adaptive);
         if (cfg->pools[p].probe_interval_ms && cfg->pools[p].probe_interval_ms < tick_ms)
             tick_ms = cfg->pools[p].probe_interval_ms;
     }
@@ -844,8 +829,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         if (gw->adaptive && gw->adaptive[p]) {
             sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());
             sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
-            if (pc->adaptive && has_both_categories(prof))
-                sb_router_set_profile(gw->router, (uint32_t)p, sb_adaptive_profile(gw->adaptive[p]));
+            sb_control_publish(gw->router, (uint32_t)p, gw->adaptive[p], prof, pc->adaptive);
         }
         for (size_t e = 0; e < pc->n_endpoints; e++) {
             /* Same endpoint, state kept; only its identity strings move to the new config. */

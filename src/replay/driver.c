@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "core/admission.h"
+#include "core/control.h"
 #include "core/decide.h"
 #include "proto/inspect.h"
 #include "replay/event_queue.h"
@@ -415,17 +416,13 @@ static void want_drain(driver *d, sb_ns at)
     }
 }
 
-/* The gateway's adaptive timer (net/gateway.c on_adaptive_tick): the detectors tick over the
- * pool's endpoints, a published snapshot becomes the pool's profile; then flow control's queue
- * is re-examined (sb_admission_tick). */
+/* The gateway's adaptive timer (net/gateway.c on_adaptive_tick), the same core calls: the pool's
+ * detectors tick and a published snapshot goes in force (core/control.h); then flow control's
+ * queue is re-examined (sb_admission_tick). */
 static void tick(driver *d)
 {
     if (d->adaptive) {
-        const sb_pool_params *pp = sb_router_pool_params(d->router, 0);
-        unsigned changed =
-            sb_adaptive_tick(d->adaptive, sb_router_endpoint(d->router, 0, 0), d->n, pp->stale_ns, d->now);
-        if (changed & SB_ADAPTIVE_PUBLISHED)
-            sb_router_set_profile(d->router, 0, sb_adaptive_profile(d->adaptive));
+        sb_control_tick(d->router, 0, d->adaptive, d->p->profile, true, d->now);
         double share = sb_adaptive_share(d->adaptive);
         d->share_sum += share;
         d->out->share_max = share > d->out->share_max ? share : d->out->share_max;
@@ -869,11 +866,11 @@ static int set_up(driver *d)
     if (out->have_bands)
         assign_bands(d);
     /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
-     * the start (generation 1: the base weights for a balanced pool). */
+     * the start (generation 1: the base weights for a balanced pool), if it has weight to move. */
     if (o->adaptive) {
         if (!(d->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
             return fail(d, -ENOMEM, "out of memory (adaptive)");
-        sb_router_set_profile(d->router, 0, sb_adaptive_profile(d->adaptive));
+        sb_control_publish(d->router, 0, d->adaptive, d->p->profile, true);
     }
     if (o->flow_control) {
         static const sb_admission_ops ops = {.dispatch = on_admission_dispatch, .refuse = on_admission_refuse};

@@ -22,15 +22,16 @@
  * the engine's cache size, as in the gateway. A request the policy cannot place (pick -1), or
  * too large for a replica's KV cache, is shed; so are the later turns of its conversation.
  *
- * Issue 7's machinery, optional per run and off by default (a run without it is unchanged):
+ * Adaptive weights and flow control, optional per run and off by default (a run without them is
+ * unchanged), both the gateway's own core modules driven on the virtual clock:
  *   - adaptive: one core/adaptive.h configurator over the policy's profile, fed every arrival
  *     and ticked every tick (the gateway's adaptive timer: min(scrape_ns, 100 ms)) with the
- *     pool's endpoints; each snapshot it publishes becomes the pool's profile
- *     (sb_router_set_profile), as net/gateway.c does for a pool with `adaptive: true`. Profile
- *     policies only (a custom rule runs no profile).
- *   - flow control: one core/flow.h in front of the pick, run as net/admission.c runs it: the
- *     same saturation gate (every available endpoint over the profile's queue or KV threshold,
- *     stale ones counting, at least one fresh report saying so), the same admission, bounds,
+ *     pool's endpoints; the pool routes by its snapshots under the gateway's rule for a pool
+ *     with `adaptive: true` (core/control.h: only when the profile has weight to move).
+ *     Profile policies only (a custom rule runs no profile).
+ *   - flow control: core/admission.h in front of the pick, as net/admission.c drives it: the
+ *     same saturation gate (every available endpoint over the gate's queue or KV threshold,
+ *     stale ones skipped, at least one fresh report saying so), the same admission, bounds,
  *     deadlines and eviction, re-examined when an answer ends and on every tick. Requests
  *     refused (429: shed, queue full, evicted) or expired (503) count as shed, and the later
  *     turns of their conversations with them. A queued request's client-side TTFT and E2E
