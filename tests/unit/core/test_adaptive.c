@@ -5,6 +5,8 @@
  * determinism. */
 #include "sb_test.h"
 
+#include "adaptive_test.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -576,14 +578,7 @@ static unsigned skew_tick(sb_adaptive *a, double q0, sb_ns t)
     return sb_adaptive_tick(a, eps, 4, STALE, t);
 }
 
-static sb_adaptive_params no_smoothing(void)
-{
-    sb_adaptive_params p = sb_adaptive_params_default();
-    for (int d = 0; d < SB_DETECT_COUNT; d++)
-        p.detector[d].tau_ns = 0;
-    p.min_publish_ns = 0;
-    return p;
-}
+static sb_adaptive_params no_smoothing(void) { return sb_test_adaptive_unsmoothed(); }
 
 static void test_weights_conserve_total_and_ratios(void **state)
 {

@@ -91,6 +91,28 @@ static void make_room(sb_router *r, sb_ns at)
     report_waiting(r, 1, 0, at);
 }
 
+/* A router of two endpoints, flow control over its pool with config c, and the ops' record. */
+typedef struct fixture {
+    sb_router *r;
+    sb_admission *a;
+    seen s;
+} fixture;
+
+static void open_fixture(fixture *fx, const sb_flow_config *c)
+{
+    memset(fx, 0, sizeof(*fx));
+    fx->r = two_endpoints();
+    fx->a = sb_admission_new(fx->r, 1, c, &ops, &fx->s);
+    assert_non_null(fx->a);
+    fx->s.a = fx->a;
+}
+
+static void close_fixture(fixture *fx)
+{
+    sb_admission_free(fx->a);
+    sb_router_free(fx->r);
+}
+
 static int arrive(sb_admission *a, enum sb_band band, uintptr_t id, sb_ns now, sb_flow_handle *h,
                   sb_admission_refusal *out)
 {
@@ -104,12 +126,12 @@ static int arrive(sb_admission *a, enum sb_band band, uintptr_t id, sb_ns now, s
 static void test_arrival_decisions(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    assert_non_null(a);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     /* Room: dispatched at once, no op called. */
     make_room(r, T0);
@@ -142,19 +164,19 @@ static void test_arrival_decisions(void **state)
     assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
     assert_int_equal(sb_admission_enqueue(a, &other, ID(15), T0, NULL, &out), SB_ADMIT_REFUSED);
     assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
-    assert_int_equal(s.n_dispatched + s.n_refused, 0);
-    sb_admission_free(a);
-    sb_router_free(r);
+    assert_int_equal(s->n_dispatched + s->n_refused, 0);
+    close_fixture(&fx);
 }
 
 static void test_release_when_capacity_returns(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     saturate(r, T0);
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
@@ -163,21 +185,20 @@ static void test_release_when_capacity_returns(void **state)
     /* Still saturated: a release and a tick hand out nothing. */
     sb_admission_release(a, 0, T0 + SB_MS(1));
     sb_admission_tick(a, T0 + SB_MS(2));
-    assert_int_equal(s.n_dispatched, 0);
+    assert_int_equal(s->n_dispatched, 0);
     /* Capacity returns: everything leaves, critical first, then standard in arrival order. */
     make_room(r, T0 + SB_MS(3));
     sb_admission_tick(a, T0 + SB_MS(3));
-    assert_int_equal(s.n_dispatched, 3);
-    assert_int_equal(s.dispatched[0], 2);
-    assert_int_equal(s.dispatched[1], 1);
-    assert_int_equal(s.dispatched[2], 3);
-    assert_int_equal(s.n_refused, 0);
+    assert_int_equal(s->n_dispatched, 3);
+    assert_int_equal(s->dispatched[0], 2);
+    assert_int_equal(s->dispatched[1], 1);
+    assert_int_equal(s->dispatched[2], 3);
+    assert_int_equal(s->n_refused, 0);
     /* Out-of-range pools are ignored. */
     sb_admission_release(a, 5, T0);
     assert_null(sb_admission_take(a, 5));
     assert_null(sb_admission_flow(a, 5));
-    sb_admission_free(a);
-    sb_router_free(r);
+    close_fixture(&fx);
 }
 
 /* The gate closes again as released requests land: the release stops with the pool full, and
@@ -185,11 +206,12 @@ static void test_release_when_capacity_returns(void **state)
 static void test_release_stops_when_gate_closes(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     saturate(r, T0);
     for (uintptr_t id = 1; id <= 4; id++)
@@ -197,31 +219,31 @@ static void test_release_stops_when_gate_closes(void **state)
     /* One endpoint reports an empty queue: with the gate at "more than 1 waiting", it takes
      * two before it is full again (what was sent since its report counts as waiting). */
     report_waiting(r, 0, 0, T0 + SB_MS(5));
-    s.send_to = r;
-    s.now = T0 + SB_MS(5);
+    s->send_to = r;
+    s->now = T0 + SB_MS(5);
     sb_admission_release(a, 0, T0 + SB_MS(5));
-    assert_int_equal(s.n_dispatched, 2);
+    assert_int_equal(s->n_dispatched, 2);
     sb_admission_tick(a, T0 + SB_MS(6));
-    assert_int_equal(s.n_dispatched, 2);
+    assert_int_equal(s->n_dispatched, 2);
     /* Its next report says it drained them: the other two leave. */
     report_waiting(r, 0, 0, T0 + SB_MS(7));
-    s.now = T0 + SB_MS(7);
+    s->now = T0 + SB_MS(7);
     sb_admission_tick(a, T0 + SB_MS(7));
-    assert_int_equal(s.n_dispatched, 4);
-    sb_admission_free(a);
-    sb_router_free(r);
+    assert_int_equal(s->n_dispatched, 4);
+    close_fixture(&fx);
 }
 
 static void test_expiry_and_eviction_go_through_refuse(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
     c.band[SB_BAND_STANDARD].max_wait_ns = SB_MS(100);
     c.max_queued_total = 3;
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     saturate(r, T0);
     /* Sheddable requests queue only through the gate's WAIT: admit them while unsaturated is
@@ -232,40 +254,40 @@ static void test_expiry_and_eviction_go_through_refuse(void **state)
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0, NULL, &out), SB_ADMIT_QUEUED);
     /* The total is full: a critical request evicts the sheddable one, answered 429 "shed". */
     assert_int_equal(arrive(a, SB_BAND_CRITICAL, 3, T0 + 1, NULL, &out), SB_ADMIT_QUEUED);
-    assert_int_equal(s.n_refused, 1);
-    assert_int_equal(s.refused[0], 50);
-    assert_int_equal(s.refusal[0].why, SB_REFUSE_EVICTED);
-    assert_int_equal(s.refusal[0].status, 429);
-    assert_string_equal(s.refusal[0].reason, "shed");
+    assert_int_equal(s->n_refused, 1);
+    assert_int_equal(s->refused[0], 50);
+    assert_int_equal(s->refusal[0].why, SB_REFUSE_EVICTED);
+    assert_int_equal(s->refusal[0].status, 429);
+    assert_string_equal(s->refusal[0].reason, "shed");
     /* Standard waits at most 100 ms: past it, the tick answers both 503 "queue_timeout". */
     sb_admission_tick(a, T0 + SB_MS(99));
-    assert_int_equal(s.n_refused, 1);
+    assert_int_equal(s->n_refused, 1);
     sb_admission_tick(a, T0 + SB_MS(100));
-    assert_int_equal(s.n_refused, 3);
+    assert_int_equal(s->n_refused, 3);
     for (size_t i = 1; i < 3; i++) {
-        assert_int_equal(s.refusal[i].why, SB_REFUSE_QUEUE_TIMEOUT);
-        assert_int_equal(s.refusal[i].status, 503);
-        assert_string_equal(s.refusal[i].reason, "queue_timeout");
-        assert_true(s.refusal[i].retry_after_s >= 1);
+        assert_int_equal(s->refusal[i].why, SB_REFUSE_QUEUE_TIMEOUT);
+        assert_int_equal(s->refusal[i].status, 503);
+        assert_string_equal(s->refusal[i].reason, "queue_timeout");
+        assert_true(s->refusal[i].retry_after_s >= 1);
     }
-    assert_int_equal(s.n_dispatched, 0);
+    assert_int_equal(s->n_dispatched, 0);
     /* The critical one has no deadline: it leaves when capacity returns. */
     make_room(r, T0 + SB_MS(200));
     sb_admission_release(a, 0, T0 + SB_MS(200));
-    assert_int_equal(s.n_dispatched, 1);
-    assert_int_equal(s.dispatched[0], 3);
-    sb_admission_free(a);
-    sb_router_free(r);
+    assert_int_equal(s->n_dispatched, 1);
+    assert_int_equal(s->dispatched[0], 3);
+    close_fixture(&fx);
 }
 
 static void test_removed_request_is_never_dispatched(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     sb_flow_handle h1, h2;
     saturate(r, T0);
@@ -276,11 +298,10 @@ static void test_removed_request_is_never_dispatched(void **state)
     assert_false(sb_admission_remove(a, 3, h2)); /* no such pool */
     make_room(r, T0 + 1);
     sb_admission_tick(a, T0 + 1);
-    assert_int_equal(s.n_dispatched, 1);
-    assert_int_equal(s.dispatched[0], 2);
-    assert_int_equal(s.n_refused, 0);
-    sb_admission_free(a);
-    sb_router_free(r);
+    assert_int_equal(s->n_dispatched, 1);
+    assert_int_equal(s->dispatched[0], 2);
+    assert_int_equal(s->n_refused, 0);
+    close_fixture(&fx);
 }
 
 /* A released request can end at once (the gateway: a refused connection), and its end asks
@@ -288,74 +309,74 @@ static void test_removed_request_is_never_dispatched(void **state)
 static void test_no_nested_release(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
-    s.release_inside = true;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
+    s->release_inside = true;
     sb_admission_refusal out;
     saturate(r, T0);
     for (uintptr_t id = 1; id <= 4; id++)
         assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
     make_room(r, T0 + 1);
-    s.now = T0 + 1;
+    s->now = T0 + 1;
     sb_admission_release(a, 0, T0 + 1);
-    assert_int_equal(s.n_dispatched, 4);
+    assert_int_equal(s->n_dispatched, 4);
     for (size_t i = 0; i < 4; i++)
-        assert_int_equal(s.dispatched[i], i + 1);
-    sb_admission_free(a);
-    sb_router_free(r);
+        assert_int_equal(s->dispatched[i], i + 1);
+    close_fixture(&fx);
 }
 
 /* A dispatch that fails beyond repair stops the release; the rest stays queued. */
 static void test_dispatch_can_stop_release(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
-    s.stop_after = 2;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
+    s->stop_after = 2;
     sb_admission_refusal out;
     saturate(r, T0);
     for (uintptr_t id = 1; id <= 4; id++)
         assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
     make_room(r, T0 + 1);
     sb_admission_release(a, 0, T0 + 1);
-    assert_int_equal(s.n_dispatched, 2);
+    assert_int_equal(s->n_dispatched, 2);
     /* What is left can be taken regardless of capacity (a shutdown). */
     assert_ptr_equal(sb_admission_take(a, 0), ID(3));
     assert_ptr_equal(sb_admission_take(a, 0), ID(4));
     assert_null(sb_admission_take(a, 0));
-    sb_admission_free(a);
-    sb_router_free(r);
+    close_fixture(&fx);
 }
 
 /* A reload moves the gate: a pool the old gate found saturated has room under the new one. */
 static void test_reconfigure_moves_the_gate(void **state)
 {
     (void)state;
-    sb_router *r = two_endpoints();
-    seen s = {0};
     sb_flow_config c = gate_config();
-    sb_admission *a = sb_admission_new(r, 1, &c, &ops, &s);
-    s.a = a;
+    fixture fx;
+    open_fixture(&fx, &c);
+    sb_router *r = fx.r;
+    sb_admission *a = fx.a;
+    seen *s = &fx.s;
     sb_admission_refusal out;
     saturate(r, T0); /* 3 waiting each: over a gate of 1 */
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
     c.gate_queue = 4;
     assert_int_equal(sb_admission_reconfigure(a, &c), 0);
     sb_admission_tick(a, T0 + 1);
-    assert_int_equal(s.n_dispatched, 1);
+    assert_int_equal(s->n_dispatched, 1);
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 2, T0 + 2, NULL, &out), SB_ADMIT_DISPATCH);
     /* A bound the flow refuses leaves that pool as it was. */
     c.max_queued_total = SB_FLOW_MAX_QUEUED + 1;
     assert_int_equal(sb_admission_reconfigure(a, &c), -1);
     assert_int_equal(sb_admission_pool_count(a), 1);
-    sb_admission_free(a);
-    sb_router_free(r);
+    close_fixture(&fx);
 }
 
 static void test_refusal_table(void **state)

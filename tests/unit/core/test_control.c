@@ -4,20 +4,14 @@
  * the tick reads the pool's own endpoints. */
 #include "sb_test.h"
 
+#include "adaptive_test.h"
+
 #include "core/control.h"
 #include "core/router.h"
 
 #define T0 SB_MS(10000)
 #define TICK SB_MS(100)
 
-static sb_adaptive_params no_smoothing(void)
-{
-    sb_adaptive_params p = sb_adaptive_params_default();
-    for (int d = 0; d < SB_DETECT_COUNT; d++)
-        p.detector[d].tau_ns = 0;
-    p.min_publish_ns = 0;
-    return p;
-}
 
 static sb_router *router_of(const sb_profile *prof)
 {
@@ -37,26 +31,33 @@ static void skew(sb_router *r, double q0, sb_ns at)
     }
 }
 
+/* n ticks from t0, alternating skews (each moves the weights); after each, the pool's profile
+ * must be `expect` (NULL: the configurator's current snapshot). Returns how many published. */
+static unsigned tick_skews(sb_router *r, sb_adaptive *a, const sb_profile *base, bool adaptive, int n, sb_ns t0,
+                           const sb_profile *expect)
+{
+    unsigned published = 0;
+    for (int i = 0; i < n; i++) {
+        sb_ns t = t0 + (sb_ns)i * TICK;
+        skew(r, i % 2 ? 40 : 1, t);
+        published += (sb_control_tick(r, 0, a, base, adaptive, t) & SB_ADAPTIVE_PUBLISHED) != 0;
+        assert_ptr_equal(sb_router_pool_profile(r, 0), expect ? expect : sb_adaptive_profile(a));
+    }
+    return published;
+}
+
 static void test_movable_adaptive_pool_routes_by_snapshots(void **state)
 {
     (void)state;
     const sb_profile *base = sb_profile_builtin("default");
     assert_true(sb_adaptive_movable(base));
     sb_router *r = router_of(base);
-    sb_adaptive_params p = no_smoothing();
+    sb_adaptive_params p = sb_test_adaptive_unsmoothed();
     sb_adaptive *a = sb_adaptive_new(&p, base);
     assert_true(sb_control_publish(r, 0, a, base, true));
     assert_ptr_equal(sb_router_pool_profile(r, 0), sb_adaptive_profile(a));
     /* Alternating skews publish new weights; each reaches the router. */
-    sb_ns t = T0;
-    unsigned published = 0;
-    for (int i = 0; i < 6; i++, t += TICK) {
-        skew(r, i % 2 ? 40 : 1, t);
-        unsigned ch = sb_control_tick(r, 0, a, base, true, t);
-        published += (ch & SB_ADAPTIVE_PUBLISHED) != 0;
-        assert_ptr_equal(sb_router_pool_profile(r, 0), sb_adaptive_profile(a));
-    }
-    assert_true(published > 0);
+    assert_true(tick_skews(r, a, base, true, 6, T0, NULL) > 0);
     assert_true(sb_adaptive_generation(a) > 1);
     sb_adaptive_free(a);
     sb_router_free(r);
@@ -68,16 +69,10 @@ static void test_static_pool_keeps_its_base(void **state)
     (void)state;
     const sb_profile *base = sb_profile_builtin("default");
     sb_router *r = router_of(base);
-    sb_adaptive_params p = no_smoothing();
+    sb_adaptive_params p = sb_test_adaptive_unsmoothed();
     sb_adaptive *a = sb_adaptive_new(&p, base);
     assert_false(sb_control_publish(r, 0, a, base, false));
-    sb_ns t = T0;
-    for (int i = 0; i < 6; i++, t += TICK) {
-        skew(r, i % 2 ? 40 : 1, t);
-        sb_control_tick(r, 0, a, base, false, t);
-        assert_ptr_equal(sb_router_pool_profile(r, 0), base);
-    }
-    assert_true(sb_adaptive_generation(a) > 1);
+    assert_true(tick_skews(r, a, base, false, 6, T0, base) > 0);
     sb_adaptive_free(a);
     sb_router_free(r);
 }
@@ -93,17 +88,12 @@ static void test_unmovable_base_routes_as_it_is(void **state)
     assert_false(sb_adaptive_movable(base));
     assert_false(sb_adaptive_movable(NULL));
     sb_router *r = router_of(base);
-    sb_adaptive_params p = no_smoothing();
+    sb_adaptive_params p = sb_test_adaptive_unsmoothed();
     sb_adaptive *a = sb_adaptive_new(&p, base);
     assert_false(sb_control_publish(r, 0, a, base, true));
-    sb_ns t = T0;
-    for (int i = 0; i < 4; i++, t += TICK) {
-        skew(r, i % 2 ? 40 : 1, t);
-        sb_control_tick(r, 0, a, base, true, t);
-    }
-    assert_ptr_equal(sb_router_pool_profile(r, 0), base);
+    tick_skews(r, a, base, true, 4, T0, base);
     sb_sched_request rq = {.pool = 0, .adapter = -1};
-    assert_true(sb_router_pick(r, &rq, t) >= 0);
+    assert_true(sb_router_pick(r, &rq, T0 + 4 * TICK) >= 0);
     assert_string_equal(sb_router_last_decision(r, 0)->profile->name, "least-request");
     sb_adaptive_free(a);
     sb_router_free(r);
