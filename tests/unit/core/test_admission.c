@@ -98,19 +98,28 @@ typedef struct fixture {
     seen s;
 } fixture;
 
-static void open_fixture(fixture *fx, const sb_flow_config *c)
+/* cmocka set-up and tear-down: every test starts from gate_config (a test that wants other
+ * bounds reconfigures, which is in place). */
+static int open_fixture(void **state)
 {
-    memset(fx, 0, sizeof(*fx));
+    fixture *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    sb_flow_config c = gate_config();
     fx->r = two_endpoints();
-    fx->a = sb_admission_new(fx->r, 1, c, &ops, &fx->s);
+    fx->a = sb_admission_new(fx->r, 1, &c, &ops, &fx->s);
     assert_non_null(fx->a);
     fx->s.a = fx->a;
+    *state = fx;
+    return 0;
 }
 
-static void close_fixture(fixture *fx)
+static int close_fixture(void **state)
 {
+    fixture *fx = *state;
     sb_admission_free(fx->a);
     sb_router_free(fx->r);
+    free(fx);
+    return 0;
 }
 
 static int arrive(sb_admission *a, enum sb_band band, uintptr_t id, sb_ns now, sb_flow_handle *h,
@@ -123,15 +132,21 @@ static int arrive(sb_admission *a, enum sb_band band, uintptr_t id, sb_ns now, s
     return sb_admission_enqueue(a, &rq, ID(id), now, h, out);
 }
 
+/* Saturates the pool at T0 and queues standard requests 1..n there. */
+static void queue_saturated(fixture *fx, uintptr_t n)
+{
+    sb_admission_refusal out;
+    saturate(fx->r, T0);
+    for (uintptr_t id = 1; id <= n; id++)
+        assert_int_equal(arrive(fx->a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+}
+
 static void test_arrival_decisions(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     sb_admission_refusal out;
     /* Room: dispatched at once, no op called. */
     make_room(r, T0);
@@ -165,18 +180,14 @@ static void test_arrival_decisions(void **state)
     assert_int_equal(sb_admission_enqueue(a, &other, ID(15), T0, NULL, &out), SB_ADMIT_REFUSED);
     assert_int_equal(out.why, SB_REFUSE_NO_ENDPOINT);
     assert_int_equal(s->n_dispatched + s->n_refused, 0);
-    close_fixture(&fx);
 }
 
 static void test_release_when_capacity_returns(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     sb_admission_refusal out;
     saturate(r, T0);
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
@@ -198,24 +209,17 @@ static void test_release_when_capacity_returns(void **state)
     sb_admission_release(a, 5, T0);
     assert_null(sb_admission_take(a, 5));
     assert_null(sb_admission_flow(a, 5));
-    close_fixture(&fx);
 }
 
 /* The gate closes again as released requests land: the release stops with the pool full, and
  * the rest waits. The gate counts requests sent since the last report. */
 static void test_release_stops_when_gate_closes(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
-    sb_admission_refusal out;
-    saturate(r, T0);
-    for (uintptr_t id = 1; id <= 4; id++)
-        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
+    queue_saturated(fx, 4);
     /* One endpoint reports an empty queue: with the gate at "more than 1 waiting", it takes
      * two before it is full again (what was sent since its report counts as waiting). */
     report_waiting(r, 0, 0, T0 + SB_MS(5));
@@ -230,20 +234,18 @@ static void test_release_stops_when_gate_closes(void **state)
     s->now = T0 + SB_MS(7);
     sb_admission_tick(a, T0 + SB_MS(7));
     assert_int_equal(s->n_dispatched, 4);
-    close_fixture(&fx);
 }
 
 static void test_expiry_and_eviction_go_through_refuse(void **state)
 {
-    (void)state;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     sb_flow_config c = gate_config();
     c.band[SB_BAND_STANDARD].max_wait_ns = SB_MS(100);
     c.max_queued_total = 3;
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    assert_int_equal(sb_admission_reconfigure(a, &c), 0);
     sb_admission_refusal out;
     saturate(r, T0);
     /* Sheddable requests queue only through the gate's WAIT: admit them while unsaturated is
@@ -276,18 +278,14 @@ static void test_expiry_and_eviction_go_through_refuse(void **state)
     sb_admission_release(a, 0, T0 + SB_MS(200));
     assert_int_equal(s->n_dispatched, 1);
     assert_int_equal(s->dispatched[0], 3);
-    close_fixture(&fx);
 }
 
 static void test_removed_request_is_never_dispatched(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     sb_admission_refusal out;
     sb_flow_handle h1, h2;
     saturate(r, T0);
@@ -301,49 +299,35 @@ static void test_removed_request_is_never_dispatched(void **state)
     assert_int_equal(s->n_dispatched, 1);
     assert_int_equal(s->dispatched[0], 2);
     assert_int_equal(s->n_refused, 0);
-    close_fixture(&fx);
 }
 
 /* A released request can end at once (the gateway: a refused connection), and its end asks
  * for a release: that must not nest; the outer release goes on, each request once. */
 static void test_no_nested_release(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     s->release_inside = true;
-    sb_admission_refusal out;
-    saturate(r, T0);
-    for (uintptr_t id = 1; id <= 4; id++)
-        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    queue_saturated(fx, 4);
     make_room(r, T0 + 1);
     s->now = T0 + 1;
     sb_admission_release(a, 0, T0 + 1);
     assert_int_equal(s->n_dispatched, 4);
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(s->dispatched[i], i + 1);
-    close_fixture(&fx);
 }
 
 /* A dispatch that fails beyond repair stops the release; the rest stays queued. */
 static void test_dispatch_can_stop_release(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     s->stop_after = 2;
-    sb_admission_refusal out;
-    saturate(r, T0);
-    for (uintptr_t id = 1; id <= 4; id++)
-        assert_int_equal(arrive(a, SB_BAND_STANDARD, id, T0, NULL, &out), SB_ADMIT_QUEUED);
+    queue_saturated(fx, 4);
     make_room(r, T0 + 1);
     sb_admission_release(a, 0, T0 + 1);
     assert_int_equal(s->n_dispatched, 2);
@@ -351,22 +335,19 @@ static void test_dispatch_can_stop_release(void **state)
     assert_ptr_equal(sb_admission_take(a, 0), ID(3));
     assert_ptr_equal(sb_admission_take(a, 0), ID(4));
     assert_null(sb_admission_take(a, 0));
-    close_fixture(&fx);
 }
 
 /* A reload moves the gate: a pool the old gate found saturated has room under the new one. */
 static void test_reconfigure_moves_the_gate(void **state)
 {
-    (void)state;
-    sb_flow_config c = gate_config();
-    fixture fx;
-    open_fixture(&fx, &c);
-    sb_router *r = fx.r;
-    sb_admission *a = fx.a;
-    seen *s = &fx.s;
+    fixture *fx = *state;
+    sb_router *r = fx->r;
+    sb_admission *a = fx->a;
+    seen *s = &fx->s;
     sb_admission_refusal out;
     saturate(r, T0); /* 3 waiting each: over a gate of 1 */
     assert_int_equal(arrive(a, SB_BAND_STANDARD, 1, T0, NULL, &out), SB_ADMIT_QUEUED);
+    sb_flow_config c = gate_config();
     c.gate_queue = 4;
     assert_int_equal(sb_admission_reconfigure(a, &c), 0);
     sb_admission_tick(a, T0 + 1);
@@ -376,7 +357,6 @@ static void test_reconfigure_moves_the_gate(void **state)
     c.max_queued_total = SB_FLOW_MAX_QUEUED + 1;
     assert_int_equal(sb_admission_reconfigure(a, &c), -1);
     assert_int_equal(sb_admission_pool_count(a), 1);
-    close_fixture(&fx);
 }
 
 static void test_refusal_table(void **state)
@@ -415,14 +395,14 @@ static void test_allocation_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arrival_decisions),
-        cmocka_unit_test(test_release_when_capacity_returns),
-        cmocka_unit_test(test_release_stops_when_gate_closes),
-        cmocka_unit_test(test_expiry_and_eviction_go_through_refuse),
-        cmocka_unit_test(test_removed_request_is_never_dispatched),
-        cmocka_unit_test(test_no_nested_release),
-        cmocka_unit_test(test_dispatch_can_stop_release),
-        cmocka_unit_test(test_reconfigure_moves_the_gate),
+        cmocka_unit_test_setup_teardown(test_arrival_decisions, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_release_when_capacity_returns, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_release_stops_when_gate_closes, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_expiry_and_eviction_go_through_refuse, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_removed_request_is_never_dispatched, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_no_nested_release, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_dispatch_can_stop_release, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_reconfigure_moves_the_gate, open_fixture, close_fixture),
         cmocka_unit_test(test_refusal_table),
         cmocka_unit_test(test_allocation_failure),
     };
