@@ -3,7 +3,9 @@
 //       -lxxhash -lm -o /tmp/bench_sched && /tmp/bench_sched
 
 /* bench_sched: decision time (filters + scorers + picker) of the `default` profile through
- * sb_router_pick, for pools of 8, 64, 256 and 1024 endpoints with varied reports.
+ * sb_router_pick, for pools of 8, 64, 256 and 1024 endpoints with varied reports; and through
+ * sb_decide (core/decide.h) asking for the pick plus 7 ranked fallbacks, what an endpoint
+ * picker behind Envoy asks for (the proxy asks for the pick alone).
  *
  * Each figure is the median of 5 runs; a run times enough decisions to cover ~4M endpoint
  * evaluations, so the small pools are not dominated by clock reads. The state is held
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/decide.h"
 #include "core/router.h"
 
 #define RUNS 5
@@ -60,13 +63,15 @@ static sb_router *make_pool(size_t n, sb_ns now)
     return r;
 }
 
-static double run_once(sb_router *r, size_t iters, sb_ns now, int adapter)
+/* ranked: 0 times sb_router_pick, else sb_decide asking for that many endpoints. */
+static double run_once(sb_router *r, size_t iters, sb_ns now, int adapter, size_t ranked)
 {
-    sb_sched_request req = {.pool = 0, .adapter = adapter, .prompt_tokens = 1000};
+    sb_request_desc req = {.sched = {.pool = 0, .adapter = adapter, .prompt_tokens = 1000}};
+    sb_ranking rk;
     volatile int sink = 0;
     sb_ns t0 = clock_ns();
     for (size_t i = 0; i < iters; i++)
-        sink += sb_router_pick(r, &req, now);
+        sink += ranked ? sb_decide(r, &req, ranked, now, &rk) : sb_router_pick(r, &req.sched, now);
     sb_ns t1 = clock_ns();
     (void)sink;
     return (double)(t1 - t0) / (double)iters;
@@ -86,25 +91,27 @@ int main(void)
     for (size_t i = 0; i < prof->n_scorers; i++)
         printf("%s %s %g", i ? "," : "", prof->scorers[i].def->name, prof->scorers[i].weight);
     printf(" | %s), requests without prompt blocks, median of %d runs\n\n", prof->picker->name, RUNS);
-    printf("%10s %12s %14s %12s %14s %10s\n", "endpoints", "iterations", "ns/decision", "ns/endpoint",
-           "adapter ns/dec", "vs n=8");
+    printf("%10s %12s %14s %12s %14s %14s %10s\n", "endpoints", "iterations", "ns/decision", "ns/endpoint",
+           "adapter ns/dec", "8 ranked ns", "vs n=8");
     for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
         size_t n = sizes[z];
         size_t iters = 4000000 / n;
         sb_router *r = make_pool(n, now);
-        run_once(r, iters / 10 + 1, now, -1); /* warm caches */
-        double t[RUNS], ta[RUNS];
+        run_once(r, iters / 10 + 1, now, -1, 0); /* warm caches */
+        double t[RUNS], ta[RUNS], tr[RUNS];
         for (int k = 0; k < RUNS; k++) {
-            t[k] = run_once(r, iters, now, -1);
-            ta[k] = run_once(r, iters, now, 2);
+            t[k] = run_once(r, iters, now, -1, 0);
+            ta[k] = run_once(r, iters, now, 2, 0);
+            tr[k] = run_once(r, iters, now, -1, SB_DECIDE_MAX_RANKED);
         }
         qsort(t, RUNS, sizeof(double), cmp_double);
         qsort(ta, RUNS, sizeof(double), cmp_double);
+        qsort(tr, RUNS, sizeof(double), cmp_double);
         double med = t[RUNS / 2];
         if (z == 0)
             base_ns = med;
-        printf("%10zu %12zu %14.0f %12.1f %14.0f %9.1fx\n", n, iters, med, med / (double)n, ta[RUNS / 2],
-               med / base_ns);
+        printf("%10zu %12zu %14.0f %12.1f %14.0f %14.0f %9.1fx\n", n, iters, med, med / (double)n, ta[RUNS / 2],
+               tr[RUNS / 2], med / base_ns);
         sb_router_free(r);
     }
     return 0;

@@ -15,6 +15,7 @@
 #include "core/decide.h"
 #include "proto/inspect.h"
 #include "replay/event_queue.h"
+#include "replay/latency.h"
 
 /* The virtual clock starts at 1 s, not 0: core/endpoint.h reads report_ns == 0 as "never
  * reported", and the first scrape happens at the start. */
@@ -28,11 +29,6 @@ enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK
 
 /* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
 #define TICK_MAX_NS SB_MS(100)
-
-/* ITL histogram: exact below 256 ns, then 128 log-linear sub-buckets per power of two (relative
- * width under 0.8%, midpoint error under 0.4%). 64-bit values need 56 * 128 + 256 buckets. */
-#define ITL_SUB 128
-#define ITL_BUCKETS (56 * ITL_SUB + 2 * ITL_SUB)
 
 typedef struct req_rt {
     sb_ticket ticket;
@@ -106,35 +102,6 @@ void sb_replay_opts_default(sb_replay_opts *o)
         .adaptive_params = sb_adaptive_params_default(),
     };
     sb_flow_config_default(&o->flow);
-}
-
-double sb_replay_percentile(const sb_ns *v, size_t n, double q)
-{
-    if (!n)
-        return 0;
-    double pos = q * (double)(n - 1);
-    size_t lo = (size_t)pos;
-    if (lo + 1 >= n)
-        return (double)v[n - 1];
-    double f = pos - (double)lo;
-    return (double)v[lo] + f * ((double)v[lo + 1] - (double)v[lo]);
-}
-
-static size_t itl_bucket(sb_ns v)
-{
-    if (v < 2 * ITL_SUB)
-        return (size_t)v;
-    unsigned e = (unsigned)(63 - __builtin_clzll(v)) - 7; /* v >> e in [128, 256) */
-    return (size_t)e * ITL_SUB + (size_t)(v >> e);
-}
-
-static double itl_value(size_t idx)
-{
-    if (idx < 2 * ITL_SUB)
-        return (double)idx;
-    unsigned e = (unsigned)(idx / ITL_SUB) - 1;
-    double lo = (double)((sb_ns)(idx - (size_t)e * ITL_SUB) << e), width = (double)(1ULL << e);
-    return lo + (width - 1) / 2;
 }
 
 static int fail(driver *d, int rc, const char *msg)
@@ -535,7 +502,7 @@ static void on_engine_event(void *ud, const sb_engine_event *ev)
         else
             first_byte(d, rep, idx);
         break;
-    case SB_ENGINE_EV_TOKEN: d->itl_hist[itl_bucket(ev->itl_ns)]++; break;
+    case SB_ENGINE_EV_TOKEN: d->itl_hist[sb_replay_itl_bucket(ev->itl_ns)]++; break;
     case SB_ENGINE_EV_FINISHED:
         account(d, idx, &ev->usage);
         if (delay) {
@@ -605,38 +572,10 @@ static size_t select_roots(const sb_replay_workload *w, const sb_replay_opts *o,
     return roots;
 }
 
-static int cmp_ns(const void *a, const void *b)
-{
-    sb_ns x = *(const sb_ns *)a, y = *(const sb_ns *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void summarise(driver *d)
 {
     sb_replay_result *out = d->out;
-    qsort(d->ttft, d->n_done, sizeof(sb_ns), cmp_ns);
-    qsort(d->e2e, d->n_done, sizeof(sb_ns), cmp_ns);
-    const double ms = 1e-6;
-    out->ttft_p50_ms = sb_replay_percentile(d->ttft, d->n_done, 0.50) * ms;
-    out->ttft_p90_ms = sb_replay_percentile(d->ttft, d->n_done, 0.90) * ms;
-    out->ttft_p99_ms = sb_replay_percentile(d->ttft, d->n_done, 0.99) * ms;
-    out->e2e_p50_ms = sb_replay_percentile(d->e2e, d->n_done, 0.50) * ms;
-    out->e2e_p99_ms = sb_replay_percentile(d->e2e, d->n_done, 0.99) * ms;
-    double sum = 0;
-    for (size_t i = 0; i < d->n_done; i++)
-        sum += (double)d->ttft[i];
-    out->ttft_mean_ms = d->n_done ? sum / (double)d->n_done * ms : 0;
-
-    uint64_t gaps = 0, seen = 0;
-    for (size_t i = 0; i < ITL_BUCKETS; i++)
-        gaps += d->itl_hist[i];
-    for (size_t i = 0; i < ITL_BUCKETS && gaps; i++) {
-        seen += d->itl_hist[i];
-        if (2 * seen >= gaps) {
-            out->itl_p50_ms = itl_value(i) * ms;
-            break;
-        }
-    }
+    sb_replay_latency_summary(out, d->ttft, d->e2e, d->n_done, d->itl_hist);
 
     uint64_t hits = 0, queries = 0;
     for (uint32_t i = 0; i < d->n; i++) {
@@ -648,13 +587,7 @@ static void summarise(driver *d)
     }
     out->hit_rate = queries ? (double)hits / (double)queries : 0;
 
-    double mean = 0, var = 0;
-    for (uint32_t i = 0; i < d->n; i++)
-        mean += (double)out->per_replica[i];
-    mean /= d->n;
-    for (uint32_t i = 0; i < d->n; i++)
-        var += ((double)out->per_replica[i] - mean) * ((double)out->per_replica[i] - mean);
-    out->imbalance_cv = mean > 0 ? sqrt(var / d->n) / mean : 0;
+    out->imbalance_cv = sb_replay_imbalance_cv(out, d->n);
 
     if (d->first_arrival != NEVER && d->last_answer > d->first_arrival) {
         out->makespan_s = (double)(d->last_answer - d->first_arrival) * 1e-9;
@@ -697,7 +630,7 @@ static void summarise_bands(driver *d)
             br->refused += rt->status == 429;
             br->expired += rt->status == 503;
         }
-        qsort(v, k, sizeof(sb_ns), cmp_ns);
+        sb_replay_sort_ns(v, k);
         br->ttft_p50_ms = sb_replay_percentile(v, k, 0.50) * 1e-6;
         br->ttft_p90_ms = sb_replay_percentile(v, k, 0.90) * 1e-6;
         br->ttft_p99_ms = sb_replay_percentile(v, k, 0.99) * 1e-6;
@@ -806,7 +739,7 @@ static int set_up(driver *d)
     d->is_dirty = sb_calloc(d->n, sizeof(bool));
     d->dirty = sb_calloc(d->n, sizeof(uint32_t));
     d->rt = sb_calloc(w->n ? w->n : 1, sizeof(req_rt));
-    d->itl_hist = sb_calloc(ITL_BUCKETS, sizeof(uint64_t));
+    d->itl_hist = sb_calloc(SB_REPLAY_ITL_BUCKETS, sizeof(uint64_t));
     d->ttft = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
     d->e2e = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
     size_t maxp = w->max_prompt ? w->max_prompt : 1;
