@@ -2,8 +2,9 @@
  *
  * While a pool is saturated, requests wait here instead of piling onto replicas that cannot
  * take them. Queues are kept per priority band (critical, standard, sheddable; band 0 is the
- * highest) and, within a band, per tenant. The gateway and the replay driver both run this
- * module, so the policy below is the one replay measures.
+ * highest) and, within a band, per tenant. Its one caller is core/admission.h (the gate and
+ * the refusals around these queues), which the gateway and the replay driver both drive, so
+ * the policy below is the one replay measures.
  *
  * Policy, exactly:
  * - Admission (sb_flow_admit). A request goes straight to scheduling when the pool is not
@@ -35,7 +36,7 @@
  *   other, so fairness among the overflowing tenants degrades to FIFO among themselves while
  *   the tracked ones keep theirs. Counted in sb_flow_stats.tenant_overflow.
  *
- * Typical caller (one per pool):
+ * The caller (core/admission.c, one per pool):
  *     r = sb_flow_admit(f, saturated, band);
  *     DISPATCH -> schedule now; SHED -> 429; WAIT -> sb_flow_enqueue: FULL -> 429
  *     whenever capacity frees: sb_flow_expire(f, now, ...) -> 503 each;
