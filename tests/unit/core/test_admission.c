@@ -24,6 +24,7 @@ typedef struct seen {
     bool release_inside; /* dispatch calls sb_admission_release, as a request that ends at once */
     size_t stop_after;   /* dispatch returns false once this many were dispatched (0: never) */
     sb_router *send_to;  /* dispatch sends the request to endpoint 0 of this router */
+    int depth;           /* dispatches running: more than one is a nested release */
     sb_ns now;
 } seen;
 
@@ -31,11 +32,15 @@ static bool on_dispatch(void *ctx, void *user)
 {
     seen *s = ctx;
     assert_true(s->n_dispatched < 64);
+    assert_int_equal(++s->depth, 1);
     s->dispatched[s->n_dispatched++] = (uintptr_t)user;
     if (s->send_to)
         sb_router_dispatched(s->send_to, 0, 0, 10, s->now);
-    if (s->release_inside)
+    if (s->release_inside) {
         sb_admission_release(s->a, 0, s->now);
+        sb_admission_tick(s->a, s->now);
+    }
+    s->depth--;
     return !(s->stop_after && s->n_dispatched >= s->stop_after);
 }
 
