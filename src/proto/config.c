@@ -614,6 +614,21 @@ static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char
     return true;
 }
 
+/* A listening address: an IP literal, since names are not resolved for listening (a name
+ * would pass `check` and then fail to bind at start). */
+static bool parse_listen_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
+{
+    unsigned char a[16];
+    if (!parse_address(p, n, what, host, port))
+        return false;
+    if (inet_pton(AF_INET, *host, a) == 1 || inet_pton(AF_INET6, *host, a) == 1)
+        return true;
+    node_error(p, n, "%s must be an IP address (like 127.0.0.1, 0.0.0.0 or [::1]), got the name '%s'", what, *host);
+    sb_free(*host);
+    *host = NULL;
+    return false;
+}
+
 /* ---- pools ---- */
 
 static const char *pool_label(const sb_config *cfg, size_t i, char *buf, size_t cap)
@@ -1484,7 +1499,7 @@ static void parse_admin(parse *p, const yaml_node_t *map)
             listen = v;
             char *host = NULL;
             uint16_t port = 0;
-            if (is_null(v) || parse_address(p, v, "admin.listen", &host, &port)) {
+            if (is_null(v) || parse_listen_address(p, v, "admin.listen", &host, &port)) {
                 sb_free(cfg->admin_host);
                 cfg->admin_host = host;
                 cfg->admin_port = port;
@@ -1731,7 +1746,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
         } else if (!strcmp(key, "listen")) {
             char *host;
             uint16_t port;
-            if (parse_address(p, v, "listen", &host, &port)) {
+            if (parse_listen_address(p, v, "listen", &host, &port)) {
                 sb_free(p->cfg->listen_host);
                 p->cfg->listen_host = host;
                 p->cfg->listen_port = port;
