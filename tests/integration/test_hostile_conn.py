@@ -354,7 +354,7 @@ class ReadAheadBound(unittest.TestCase):
             self.assertEqual(tail, b"")
         finally:
             s.close()
-        self.assertEqual(self.up.finished_streams, 1)
+        wait_until(lambda: self.up.finished_streams == 1, 10, "the stream to finish upstream")
 
     def test_discarding_is_bounded_by_linger_bytes(self):
         # A client streaming junk behind its request past linger_bytes (32 MiB here) is cut,
