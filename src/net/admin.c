@@ -124,8 +124,7 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
         sb_buf_printf(b,
                       "switchboard_connections_refused_total{listener=\"%s\",answer=\"503\"} %llu\n"
                       "switchboard_connections_refused_total{listener=\"%s\",answer=\"none\"} %llu\n",
-                      name[i], (unsigned long long)st[i].refused_total, name[i],
-                      (unsigned long long)st[i].reset_total);
+                      name[i], (unsigned long long)st[i].refused_total, name[i], (unsigned long long)st[i].reset_total);
     sb_buf_puts(b, "# HELP switchboard_request_body_bytes Memory held in request bodies on each listener "
                    "(each bounded by limits.max_buffered_body_bytes).\n"
                    "# TYPE switchboard_request_body_bytes gauge\n");

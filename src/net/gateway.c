@@ -264,8 +264,8 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
     if (!req->has_body)
         return false;
     char msg[160];
-    snprintf(msg, sizeof(msg), "%.*s takes no request body",
-             (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
+    snprintf(msg, sizeof(msg), "%.*s takes no request body", (int)(req->path_len > 100 ? 100 : req->path_len),
+             req->path);
     sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
     return true;
 }

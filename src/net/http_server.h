@@ -16,14 +16,15 @@
  * - Memory grows with bytes received, never with bytes promised: a body buffer starts small
  *   and doubles as bytes arrive, capped by the declared Content-Length (by max_body_bytes
  *   when chunked); the head grows up to max_header_bytes; bytes pipelined behind a request
- *   in progress are held up to 64 KiB (plus one read). Past that the connection is still read, so a client that leaves aborts
- *   its request at once, but its bytes are discarded (at most linger_bytes, else the
- *   connection is closed) and the connection closes after the current answer. Reads land
- *   in one static 64 KiB slab, consumed before the next read. Answers a client does not
- *   read are bounded too: past write_high_water queued, a keep-alive connection between
- *   requests stops being read and parsed until the client reads (idle_ms without progress
- *   closes it; no request, body or upstream is held meanwhile, and a client that resets is
- *   seen by the pending write), and a stream reports backpressure.
+ *   in progress are held up to 64 KiB (plus one read). Past that the connection is still
+ *   read, so a client that leaves aborts its request at once, but its bytes are discarded
+ *   (at most linger_bytes, else the connection is closed) and the connection closes after
+ *   the current answer. Reads land in one static 64 KiB slab, consumed before the next
+ *   read. Answers a client does not read are bounded too: past write_high_water queued, a
+ *   keep-alive connection between requests stops being read and parsed until the client
+ *   reads (idle_ms without progress closes it; no request, body or upstream is held
+ *   meanwhile, and a client that resets is seen by the pending write), and a stream
+ *   reports backpressure.
  * - max_buffered_body_bytes bounds the capacity of all body buffers of this server at once.
  *   A body that would pass it is refused with 503 (code request_bodies_over_budget,
  *   Retry-After: 1) rather than paused: pausing would let a few slow clients holding
