@@ -272,10 +272,10 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
 
 /* The checks a request's head decides (route, method, API key, a body where none is
  * taken), in one place for both callers: on_head, before the body is read, and on_request,
- * with the body. Answers and returns true if one fails; else sets *route and *who. The key is hashed and looked up each
- * time rather than carried from the head to the body: the hook must keep no pointers, a
- * reload between the two may swap the configuration (the newer one decides), and one
- * SHA-256 of a token costs about a microsecond. */
+ * with the body. Answers and returns true if one fails; else sets *route and *who. The key
+ * is hashed and looked up each time rather than carried from the head to the body: the hook
+ * must keep no pointers, a reload between the two may swap the configuration (the newer one
+ * decides), and one SHA-256 of a token costs about a microsecond. */
 static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
 {
     if (path_is(req, "/healthz")) {
