@@ -14,12 +14,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
 #include "core/admission.h"
 #include "net/gateway.h"
+#include "proto/auth.h"
 
 typedef struct queued {
     sb_gateway *gw;
@@ -55,18 +55,11 @@ static enum sb_band band_of(const sb_http_req *req, const sb_proxy_target *t)
     return b >= 0 ? (enum sb_band)b : SB_BAND_STANDARD;
 }
 
-/* The fairness key: the API key's tenant when it names one, else x-tenant, else the key
- * itself (its digest), else none. Key tenants and x-tenant values are hashed apart (seeds 1
- * and 2): a client whose key names no tenant cannot write `x-tenant: alice` and queue in the
- * FIFO of the keys whose tenant is alice. */
+/* The fairness key (proto/auth.h): the key's tenant, else x-tenant, else the key itself. */
 static uint64_t tenant_of(const sb_http_req *req, const sb_proxy_target *t)
 {
-    if (t->tenant[0])
-        return XXH3_64bits_withSeed(t->tenant, strlen(t->tenant), 1);
     const sb_http_header *h = sb_http_req_header(req, "x-tenant");
-    if (h && h->value_len)
-        return XXH3_64bits_withSeed(h->value, h->value_len, 2);
-    return t->key_id;
+    return sb_auth_tenant_key(t->tenant, h ? h->value : NULL, h ? h->value_len : 0, t->key_id);
 }
 
 static void free_queued(queued *q)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "core/flow.h"
@@ -260,4 +261,13 @@ long sb_auth_parse_keys_file(char *text, size_t len, sb_auth_keys *t, sb_auth_fi
     }
     OPENSSL_cleanse(text, len);
     return added;
+}
+
+uint64_t sb_auth_tenant_key(const char *key_tenant, const char *header, size_t header_len, uint64_t key_id)
+{
+    if (key_tenant && key_tenant[0])
+        return XXH3_64bits_withSeed(key_tenant, strlen(key_tenant), 1);
+    if (header && header_len)
+        return XXH3_64bits_withSeed(header, header_len, 2);
+    return key_id;
 }

@@ -86,4 +86,11 @@ typedef struct sb_auth_file_error {
  * added, or -1 with *err filled (t may then hold the keys of earlier lines). */
 long sb_auth_parse_keys_file(char *text, size_t len, sb_auth_keys *t, sb_auth_file_error *err);
 
+/* A request's fairness key for flow control: its key's tenant when the key names one
+ * (key_tenant non-empty), else the x-tenant header's value (header_len > 0), else key_id (the
+ * key's own identity; 0 without a key). Key tenants and header values are hashed apart, so a
+ * client whose key names no tenant cannot write a named tenant in the header and queue in
+ * that tenant's FIFO. */
+uint64_t sb_auth_tenant_key(const char *key_tenant, const char *header, size_t header_len, uint64_t key_id);
+
 #endif

@@ -179,11 +179,25 @@ static void test_valid_names(void **state)
     assert_false(sb_auth_valid_tenant(long_name, SB_AUTH_TENANT_MAX + 1));
 }
 
+/* A key's tenant and a header naming the same tenant are different tenants; each is stable. */
+static void test_tenant_key(void **state)
+{
+    (void)state;
+    uint64_t by_key = sb_auth_tenant_key("alice", NULL, 0, 7);
+    assert_int_equal(by_key, sb_auth_tenant_key("alice", "mallory", 7, 9));  /* the key's tenant wins */
+    assert_int_not_equal(by_key, sb_auth_tenant_key("", "alice", 5, 7));      /* no joining by header */
+    assert_int_equal(sb_auth_tenant_key("", "alice", 5, 7), sb_auth_tenant_key(NULL, "alice", 5, 8));
+    assert_int_not_equal(sb_auth_tenant_key(NULL, "alice", 5, 7), sb_auth_tenant_key(NULL, "bob", 3, 7));
+    assert_int_equal(sb_auth_tenant_key(NULL, NULL, 0, 42), 42);              /* the key itself */
+    assert_int_equal(sb_auth_tenant_key("", "x", 0, 0), 0);                    /* nothing at all */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_digest_is_sha256), cmocka_unit_test(test_bearer),      cmocka_unit_test(test_table),
         cmocka_unit_test(test_keys_file),        cmocka_unit_test(test_valid_names),
+        cmocka_unit_test(test_tenant_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
