@@ -10,7 +10,7 @@
  * on: the model span is a quoted string that decodes to res->model, and the chained hashes do
  * not depend on how many slots the caller gave (fewer slots give a prefix of the same chain;
  * the prompt length is counted all the same). */
-#include "proto/inspect.h"
+#include "proto/prompt.h"
 
 #include <stdint.h>
 #include <stdlib.h>
