@@ -1,6 +1,7 @@
 /* fuzz_config: libFuzzer target for src/proto/config.c (outside input: the operator's YAML
  * configuration file, through libyaml).
  *
+ * `make fuzz` builds and runs every target (FUZZ_SECONDS each). By hand:
  * Build and run (the committed corpus is the seed; it is also replayed by the unit test
  * tests/unit/proto/test_config.c). config.c pulls in the plug-in registry (core/plugins.c and
  * the filters, scorers and pickers it lists), the profiles and adaptive parameters (core/sched.c,
