@@ -106,7 +106,7 @@ static long check_prompt(const sb_json_tok *t, int n, const char *b, int v)
 
 /* ---- top-level fields ---- */
 
-/* The request's top-level keys; TOP_PROMPT's name depends on the API (top_keys). */
+/* The request's top-level keys; TOP_PROMPT's name depends on the API (find_top_keys). */
 enum { TOP_MODEL, TOP_STREAM, TOP_STREAM_OPTIONS, TOP_USER, TOP_INSTRUCTIONS, TOP_PROMPT, TOP_KEYS };
 
 static const char *prompt_key(enum sb_api_kind kind)
@@ -121,6 +121,7 @@ struct request {
     const char *body;
     enum sb_api_kind kind;
     int v[TOP_KEYS];
+    bool no_model; /* reported last, once everything else has been checked */
 };
 
 static void find_top_keys(struct request *rq)
@@ -156,10 +157,10 @@ static int bad_field(sb_inspect_result *res, const char *field)
     return SB_INSPECT_BAD_FIELD;
 }
 
-/* A missing model is reported at the end, after the rest is read (*missing set): a gateway
+/* A missing model is reported at the end, after the rest is read (rq->no_model): a gateway
  * with a default pool routes such a request like any other. A model of the wrong type is not
  * "missing": it is reported at once. */
-static int read_model(const struct request *rq, sb_inspect_result *res, bool *missing)
+static int read_model(struct request *rq, sb_inspect_result *res)
 {
     const sb_json_tok *t = rq->t;
     int v = rq->v[TOP_MODEL];
@@ -168,7 +169,7 @@ static int read_model(const struct request *rq, sb_inspect_result *res, bool *mi
     if (v >= 0 && t[v].type != SB_JSON_STRING && sb_json_present(t, v, rq->body))
         return SB_INSPECT_NO_MODEL;
     if (v < 0 || t[v].type != SB_JSON_STRING) {
-        *missing = true;
+        rq->no_model = true;
         return SB_INSPECT_OK;
     }
     d = decode_name(&t[v], rq->body, res->model, SB_MODEL_NAME_MAX);
@@ -183,7 +184,7 @@ static int read_model(const struct request *rq, sb_inspect_result *res, bool *mi
 }
 
 /* `stream` and `stream_options.include_usage`: booleans. */
-static int read_stream(const struct request *rq, sb_inspect_result *res)
+static int read_stream(struct request *rq, sb_inspect_result *res)
 {
     const sb_json_tok *t = rq->t;
     const char *b = rq->body;
@@ -209,7 +210,7 @@ static int read_stream(const struct request *rq, sb_inspect_result *res)
     return SB_INSPECT_OK;
 }
 
-static int read_user(const struct request *rq, sb_inspect_result *res)
+static int read_user(struct request *rq, sb_inspect_result *res)
 {
     const sb_json_tok *t = rq->t;
     int v = rq->v[TOP_USER];
@@ -224,7 +225,7 @@ static int read_user(const struct request *rq, sb_inspect_result *res)
 }
 
 /* /v1/responses `instructions`: a string, read as a system message before the input. */
-static int read_instructions(const struct request *rq, sb_inspect_result *res)
+static int read_instructions(struct request *rq, sb_inspect_result *res)
 {
     int v = rq->v[TOP_INSTRUCTIONS];
 
@@ -255,7 +256,7 @@ static int read_messages(const struct request *rq, int v, sb_inspect_result *res
 
 /* The prompt: `messages` (chat), `input` (responses: a string or messages; embeddings) or
  * `prompt` (completions). */
-static int read_prompt(const struct request *rq, sb_inspect_result *res)
+static int read_prompt(struct request *rq, sb_inspect_result *res)
 {
     const sb_json_tok *t = rq->t;
     int v = rq->v[TOP_PROMPT], rc = SB_INSPECT_OK;
@@ -305,10 +306,13 @@ static int parse(sb_inspect_ctx *ctx, const char *body, size_t len)
     return ctx->json.tokens[0].type == SB_JSON_OBJECT ? n : SB_INSPECT_BAD_JSON;
 }
 
+/* The field readers, in the order inspect.h documents: the first failure is the answer. */
+typedef int (*field_reader)(struct request *rq, sb_inspect_result *res);
+static const field_reader readers[] = {read_model, read_stream, read_user, read_instructions, read_prompt};
+
 int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, size_t len, sb_inspect_result *res)
 {
     struct request rq = {.body = body, .kind = kind};
-    bool no_model = false;
     int rc;
 
     reset_result(res, kind);
@@ -318,10 +322,9 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
         return rq.n;
     rq.t = ctx->json.tokens;
     find_top_keys(&rq);
-    if ((rc = read_model(&rq, res, &no_model)) != SB_INSPECT_OK || (rc = read_stream(&rq, res)) != SB_INSPECT_OK ||
-        (rc = read_user(&rq, res)) != SB_INSPECT_OK || (rc = read_instructions(&rq, res)) != SB_INSPECT_OK ||
-        (rc = read_prompt(&rq, res)) != SB_INSPECT_OK)
-        return rc;
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
+        if ((rc = readers[i](&rq, res)) != SB_INSPECT_OK)
+            return rc;
     ctx->n_tokens = rq.n;
-    return no_model ? SB_INSPECT_NO_MODEL : SB_INSPECT_OK;
+    return rq.no_model ? SB_INSPECT_NO_MODEL : SB_INSPECT_OK;
 }
