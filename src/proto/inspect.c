@@ -106,12 +106,26 @@ static long check_prompt(const sb_json_tok *t, int n, const char *b, int v)
 
 /* ---- top-level fields ---- */
 
-/* The request's top-level keys; TOP_PROMPT's name depends on the API (find_top_keys). */
+/* The request's top-level keys; TOP_PROMPT's name depends on the API. */
 enum { TOP_MODEL, TOP_STREAM, TOP_STREAM_OPTIONS, TOP_USER, TOP_INSTRUCTIONS, TOP_PROMPT, TOP_KEYS };
 
-static const char *prompt_key(enum sb_api_kind kind)
+#define TOP_KEY_TABLE(prompt)                                                                                          \
+    {                                                                                                                  \
+        [TOP_MODEL] = {SB_KEY("model")}, [TOP_STREAM] = {SB_KEY("stream")},                                            \
+        [TOP_STREAM_OPTIONS] = {SB_KEY("stream_options")}, [TOP_USER] = {SB_KEY("user")},                              \
+        [TOP_INSTRUCTIONS] = {SB_KEY("instructions")}, [TOP_PROMPT] = {SB_KEY(prompt)},                                \
+    }
+static const sb_json_key top_keys[][TOP_KEYS] = {
+    [SB_API_CHAT] = TOP_KEY_TABLE("messages"),
+    [SB_API_COMPLETIONS] = TOP_KEY_TABLE("prompt"),
+    [SB_API_EMBEDDINGS] = TOP_KEY_TABLE("input"),
+    [SB_API_RESPONSES] = TOP_KEY_TABLE("input"),
+};
+
+/* An unknown kind reads as embeddings, as every check below treats it. */
+static const sb_json_key *keys_of(enum sb_api_kind kind)
 {
-    return kind == SB_API_CHAT ? "messages" : kind == SB_API_COMPLETIONS ? "prompt" : "input";
+    return top_keys[(unsigned)kind <= SB_API_RESPONSES ? kind : SB_API_EMBEDDINGS];
 }
 
 /* What the field readers share: the parsed body and where its top-level values are. */
@@ -123,21 +137,6 @@ struct request {
     int v[TOP_KEYS];
     bool no_model; /* reported last, once everything else has been checked */
 };
-
-static void find_top_keys(struct request *rq)
-{
-    const char *pk = prompt_key(rq->kind);
-    const sb_json_key keys[TOP_KEYS] = {
-        [TOP_MODEL] = {SB_KEY("model")},
-        [TOP_STREAM] = {SB_KEY("stream")},
-        [TOP_STREAM_OPTIONS] = {SB_KEY("stream_options")},
-        [TOP_USER] = {SB_KEY("user")},
-        [TOP_INSTRUCTIONS] = {SB_KEY("instructions")},
-        [TOP_PROMPT] = {pk, strlen(pk)},
-    };
-
-    sb_json_find_keys(rq->t, rq->n, rq->body, 0, keys, TOP_KEYS, rq->v);
-}
 
 /* Decodes a string field into buf (cap bytes + NUL). Returns its length, or -1 if it is too
  * long or holds a NUL byte (a C string compare would then read another name). */
@@ -270,7 +269,7 @@ static int read_prompt(struct request *rq, sb_inspect_result *res)
     } else {
         long parts = check_prompt(t, rq->n, rq->body, v);
         if (parts < 0)
-            return bad_field(res, prompt_key(rq->kind));
+            return bad_field(res, keys_of(rq->kind)[TOP_PROMPT].name);
         res->n_messages = (size_t)parts;
     }
     if (rc == SB_INSPECT_OK)
@@ -321,7 +320,7 @@ int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, siz
     if (rq.n < 0)
         return rq.n;
     rq.t = ctx->json.tokens;
-    find_top_keys(&rq);
+    sb_json_find_keys(rq.t, rq.n, body, 0, keys_of(kind), TOP_KEYS, rq.v);
     for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
         if ((rc = readers[i](&rq, res)) != SB_INSPECT_OK)
             return rc;

@@ -627,21 +627,3 @@ bool sb_json_str_is(const char *b, const sb_json_tok *k, const char *name, size_
         return false;
     return sb_json_unescape(s, n, tmp, sizeof tmp) == (long)name_len && memcmp(tmp, name, name_len) == 0;
 }
-
-void sb_json_find_keys(const sb_json_tok *t, int n, const char *b, int obj, const sb_json_key *keys, int nkeys,
-                       int *vals)
-{
-    int key = obj + 1;
-
-    for (int k = 0; k < nkeys; k++)
-        vals[k] = -1;
-    for (int c = 0; c < t[obj].size; c++) {
-        for (int k = 0; k < nkeys; k++) {
-            if (sb_json_str_is(b, &t[key], keys[k].name, keys[k].len)) {
-                vals[k] = key + 1;
-                break;
-            }
-        }
-        key = sb_json_skip(t, n, key + 1);
-    }
-}

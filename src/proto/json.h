@@ -116,9 +116,25 @@ typedef struct sb_json_key {
 /* For each keys[k], sets vals[k] to the token index of its value in object obj (t[0..n)
  * from a successful parse), or -1 if the object has no such key. Keys are compared decoded
  * (sb_json_str_is) and the last duplicate wins, as in Python's json module. O(the object's
- * keys times nkeys), plus one sb_json_skip per value. */
-void sb_json_find_keys(const sb_json_tok *t, int n, const char *b, int obj, const sb_json_key *keys, int nkeys,
-                       int *vals);
+ * keys times nkeys), plus one sb_json_skip per value. Inline: callers pass constant key
+ * tables, and the loop specialised for them is what request inspection runs per message. */
+static inline void sb_json_find_keys(const sb_json_tok *t, int n, const char *b, int obj, const sb_json_key *keys,
+                                     int nkeys, int *vals)
+{
+    int key = obj + 1;
+
+    for (int k = 0; k < nkeys; k++)
+        vals[k] = -1;
+    for (int c = 0; c < t[obj].size; c++) {
+        for (int k = 0; k < nkeys; k++) {
+            if (sb_json_str_is(b, &t[key], keys[k].name, keys[k].len)) {
+                vals[k] = key + 1;
+                break;
+            }
+        }
+        key = sb_json_skip(t, n, key + 1);
+    }
+}
 
 /* Whether token v is present and not null (v may be -1): how request readers treat an
  * optional field, since clients send null for "not set". */
