@@ -102,6 +102,42 @@ static void histo_render(sb_buf *b, const char *name, const char *pool, const sb
                   (unsigned long long)h->n);
 }
 
+/* The connection, body and refusal figures of both listeners, one family at a time (the text
+ * format wants a family's samples together), labelled listener="client" or "admin". */
+static void render_listener_stats(sb_gateway *gw, sb_buf *b)
+{
+    sb_http_server_stats st[2];
+    const char *name[2] = {"client", "admin"};
+    size_t n = 0;
+    sb_http_server_get_stats(gw->server, &st[n++]);
+    if (gw->admin_server)
+        sb_http_server_get_stats(gw->admin_server, &st[n++]);
+    sb_buf_puts(b, "# HELP switchboard_open_connections Connections open on each listener (lingering ones "
+                   "included), counted against limits.max_connections (client) or admin.max_connections (admin).\n"
+                   "# TYPE switchboard_open_connections gauge\n");
+    for (size_t i = 0; i < n; i++)
+        sb_buf_printf(b, "switchboard_open_connections{listener=\"%s\"} %zu\n", name[i], st[i].open_connections);
+    sb_buf_puts(b, "# HELP switchboard_connections_refused_total Connections refused at the listener's connection "
+                   "limit: answered 503, or closed unanswered once max_refusing_connections were being answered.\n"
+                   "# TYPE switchboard_connections_refused_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        sb_buf_printf(b,
+                      "switchboard_connections_refused_total{listener=\"%s\",answer=\"503\"} %llu\n"
+                      "switchboard_connections_refused_total{listener=\"%s\",answer=\"none\"} %llu\n",
+                      name[i], (unsigned long long)st[i].refused_total, name[i], (unsigned long long)st[i].reset_total);
+    sb_buf_puts(b, "# HELP switchboard_request_body_bytes Memory held in request bodies on each listener "
+                   "(each bounded by limits.max_buffered_body_bytes).\n"
+                   "# TYPE switchboard_request_body_bytes gauge\n");
+    for (size_t i = 0; i < n; i++)
+        sb_buf_printf(b, "switchboard_request_body_bytes{listener=\"%s\"} %zu\n", name[i], st[i].body_bytes);
+    sb_buf_puts(b, "# HELP switchboard_body_budget_refusals_total Requests answered 503 because request bodies "
+                   "held limits.max_buffered_body_bytes on the listener.\n"
+                   "# TYPE switchboard_body_budget_refusals_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        sb_buf_printf(b, "switchboard_body_budget_refusals_total{listener=\"%s\"} %llu\n", name[i],
+                      (unsigned long long)st[i].body_budget_refusals);
+}
+
 static void render_metrics(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
@@ -128,26 +164,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                   (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
                   (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
                   (unsigned long long)gw->reloads, gw->in_flight);
-    sb_http_server_stats hs;
-    sb_http_server_get_stats(gw->server, &hs);
+    render_listener_stats(gw, b);
     sb_buf_printf(b,
-                  "# HELP switchboard_open_connections Client connections open (lingering ones included), "
-                  "counted against limits.max_connections.\n"
-                  "# TYPE switchboard_open_connections gauge\nswitchboard_open_connections %zu\n"
-                  "# HELP switchboard_connections_refused_total Connections refused at limits.max_connections: "
-                  "answered 503, or closed unanswered once max_refusing_connections were being answered.\n"
-                  "# TYPE switchboard_connections_refused_total counter\n"
-                  "switchboard_connections_refused_total{answer=\"503\"} %llu\n"
-                  "switchboard_connections_refused_total{answer=\"none\"} %llu\n"
-                  "# HELP switchboard_request_body_bytes Memory held in request bodies "
-                  "(bounded by limits.max_buffered_body_bytes).\n"
-                  "# TYPE switchboard_request_body_bytes gauge\nswitchboard_request_body_bytes %zu\n"
-                  "# HELP switchboard_body_budget_refusals_total Requests answered 503 because request bodies "
-                  "held limits.max_buffered_body_bytes.\n"
-                  "# TYPE switchboard_body_budget_refusals_total counter\n"
-                  "switchboard_body_budget_refusals_total %llu\n",
-                  hs.open_connections, (unsigned long long)hs.refused_total, (unsigned long long)hs.reset_total,
-                  hs.body_bytes, (unsigned long long)hs.body_budget_refusals);
+                  "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
+                  "array, kept between requests (freed after a request that grew it past 64 Ki tokens).\n"
+                  "# TYPE switchboard_inspector_token_bytes gauge\nswitchboard_inspector_token_bytes %zu\n",
+                  gw->ictx.json.cap_tokens * sizeof(sb_json_tok));
     sb_buf_printf(b,
                   "# HELP switchboard_unauthorized_total Requests refused 401: a missing or unknown API key "
                   "(listener=\"client\") or admin token (listener=\"admin\").\n"
@@ -465,7 +487,7 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
 
 enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE };
 
-/* The checks the head decides (token, method, path), shared by the head hook and the
+/* The checks the head decides (token, method, path, no body), shared by the head hook and the
  * handler. Answers and returns true if one fails; else sets *page. */
 static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page)
 {
@@ -496,6 +518,12 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
         snprintf(msg, sizeof(msg), "no admin route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
                  req->path);
         admin_error(req, 404, msg, "not_found", NULL);
+        return true;
+    }
+    /* No admin page takes a body: refused from the head (the hook runs when one is declared),
+     * so an open /metrics cannot make this listener buffer bodies. */
+    if (req->has_body) {
+        admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
         return true;
     }
     return false;

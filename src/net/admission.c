@@ -57,14 +57,16 @@ static enum sb_band band_of(const sb_http_req *req, const sb_proxy_target *t)
 }
 
 /* The fairness key: the API key's tenant when it names one, else x-tenant, else the key
- * itself (its digest), else none. A tenant name and the same x-tenant are one tenant. */
+ * itself (its digest), else none. Key tenants and x-tenant values are hashed apart (seeds 1
+ * and 2): a client whose key names no tenant cannot write `x-tenant: alice` and queue in the
+ * FIFO of the keys whose tenant is alice. */
 static uint64_t tenant_of(const sb_http_req *req, const sb_proxy_target *t)
 {
     if (t->tenant[0])
-        return XXH3_64bits(t->tenant, strlen(t->tenant));
+        return XXH3_64bits_withSeed(t->tenant, strlen(t->tenant), 1);
     const sb_http_header *h = sb_http_req_header(req, "x-tenant");
     if (h && h->value_len)
-        return XXH3_64bits(h->value, h->value_len);
+        return XXH3_64bits_withSeed(h->value, h->value_len, 2);
     return t->key_id;
 }
 

@@ -26,6 +26,19 @@ static const route inference_routes[] = {
     {"/v1/responses", SB_API_RESPONSES},
 };
 
+/* The inspector's token array (gw->ictx) is reused across requests so that an ordinary one
+ * tokenizes with no allocation; one that grew it past this many tokens (~1.3 MiB at 20 bytes
+ * a token; limits.max_json_tokens lets one request grow it to ~20 MiB, outside every budget)
+ * frees it once done, so the next ordinary request starts small again. 64 Ki tokens is a
+ * chat request of several hundred KiB. */
+#define INSPECT_KEEP_TOKENS ((size_t)64 * 1024)
+
+static void inspector_trim(sb_gateway *gw)
+{
+    if (gw->ictx.json.cap_tokens > INSPECT_KEEP_TOKENS)
+        sb_inspect_ctx_free(&gw->ictx);
+}
+
 static bool path_is(const sb_http_req *req, const char *path)
 {
     size_t n = strlen(path);
@@ -161,6 +174,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
             rc = SB_INSPECT_OK;
     }
     if (rc != SB_INSPECT_OK) {
+        inspector_trim(gw); /* the tokens are not needed past this point */
         char msg[200];
         const char *param = NULL;
         switch (rc) {
@@ -193,6 +207,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         return;
     }
     if (!insert && sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
+        inspector_trim(gw);
         char msg[SB_MODEL_NAME_MAX + 80];
         snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
         sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
@@ -207,6 +222,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap,
                            .prefix_chars = gw->cfg->prefix_chars};
     sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
+    inspector_trim(gw); /* the last use of the tokens */
 
     sb_proxy_target t = {
         .pool = m.pool,
@@ -241,12 +257,26 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
 
 enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */
 
-/* The checks a request's head decides (route, method, API key), in one place for both
- * callers: on_head, before the body is read, and on_request, with the body. Answers and
- * returns true if one fails; else sets *route and *who. The key is hashed and looked up each
- * time rather than carried from the head to the body: the hook must keep no pointers, a
- * reload between the two may swap the configuration (the newer one decides), and one
- * SHA-256 of a token costs about a microsecond. */
+/* /healthz and GET /v1/models take no body. Read, one would be charged to the body budget
+ * paying clients share (and /healthz asks for no key), so a body declared in the head is
+ * refused there, before a byte of it is buffered. Answers and returns true if so. */
+static bool refuse_body(sb_gateway *gw, sb_http_req *req)
+{
+    if (!req->has_body)
+        return false;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%.*s takes no request body", (int)(req->path_len > 100 ? 100 : req->path_len),
+             req->path);
+    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
+    return true;
+}
+
+/* The checks a request's head decides (route, method, API key, a body where none is
+ * taken), in one place for both callers: on_head, before the body is read, and on_request,
+ * with the body. Answers and returns true if one fails; else sets *route and *who. The key
+ * is hashed and looked up each time rather than carried from the head to the body: the hook
+ * must keep no pointers, a reload between the two may swap the configuration (the newer one
+ * decides), and one SHA-256 of a token costs about a microsecond. */
 static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
 {
     if (path_is(req, "/healthz")) {
@@ -254,6 +284,8 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
             sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
             return true;
         }
+        if (refuse_body(gw, req))
+            return true;
         *route = ROUTE_HEALTHZ;
         return false;
     }
@@ -279,6 +311,8 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
             sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
             return true;
         }
+        if (refuse_body(gw, req))
+            return true;
         *route = ROUTE_MODELS;
         return false;
     }

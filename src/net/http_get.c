@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "base/alloc.h"
 #include "base/buf.h"
 
@@ -12,6 +14,7 @@ struct sb_http_get {
     sb_upstream_conn *uc;
     http_parser parser;
     sb_buf request;
+    bool wipe_request;  /* it carries credentials: wiped before it is freed */
     sb_buf body;
     size_t max_body;
     uint32_t timeout_ms;
@@ -31,6 +34,8 @@ static void get_free(sb_http_get *g)
         g->dead = true;
         return;
     }
+    if (g->wipe_request && g->request.data)
+        OPENSSL_cleanse(g->request.data, g->request.cap);
     sb_buf_free(&g->request);
     sb_buf_free(&g->body);
     sb_free(g);
@@ -161,8 +166,8 @@ static void on_connected(sb_upstream_conn *uc, int status, void *arg)
     send_get(g);
 }
 
-int sb_http_get_start(sb_upstream *u, const char *path, uint32_t timeout_ms, size_t max_body, sb_http_get_cb cb,
-                      void *ud, sb_http_get **out)
+int sb_http_get_start(sb_upstream *u, const char *path, const char *headers, uint32_t timeout_ms, size_t max_body,
+                      sb_http_get_cb cb, void *ud, sb_http_get **out)
 {
     settings = (http_parser_settings){.on_body = on_body, .on_message_complete = on_complete};
     sb_http_get *g = sb_calloc(1, sizeof(*g));
@@ -175,8 +180,11 @@ int sb_http_get_start(sb_upstream *u, const char *path, uint32_t timeout_ms, siz
     g->timeout_ms = timeout_ms ? timeout_ms : 1000;
     http_parser_init(&g->parser, HTTP_RESPONSE);
     g->parser.data = g;
-    if (sb_buf_printf(&g->request, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/plain\r\nUser-Agent: switchboard\r\n\r\n",
-                      path, sb_upstream_address(u)) < 0) {
+    /* Room first when credentials go in, so no realloc leaves a copy of them in freed memory. */
+    g->wipe_request = headers != NULL;
+    if ((headers && sb_buf_reserve(&g->request, strlen(path) + strlen(headers) + 256) < 0) ||
+        sb_buf_printf(&g->request, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/plain\r\nUser-Agent: switchboard\r\n%s\r\n",
+                      path, sb_upstream_address(u), headers ? headers : "") < 0) {
         get_free(g);
         return UV_ENOMEM;
     }

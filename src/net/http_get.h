@@ -18,10 +18,12 @@ typedef struct sb_http_get sb_http_get;
 /* status: the HTTP status (>= 100), or a negative libuv error. body is valid during the call. */
 typedef void (*sb_http_get_cb)(void *ud, int status, const char *body, size_t len);
 
-/* Starts GET path on u. Returns 0 and sets *out (valid until the callback or cancel), or a
- * negative libuv error (the callback is never called). */
-int sb_http_get_start(sb_upstream *u, const char *path, uint32_t timeout_ms, size_t max_body, sb_http_get_cb cb,
-                      void *ud, sb_http_get **out);
+/* Starts GET path on u, with `headers` ("Name: value\r\n" lines, or NULL) added to the request;
+ * headers are taken to be credentials: the request buffer is wiped before it is freed.
+ * Returns 0 and sets *out (valid until the callback or cancel), or a negative libuv error (the
+ * callback is never called). */
+int sb_http_get_start(sb_upstream *u, const char *path, const char *headers, uint32_t timeout_ms, size_t max_body,
+                      sb_http_get_cb cb, void *ud, sb_http_get **out);
 /* Abandons a request: its connection is closed, the callback is not called. */
 void sb_http_get_cancel(sb_http_get *g);
 

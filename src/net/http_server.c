@@ -12,9 +12,11 @@
 
 #define MAX_HEADERS 128
 #define READ_BUF_BYTES 65536
-/* Bytes a pipelining client may send ahead while a response is in progress; beyond this we
- * stop reading until the current request finishes. One read may overshoot it by at most
- * READ_BUF_BYTES, so a connection never holds more than 128 KiB of bytes read ahead. */
+/* Bytes a pipelining client may send ahead while a response is in progress. Past it the
+ * connection keeps being read (so a client that leaves is seen at once) but what it sends is
+ * discarded, and the connection closes after the current answer (see on_read). The parser's
+ * leftover of one read may overshoot it by at most READ_BUF_BYTES, so a connection never holds
+ * more than 128 KiB of bytes read ahead. */
 #define MAX_PENDING_BYTES (64 * 1024)
 #define PENDING_CAP (MAX_PENDING_BYTES + READ_BUF_BYTES + 1)
 /* A head buffer up to this size is kept for the connection's next request; a larger one
@@ -71,6 +73,9 @@ typedef struct conn {
     bool at_head;         /* the head hook runs: an answer it gives closes the connection */
     bool resume;          /* pipelined bytes to parse once the outermost process() returns */
     bool write_paused;    /* reading and parsing paused until the client reads its answers */
+    bool discarding;      /* read ahead past MAX_PENDING_BYTES: input dropped, close after the answer */
+    size_t discarded;     /* bytes dropped so far; past linger_bytes the connection is closed */
+    bool body_follows;    /* the head declares a body (Content-Length above 0, or chunked) */
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     struct conn *dirty_prev, *dirty_next;
@@ -443,6 +448,7 @@ static void reset_request(conn *c)
     c->last_was_value = false;
     c->saw_cl = c->saw_te = c->expect_continue = false;
     c->head_done = false;
+    c->body_follows = false;
     c->error_status = 0;
     c->chunked = false;
     c->resp_left = -1;
@@ -644,6 +650,7 @@ static void fill_req(conn *c, http_parser *p)
     r->body_len = 0;
     r->http_minor = p->http_minor;
     r->keep_alive = http_should_keep_alive(p) != 0;
+    r->has_body = c->body_follows;
 }
 
 /* Runs the head hook. Returns true to read the body; false when the hook answered (the
@@ -691,17 +698,18 @@ static int on_headers_complete(http_parser *p)
     }
     /* Before the size check, 100 Continue and any body byte: a request the hook refuses
      * costs its head only, and its sender learns nothing of the limits. */
-    bool body_follows = (p->flags & F_CHUNKED) || (c->saw_cl && p->content_length > 0);
-    if (c->srv->on_head && (body_follows || c->expect_continue) && !run_head_hook(c, p))
+    c->body_follows = (p->flags & F_CHUNKED) || (c->saw_cl && p->content_length > 0);
+    if (c->srv->on_head && (c->body_follows || c->expect_continue) && !run_head_hook(c, p))
         return 3; /* stops the parser; process() sees the connection lingering or closing */
     if (c->saw_cl && p->content_length > c->srv->opts.max_body_bytes) {
         c->error_status = 413;
         return 3;
     }
     /* Nothing is reserved for the declared length: a promise costs nothing until bytes
-     * come (body_grow). The length only caps the growth, so the last doubling fits. */
-    if (c->saw_cl)
-        c->body_cap_max = (size_t)p->content_length + 1;
+     * come (body_grow). The length only caps the growth, so the last doubling fits; a
+     * chunked body is capped by max_body_bytes (on_body refuses more), else its last
+     * doubling would hold and charge up to twice that. */
+    c->body_cap_max = c->saw_cl ? (size_t)p->content_length + 1 : c->srv->opts.max_body_bytes + 1;
     if (c->expect_continue && p->http_minor >= 1) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         conn_write(c, cont, sizeof(cont) - 1);
@@ -817,17 +825,27 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING || c->close_after) {
-        if (c->close_after)
+    if (c->close_after)
+        return;
+    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING) {
+        /* A request is in flight. Reading goes on whatever the client sends, so that its EOF
+         * or reset aborts the request at once (stopping would hide it until the response
+         * ends, response_ms at worst, with the body budget and the upstream held). Past the
+         * read-ahead bound the input is dropped: pipelined requests cannot all be kept, and
+         * once some are lost the stream cannot be framed again, so the connection closes
+         * after this answer (a lingering close). Dropping is bounded by linger_bytes too: a
+         * client streaming junk behind its request loses the request. */
+        if (!c->discarding && c->pending.len + (size_t)nread <= MAX_PENDING_BYTES) {
+            if (buf_append_capped(&c->pending, buf->base, (size_t)nread, PENDING_CAP) < 0)
+                conn_close(c);
             return;
-        if (buf_append_capped(&c->pending, buf->base, (size_t)nread, PENDING_CAP) < 0) {
+        }
+        if (!c->discarding) {
+            c->discarding = true;
+            sb_buf_free(&c->pending);
+        }
+        if ((c->discarded += (size_t)nread) > c->srv->opts.linger_bytes)
             conn_close(c);
-            return;
-        }
-        if (c->pending.len > MAX_PENDING_BYTES) {
-            uv_read_stop(stream);
-            c->reading = false;
-        }
         return;
     }
     c->processing = true;
@@ -857,7 +875,7 @@ static void finish_response(conn *c)
         conn_close(c);
         return;
     }
-    if (!c->keep_alive_resp || c->srv->stopping) {
+    if (!c->keep_alive_resp || c->srv->stopping || c->discarding) {
         /* Bytes the client pipelined behind a Connection: close must not reset the answer.
          * The response may be long and the client slow: idle_ms to drain it, as on a stream. */
         conn_linger(c, c->srv->opts.idle_ms);
@@ -1170,8 +1188,8 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     bool bodiless = status < 200 || status == 204 || status == 304;
     c->head_only = req->method == HTTP_HEAD || bodiless;
     /* An answer from the head hook leaves the body unread: the connection cannot be reused. */
-    c->keep_alive_resp =
-        req->keep_alive && !c->srv->stopping && !c->at_head && (content_length >= 0 || http11 || c->head_only);
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->at_head && !c->discarding &&
+                         (content_length >= 0 || http11 || c->head_only);
     c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
     char line[160];

@@ -14,12 +14,17 @@
  *
  * Bounds, so that no client can stall the loop or claim its memory:
  * - Memory grows with bytes received, never with bytes promised: a body buffer starts small
- *   and doubles as bytes arrive, capped by the declared Content-Length; the head grows up to
- *   max_header_bytes; bytes pipelined behind a request in progress are held up to 64 KiB
- *   (plus one read), then reading pauses. Reads land in one static 64 KiB slab, consumed
- *   before the next read. Answers a client does not read are bounded too: past
- *   write_high_water queued, a keep-alive connection stops being read and parsed until the
- *   client reads (idle_ms without progress closes it), and a stream reports backpressure.
+ *   and doubles as bytes arrive, capped by the declared Content-Length (by max_body_bytes
+ *   when chunked); the head grows up to max_header_bytes; bytes pipelined behind a request
+ *   in progress are held up to 64 KiB (plus one read). Past that the connection is still
+ *   read, so a client that leaves aborts its request at once, but its bytes are discarded
+ *   (at most linger_bytes, else the connection is closed) and the connection closes after
+ *   the current answer. Reads land in one static 64 KiB slab, consumed before the next
+ *   read. Answers a client does not read are bounded too: past write_high_water queued, a
+ *   keep-alive connection between requests stops being read and parsed until the client
+ *   reads (idle_ms without progress closes it; no request, body or upstream is held
+ *   meanwhile, and a client that resets is seen by the pending write), and a stream
+ *   reports backpressure.
  * - max_buffered_body_bytes bounds the capacity of all body buffers of this server at once.
  *   A body that would pass it is refused with 503 (code request_bodies_over_budget,
  *   Retry-After: 1) rather than paused: pausing would let a few slow clients holding
@@ -72,6 +77,7 @@ struct sb_http_req {
     size_t body_len;
     int http_minor;              /* 0 for HTTP/1.0 clients */
     bool keep_alive;             /* the client wants the connection kept */
+    bool has_body;               /* the head declares a body (Content-Length above 0, or chunked) */
     const char *peer;            /* client address "ip:port", NUL-terminated */
     uint64_t start_ns;           /* uv_hrtime when the head began arriving */
     /* public, set by the handler */
@@ -91,7 +97,7 @@ typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
  * the head is complete and framing checks passed: before 100 Continue is sent, before any
  * body byte is buffered or charged to max_buffered_body_bytes, and before the body-size
  * check (a refused client learns nothing of the limits). `req` shows method, path, url,
- * headers, http_minor, keep_alive and peer; body is empty. `ctx` is the handler's ctx
+ * headers, http_minor, keep_alive, has_body and peer; body is empty. `ctx` is the handler's ctx
  * (sb_http_server_set_handler changes both).
  * Returns true to go on: the body is read and the handler gets the request as usual (the
  * handler sees the same head; it must derive anything it needs again, since a reload may

@@ -154,7 +154,7 @@ static void on_scrape_timer(uv_timer_t *t)
     probe *pr = t->data;
     const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
     uint32_t timeout = pr->pc->probe_timeout_ms;
-    int rc = sb_http_get_start(pr->up, path, timeout, MAX_METRICS_BYTES, on_scrape_done, pr, &pr->scrape);
+    int rc = sb_http_get_start(pr->up, path, pr->pc->upstream_auth_header, timeout, MAX_METRICS_BYTES, on_scrape_done, pr, &pr->scrape);
     if (rc < 0) {
         pr->scrape = NULL;
         on_scrape_done(pr, rc, "", 0);
@@ -186,7 +186,7 @@ static void on_health_done(void *ud, int status, const char *body, size_t len)
 static void on_health_timer(uv_timer_t *t)
 {
     probe *pr = t->data;
-    int rc = sb_http_get_start(pr->up, pr->pc->health_path, pr->pc->probe_timeout_ms, 64 * 1024, on_health_done, pr,
+    int rc = sb_http_get_start(pr->up, pr->pc->health_path, pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms, 64 * 1024, on_health_done, pr,
                                &pr->health);
     if (rc < 0) {
         pr->health = NULL;

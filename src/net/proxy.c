@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/crypto.h>
+
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
@@ -64,6 +66,7 @@ typedef struct exchange {
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte;
     bool carry_pending;        /* a same-endpoint retry keeps the pick's pending prefix mark */
+    bool wipe_head;            /* head holds the pool's upstream key: wiped before it is freed */
     uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
     int final_status;          /* what the client got (499: it left first) */
@@ -119,6 +122,8 @@ static void exchange_maybe_free(exchange *x)
     sb_gateway *gw = x->gw;
     uint32_t pool = x->t.pool;
     sb_gateway_snapshot_unref(gw, x->snap);
+    if (x->wipe_head && x->head.data)
+        OPENSSL_cleanse(x->head.data, x->head.cap);
     sb_buf_free(&x->head);
     sb_buf_free(&x->resp_headers);
     sb_buf_free(&x->decision);
@@ -561,8 +566,16 @@ static void send_request(exchange *x)
     /* A pool with upstream_api_key speaks to its model servers with that key: the client's
      * Authorization (its gateway key, when client auth is on) stays here. */
     const char *upstream_auth = x->snap->cfg->pools[x->t.pool].upstream_auth_header;
-    if (upstream_auth)
+    if (upstream_auth) {
+        /* Room for the whole head first, so no realloc leaves a copy of the key in freed
+         * memory (a retry rebuilds the same head in the same room). */
+        size_t need = strlen(upstream_auth) + 512;
+        for (size_t i = 0; i < req->n_headers; i++)
+            need += req->headers[i].name_len + req->headers[i].value_len + 4;
+        sb_buf_reserve(h, need);
+        x->wipe_head = true;
         sb_buf_puts(h, upstream_auth);
+    }
     for (size_t i = 0; i < req->n_headers; i++) {
         const sb_http_header *hd = &req->headers[i];
         bool skip = false;

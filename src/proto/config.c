@@ -197,11 +197,16 @@ static void __attribute__((format(printf, 4, 5))) error_at(parse *p, int line, i
 }
 
 /* libyaml marks are 0-based; errors are 1-based like compilers'. */
+/* n may be NULL (a default, not written in the file, is at fault): the error then has no
+ * line (0:0). */
 static void __attribute__((format(printf, 3, 4))) node_error(parse *p, const yaml_node_t *n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    verror(p, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1, fmt, ap);
+    if (n)
+        verror(p, (int)n->start_mark.line + 1, (int)n->start_mark.column + 1, fmt, ap);
+    else
+        verror(p, 0, 0, fmt, ap);
     va_end(ap);
 }
 
@@ -607,6 +612,21 @@ static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char
     if (!(*host = sb_strndup(h, hlen)))
         return out_of_memory(p);
     return true;
+}
+
+/* A listening address: an IP literal, since names are not resolved for listening (a name
+ * would pass `check` and then fail to bind at start). */
+static bool parse_listen_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
+{
+    unsigned char a[16];
+    if (!parse_address(p, n, what, host, port))
+        return false;
+    if (inet_pton(AF_INET, *host, a) == 1 || inet_pton(AF_INET6, *host, a) == 1)
+        return true;
+    node_error(p, n, "%s must be an IP address (like 127.0.0.1, 0.0.0.0 or [::1]), got the name '%s'", what, *host);
+    sb_free(*host);
+    *host = NULL;
+    return false;
 }
 
 /* ---- pools ---- */
@@ -1479,7 +1499,7 @@ static void parse_admin(parse *p, const yaml_node_t *map)
             listen = v;
             char *host = NULL;
             uint16_t port = 0;
-            if (is_null(v) || parse_address(p, v, "admin.listen", &host, &port)) {
+            if (is_null(v) || parse_listen_address(p, v, "admin.listen", &host, &port)) {
                 sb_free(cfg->admin_host);
                 cfg->admin_host = host;
                 cfg->admin_port = port;
@@ -1515,6 +1535,16 @@ static void parse_admin(parse *p, const yaml_node_t *map)
     if (cfg->admin_metrics_auth && !has_token)
         node_error(p, lookup(p, map, "metrics_auth"), "admin.metrics_auth needs admin.token or admin.token_file");
 }
+
+/* Inside auth a mapping key may be a secret written in the wrong place (`- sk-...: {..}`), and
+ * messages reach logs: a name is quoted back only when it looks like a field name (up to 24
+ * lowercase letters and underscores), as a typo of one does. */
+static bool fieldlike(const char *s)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz_");
+    return n > 0 && n <= 24 && s[n] == '\0';
+}
+#define QUOTE_IF_FIELDLIKE(s) fieldlike(s) ? "'" : "", fieldlike(s) ? (s) : "", fieldlike(s) ? "' " : ""
 
 /* One auth.api_keys item: "KEY" or { key: KEY, tenant: NAME, band: BAND }. */
 static void parse_api_key(parse *p, const yaml_node_t *item, size_t i)
@@ -1554,7 +1584,8 @@ static void parse_api_key(parse *p, const yaml_node_t *item, size_t i)
                     node_error(p, v, "%s: unknown band '%s' (critical, standard or sheddable)", field_what, b);
                 ok = ok && k.band >= 0;
             } else {
-                node_error(p, node_at(p, q->key), "unknown key '%s' in %s", name, what);
+                node_error(p, node_at(p, q->key), "unknown field %s%s%sin %s (the fields are key, tenant and band)",
+                           QUOTE_IF_FIELDLIKE(name), what);
                 ok = false;
             }
         }
@@ -1606,7 +1637,8 @@ static void parse_auth(parse *p, const yaml_node_t *map)
                 cfg->auth_enabled = true;
             }
         } else {
-            node_error(p, node_at(p, q->key), "unknown key '%s' in auth", key);
+            node_error(p, node_at(p, q->key), "unknown field %s%s%sin auth (the fields are api_keys and api_keys_file)",
+                       QUOTE_IF_FIELDLIKE(key));
         }
     }
 }
@@ -1684,6 +1716,15 @@ int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, c
 
 /* ---- top level ---- */
 
+static bool is_wildcard(const char *host) { return !strcmp(host, "0.0.0.0") || !strcmp(host, "::"); }
+
+/* Two listeners would collide: the same port on the same host, or on any host when either binds
+ * every address (0.0.0.0, or :: which takes IPv4 too on a dual-stack system). */
+static bool listeners_overlap(const char *h1, uint16_t p1, const char *h2, uint16_t p2)
+{
+    return p1 == p2 && (!strcmp(h1, h2) || is_wildcard(h1) || is_wildcard(h2));
+}
+
 static void parse_root(parse *p, const yaml_node_t *root)
 {
     if (root->type != YAML_MAPPING_NODE) {
@@ -1705,7 +1746,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
         } else if (!strcmp(key, "listen")) {
             char *host;
             uint16_t port;
-            if (parse_address(p, v, "listen", &host, &port)) {
+            if (parse_listen_address(p, v, "listen", &host, &port)) {
                 sb_free(p->cfg->listen_host);
                 p->cfg->listen_host = host;
                 p->cfg->listen_port = port;
@@ -1739,9 +1780,13 @@ static void parse_root(parse *p, const yaml_node_t *root)
     /* Cross-references last, once every pool and profile is known. */
     check_pool_profiles(p, root);
     const sb_config *cfg = p->cfg;
-    if (cfg->admin_host && cfg->admin_port == cfg->listen_port && !strcmp(cfg->admin_host, cfg->listen_host))
-        node_error(p, lookup(p, lookup(p, root, "admin"), "listen"), "admin.listen must differ from listen (%s:%u)",
-                   cfg->listen_host, cfg->listen_port);
+    if (cfg->admin_host && listeners_overlap(cfg->admin_host, cfg->admin_port, cfg->listen_host, cfg->listen_port)) {
+        const yaml_node_t *at = lookup(p, lookup(p, root, "admin"), "listen");
+        node_error(p, at ? at : lookup(p, root, "listen"),
+                   "admin.listen must differ from listen (admin %s:%u%s, listen %s:%u): set admin.listen to "
+                   "another port, or null to turn the admin listener off",
+                   cfg->admin_host, cfg->admin_port, at ? "" : ", the default", cfg->listen_host, cfg->listen_port);
+    }
     if (p->cfg->default_pool) {
         bool found = false;
         for (size_t i = 0; i < p->cfg->n_pools && !found; i++)

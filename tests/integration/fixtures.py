@@ -70,6 +70,7 @@ class Upstream:
         self.lock = threading.Lock()
         self.connections = 0        # connections that carried proxied (non-probe) requests
         self.requests = []          # (method, path, headers, body)
+        self.probe_auth = []        # the Authorization of the last probes (None: absent)
         self.closed_by_peer = 0     # connections the gateway closed while we were answering
         self.probes = 0             # GET /metrics, /health answered
         self.metrics_text = ""      # what GET /metrics answers (Prometheus text)
@@ -125,6 +126,7 @@ class Upstream:
                     # The gateway's probes: answered, never counted as proxied traffic.
                     with self.lock:
                         self.probes += 1
+                        self.probe_auth = (self.probe_auth + [headers.get("authorization")])[-16:]
                     if not self._answer_probe(c, path):
                         return
                     continue

@@ -233,6 +233,14 @@ class ClientAuthTest(unittest.TestCase):
         self.assertEqual(headers["authorization"], "Bearer " + KEY_UP)
         # (The client's line, had it passed too, comes later in the head and would win here.)
 
+    def test_probes_carry_the_upstream_api_key(self):
+        # A model server that wants a key (llama.cpp --api-key guards /slots and /metrics) gets
+        # it on the gateway's scrapes and health checks too; a pool without one sends none.
+        wait_until(lambda: self.up_keyed.probe_auth, 10, "a probe of the keyed pool")
+        self.assertEqual(set(self.up_keyed.probe_auth), {"Bearer " + KEY_UP})
+        wait_until(lambda: self.up.probe_auth, 10, "a probe of the other pool")
+        self.assertEqual(set(self.up.probe_auth), {None})
+
     def test_key_band_and_tenant_reach_flow_control(self):
         # The key names critical: a client header cannot demote (or promote) it.
         http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"),

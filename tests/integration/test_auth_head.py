@@ -20,6 +20,8 @@ KEY = "sk-head-3b9d1e"
 ADMIN_TOKEN = "adm-head-6a2c"
 MODEL = "m"
 BUDGET = 256 * 1024
+CLIENT = '{listener="client"}'
+ADMIN = '{listener="admin"}'
 
 
 def bearer(key):
@@ -121,8 +123,8 @@ class RefusedFromTheHead(unittest.TestCase):
         st, h, out = send_all_then_read(self.gw.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                                                       b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 16 + b"0\r\n\r\n")
         self.assert_401(st, h, out)
-        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total"), 0)
-        self.assertEqual(metric(self.gw, "switchboard_request_body_bytes"), 0)
+        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total" + CLIENT), 0)
+        self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
         self.assertEqual(len(self.up.requests), 0)
 
     def test_unauthenticated_bodies_in_flight_hold_no_budget(self):
@@ -137,7 +139,7 @@ class RefusedFromTheHead(unittest.TestCase):
             for s in hogs:  # each is answered from its head, while its body is still coming
                 st, h, body = read_response(s)
                 self.assert_401(st, h, body)
-            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes"), 0)
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
             # A paying client's 150 KiB request fits the budget meanwhile.
             data = json.dumps(chat_body(MODEL, text="b" * 150 * 1024)).encode()
             st, _, out = send_all_then_read(self.gw.port, head("POST", "/v1/chat/completions", len(data),
@@ -147,8 +149,8 @@ class RefusedFromTheHead(unittest.TestCase):
             # The strangers may go on sending: discarded, never charged.
             for s in hogs:
                 s.sendall(b" " * (100 * 1024))
-            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes"), 0)
-            self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total"), 0)
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
+            self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total" + CLIENT), 0)
         finally:
             for s in hogs:
                 s.close()
@@ -189,7 +191,7 @@ class RefusedFromTheHead(unittest.TestCase):
             self.assertEqual(st, status, (method, path))
             self.assertEqual(h["connection"], "close")
             json.loads(out)
-        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total"), 0)
+        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total" + CLIENT), 0)
         self.assertEqual(len(self.up.requests), 0)
 
     def test_admin_without_the_token_is_answered_from_the_head(self):
@@ -201,6 +203,14 @@ class RefusedFromTheHead(unittest.TestCase):
             self.assertEqual(read_to_eof(s), b"")
         finally:
             s.close()
+        # A stranger's body in progress holds nothing of the admin listener's body budget.
+        s = connect(self.gw.admin_port)
+        try:
+            s.sendall(head("POST", "/debug/endpoints", 1 << 20) + b"x" * (200 * 1024))
+            self.assert_401(*read_response(s), code="invalid_admin_token")
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + ADMIN), 0)
+        finally:
+            s.close()
         body = b"x" * (1 << 20)
         st, h, out = send_all_then_read(self.gw.admin_port, head("POST", "/debug/endpoints", len(body)) + body)
         self.assert_401(st, h, out, "invalid_admin_token")
@@ -209,7 +219,71 @@ class RefusedFromTheHead(unittest.TestCase):
                                                                b"Authorization: Bearer %s\r\n"
                                                                % ADMIN_TOKEN.encode()) + body)
         self.assertEqual(st, 405)
-        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total"), 0)
+        self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + ADMIN), 0)
+        self.assertEqual(metric(self.gw, "switchboard_body_budget_refusals_total" + ADMIN), 0)
+
+    def test_a_body_where_none_is_taken_is_refused_from_the_head(self):
+        # GET /healthz needs no key: a stranger sending it a 1 MiB body (200 KiB of it, the
+        # connection held) would hold the client body budget; before, a paying client's
+        # 150 KiB request then got 503. Now 400 body_not_allowed from the head, budget untouched.
+        hog = connect(self.gw.port)
+        try:
+            hog.sendall(head("GET", "/healthz", 1 << 20) + b" " * (200 * 1024))
+            st, h, out = read_response(hog)
+            self.assertEqual(st, 400)
+            self.assertEqual(json.loads(out)["error"]["code"], "body_not_allowed")
+            self.assertEqual(json.loads(out)["error"]["type"], "invalid_request_error")
+            self.assertEqual(h["connection"], "close")
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
+            data = json.dumps(chat_body(MODEL, text="b" * 150 * 1024)).encode()
+            st, _, out = send_all_then_read(self.gw.port, head("POST", "/v1/chat/completions", len(data),
+                                                               b"Authorization: Bearer %s\r\n" % KEY.encode()) + data)
+            self.assertEqual(st, 200)
+            hog.sendall(b" " * (100 * 1024))  # discarded by the lingering close, never charged
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
+        finally:
+            hog.close()
+        # GET /v1/models with a key, chunked: the same.
+        st, h, out = send_all_then_read(self.gw.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                                        b"Authorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                        b"5\r\nhello\r\n0\r\n\r\n" % KEY.encode())
+        self.assertEqual((st, json.loads(out)["error"]["code"]), (400, "body_not_allowed"))
+        self.assertEqual(h["connection"], "close")
+        # Without a body both are served as before, on a kept connection.
+        s = connect(self.gw.port)
+        try:
+            send_request(s, "GET", "/healthz")
+            st, h, _ = read_response(s)
+            self.assertEqual(st, 200)
+            self.assertNotIn("connection", h)
+            send_request(s, "GET", "/v1/models", headers=bearer(KEY))
+            self.assertEqual(read_response(s)[0], 200)
+        finally:
+            s.close()
+
+    def test_admin_pages_refuse_a_body_from_the_head(self):
+        # /metrics is open without the token: before, 16 strangers each holding 8 MiB of a
+        # GET /metrics body grew the gateway by 128 MiB, in a budget /metrics did not show
+        # (declared within max_body_bytes, 4 MiB here, so only the route can refuse it).
+        socks = []
+        try:
+            for _ in range(4):
+                s = connect(self.gw.admin_port)
+                socks.append(s)
+                s.sendall(head("GET", "/metrics", 2 << 20) + b"x" * (1 << 20))
+            for s in socks:
+                st, h, out = read_response(s)
+                self.assertEqual((st, json.loads(out)["error"]["code"]), (400, "body_not_allowed"))
+                self.assertEqual(h["connection"], "close")
+            self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + ADMIN), 0)
+        finally:
+            for s in socks:
+                s.close()
+        # With the token, a debug page with a body too.
+        st, _, out = send_all_then_read(self.gw.admin_port, head("GET", "/debug/endpoints", 10,
+                                                                 b"Authorization: Bearer %s\r\n"
+                                                                 % ADMIN_TOKEN.encode()) + b"x" * 10)
+        self.assertEqual((st, json.loads(out)["error"]["code"]), (400, "body_not_allowed"))
 
 
 if __name__ == "__main__":

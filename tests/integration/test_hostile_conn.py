@@ -8,6 +8,9 @@ wire matters.
 - A global budget of request-body bytes: past it, 503 with Retry-After; back once they go.
 - At max_connections a new client reads a 503 with Retry-After instead of a reset, and
   /metrics shows the open-connection gauge.
+- Bytes pipelined past the read-ahead bound (64 KiB) behind a request in flight are read and
+  discarded, so a client that leaves is noticed at once (its request aborted, its upstream
+  closed); the connection closes after the current answer.
 """
 import http.client as httpclient
 import json
@@ -15,7 +18,7 @@ import socket
 import time
 import unittest
 
-from fixtures import Gateway, Upstream, chat_body, http, read_response, send_request, wait_until
+from fixtures import Gateway, Upstream, chat_body, http, read_head, read_response, send_request, wait_until
 
 MODEL = "m1"
 
@@ -23,6 +26,9 @@ MODEL = "m1"
 def metrics_text(gw):
     """The gateway's Prometheus text, from the admin listener."""
     return http(gw.admin_port, "GET", "/metrics")[2].decode()
+
+
+CLIENT = '{listener="client"}'
 
 
 def metric(gw, name):
@@ -209,7 +215,7 @@ class BodyMemory(unittest.TestCase):
             hog = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
             hog.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 20)
                         + b"{" + b" " * (200 * 1024))
-            wait_until(lambda: (metric(gw, "switchboard_request_body_bytes") or 0) >= 200 * 1024, 10,
+            wait_until(lambda: (metric(gw, "switchboard_request_body_bytes" + CLIENT) or 0) >= 200 * 1024, 10,
                        "the gateway to hold the slow client's body")
             # A 100 KiB request no longer fits: 503, Retry-After, read by a client that
             # writes everything first.
@@ -222,18 +228,18 @@ class BodyMemory(unittest.TestCase):
             err = error_of(out)
             self.assertEqual(err["code"], "request_bodies_over_budget")
             self.assertEqual(err["type"], "service_unavailable")
-            self.assertEqual(metric(gw, "switchboard_body_budget_refusals_total"), 1)
+            self.assertEqual(metric(gw, "switchboard_body_budget_refusals_total" + CLIENT), 1)
             self.assertEqual(len(self.up.requests), 0)
             # Small requests without a body still pass meanwhile.
             self.assertEqual(http(gw.port, "GET", "/healthz")[0], 200)
             # The hog leaves: its bytes leave the budget, and the same request succeeds.
             hog.close()
-            wait_until(lambda: metric(gw, "switchboard_request_body_bytes") == 0, 10, "the budget to be released")
+            wait_until(lambda: metric(gw, "switchboard_request_body_bytes" + CLIENT) == 0, 10, "the budget to be released")
             st, _, out = send_all_then_read(gw.port, head + body)
             self.assertEqual(st, 200)
             self.assertEqual(json.loads(out)["body_len"], len(body))
             # Bodies proxied and answered are released too.
-            self.assertEqual(metric(gw, "switchboard_request_body_bytes"), 0)
+            self.assertEqual(metric(gw, "switchboard_request_body_bytes" + CLIENT), 0)
         finally:
             gw.close()
 
@@ -268,6 +274,123 @@ class BodyMemory(unittest.TestCase):
             self.assertIn(models[-1].encode(), out)
         finally:
             s.close()
+            gw.close()
+
+
+    def test_chunked_body_capacity_stays_within_max_body_bytes(self):
+        # A chunked body of exactly max_body_bytes, held open before its last chunk: its buffer
+        # (and the budget charge) is max_body_bytes + 1, not the doubling past it (2 MiB).
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                     extra="limits: { max_body_bytes: 1MiB }")
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+        try:
+            chunk = b"%x\r\n%s\r\n" % (64 * 1024, b" " * (64 * 1024))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + chunk * 16)
+            wait_until(lambda: (metric(gw, "switchboard_request_body_bytes" + CLIENT) or 0) >= 1 << 20, 10,
+                       "the gateway to hold the whole body")
+            self.assertEqual(metric(gw, "switchboard_request_body_bytes" + CLIENT), (1 << 20) + 1)
+        finally:
+            s.close()
+            gw.close()
+
+
+class ReadAheadBound(unittest.TestCase):
+    """A request in flight with more than 64 KiB pipelined behind it."""
+
+    def setUp(self):
+        self.up = Upstream("u1")
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                          extra="limits: { linger_bytes: 32MiB }")
+
+    def tearDown(self):
+        try:
+            self.gw.close()
+        finally:
+            self.up.close()
+
+    def stream_head(self, mode, extra=b""):
+        body = json.dumps(chat_body(MODEL, stream=True)).encode()
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-fixture-mode: %s\r\n%s"
+                b"Content-Length: %d\r\n\r\n%s" % (mode, extra, len(body), body))
+
+    def test_a_client_that_leaves_behind_a_full_read_ahead_aborts_its_request(self):
+        # Before: reading stopped at 64 KiB, so the client's close went unseen until the
+        # response ended (response_ms, 600 s): connection, body budget and upstream held.
+        big = json.dumps(chat_body(MODEL, text="z" * 200000)).encode()
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        try:
+            s.sendall(self.stream_head(b"hang") + b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(big) + big)
+            line, _, _ = read_head(s)  # the stream has begun: the request is in flight
+            self.assertIn(" 200 ", line)
+        finally:
+            s.close()
+        wait_until(lambda: self.up.closed_by_peer == 1, 10, "the upstream to be closed")
+        wait_until(lambda: metric(self.gw, "switchboard_open_connections" + CLIENT) == 0, 10, "the connection to go")
+        self.assertEqual(metric(self.gw, "switchboard_request_body_bytes" + CLIENT), 0)
+        self.assertEqual(metric(self.gw, "switchboard_client_aborts_total"), 1)
+
+    def test_past_the_bound_input_is_discarded_and_the_answer_ends_the_connection(self):
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=20)
+        try:
+            s.sendall(self.stream_head(b"sse", b"x-fixture-lockstep: 1\r\nx-fixture-events: 2\r\n"))
+            line, _, rest = read_head(s)
+            self.assertIn(" 200 ", line)
+            # 16 MiB of pipelined requests: more than every socket buffer on the way holds, so
+            # sendall returns only if the gateway reads on (before: it stopped, and this hung).
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * ((16 << 20) // 35))
+            self.up.gate.release()
+            self.up.gate.release()
+            s.settimeout(10)
+            st, h, body = read_response(s, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + rest)
+            self.assertIn(b"[DONE]", body)
+            tail = b""
+            while True:  # then the gateway closes: none of the discarded requests is answered
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                tail += chunk
+            self.assertEqual(tail, b"")
+        finally:
+            s.close()
+        wait_until(lambda: self.up.finished_streams == 1, 10, "the stream to finish upstream")
+
+    def test_discarding_is_bounded_by_linger_bytes(self):
+        # A client streaming junk behind its request past linger_bytes (32 MiB here) is cut,
+        # which aborts its request.
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        try:
+            s.sendall(self.stream_head(b"hang"))
+            read_head(s)
+            try:
+                for _ in range(2048):  # up to 128 MiB
+                    s.sendall(b"z" * 65536)
+            except OSError:
+                pass
+        finally:
+            s.close()
+        wait_until(lambda: self.up.closed_by_peer == 1, 10, "the upstream to be closed")
+        wait_until(lambda: metric(self.gw, "switchboard_open_connections" + CLIENT) == 0, 10, "the connection to go")
+
+    def test_a_client_paused_for_unread_answers_that_resets_is_closed(self):
+        # Between requests, paused at write_high_water, the connection is not read (it holds no
+        # request, body or upstream); a client that leaves resets the pending write instead.
+        models = ["org/model-with-a-rather-long-name-%03d" % i for i in range(300)]
+        gw = Gateway([{"name": "q", "models": models, "endpoints": [self.up.address]}])
+        try:
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(0.5)
+            batch = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+            try:
+                for _ in range(1000):  # until the gateway stops reading (send blocks)
+                    s.send(batch)
+            except socket.timeout:
+                pass
+            s.close()  # unread answers: the kernel resets the connection
+            wait_until(lambda: metric(gw, "switchboard_open_connections" + CLIENT) == 0, 10, "the connection to go")
+        finally:
             gw.close()
 
 
@@ -315,8 +438,8 @@ class ConnectionLimit(unittest.TestCase):
         self.held.pop().close()
         wait_until(lambda: http(self.gw.port, "GET", "/healthz")[0] == 200, 10, "a slot to free up")
         # /metrics is on the admin listener: the client gauge settles at the three held.
-        wait_until(lambda: metric(self.gw, "switchboard_open_connections") == 3, 10, "the gauge to show 3")
-        self.assertGreaterEqual(metric(self.gw, 'switchboard_connections_refused_total{answer="503"}'), 3)
+        wait_until(lambda: metric(self.gw, "switchboard_open_connections" + CLIENT) == 3, 10, "the gauge to show 3")
+        self.assertGreaterEqual(metric(self.gw, 'switchboard_connections_refused_total{listener="client",answer="503"}'), 3)
 
     def test_refusals_answered_at_once_are_bounded(self):
         # With max_refusing_connections 1, a second client past the limit while the first
@@ -365,7 +488,7 @@ class ConnectionLimit(unittest.TestCase):
             wait_until(healthy, 10, "service to resume")
             def counted():
                 try:
-                    return (metric(gw, 'switchboard_connections_refused_total{answer="none"}') or 0) >= 1
+                    return (metric(gw, 'switchboard_connections_refused_total{listener="client",answer="none"}') or 0) >= 1
                 except OSError:
                     return False
             wait_until(counted, 10, "the unanswered refusal to be counted")

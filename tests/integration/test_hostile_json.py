@@ -138,6 +138,34 @@ class TokenBoundTest(unittest.TestCase):
             gw.close()
             up.close()
 
+    def test_a_large_body_does_not_leave_its_token_array_behind(self):
+        # The inspector's token array is kept between requests; one request of ~500,000 values
+        # grew it to ~10 MiB for good. Now a request that grew it past 64 Ki tokens frees it.
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": [up.address]}])
+        try:
+            def held():
+                for line in http(gw.admin_port, "GET", "/metrics")[2].decode().splitlines():
+                    if line.startswith("switchboard_inspector_token_bytes "):
+                        return float(line.split()[1])
+                raise AssertionError("no switchboard_inspector_token_bytes")
+            small = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", small)[0], 200)
+            kept = held()
+            self.assertGreater(kept, 0)  # an ordinary request's array is kept for the next
+            big = dict(small, x=[0] * 500000)
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", big)[0], 200)
+            self.assertLessEqual(held(), 64 * 1024 * 20)
+            big["x"] = "not an array"  # refused requests trim it too
+            big["messages"] = [0] * 500000
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", big)[0], 400)
+            self.assertLessEqual(held(), 64 * 1024 * 20)
+            self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", small)[0], 200)
+            self.assertEqual(held(), kept)
+        finally:
+            gw.close()
+            up.close()
+
 
 class SimNestingTest(unittest.TestCase):
     def test_sim_refuses_deep_bodies(self):

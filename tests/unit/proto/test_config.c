@@ -362,7 +362,6 @@ static void test_listen_addresses(void **state)
         unsigned port;
     } ok[] = {
         {"0.0.0.0:80", "0.0.0.0", 80},
-        {"localhost:65535", "localhost", 65535},
         {"\"[::]:8080\"", "::", 8080},
         {"\"[::ffff:10.0.0.1]:1\"", "::ffff:10.0.0.1", 1},
     };
@@ -388,6 +387,7 @@ static void test_error_bad_addresses(void **state)
         const char *why;
     } bad[] = {
         {"localhost", "missing ':port'"},         {"\":8080\"", "missing host"},
+        {"localhost:65535", "must be an IP address"},
         {"\"::1:8080\"", "must be in brackets"},  {"\"[::1]8080\"", "expected ':port'"},
         {"\"[::1:8080\"", "missing ']'"},         {"\"[zz::1]:80\"", "invalid IPv6"},
         {"10.0.0.300:80", "invalid IPv4"},        {"\"bad host:80\"", "invalid host name"},
@@ -1064,8 +1064,9 @@ static void test_admin_listener(void **state)
     expect_one_error("admin:\n  listen: \"[::]:8081\"\n" POOL_OK, 2, "is not a loopback address");
     assert_int_equal(parse_str("admin: { listen: \"[::1]:8081\" }\n" POOL_OK, &cfg, &errs), 0);
     sb_config_free(cfg);
-    assert_int_equal(parse_str("admin: { listen: \"localhost:8081\" }\n" POOL_OK, &cfg, &errs), 0);
-    sb_config_free(cfg);
+    /* Names are not resolved for listening: refused here rather than failing to bind later. */
+    expect_one_error("admin: { listen: \"localhost:8081\" }\n" POOL_OK, 1, "admin.listen must be an IP address");
+    expect_one_error("listen: \"localhost:8080\"\n" POOL_OK, 1, "listen must be an IP address");
     assert_int_equal(parse_str("admin: { listen: \"0.0.0.0:8081\", token_file: /etc/sb/admin }\n" POOL_OK, &cfg, &errs),
                      0);
     sb_config_free(cfg);
@@ -1074,9 +1075,32 @@ static void test_admin_listener(void **state)
     expect_one_error("admin:\n  max_connections: 0\n" POOL_OK, 2, "admin.max_connections must be between 1");
     expect_one_error("admin:\n  listen: 8081\n" POOL_OK, 2, "admin.listen");
     expect_one_error("admin:\n  listen: \"127.0.0.1:8080\"\n" POOL_OK, 2, "admin.listen must differ from listen");
+    /* The default admin address against a listen written on its port: reported at `listen`
+     * (there is no admin.listen node; this crashed), and wildcards overlap every host. */
+    expect_one_error("listen: \"127.0.0.1:8081\"\n" POOL_OK, 1, "must differ from listen (admin 127.0.0.1:8081, the default");
+    expect_one_error("listen: \"0.0.0.0:8081\"\nadmin: { debug_endpoints: false }\n" POOL_OK, 1,
+                     "admin.listen must differ from listen");
+    expect_one_error("listen: \"127.0.0.1:9000\"\nadmin:\n  listen: \"[::]:9000\"\n  token: t\n" POOL_OK, 3,
+                     "admin.listen must differ from listen");
+    assert_int_equal(parse_str("listen: \"0.0.0.0:8080\"\n" POOL_OK, &cfg, &errs), 0);
+    sb_config_free(cfg);
     assert_int_equal(parse_str("admin:\n  token: \"bad token\"\n" POOL_OK, &cfg, &errs), -1);
     assert_true(has_error(&errs, 2, "admin.token must be 1 to 4096 printable ASCII characters without blanks"));
     expect_no_secret(&errs, "bad token");
+}
+
+/* A key written where a field name belongs is never quoted back (messages reach logs). */
+static void test_misplaced_keys_not_echoed(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str("auth:\n  api_keys:\n    - sk-live-SECRET123: { tenant: alice }\n" POOL_OK, &cfg, &errs), -1);
+    assert_true(has_error(&errs, 3, "unknown field in auth.api_keys[0]"));
+    expect_no_secret(&errs, "SECRET123");
+    assert_int_equal(parse_str("auth:\n  sk-live-SECRET456: x\n" POOL_OK, &cfg, &errs), -1);
+    assert_true(has_error(&errs, 2, "unknown field in auth"));
+    expect_no_secret(&errs, "SECRET456");
 }
 
 static void test_client_auth(void **state)
@@ -1140,14 +1164,14 @@ static void test_client_auth(void **state)
     sb_config_free(cfg);
 
     expect_one_error("auth:\n  api_keys: sk-a\n" POOL_OK, 2, "auth.api_keys must be a list, got a scalar");
-    expect_one_error("auth:\n  keys: [a]\n" POOL_OK, 2, "unknown key 'keys' in auth");
+    expect_one_error("auth:\n  keys: [a]\n" POOL_OK, 2, "unknown field 'keys' in auth");
     expect_one_error("auth:\n  api_keys:\n    - { tenant: t }\n" POOL_OK, 3, "auth.api_keys[0] has no 'key'");
     expect_one_error("auth:\n  api_keys:\n    - { key: k, band: vip }\n" POOL_OK, 3,
                      "auth.api_keys[0].band: unknown band 'vip'");
     expect_one_error("auth:\n  api_keys:\n    - { key: k, tenant: \"a b\" }\n" POOL_OK, 3,
                      "auth.api_keys[0].tenant must be 1 to 64 letters");
     expect_one_error("auth:\n  api_keys:\n    - { key: k, colour: red }\n" POOL_OK, 3,
-                     "unknown key 'colour' in auth.api_keys[0]");
+                     "unknown field 'colour' in auth.api_keys[0]");
     expect_one_error(
         "auth:\n  api_keys:\n    - { key: k, band: critical }\nflow_control:\n  api_keys: { k: sheddable }\n" POOL_OK,
         5, "the same key is given two different bands");
@@ -1577,6 +1601,7 @@ int main(void)
         cmocka_unit_test(test_admin_and_decision_log),
         cmocka_unit_test(test_admin_listener),
         cmocka_unit_test(test_client_auth),
+        cmocka_unit_test(test_misplaced_keys_not_echoed),
         cmocka_unit_test(test_upstream_api_key),
         cmocka_unit_test(test_flow_control),
         cmocka_unit_test(test_error_yaml_syntax),
