@@ -1,6 +1,8 @@
 # switchboard build. `make` builds build/switchboard; `make test` builds an ASan+UBSan
 # variant and runs unit (cmocka) and integration tests; `make bench` runs benchmarks;
-# `make demo` runs a gateway in front of a simulated fleet.
+# `make demo` runs a gateway in front of a simulated fleet; `make fuzz` runs every libFuzzer
+# target over its committed corpus for a bounded time (needs clang); `make check-format`
+# checks the lines changed since main against .clang-format (it never rewrites).
 # Sources are found by layer: every src/<layer>/*.c except src/cmd goes into libsb.a;
 # every tests/unit/**/test_*.c becomes its own test binary linked against it.
 
@@ -24,7 +26,20 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=build/bench/%)
 
-.PHONY: all deps test unit integration bench demo clean check-format fuzz
+# Fuzzing: the library instrumented for coverage (fuzzer-no-link) and each target linked
+# with libFuzzer's main. FUZZ_SECONDS bounds each target's run.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 30
+CFLAGS_FUZZ  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+                -fno-sanitize-recover=undefined $(WARN) $(INC)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o)
+# check-format compares with this revision: only lines changed since it are checked, since
+# the tree as a whole predates .clang-format.
+FORMAT_BASE ?= main
+
+.PHONY: all deps test unit integration bench demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -58,6 +73,16 @@ build/bench/%: bench/%.c build/rel/libsb.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_REL) $< build/rel/libsb.a $(LIBS) -o $@
 
+build/fuzz/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "CC fuzz $<"; $(FUZZ_CC) $(CFLAGS_FUZZ) -c $< -o $@
+
+build/fuzz/libsb.a: $(FUZZ_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+build/fuzz/%: tests/fuzz/%.c build/fuzz/libsb.a $(HDRS)
+	$(FUZZ_CC) $(CFLAGS_FUZZ) -fsanitize=fuzzer $< build/fuzz/libsb.a $(LIBS) -o $@
+
 unit: $(TEST_BIN)
 	@scripts/run_unit.sh $(TEST_BIN)
 
@@ -74,6 +99,16 @@ bench: all $(BENCH_BIN)
 
 demo: all
 	@build/switchboard demo
+
+fuzz-build:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) is not installed (libFuzzer comes with clang)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory FUZZ_CC=$(FUZZ_CC) $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+check-format:
+	@scripts/check_format.sh $(FORMAT_BASE)
 
 clean:
 	rm -rf build

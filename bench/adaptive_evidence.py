@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 7's evidence, regenerated: adaptive weights and flow control in replay.
+"""Adaptive weights and flow control in replay: the evidence in docs/benchmarks.md, regenerated.
 
 Runs `switchboard replay` (virtual time, deterministic) over the workloads docs/benchmarks.md
 sections 1-3 report (medians over seeds: the generators draw arrivals and prompts from --seed) and prints their tables in markdown with the verdicts computed, so the

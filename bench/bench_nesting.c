@@ -13,7 +13,7 @@
  *   wide     what the default bound still admits at its dearest: a token every 2-3 bytes.
  * Figures only: a benchmark never decides whether a build passes. */
 #include "base/buf.h"
-#include "proto/inspect.h"
+#include "proto/prompt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #include "base/buf.h"
 #include "core/prefix_index.h"
 #include "core/router.h"
-#include "proto/inspect.h"
+#include "proto/prompt.h"
 
 static double now_s(void)
 {

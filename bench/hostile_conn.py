@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile connections, measured (issue 11, items 3-5): prints figures, decides nothing.
+"""Hostile connections, measured: prints figures, decides nothing.
 
 For each binary given (default build/switchboard; pass --compare OLD to print an older build
 side by side):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Live figure for issue 11 item 1: the latency a small request sees on a running gateway while
+"""Live figure for hostile nesting: the latency a small request sees on a running gateway while
 other clients send bodies of pure JSON nesting, next to the same request's latency with no
 hostile traffic.
 
@@ -8,7 +8,7 @@ fake upstream, then measures, sequentially on fresh connections:
   GET /healthz                        answered by the gateway itself
   POST /v1/chat/completions (tiny)    inspected, routed, proxied to the fake upstream
 first alone, then while --senders threads each send nested bodies back to back (1 MiB of
-nesting by default; --levels N sends the issue's {"model":"m1","x":[[[...]]]} of N levels).
+nesting by default; --levels N sends the hostile body {"model":"m1","x":[[[...]]]} of N levels).
 Prints median / p99 / max in ms and how many hostile bodies were answered meanwhile. A control
 row sends, the same way, 1 MiB ordinary prompts naming an unknown model (read, inspected,
 hashed, answered 404): what receiving 1 MiB bodies at that rate costs by itself, on a machine

@@ -24,7 +24,7 @@
  *
  * Only placement depends on the key: tables behave identically (lookups, evictions, order of
  * anything observable) under any key, which is what lets replay stay byte-identical.
- * Not for: content hashing (block hashes must be equal across processes: proto/inspect.h) or
+ * Not for: content hashing (block hashes must be equal across processes: proto/prompt.h) or
  * anything needing a MAC or a password hash. Pure: no I/O, no global state. */
 #ifndef SB_BASE_HASH_H
 #define SB_BASE_HASH_H

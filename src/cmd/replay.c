@@ -50,7 +50,7 @@ static const char usage_text[] =
     "  --prefix-max-entries N the router's prefix index bound, entries (default the router's, 1M)\n"
     "  --model NAME           served model name, seeds prefix hashes (default the sim's)\n"
     "  --seed S               seed of generators, router and policies (default 1)\n"
-    "adaptive weights and flow control (issue 7; docs/benchmarks.md):\n"
+    "adaptive weights and flow control (docs/benchmarks.md):\n"
     "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
     "                         as a pool with `adaptive: true`; or name one as POLICY+adaptive\n"
     "  --adaptive-param K=V,.. override adaptive defaults: x0 k nu share_lo share_hi\n"

@@ -1,6 +1,6 @@
 /* prefix_index: the router's approximate picture of what each endpoint's KV cache holds.
  *
- * Keys are the chained block hashes of a request's canonical prompt (proto/inspect.h: block
+ * Keys are the chained block hashes of a request's canonical prompt (proto/prompt.h: block
  * i's hash covers blocks 0..i and the model and adapter), so holding block i means holding the
  * whole prefix up to it. One table maps a block hash to the endpoints believed to hold it;
  * each endpoint keeps its entries in an LRU list bounded by a capacity derived from what its

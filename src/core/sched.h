@@ -33,7 +33,7 @@ enum sb_scorer_category { SB_AFFINITY = 0, SB_DISTRIBUTION = 1 };
 typedef struct sb_sched_request {
     uint32_t pool;
     int adapter;                  /* pool adapter index, -1 for the base model */
-    const uint64_t *block_hashes; /* chained prefix-block hashes (proto/inspect.h) */
+    const uint64_t *block_hashes; /* chained prefix-block hashes (proto/prompt.h) */
     size_t n_blocks;
     size_t prompt_bytes;
     uint32_t prompt_tokens;       /* estimate (bytes / 4) */

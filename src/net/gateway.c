@@ -12,6 +12,7 @@
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
+#include "proto/prompt.h"
 
 typedef struct route {
     const char *path;

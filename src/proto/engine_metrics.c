@@ -1,7 +1,7 @@
 /* engine_metrics: per-engine name tables and the report they fill (see engine_metrics.h).
  *
  * Sources of the names:
- *   vLLM      vllm/v1/metrics/loggers.py, and the captures in ../shared/data/formats/vllm/
+ *   vLLM      vllm/v1/metrics/loggers.py, and the captures in tests/fixtures/metrics/vllm/
  *             (V0's gpu_cache_usage_perc, V1's kv_cache_usage_perc, cache_config_info,
  *             lora_requests_info).
  *   SGLang    python/sglang/srt/metrics/collector.py (num_running_reqs, num_queue_reqs,

@@ -1,52 +1,30 @@
 /* inspect: reads an OpenAI-style request body without building a copy of it.
  *
  * sb_inspect() tokenizes the JSON body once (proto/json.h: zero-copy, tokens are offsets into
- * the caller's body, linear in the body whatever its shape, nesting bounded) and fills an sb_inspect_result with what routing needs: the model name
- * (decoded), where the model string sits in the body (so the data path can splice in a served
- * name for an alias without re-serialising), stream / stream_options.include_usage, user, and
- * the prompt's location (completion `prompt` as a string or array of strings, or chat
- * `messages` with role and content, content as a string or an array of parts with `text`).
+ * the caller's body, linear in the body whatever its shape, nesting bounded) and fills an
+ * sb_inspect_result with what routing needs: the model name (decoded), where the model string
+ * sits in the body (so the data path can splice in a served name for an alias without
+ * re-serialising), stream / stream_options.include_usage, user, and the prompt's location
+ * (completion `prompt` as a string or array of strings, or chat `messages` with role and
+ * content, content as a string or an array of parts with `text`).
  *
- * sb_prompt_hash() then walks the prompt once, decoding JSON escapes (\n, \", \uXXXX with
- * surrogate pairs) on the fly into the canonical prompt, cuts it into fixed blocks and
- * computes chained 64-bit xxh3 hashes: h[i] = XXH3_64(block i, seed = h[i-1]), h[-1] = seed.
- * The canonical prompt is never materialised; only one block's worth of bytes is buffered.
- *
- * Canonical prompt (collision-free): every text field is emitted decoded, with NUL bytes
- * escaped as 00 01; fields are closed by a two-byte marker that plain text cannot produce:
- *   chat:        for each message: role, 00 02, then each content part followed by 00 04
- *                (a string content is one text part; null or absent content has no part),
- *                then 00 03 at message end. A message's `tool_calls` (assistant turns),
- *                when present and not null, is one more part, of type "tool_calls".
- *   completion:  each prompt string (or `input` for embeddings) followed by 00 03.
- *   responses:   `instructions` as a message with role "system", then `input`: a string is
- *                one message with role "user"; an array is one message per item, an item
- *                without a `role` (function_call, ...) being a message with an empty role
- *                whose one part is the item itself, read as a non-text part.
- * A text part is its decoded text. A non-text part (an image, audio or file part: an object
- * without a string `text`) is 00 05, its decoded `type`, 00 02, then each scalar value found
- * in the part in document order (object keys and the `type` value excluded; strings decoded,
- * numbers / true / false / null as written), each followed by 00 02. So two images differ by
- * URL or data, and the same URL escaped differently (`\/`) reads the same. A token-id prompt
- * (an array of numbers) is 00 05 then each number as written followed by ','. 00 05 opens a
- * field, where decoded text cannot start with a NUL byte, so it never meets a text field.
- * So the same conversation sent by different clients (escaped differently) reads the same,
- * and two different conversations never produce the same canonical bytes. (Within a
- * non-text part only the values count, not the nesting: close enough for routing.)
- *
- * JSON accepted: RFC 8259 nested at most json.max_depth deep, checked token by token (separators, literals, numbers, a single
- * root object, nothing but whitespace after it). Two laxities, for speed, since the model
- * server validates the body fully anyway: raw control characters inside strings and invalid
- * UTF-8 are passed through. A raw NUL byte anywhere is malformed.
+ * JSON accepted: RFC 8259 nested at most json.max_depth deep, checked token by token
+ * (separators, literals, numbers, a single root object, nothing but whitespace after it).
+ * Two laxities, for speed, since the model server validates the body fully anyway: raw
+ * control characters inside strings and invalid UTF-8 are passed through. A raw NUL byte
+ * anywhere is malformed.
  * Duplicate keys: the last one wins, at every level, as in Python's json module (which the
  * model servers use), so the gateway routes on the same value the server acts on. Keys are
  * compared decoded ("mod\u0065l" is "model"), for the same reason.
  * null is read as absent for every optional field (stream, stream_options, include_usage,
  * user, messages / prompt / input, instructions, content).
  *
- * Not for: validating the full OpenAI schema (the model server does that), or rewriting.
- * Both functions are pure: no I/O, no allocation except the token array, which the caller
- * passes in (see sb_inspect_ctx). */
+ * What sb_inspect found is what proto/prompt.h canonicalises and hashes (sb_prompt_hash takes
+ * the same context and result), so the two agree on which fields are the prompt.
+ *
+ * Not for: validating the full OpenAI schema (the model server does that), rewriting, or
+ * hashing (proto/prompt.h). Pure: no I/O, no allocation except the token array, which the
+ * caller passes in (see sb_inspect_ctx). */
 #ifndef SB_PROTO_INSPECT_H
 #define SB_PROTO_INSPECT_H
 
@@ -114,32 +92,8 @@ typedef struct sb_inspect_result {
  * `model` and `user` are rejected (SB_INSPECT_BAD_FIELD) when longer than their buffers or
  * when they decode to a NUL byte, since a C string compare would read a different name.
  * The ctx keeps pointers into nothing: `body` must stay unchanged and alive until
- * sb_prompt_hash is done with the same ctx and result. */
+ * sb_prompt_hash (proto/prompt.h) is done with the same ctx and result. */
 int sb_inspect(sb_inspect_ctx *ctx, enum sb_api_kind kind, const char *body, size_t len,
                sb_inspect_result *res);
-
-typedef struct sb_prompt_hashes {
-    uint64_t *hashes;     /* caller-provided array of `cap` entries (may be NULL if cap is 0) */
-    size_t cap;           /* at most this many full blocks are hashed; the rest is counted */
-    size_t n;             /* out: number of full blocks hashed (<= cap); a trailing partial
-                             block is not hashed */
-    size_t prompt_bytes;  /* out: length of the canonical prompt, all of it */
-    uint64_t prefix_key;  /* out: xxh3 of the first `prefix_chars` bytes of the first user
-                             message's text (chat, responses: its text parts, concatenated,
-                             as in the canonical prompt) or of the first prompt part
-                             (completion, embeddings); 0 if there is none */
-    size_t prefix_chars;  /* in: how many bytes the prefix_key covers (0 = 100) */
-} sb_prompt_hashes;
-
-/* Seed for a request's chained block hashes: XXH3_64 of model bytes, one 0 byte, adapter
- * bytes; different models or adapters never share. adapter may be NULL if adapter_len is 0. */
-uint64_t sb_prompt_seed(const char *model, size_t model_len, const char *adapter, size_t adapter_len);
-
-/* Walks the prompt found by sb_inspect (same ctx, body, res) and fills *out with the chained
- * hashes of its full blocks of `block_bytes` bytes (block_bytes > 0; any size works, blocks up
- * to 4 KiB are fastest). Cannot fail on a body sb_inspect accepted; never allocates. If the
- * last sb_inspect failed, reports an empty prompt. */
-void sb_prompt_hash(const sb_inspect_ctx *ctx, const char *body, const sb_inspect_result *res,
-                    uint64_t seed, size_t block_bytes, sb_prompt_hashes *out);
 
 #endif

@@ -107,6 +107,42 @@ int sb_json_skip(const sb_json_tok *t, int n, int i);
  * longer than that never match an escaped token). */
 bool sb_json_str_is(const char *b, const sb_json_tok *k, const char *name, size_t name_len);
 
+/* A key to look up in an object, by its decoded name. */
+typedef struct sb_json_key {
+    const char *name;
+    size_t len;
+} sb_json_key;
+
+/* For each keys[k], sets vals[k] to the token index of its value in object obj (t[0..n)
+ * from a successful parse), or -1 if the object has no such key. Keys are compared decoded
+ * (sb_json_str_is) and the last duplicate wins, as in Python's json module. O(the object's
+ * keys times nkeys), plus one sb_json_skip per value. Inline: callers pass constant key
+ * tables, and the loop specialised for them is what request inspection runs per message. */
+static inline void sb_json_find_keys(const sb_json_tok *t, int n, const char *b, int obj, const sb_json_key *keys,
+                                     int nkeys, int *vals)
+{
+    int key = obj + 1;
+
+    for (int k = 0; k < nkeys; k++)
+        vals[k] = -1;
+    for (int c = 0; c < t[obj].size; c++) {
+        for (int k = 0; k < nkeys; k++) {
+            if (sb_json_str_is(b, &t[key], keys[k].name, keys[k].len)) {
+                vals[k] = key + 1;
+                break;
+            }
+        }
+        key = sb_json_skip(t, n, key + 1);
+    }
+}
+
+/* Whether token v is present and not null (v may be -1): how request readers treat an
+ * optional field, since clients send null for "not set". */
+static inline bool sb_json_present(const sb_json_tok *t, int v, const char *b)
+{
+    return v >= 0 && !(t[v].type == SB_JSON_PRIMITIVE && b[t[v].start] == 'n');
+}
+
 /* Decodes the JSON string token body s[0..n) (without quotes) into out (cap bytes),
  * handling all escapes; \u0000 decodes to a NUL byte, a lone surrogate to U+FFFD.
  * Returns the decoded length, which may exceed cap (output truncated), or -1 for an invalid

@@ -13,7 +13,7 @@
 #include "core/admission.h"
 #include "core/control.h"
 #include "core/decide.h"
-#include "proto/inspect.h"
+#include "proto/prompt.h"
 #include "replay/event_queue.h"
 #include "replay/latency.h"
 
@@ -22,7 +22,7 @@
 #define EPOCH_NS SB_NS_PER_S
 #define NEVER UINT64_MAX
 #define MAX_ADAPTERS 64      /* the router's LoRA masks are 64 bits (core/endpoint.h) */
-#define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/inspect.h) */
+#define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/prompt.h) */
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
 
 enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN };

@@ -20,7 +20,7 @@ static const double vllm_latency_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,
                                              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 static const double vllm_itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-/* SGLang's, as its /metrics shows them (../shared/data/formats/sglang/docs_sample.prom). */
+/* SGLang's, as its /metrics shows them (tests/fixtures/metrics/sglang/docs_sample.prom). */
 static const double sglang_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                             0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 15.0, 20.0, 25.0, 30.0};
 static const double sglang_e2e_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,

@@ -6,7 +6,7 @@
  *     and model_name), SGLang (`sglang:*`, label model_name) or llama.cpp (`llamacpp:*`, no
  *     labels). Labels are in alphabetical order and numbers are written as Python's
  *     prometheus_client writes them ("3.0", "0.25"), as in the captures under
- *     ../shared/data/formats/;
+ *     tests/fixtures/metrics/;
  *   - the ORCA load report header (`endpoint-load-metrics`) in its TEXT or JSON form;
  *   - llama.cpp's GET /slots array.
  * It also keeps the request-level histograms (time to first token, end to end, queue time,
@@ -110,7 +110,7 @@ typedef struct sb_sim_slot {
 
 /* Appends llama.cpp's GET /slots JSON array for n slots, each with context n_ctx (llama.cpp
  * splits its context evenly among slots). The fields are a subset of the real ones (see
- * ../shared/data/formats/llamacpp/slots_example.json): id, id_task, n_ctx, speculative,
+ * tests/fixtures/metrics/llamacpp/slots_example.json): id, id_task, n_ctx, speculative,
  * is_processing, params (n_predict, max_tokens, stream, temperature, top_k, top_p, lora) and
  * next_token. Returns 0, or -1 on ENOMEM. */
 int sb_sim_slots_render(sb_buf *b, const sb_sim_slot *slots, size_t n, uint32_t n_ctx);

@@ -1,7 +1,8 @@
 /* fuzz_config: libFuzzer target for src/proto/config.c (outside input: the operator's YAML
  * configuration file, through libyaml).
  *
- * Build and run (the committed corpus is the seed; it is also replayed by the unit test
+ * `make fuzz` builds and runs every target (FUZZ_SECONDS each).
+ * Built and run by hand (the committed corpus is the seed; it is also replayed by the unit test
  * tests/unit/proto/test_config.c). config.c pulls in the plug-in registry (core/plugins.c and
  * the filters, scorers and pickers it lists), the profiles and adaptive parameters (core/sched.c,
  * core/adaptive.c) and the band names (core/flow.c); those need core/ (all but router.c) and

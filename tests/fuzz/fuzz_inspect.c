@@ -1,16 +1,17 @@
-/* fuzz_inspect: libFuzzer target for src/proto/inspect.c (outside input: request bodies).
+/* fuzz_inspect: libFuzzer target for src/proto/inspect.c and src/proto/prompt.c (outside
+ * input: request bodies).
  *
- * Build and run (the committed corpus is the seed; it is also replayed by the unit test
- * tests/unit/proto/test_inspect.c):
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/fuzz_inspect.c \
- *         src/proto/inspect.c src/proto/json.c src/base/alloc.c -lxxhash -o /tmp/fuzz_inspect
- *   /tmp/fuzz_inspect -max_total_time=60 /tmp/corpus tests/fuzz/corpus/inspect
+ * Build and run with `make fuzz` (every target; FUZZ_SECONDS=60 for longer runs), or alone:
+ *   make fuzz-build && build/fuzz/fuzz_inspect -max_total_time=60 build/fuzz/corpus/inspect \
+ *         tests/fuzz/corpus/inspect
+ * The committed corpus is the seed; it is also replayed by the unit test
+ * tests/unit/proto/test_inspect.c.
  *
  * Besides crashes and sanitizer reports, it checks properties the rest of the gateway relies
  * on: the model span is a quoted string that decodes to res->model, and the chained hashes do
  * not depend on how many slots the caller gave (fewer slots give a prefix of the same chain;
  * the prompt length is counted all the same). */
-#include "proto/inspect.h"
+#include "proto/prompt.h"
 
 #include <stdint.h>
 #include <stdlib.h>

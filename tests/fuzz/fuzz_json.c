@@ -1,7 +1,8 @@
 /* fuzz_json: libFuzzer target for src/proto/json.c (outside input: request bodies, model
  * servers' answers).
  *
- * Build and run (the committed corpus is the seed; it is also replayed, against the real jsmn,
+ * `make fuzz` builds and runs every target (FUZZ_SECONDS each).
+ * Built and run by hand (the committed corpus is the seed; it is also replayed, against the real jsmn,
  * by the unit test tests/unit/proto/test_json.c):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/fuzz_json.c \
  *         src/proto/json.c src/base/alloc.c -o /tmp/fuzz_json

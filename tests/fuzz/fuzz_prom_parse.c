@@ -1,7 +1,8 @@
 /* fuzz_prom_parse: libFuzzer target for src/proto/prom_parse.c and the Prometheus half of
  * src/proto/engine_metrics.c (outside input: model servers' /metrics bodies).
  *
- * Build and run (the committed corpus is the seed; it is also replayed by the unit test
+ * `make fuzz` builds and runs every target (FUZZ_SECONDS each).
+ * Built and run by hand (the committed corpus is the seed; it is also replayed by the unit test
  * tests/unit/proto/test_prom_parse.c):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc tests/fuzz/fuzz_prom_parse.c \
  *         src/proto/prom_parse.c src/proto/engine_metrics.c -lm -o /tmp/fuzz_prom_parse

@@ -412,6 +412,28 @@ static void test_skip_and_str_is(void **state)
     assert_true(sb_json_str_is(doc, &t[1], LIT("a")));
 }
 
+/* Only the object's own keys count (not a nested object's), compared decoded, the last
+ * duplicate wins; null is present as a token but not as a value. */
+static void test_find_keys(void **state)
+{
+    static const char doc[] = "{\"a\":1,\"b\":{\"a\":2},\"mod\\u0065l\":\"m\",\"a\":null}";
+    static const sb_json_key keys[] = {{LIT("a")}, {LIT("model")}, {LIT("b")}, {LIT("zz")}};
+    int v[4];
+
+    assert_int_equal(parse(doc), 11);
+    sb_json_find_keys(j.tokens, 11, doc, 0, keys, 4, v);
+    assert_int_equal(v[0], 10);
+    assert_int_equal(v[1], 8);
+    assert_int_equal(v[2], 4);
+    assert_int_equal(v[3], -1);
+    assert_false(sb_json_present(j.tokens, v[0], doc));
+    assert_true(sb_json_present(j.tokens, v[1], doc));
+    assert_false(sb_json_present(j.tokens, v[3], doc));
+    sb_json_find_keys(j.tokens, 11, doc, 4, keys, 4, v);
+    assert_int_equal(v[0], 6);
+    assert_int_equal(v[1], -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +444,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lent_buffer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grow_and_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_skip_and_str_is, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_keys, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
