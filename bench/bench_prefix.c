@@ -129,7 +129,7 @@ static void bench_decisions(void)
             char *body = make_body(sizes[si], 0, esc, &len);
             size_t cap = len / 64 + 16;
             uint64_t *hashes = malloc(cap * sizeof(uint64_t));
-            sb_inspect_ctx ictx = {.max_tokens = 1u << 20};
+            sb_inspect_ctx ictx = {.json.max_tokens = 1u << 20};
             int iters = sizes[si] >= 256 * 1024 ? 40 : sizes[si] >= 32 * 1024 ? 400 : 4000;
             double th[5], tp[5];
             size_t nblocks = 0;
