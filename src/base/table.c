@@ -1,6 +1,8 @@
 /* table: see table.h. */
 #include "base/table.h"
 
+#include <string.h>
+
 #include "base/alloc.h"
 
 #define MIN_CAP 16
@@ -10,9 +12,16 @@ void sb_table_init(sb_table *t, uint64_t secret)
     *t = (sb_table){.key = sb_hash_key_from_secret(secret)};
 }
 
+static void free_tags(const sb_table *t, uint64_t *tags, size_t cap)
+{
+    if (t->wipe && tags)
+        explicit_bzero(tags, cap * sizeof(uint64_t)); /* not elided like a memset before free */
+    sb_free(tags);
+}
+
 void sb_table_free(sb_table *t)
 {
-    sb_free(t->tags);
+    free_tags(t, t->tags, t->cap);
     sb_free(t->vals);
     t->tags = NULL;
     t->vals = NULL;
@@ -48,7 +57,7 @@ int sb_table_reserve(sb_table *t, size_t n)
         tags[j] = t->tags[i];
         vals[j] = t->vals[i];
     }
-    sb_free(t->tags);
+    free_tags(t, t->tags, t->cap);
     sb_free(t->vals);
     t->tags = tags;
     t->vals = vals;

@@ -43,6 +43,7 @@ typedef struct sb_table {
     size_t cap;            /* slots: 0 or a power of two */
     size_t used;
     sb_hash_key key;
+    bool wipe;             /* clear tags before freeing their memory (sb_table_wipe_tags) */
     sb_table_probes probes; /* searches made through sb_table_find */
 } sb_table;
 
@@ -57,6 +58,10 @@ typedef bool (*sb_table_eq_fn)(const void *ctx, uint32_t val);
 void sb_table_init(sb_table *t, uint64_t secret);
 /* Frees the slots; the table is left empty and reusable, secret kept. */
 void sb_table_free(sb_table *t);
+
+/* For tags derived from secrets (API-key digests): from now on, tag memory is cleared before
+ * it is freed, by growth and by sb_table_free, so no freed block holds them. */
+static inline void sb_table_wipe_tags(sb_table *t) { t->wipe = true; }
 
 /* Makes room for n entries at most half full, doubling (from at least 16 slots) as needed.
  * 0 on success; -1 if the slots cannot be allocated or n is too large, the table unchanged.

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/hash.h"
 #include "base/table.h"
 
 #define NIL UINT32_MAX
