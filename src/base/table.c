@@ -65,6 +65,14 @@ int sb_table_reserve(sb_table *t, size_t n)
     return 0;
 }
 
+bool sb_table_key64_eq(const void *ctx, uint32_t val)
+{
+    const sb_table_key64 *q = ctx;
+    uint64_t k;
+    memcpy(&k, (const char *)q->entries + (size_t)val * q->stride + q->offset, sizeof k);
+    return k == q->key;
+}
+
 void sb_table_delete(sb_table *t, size_t i)
 {
     size_t mask = t->cap - 1;

@@ -115,6 +115,16 @@ static inline void sb_table_put(sb_table *t, size_t i, uint64_t tag, uint32_t va
     t->used++;
 }
 
+/* The equality callback for the usual case: the caller's entries are an array of fixed-size
+ * structs with a 64-bit key field. Pass an sb_table_key64 as ctx: the array, its stride and
+ * the key field's offset (offsetof), and the key sought. */
+typedef struct sb_table_key64 {
+    const void *entries;
+    size_t stride, offset;
+    uint64_t key;
+} sb_table_key64;
+bool sb_table_key64_eq(const void *ctx, uint32_t val);
+
 /* Empties occupied slot i and shifts the rest of its probe run back into the hole. */
 void sb_table_delete(sb_table *t, size_t i);
 

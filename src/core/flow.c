@@ -93,17 +93,6 @@ static enum sb_band clamp_band(enum sb_band b)
 
 /* Keyed: tenant keys are hashes of headers a client writes, so an unkeyed slot function
  * would let one client grind header values that share a home slot (base/hash.h). */
-typedef struct tenant_probe {
-    const sb_flow *f;
-    uint64_t key;
-} tenant_probe;
-
-static bool tenant_has_key(const void *ctx, uint32_t t)
-{
-    const tenant_probe *q = ctx;
-    return q->f->tenants[t].key == q->key;
-}
-
 static bool is_tenant(const void *ctx, uint32_t t) { return *(const uint32_t *)ctx == t; }
 
 /* The tenant for key, tracking it if it is new; the overflow tenant when the table is full.
@@ -112,8 +101,8 @@ static bool is_tenant(const void *ctx, uint32_t t) { return *(const uint32_t *)c
 static uint32_t tenant_for(sb_flow *f, uint64_t key)
 {
     uint64_t tag = sb_table_tag_u64(&f->table, key);
-    tenant_probe q = {f, key};
-    size_t i = sb_table_find(&f->table, tag, tenant_has_key, &q);
+    sb_table_key64 q = {f->tenants, sizeof(tenant), offsetof(tenant, key), key};
+    size_t i = sb_table_find(&f->table, tag, sb_table_key64_eq, &q);
     if (sb_table_occupied(&f->table, i))
         return sb_table_val(&f->table, i);
     if (f->free_tenant == NIL) {

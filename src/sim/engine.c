@@ -55,10 +55,15 @@ typedef struct req_list {
 } req_list;
 
 /* Request id -> req: a keyed table (base/table.h) from the id to a handle, the handle an index
- * into `reqs`; freed handles are reused first. */
+ * into `handles`; freed handles are reused first. */
+typedef struct id_handle {
+    uint64_t id;
+    req *r; /* NULL when the handle is free */
+} id_handle;
+
 typedef struct id_map {
     sb_table table;
-    req **reqs;     /* by handle; NULL when the handle is free */
+    id_handle *handles;
     uint32_t *free; /* free handles, a stack */
     uint32_t n_free, cap;
 } id_map;
@@ -308,29 +313,18 @@ static void register_blocks(sb_engine *e, req *r)
 
 /* ---- request id map ------------------------------------------------------------------------- */
 
-typedef struct id_probe {
-    const id_map *m;
-    uint64_t id;
-} id_probe;
-
-static bool req_has_id(const void *ctx, uint32_t h)
-{
-    const id_probe *q = ctx;
-    return q->m->reqs[h]->id == q->id;
-}
-
 /* The slot of id in m's table, or the empty slot where it would go. */
 static size_t ids_slot(const id_map *m, uint64_t id)
 {
-    id_probe q = {m, id};
+    sb_table_key64 q = {m->handles, sizeof(id_handle), offsetof(id_handle, id), id};
     size_t steps;
-    return sb_table_search(&m->table, sb_table_tag_u64(&m->table, id), req_has_id, &q, &steps);
+    return sb_table_search(&m->table, sb_table_tag_u64(&m->table, id), sb_table_key64_eq, &q, &steps);
 }
 
 static req *ids_find(const id_map *m, uint64_t id)
 {
     size_t i = ids_slot(m, id);
-    return sb_table_occupied(&m->table, i) ? m->reqs[sb_table_val(&m->table, i)] : NULL;
+    return sb_table_occupied(&m->table, i) ? m->handles[sb_table_val(&m->table, i)].r : NULL;
 }
 
 static int ids_init(id_map *m, uint64_t secret)
@@ -343,7 +337,7 @@ static int ids_init(id_map *m, uint64_t secret)
 static void ids_free(id_map *m)
 {
     sb_table_free(&m->table);
-    sb_free(m->reqs);
+    sb_free(m->handles);
     sb_free(m->free);
 }
 
@@ -354,16 +348,16 @@ static int ids_put(id_map *m, req *r)
         uint32_t cap = m->cap ? m->cap * 2 : 64;
         if (m->cap >= SB_TABLE_VAL_MAX / 2)
             return -ENOMEM;
-        req **reqs = sb_realloc(m->reqs, cap * sizeof *reqs);
-        if (!reqs)
+        id_handle *hs = sb_realloc(m->handles, cap * sizeof *hs);
+        if (!hs)
             return -ENOMEM;
-        m->reqs = reqs;
+        m->handles = hs;
         uint32_t *fr = sb_realloc(m->free, cap * sizeof *fr);
         if (!fr)
-            return -ENOMEM; /* reqs grew, harmlessly: cap still bounds both */
+            return -ENOMEM; /* handles grew, harmlessly: cap still bounds both */
         m->free = fr;
         for (uint32_t h = cap; h-- > m->cap;) {
-            m->reqs[h] = NULL;
+            m->handles[h].r = NULL;
             m->free[m->n_free++] = h;
         }
         m->cap = cap;
@@ -371,8 +365,9 @@ static int ids_put(id_map *m, req *r)
     if (sb_table_reserve(&m->table, sb_table_count(&m->table) + 1) < 0)
         return -ENOMEM;
     uint32_t h = m->free[--m->n_free];
-    m->reqs[h] = r;
-    sb_table_put(&m->table, ids_slot(m, r->id), sb_table_tag_u64(&m->table, r->id), h);
+    size_t slot = ids_slot(m, r->id);
+    m->handles[h] = (id_handle){r->id, r};
+    sb_table_put(&m->table, slot, sb_table_tag_u64(&m->table, r->id), h);
     return 0;
 }
 
@@ -381,7 +376,7 @@ static void ids_remove(id_map *m, uint64_t id)
     size_t i = ids_slot(m, id);
     uint32_t h = sb_table_val(&m->table, i);
     sb_table_delete(&m->table, i);
-    m->reqs[h] = NULL;
+    m->handles[h].r = NULL;
     m->free[m->n_free++] = h;
 }
 

@@ -50,23 +50,12 @@ void sb_block_lru_free(sb_block_lru *t)
     sb_free(t);
 }
 
-typedef struct hash_probe {
-    const entry *entries;
-    uint64_t hash;
-} hash_probe;
-
-static bool entry_has_hash(const void *ctx, uint32_t e)
-{
-    const hash_probe *q = ctx;
-    return q->entries[e].hash == q->hash;
-}
-
 /* The slot of hash (tag is its keyed hash), or the empty slot where it would go. */
 static size_t slot_of(const sb_block_lru *t, uint64_t hash, uint64_t tag)
 {
-    hash_probe q = {t->entries, hash};
+    sb_table_key64 q = {t->entries, sizeof(entry), offsetof(entry, hash), hash};
     size_t steps;
-    return sb_table_search(&t->table, tag, entry_has_hash, &q, &steps);
+    return sb_table_search(&t->table, tag, sb_table_key64_eq, &q, &steps);
 }
 
 uint32_t sb_block_lru_find(const sb_block_lru *t, uint64_t hash)

@@ -14,16 +14,13 @@ typedef struct store {
     size_t n;
 } store;
 
-static bool key_eq(const void *ctx, uint32_t v)
-{
-    const uint64_t *q = ctx;
-    return ((const store *)q[1])->keys[v] == q[0];
-}
+/* The keys array is the entry array: stride 8, key at offset 0. */
+static sb_table_key64 key_of(const store *s, uint64_t key) { return (sb_table_key64){s->keys, sizeof(uint64_t), 0, key}; }
 
 static size_t store_slot(store *s, uint64_t key)
 {
-    uint64_t q[2] = {key, (uint64_t)(uintptr_t)s};
-    return sb_table_find(&s->t, sb_table_tag_u64(&s->t, key), key_eq, q);
+    sb_table_key64 q = key_of(s, key);
+    return sb_table_find(&s->t, sb_table_tag_u64(&s->t, key), sb_table_key64_eq, &q);
 }
 
 /* Every entry can be reached from its home slot without crossing an empty slot, no tag or
@@ -184,19 +181,19 @@ static void test_equal_tags_need_eq(void **state)
     assert_int_equal(sb_table_reserve(&s.t, 2), 0);
     const uint64_t tag = 0x1234;
     for (uint32_t v = 0; v < 2; v++) {
-        uint64_t q[2] = {keys[v], (uint64_t)(uintptr_t)&s};
-        size_t i = sb_table_find(&s.t, tag, key_eq, q);
+        sb_table_key64 q = key_of(&s, keys[v]);
+        size_t i = sb_table_find(&s.t, tag, sb_table_key64_eq, &q);
         assert_false(sb_table_occupied(&s.t, i));
         sb_table_put(&s.t, i, tag, v);
     }
     for (uint32_t v = 0; v < 2; v++) {
-        uint64_t q[2] = {keys[v], (uint64_t)(uintptr_t)&s};
-        assert_int_equal(sb_table_val(&s.t, sb_table_find(&s.t, tag, key_eq, q)), v);
+        sb_table_key64 q = key_of(&s, keys[v]);
+        assert_int_equal(sb_table_val(&s.t, sb_table_find(&s.t, tag, sb_table_key64_eq, &q)), v);
     }
-    uint64_t q0[2] = {keys[0], (uint64_t)(uintptr_t)&s}, q1[2] = {keys[1], (uint64_t)(uintptr_t)&s};
-    sb_table_delete(&s.t, sb_table_find(&s.t, tag, key_eq, q0));
-    assert_false(sb_table_occupied(&s.t, sb_table_find(&s.t, tag, key_eq, q0)));
-    assert_int_equal(sb_table_val(&s.t, sb_table_find(&s.t, tag, key_eq, q1)), 1);
+    sb_table_key64 q0 = key_of(&s, keys[0]), q1 = key_of(&s, keys[1]);
+    sb_table_delete(&s.t, sb_table_find(&s.t, tag, sb_table_key64_eq, &q0));
+    assert_false(sb_table_occupied(&s.t, sb_table_find(&s.t, tag, sb_table_key64_eq, &q0)));
+    assert_int_equal(sb_table_val(&s.t, sb_table_find(&s.t, tag, sb_table_key64_eq, &q1)), 1);
     /* Without a callback, the tag alone decides: the first entry with it. */
     assert_int_equal(sb_table_val(&s.t, sb_table_find(&s.t, tag, NULL, NULL)), 1);
     sb_table_free(&s.t);
