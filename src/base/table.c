@@ -30,7 +30,7 @@ void sb_table_free(sb_table *t)
 
 uint64_t sb_table_tag_bytes(const sb_table *t, const void *data, size_t len) { return sb_hash_bytes(&t->key, data, len); }
 
-int sb_table_reserve(sb_table *t, size_t n)
+int sb_table_grow(sb_table *t, size_t n)
 {
     if (n > SIZE_MAX / 4)
         return -1;

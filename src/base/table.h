@@ -65,8 +65,14 @@ static inline void sb_table_wipe_tags(sb_table *t) { t->wipe = true; }
 
 /* Makes room for n entries at most half full, doubling (from at least 16 slots) as needed.
  * 0 on success; -1 if the slots cannot be allocated or n is too large, the table unchanged.
- * Slot numbers held from before are invalid after a successful call. */
-int sb_table_reserve(sb_table *t, size_t n);
+ * Slot numbers held from before are invalid after a successful call. sb_table_grow is its
+ * allocating half. */
+int sb_table_grow(sb_table *t, size_t n);
+static inline int sb_table_reserve(sb_table *t, size_t n)
+{
+    /* Inline: inserts call it once per new key, and there is nearly always room. */
+    return t->cap && n <= t->cap / 2 ? 0 : sb_table_grow(t, n);
+}
 
 /* Tags under the table's secret: the usual way to hash a key for this table. */
 static inline uint64_t sb_table_tag_u64(const sb_table *t, uint64_t key) { return sb_hash_u64(&t->key, key); }
