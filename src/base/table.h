@@ -79,12 +79,16 @@ static inline uint64_t sb_table_tag_u64(const sb_table *t, uint64_t key) { retur
 uint64_t sb_table_tag_bytes(const sb_table *t, const void *data, size_t len);
 
 /* The slot holding an entry with this tag (and, if eq is not NULL, eq(ctx, value) true), or
- * the empty slot ending its probe run, where such an entry would be put. *steps gets the
- * slots examined beyond the home slot. The table must have slots (cap > 0). Const and
- * uncounted: for const owners; sb_table_find counts. */
+ * the empty slot ending its probe run, where such an entry would be put; SIZE_MAX (absent, and
+ * no place to put: reserve first) while the table has no slots. *steps gets the slots
+ * examined beyond the home slot. Const and uncounted: for const owners; sb_table_find counts. */
 static inline size_t sb_table_search(const sb_table *t, uint64_t tag, sb_table_eq_fn eq, const void *ctx,
                                      size_t *steps)
 {
+    if (!t->cap) {
+        *steps = 0;
+        return SIZE_MAX;
+    }
     size_t mask = t->cap - 1, i = (size_t)tag & mask, n = 0;
     for (; t->vals[i]; i = (i + 1) & mask, n++)
         if (t->tags[i] == tag && (!eq || eq(ctx, t->vals[i] - 1)))
@@ -93,14 +97,12 @@ static inline size_t sb_table_search(const sb_table *t, uint64_t tag, sb_table_e
     return i;
 }
 
-/* sb_table_search, counted in t->probes. On a table with no slots returns SIZE_MAX (absent,
- * and not a place to put: reserve first). */
+/* sb_table_search, counted in t->probes (a table with no slots counts nothing). */
 static inline size_t sb_table_find(sb_table *t, uint64_t tag, sb_table_eq_fn eq, const void *ctx)
 {
-    if (!t->cap)
-        return SIZE_MAX;
     size_t steps, i = sb_table_search(t, tag, eq, ctx, &steps);
-    sb_table_probes_add(&t->probes, steps);
+    if (i != SIZE_MAX)
+        sb_table_probes_add(&t->probes, steps);
     return i;
 }
 
@@ -108,6 +110,11 @@ static inline size_t sb_table_find(sb_table *t, uint64_t tag, sb_table_eq_fn eq,
 static inline bool sb_table_occupied(const sb_table *t, size_t i) { return i != SIZE_MAX && t->vals[i] != 0; }
 /* The value in occupied slot i. */
 static inline uint32_t sb_table_val(const sb_table *t, size_t i) { return t->vals[i] - 1; }
+/* The value in slot i if occupied, else none. */
+static inline uint32_t sb_table_val_or(const sb_table *t, size_t i, uint32_t none)
+{
+    return sb_table_occupied(t, i) ? sb_table_val(t, i) : none;
+}
 /* Replaces the value in occupied slot i (same key). */
 static inline void sb_table_set_val(sb_table *t, size_t i, uint32_t val) { t->vals[i] = val + 1; }
 

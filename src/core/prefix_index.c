@@ -284,7 +284,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         if (ahead == 0)
             look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh, false);
         size_t s = find_slot(ix, kh[ahead]);
-        uint32_t k = sb_table_occupied(&ix->tab, s) ? sb_table_val(&ix->tab, s) : NIL;
+        uint32_t k = sb_table_val_or(&ix->tab, s, NIL);
         while (k != NIL && ix->entries[k].ep != ep)
             k = ix->entries[k].next_holder;
         if (k != NIL) {
@@ -357,7 +357,7 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
 static uint32_t find_entry(sb_prefix_index *ix, uint32_t ep, uint64_t h)
 {
     size_t s = find_slot(ix, keyed(ix, h));
-    uint32_t k = sb_table_occupied(&ix->tab, s) ? sb_table_val(&ix->tab, s) : NIL;
+    uint32_t k = sb_table_val_or(&ix->tab, s, NIL);
     while (k != NIL && ix->entries[k].ep != ep)
         k = ix->entries[k].next_holder;
     return k;
@@ -391,7 +391,7 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
             look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh, true);
         size_t s = find_slot(ix, kh[i % AHEAD]);
         bool advanced = false;
-        uint32_t head = sb_table_occupied(&ix->tab, s) ? sb_table_val(&ix->tab, s) : NIL;
+        uint32_t head = sb_table_val_or(&ix->tab, s, NIL);
         for (uint32_t k = head; k != NIL; k = ix->entries[k].next_holder) {
             uint32_t e = ix->entries[k].ep;
             if (ix->entries[k].pending)

@@ -198,14 +198,13 @@ static bool model_named(const void *ctx, uint32_t i)
     return q->models[i].len == q->len && memcmp(q->models[i].name, q->name, q->len) == 0;
 }
 
-/* The index of the model called name, or -1. */
-static long find_model(const sb_router *r, const char *name, size_t len, uint64_t tag)
+/* The slot of the model called name (tag: its keyed hash), or the empty slot where it would
+ * go; SIZE_MAX while the table has no slots. */
+static size_t model_slot(const sb_router *r, const char *name, size_t len, uint64_t tag)
 {
-    if (!r->model_table.cap)
-        return -1;
     name_probe q = {r->models, name, len};
-    size_t steps, i = sb_table_search(&r->model_table, tag, model_named, &q, &steps);
-    return sb_table_occupied(&r->model_table, i) ? (long)sb_table_val(&r->model_table, i) : -1;
+    size_t steps;
+    return sb_table_search(&r->model_table, tag, model_named, &q, &steps);
 }
 
 int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum sb_model_kind kind)
@@ -214,7 +213,7 @@ int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum 
         return -1;
     size_t len = strlen(name);
     uint64_t tag = sb_table_tag_bytes(&r->model_table, name, len);
-    if (find_model(r, name, len, tag) >= 0)
+    if (sb_table_occupied(&r->model_table, model_slot(r, name, len, tag)))
         return -2;
     if (r->n_models == r->models_cap) {
         size_t cap = r->models_cap ? r->models_cap * 2 : 32;
@@ -238,19 +237,17 @@ int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum 
         p->served = copy;
         p->served_len = len;
     }
-    name_probe q = {r->models, name, len};
-    size_t steps, slot = sb_table_search(&r->model_table, tag, model_named, &q, &steps);
-    sb_table_put(&r->model_table, slot, tag, (uint32_t)r->n_models);
+    sb_table_put(&r->model_table, model_slot(r, name, len, tag), tag, (uint32_t)r->n_models);
     r->n_models++;
     return 0;
 }
 
 int sb_router_resolve(const sb_router *r, const char *name, size_t len, sb_model_match *out)
 {
-    long m = find_model(r, name, len, sb_table_tag_bytes(&r->model_table, name, len));
-    if (m < 0)
+    size_t slot = model_slot(r, name, len, sb_table_tag_bytes(&r->model_table, name, len));
+    if (!sb_table_occupied(&r->model_table, slot))
         return -1;
-    const model_entry *e = &r->models[m];
+    const model_entry *e = &r->models[sb_table_val(&r->model_table, slot)];
     const pool *p = &r->pools[e->pool];
     out->pool = e->pool;
     out->adapter = e->adapter;

@@ -35,8 +35,6 @@ static bool has_digest(const void *ctx, uint32_t k)
 /* The slot of digest, or the empty one where it would go; SIZE_MAX in an empty table. */
 static size_t slot_of(const sb_auth_keys *t, const uint8_t *digest)
 {
-    if (!t->slots.cap)
-        return SIZE_MAX;
     digest_probe q = {t->items, digest};
     size_t steps;
     return sb_table_search(&t->slots, tag_of(digest), has_digest, &q, &steps);

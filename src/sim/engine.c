@@ -175,7 +175,7 @@ size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_si
 static uint32_t btab_find(const sb_engine *e, uint64_t h)
 {
     size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
-    return sb_table_occupied(&e->btab, i) ? sb_table_val(&e->btab, i) : NIL;
+    return sb_table_val_or(&e->btab, i, NIL);
 }
 
 /* h is known absent; room for every block was reserved at creation. */

@@ -61,7 +61,7 @@ static size_t slot_of(const sb_block_lru *t, uint64_t hash, uint64_t tag)
 uint32_t sb_block_lru_find(const sb_block_lru *t, uint64_t hash)
 {
     size_t s = slot_of(t, hash, sb_table_tag_u64(&t->table, hash));
-    return sb_table_occupied(&t->table, s) ? sb_table_val(&t->table, s) : NIL;
+    return sb_table_val_or(&t->table, s, NIL);
 }
 
 static void list_unlink(sb_block_lru *t, uint32_t e)
