@@ -71,7 +71,7 @@ static void *create(const sb_replay_policy_env *env)
     uint32_t bt = env->router_block_tokens ? env->router_block_tokens : 16;
     s->capacity = STORE_BYTES / BYTES_PER_TOKEN / bt;
     size_t n = s->n ? s->n : 1;
-    s->store = sb_block_lru_new(1 + s->words, env->hash_secret);
+    s->store = sb_block_lru_new(1 + s->words);
     s->counts = sb_calloc(n, sizeof(uint32_t));
     s->percent = sb_calloc(n, sizeof(uint32_t));
     s->order = sb_calloc(n, sizeof(uint32_t));

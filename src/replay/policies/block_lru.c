@@ -1,5 +1,11 @@
-/* block_lru: a keyed table (base/table.h) from hash to entry id; entries in one array with a
- * free list and an intrusive LRU list. */
+/* block_lru: a table (base/table.h) from hash to entry id; entries in one array with a free
+ * list and an intrusive LRU list.
+ *
+ * The one table whose tags are not keyed: its keys are block hashes of trace prompts in an
+ * offline replay, never a live client's, and a keyed hash on every find and get cost replay
+ * ~6% of its instructions (cachegrind, 12 policies over 300 requests). The tag folds the high
+ * bits in (the hashes are xxh3 output already); the fold is a bijection, so equal tags mean
+ * equal hashes and no equality callback is needed. */
 #include "replay/policies/block_lru.h"
 
 #include <string.h>
@@ -21,18 +27,18 @@ struct sb_block_lru {
     size_t words;
     uint32_t n_alloc, free_head;
     uint32_t lru_head, lru_tail; /* head = least recently used */
-    sb_table table;              /* keyed hash -> entry id */
+    sb_table table;              /* tag_of(hash) -> entry id */
     size_t count, pinned;
 };
 
-sb_block_lru *sb_block_lru_new(size_t payload_words, uint64_t hash_secret)
+sb_block_lru *sb_block_lru_new(size_t payload_words)
 {
     sb_block_lru *t = sb_calloc(1, sizeof(*t));
     if (!t)
         return NULL;
     t->words = payload_words;
     t->free_head = t->lru_head = t->lru_tail = NIL;
-    sb_table_init(&t->table, hash_secret);
+    sb_table_init(&t->table, 0);
     if (sb_table_reserve(&t->table, 512) < 0) {
         sb_free(t);
         return NULL;
@@ -50,18 +56,18 @@ void sb_block_lru_free(sb_block_lru *t)
     sb_free(t);
 }
 
-/* The slot of hash (tag is its keyed hash), or the empty slot where it would go. */
-static size_t slot_of(const sb_block_lru *t, uint64_t hash, uint64_t tag)
+static uint64_t tag_of(uint64_t hash) { return hash ^ hash >> 33; }
+
+/* The slot of hash, or the empty slot where it would go. */
+static size_t slot_of(const sb_block_lru *t, uint64_t hash)
 {
-    sb_table_key64 q = {t->entries, sizeof(entry), offsetof(entry, hash), hash};
     size_t steps;
-    return sb_table_search(&t->table, tag, sb_table_key64_eq, &q, &steps);
+    return sb_table_search(&t->table, tag_of(hash), NULL, NULL, &steps);
 }
 
 uint32_t sb_block_lru_find(const sb_block_lru *t, uint64_t hash)
 {
-    size_t s = slot_of(t, hash, sb_table_tag_u64(&t->table, hash));
-    return sb_table_val_or(&t->table, s, NIL);
+    return sb_table_val_or(&t->table, slot_of(t, hash), NIL);
 }
 
 static void list_unlink(sb_block_lru *t, uint32_t e)
@@ -117,8 +123,7 @@ static uint32_t alloc_entry(sb_block_lru *t)
 
 uint32_t sb_block_lru_get(sb_block_lru *t, uint64_t hash, bool *created)
 {
-    uint64_t tag = sb_table_tag_u64(&t->table, hash);
-    size_t s = slot_of(t, hash, tag);
+    size_t s = slot_of(t, hash);
     bool found = sb_table_occupied(&t->table, s);
     if (created)
         *created = !found;
@@ -130,7 +135,7 @@ uint32_t sb_block_lru_get(sb_block_lru *t, uint64_t hash, bool *created)
     if (e == NIL)
         return NIL;
     t->entries[e] = (entry){.hash = hash, .prev = NIL, .next = NIL, .refs = 0};
-    sb_table_put(&t->table, slot_of(t, hash, tag), tag, e);
+    sb_table_put(&t->table, slot_of(t, hash), tag_of(hash), e);
     if (t->words)
         memset(t->payload + (size_t)e * t->words, 0, t->words * sizeof(uint64_t));
     list_push_mru(t, e);
@@ -169,16 +174,13 @@ uint32_t sb_block_lru_refs(const sb_block_lru *t, uint32_t e)
     return t->entries[e].refs;
 }
 
-static bool is_entry(const void *ctx, uint32_t e) { return *(const uint32_t *)ctx == e; }
-
 bool sb_block_lru_evict_one(sb_block_lru *t)
 {
     uint32_t e = t->lru_head;
     if (e == NIL)
         return false;
     list_unlink(t, e);
-    size_t steps, s = sb_table_search(&t->table, sb_table_tag_u64(&t->table, t->entries[e].hash), is_entry, &e, &steps);
-    sb_table_delete(&t->table, s);
+    sb_table_delete(&t->table, slot_of(t, t->entries[e].hash));
     t->entries[e].next = t->free_head;
     t->free_head = e;
     t->count--;

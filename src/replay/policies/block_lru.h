@@ -23,9 +23,8 @@
 typedef struct sb_block_lru sb_block_lru;
 
 /* A table whose entries each carry payload_words 64-bit words (0 for none), zeroed at
- * creation of the entry; slots keyed by hash_secret (base/table.h; replay derives it from
- * its seed). Returns NULL on ENOMEM. */
-sb_block_lru *sb_block_lru_new(size_t payload_words, uint64_t hash_secret);
+ * creation of the entry. Returns NULL on ENOMEM. */
+sb_block_lru *sb_block_lru_new(size_t payload_words);
 void sb_block_lru_free(sb_block_lru *t);
 
 /* The entry of hash, or SB_BLOCK_LRU_NONE. Does not change the order. */

@@ -45,7 +45,7 @@ sb_kv_shadow *sb_kv_shadow_new(uint32_t n_replicas, const sb_engine_params *p)
     if (!s->reps)
         goto fail;
     for (uint32_t i = 0; i < n_replicas; i++)
-        if (!(s->reps[i].blocks = sb_block_lru_new(0, p->hash_secret)))
+        if (!(s->reps[i].blocks = sb_block_lru_new(0)))
             goto fail;
     return s;
 fail:

@@ -496,7 +496,7 @@ static void test_oracle_cached_unless_the_queue_costs_more(void **state)
 static void test_block_lru_order_pinning_and_deletion(void **state)
 {
     (void)state;
-    sb_block_lru *t = sb_block_lru_new(1, 42);
+    sb_block_lru *t = sb_block_lru_new(1);
     assert_non_null(t);
     for (uint64_t k = 1; k <= 5000; k++) {
         uint32_t e = sb_block_lru_get(t, k * 0x9E3779B97F4A7C15ULL, NULL);
