@@ -1,14 +1,14 @@
 /* hash: keyed slot hashing for tables whose keys an outsider chooses.
  *
- * Every open-addressing table that holds client-derived keys (block hashes of prompts in the
+ * Every table (base/table.h) that holds client-derived keys (block hashes of prompts in the
  * prefix index, tenant keys from headers in flow control, model names in the router, the
  * simulator's block table) places a key at sb_hash_u64(key, x) or sb_hash_bytes(key, ...),
- * masked to the table size. The key is a per-instance secret: the live gateway draws it from
- * the OS at start (net/gateway.c), replay derives it from --seed so runs repeat. Without it,
- * slot placement is a public function of the key: the block hashes are xxh3 chains seeded by
- * the public model name, so prompts can be ground offline until thousands of blocks share one
- * home slot, and every insert or lookup then walks the whole run (linear probing makes n
- * colliding inserts cost n^2/2 probes).
+ * masked to the table size (sb_table_tag_u64 / sb_table_tag_bytes). The key is a
+ * per-instance secret: the live gateway draws it from the OS at start (net/gateway.c), replay
+ * derives it from --seed so runs repeat. Without it, slot placement is a public function of
+ * the key: the block hashes are xxh3 chains seeded by the public model name, so prompts can be
+ * ground offline until thousands of blocks share one home slot, and every insert or lookup
+ * then walks the whole run (linear probing makes n colliding inserts cost n^2/2 probes).
  *
  * The function is SipHash-1-3 (Aumasson and Bernstein; the reduced-round variant Python and
  * Rust's standard library hash with): a pseudo-random function under a 128-bit key, so slot

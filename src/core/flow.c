@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/hash.h"
+#include "base/table.h"
 
 #define NIL UINT32_MAX
 /* Dispatches remembered for the drain rate: enough to smooth one slow request out, few
@@ -55,12 +55,9 @@ struct sb_flow {
     uint32_t heap_len;
     tenant *tenants; /* max_tenants tracked ones, then the overflow tenant */
     uint32_t overflow, free_tenant, tracked;
-    /* Open addressing, linear probing: tenant key -> tenant index + 1 (0: empty). At most
-     * half full; deletion shifts the following run back, so no tombstones accumulate. */
-    uint32_t *table;
-    size_t table_mask;
-    sb_hash_key table_key; /* from cfg.hash_secret at creation; reconfiguring keeps it */
-    sb_table_probes probes;
+    /* Tenant key -> tenant index (base/table.h), sized for max_tenants at creation; keyed by
+     * cfg.hash_secret, which reconfiguring keeps. Its probe counters are tenant_probes. */
+    sb_table table;
     band_state band[SB_BAND_COUNT];
     uint32_t queued;
     uint64_t bytes;
@@ -96,25 +93,18 @@ static enum sb_band clamp_band(enum sb_band b)
 
 /* Keyed: tenant keys are hashes of headers a client writes, so an unkeyed slot function
  * would let one client grind header values that share a home slot (base/hash.h). */
-static size_t home_of(const sb_flow *f, uint64_t key)
-{
-    return (size_t)sb_hash_u64(&f->table_key, key) & f->table_mask;
-}
+static bool is_tenant(const void *ctx, uint32_t t) { return *(const uint32_t *)ctx == t; }
 
 /* The tenant for key, tracking it if it is new; the overflow tenant when the table is full.
  * A key whose earlier requests went to overflow gets its own tenant once a slot frees, so its
  * FIFO order across the two holds only within each. */
 static uint32_t tenant_for(sb_flow *f, uint64_t key)
 {
-    size_t i = home_of(f, key), steps = 0;
-    for (; f->table[i]; i = (i + 1) & f->table_mask, steps++) {
-        uint32_t t = f->table[i] - 1;
-        if (f->tenants[t].key == key) {
-            sb_table_probes_add(&f->probes, steps);
-            return t;
-        }
-    }
-    sb_table_probes_add(&f->probes, steps);
+    uint64_t tag = sb_table_tag_u64(&f->table, key);
+    sb_table_key64 q = {f->tenants, sizeof(tenant), offsetof(tenant, key), key};
+    size_t i = sb_table_find(&f->table, tag, sb_table_key64_eq, &q);
+    if (sb_table_occupied(&f->table, i))
+        return sb_table_val(&f->table, i);
     if (f->free_tenant == NIL) {
         f->tenant_overflow++;
         return f->overflow;
@@ -122,29 +112,15 @@ static uint32_t tenant_for(sb_flow *f, uint64_t key)
     uint32_t t = f->free_tenant;
     f->free_tenant = f->tenants[t].next_free;
     f->tenants[t].key = key;
-    f->table[i] = t + 1;
+    sb_table_put(&f->table, i, tag, t); /* room for every tenant was reserved at creation */
     f->tracked++;
     return t;
 }
 
 static void tenant_release(sb_flow *f, uint32_t t)
 {
-    size_t i = home_of(f, f->tenants[t].key), steps = 0;
-    for (; f->table[i] != t + 1; steps++)
-        i = (i + 1) & f->table_mask;
-    sb_table_probes_add(&f->probes, steps);
-    f->table[i] = 0;
-    /* Backward shift: an entry further along the run moves into the hole unless its home
-     * lies cyclically in (hole, its slot], where the probe would still reach it. */
-    for (size_t j = (i + 1) & f->table_mask; f->table[j]; j = (j + 1) & f->table_mask) {
-        size_t k = home_of(f, f->tenants[f->table[j] - 1].key);
-        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-        if (!stays) {
-            f->table[i] = f->table[j];
-            f->table[j] = 0;
-            i = j;
-        }
-    }
+    size_t i = sb_table_find(&f->table, sb_table_tag_u64(&f->table, f->tenants[t].key), is_tenant, &t);
+    sb_table_delete(&f->table, i);
     f->tenants[t].next_free = f->free_tenant;
     f->free_tenant = t;
     f->tracked--;
@@ -322,14 +298,9 @@ sb_flow *sb_flow_new(const sb_flow_config *cfg)
     f->heap = sb_calloc(f->n_nodes, sizeof(*f->heap));
     f->overflow = cfg->max_tenants;
     f->tenants = sb_calloc((size_t)cfg->max_tenants + 1, sizeof(*f->tenants));
-    size_t cap = 2;
-    while (cap < 2 * (size_t)cfg->max_tenants)
-        cap *= 2;
-    f->table = sb_calloc(cap, sizeof(*f->table));
-    if (!f->nodes || !f->heap || !f->tenants || !f->table)
+    sb_table_init(&f->table, cfg->hash_secret);
+    if (!f->nodes || !f->heap || !f->tenants || sb_table_reserve(&f->table, cfg->max_tenants) < 0)
         goto fail;
-    f->table_mask = cap - 1;
-    f->table_key = sb_hash_key_from_secret(cfg->hash_secret);
 
     for (uint32_t i = 0; i < f->n_nodes; i++) {
         f->nodes[i].gen = 1;
@@ -394,7 +365,7 @@ void sb_flow_free(sb_flow *f)
     sb_free(f->nodes);
     sb_free(f->heap);
     sb_free(f->tenants);
-    sb_free(f->table);
+    sb_table_free(&f->table);
     sb_free(f);
 }
 
@@ -616,7 +587,7 @@ void sb_flow_stats_get(const sb_flow *f, sb_flow_stats *out)
     }
     out->tenants = f->tracked;
     out->tenant_overflow = f->tenant_overflow;
-    out->tenant_probes = f->probes;
+    out->tenant_probes = f->table.probes;
 }
 
 static const char *const band_names[SB_BAND_COUNT] = {"critical", "standard", "sheddable"};

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/hash.h"
+#include "base/table.h"
 
 #define NIL UINT32_MAX
 
@@ -32,19 +32,15 @@ struct sb_prefix_index {
     uint32_t max_entries;
     uint32_t free_head;    /* free list through next_holder */
     size_t used;
-    /* Open addressing, linear probing: keyed hash of a block hash -> first holder. A slot is
-     * empty when its head is NIL. Deletion shifts back the following run, so no tombstones
-     * accumulate. Blocks are known by their keyed hash (base/hash.h), in the table and in
-     * the entries, so a block is hashed once per operation and never again by shifts,
-     * growth or evictions. Two blocks are confused only if their keyed hashes are equal: a
-     * pseudo-random 64-bit value, so about 1 in 2^64 per pair, as for the block hashes
-     * themselves, except that it cannot be arranged without the secret. */
-    uint64_t *keys;
-    uint32_t *heads;
-    size_t table_cap;      /* power of two */
-    size_t table_used;
-    sb_hash_key slot_key;  /* keyed slots: block hashes are public functions of a prompt */
-    sb_table_probes probes;
+    /* Keyed hash of a block hash -> first holder (base/table.h; slots keyed by the owner's
+     * secret because block hashes are public functions of a prompt). Blocks are known by
+     * their keyed hash, the table's tag, in the table and in the entries, so a block is
+     * hashed once per operation and never again by shifts, growth or evictions. Two blocks
+     * are confused only if their keyed hashes are equal: a pseudo-random 64-bit value, so
+     * about 1 in 2^64 per pair, as for the block hashes themselves, except that it cannot be
+     * arranged without the secret. The table's probe counters count inserts, lookups,
+     * settles and removals; growth is not counted. */
+    sb_table tab;
     /* The keyed hashes computed by the last match, memo_n of them, with the block hashes they
      * came from: the router inserts the prompt it just matched, and finds them here instead
      * of hashing every block twice (each is checked against the block hash, so a caller that
@@ -59,28 +55,10 @@ struct sb_prefix_index {
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
-static uint64_t keyed(const sb_prefix_index *ix, uint64_t h) { return sb_hash_u64(&ix->slot_key, h); }
+static uint64_t keyed(const sb_prefix_index *ix, uint64_t h) { return sb_table_tag_u64(&ix->tab, h); }
 
-/* The slot holding keyed hash kh, or the empty slot where it would go. */
-static size_t probe(const sb_prefix_index *ix, uint64_t kh, size_t *steps)
-{
-    size_t i = (size_t)kh & (ix->table_cap - 1), n = 0;
-    while (ix->heads[i] != NIL && ix->keys[i] != kh) {
-        i = (i + 1) & (ix->table_cap - 1);
-        n++;
-    }
-    *steps = n;
-    return i;
-}
-
-/* probe() for an operation (insert, match, settle, removal), counted in the probe stats;
- * rehashing on growth is not counted. */
-static size_t find_slot(sb_prefix_index *ix, uint64_t kh)
-{
-    size_t steps, i = probe(ix, kh, &steps);
-    sb_table_probes_add(&ix->probes, steps);
-    return i;
-}
+/* The slot holding keyed hash kh, or the empty slot where it would go (counted). */
+static size_t find_slot(sb_prefix_index *ix, uint64_t kh) { return sb_table_find(&ix->tab, kh, NULL, NULL); }
 
 /* Inserts and lookups walk a prompt's blocks in order. The keyed hashes of the next AHEAD
  * blocks are computed first and their slots prefetched, so the cache misses of consecutive
@@ -106,9 +84,7 @@ static void look_ahead(sb_prefix_index *ix, const uint64_t *hashes, size_t first
                 ix->memo_n = i + 1;
             }
         }
-        size_t s = (size_t)kh[j] & (ix->table_cap - 1);
-        __builtin_prefetch(&ix->keys[s]);
-        __builtin_prefetch(&ix->heads[s]);
+        sb_table_prefetch(&ix->tab, kh[j]);
     }
 }
 
@@ -138,66 +114,13 @@ static void memo_reset(sb_prefix_index *ix, size_t n)
     ix->memo_cap = cap;
 }
 
-static int grow_table(sb_prefix_index *ix)
-{
-    size_t cap = ix->table_cap ? ix->table_cap * 2 : 1024;
-    uint64_t *keys = sb_malloc(cap * sizeof(uint64_t));
-    uint32_t *heads = sb_malloc(cap * sizeof(uint32_t));
-    if (!keys || !heads) {
-        sb_free(keys);
-        sb_free(heads);
-        return -1;
-    }
-    for (size_t i = 0; i < cap; i++)
-        heads[i] = NIL;
-    uint64_t *old_keys = ix->keys;
-    uint32_t *old_heads = ix->heads;
-    size_t old_cap = ix->table_cap;
-    ix->keys = keys;
-    ix->heads = heads;
-    ix->table_cap = cap;
-    for (size_t i = 0; i < old_cap; i++) {
-        if (old_heads[i] == NIL)
-            continue;
-        size_t steps, j = probe(ix, old_keys[i], &steps);
-        keys[j] = old_keys[i];
-        heads[j] = old_heads[i];
-    }
-    sb_free(old_keys);
-    sb_free(old_heads);
-    return 0;
-}
-
-static void delete_slot(sb_prefix_index *ix, size_t i)
-{
-    /* Backward-shift deletion: move later members of the probe run into the hole. */
-    size_t mask = ix->table_cap - 1;
-    ix->heads[i] = NIL;
-    size_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (ix->heads[j] == NIL)
-            break;
-        size_t home = (size_t)ix->keys[j] & mask;
-        /* Can the entry at j move to the hole at i? Only if its home is not in (i, j]. */
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays)
-            continue;
-        ix->keys[i] = ix->keys[j];
-        ix->heads[i] = ix->heads[j];
-        ix->heads[j] = NIL;
-        i = j;
-    }
-    ix->table_used--;
-}
-
 sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, uint32_t default_capacity,
                                      uint64_t hash_secret)
 {
     sb_prefix_index *ix = sb_calloc(1, sizeof(*ix));
     if (!ix)
         return NULL;
-    ix->slot_key = sb_hash_key_from_secret(hash_secret);
+    sb_table_init(&ix->tab, hash_secret);
     if (n_endpoints > 0x7fffffffu)
         n_endpoints = 0x7fffffffu; /* entries keep the endpoint in 31 bits */
     ix->n_eps = n_endpoints;
@@ -205,7 +128,7 @@ sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, u
     ix->free_head = NIL;
     ix->eps = sb_calloc(n_endpoints ? n_endpoints : 1, sizeof(ep_state));
     ix->stamp = sb_calloc(n_endpoints ? n_endpoints : 1, sizeof(uint64_t));
-    if (!ix->eps || !ix->stamp || grow_table(ix) < 0) {
+    if (!ix->eps || !ix->stamp || sb_table_reserve(&ix->tab, 512) < 0) {
         sb_prefix_index_free(ix);
         return NULL;
     }
@@ -219,8 +142,7 @@ void sb_prefix_index_free(sb_prefix_index *ix)
     if (!ix)
         return;
     sb_free(ix->entries);
-    sb_free(ix->keys);
-    sb_free(ix->heads);
+    sb_table_free(&ix->tab);
     sb_free(ix->eps);
     sb_free(ix->stamp);
     sb_free(ix->memo_raw);
@@ -266,12 +188,13 @@ static void remove_entry(sb_prefix_index *ix, uint32_t k)
         en->pending = 0;
     }
     size_t s = find_slot(ix, en->key);
-    if (ix->heads[s] == k) {
-        ix->heads[s] = en->next_holder;
+    if (sb_table_val(&ix->tab, s) == k) {
         if (en->next_holder == NIL)
-            delete_slot(ix, s);
+            sb_table_delete(&ix->tab, s);
+        else
+            sb_table_set_val(&ix->tab, s, en->next_holder);
     } else {
-        uint32_t p = ix->heads[s];
+        uint32_t p = sb_table_val(&ix->tab, s);
         while (ix->entries[p].next_holder != k)
             p = ix->entries[p].next_holder;
         ix->entries[p].next_holder = en->next_holder;
@@ -361,7 +284,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         if (ahead == 0)
             look_ahead(ix, hashes, i, -1, i + 1 < AHEAD ? i + 1 : AHEAD, kh, false);
         size_t s = find_slot(ix, kh[ahead]);
-        uint32_t k = ix->heads[s];
+        uint32_t k = sb_table_val_or(&ix->tab, s, NIL);
         while (k != NIL && ix->entries[k].ep != ep)
             k = ix->entries[k].next_holder;
         if (k != NIL) {
@@ -376,7 +299,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         if (k == NIL)
             return NIL;
         /* Evictions may have moved table slots: find the slot again. */
-        if ((ix->table_used + 1) * 2 > ix->table_cap && grow_table(ix) < 0) {
+        if (sb_table_reserve(&ix->tab, sb_table_count(&ix->tab) + 1) < 0) {
             ix->entries[k].next_holder = ix->free_head;
             ix->free_head = k;
             return NIL;
@@ -388,14 +311,13 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         en->pending = 0;
         lowest_new = k;
         *lowest = i;
-        if (ix->heads[s] == NIL) {
-            ix->keys[s] = kh[ahead];
-            ix->table_used++;
+        if (!sb_table_occupied(&ix->tab, s)) {
             en->next_holder = NIL;
+            sb_table_put(&ix->tab, s, kh[ahead], k);
         } else {
-            en->next_holder = ix->heads[s];
+            en->next_holder = sb_table_val(&ix->tab, s);
+            sb_table_set_val(&ix->tab, s, k);
         }
-        ix->heads[s] = k;
         ix->eps[ep].count++;
         ix->used++;
         lru_push_mru(ix, k);
@@ -435,7 +357,7 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix)
 static uint32_t find_entry(sb_prefix_index *ix, uint32_t ep, uint64_t h)
 {
     size_t s = find_slot(ix, keyed(ix, h));
-    uint32_t k = ix->heads[s];
+    uint32_t k = sb_table_val_or(&ix->tab, s, NIL);
     while (k != NIL && ix->entries[k].ep != ep)
         k = ix->entries[k].next_holder;
     return k;
@@ -469,7 +391,8 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
             look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh, true);
         size_t s = find_slot(ix, kh[i % AHEAD]);
         bool advanced = false;
-        for (uint32_t k = ix->heads[s]; k != NIL; k = ix->entries[k].next_holder) {
+        uint32_t head = sb_table_val_or(&ix->tab, s, NIL);
+        for (uint32_t k = head; k != NIL; k = ix->entries[k].next_holder) {
             uint32_t e = ix->entries[k].ep;
             if (ix->entries[k].pending)
                 continue; /* still being computed there: nothing to reuse yet */
@@ -511,10 +434,10 @@ size_t sb_prefix_index_endpoint_pending(const sb_prefix_index *ix, uint32_t ep)
 
 size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
 {
-    return sizeof(*ix) + (size_t)ix->n_alloc * sizeof(entry) + ix->table_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+    return sizeof(*ix) + (size_t)ix->n_alloc * sizeof(entry) + sb_table_bytes(&ix->tab) +
            ix->n_eps * (sizeof(ep_state) + sizeof(uint64_t)) + ix->memo_cap * 2 * sizeof(uint64_t);
 }
 
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }
 
-sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->probes; }
+sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->tab.probes; }

@@ -4,14 +4,13 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/hash.h"
+#include "base/table.h"
 #include "core/chash.h"
 #include "core/prefix_index.h"
 
 typedef struct model_entry {
     char *name;
     size_t len;
-    uint64_t hash;
     uint32_t pool;
     int adapter;
     enum sb_model_kind kind;
@@ -54,16 +53,15 @@ typedef struct timed_settle {
 struct sb_router {
     pool *pools;
     size_t n_pools;
-    /* Open-addressing table of model names: a handful to a few thousand names, looked up
-     * once per request, so linear probing over a power-of-two table is plenty. */
+    /* Model names, in the order added, and a table from name to index in that array. Names
+     * come from clients at lookup: the table is keyed (base/table.h); the same secret keys
+     * every pool's prefix index. */
     model_entry *models;
     size_t models_cap;
     size_t n_models;
+    sb_table model_table;
     uint64_t rng;
-    /* Model names come from clients at lookup: slots are keyed (base/hash.h); the same
-     * secret keys every pool's prefix index. */
     uint64_t hash_secret;
-    sb_hash_key model_key;
 };
 
 sb_pool_params sb_pool_params_default(void)
@@ -108,13 +106,7 @@ sb_router *sb_router_new(uint64_t seed, uint64_t hash_secret)
         return NULL;
     r->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
     r->hash_secret = hash_secret;
-    r->model_key = sb_hash_key_from_secret(hash_secret);
-    r->models_cap = 64;
-    r->models = sb_calloc(r->models_cap, sizeof(model_entry));
-    if (!r->models) {
-        sb_free(r);
-        return NULL;
-    }
+    sb_table_init(&r->model_table, hash_secret);
     return r;
 }
 
@@ -134,9 +126,10 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].timed);
     }
     sb_free(r->pools);
-    for (size_t i = 0; i < r->models_cap; i++)
+    for (size_t i = 0; i < r->n_models; i++)
         sb_free(r->models[i].name);
     sb_free(r->models);
+    sb_table_free(&r->model_table);
     sb_free(r);
 }
 
@@ -193,66 +186,68 @@ void sb_router_set_pool_params(sb_router *r, uint32_t pool_idx, const sb_pool_pa
         r->pools[pool_idx].params = complete_params(params);
 }
 
-static model_entry *find_slot(model_entry *tab, size_t cap, const char *name, size_t len, uint64_t h)
+typedef struct name_probe {
+    const model_entry *models;
+    const char *name;
+    size_t len;
+} name_probe;
+
+static bool model_named(const void *ctx, uint32_t i)
 {
-    size_t i = (size_t)h & (cap - 1);
-    for (;;) {
-        model_entry *e = &tab[i];
-        if (!e->name || (e->hash == h && e->len == len && memcmp(e->name, name, len) == 0))
-            return e;
-        i = (i + 1) & (cap - 1);
-    }
+    const name_probe *q = ctx;
+    return q->models[i].len == q->len && memcmp(q->models[i].name, q->name, q->len) == 0;
 }
 
-static int grow_models(sb_router *r)
+/* The slot of the model called name (tag: its keyed hash), or the empty slot where it would
+ * go; SIZE_MAX while the table has no slots. */
+static size_t model_slot(const sb_router *r, const char *name, size_t len, uint64_t tag)
 {
-    size_t cap = r->models_cap * 2;
-    model_entry *tab = sb_calloc(cap, sizeof(model_entry));
-    if (!tab)
-        return -1;
-    for (size_t i = 0; i < r->models_cap; i++) {
-        model_entry *e = &r->models[i];
-        if (e->name)
-            *find_slot(tab, cap, e->name, e->len, e->hash) = *e;
-    }
-    sb_free(r->models);
-    r->models = tab;
-    r->models_cap = cap;
-    return 0;
+    name_probe q = {r->models, name, len};
+    size_t steps;
+    return sb_table_search(&r->model_table, tag, model_named, &q, &steps);
 }
 
 int sb_router_add_model(sb_router *r, uint32_t pool_idx, const char *name, enum sb_model_kind kind)
 {
     if (pool_idx >= r->n_pools)
         return -1;
-    if ((r->n_models + 1) * 2 > r->models_cap && grow_models(r) < 0)
-        return -1;
     size_t len = strlen(name);
-    uint64_t h = sb_hash_bytes(&r->model_key, name, len);
-    model_entry *e = find_slot(r->models, r->models_cap, name, len, h);
-    if (e->name)
+    uint64_t tag = sb_table_tag_bytes(&r->model_table, name, len);
+    if (sb_table_occupied(&r->model_table, model_slot(r, name, len, tag)))
         return -2;
+    if (r->n_models == r->models_cap) {
+        size_t cap = r->models_cap ? r->models_cap * 2 : 32;
+        model_entry *m = sb_realloc(r->models, cap * sizeof(model_entry));
+        if (!m)
+            return -1;
+        r->models = m;
+        r->models_cap = cap;
+    }
+    if (r->n_models >= SB_TABLE_VAL_MAX || sb_table_reserve(&r->model_table, r->n_models + 1) < 0)
+        return -1;
     pool *p = &r->pools[pool_idx];
     char *copy = sb_strndup(name, len);
     if (!copy)
         return -1;
-    *e = (model_entry){.name = copy, .len = len, .hash = h, .pool = pool_idx, .kind = kind, .adapter = -1};
+    model_entry *e = &r->models[r->n_models];
+    *e = (model_entry){.name = copy, .len = len, .pool = pool_idx, .kind = kind, .adapter = -1};
     if (kind == SB_MODEL_ADAPTER)
         e->adapter = p->n_adapters++;
     if (kind == SB_MODEL_SERVED && !p->served) {
         p->served = copy;
         p->served_len = len;
     }
+    sb_table_put(&r->model_table, model_slot(r, name, len, tag), tag, (uint32_t)r->n_models);
     r->n_models++;
     return 0;
 }
 
 int sb_router_resolve(const sb_router *r, const char *name, size_t len, sb_model_match *out)
 {
-    uint64_t h = sb_hash_bytes(&r->model_key, name, len);
-    const model_entry *e = find_slot(r->models, r->models_cap, name, len, h);
-    if (!e->name)
+    size_t slot = model_slot(r, name, len, sb_table_tag_bytes(&r->model_table, name, len));
+    if (!sb_table_occupied(&r->model_table, slot))
         return -1;
+    const model_entry *e = &r->models[sb_table_val(&r->model_table, slot)];
     const pool *p = &r->pools[e->pool];
     out->pool = e->pool;
     out->adapter = e->adapter;

@@ -15,46 +15,36 @@ void sb_auth_digest(const void *secret, size_t len, uint8_t out[SB_AUTH_DIGEST_L
     SHA256(secret, len, out);
 }
 
-static size_t slot_of(const uint8_t *digest, size_t mask)
+static uint64_t tag_of(const uint8_t *digest)
 {
     uint64_t h;
     memcpy(&h, digest, sizeof h); /* a SHA-256 digest's bytes are already uniform */
-    return (size_t)h & mask;
+    return h;
+}
+
+typedef struct digest_probe {
+    const sb_api_key *items;
+    const uint8_t *digest;
+} digest_probe;
+
+static bool has_digest(const void *ctx, uint32_t k)
+{
+    const digest_probe *q = ctx;
+    return CRYPTO_memcmp(q->items[k].digest, q->digest, SB_AUTH_DIGEST_LEN) == 0;
+}
+
+/* The slot of digest, or the empty one where it would go; SIZE_MAX in an empty table. */
+static size_t slot_of(const sb_auth_keys *t, const uint8_t *digest)
+{
+    digest_probe q = {t->items, digest};
+    size_t steps;
+    return sb_table_search(&t->slots, tag_of(digest), has_digest, &q, &steps);
 }
 
 static sb_api_key *lookup(const sb_auth_keys *t, const uint8_t *digest)
 {
-    if (!t->n_slots)
-        return NULL;
-    size_t mask = t->n_slots - 1;
-    for (size_t i = slot_of(digest, mask);; i = (i + 1) & mask) {
-        uint32_t s = t->slots[i];
-        if (!s)
-            return NULL;
-        if (CRYPTO_memcmp(t->items[s - 1].digest, digest, SB_AUTH_DIGEST_LEN) == 0)
-            return &t->items[s - 1];
-    }
-}
-
-/* Rebuilds the slots for at least `want` entries at load 1/2. */
-static int grow_slots(sb_auth_keys *t, size_t want)
-{
-    size_t n = 16;
-    while (n < 2 * want)
-        n *= 2;
-    uint32_t *slots = sb_calloc(n, sizeof *slots);
-    if (!slots)
-        return -1;
-    for (size_t k = 0; k < t->n; k++) {
-        size_t i = slot_of(t->items[k].digest, n - 1);
-        while (slots[i])
-            i = (i + 1) & (n - 1);
-        slots[i] = (uint32_t)(k + 1);
-    }
-    sb_free(t->slots);
-    t->slots = slots;
-    t->n_slots = n;
-    return 0;
+    size_t i = slot_of(t, digest);
+    return sb_table_occupied(&t->slots, i) ? &t->items[sb_table_val(&t->slots, i)] : NULL;
 }
 
 int sb_auth_keys_add(sb_auth_keys *t, const sb_api_key *k, const char **why)
@@ -96,13 +86,11 @@ int sb_auth_keys_add(sb_auth_keys *t, const sb_api_key *k, const char **why)
         t->items = items;
         t->cap = cap;
     }
-    if (2 * (t->n + 1) > t->n_slots && grow_slots(t, t->n + 1) < 0)
+    sb_table_wipe_tags(&t->slots); /* tags are digest bytes: wiped like the items */
+    if (sb_table_reserve(&t->slots, t->n + 1) < 0)
         return -1;
     t->items[t->n] = *k;
-    size_t mask = t->n_slots - 1, i = slot_of(k->digest, mask);
-    while (t->slots[i])
-        i = (i + 1) & mask;
-    t->slots[i] = (uint32_t)(t->n + 1);
+    sb_table_put(&t->slots, slot_of(t, k->digest), tag_of(k->digest), (uint32_t)t->n);
     t->n++;
     return 0;
 }
@@ -125,7 +113,7 @@ void sb_auth_keys_free(sb_auth_keys *t)
     if (t->items)
         OPENSSL_cleanse(t->items, t->cap * sizeof *t->items);
     sb_free(t->items);
-    sb_free(t->slots);
+    sb_table_free(&t->slots);
     *t = (sb_auth_keys){0};
 }
 

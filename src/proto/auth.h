@@ -7,8 +7,8 @@
  * text: callers hash a presented token with sb_auth_digest() and look the digest up, and wipe
  * the text they hashed (OPENSSL_cleanse) once it is no longer needed.
  *
- * Lookup hashes nothing more: the digest's first 8 bytes index an open-addressing table (load
- * at most 1/2), and each candidate is compared in constant time (CRYPTO_memcmp). The probe
+ * Lookup hashes nothing more: the digest's first 8 bytes are the tag in a base/table.h table
+ * (load at most 1/2; no keyed hash needed, see below), and each candidate is compared in constant time (CRYPTO_memcmp). The probe
  * sequence depends only on the digest of the presented token and on where the stored digests
  * fall; SHA-256 being preimage-resistant, its timing says nothing usable about any key's text,
  * and clusters cannot be ground: the stored digests are the operator's keys', not the
@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/table.h"
 
 #define SB_AUTH_DIGEST_LEN 32
 #define SB_AUTH_TENANT_MAX 64 /* bytes of a tenant name (the pool-name character rule) */
@@ -39,8 +41,7 @@ typedef struct sb_api_key {
 typedef struct sb_auth_keys {
     sb_api_key *items; /* in the order added */
     size_t n, cap;
-    uint32_t *slots; /* 1 + index into items; 0: empty. n_slots is a power of two >= 2n */
-    size_t n_slots;
+    sb_table slots; /* digest's first 8 bytes -> index into items */
 } sb_auth_keys;
 
 /* SHA-256 of len bytes. */

@@ -8,7 +8,7 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
-#include "base/hash.h"
+#include "base/table.h"
 
 #define NIL UINT32_MAX
 /* Arbitrary fixed seed for the root of every block-hash chain; changing it changes no behaviour
@@ -45,7 +45,7 @@ typedef struct req {
     uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
     sb_ns last_token_ns;
     sb_engine_usage u;
-    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (e->btab_key) at submit */
+    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (the block table's tags) at submit */
     uint32_t *table;  /* block ids, room for every block the request can ever hold */
 } req;
 
@@ -54,14 +54,18 @@ typedef struct req_list {
     uint32_t n;
 } req_list;
 
-/* Request id -> req, open addressing with linear probing and backward-shift deletion (no
- * tombstones, so probe lengths stay short under churn). Grown at half load. */
+/* Request id -> req: a keyed table (base/table.h) from the id to a handle, the handle an index
+ * into `handles`; freed handles are reused first. */
+typedef struct id_handle {
+    uint64_t id;
+    req *r; /* NULL when the handle is free */
+} id_handle;
+
 typedef struct id_map {
-    struct {
-        uint64_t key;
-        req *val;
-    } * slots;
-    uint32_t bits, n;
+    sb_table table;
+    id_handle *handles;
+    uint32_t *free; /* free handles, a stack */
+    uint32_t n_free, cap;
 } id_map;
 
 typedef struct adapter {
@@ -79,9 +83,10 @@ struct sb_engine {
     uint32_t fq_head, fq_tail, fq_len;
     uint32_t n_used;        /* blocks with ref > 0 */
     uint32_t n_cached_free; /* hashed blocks in the free queue */
-    uint32_t *btab;         /* block hash -> block id + 1 (0 = empty) */
-    uint32_t btab_mask;
-    sb_hash_key btab_key;   /* keyed slots: a client chooses the prompts behind the hashes */
+    /* Keyed block hash -> block id (base/table.h), sized for every block at creation. The
+     * tags are the requests' block hashes keyed under hash_secret once at submit (a client
+     * chooses the prompts behind them), so probing and shifts never hash again. */
+    sb_table btab;
 
     id_map ids;
     req_list waiting, running;
@@ -167,47 +172,23 @@ size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_si
 
 /* ---- block hash table ----------------------------------------------------------------------- */
 
-/* Blocks are known by the keyed hash of their block hash (made once per request at submit):
- * the home slot is that masked, so lookups, inserts and backward shifts never hash again. */
-static uint32_t btab_home(const sb_engine *e, uint64_t key)
-{
-    return (uint32_t)key & e->btab_mask;
-}
-
 static uint32_t btab_find(const sb_engine *e, uint64_t h)
 {
-    for (uint32_t i = btab_home(e, h);; i = (i + 1) & e->btab_mask) {
-        uint32_t v = e->btab[i];
-        if (v == 0)
-            return NIL;
-        if (e->blocks[v - 1].hash == h)
-            return v - 1;
-    }
+    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
+    return sb_table_val_or(&e->btab, i, NIL);
 }
 
+/* h is known absent; room for every block was reserved at creation. */
 static void btab_insert(sb_engine *e, uint64_t h, uint32_t b)
 {
-    uint32_t i = btab_home(e, h);
-    while (e->btab[i] != 0)
-        i = (i + 1) & e->btab_mask;
-    e->btab[i] = b + 1;
+    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
+    sb_table_put(&e->btab, i, h, b);
 }
 
 static void btab_remove(sb_engine *e, uint64_t h)
 {
-    uint32_t m = e->btab_mask, i = btab_home(e, h);
-    while (e->blocks[e->btab[i] - 1].hash != h)
-        i = (i + 1) & m;
-    /* Backward shift: pull later entries of the run into the hole unless that would move one
-     * before its home slot. */
-    for (uint32_t j = (i + 1) & m; e->btab[j] != 0; j = (j + 1) & m) {
-        uint32_t home = btab_home(e, e->blocks[e->btab[j] - 1].hash);
-        if (((j - home) & m) >= ((j - i) & m)) {
-            e->btab[i] = e->btab[j];
-            i = j;
-        }
-    }
-    e->btab[i] = 0;
+    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
+    sb_table_delete(&e->btab, i);
 }
 
 /* ---- free queue ----------------------------------------------------------------------------- */
@@ -332,73 +313,71 @@ static void register_blocks(sb_engine *e, req *r)
 
 /* ---- request id map ------------------------------------------------------------------------- */
 
-static uint32_t id_home(const id_map *m, uint64_t key)
+/* The slot of id in m's table, or the empty slot where it would go. */
+static size_t ids_slot(const id_map *m, uint64_t id)
 {
-    return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - m->bits));
+    sb_table_key64 q = {m->handles, sizeof(id_handle), offsetof(id_handle, id), id};
+    size_t steps;
+    return sb_table_search(&m->table, sb_table_tag_u64(&m->table, id), sb_table_key64_eq, &q, &steps);
 }
 
-static req *ids_find(const id_map *m, uint64_t key)
+static req *ids_find(const id_map *m, uint64_t id)
 {
-    uint32_t mask = (1u << m->bits) - 1;
-    for (uint32_t i = id_home(m, key);; i = (i + 1) & mask) {
-        if (!m->slots[i].val)
-            return NULL;
-        if (m->slots[i].key == key)
-            return m->slots[i].val;
-    }
+    size_t i = ids_slot(m, id);
+    return sb_table_occupied(&m->table, i) ? m->handles[sb_table_val(&m->table, i)].r : NULL;
 }
 
-static void ids_put_nogrow(id_map *m, uint64_t key, req *val)
+static int ids_init(id_map *m, uint64_t secret)
 {
-    uint32_t mask = (1u << m->bits) - 1, i = id_home(m, key);
-    while (m->slots[i].val)
-        i = (i + 1) & mask;
-    m->slots[i].key = key;
-    m->slots[i].val = val;
-    m->n++;
+    *m = (id_map){0};
+    sb_table_init(&m->table, secret);
+    return sb_table_reserve(&m->table, 32) < 0 ? -ENOMEM : 0;
 }
 
-static int ids_init(id_map *m, uint32_t bits)
+static void ids_free(id_map *m)
 {
-    m->slots = sb_calloc((size_t)1 << bits, sizeof *m->slots);
-    if (!m->slots)
-        return -ENOMEM;
-    m->bits = bits;
-    m->n = 0;
-    return 0;
+    sb_table_free(&m->table);
+    sb_free(m->handles);
+    sb_free(m->free);
 }
 
-/* Inserts a key known to be absent; grows at half load. */
-static int ids_put(id_map *m, uint64_t key, req *val)
+/* Inserts r under r->id, known absent. */
+static int ids_put(id_map *m, req *r)
 {
-    if ((m->n + 1) * 2 > (1u << m->bits)) {
-        id_map g;
-        if (m->bits >= 31 || ids_init(&g, m->bits + 1) != 0)
+    if (!m->n_free) {
+        uint32_t cap = m->cap ? m->cap * 2 : 64;
+        if (m->cap >= SB_TABLE_VAL_MAX / 2)
             return -ENOMEM;
-        for (uint32_t i = 0; i < (1u << m->bits); i++)
-            if (m->slots[i].val)
-                ids_put_nogrow(&g, m->slots[i].key, m->slots[i].val);
-        sb_free(m->slots);
-        *m = g;
+        id_handle *hs = sb_realloc(m->handles, cap * sizeof *hs);
+        if (!hs)
+            return -ENOMEM;
+        m->handles = hs;
+        uint32_t *fr = sb_realloc(m->free, cap * sizeof *fr);
+        if (!fr)
+            return -ENOMEM; /* handles grew, harmlessly: cap still bounds both */
+        m->free = fr;
+        for (uint32_t h = cap; h-- > m->cap;) {
+            m->handles[h].r = NULL;
+            m->free[m->n_free++] = h;
+        }
+        m->cap = cap;
     }
-    ids_put_nogrow(m, key, val);
+    if (sb_table_reserve(&m->table, sb_table_count(&m->table) + 1) < 0)
+        return -ENOMEM;
+    uint32_t h = m->free[--m->n_free];
+    size_t slot = ids_slot(m, r->id);
+    m->handles[h] = (id_handle){r->id, r};
+    sb_table_put(&m->table, slot, sb_table_tag_u64(&m->table, r->id), h);
     return 0;
 }
 
-static void ids_remove(id_map *m, uint64_t key)
+static void ids_remove(id_map *m, uint64_t id)
 {
-    uint32_t mask = (1u << m->bits) - 1, i = id_home(m, key);
-    while (m->slots[i].key != key || !m->slots[i].val)
-        i = (i + 1) & mask;
-    for (uint32_t j = (i + 1) & mask; m->slots[j].val; j = (j + 1) & mask) {
-        uint32_t home = id_home(m, m->slots[j].key);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            m->slots[i] = m->slots[j];
-            i = j;
-        }
-    }
-    m->slots[i].val = NULL;
-    m->n--;
+    size_t i = ids_slot(m, id);
+    uint32_t h = sb_table_val(&m->table, i);
+    sb_table_delete(&m->table, i);
+    m->handles[h].r = NULL;
+    m->free[m->n_free++] = h;
 }
 
 /* ---- lists ---------------------------------------------------------------------------------- */
@@ -861,17 +840,13 @@ sb_engine *sb_engine_new(const sb_engine_params *p)
     /* calloc: untouched pages stay unmapped, so a replica costs memory only for the blocks it
      * has used; the table stays at most half full. */
     e->blocks = sb_calloc(p->num_gpu_blocks, sizeof *e->blocks);
-    uint32_t cap = 16;
-    while (cap < 2 * p->num_gpu_blocks)
-        cap *= 2;
-    e->btab = sb_calloc(cap, sizeof *e->btab);
-    e->btab_mask = cap - 1;
-    e->btab_key = sb_hash_key_from_secret(p->hash_secret);
+    sb_table_init(&e->btab, p->hash_secret);
     /* Worst case between two deliveries: every sequence emits a token and finishes, and a
      * formation preempts them all. */
     e->cap_ev = 4 * (size_t)p->max_num_seqs + 16;
     e->ev = sb_malloc(e->cap_ev * sizeof *e->ev);
-    if (!e->blocks || !e->btab || !e->ev || ids_init(&e->ids, 6) != 0)
+    if (!e->blocks || sb_table_reserve(&e->btab, p->num_gpu_blocks) < 0 || !e->ev ||
+        ids_init(&e->ids, p->hash_secret) != 0)
         goto fail;
     return e;
 fail:
@@ -889,10 +864,10 @@ void sb_engine_free(sb_engine *e)
             next = r->next;
             sb_free(r);
         }
-    sb_free(e->ids.slots);
+    ids_free(&e->ids);
     sb_free(e->adapters);
     sb_free(e->ev);
-    sb_free(e->btab);
+    sb_table_free(&e->btab);
     sb_free(e->blocks);
     sb_free(e);
 }
@@ -916,12 +891,6 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
     req *r = sb_malloc(sizeof *r + n_hashes * sizeof(uint64_t) + max_blocks * sizeof(uint32_t));
     if (!r)
         return -ENOMEM;
-    if (ids_put(&e->ids, q->id, r) != 0 || (q->adapter && !adapter_get(e, q->adapter))) {
-        if (ids_find(&e->ids, q->id))
-            ids_remove(&e->ids, q->id);
-        sb_free(r);
-        return -ENOMEM;
-    }
     *r = (req){
         .id = q->id,
         .adapter = q->adapter,
@@ -932,13 +901,19 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
     };
     r->hashes = (uint64_t *)(r + 1);
     r->table = (uint32_t *)(r->hashes + n_hashes);
+    if (ids_put(&e->ids, r) != 0 || (q->adapter && !adapter_get(e, q->adapter))) {
+        if (ids_find(&e->ids, q->id))
+            ids_remove(&e->ids, q->id);
+        sb_free(r);
+        return -ENOMEM;
+    }
     if (q->block_hashes)
         memcpy(r->hashes, q->block_hashes, n_hashes * sizeof *r->hashes);
     else
         sb_engine_hash_blocks(q->tokens, q->n_prompt, p->block_size, q->adapter, r->hashes);
-    /* Keyed once here; the block table only ever sees these (btab_home). */
+    /* Keyed once here; the block table only ever sees these. */
     for (uint32_t i = 0; i < n_hashes; i++)
-        r->hashes[i] = sb_hash_u64(&e->btab_key, r->hashes[i]);
+        r->hashes[i] = sb_table_tag_u64(&e->btab, r->hashes[i]);
     r->state = REQ_WAITING;
     list_push_back(&e->waiting, r);
     adapter_count(e, r->adapter, 0, +1);
