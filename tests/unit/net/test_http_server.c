@@ -1,0 +1,469 @@
+/* http_server: framing, limits, 100-continue, the head hook, lingering close, the body budget,
+ * streaming and keep-alive, each checked on the bytes a raw loopback client reads or on the
+ * server's stats. One loop runs the server and the client (net_fixture.h). */
+#include <http_parser.h>
+
+#include "net/http_server.h"
+#include "net_fixture.h"
+
+typedef struct fx {
+    uv_loop_t loop;
+    sb_http_server *srv;
+    netfx_client cl, cl2;
+    int handled;             /* handler calls */
+    int hooked;              /* head hook calls */
+    int aborted;             /* on_abort calls */
+    sb_http_req *held;       /* a request the handler keeps unanswered (/hold) */
+    char body[256];          /* the last body seen by the handler (truncated) */
+    size_t body_len;
+} fx;
+
+static void on_abort(sb_http_req *req)
+{
+    fx *f = req->user;
+    f->aborted++;
+    if (f->held == req)
+        f->held = NULL;
+}
+
+static bool path_is(const sb_http_req *req, const char *p)
+{
+    size_t n = strlen(p);
+    return req->path_len >= n && memcmp(req->path, p, n) == 0;
+}
+
+/* /echo answers the body; /path/... answers the path; /stream streams "ab" "cd"; /abort
+ * starts a stream and aborts it; /hold keeps the request for the test to answer. */
+static void handler(sb_http_req *req, void *ctx)
+{
+    fx *f = ctx;
+    f->handled++;
+    f->body_len = req->body_len;
+    memcpy(f->body, req->body, req->body_len < sizeof(f->body) ? req->body_len : sizeof(f->body));
+    req->user = f;
+    req->on_abort = on_abort;
+    if (path_is(req, "/echo")) {
+        sb_http_respond(req, 200, "text/plain", NULL, req->body, req->body_len);
+    } else if (path_is(req, "/path")) {
+        sb_http_respond(req, 200, "text/plain", "X-Test: 1\r\n", req->path, req->path_len);
+    } else if (path_is(req, "/stream")) {
+        assert_int_equal(sb_http_stream_begin(req, 200, "Content-Type: text/event-stream\r\n", 33, -1), 0);
+        assert_int_equal(sb_http_stream_write(req, "ab", 2), 0);
+        assert_int_equal(sb_http_stream_write(req, "cd", 2), 0);
+        assert_int_equal(sb_http_stream_end(req), 0);
+    } else if (path_is(req, "/abort")) {
+        assert_int_equal(sb_http_stream_begin(req, 200, "", 0, -1), 0);
+        assert_int_equal(sb_http_stream_write(req, "x", 1), 0);
+        sb_http_stream_abort(req);
+    } else if (path_is(req, "/hold")) {
+        f->held = req;
+    } else {
+        sb_http_respond(req, 404, NULL, NULL, "{}", 2);
+    }
+}
+
+/* Refuses /refuse from its head (401), lets everything else through. */
+static bool head_hook(sb_http_req *req, void *ctx)
+{
+    fx *f = ctx;
+    f->hooked++;
+    if (!path_is(req, "/refuse"))
+        return true;
+    sb_http_respond(req, 401, NULL, NULL, "{\"error\":\"no key\"}", 18);
+    return false;
+}
+
+static fx *fx_start(const sb_http_server_opts *opts)
+{
+    fx *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(sb_http_server_start(&f->loop, "127.0.0.1", 0, opts, handler, f, &f->srv), 0);
+    sb_http_server_set_head_hook(f->srv, head_hook);
+    netfx_connect(&f->loop, &f->cl, sb_http_server_port(f->srv));
+    return f;
+}
+
+static void fx_stop(fx *f)
+{
+    netfx_close(&f->cl, false);
+    netfx_close(&f->cl2, false);
+    sb_http_server_stop(f->srv);
+    netfx_loop_finish(&f->loop);
+    free(f);
+}
+
+static bool sent_all_and_eof(void *arg)
+{
+    netfx_client *c = arg;
+    return c->eof && c->out_off == c->out_len;
+}
+
+static bool is_held(void *arg) { return ((fx *)arg)->held != NULL; }
+static bool was_aborted(void *arg) { return ((fx *)arg)->aborted > 0; }
+
+static sb_http_server_stats stats(fx *f);
+static bool no_connections(void *arg) { return stats(arg).open_connections == 0; }
+
+static sb_http_server_stats stats(fx *f)
+{
+    sb_http_server_stats s;
+    sb_http_server_get_stats(f->srv, &s);
+    return s;
+}
+
+/* ---- framing ---- */
+
+static void test_content_length(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    netfx_wait_for(&f->loop, &f->cl, "hello");
+    assert_non_null(strstr(f->cl.in, "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(f->cl.in, "Content-Length: 5\r\n"));
+    assert_null(strstr(f->cl.in, "Connection: close"));
+    fx_stop(f);
+}
+
+static void test_chunked_extensions_trailers(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        "5;name=value\r\nhello\r\n6;x\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "hello world");
+    assert_non_null(strstr(f->cl.in, "Content-Length: 11\r\n"));
+    assert_int_equal(f->body_len, 11);
+    /* The connection is still usable after the trailer. */
+    netfx_sends(&f->cl, "GET /path/next HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/next");
+    fx_stop(f);
+}
+
+static void test_pipelining_in_order(void **state)
+{
+    fx *f = fx_start(NULL);
+    /* The first request is held; the two behind it must not overtake its answer. */
+    netfx_sends(&f->cl, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "GET /path/b HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nc");
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    assert_int_equal(f->handled, 1);
+    assert_int_equal(sb_http_respond(f->held, 200, "text/plain", NULL, "first", 5), 0);
+    f->held = NULL;
+    netfx_wait_for(&f->loop, &f->cl, "\r\n\r\nc");
+    char *a = strstr(f->cl.in, "first"), *b = strstr(f->cl.in, "/path/b"), *c = strstr(f->cl.in, "\r\n\r\nc");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(a < b && b < c);
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 200 OK"), 3);
+    assert_int_equal(f->handled, 3);
+    fx_stop(f);
+}
+
+static void test_http10(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /path/old HTTP/1.0\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_memory_equal(f->cl.in, "HTTP/1.0 200 OK\r\n", 17);
+    assert_non_null(strstr(f->cl.in, "Connection: close\r\n"));
+    assert_non_null(strstr(f->cl.in, "\r\n\r\n/path/old"));
+    fx_stop(f);
+}
+
+static void test_http10_keep_alive(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /path/a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/a");
+    assert_non_null(strstr(f->cl.in, "Connection: keep-alive\r\n"));
+    netfx_sends(&f->cl, "GET /path/b HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/b");
+    assert_false(f->cl.eof);
+    fx_stop(f);
+}
+
+/* ---- limits ---- */
+
+static void expect_refusal(const sb_http_server_opts *opts, const char *request, const char *status_line)
+{
+    fx *f = fx_start(opts);
+    netfx_sends(&f->cl, request);
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_false(f->cl.reset);
+    if (strncmp(f->cl.in, status_line, strlen(status_line)) != 0)
+        fail_msg("expected %s, read: %s", status_line, f->cl.in);
+    assert_non_null(strstr(f->cl.in, "Connection: close\r\n"));
+    assert_int_equal(f->handled, 0);
+    assert_int_equal(stats(f).body_bytes, 0);
+    fx_stop(f);
+}
+
+static void test_body_too_large(void **state)
+{
+    sb_http_server_opts o = {.max_body_bytes = 100};
+    expect_refusal(&o, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", "HTTP/1.1 413 ");
+    /* Chunked: refused when the bytes pass the bound, whatever the chunk sizes claim. */
+    char req[512];
+    char chunk[80];
+    memset(chunk, 'a', sizeof(chunk));
+    int n = snprintf(req, sizeof(req), "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                       "50\r\n%.80s\r\n50\r\n%.80s\r\n0\r\n\r\n", chunk, chunk);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
+    expect_refusal(&o, req, "HTTP/1.1 413 ");
+    /* Exactly at the bound is fine. */
+    fx *f = fx_start(&o);
+    char ok[256];
+    memset(chunk, 'b', sizeof(chunk));
+    snprintf(ok, sizeof(ok), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n%.80s%.20s", chunk, chunk);
+    netfx_sends(&f->cl, ok);
+    netfx_wait_for(&f->loop, &f->cl, "Content-Length: 100\r\n");
+    assert_int_equal(f->handled, 1);
+    fx_stop(f);
+}
+
+static void test_header_too_large(void **state)
+{
+    sb_http_server_opts o = {.max_header_bytes = 1024};
+    char req[4096];
+    char pad[2000];
+    memset(pad, 'v', sizeof(pad) - 1);
+    pad[sizeof(pad) - 1] = '\0';
+    snprintf(req, sizeof(req), "GET /path HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", pad);
+    expect_refusal(&o, req, "HTTP/1.1 431 ");
+}
+
+static void test_smuggling_and_bad_lengths(void **state)
+{
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "0\r\n\r\n", "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+                         "0\r\n\r\n", "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+                   "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 400 ");
+    expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "HTTP/1.1 400 ");
+}
+
+static void test_slow_head_408(void **state)
+{
+    /* header_ms is the server's own bound (a libuv timer), not the test waiting. */
+    sb_http_server_opts o = {.header_ms = 30};
+    fx *f = fx_start(&o);
+    netfx_sends(&f->cl, "GET /path HTTP/1.1\r\nHost:");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_memory_equal(f->cl.in, "HTTP/1.1 408 ", 13);
+    assert_int_equal(f->handled, 0);
+    fx_stop(f);
+}
+
+/* ---- 100-continue and the head hook ---- */
+
+static void test_100_continue(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "HTTP/1.1 100 Continue\r\n\r\n");
+    assert_int_equal(f->hooked, 1);
+    assert_int_equal(f->handled, 0);
+    netfx_sends(&f->cl, "hello");
+    netfx_wait_for(&f->loop, &f->cl, "hello");
+    assert_memory_equal(f->cl.in, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n", 42);
+    fx_stop(f);
+}
+
+static void test_head_hook_answers(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "POST /refuse HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_false(f->cl.reset);
+    assert_memory_equal(f->cl.in, "HTTP/1.1 401 ", 13);
+    assert_null(strstr(f->cl.in, "100 Continue"));
+    assert_non_null(strstr(f->cl.in, "Connection: close\r\n"));
+    assert_non_null(strstr(f->cl.in, "no key"));
+    assert_int_equal(f->hooked, 1);
+    assert_int_equal(f->handled, 0);
+    assert_int_equal(stats(f).body_bytes, 0);
+    /* A request without a body skips the hook and goes to the handler. */
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    netfx_sends(&f->cl2, "GET /path/free HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl2, "/path/free");
+    assert_int_equal(f->hooked, 1);
+    fx_stop(f);
+}
+
+/* A client that writes its whole (large) body before reading still reads the early answer:
+ * the server lingers, discarding the body, instead of resetting the connection. */
+static void test_lingering_close(void **state)
+{
+    fx *f = fx_start(NULL);
+    size_t body = 4 << 20;
+    char head[128];
+    int n = snprintf(head, sizeof(head), "POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", body);
+    char *req = malloc((size_t)n + body);
+    assert_non_null(req);
+    memcpy(req, head, (size_t)n);
+    memset(req + n, 'z', body);
+    netfx_send(&f->cl, req, (size_t)n + body);
+    free(req);
+    /* The answer and the server's FIN come while the client is still writing; the client
+     * goes on writing its whole body (the server reads and drops it) and is never reset. */
+    netfx_run_until(&f->loop, sent_all_and_eof, &f->cl, "the whole body written and EOF");
+    assert_false(f->cl.reset);
+    assert_memory_equal(f->cl.in, "HTTP/1.1 401 ", 13);
+    /* The server still lingers, waiting for the client's EOF. */
+    assert_int_equal(stats(f).lingering_connections, 1);
+    assert_int_equal(stats(f).body_bytes, 0);
+    netfx_close(&f->cl, false);
+    netfx_run_until(&f->loop, no_connections, f, "the lingering connection to close");
+    assert_int_equal(stats(f).lingering_connections, 0);
+    fx_stop(f);
+}
+
+/* ---- the body budget and stats ---- */
+
+static void test_body_budget(void **state)
+{
+    sb_http_server_opts o = {.max_buffered_body_bytes = 8192};
+    fx *f = fx_start(&o);
+    char body[6000];
+    memset(body, 'q', sizeof(body));
+    char head[128];
+    int n = snprintf(head, sizeof(head), "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", sizeof(body));
+    netfx_send(&f->cl, head, (size_t)n);
+    netfx_send(&f->cl, body, sizeof(body));
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    /* The held body is charged (its bytes and the NUL) until it is answered. */
+    assert_int_equal(stats(f).body_bytes, sizeof(body) + 1);
+    /* A second body does not fit: 503 at once, not a pause. */
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    n = snprintf(head, sizeof(head), "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", sizeof(body));
+    netfx_send(&f->cl2, head, (size_t)n);
+    netfx_send(&f->cl2, body, sizeof(body));
+    netfx_wait_eof(&f->loop, &f->cl2);
+    assert_memory_equal(f->cl2.in, "HTTP/1.1 503 ", 13);
+    assert_non_null(strstr(f->cl2.in, "request_bodies_over_budget"));
+    assert_non_null(strstr(f->cl2.in, "Retry-After: 1\r\n"));
+    sb_http_server_stats s = stats(f);
+    assert_int_equal(s.body_budget_refusals, 1);
+    assert_int_equal(s.body_bytes, sizeof(body) + 1);
+    assert_int_equal(f->handled, 1);
+    /* Answering the held request gives its budget back. */
+    assert_int_equal(sb_http_respond(f->held, 200, NULL, NULL, "{}", 2), 0);
+    f->held = NULL;
+    assert_int_equal(stats(f).body_bytes, 0);
+    netfx_wait_for(&f->loop, &f->cl, "{}");
+    fx_stop(f);
+}
+
+static void test_connection_limit(void **state)
+{
+    sb_http_server_opts o = {.max_connections = 1};
+    fx *f = fx_start(&o);
+    netfx_sends(&f->cl, "GET /path/a HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/a");
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    netfx_sends(&f->cl2, "GET /path/b HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl2);
+    assert_memory_equal(f->cl2.in, "HTTP/1.1 503 ", 13);
+    assert_non_null(strstr(f->cl2.in, "too_many_connections"));
+    sb_http_server_stats s = stats(f);
+    assert_int_equal(s.refused_total, 1);
+    assert_int_equal(s.open_connections, 1);
+    fx_stop(f);
+}
+
+/* ---- streaming ---- */
+
+static void test_stream_chunked(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "0\r\n\r\n");
+    assert_non_null(strstr(f->cl.in, "Transfer-Encoding: chunked\r\n"));
+    assert_non_null(strstr(f->cl.in, "Content-Type: text/event-stream\r\n"));
+    assert_non_null(strstr(f->cl.in, "\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n"));
+    /* HTTP/1.0 has no chunking: the body is delimited by the close. */
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    netfx_sends(&f->cl2, "GET /stream HTTP/1.0\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl2);
+    assert_null(strstr(f->cl2.in, "Transfer-Encoding"));
+    size_t len = strlen(f->cl2.in);
+    assert_true(len > 8);
+    assert_string_equal(f->cl2.in + len - 8, "\r\n\r\nabcd");
+    fx_stop(f);
+}
+
+static void test_stream_abort(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /abort HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    /* The bytes written before the abort arrive; no terminating chunk does. */
+    assert_non_null(strstr(f->cl.in, "\r\n\r\n1\r\nx\r\n"));
+    assert_null(strstr(f->cl.in, "0\r\n\r\n"));
+    assert_int_equal(f->aborted, 0); /* the handler aborted it: no on_abort back to it */
+    fx_stop(f);
+}
+
+static void test_client_gone_aborts(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    netfx_close(&f->cl, true);
+    netfx_run_until(&f->loop, was_aborted, f, "on_abort");
+    assert_null(f->held);
+    assert_int_equal(stats(f).open_connections, 0);
+    fx_stop(f);
+}
+
+/* ---- keep-alive ---- */
+
+static void test_keep_alive_reuse(void **state)
+{
+    fx *f = fx_start(NULL);
+    for (int i = 0; i < 5; i++) {
+        char req[128], want[32];
+        snprintf(req, sizeof(req), "GET /path/%d HTTP/1.1\r\nHost: x\r\n\r\n", i);
+        snprintf(want, sizeof(want), "/path/%d", i);
+        netfx_sends(&f->cl, req);
+        netfx_wait_for(&f->loop, &f->cl, want);
+    }
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 200 OK"), 5);
+    assert_false(f->cl.eof);
+    assert_int_equal(stats(f).open_connections, 1);
+    /* Connection: close from the client: answered, then closed. */
+    netfx_sends(&f->cl, "GET /path/last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_non_null(strstr(f->cl.in, "/path/last"));
+    fx_stop(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_content_length),
+        cmocka_unit_test(test_chunked_extensions_trailers),
+        cmocka_unit_test(test_pipelining_in_order),
+        cmocka_unit_test(test_http10),
+        cmocka_unit_test(test_http10_keep_alive),
+        cmocka_unit_test(test_body_too_large),
+        cmocka_unit_test(test_header_too_large),
+        cmocka_unit_test(test_smuggling_and_bad_lengths),
+        cmocka_unit_test(test_slow_head_408),
+        cmocka_unit_test(test_100_continue),
+        cmocka_unit_test(test_head_hook_answers),
+        cmocka_unit_test(test_lingering_close),
+        cmocka_unit_test(test_body_budget),
+        cmocka_unit_test(test_connection_limit),
+        cmocka_unit_test(test_stream_chunked),
+        cmocka_unit_test(test_stream_abort),
+        cmocka_unit_test(test_client_gone_aborts),
+        cmocka_unit_test(test_keep_alive_reuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
