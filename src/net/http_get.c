@@ -81,6 +81,11 @@ static int on_body(http_parser *p, const char *at, size_t len)
 static int on_complete(http_parser *p)
 {
     sb_http_get *g = p->data;
+    /* A 1xx other than 101 (103 Early Hints, a stray 100 Continue) is interim: the answer
+     * follows on the same connection. Taking it for the answer would report it with no body
+     * and pool a connection whose real answer is still on the way. */
+    if (p->status_code >= 100 && p->status_code < 200 && p->status_code != 101)
+        return 0;
     g->complete = true;
     http_parser_pause(p, 1);
     return 0;

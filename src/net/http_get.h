@@ -15,7 +15,8 @@
 
 typedef struct sb_http_get sb_http_get;
 
-/* status: the HTTP status (>= 100), or a negative libuv error. body is valid during the call. */
+/* status: the final HTTP status (interim 1xx answers but 101 are skipped), or a negative libuv
+ * error. body is valid during the call. */
 typedef void (*sb_http_get_cb)(void *ud, int status, const char *body, size_t len);
 
 /* Starts GET path on u, with `headers` ("Name: value\r\n" lines, or NULL) added to the request;

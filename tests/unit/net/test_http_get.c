@@ -188,6 +188,17 @@ static void test_status_passed_through(void **state)
     fx_stop(f);
 }
 
+static void test_interim_answer_skipped(void **state)
+{
+    /* A 1xx (here 103 Early Hints) is not the answer: the callback gets the final one. */
+    fx *f = fx_start("HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal",
+                     false, 4);
+    run_get(f, "/metrics", NULL, 1000, 1024);
+    assert_int_equal(f->r.status, 200);
+    assert_string_equal(f->r.body, "final");
+    fx_stop(f);
+}
+
 static void test_chunked_answer(void **state)
 {
     fx *f = fx_start("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", false, 4);
@@ -308,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_get_with_headers),
         cmocka_unit_test(test_status_passed_through),
         cmocka_unit_test(test_chunked_answer),
+        cmocka_unit_test(test_interim_answer_skipped),
         cmocka_unit_test(test_body_over_max),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_truncated_answer),

@@ -233,6 +233,16 @@ static void test_header_too_large(void **state)
     expect_refusal(&o, req, "HTTP/1.1 431 ");
 }
 
+static void test_too_many_headers(void **state)
+{
+    char req[8192];
+    size_t n = (size_t)snprintf(req, sizeof(req), "GET /path HTTP/1.1\r\n");
+    for (int i = 0; i < 130; i++)
+        n += (size_t)snprintf(req + n, sizeof(req) - n, "X-H%d: v\r\n", i);
+    snprintf(req + n, sizeof(req) - n, "\r\n");
+    expect_refusal(NULL, req, "HTTP/1.1 431 ");
+}
+
 static void test_smuggling_and_bad_lengths(void **state)
 {
     expect_refusal(NULL, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -423,6 +433,31 @@ static void test_client_gone_aborts(void **state)
 
 /* ---- keep-alive ---- */
 
+static void test_head_method(void **state)
+{
+    fx *f = fx_start(NULL);
+    /* A HEAD answer has the GET answer's length and no body; the next answer follows it
+     * directly on the same connection. */
+    netfx_sends(&f->cl, "HEAD /path/abc HTTP/1.1\r\nHost: x\r\n\r\nGET /path/def HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/def");
+    assert_null(strstr(f->cl.in, "/path/abc"));
+    assert_non_null(strstr(f->cl.in, "Content-Length: 9\r\n\r\nHTTP/1.1 200 OK\r\n"));
+    fx_stop(f);
+}
+
+static void test_nothing_after_connection_close(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /path/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                        "GET /path/b HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_non_null(strstr(f->cl.in, "/path/a"));
+    assert_null(strstr(f->cl.in, "/path/b"));
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 "), 1);
+    assert_int_equal(f->handled, 1);
+    fx_stop(f);
+}
+
 static void test_keep_alive_reuse(void **state)
 {
     fx *f = fx_start(NULL);
@@ -464,6 +499,9 @@ int main(void)
         cmocka_unit_test(test_stream_abort),
         cmocka_unit_test(test_client_gone_aborts),
         cmocka_unit_test(test_keep_alive_reuse),
+        cmocka_unit_test(test_head_method),
+        cmocka_unit_test(test_nothing_after_connection_close),
+        cmocka_unit_test(test_too_many_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
