@@ -32,6 +32,16 @@ static bool path_is(const sb_http_req *req, const char *p)
     return req->path_len >= n && memcmp(req->path, p, n) == 0;
 }
 
+static int drained;
+
+/* /drain: once the client read what was queued, finishes the stream. */
+static void on_drain(sb_http_req *req)
+{
+    drained++;
+    assert_int_equal(sb_http_stream_write(req, "end", 3), 0);
+    assert_int_equal(sb_http_stream_end(req), 0);
+}
+
 /* /echo answers the body; /path/... answers the path; /stream streams "ab" "cd"; /abort
  * starts a stream and aborts it; /hold keeps the request for the test to answer. */
 static void handler(sb_http_req *req, void *ctx)
@@ -55,6 +65,18 @@ static void handler(sb_http_req *req, void *ctx)
         assert_int_equal(sb_http_stream_begin(req, 200, "", 0, -1), 0);
         assert_int_equal(sb_http_stream_write(req, "x", 1), 0);
         sb_http_stream_abort(req);
+    } else if (path_is(req, "/sized")) {
+        assert_int_equal(sb_http_stream_begin(req, 200, "", 0, 4), 0);
+        assert_int_equal(sb_http_stream_write(req, "wx", 2), 0);
+        assert_int_equal(sb_http_stream_write(req, "yz", 2), 0);
+        assert_int_equal(sb_http_stream_end(req), 0);
+    } else if (path_is(req, "/drain")) {
+        /* 2000 bytes against a 1024-byte high watermark: backpressure at once. */
+        static char big[2000];
+        memset(big, 'd', sizeof(big));
+        req->on_drain = on_drain;
+        assert_int_equal(sb_http_stream_begin(req, 200, "", 0, -1), 0);
+        assert_int_equal(sb_http_stream_write(req, big, sizeof(big)), 1);
     } else if (path_is(req, "/hold")) {
         f->held = req;
     } else {
@@ -431,7 +453,56 @@ static void test_client_gone_aborts(void **state)
     fx_stop(f);
 }
 
+static void test_stream_length_framed(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /sized HTTP/1.1\r\nHost: x\r\n\r\nGET /path/after HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/after");
+    assert_non_null(strstr(f->cl.in, "Content-Length: 4\r\n\r\nwxyzHTTP/1.1 200 OK\r\n"));
+    assert_null(strstr(f->cl.in, "Transfer-Encoding"));
+    fx_stop(f);
+}
+
+static void test_stream_backpressure_drain(void **state)
+{
+    sb_http_server_opts o = {.write_high_water = 1024};
+    fx *f = fx_start(&o);
+    drained = 0;
+    netfx_sends(&f->cl, "GET /drain HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "3\r\nend\r\n0\r\n\r\n");
+    assert_int_equal(drained, 1);
+    assert_non_null(strstr(f->cl.in, "7d0\r\nddd"));
+    fx_stop(f);
+}
+
 /* ---- keep-alive ---- */
+
+static void test_idle_timeout(void **state)
+{
+    /* idle_ms is the server's own bound (a libuv timer): an idle keep-alive connection is
+     * closed, quietly (no 408 between requests). */
+    sb_http_server_opts o = {.idle_ms = 20};
+    fx *f = fx_start(&o);
+    netfx_sends(&f->cl, "GET /path/a HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 "), 1);
+    assert_null(strstr(f->cl.in, "408"));
+    fx_stop(f);
+}
+
+static void test_set_opts_next_request(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
+    netfx_wait_for(&f->loop, &f->cl, "hello world");
+    /* A reload lowers the body limit: the same connection's next request sees it. */
+    sb_http_server_set_opts(f->srv, &(sb_http_server_opts){.max_body_bytes = 10});
+    netfx_sends(&f->cl, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_non_null(strstr(f->cl.in, "HTTP/1.1 413 "));
+    assert_int_equal(f->handled, 1);
+    fx_stop(f);
+}
 
 static void test_head_method(void **state)
 {
@@ -502,6 +573,10 @@ int main(void)
         cmocka_unit_test(test_head_method),
         cmocka_unit_test(test_nothing_after_connection_close),
         cmocka_unit_test(test_too_many_headers),
+        cmocka_unit_test(test_stream_length_framed),
+        cmocka_unit_test(test_stream_backpressure_drain),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_set_opts_next_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
