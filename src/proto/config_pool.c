@@ -487,15 +487,143 @@ static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc,
         cfg_node_error(p, map, "%s: %s", what, why);
 }
 
-/* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
- * sb_config_free releases whatever part was built. */
-static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
+/* What the walk over one pool's keys learns, for the checks made once every key is read. */
+typedef struct pool_walk {
+    size_t i; /* index in cfg->pools */
+    sb_pool_config *pc;
+    const char *label;
+    const yaml_node_t *engine, *metrics; /* metrics: the key, for its line */
+    const yaml_node_t *upstream_key, *upstream_key_file;
+    bool metrics_ok, seen_models, seen_endpoints;
+} pool_walk;
+
+/* One handler per pool key; `what` is "<label>: <key>", for messages. */
+typedef void pool_key_fn(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what);
+
+/* Read before the walk (pool_name), so every other message can use it. */
+static void pool_skip(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what) {}
+
+static void pool_models(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
-    sb_pool_config *pc = &p->cfg->pools[i];
-    char label[96];
-    const yaml_node_t *engine = NULL, *metrics = NULL; /* metrics: the key, for its line */
-    const yaml_node_t *upstream_key = NULL, *upstream_key_file = NULL;
-    bool metrics_ok = true;
+    w->seen_models = true;
+    parse_names(p, w->i, v, "models", false, &w->pc->models, &w->pc->n_models);
+}
+
+static void pool_adapters(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    parse_names(p, w->i, v, "adapters", true, &w->pc->adapters, &w->pc->n_adapters);
+}
+
+static void pool_endpoints(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    w->seen_endpoints = true;
+    parse_endpoints(p, w->i, v);
+}
+
+static void pool_engine(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    const char *s = cfg_string_of(p, v, what);
+    size_t e = 0;
+    while (s && e < ARRAY_LEN(engines) && strcmp(engines[e], s))
+        e++;
+    w->engine = v;
+    if (s && e == ARRAY_LEN(engines))
+        cfg_node_error(p, v,
+                       "%s: unknown engine '%s' (expected vllm, sglang, llamacpp, "
+                       "trtllm or custom)",
+                       w->label, s);
+    else if (s && !(w->pc->engine = sb_strdup(s)))
+        cfg_out_of_memory(p);
+}
+
+/* Checked against the profiles once the whole file is read (cfg_check_pool_profiles):
+ * `profiles:` may come after `pools:`. */
+static void pool_profile(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    char *s = cfg_dup_string(p, v, what);
+    if (s) {
+        sb_free(w->pc->profile);
+        w->pc->profile = s;
+    }
+}
+
+static void pool_probe(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    size_t before = p->errs->total;
+    cfg_parse_section(p, &probe_section, v, w->pc, what);
+    if (p->errs->total == before)
+        check_probe_intervals(p, w->pc, v, what);
+}
+
+static void pool_health(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    sb_pool_config *pc = w->pc;
+    size_t before = p->errs->total;
+    cfg_parse_section(p, &health_section, v, pc, what);
+    if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
+        const yaml_node_t *at = cfg_lookup(p, v, "base_eject_ms");
+        cfg_node_error(p, at ? at : cfg_lookup(p, v, "max_eject_ms"),
+                       "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
+                       pc->max_eject_ms);
+    }
+}
+
+/* The adaptive loop (core/adaptive.h) moves weight between the profile's affinity and
+ * distribution scorers as the pool's balance changes. */
+static void pool_adaptive(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    bool b;
+    if (v->type == YAML_MAPPING_NODE)
+        parse_adaptive(p, v, w->pc, what);
+    else if (cfg_bool_of(p, v, what, &b))
+        w->pc->adaptive = b;
+}
+
+static void pool_upstream_key(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    w->upstream_key = v;
+    cfg_parse_upstream_key(p, w->pc, v, what);
+}
+
+static void pool_upstream_key_file(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v,
+                                   const char *what)
+{
+    w->upstream_key_file = v;
+    char *s = cfg_dup_string(p, v, what);
+    if (s) {
+        sb_free(w->pc->upstream_api_key_file);
+        w->pc->upstream_api_key_file = s;
+    }
+}
+
+static void pool_metrics(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    w->metrics = k;
+    size_t before = p->errs->total;
+    cfg_parse_section(p, &metrics_section, v, w->pc, what);
+    w->metrics_ok = p->errs->total == before;
+}
+
+static const struct {
+    const char *key;
+    pool_key_fn *parse;
+} pool_keys[] = {
+    {"name", pool_skip},
+    {"models", pool_models},
+    {"adapters", pool_adapters},
+    {"endpoints", pool_endpoints},
+    {"engine", pool_engine},
+    {"profile", pool_profile},
+    {"probe", pool_probe},
+    {"health", pool_health},
+    {"adaptive", pool_adaptive},
+    {"upstream_api_key", pool_upstream_key},
+    {"upstream_api_key_file", pool_upstream_key_file},
+    {"metrics", pool_metrics},
+};
+
+static void pool_defaults(sb_pool_config *pc)
+{
     pc->probe_interval_ms = 100;
     /* On by default: replay shows the configurator within 2% of the static weights on balanced
      * workloads and far better under a hot prefix (docs/benchmarks.md). */
@@ -510,127 +638,45 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
     pc->max_failures = 3;
     pc->base_eject_ms = 1000;
     pc->max_eject_ms = 30000;
-    if (map->type != YAML_MAPPING_NODE) {
-        cfg_node_error(p, map, "pools[%zu] must be a mapping, got %s", i, cfg_type_name(map));
-        return;
-    }
-    /* The name first, whatever its position, so that every other message can use it. */
+}
+
+/* The name first, whatever its position, so that every other message can use it. */
+static void pool_name(parse *p, size_t i, const yaml_node_t *map)
+{
+    sb_pool_config *pc = &p->cfg->pools[i];
     const yaml_node_t *name = cfg_lookup(p, map, "name");
     if (!name) {
         cfg_node_error(p, map, "pools[%zu] has no 'name'", i);
-    } else {
-        snprintf(label, sizeof label, "pools[%zu].name", i);
-        const char *s = cfg_string_of(p, name, label);
-        if (s && !cfg_plain_name(s, false)) {
-            cfg_node_error(p, name, "pool name '%s' may only contain letters, digits, '-', '_' and '.'", s);
-        } else if (s) {
-            bool dup = false;
-            for (size_t j = 0; j < i && !dup; j++)
-                dup = p->cfg->pools[j].name && !strcmp(p->cfg->pools[j].name, s);
-            if (dup)
-                cfg_node_error(p, name, "duplicate pool name '%s'", s);
-            else if (!(pc->name = sb_strdup(s)))
-                cfg_out_of_memory(p);
-        }
+        return;
     }
-    cfg_pool_label(p->cfg, i, label, sizeof label);
+    char label[96];
+    snprintf(label, sizeof label, "pools[%zu].name", i);
+    const char *s = cfg_string_of(p, name, label);
+    if (s && !cfg_plain_name(s, false)) {
+        cfg_node_error(p, name, "pool name '%s' may only contain letters, digits, '-', '_' and '.'", s);
+    } else if (s) {
+        bool dup = false;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = p->cfg->pools[j].name && !strcmp(p->cfg->pools[j].name, s);
+        if (dup)
+            cfg_node_error(p, name, "duplicate pool name '%s'", s);
+        else if (!(pc->name = sb_strdup(s)))
+            cfg_out_of_memory(p);
+    }
+}
 
-    bool seen_models = false, seen_endpoints = false;
-    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
-        const char *key = cfg_pair_key(p, map, q, label);
-        if (!key)
-            continue;
-        const yaml_node_t *v = cfg_node_at(p, q->value);
-        char what[192];
-        if (!strcmp(key, "name")) {
-            continue;
-        } else if (!strcmp(key, "models")) {
-            seen_models = true;
-            parse_names(p, i, v, "models", false, &pc->models, &pc->n_models);
-        } else if (!strcmp(key, "adapters")) {
-            parse_names(p, i, v, "adapters", true, &pc->adapters, &pc->n_adapters);
-        } else if (!strcmp(key, "endpoints")) {
-            seen_endpoints = true;
-            parse_endpoints(p, i, v);
-        } else if (!strcmp(key, "engine")) {
-            snprintf(what, sizeof what, "%s: engine", label);
-            const char *s = cfg_string_of(p, v, what);
-            size_t e = 0;
-            while (s && e < ARRAY_LEN(engines) && strcmp(engines[e], s))
-                e++;
-            engine = v;
-            if (s && e == ARRAY_LEN(engines))
-                cfg_node_error(p, v,
-                           "%s: unknown engine '%s' (expected vllm, sglang, llamacpp, "
-                           "trtllm or custom)",
-                           label, s);
-            else if (s && !(pc->engine = sb_strdup(s)))
-                cfg_out_of_memory(p);
-        } else if (!strcmp(key, "profile")) {
-            /* Checked against the profiles once the whole file is read (cfg_check_pool_profiles):
-             * `profiles:` may come after `pools:`. */
-            snprintf(what, sizeof what, "%s: profile", label);
-            char *s = cfg_dup_string(p, v, what);
-            if (s) {
-                sb_free(pc->profile);
-                pc->profile = s;
-            }
-        } else if (!strcmp(key, "probe")) {
-            snprintf(what, sizeof what, "%s: probe", label);
-            size_t before = p->errs->total;
-            cfg_parse_section(p, &probe_section, v, pc, what);
-            if (p->errs->total == before)
-                check_probe_intervals(p, pc, v, what);
-        } else if (!strcmp(key, "health")) {
-            snprintf(what, sizeof what, "%s: health", label);
-            size_t before = p->errs->total;
-            cfg_parse_section(p, &health_section, v, pc, what);
-            if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
-                const yaml_node_t *at = cfg_lookup(p, v, "base_eject_ms");
-                cfg_node_error(p, at ? at : cfg_lookup(p, v, "max_eject_ms"),
-                           "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
-                           pc->max_eject_ms);
-            }
-        } else if (!strcmp(key, "adaptive")) {
-            /* The adaptive loop (core/adaptive.h) moves weight between the profile's affinity
-             * and distribution scorers as the pool's balance changes. */
-            snprintf(what, sizeof what, "%s: adaptive", label);
-            if (v->type == YAML_MAPPING_NODE) {
-                parse_adaptive(p, v, pc, what);
-            } else {
-                bool b;
-                if (cfg_bool_of(p, v, what, &b))
-                    pc->adaptive = b;
-            }
-        } else if (!strcmp(key, "upstream_api_key")) {
-            snprintf(what, sizeof what, "%s: upstream_api_key", label);
-            upstream_key = v;
-            cfg_parse_upstream_key(p, pc, v, what);
-        } else if (!strcmp(key, "upstream_api_key_file")) {
-            snprintf(what, sizeof what, "%s: upstream_api_key_file", label);
-            upstream_key_file = v;
-            char *s = cfg_dup_string(p, v, what);
-            if (s) {
-                sb_free(pc->upstream_api_key_file);
-                pc->upstream_api_key_file = s;
-            }
-        } else if (!strcmp(key, "metrics")) {
-            snprintf(what, sizeof what, "%s: metrics", label);
-            metrics = cfg_node_at(p, q->key);
-            size_t before = p->errs->total;
-            cfg_parse_section(p, &metrics_section, v, pc, what);
-            metrics_ok = p->errs->total == before;
-        } else {
-            cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s", key, label);
-        }
-    }
-    if (upstream_key && upstream_key_file)
-        cfg_node_error(p, upstream_key_file, "%s: give upstream_api_key or upstream_api_key_file, not both", label);
-    if (!seen_models)
-        cfg_node_error(p, map, "%s has no 'models'", label);
-    if (!seen_endpoints)
-        cfg_node_error(p, map, "%s has no 'endpoints'", label);
-    bool engine_ok = !engine || pc->engine;
+/* The checks that need every key read, and the defaults of what was not given. */
+static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
+{
+    sb_pool_config *pc = w->pc;
+    if (w->upstream_key && w->upstream_key_file)
+        cfg_node_error(p, w->upstream_key_file, "%s: give upstream_api_key or upstream_api_key_file, not both",
+                       w->label);
+    if (!w->seen_models)
+        cfg_node_error(p, map, "%s has no 'models'", w->label);
+    if (!w->seen_endpoints)
+        cfg_node_error(p, map, "%s has no 'endpoints'", w->label);
+    bool engine_ok = !w->engine || pc->engine;
     if (!pc->engine && !(pc->engine = sb_strdup("vllm")))
         cfg_out_of_memory(p);
     if (!pc->profile && !(pc->profile = sb_strdup("default")))
@@ -639,8 +685,40 @@ static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
         cfg_out_of_memory(p);
     if (!pc->health_path && !(pc->health_path = sb_strdup("/health")))
         cfg_out_of_memory(p);
-    if (engine_ok && metrics_ok && pc->engine)
-        check_metrics(p, pc, label, engine, metrics);
+    if (engine_ok && w->metrics_ok && pc->engine)
+        check_metrics(p, pc, w->label, w->engine, w->metrics);
+}
+
+/* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that
+ * sb_config_free releases whatever part was built. Table-driven like the flat sections: each
+ * key has its handler in pool_keys. */
+static void parse_pool(parse *p, size_t i, const yaml_node_t *map)
+{
+    char label[96];
+    pool_walk w = {.i = i, .pc = &p->cfg->pools[i], .label = label, .metrics_ok = true};
+    pool_defaults(w.pc);
+    if (map->type != YAML_MAPPING_NODE) {
+        cfg_node_error(p, map, "pools[%zu] must be a mapping, got %s", i, cfg_type_name(map));
+        return;
+    }
+    pool_name(p, i, map);
+    cfg_pool_label(p->cfg, i, label, sizeof label);
+    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
+        const char *key = cfg_pair_key(p, map, q, label);
+        if (!key)
+            continue;
+        size_t k = 0;
+        while (k < ARRAY_LEN(pool_keys) && strcmp(pool_keys[k].key, key))
+            k++;
+        if (k == ARRAY_LEN(pool_keys)) {
+            cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s", key, label);
+            continue;
+        }
+        char what[192];
+        snprintf(what, sizeof what, "%s: %s", label, key);
+        pool_keys[k].parse(p, &w, cfg_node_at(p, q->key), cfg_node_at(p, q->value), what);
+    }
+    pool_finish(p, map, &w);
 }
 
 void cfg_parse_pools(parse *p, const yaml_node_t *seq)
