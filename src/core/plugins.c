@@ -65,12 +65,20 @@ void sb_profile_init(sb_profile *p, const char *name)
  * mutable, so any number of event loops may read it at once. BUILTIN fills the defaults that
  * sb_profile_init sets (the saturation filter's and softmax picker's parameters, the max-score
  * picker unless BUILTIN_PICKING names another). Keep the two in step. */
-#define BUILTIN_PICKING(name_, picker_, ...)                                                                    \
-    {.name = name_, .picker = &(picker_), .queue_threshold = 5, .kv_threshold = 0.8, .temperature = 0.1, __VA_ARGS__}
+#define BUILTIN_PICKING(name_, picker_, ...)                                                                           \
+    {                                                                                                                  \
+        .name = name_, .picker = &(picker_), .queue_threshold = 5, .kv_threshold = 0.8, .temperature = 0.1,            \
+        __VA_ARGS__                                                                                                    \
+    }
 #define BUILTIN(name_, ...) BUILTIN_PICKING(name_, sb_picker_max_score, __VA_ARGS__)
-#define FILTERS(...) .filters = {__VA_ARGS__}, .n_filters = sizeof((const sb_filter_def *[]){__VA_ARGS__}) / sizeof(void *)
-#define SCORERS(...) .scorers = {__VA_ARGS__}, .n_scorers = sizeof((sb_weighted_scorer[]){__VA_ARGS__}) / sizeof(sb_weighted_scorer)
-#define W(s, w) {&(s), (w)}
+#define FILTERS(...)                                                                                                   \
+    .filters = {__VA_ARGS__}, .n_filters = sizeof((const sb_filter_def *[]){__VA_ARGS__}) / sizeof(void *)
+#define SCORERS(...)                                                                                                   \
+    .scorers = {__VA_ARGS__}, .n_scorers = sizeof((sb_weighted_scorer[]){__VA_ARGS__}) / sizeof(sb_weighted_scorer)
+#define W(s, w)                                                                                                        \
+    {                                                                                                                  \
+        &(s), (w)                                                                                                      \
+    }
 
 static const sb_profile builtins[] = {
     BUILTIN_PICKING("round-robin", sb_picker_round_robin, FILTERS(&sb_filter_healthy)),
@@ -90,15 +98,14 @@ static const sb_profile builtins[] = {
      * still yields once a queue forms there and not elsewhere and it is busier
      * (5 + 0 < 2 + 2 + 1 + 1). */
     BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_saturation),
-            SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2),
-                    W(sb_scorer_in_flight, 1), W(sb_scorer_pending_prefill, 1), W(sb_scorer_lora_affinity, 1))),
+            SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
+                    W(sb_scorer_pending_prefill, 1), W(sb_scorer_lora_affinity, 1))),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
     BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,
      * as KubeAI's prefix hash). The hash scorer decides (10 against at most 1); in-flight only
      * breaks the tie among all candidates when a request has no key. */
-    BUILTIN("session-hash", FILTERS(&sb_filter_healthy),
-            SCORERS(W(sb_scorer_session, 10), W(sb_scorer_in_flight, 1))),
+    BUILTIN("session-hash", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_session, 10), W(sb_scorer_in_flight, 1))),
     BUILTIN("prefix-hash", FILTERS(&sb_filter_healthy),
             SCORERS(W(sb_scorer_prefix_hash, 10), W(sb_scorer_in_flight, 1))),
 };
@@ -110,7 +117,7 @@ static const sb_profile builtins[] = {
 #undef W
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
-static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only", "default",
+static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",   "default",
                                                           "prefix-only", "session-hash",  "prefix-hash", NULL};
 
 const sb_profile *sb_profile_builtin(const char *name)

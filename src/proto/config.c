@@ -203,7 +203,8 @@ const char *cfg_pair_key(parse *p, const yaml_node_t *map, const yaml_node_pair_
     for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pair; q++) {
         const yaml_node_t *qk = cfg_node_at(p, q->key);
         if (qk->type == YAML_SCALAR_NODE && !strcmp((const char *)qk->data.scalar.value, key)) {
-            cfg_node_error(p, k, "duplicate key '%s' in %s (first at line %d)", key, what, (int)qk->start_mark.line + 1);
+            cfg_node_error(p, k, "duplicate key '%s' in %s (first at line %d)", key, what,
+                           (int)qk->start_mark.line + 1);
             return NULL;
         }
     }
@@ -303,8 +304,7 @@ bool cfg_bool_of(parse *p, const yaml_node_t *v, const char *what, bool *out)
 /* A plain decimal number within [lo, hi] (hi may be INFINITY; lo_open excludes lo itself);
  * false after reporting. strtod alone would also take hex, "inf" and "nan": the character
  * check keeps to what a person writes for a weight or a threshold. */
-bool cfg_number_of(parse *p, const yaml_node_t *v, const char *what, double lo, bool lo_open, double hi,
-                      double *out)
+bool cfg_number_of(parse *p, const yaml_node_t *v, const char *what, double lo, bool lo_open, double hi, double *out)
 {
     if (v->type != YAML_SCALAR_NODE || cfg_is_null(v)) {
         cfg_node_error(p, v, "%s must be a number, got %s", what, cfg_type_name(v));
@@ -377,7 +377,7 @@ void cfg_parse_field(parse *p, const field *f, const yaml_node_t *v, void *base,
             }
             if (f->kind == K_METRIC && !valid_metric_name(t)) {
                 cfg_node_error(p, v, "%s must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got '%s'", name,
-                           t);
+                               t);
                 return;
             }
             if (!(s = sb_strdup(t))) {
@@ -415,10 +415,10 @@ void cfg_parse_field(parse *p, const field *f, const yaml_node_t *v, void *base,
     if (x < f->min || x > f->max) {
         if (f->max == UINT64_MAX)
             cfg_node_error(p, v, "%s must be at least %llu, got %llu", name, (unsigned long long)f->min,
-                       (unsigned long long)x);
+                           (unsigned long long)x);
         else
             cfg_node_error(p, v, "%s must be between %llu and %llu, got %llu", name, (unsigned long long)f->min,
-                       (unsigned long long)f->max, (unsigned long long)x);
+                           (unsigned long long)f->max, (unsigned long long)x);
         return;
     }
     if (f->kind == K_MS || f->kind == K_COUNT32)
@@ -516,9 +516,9 @@ static void parse_root(parse *p, const yaml_node_t *root)
     if (cfg->admin_host && listeners_overlap(cfg->admin_host, cfg->admin_port, cfg->listen_host, cfg->listen_port)) {
         const yaml_node_t *at = cfg_lookup(p, cfg_lookup(p, root, "admin"), "listen");
         cfg_node_error(p, at ? at : cfg_lookup(p, root, "listen"),
-                   "admin.listen must differ from listen (admin %s:%u%s, listen %s:%u): set admin.listen to "
-                   "another port, or null to turn the admin listener off",
-                   cfg->admin_host, cfg->admin_port, at ? "" : ", the default", cfg->listen_host, cfg->listen_port);
+                       "admin.listen must differ from listen (admin %s:%u%s, listen %s:%u): set admin.listen to "
+                       "another port, or null to turn the admin listener off",
+                       cfg->admin_host, cfg->admin_port, at ? "" : ", the default", cfg->listen_host, cfg->listen_port);
     }
     if (p->cfg->default_pool) {
         bool found = false;
@@ -526,7 +526,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
             found = p->cfg->pools[i].name && !strcmp(p->cfg->pools[i].name, p->cfg->default_pool);
         if (!found)
             cfg_node_error(p, cfg_lookup(p, cfg_lookup(p, root, "routing"), "default_pool"),
-                       "routing.default_pool names no pool: '%s'", p->cfg->default_pool);
+                           "routing.default_pool names no pool: '%s'", p->cfg->default_pool);
     }
 }
 
@@ -746,4 +746,3 @@ void sb_config_errors_format(const sb_config_errors *errs, const char *file, cha
         APPEND("%s: ... and %zu more errors\n", file, errs->total - errs->n);
 #undef APPEND
 }
-

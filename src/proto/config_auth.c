@@ -133,11 +133,12 @@ void cfg_parse_admin(parse *p, const yaml_node_t *map)
      * change routing; reachable from other hosts, they must not be open. */
     if (cfg->admin_host && !has_token && !sb_config_host_is_loopback(cfg->admin_host))
         cfg_node_error(p, listen ? listen : map,
-                   "admin.listen %s is not a loopback address: set admin.token or admin.token_file "
-                   "(the admin endpoints must not be open to other hosts)",
-                   cfg->admin_host);
+                       "admin.listen %s is not a loopback address: set admin.token or admin.token_file "
+                       "(the admin endpoints must not be open to other hosts)",
+                       cfg->admin_host);
     if (cfg->admin_metrics_auth && !has_token)
-        cfg_node_error(p, cfg_lookup(p, map, "metrics_auth"), "admin.metrics_auth needs admin.token or admin.token_file");
+        cfg_node_error(p, cfg_lookup(p, map, "metrics_auth"),
+                       "admin.metrics_auth needs admin.token or admin.token_file");
 }
 
 /* Inside auth a mapping key may be a secret written in the wrong place (`- sk-...: {..}`), and
@@ -175,7 +176,7 @@ static void parse_api_key(parse *p, const yaml_node_t *item, size_t i)
                 const char *t = cfg_string_of(p, v, field_what);
                 if (t && !sb_auth_valid_tenant(t, strlen(t))) {
                     cfg_node_error(p, v, "%s must be 1 to %d letters, digits, '-', '_' or '.'", field_what,
-                               SB_AUTH_TENANT_MAX);
+                                   SB_AUTH_TENANT_MAX);
                     t = NULL;
                 }
                 if (t)
@@ -188,8 +189,9 @@ static void parse_api_key(parse *p, const yaml_node_t *item, size_t i)
                     cfg_node_error(p, v, "%s: unknown band '%s' (critical, standard or sheddable)", field_what, b);
                 ok = ok && k.band >= 0;
             } else {
-                cfg_node_error(p, cfg_node_at(p, q->key), "unknown field %s%s%sin %s (the fields are key, tenant and band)",
-                           QUOTE_IF_FIELDLIKE(name), what);
+                cfg_node_error(p, cfg_node_at(p, q->key),
+                               "unknown field %s%s%sin %s (the fields are key, tenant and band)",
+                               QUOTE_IF_FIELDLIKE(name), what);
                 ok = false;
             }
         }
@@ -241,8 +243,9 @@ void cfg_parse_auth(parse *p, const yaml_node_t *map)
                 cfg->auth_enabled = true;
             }
         } else {
-            cfg_node_error(p, cfg_node_at(p, q->key), "unknown field %s%s%sin auth (the fields are api_keys and api_keys_file)",
-                       QUOTE_IF_FIELDLIKE(key));
+            cfg_node_error(p, cfg_node_at(p, q->key),
+                           "unknown field %s%s%sin auth (the fields are api_keys and api_keys_file)",
+                           QUOTE_IF_FIELDLIKE(key));
         }
     }
 }
@@ -299,4 +302,3 @@ int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, c
         snprintf(msg, cap, "%s", err.message);
     return n < 0 ? -1 : 0;
 }
-

@@ -17,9 +17,13 @@
 
 /* ---- flow control ---- */
 
-#define BAND_FIELD(arr, i, k, lo, hi)                                                                              \
-    {.key = i == 0 ? "critical" : i == 1 ? "standard" : "sheddable", .kind = k,                                   \
-     .offset = offsetof(sb_config, arr) + (i) * sizeof(uint32_t), .min = lo, .max = hi}
+#define BAND_FIELD(arr, i, k, lo, hi)                                                                                  \
+    {                                                                                                                  \
+        .key = i == 0   ? "critical"                                                                                   \
+               : i == 1 ? "standard"                                                                                   \
+                        : "sheddable",                                                                                 \
+        .kind = k, .offset = offsetof(sb_config, arr) + (i) * sizeof(uint32_t), .min = lo, .max = hi                   \
+    }
 
 static const field flow_wait_fields[] = {BAND_FIELD(flow_max_wait_ms, 0, K_MS, 1, UINT32_MAX),
                                          BAND_FIELD(flow_max_wait_ms, 1, K_MS, 1, UINT32_MAX),
@@ -27,22 +31,33 @@ static const field flow_wait_fields[] = {BAND_FIELD(flow_max_wait_ms, 0, K_MS, 1
 static const field flow_queued_fields[] = {BAND_FIELD(flow_max_queued, 0, K_COUNT32, 0, 1u << 20),
                                            BAND_FIELD(flow_max_queued, 1, K_COUNT32, 0, 1u << 20),
                                            BAND_FIELD(flow_max_queued, 2, K_COUNT32, 0, 1u << 20)};
-#define BAND_BYTES(i)                                                                                              \
-    {.key = i == 0 ? "critical" : i == 1 ? "standard" : "sheddable", .kind = K_BYTES,                             \
-     .offset = offsetof(sb_config, flow_max_bytes) + (i) * sizeof(size_t), .min = 0, .max = 1ull << 40}
+#define BAND_BYTES(i)                                                                                                  \
+    {                                                                                                                  \
+        .key = i == 0   ? "critical"                                                                                   \
+               : i == 1 ? "standard"                                                                                   \
+                        : "sheddable",                                                                                 \
+        .kind = K_BYTES, .offset = offsetof(sb_config, flow_max_bytes) + (i) * sizeof(size_t), .min = 0,               \
+        .max = 1ull << 40                                                                                              \
+    }
 static const field flow_bytes_fields[] = {BAND_BYTES(0), BAND_BYTES(1), BAND_BYTES(2)};
 static const section flow_bytes_section = {"flow_control.max_bytes", flow_bytes_fields, ARRAY_LEN(flow_bytes_fields)};
 static const field flow_total_fields[] = {
     /* 0: the sum of the bands' bounds. The count is allocated up front (about 60 bytes a
      * request per pool), hence a million at most. */
-    {.key = "max_queued_total", .kind = K_COUNT32, .offset = offsetof(sb_config, flow_max_queued_total), .min = 0,
+    {.key = "max_queued_total",
+     .kind = K_COUNT32,
+     .offset = offsetof(sb_config, flow_max_queued_total),
+     .min = 0,
      .max = 1u << 20},
-    {.key = "max_bytes_total", .kind = K_BYTES, .offset = offsetof(sb_config, flow_max_bytes_total), .min = 0,
+    {.key = "max_bytes_total",
+     .kind = K_BYTES,
+     .offset = offsetof(sb_config, flow_max_bytes_total),
+     .min = 0,
      .max = 1ull << 40},
 };
 static const section flow_wait_section = {"flow_control.max_wait_ms", flow_wait_fields, ARRAY_LEN(flow_wait_fields)};
 static const section flow_queued_section = {"flow_control.max_queued", flow_queued_fields,
-                                           ARRAY_LEN(flow_queued_fields)};
+                                            ARRAY_LEN(flow_queued_fields)};
 static const field flow_enabled_field = {
     .key = "enabled", .kind = K_BOOL, .offset = offsetof(sb_config, flow_enabled), .max = 1};
 
@@ -90,7 +105,7 @@ void cfg_parse_flow_control(parse *p, const yaml_node_t *map)
                 sb_api_key k = {.band = sb_band_parse(band, strlen(band))};
                 if (k.band < 0) {
                     cfg_node_error(p, bv, "flow_control.api_keys: unknown band '%s' (critical, standard or sheddable)",
-                               band);
+                                   band);
                     continue;
                 }
                 sb_auth_digest(api_key, strlen(api_key), k.digest);
@@ -106,4 +121,3 @@ void cfg_parse_flow_control(parse *p, const yaml_node_t *map)
         }
     }
 }
-

@@ -15,7 +15,10 @@
 
 #include "proto/config_internal.h"
 
-#define PF(key_, m, k, lo, hi) {.key = key_, .kind = k, .offset = offsetof(sb_pool_config, m), .min = lo, .max = hi}
+#define PF(key_, m, k, lo, hi)                                                                                         \
+    {                                                                                                                  \
+        .key = key_, .kind = k, .offset = offsetof(sb_pool_config, m), .min = lo, .max = hi                            \
+    }
 
 /* Per pool. Intervals are at least 1 ms: 0 would busy-loop the prober; only the active health
  * check may be turned off with 0. */
@@ -177,9 +180,9 @@ static bool claim_name(parse *p, const char *name, const yaml_node_t *n, size_t 
             cfg_node_error(p, n, "name '%s' appears twice in %s (first at line %d)", name, label, c->line);
         else
             cfg_node_error(p, n,
-                       "name '%s' is already served by %s (line %d); a model, alias or "
-                       "adapter name must belong to one pool",
-                       name, label, c->line);
+                           "name '%s' is already served by %s (line %d); a model, alias or "
+                           "adapter name must belong to one pool",
+                           name, label, c->line);
         return false;
     }
     if (p->n_names == p->cap_names) {
@@ -252,8 +255,7 @@ static void free_strings(char **v, size_t n)
 /* Parses a `labels: { key: value }` mapping of at most `max` pairs into fresh strings in
  * keys[] and values[] (caller's arrays of `max` entries). Returns the number of pairs kept;
  * on any problem, reports it, and the pair is left out. */
-size_t cfg_parse_labels(parse *p, const yaml_node_t *map, const char *what, size_t max, char **keys,
-                           char **values)
+size_t cfg_parse_labels(parse *p, const yaml_node_t *map, const char *what, size_t max, char **keys, char **values)
 {
     if (!cfg_want_mapping(p, map, what))
         return 0;
@@ -272,14 +274,14 @@ size_t cfg_parse_labels(parse *p, const yaml_node_t *map, const char *what, size
         const char *value = cfg_string_of(p, v, item);
         if (!*key || !cfg_plain_name(key, true)) {
             cfg_node_error(p, k, "%s: label name '%s' may only contain letters, digits, '-', '_', '.' and '/'", what,
-                       key);
+                           key);
             continue;
         }
         if (!value)
             continue;
         if (!cfg_plain_name(value, true)) {
             cfg_node_error(p, v, "%s: label value '%s' may only contain letters, digits, '-', '_', '.' and '/'", item,
-                       value);
+                           value);
             continue;
         }
         char *kd = sb_strdup(key), *vd = sb_strdup(value);
@@ -310,8 +312,7 @@ void cfg_free_endpoint(sb_endpoint_config *ep)
 /* One `endpoints:` item: "host:port", or { address, labels, draining }. Returns the node
  * holding the address, or NULL when the item has no valid address (after reporting); ep may
  * then still hold labels, for the caller to free. */
-static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, const char *what,
-                                         sb_endpoint_config *ep)
+static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, const char *what, sb_endpoint_config *ep)
 {
     if (item->type != YAML_MAPPING_NODE) {
         if (item->type != YAML_SCALAR_NODE) {
@@ -413,12 +414,12 @@ static void check_probe_intervals(parse *p, const sb_pool_config *pc, const yaml
                       *hi = cfg_lookup(p, probe, "max_interval_ms");
     if (pc->probe_min_interval_ms > pc->probe_max_interval_ms)
         cfg_node_error(p, lo ? lo : hi, "%s: min_interval_ms (%u) must not exceed max_interval_ms (%u)", what,
-                   pc->probe_min_interval_ms, pc->probe_max_interval_ms);
+                       pc->probe_min_interval_ms, pc->probe_max_interval_ms);
     else if (pc->probe_interval_ms < pc->probe_min_interval_ms || pc->probe_interval_ms > pc->probe_max_interval_ms) {
         const yaml_node_t *bound = pc->probe_interval_ms < pc->probe_min_interval_ms ? lo : hi;
         cfg_node_error(p, iv ? iv : bound,
-                   "%s: interval_ms (%u) must be between min_interval_ms (%u) and max_interval_ms (%u)", what,
-                   pc->probe_interval_ms, pc->probe_min_interval_ms, pc->probe_max_interval_ms);
+                       "%s: interval_ms (%u) must be between min_interval_ms (%u) and max_interval_ms (%u)", what,
+                       pc->probe_interval_ms, pc->probe_min_interval_ms, pc->probe_max_interval_ms);
     }
 }
 
@@ -431,7 +432,7 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
     if (!custom) {
         if (metrics)
             cfg_node_error(p, metrics, "%s: metrics applies only to engine custom (this pool's engine is %s)", label,
-                       pc->engine);
+                           pc->engine);
         return;
     }
     const char *missing[3];
@@ -444,7 +445,7 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
         missing[n++] = "kv_usage";
     for (size_t i = 0; i < n; i++)
         cfg_node_error(p, metrics ? metrics : engine, "%s: engine custom needs metrics.%s (the metric's name)", label,
-                   missing[i]);
+                       missing[i]);
 }
 
 /* `adaptive:` as a mapping: `enabled` plus any parameter core/adaptive.h names (x0: 0.1,
@@ -585,8 +586,7 @@ static void pool_upstream_key(parse *p, pool_walk *w, const yaml_node_t *k, cons
     cfg_parse_upstream_key(p, w->pc, v, what);
 }
 
-static void pool_upstream_key_file(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v,
-                                   const char *what)
+static void pool_upstream_key_file(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     w->upstream_key_file = v;
     char *s = cfg_dup_string(p, v, what);
@@ -742,4 +742,3 @@ void cfg_parse_pools(parse *p, const yaml_node_t *seq)
         parse_pool(p, i, cfg_node_at(p, seq->data.sequence.items.start[i]));
     }
 }
-

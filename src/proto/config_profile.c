@@ -55,7 +55,7 @@ static void parse_profile_filters(parse *p, sb_profile *prof, const yaml_node_t 
             dup = prof->filters[j] == f;
         if (!f)
             cfg_node_error(p, v, "%s: unknown filter '%s' (known: %s)", item, name,
-                       known_names((const void *const *)sb_filters_all(), known, sizeof known));
+                           known_names((const void *const *)sb_filters_all(), known, sizeof known));
         else if (dup)
             cfg_node_error(p, v, "%s: filter '%s' is listed twice", item, name);
         else
@@ -81,7 +81,7 @@ static void parse_profile_scorers(parse *p, sb_profile *prof, const yaml_node_t 
         double weight;
         if (!def)
             cfg_node_error(p, cfg_node_at(p, q->key), "%s: unknown scorer '%s' (known: %s)", what, name,
-                       known_names((const void *const *)sb_scorers_all(), known, sizeof known));
+                           known_names((const void *const *)sb_scorers_all(), known, sizeof known));
         else if (cfg_number_of(p, cfg_node_at(p, q->value), item, 0, false, INFINITY, &weight))
             prof->scorers[prof->n_scorers++] = (sb_weighted_scorer){def, weight};
     }
@@ -111,7 +111,7 @@ static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, co
             const sb_picker_def *def = name ? sb_picker_find(name) : NULL;
             if (name && !def)
                 cfg_node_error(p, v, "%s: unknown picker '%s' (known: %s)", what, name,
-                           known_names((const void *const *)sb_pickers_all(), known, sizeof known));
+                               known_names((const void *const *)sb_pickers_all(), known, sizeof known));
             else if (def)
                 prof->picker = def;
         } else if (!strcmp(key, "temperature")) {
@@ -172,7 +172,7 @@ void cfg_parse_profiles(parse *p, const yaml_node_t *map)
         /* A pool naming "default" must get what the documentation says "default" is. */
         if (sb_profile_builtin(name)) {
             cfg_node_error(p, k, "profile '%s' would shadow the built-in profile of that name; choose another name",
-                       name);
+                           name);
             continue;
         }
         sb_profile *prof = &cfg->profiles[cfg->n_profiles++];
@@ -202,7 +202,6 @@ void cfg_check_pool_profiles(parse *p, const yaml_node_t *root)
         }
         if (at)
             cfg_node_error(p, at, "%s: unknown profile '%s' (built in: %s; others are defined under 'profiles')",
-                       cfg_pool_label(p->cfg, i, label, sizeof label), pc->profile, builtins);
+                           cfg_pool_label(p->cfg, i, label, sizeof label), pc->profile, builtins);
     }
 }
-
