@@ -1432,20 +1432,19 @@ static void test_pool_keys_each_reported_in_order(void **state)
                        "    upstream_api_key_file: {}\n"
                        "    metrics: [z]\n"
                        "    colour: blue\n";
-    const char *expected =
-        "t.yaml:2:13: pool 'p1': engine must be a string, got a list\n"
-        "t.yaml:4:13: pool 'p1': models must be a list, got a scalar\n"
-        "t.yaml:5:15: pool 'p1': adapters must be a list, got a mapping\n"
-        "t.yaml:6:16: pool 'p1': endpoints must be a list, got a scalar\n"
-        "t.yaml:7:14: pool 'p1': profile must be a string, got a list\n"
-        "t.yaml:8:12: pool 'p1': probe must be a mapping, got a scalar\n"
-        "t.yaml:9:29: pool 'p1': health: base_eject_ms (9000) must not exceed max_eject_ms (10)\n"
-        "t.yaml:10:15: pool 'p1': adaptive must be true or false, got 'maybe'\n"
-        "t.yaml:11:23: pool 'p1': upstream_api_key must not be empty\n"
-        "t.yaml:12:28: pool 'p1': upstream_api_key_file must be a string, got a mapping\n"
-        "t.yaml:13:14: pool 'p1': metrics must be a mapping, got a list\n"
-        "t.yaml:14:5: unknown key 'colour' in pool 'p1'\n"
-        "t.yaml:12:28: pool 'p1': give upstream_api_key or upstream_api_key_file, not both\n";
+    const char *expected = "t.yaml:2:13: pool 'p1': engine must be a string, got a list\n"
+                           "t.yaml:4:13: pool 'p1': models must be a list, got a scalar\n"
+                           "t.yaml:5:15: pool 'p1': adapters must be a list, got a mapping\n"
+                           "t.yaml:6:16: pool 'p1': endpoints must be a list, got a scalar\n"
+                           "t.yaml:7:14: pool 'p1': profile must be a string, got a list\n"
+                           "t.yaml:8:12: pool 'p1': probe must be a mapping, got a scalar\n"
+                           "t.yaml:9:29: pool 'p1': health: base_eject_ms (9000) must not exceed max_eject_ms (10)\n"
+                           "t.yaml:10:15: pool 'p1': adaptive must be true or false, got 'maybe'\n"
+                           "t.yaml:11:23: pool 'p1': upstream_api_key must not be empty\n"
+                           "t.yaml:12:28: pool 'p1': upstream_api_key_file must be a string, got a mapping\n"
+                           "t.yaml:13:14: pool 'p1': metrics must be a mapping, got a list\n"
+                           "t.yaml:14:5: unknown key 'colour' in pool 'p1'\n"
+                           "t.yaml:12:28: pool 'p1': give upstream_api_key or upstream_api_key_file, not both\n";
     sb_config *cfg;
     sb_config_errors errs;
     assert_int_equal(parse_str(yaml, &cfg, &errs), -1);
