@@ -61,41 +61,32 @@ void sb_profile_init(sb_profile *p, const char *name)
     p->temperature = 0.1;
 }
 
-static sb_profile builtins[7];
-static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", "prefix-only",
-                                            "session-hash", "prefix-hash", NULL};
+/* The built-in profiles as one constant table: nothing to initialise at run time and nothing
+ * mutable, so any number of event loops may read it at once. BUILTIN fills the defaults that
+ * sb_profile_init sets (the saturation filter's and softmax picker's parameters, the max-score
+ * picker unless BUILTIN_PICKING names another). Keep the two in step. */
+#define BUILTIN_PICKING(name_, picker_, ...)                                                                           \
+    {                                                                                                                  \
+        .name = name_, .picker = &(picker_), .queue_threshold = 5, .kv_threshold = 0.8, .temperature = 0.1,            \
+        __VA_ARGS__                                                                                                    \
+    }
+#define BUILTIN(name_, ...) BUILTIN_PICKING(name_, sb_picker_max_score, __VA_ARGS__)
+#define FILTERS(...)                                                                                                   \
+    .filters = {__VA_ARGS__}, .n_filters = sizeof((const sb_filter_def *[]){__VA_ARGS__}) / sizeof(void *)
+#define SCORERS(...)                                                                                                   \
+    .scorers = {__VA_ARGS__}, .n_scorers = sizeof((sb_weighted_scorer[]){__VA_ARGS__}) / sizeof(sb_weighted_scorer)
+#define W(s, w)                                                                                                        \
+    {                                                                                                                  \
+        &(s), (w)                                                                                                      \
+    }
 
-static void add_scorer(sb_profile *p, const sb_scorer_def *s, double w)
-{
-    p->scorers[p->n_scorers++] = (sb_weighted_scorer){s, w};
-}
-
-static void init_builtins(void)
-{
-    static bool ready;
-    if (ready)
-        return;
-    ready = true;
-    sb_profile *p = &builtins[0];
-    sb_profile_init(p, "round-robin");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    p->picker = &sb_picker_round_robin;
-
-    p = &builtins[1];
-    sb_profile_init(p, "least-request");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    add_scorer(p, &sb_scorer_in_flight, 1);
-
+static const sb_profile builtins[] = {
+    BUILTIN_PICKING("round-robin", sb_picker_round_robin, FILTERS(&sb_filter_healthy)),
+    BUILTIN("least-request", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_in_flight, 1))),
     /* load-only: every distribution signal, no affinity. */
-    p = &builtins[2];
-    sb_profile_init(p, "load-only");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    p->filters[p->n_filters++] = &sb_filter_saturation;
-    add_scorer(p, &sb_scorer_queue, 2);
-    add_scorer(p, &sb_scorer_kv_cache, 2);
-    add_scorer(p, &sb_scorer_in_flight, 1);
-    add_scorer(p, &sb_scorer_pending_prefill, 1);
-
+    BUILTIN("load-only", FILTERS(&sb_filter_healthy, &sb_filter_saturation),
+            SCORERS(W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
+                    W(sb_scorer_pending_prefill, 1))),
     /* default: what a pool gets when it names no profile. Its composition changes as the
      * project measures (docs/benchmarks.md). Load weights start from GIE's default (queue 2,
      * KV 2) plus our own accounting, which is never stale. Prefix 5 (GIE has 3) is chosen for
@@ -106,45 +97,33 @@ static void init_builtins(void)
      * the configurator, prefix 5 is within 3% of the best static weight on each). A holder
      * still yields once a queue forms there and not elsewhere and it is busier
      * (5 + 0 < 2 + 2 + 1 + 1). */
-    p = &builtins[3];
-    sb_profile_init(p, "default");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    p->filters[p->n_filters++] = &sb_filter_lora;
-    p->filters[p->n_filters++] = &sb_filter_saturation;
-    add_scorer(p, &sb_scorer_prefix, 5);
-    add_scorer(p, &sb_scorer_queue, 2);
-    add_scorer(p, &sb_scorer_kv_cache, 2);
-    add_scorer(p, &sb_scorer_in_flight, 1);
-    add_scorer(p, &sb_scorer_pending_prefill, 1);
-    add_scorer(p, &sb_scorer_lora_affinity, 1);
-
+    BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_saturation),
+            SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
+                    W(sb_scorer_pending_prefill, 1), W(sb_scorer_lora_affinity, 1))),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
-    p = &builtins[4];
-    sb_profile_init(p, "prefix-only");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    add_scorer(p, &sb_scorer_prefix, 1);
-
+    BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,
      * as KubeAI's prefix hash). The hash scorer decides (10 against at most 1); in-flight only
      * breaks the tie among all candidates when a request has no key. */
-    p = &builtins[5];
-    sb_profile_init(p, "session-hash");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    add_scorer(p, &sb_scorer_session, 10);
-    add_scorer(p, &sb_scorer_in_flight, 1);
+    BUILTIN("session-hash", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_session, 10), W(sb_scorer_in_flight, 1))),
+    BUILTIN("prefix-hash", FILTERS(&sb_filter_healthy),
+            SCORERS(W(sb_scorer_prefix_hash, 10), W(sb_scorer_in_flight, 1))),
+};
 
-    p = &builtins[6];
-    sb_profile_init(p, "prefix-hash");
-    p->filters[p->n_filters++] = &sb_filter_healthy;
-    add_scorer(p, &sb_scorer_prefix_hash, 10);
-    add_scorer(p, &sb_scorer_in_flight, 1);
-}
+#undef BUILTIN
+#undef BUILTIN_PICKING
+#undef FILTERS
+#undef SCORERS
+#undef W
+
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",   "default",
+                                                          "prefix-only", "session-hash",  "prefix-hash", NULL};
 
 const sb_profile *sb_profile_builtin(const char *name)
 {
-    init_builtins();
-    for (size_t i = 0; builtin_names[i]; i++)
-        if (!strcmp(builtin_names[i], name))
+    for (size_t i = 0; i < N_BUILTINS; i++)
+        if (!strcmp(builtins[i].name, name))
             return &builtins[i];
     return NULL;
 }

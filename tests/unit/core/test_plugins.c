@@ -138,6 +138,30 @@ static void test_builtin_profiles(void **state)
     assert_ptr_equal(sb_profile_builtin("default"), d);
 }
 
+/* The built-ins are a constant table written apart from sb_profile_init: their plug-in
+ * parameters must stay the defaults that sb_profile_init gives a profile of the same name. */
+static void test_builtin_profiles_start_from_defaults(void **state)
+{
+    (void)state;
+    const char *const *names = sb_profile_builtin_names();
+    for (size_t n = 0; names[n]; n++) {
+        const sb_profile *b = sb_profile_builtin(names[n]);
+        sb_profile ref;
+        sb_profile_init(&ref, names[n]);
+        assert_string_equal(b->name, ref.name);
+        assert_true(b->queue_threshold == ref.queue_threshold);
+        assert_true(b->kv_threshold == ref.kv_threshold);
+        assert_true(b->temperature == ref.temperature);
+        assert_int_equal(b->n_labels, 0);
+        if (strcmp(names[n], "round-robin"))
+            assert_ptr_equal(b->picker, ref.picker);
+        for (size_t i = b->n_filters; i < SB_MAX_FILTERS; i++)
+            assert_null(b->filters[i]);
+        for (size_t i = b->n_scorers; i < SB_MAX_SCORERS; i++)
+            assert_null(b->scorers[i].def);
+    }
+}
+
 static void test_profile_init(void **state)
 {
     (void)state;
@@ -565,6 +589,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_builtin_profiles),
+        cmocka_unit_test(test_builtin_profiles_start_from_defaults),
         cmocka_unit_test(test_profile_init),
         cmocka_unit_test(test_filter_healthy),
         cmocka_unit_test(test_filter_keeps_earlier_verdict),

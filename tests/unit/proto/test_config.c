@@ -1412,6 +1412,48 @@ static void test_example_switchboard(void **state)
     sb_config_free(cfg);
 }
 
+/* Every pool key goes through its handler (the pool key table), each wrong in its own way: the
+ * messages, their positions and their order (keys in file order, then the checks made once
+ * every key is read) are the contract operators see. */
+static void test_pool_keys_each_reported_in_order(void **state)
+{
+    (void)state;
+    const char *yaml = "pools:\n"
+                       "  - engine: [x]\n"
+                       "    name: p1\n"
+                       "    models: 7\n"
+                       "    adapters: {a: 1}\n"
+                       "    endpoints: nope\n"
+                       "    profile: [y]\n"
+                       "    probe: 3\n"
+                       "    health: {base_eject_ms: 9000, max_eject_ms: 10}\n"
+                       "    adaptive: maybe\n"
+                       "    upstream_api_key: \"\"\n"
+                       "    upstream_api_key_file: {}\n"
+                       "    metrics: [z]\n"
+                       "    colour: blue\n";
+    const char *expected = "t.yaml:2:13: pool 'p1': engine must be a string, got a list\n"
+                           "t.yaml:4:13: pool 'p1': models must be a list, got a scalar\n"
+                           "t.yaml:5:15: pool 'p1': adapters must be a list, got a mapping\n"
+                           "t.yaml:6:16: pool 'p1': endpoints must be a list, got a scalar\n"
+                           "t.yaml:7:14: pool 'p1': profile must be a string, got a list\n"
+                           "t.yaml:8:12: pool 'p1': probe must be a mapping, got a scalar\n"
+                           "t.yaml:9:29: pool 'p1': health: base_eject_ms (9000) must not exceed max_eject_ms (10)\n"
+                           "t.yaml:10:15: pool 'p1': adaptive must be true or false, got 'maybe'\n"
+                           "t.yaml:11:23: pool 'p1': upstream_api_key must not be empty\n"
+                           "t.yaml:12:28: pool 'p1': upstream_api_key_file must be a string, got a mapping\n"
+                           "t.yaml:13:14: pool 'p1': metrics must be a mapping, got a list\n"
+                           "t.yaml:14:5: unknown key 'colour' in pool 'p1'\n"
+                           "t.yaml:12:28: pool 'p1': give upstream_api_key or upstream_api_key_file, not both\n";
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(yaml, &cfg, &errs), -1);
+    assert_null(cfg);
+    char buf[8192];
+    sb_config_errors_format(&errs, "t.yaml", buf, sizeof buf);
+    assert_string_equal(buf, expected);
+}
+
 static void test_example_demo(void **state)
 {
     sb_config *cfg = parse_example("examples/demo.yaml");
@@ -1610,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_errors_format),
         cmocka_unit_test(test_allocation_failure),
         cmocka_unit_test(test_example_switchboard),
+        cmocka_unit_test(test_pool_keys_each_reported_in_order),
         cmocka_unit_test(test_example_demo),
         cmocka_unit_test(test_corpus_replay),
     };
