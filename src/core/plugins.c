@@ -61,6 +61,8 @@ void sb_profile_init(sb_profile *p, const char *name)
     p->temperature = 0.1;
 }
 
+/* The built-in profiles: filled once on the first lookup (configuration load, before any loop
+ * runs) and immutable afterwards; every loop reads the same constant profiles. */
 static sb_profile builtins[7];
 static const char *const builtin_names[] = {"round-robin", "least-request", "load-only", "default", "prefix-only",
                                             "session-hash", "prefix-hash", NULL};
