@@ -242,6 +242,17 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
     return true;
 }
 
+/* The gateway's own GET pages (/healthz, /v1/models): GET or HEAD, and no body. Answers and
+ * returns true if the request is neither. */
+static bool refuse_unless_get(sb_gateway *gw, sb_http_req *req)
+{
+    if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+        sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+        return true;
+    }
+    return refuse_body(gw, req);
+}
+
 /* The checks a request's head decides (route, method, API key, a body where none is
  * taken), in one place for both callers: on_head, before the body is read, and on_request,
  * with the body. Answers and returns true if one fails; else sets *route and *who. The key
@@ -251,11 +262,7 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
 static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
 {
     if (path_is(req, "/healthz")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-            return true;
-        }
-        if (refuse_body(gw, req))
+        if (refuse_unless_get(gw, req))
             return true;
         *route = ROUTE_HEALTHZ;
         return false;
@@ -278,11 +285,7 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
         }
     }
     if (path_is(req, "/v1/models")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-            return true;
-        }
-        if (refuse_body(gw, req))
+        if (refuse_unless_get(gw, req))
             return true;
         *route = ROUTE_MODELS;
         return false;

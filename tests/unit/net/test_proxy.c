@@ -83,6 +83,21 @@ static void env_error(void *owner, sb_http_req *req, int status, const char *mes
     sb_http_respond(req, status, "application/json", NULL, "{}", 2);
 }
 
+/* Appends a read to an accumulating buffer (NUL-terminated); true once it holds a whole HTTP
+ * message: its head and the body its Content-Length declares. */
+static bool take(char *dst, size_t *len, size_t cap, const char *data, ssize_t n)
+{
+    if (n > 0) {
+        assert_true(*len + (size_t)n < cap);
+        memcpy(dst + *len, data, (size_t)n);
+        *len += (size_t)n;
+        dst[*len] = '\0';
+    }
+    const char *end = strstr(dst, "\r\n\r\n");
+    const char *cl = strstr(dst, "Content-Length: ");
+    return end && cl && *len >= (size_t)(end + 4 - dst) + strtoul(cl + 16, NULL, 10);
+}
+
 /* ---- scripted upstream: answers once it has a whole request (head and declared body) ---- */
 
 static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -94,18 +109,7 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     harness *h = s->data;
-    if (n <= 0)
-        return;
-    assert_true(h->up_in_len + (size_t)n < sizeof(h->up_in));
-    memcpy(h->up_in + h->up_in_len, buf->base, (size_t)n);
-    h->up_in_len += (size_t)n;
-    h->up_in[h->up_in_len] = '\0';
-    const char *end = strstr(h->up_in, "\r\n\r\n");
-    const char *cl = strstr(h->up_in, "Content-Length: ");
-    if (!end || !cl || h->up_answered)
-        return;
-    size_t want = (size_t)(end + 4 - h->up_in) + (size_t)strtoul(cl + 16, NULL, 10);
-    if (h->up_in_len < want)
+    if (n <= 0 || !take(h->up_in, &h->up_in_len, sizeof(h->up_in), buf->base, n) || h->up_answered)
         return;
     h->up_answered = true;
     static uv_write_t w;
@@ -147,15 +151,7 @@ static void close_all(harness *h)
 static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     harness *h = s->data;
-    if (n > 0) {
-        assert_true(h->client_in_len + (size_t)n < sizeof(h->client_in));
-        memcpy(h->client_in + h->client_in_len, buf->base, (size_t)n);
-        h->client_in_len += (size_t)n;
-        h->client_in[h->client_in_len] = '\0';
-    }
-    const char *end = strstr(h->client_in, "\r\n\r\n");
-    const char *cl = strstr(h->client_in, "Content-Length: ");
-    bool whole = end && cl && h->client_in_len >= (size_t)(end + 4 - h->client_in) + strtoul(cl + 16, NULL, 10);
+    bool whole = take(h->client_in, &h->client_in_len, sizeof(h->client_in), buf->base, n);
     if (n < 0 || whole) {
         uv_read_stop(s);
         close_all(h);
