@@ -84,7 +84,8 @@ int sb_cmd_serve(int argc, char **argv)
     }
     SB_INFO("switchboard listening on http://%s:%u", sb_gateway_config(st.gw)->listen_host, sb_gateway_port(st.gw));
     if (sb_gateway_admin_port(st.gw))
-        SB_INFO("admin (/metrics, /debug/*) on http://%s:%u%s", sb_gateway_config(st.gw)->admin_host, sb_gateway_admin_port(st.gw),
+        SB_INFO("admin (/metrics, /debug/*) on http://%s:%u%s", sb_gateway_config(st.gw)->admin_host,
+                sb_gateway_admin_port(st.gw),
                 sb_gateway_config(st.gw)->admin_has_token ? " (bearer token required)" : "");
     else
         SB_INFO("admin listener off (admin.listen: null)");

@@ -15,8 +15,8 @@
 #include "core/admission.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
-#include "net/stats.h"
 #include "net/probe.h"
+#include "net/stats.h"
 #include "proto/openai_error.h"
 
 static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h)
@@ -24,7 +24,8 @@ static void histo_render(sb_buf *b, const char *name, const char *pool, const sb
     uint64_t cum = 0;
     for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
         cum += h->counts[i];
-        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, sb_histo_bounds[i], (unsigned long long)cum);
+        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, sb_histo_bounds[i],
+                      (unsigned long long)cum);
     }
     cum += h->counts[SB_HISTO_BUCKETS];
     sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool, (unsigned long long)cum);

@@ -15,8 +15,13 @@ static void error_response(sb_gateway *gw, sb_http_req *req, int status, const c
         gw->counters.rejected++;
     gw->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
     if (gw->access_log) {
-        sb_exchange_log log = {.pool = -1, .ep = -1, .status = status, .outcome = "rejected", .model = "",
-                               .t_start = req->start_ns, .t_end = uv_hrtime()};
+        sb_exchange_log log = {.pool = -1,
+                               .ep = -1,
+                               .status = status,
+                               .outcome = "rejected",
+                               .model = "",
+                               .t_start = req->start_ns,
+                               .t_end = uv_hrtime()};
         log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
         sb_gateway_record(gw, &log);
     }

@@ -194,7 +194,10 @@ static void proxy_end(void *owner, sb_snapshot *snap, uint32_t pool)
     exchange_done(gw);
 }
 
-static void proxy_record(void *owner, const sb_exchange_log *log) { sb_gateway_record(owner, log); }
+static void proxy_record(void *owner, const sb_exchange_log *log)
+{
+    sb_gateway_record(owner, log);
+}
 
 static void proxy_error(void *owner, sb_http_req *req, int status, const char *message, const char *type,
                         const char *code)
@@ -231,7 +234,8 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     if (sb_router_build_ring(gw->router, (uint32_t)p) < 0)
         return UV_ENOMEM;
     for (size_t i = 0; i < pc->n_models; i++)
-        if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) == -1)
+        if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) ==
+            -1)
             return UV_ENOMEM;
     for (size_t i = 0; i < pc->n_adapters; i++)
         if (sb_router_add_model(gw->router, (uint32_t)p, pc->adapters[i], SB_MODEL_ADAPTER) == -1)
@@ -262,8 +266,8 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
         if (admin_server)
             sb_http_server_set_opts(admin_server, &ao);
     } else {
-        int rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw,
-                                      &gw->server);
+        int rc =
+            sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw, &gw->server);
         if (rc < 0) {
             SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
             return rc;
@@ -300,9 +304,14 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->snap->refs = 1;
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
-    gw->proxy = (sb_proxy_env){.router = gw->router, .counters = &gw->counters, .owner = gw,
-                               .upstream = proxy_upstream, .begin = proxy_begin, .end = proxy_end,
-                               .record = proxy_record, .error = proxy_error};
+    gw->proxy = (sb_proxy_env){.router = gw->router,
+                               .counters = &gw->counters,
+                               .owner = gw,
+                               .upstream = proxy_upstream,
+                               .begin = proxy_begin,
+                               .end = proxy_end,
+                               .record = proxy_record,
+                               .error = proxy_error};
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
@@ -382,7 +391,10 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
 
-const sb_config *sb_gateway_config(const sb_gateway *gw) { return gw->cfg; }
+const sb_config *sb_gateway_config(const sb_gateway *gw)
+{
+    return gw->cfg;
+}
 
 uint16_t sb_gateway_admin_port(const sb_gateway *gw)
 {
@@ -416,7 +428,10 @@ void sb_gateway_stop(sb_gateway *gw)
     exchange_done(gw);
 }
 
-static void on_adaptive_timer_closed(uv_handle_t *h) { exchange_done(((uv_timer_t *)h)->data); }
+static void on_adaptive_timer_closed(uv_handle_t *h)
+{
+    exchange_done(((uv_timer_t *)h)->data);
+}
 
 static void exchange_done(sb_gateway *gw)
 {

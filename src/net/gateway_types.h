@@ -30,13 +30,13 @@ typedef struct sb_histo {
 } sb_histo;
 
 typedef struct sb_pool_metrics {
-    sb_histo duration;          /* request start to end */
-    sb_histo ttfb;              /* request start to first response byte */
+    sb_histo duration; /* request start to end */
+    sb_histo ttfb;     /* request start to first response byte */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
 } sb_pool_metrics;
 
 typedef struct sb_ep_metrics {
-    uint64_t by_class[6];       /* responses 1xx..5xx (index 1..5); [0]: no response */
+    uint64_t by_class[6]; /* responses 1xx..5xx (index 1..5); [0]: no response */
 } sb_ep_metrics;
 
 typedef struct sb_gateway sb_gateway; /* also in net/gateway.h (C11 allows the repeat) */
@@ -46,36 +46,36 @@ typedef struct sb_admission sb_admission;
 
 struct sb_gateway {
     uv_loop_t *loop;
-    sb_config *cfg;             /* == snap->cfg */
+    sb_config *cfg; /* == snap->cfg */
     sb_snapshot *snap;
     sb_snapshot *retired;
     uint64_t reloads;
     sb_router *router;
-    sb_upstream **ups;          /* all endpoints, pool-major */
-    size_t *pool_first_up;      /* index into ups of each pool's first endpoint */
+    sb_upstream **ups;     /* all endpoints, pool-major */
+    size_t *pool_first_up; /* index into ups of each pool's first endpoint */
     sb_http_server *server;
     sb_http_server *admin_server; /* NULL when admin.listen is null */
-    sb_inspect_ctx ictx;        /* reused for every request: one loop, one request at a time */
-    uint64_t *hashes;           /* block-hash scratch, hashes_cap entries */
+    sb_inspect_ctx ictx;          /* reused for every request: one loop, one request at a time */
+    uint64_t *hashes;             /* block-hash scratch, hashes_cap entries */
     size_t hashes_cap;
-    char *models_json;          /* GET /v1/models body, built once from config */
+    char *models_json; /* GET /v1/models body, built once from config */
     size_t models_json_len;
     FILE *access_log;
     sb_gateway_counters counters;
-    size_t in_flight;           /* exchanges alive */
+    size_t in_flight; /* exchanges alive */
     sb_prober *prober;
-    sb_adaptive **adaptive;     /* per pool: detectors and configurator (core/adaptive.h) */
-    sb_admission *adm;          /* flow control (core/admission.h, net/admission.c); NULL: off */
-    uv_timer_t adaptive_timer;  /* ticks them on the probing cadence */
+    sb_adaptive **adaptive;    /* per pool: detectors and configurator (core/adaptive.h) */
+    sb_admission *adm;         /* flow control (core/admission.h, net/admission.c); NULL: off */
+    uv_timer_t adaptive_timer; /* ticks them on the probing cadence */
     bool adaptive_timer_open;
     sb_pool_metrics *pool_metrics;
-    sb_ep_metrics *ep_metrics;  /* parallel to ups */
+    sb_ep_metrics *ep_metrics; /* parallel to ups */
     uint64_t rejected_by_status[6];
     bool stopping;
     /* Keys the slots of every table holding client-derived keys (router, prefix indexes, flow
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
     uint64_t hash_secret;
-    sb_proxy_env proxy;         /* what the proxy gets instead of the gateway (gateway_build) */
+    sb_proxy_env proxy; /* what the proxy gets instead of the gateway (gateway_build) */
 };
 
 #endif

@@ -210,8 +210,8 @@ static void fail_midstream(exchange *x, const char *why)
                 sb_http_stream_write(req, ev.data, ev.len);
             sb_buf_free(&ev);
         }
-        SB_WARN("upstream %s failed mid-stream: %s", sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)),
-                why);
+        SB_WARN("upstream %s failed mid-stream: %s",
+                sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)), why);
         sb_http_stream_abort(req);
     }
     exchange_maybe_free(x);

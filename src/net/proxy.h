@@ -28,8 +28,7 @@ typedef struct sb_proxy_env {
     /* What the access log and metrics learn of one request. */
     void (*record)(void *owner, const sb_exchange_log *log);
     /* Answers req with an OpenAI-shaped error (nothing was sent to the client yet). */
-    void (*error)(void *owner, sb_http_req *req, int status, const char *message, const char *type,
-                  const char *code);
+    void (*error)(void *owner, sb_http_req *req, int status, const char *message, const char *type, const char *code);
 } sb_proxy_env;
 
 /* Forwards req to the endpoint the router picks for t. env must outlive the exchange: its

@@ -73,7 +73,8 @@ static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token
                                       "this gateway."
                                     : "You didn't provide an API key. You need to provide your API key in an "
                                       "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                          "invalid_request_error", "invalid_api_key", "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
+                          "invalid_request_error", "invalid_api_key",
+                          "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
 }
 
 /* The session affinity key: the configured header, else the request's `user`, else the API
@@ -147,14 +148,12 @@ static void refuse_inspected(sb_gateway *gw, sb_http_req *req, int rc, const sb_
     case SB_INSPECT_TOO_DEEP:
         snprintf(msg, sizeof(msg),
                  "request body nests JSON arrays and objects more than %zu levels deep "
-                 "(limits.max_json_depth)", gw->cfg->max_json_depth);
+                 "(limits.max_json_depth)",
+                 gw->cfg->max_json_depth);
         sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
         return;
-    case SB_INSPECT_NOMEM:
-        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
-        return;
-    default:
-        snprintf(msg, sizeof(msg), "request body is not valid JSON (an object is expected)");
+    case SB_INSPECT_NOMEM: sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL); return;
+    default: snprintf(msg, sizeof(msg), "request body is not valid JSON (an object is expected)");
     }
     sb_gateway_error(gw, req, 400, msg, "invalid_request_error", param, NULL);
 }
@@ -190,8 +189,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     const char *adapter = m.adapter >= 0 ? m.name : "";
     uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
     size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
-    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap,
-                           .prefix_chars = gw->cfg->prefix_chars};
+    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap, .prefix_chars = gw->cfg->prefix_chars};
     sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
     inspector_trim(gw); /* the last use of the tokens */
 

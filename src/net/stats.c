@@ -7,7 +7,7 @@
 
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
 const double sb_histo_bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                                  2.5,   5,    10,    30,   60,  120, 300};
+                                                  2.5,   5,    10,    30,   60,  120,  300};
 
 static void histo_add(sb_histo *h, double v)
 {

@@ -188,8 +188,14 @@ static void run_one(harness *h, bool dead)
     h->cfg.n_pools = 1;
     h->cfg.response_ms = 5000;
     h->snap = (sb_snapshot){.cfg = &h->cfg, .refs = 1};
-    h->env = (sb_proxy_env){.router = h->router, .counters = &h->counters, .owner = h, .upstream = env_upstream,
-                            .begin = env_begin, .end = env_end, .record = env_record, .error = env_error};
+    h->env = (sb_proxy_env){.router = h->router,
+                            .counters = &h->counters,
+                            .owner = h,
+                            .upstream = env_upstream,
+                            .begin = env_begin,
+                            .end = env_end,
+                            .record = env_record,
+                            .error = env_error};
 
     /* the upstream listener (closed at once when `dead`: its port then refuses) */
     struct sockaddr_in a;
