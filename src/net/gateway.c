@@ -205,6 +205,19 @@ static void proxy_error(void *owner, sb_http_req *req, int status, const char *m
     sb_gateway_error(owner, req, status, message, type, NULL, code);
 }
 
+/* The proxy's view of gw (after gw->router is set). */
+static sb_proxy_env proxy_env(sb_gateway *gw)
+{
+    return (sb_proxy_env){.router = gw->router,
+                          .counters = &gw->counters,
+                          .owner = gw,
+                          .upstream = proxy_upstream,
+                          .begin = proxy_begin,
+                          .end = proxy_end,
+                          .record = proxy_record,
+                          .error = proxy_error};
+}
+
 /* Pool p of gw->cfg: its router pool (profile, endpoints, ring, models) and the upstream of
  * each endpoint. 0, or a negative libuv error (UV_ENOMEM for anything but an upstream). */
 static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
@@ -304,14 +317,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->snap->refs = 1;
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
-    gw->proxy = (sb_proxy_env){.router = gw->router,
-                               .counters = &gw->counters,
-                               .owner = gw,
-                               .upstream = proxy_upstream,
-                               .begin = proxy_begin,
-                               .end = proxy_end,
-                               .record = proxy_record,
-                               .error = proxy_error};
+    gw->proxy = proxy_env(gw);
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
