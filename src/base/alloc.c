@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Test-only failure injection (sb_alloc_fail_after): set by unit tests, never by the product,
+ * where it stays -1 (off) for the life of the process. */
 static long fail_after = -1;
 
 static int should_fail(void)

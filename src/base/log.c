@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <time.h>
 
+/* Process-wide on purpose: set once by cmd/ from the command line before any loop runs, read
+ * only afterwards (every loop logs at the same level). */
 static enum sb_log_level level = SB_LOG_INFO;
 
 void sb_log_set_level(enum sb_log_level lvl) { level = lvl; }

@@ -82,14 +82,15 @@ int sb_cmd_serve(int argc, char **argv)
         uv_run(loop, UV_RUN_DEFAULT);
         return 1;
     }
-    SB_INFO("switchboard listening on http://%s:%u", st.gw->cfg->listen_host, sb_gateway_port(st.gw));
-    if (st.gw->admin_server)
-        SB_INFO("admin (/metrics, /debug/*) on http://%s:%u%s", st.gw->cfg->admin_host, sb_gateway_admin_port(st.gw),
-                st.gw->cfg->admin_has_token ? " (bearer token required)" : "");
+    SB_INFO("switchboard listening on http://%s:%u", sb_gateway_config(st.gw)->listen_host, sb_gateway_port(st.gw));
+    if (sb_gateway_admin_port(st.gw))
+        SB_INFO("admin (/metrics, /debug/*) on http://%s:%u%s", sb_gateway_config(st.gw)->admin_host,
+                sb_gateway_admin_port(st.gw),
+                sb_gateway_config(st.gw)->admin_has_token ? " (bearer token required)" : "");
     else
         SB_INFO("admin listener off (admin.listen: null)");
-    if (st.gw->cfg->auth_enabled)
-        SB_INFO("client authentication on: %zu API keys", sb_auth_keys_clients(&st.gw->cfg->api_keys));
+    if (sb_gateway_config(st.gw)->auth_enabled)
+        SB_INFO("client authentication on: %zu API keys", sb_auth_keys_clients(&sb_gateway_config(st.gw)->api_keys));
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

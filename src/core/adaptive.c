@@ -420,6 +420,7 @@ int sb_adaptive_param_set(sb_adaptive_params *p, const char *name, double v)
 
 const char *sb_adaptive_param_list(void)
 {
+    /* Filled on the first call, constant afterwards (it lists a constant table). */
     static char list[640];
     if (!list[0]) {
         size_t n = 0;

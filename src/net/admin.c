@@ -1,7 +1,7 @@
 /* admin: what the gateway tells about itself. GET /metrics (Prometheus text, prefix
  * switchboard_), GET /debug/endpoints (each endpoint's merged state), GET /debug/decisions
- * (each pool's last scheduling decision, explained), and the per-request record that feeds
- * the metrics and the access log (one JSON line per request). */
+ * (each pool's last scheduling decision, explained). The per-request record that feeds the
+ * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,87 +14,18 @@
 #include "core/adaptive.h"
 #include "core/admission.h"
 #include "core/prefix_index.h"
-#include "net/gateway.h"
+#include "net/admin.h"
 #include "net/probe.h"
+#include "net/stats.h"
 #include "proto/openai_error.h"
-
-/* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
-static const double bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                                2.5,   5,    10,    30,   60,  120, 300};
-
-static void histo_add(sb_histo *h, double v)
-{
-    size_t i = 0;
-    while (i < SB_HISTO_BUCKETS && v > bounds[i])
-        i++;
-    h->counts[i]++;
-    h->sum += v;
-    h->n++;
-}
-
-void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
-{
-    double total_s = (double)(log->t_end - log->t_start) / 1e9;
-    double ttfb_s = log->t_first_byte ? (double)(log->t_first_byte - log->t_start) / 1e9 : -1;
-    if (log->pool >= 0 && (size_t)log->pool < gw->cfg->n_pools) {
-        sb_pool_metrics *pm = &gw->pool_metrics[log->pool];
-        histo_add(&pm->duration, total_s);
-        if (ttfb_s >= 0)
-            histo_add(&pm->ttfb, ttfb_s);
-        if (log->usage.prompt_tokens > 0)
-            pm->prompt_tokens += (uint64_t)log->usage.prompt_tokens;
-        if (log->usage.cached_tokens > 0)
-            pm->cached_tokens += (uint64_t)log->usage.cached_tokens;
-        if (log->usage.completion_tokens > 0)
-            pm->completion_tokens += (uint64_t)log->usage.completion_tokens;
-        if (log->ep >= 0) {
-            int cls = log->status >= 100 && log->status < 600 && log->status != 499 ? log->status / 100 : 0;
-            gw->ep_metrics[gw->pool_first_up[log->pool] + (size_t)log->ep].by_class[cls]++;
-        }
-    }
-    if (!gw->access_log)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    sb_buf b = {0};
-    sb_buf_printf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"model\":\"", tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
-    sb_buf_json_escape(&b, log->model ? log->model : "", log->model ? strlen(log->model) : 0);
-    const char *pool = log->pool >= 0 ? gw->cfg->pools[log->pool].name : "";
-    const char *ep = log->pool >= 0 && log->ep >= 0 ? gw->cfg->pools[log->pool].endpoints[log->ep].address : "";
-    sb_buf_printf(&b,
-                  "\",\"pool\":\"%s\",\"endpoint\":\"%s\",\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
-                  "\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,\"prompt_tokens\":%lld,"
-                  "\"cached_tokens\":%lld,\"completion_tokens\":%lld",
-                  pool, ep, log->status, log->outcome, log->stream ? "true" : "false",
-                  (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0, total_s * 1e3, log->retries,
-                  (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
-                  (long long)log->usage.completion_tokens);
-    /* Who asked, as flow control saw it: never the key, only what the configuration names. */
-    if (log->band)
-        sb_buf_printf(&b, ",\"band\":\"%s\"", log->band);
-    if (log->tenant && log->tenant[0])
-        sb_buf_printf(&b, ",\"tenant\":\"%s\"", log->tenant); /* a plain name (proto/auth.h) */
-    if (log->decision) {
-        sb_buf_puts(&b, ",\"decision\":");
-        sb_buf_puts(&b, log->decision);
-    }
-    sb_buf_puts(&b, "}\n");
-    if (b.data) {
-        fwrite(b.data, 1, b.len, gw->access_log);
-        fflush(gw->access_log);
-    }
-    sb_buf_free(&b);
-}
 
 static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h)
 {
     uint64_t cum = 0;
     for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
         cum += h->counts[i];
-        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i], (unsigned long long)cum);
+        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, sb_histo_bounds[i],
+                      (unsigned long long)cum);
     }
     cum += h->counts[SB_HISTO_BUCKETS];
     sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool, (unsigned long long)cum);
@@ -138,10 +69,10 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
                       (unsigned long long)st[i].body_budget_refusals);
 }
 
-static void render_metrics(sb_gateway *gw, sb_buf *b)
+/* Gateway-wide counters, listener statistics, refusals, and responses by endpoint and class. */
+static void render_counters(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
-    sb_ns now = uv_hrtime();
     const sb_gateway_counters *c = &gw->counters;
     sb_buf_printf(b,
                   "# HELP switchboard_requests_received_total Requests read by the gateway.\n"
@@ -194,6 +125,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                                   cfg->pools[p].name, cfg->pools[p].endpoints[e].address, cls[k],
                                   (unsigned long long)m->by_class[k]);
         }
+}
+
+/* Per pool: latency histograms and the token counters of upstream usage. */
+static void render_pool_usage(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
     sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
                    "# TYPE switchboard_request_duration_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
@@ -215,6 +152,13 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
             sb_buf_printf(b, "%s{pool=\"%s\"} %llu\n", tok[t].name, cfg->pools[p].name, (unsigned long long)v);
         }
     }
+}
+
+/* Per endpoint: the state the router scores with, and the probe cadence. */
+static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_ns now = uv_hrtime();
     static const char *gauges[][2] = {
         {"switchboard_endpoint_healthy", "1 if the endpoint takes new requests (healthy or half-open)."},
         {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
@@ -246,6 +190,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
             }
         }
     }
+}
+
+/* Per pool: the prefix index's size. */
+static void render_prefix_indexes(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
     sb_buf_puts(b, "# HELP switchboard_prefix_index_entries (block, endpoint) entries in the pool's prefix index.\n"
                    "# TYPE switchboard_prefix_index_entries gauge\n");
     for (size_t p = 0; p < cfg->n_pools; p++) {
@@ -260,6 +210,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
         sb_buf_printf(b, "switchboard_prefix_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
                       ix ? sb_prefix_index_bytes(ix) : 0);
     }
+}
+
+/* Flow control's queues, per pool and band (only when flow control is on). */
+static void render_queues(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
     if (gw->adm) {
         sb_buf_puts(b, "# HELP switchboard_queue_length Requests waiting in the gateway's admission queue.\n"
                        "# TYPE switchboard_queue_length gauge\n");
@@ -303,6 +259,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
             }
         }
     }
+}
+
+/* The adaptive configurator's detectors and weights (only when it is on). */
+static void render_adaptive_metrics(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
     if (gw->adaptive) {
         sb_buf_puts(b, "# HELP switchboard_adaptive_signal Smoothed detector signal (0..1).\n"
                        "# TYPE switchboard_adaptive_signal gauge\n");
@@ -329,6 +291,12 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                           cfg->pools[p].name, sb_adaptive_category_weight(gw->adaptive[p], SB_DISTRIBUTION));
         }
     }
+}
+
+/* Per endpoint: the prober's and outlier detection's counters. */
+static void render_probe_counters(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
     static const char *probe_counters[][2] = {
         {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
         {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
@@ -352,6 +320,18 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
                               cfg->pools[p].endpoints[e].address, (unsigned long long)v);
             }
     }
+}
+
+/* GET /metrics: Prometheus text, sections in a fixed order. */
+static void render_metrics(sb_gateway *gw, sb_buf *b)
+{
+    render_counters(gw, b);
+    render_pool_usage(gw, b);
+    render_endpoint_gauges(gw, b);
+    render_prefix_indexes(gw, b);
+    render_queues(gw, b);
+    render_adaptive_metrics(gw, b);
+    render_probe_counters(gw, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)

@@ -18,7 +18,9 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "core/admission.h"
-#include "net/gateway.h"
+#include "net/admission.h"
+#include "net/errors.h"
+#include "net/proxy.h"
 #include "proto/auth.h"
 
 typedef struct queued {
@@ -92,7 +94,7 @@ static void start(sb_gateway *gw, queued *q)
     q->rr.gated = true;
     q->rr.gate_queue = gw->cfg->flow_gate_queue;
     q->rr.gate_kv = gw->cfg->flow_gate_kv;
-    sb_proxy_start(gw, q->req, &q->t, &q->rr);
+    sb_proxy_start(&gw->proxy, q->req, &q->t, &q->rr);
     free_queued(q);
 }
 
@@ -160,7 +162,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     if (!gw->adm) {
         /* No flow control: only the availability check comes before scheduling. */
         if (sb_router_pool_available(gw->router, t->pool, now)) {
-            sb_proxy_start(gw, req, t, rr);
+            sb_proxy_start(&gw->proxy, req, t, rr);
         } else {
             r = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
             refuse(gw, req, &r);
@@ -171,7 +173,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     sb_proxy_target tb = *t;
     tb.band = (int)desc.band;
     switch (sb_admission_admit(gw->adm, &desc, now, &r)) {
-    case SB_ADMIT_DISPATCH: sb_proxy_start(gw, req, &tb, rr); break;
+    case SB_ADMIT_DISPATCH: sb_proxy_start(&gw->proxy, req, &tb, rr); break;
     case SB_ADMIT_WAIT:
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);

@@ -1,8 +1,13 @@
 #include "net/gateway.h"
+#include "net/admin.h"
+#include "net/admission.h"
+#include "net/errors.h"
+#include "net/gateway_types.h"
+#include "net/proxy.h"
+#include "net/routes.h"
+#include "net/stats.h"
 
-#include <http_parser.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -11,350 +16,10 @@
 #include "core/control.h"
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
-#include "proto/openai_error.h"
-#include "proto/prompt.h"
 
-typedef struct route {
-    const char *path;
-    enum sb_api_kind kind;
-} route;
-
-/* The inference routes: bodies are inspected and forwarded. */
-static const route inference_routes[] = {
-    {"/v1/chat/completions", SB_API_CHAT},
-    {"/v1/completions", SB_API_COMPLETIONS},
-    {"/v1/embeddings", SB_API_EMBEDDINGS},
-    {"/v1/responses", SB_API_RESPONSES},
-};
-
-/* The inspector's token array (gw->ictx) is reused across requests so that an ordinary one
- * tokenizes with no allocation; one that grew it past this many tokens (~1.3 MiB at 20 bytes
- * a token; limits.max_json_tokens lets one request grow it to ~20 MiB, outside every budget)
- * frees it once done, so the next ordinary request starts small again. 64 Ki tokens is a
- * chat request of several hundred KiB. */
-#define INSPECT_KEEP_TOKENS ((size_t)64 * 1024)
-
-static void inspector_trim(sb_gateway *gw)
-{
-    if (gw->ictx.json.cap_tokens > INSPECT_KEEP_TOKENS)
-        sb_inspect_ctx_free(&gw->ictx);
-}
-
-static bool path_is(const sb_http_req *req, const char *path)
-{
-    size_t n = strlen(path);
-    return req->path_len == n && memcmp(req->path, path, n) == 0;
-}
-
-static void error_response(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
-                           const char *param, const char *code, const char *headers)
-{
-    sb_buf b = {0};
-    if (status < 500)
-        gw->counters.rejected++;
-    gw->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
-    if (gw->access_log) {
-        sb_exchange_log log = {.pool = -1, .ep = -1, .status = status, .outcome = "rejected", .model = "",
-                               .t_start = req->start_ns, .t_end = uv_hrtime()};
-        log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
-        sb_gateway_record(gw, &log);
-    }
-    if (sb_openai_error(&b, message, type, param, code) < 0) {
-        sb_buf_free(&b);
-        sb_http_stream_abort(req);
-        return;
-    }
-    char allow[64] = "";
-    if (status == 405)
-        snprintf(allow, sizeof(allow), "%s", req->method == HTTP_POST ? "Allow: GET, HEAD\r\n" : "Allow: POST\r\n");
-    char hdrs[512];
-    snprintf(hdrs, sizeof(hdrs), "%s%s", allow, headers ? headers : "");
-    sb_http_respond(req, status, "application/json", hdrs[0] ? hdrs : NULL, b.data, b.len);
-    sb_buf_free(&b);
-}
-
-void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
-                      const char *param, const char *code)
-{
-    error_response(gw, req, status, message, type, param, code, NULL);
-}
-
-void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
-                           const char *code, const char *headers)
-{
-    error_response(gw, req, status, message, type, NULL, code, headers);
-}
-
-/* Who sent a request, from its Authorization bearer token: computed once per request. */
-typedef struct caller {
-    uint64_t key_id;       /* 64 bits of the token's SHA-256; 0: no bearer token */
-    const sb_api_key *key; /* the configured key it matches, or NULL */
-} caller;
-
-static caller caller_of(const sb_gateway *gw, const sb_http_req *req)
-{
-    caller c = {0};
-    const sb_http_header *h = sb_http_req_header(req, "authorization");
-    const char *tok;
-    size_t n;
-    if (!h || !sb_auth_bearer(h->value, h->value_len, &tok, &n))
-        return c;
-    uint8_t d[SB_AUTH_DIGEST_LEN];
-    sb_auth_digest(tok, n, d);
-    memcpy(&c.key_id, d, sizeof c.key_id);
-    c.key_id |= 1; /* never 0 */
-    c.key = sb_auth_keys_find(&gw->cfg->api_keys, d);
-    return c;
-}
-
-/* 401 as OpenAI answers it (type invalid_request_error, code invalid_api_key), never quoting
- * what the client sent. */
-static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token)
-{
-    gw->counters.unauthorized[0]++;
-    error_response(gw, req, 401,
-                   had_token ? "Incorrect API key provided. You can find your API key with the operator of "
-                               "this gateway."
-                             : "You didn't provide an API key. You need to provide your API key in an Authorization "
-                               "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-                   "invalid_request_error", NULL, "invalid_api_key",
-                   "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
-}
-
-/* The session affinity key: the configured header, else the request's `user`, else the API
- * key (its digest), else the client's address (without its port). Never 0 (0 means "none"). */
-static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res,
-                            const caller *who)
-{
-    const sb_http_header *h = gw->cfg->session_header ? sb_http_req_header(req, gw->cfg->session_header) : NULL;
-    uint64_t k;
-    if (h && h->value_len)
-        k = XXH3_64bits_withSeed(h->value, h->value_len, 1);
-    else if (res->user_len)
-        k = XXH3_64bits_withSeed(res->user, res->user_len, 2);
-    else if (who->key_id)
-        k = who->key_id;
-    else {
-        const char *colon = strrchr(req->peer, ':');
-        k = XXH3_64bits_withSeed(req->peer, colon ? (size_t)(colon - req->peer) : strlen(req->peer), 4);
-    }
-    return k ? k : 1;
-}
-
-static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
-{
-    sb_inspect_result res;
-    /* read per request: reloads apply at once */
-    gw->ictx.json.max_depth = gw->cfg->max_json_depth;
-    gw->ictx.json.max_tokens = gw->cfg->max_json_tokens;
-    int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
-    sb_model_match m;
-    bool insert = false, comma = false;
-    if (rc == SB_INSPECT_NO_MODEL && gw->cfg->default_pool && !memmem(req->body, req->body_len, "\"model\"", 7)) {
-        /* No model named: the default pool serves it under its served name, inserted as the
-         * object's first member. (A body that names a model of the wrong type, or null, is
-         * still refused: it said something, and it was not a model.) */
-        for (size_t p = 0; p < gw->cfg->n_pools; p++)
-            if (!strcmp(gw->cfg->pools[p].name, gw->cfg->default_pool)) {
-                const char *served = gw->cfg->pools[p].models[0];
-                if (sb_router_resolve(gw->router, served, strlen(served), &m) == 0) {
-                    const char *open = memchr(req->body, '{', req->body_len);
-                    size_t at = open ? (size_t)(open - req->body) + 1 : 0;
-                    size_t k = at;
-                    while (k < req->body_len && strchr(" \t\r\n", req->body[k]))
-                        k++;
-                    comma = k < req->body_len && req->body[k] != '}';
-                    res.model_tok_start = res.model_tok_end = at;
-                    snprintf(res.model, sizeof(res.model), "%s", served);
-                    res.model_len = strlen(served);
-                    insert = open != NULL;
-                }
-                break;
-            }
-        if (insert)
-            rc = SB_INSPECT_OK;
-    }
-    if (rc != SB_INSPECT_OK) {
-        inspector_trim(gw); /* the tokens are not needed past this point */
-        char msg[200];
-        const char *param = NULL;
-        switch (rc) {
-        case SB_INSPECT_NO_MODEL:
-            snprintf(msg, sizeof(msg), "you must provide a model parameter (a string)");
-            param = "model";
-            break;
-        case SB_INSPECT_BAD_FIELD:
-            snprintf(msg, sizeof(msg), "invalid type or value for '%s'", res.error_field ? res.error_field : "?");
-            param = res.error_field;
-            break;
-        case SB_INSPECT_TOO_COMPLEX:
-            snprintf(msg, sizeof(msg), "request body has more than %zu JSON values (limits.max_json_tokens)",
-                     gw->cfg->max_json_tokens);
-            sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_large");
-            return;
-        case SB_INSPECT_TOO_DEEP:
-            snprintf(msg, sizeof(msg),
-                     "request body nests JSON arrays and objects more than %zu levels deep "
-                     "(limits.max_json_depth)", gw->cfg->max_json_depth);
-            sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
-            return;
-        case SB_INSPECT_NOMEM:
-            sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
-            return;
-        default:
-            snprintf(msg, sizeof(msg), "request body is not valid JSON (an object is expected)");
-        }
-        sb_gateway_error(gw, req, 400, msg, "invalid_request_error", param, NULL);
-        return;
-    }
-    if (!insert && sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
-        inspector_trim(gw);
-        char msg[SB_MODEL_NAME_MAX + 80];
-        snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
-        sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
-        return;
-    }
-    if (gw->adaptive && gw->adaptive[m.pool])
-        sb_adaptive_arrivals(gw->adaptive[m.pool], 1);
-    /* Blocks are seeded by served model and adapter: two models never share a prefix. */
-    const char *adapter = m.adapter >= 0 ? m.name : "";
-    uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
-    size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
-    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap,
-                           .prefix_chars = gw->cfg->prefix_chars};
-    sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
-    inspector_trim(gw); /* the last use of the tokens */
-
-    sb_proxy_target t = {
-        .pool = m.pool,
-        .adapter = m.adapter,
-        .served = m.is_alias || insert ? m.served : NULL,
-        .insert_model = insert,
-        .insert_comma = comma,
-        .served_len = m.served_len,
-        .model_tok_start = res.model_tok_start,
-        .model_tok_end = res.model_tok_end,
-        .stream = res.stream,
-        .model = res.model,
-        .key_id = who->key_id,
-        .key_band = who->key ? who->key->band : -1,
-        .band = -1,
-    };
-    if (who->key)
-        memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
-    /* About 4 bytes per token in English: the router's estimate of prefill work. */
-    sb_sched_request rr = {.pool = m.pool,
-                           .adapter = m.adapter,
-                           .block_hashes = ph.hashes,
-                           .n_blocks = ph.n,
-                           .prompt_bytes = ph.prompt_bytes,
-                           .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
-                           /* the adapter is part of the prefix-hash key (KubeAI's rule) */
-                           .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
-                           .session_key = session_key(gw, req, &res, who),
-                           .profile = sb_router_pool_profile(gw->router, m.pool)};
-    sb_gateway_admit(gw, req, &t, &rr);
-}
-
-enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */
-
-/* /healthz and GET /v1/models take no body. Read, one would be charged to the body budget
- * paying clients share (and /healthz asks for no key), so a body declared in the head is
- * refused there, before a byte of it is buffered. Answers and returns true if so. */
-static bool refuse_body(sb_gateway *gw, sb_http_req *req)
-{
-    if (!req->has_body)
-        return false;
-    char msg[160];
-    snprintf(msg, sizeof(msg), "%.*s takes no request body", (int)(req->path_len > 100 ? 100 : req->path_len),
-             req->path);
-    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
-    return true;
-}
-
-/* The checks a request's head decides (route, method, API key, a body where none is
- * taken), in one place for both callers: on_head, before the body is read, and on_request,
- * with the body. Answers and returns true if one fails; else sets *route and *who. The key
- * is hashed and looked up each time rather than carried from the head to the body: the hook
- * must keep no pointers, a reload between the two may swap the configuration (the newer one
- * decides), and one SHA-256 of a token costs about a microsecond. */
-static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
-{
-    if (path_is(req, "/healthz")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-            return true;
-        }
-        if (refuse_body(gw, req))
-            return true;
-        *route = ROUTE_HEALTHZ;
-        return false;
-    }
-    *who = caller_of(gw, req);
-    /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
-    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) &&
-        !(who->key && who->key->admits)) {
-        refuse_unauthorized(gw, req, who->key_id != 0);
-        return true;
-    }
-    for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
-        if (path_is(req, inference_routes[i].path)) {
-            if (req->method != HTTP_POST) {
-                sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
-                return true;
-            }
-            *route = (int)i;
-            return false;
-        }
-    }
-    if (path_is(req, "/v1/models")) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
-            sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
-            return true;
-        }
-        if (refuse_body(gw, req))
-            return true;
-        *route = ROUTE_MODELS;
-        return false;
-    }
-    char msg[160];
-    snprintf(msg, sizeof(msg), "no route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
-    sb_gateway_error(gw, req, 404, msg, "invalid_request_error", NULL, "not_found");
-    return true;
-}
-
-/* The client listener's head hook: a request refused anyway (no key, no route, wrong
- * method) is answered before its body is read, so a stranger can neither make the gateway
- * buffer bodies nor spend the body budget (limits.max_buffered_body_bytes) of paying
- * clients, and `Expect: 100-continue` gets the refusal instead of 100. */
-static bool on_head(sb_http_req *req, void *ctx)
-{
-    sb_gateway *gw = ctx;
-    int route;
-    caller who;
-    if (!refuse_by_head(gw, req, &route, &who))
-        return true;
-    gw->counters.requests++; /* answered here: on_request never sees it */
-    return false;
-}
-
-/* The client listener: the OpenAI API and /healthz only (the admin pages live on the admin
- * listener, net/admin.c). */
-static void on_request(sb_http_req *req, void *ctx)
-{
-    sb_gateway *gw = ctx;
-    gw->counters.requests++;
-    int route;
-    caller who = {0};
-    if (refuse_by_head(gw, req, &route, &who))
-        return;
-    if (route == ROUTE_HEALTHZ)
-        sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
-    else if (route == ROUTE_MODELS)
-        sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
-    else
-        handle_inference(gw, req, inference_routes[route].kind, &who);
-}
+static void exchange_done(sb_gateway *gw);
+static sb_snapshot *snapshot_ref(sb_gateway *gw);
+static void snapshot_unref(sb_gateway *gw, sb_snapshot *snap);
 
 /* GET /v1/models: every served model, alias and adapter, built once from config. */
 static int build_models_json(sb_gateway *gw)
@@ -394,7 +59,7 @@ static int build_models_json(sb_gateway *gw)
     return 0;
 }
 
-sb_upstream *sb_gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep)
+static sb_upstream *gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep)
 {
     return gw->ups[gw->pool_first_up[pool] + ep];
 }
@@ -504,9 +169,138 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
 
 /* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
  * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
+/* ---- the proxy's env: what an exchange may ask of its gateway ---- */
+
+static sb_upstream *proxy_upstream(void *owner, uint32_t pool, uint32_t ep)
+{
+    return gateway_upstream(owner, pool, ep);
+}
+
+static sb_snapshot *proxy_begin(void *owner)
+{
+    sb_gateway *gw = owner;
+    gw->in_flight++;
+    gw->counters.proxied++;
+    return snapshot_ref(gw);
+}
+
+static void proxy_end(void *owner, sb_snapshot *snap, uint32_t pool)
+{
+    sb_gateway *gw = owner;
+    snapshot_unref(gw, snap);
+    /* Capacity freed: queued requests of this pool may go (before the gateway may be freed). */
+    if (!gw->stopping)
+        sb_gateway_admission_done(gw, pool);
+    exchange_done(gw);
+}
+
+static void proxy_record(void *owner, const sb_exchange_log *log)
+{
+    sb_gateway_record(owner, log);
+}
+
+static void proxy_error(void *owner, sb_http_req *req, int status, const char *message, const char *type,
+                        const char *code)
+{
+    sb_gateway_error(owner, req, status, message, type, NULL, code);
+}
+
+/* The proxy's view of gw (after gw->router is set). */
+static sb_proxy_env proxy_env(sb_gateway *gw)
+{
+    return (sb_proxy_env){.router = gw->router,
+                          .counters = &gw->counters,
+                          .owner = gw,
+                          .upstream = proxy_upstream,
+                          .begin = proxy_begin,
+                          .end = proxy_end,
+                          .record = proxy_record,
+                          .error = proxy_error};
+}
+
+/* Pool p of gw->cfg: its router pool (profile, endpoints, ring, models) and the upstream of
+ * each endpoint. 0, or a negative libuv error (UV_ENOMEM for anything but an upstream). */
+static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
+{
+    const sb_config *cfg = gw->cfg;
+    const sb_pool_config *pc = &cfg->pools[p];
+    const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+    sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
+                         .health = {.max_failures = pc->max_failures,
+                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
+                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                         .block_bytes = (uint32_t)cfg->block_bytes};
+    if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
+        return UV_ENOMEM;
+    for (size_t e = 0; e < pc->n_endpoints; e++) {
+        sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+        const sb_endpoint_config *ec = &pc->endpoints[e];
+        ep->address = ec->address;
+        ep->draining = ec->draining;
+        for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
+            ep->label_keys[l] = ec->label_keys[l];
+            ep->label_values[l] = ec->label_values[l];
+            ep->n_labels = l + 1;
+        }
+    }
+    /* After the addresses: the ring is built from them (core/chash.h). */
+    if (sb_router_build_ring(gw->router, (uint32_t)p) < 0)
+        return UV_ENOMEM;
+    for (size_t i = 0; i < pc->n_models; i++)
+        if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) ==
+            -1)
+            return UV_ENOMEM;
+    for (size_t i = 0; i < pc->n_adapters; i++)
+        if (sb_router_add_model(gw->router, (uint32_t)p, pc->adapters[i], SB_MODEL_ADAPTER) == -1)
+            return UV_ENOMEM;
+    for (size_t e = 0; e < pc->n_endpoints; e++) {
+        int rc = sb_upstream_new(gw->loop, pc->endpoints[e].host, pc->endpoints[e].port, uo,
+                                 &gw->ups[gw->pool_first_up[p] + e]);
+        if (rc < 0) {
+            SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* The listeners: the old gateway's (a reload; new options applied) or new ones. 0, or a
+ * negative libuv error (then gw->server, if set, is a listener this call started). */
+static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server *admin_server)
+{
+    const sb_config *cfg = gw->cfg;
+    uv_loop_t *loop = gw->loop;
+    sb_http_server_opts so, ao;
+    server_opts(cfg, &so, &ao);
+    if (server) {
+        gw->server = server;
+        gw->admin_server = admin_server;
+        sb_http_server_set_opts(server, &so);
+        if (admin_server)
+            sb_http_server_set_opts(admin_server, &ao);
+    } else {
+        int rc =
+            sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw, &gw->server);
+        if (rc < 0) {
+            SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
+            return rc;
+        }
+        sb_http_server_set_head_hook(gw->server, sb_gateway_on_head);
+        if (cfg->admin_host) {
+            rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
+                                      &gw->admin_server);
+            if (rc < 0) {
+                SB_ERROR("admin.listen %s:%u: %s", cfg->admin_host, cfg->admin_port, uv_strerror(rc));
+                return rc;
+            }
+            sb_http_server_set_head_hook(gw->admin_server, sb_gateway_admin_head);
+        }
+    }
+    return 0;
+}
+
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
-                         uint64_t hash_secret,
-                         sb_gateway **out)
+                         uint64_t hash_secret, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -523,6 +317,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->snap->refs = 1;
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
+    gw->proxy = proxy_env(gw);
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
@@ -543,43 +338,9 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};
     for (size_t p = 0; p < cfg->n_pools; p++) {
-        const sb_pool_config *pc = &cfg->pools[p];
-        const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
-        sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                             .health = {.max_failures = pc->max_failures,
-                                        .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                        .max_eject_ns = SB_MS(pc->max_eject_ms)},
-                             .block_bytes = (uint32_t)cfg->block_bytes};
-        if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
+        rc = build_pool(gw, p, &uo);
+        if (rc < 0)
             goto fail;
-        for (size_t e = 0; e < pc->n_endpoints; e++) {
-            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
-            const sb_endpoint_config *ec = &pc->endpoints[e];
-            ep->address = ec->address;
-            ep->draining = ec->draining;
-            for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
-                ep->label_keys[l] = ec->label_keys[l];
-                ep->label_values[l] = ec->label_values[l];
-                ep->n_labels = l + 1;
-            }
-        }
-        /* After the addresses: the ring is built from them (core/chash.h). */
-        if (sb_router_build_ring(gw->router, (uint32_t)p) < 0)
-            goto fail;
-        for (size_t i = 0; i < pc->n_models; i++)
-            if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) == -1)
-                goto fail;
-        for (size_t i = 0; i < pc->n_adapters; i++)
-            if (sb_router_add_model(gw->router, (uint32_t)p, pc->adapters[i], SB_MODEL_ADAPTER) == -1)
-                goto fail;
-        for (size_t e = 0; e < pc->n_endpoints; e++) {
-            rc = sb_upstream_new(loop, pc->endpoints[e].host, pc->endpoints[e].port, &uo,
-                                 &gw->ups[gw->pool_first_up[p] + e]);
-            if (rc < 0) {
-                SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
-                goto fail;
-            }
-        }
     }
     if (cfg->access_log) {
         gw->access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
@@ -589,30 +350,11 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
         }
     }
-    sb_http_server_opts so, ao;
-    server_opts(cfg, &so, &ao);
-    if (server) {
-        gw->server = server;
-        gw->admin_server = admin_server;
-        sb_http_server_set_opts(server, &so);
-        if (admin_server)
-            sb_http_server_set_opts(admin_server, &ao);
-    } else {
-        rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, on_request, gw, &gw->server);
-        if (rc < 0) {
-            SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
-            goto fail;
-        }
-        sb_http_server_set_head_hook(gw->server, on_head);
-        if (cfg->admin_host) {
-            rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
-                                      &gw->admin_server);
-            if (rc < 0) {
-                SB_ERROR("admin.listen %s:%u: %s", cfg->admin_host, cfg->admin_port, uv_strerror(rc));
-                goto fail_server;
-            }
-            sb_http_server_set_head_hook(gw->admin_server, sb_gateway_admin_head);
-        }
+    rc = attach_servers(gw, server, admin_server);
+    if (rc < 0) {
+        if (gw->server)
+            goto fail_server;
+        goto fail;
     }
     if (sb_gateway_admission_start(gw) < 0) {
         SB_ERROR("admission queues: out of memory");
@@ -655,6 +397,11 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
 
+const sb_config *sb_gateway_config(const sb_gateway *gw)
+{
+    return gw->cfg;
+}
+
 uint16_t sb_gateway_admin_port(const sb_gateway *gw)
 {
     return gw->admin_server ? sb_http_server_port(gw->admin_server) : 0;
@@ -684,24 +431,27 @@ void sb_gateway_stop(sb_gateway *gw)
     if (gw->admin_server)
         sb_http_server_stop(gw->admin_server);
     gw->admin_server = NULL;
-    sb_gateway_exchange_done(gw);
+    exchange_done(gw);
 }
 
-static void on_adaptive_timer_closed(uv_handle_t *h) { sb_gateway_exchange_done(((uv_timer_t *)h)->data); }
+static void on_adaptive_timer_closed(uv_handle_t *h)
+{
+    exchange_done(((uv_timer_t *)h)->data);
+}
 
-void sb_gateway_exchange_done(sb_gateway *gw)
+static void exchange_done(sb_gateway *gw)
 {
     if (--gw->in_flight == 0 && gw->stopping)
         gateway_free(gw);
 }
 
-sb_snapshot *sb_gateway_snapshot_ref(sb_gateway *gw)
+static sb_snapshot *snapshot_ref(sb_gateway *gw)
 {
     gw->snap->refs++;
     return gw->snap;
 }
 
-void sb_gateway_snapshot_unref(sb_gateway *gw, sb_snapshot *snap)
+static void snapshot_unref(sb_gateway *gw, sb_snapshot *snap)
 {
     if (--snap->refs > 0)
         return;
@@ -771,7 +521,7 @@ static void gateway_retire(sb_gateway *gw)
     sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */
     gw->admin_server = NULL;
-    sb_gateway_exchange_done(gw);
+    exchange_done(gw);
 }
 
 /* What a new gateway inherits from the one it replaces: every endpoint that stays (same pool
@@ -835,7 +585,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         }
         carry_state(ngw, gw);
         ngw->reloads++;
-        sb_http_server_set_handler(ngw->server, on_request, ngw);
+        sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
         if (ngw->admin_server)
             sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
         gateway_retire(gw);
@@ -896,7 +646,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->reloads++;
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
-    sb_gateway_snapshot_unref(gw, old);
+    snapshot_unref(gw, old);
     SB_INFO("configuration reloaded (%llu)", (unsigned long long)gw->reloads);
     return 0;
 }

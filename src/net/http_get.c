@@ -26,7 +26,8 @@ struct sb_http_get {
     bool dead;        /* finished or cancelled while the write was in flight */
 };
 
-static http_parser_settings settings;
+/* Defined (const) after its callbacks, before sb_http_get_start. */
+static const http_parser_settings settings;
 
 static void get_free(sb_http_get *g)
 {
@@ -171,10 +172,11 @@ static void on_connected(sb_upstream_conn *uc, int status, void *arg)
     send_get(g);
 }
 
+static const http_parser_settings settings = {.on_body = on_body, .on_message_complete = on_complete};
+
 int sb_http_get_start(sb_upstream *u, const char *path, const char *headers, uint32_t timeout_ms, size_t max_body,
                       sb_http_get_cb cb, void *ud, sb_http_get **out)
 {
-    settings = (http_parser_settings){.on_body = on_body, .on_message_complete = on_complete};
     sb_http_get *g = sb_calloc(1, sizeof(*g));
     if (!g)
         return UV_ENOMEM;

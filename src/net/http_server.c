@@ -116,6 +116,10 @@ struct sb_http_server {
     uv_check_t flusher;
     conn *dirty;
     int server_handles_closed;
+    /* Every connection of this server reads into this one buffer: the loop is single-threaded
+     * and each read is consumed (copied into head/body/pending) before the next one. Owned
+     * here rather than file-scope so that servers on different loops share nothing. */
+    char read_buf[READ_BUF_BYTES];
 };
 
 typedef struct wreq {
@@ -125,7 +129,8 @@ typedef struct wreq {
     char *data;     /* the connection's out buffer, taken over: no copy */
 } wreq;
 
-static http_parser_settings parser_settings;
+/* Defined (const) after its callbacks, before sb_http_server_start. */
+static const http_parser_settings parser_settings;
 static void conn_close(conn *c);
 static void conn_read_start(conn *c);
 static void process(conn *c, const char *data, size_t len);
@@ -795,12 +800,9 @@ static void process(conn *c, const char *data, size_t len)
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    /* One static buffer: the loop is single-threaded and every read is consumed (copied
-     * into head/body/pending) before the next one. */
-    static char slab[READ_BUF_BYTES];
-    (void)h;
+    conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init(slab, sizeof(slab));
+    *buf = uv_buf_init(c->srv->read_buf, sizeof(c->srv->read_buf));
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -1031,18 +1033,19 @@ static void on_server_handle_closed(uv_handle_t *h)
     }
 }
 
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
 int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
                          sb_http_handler handler, void *ctx, sb_http_server **out)
 {
-    parser_settings = (http_parser_settings){
-        .on_message_begin = on_message_begin,
-        .on_url = on_url,
-        .on_header_field = on_header_field,
-        .on_header_value = on_header_value,
-        .on_headers_complete = on_headers_complete,
-        .on_body = on_body,
-        .on_message_complete = on_message_complete,
-    };
     struct sockaddr_storage addr;
     int rc = strchr(host, ':') ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr)
                                : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);

@@ -21,7 +21,8 @@
 #include "base/log.h"
 #include "core/decide.h"
 #include "core/flow.h"
-#include "net/gateway.h"
+#include "net/proxy.h"
+#include "proto/inspect.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
 #include "proto/usage.h"
@@ -29,7 +30,7 @@
 #define MAX_ATTEMPTS 2
 
 typedef struct exchange {
-    sb_gateway *gw;
+    const sb_proxy_env *env;
     sb_http_req *req;          /* NULL once the client is gone or answered */
     sb_proxy_target t;
     sb_sched_request rr;
@@ -78,7 +79,8 @@ typedef struct exchange {
     sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
 } exchange;
 
-static http_parser_settings resp_settings;
+/* Defined (const) after its callbacks, before sb_proxy_start. */
+static const http_parser_settings resp_settings;
 static void attempt(exchange *x);
 static void close_header_line(exchange *x);
 static void upstream_read_start(exchange *x);
@@ -109,10 +111,10 @@ static void record(exchange *x)
      * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
     if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
         log.outcome[0] == 'o' && log.ep >= 0)
-        sb_router_observe_ttft(x->gw->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
+        sb_router_observe_ttft(x->env->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
                                x->t_first_body - x->t_start);
-    sb_gateway_record(x->gw, &log);
+    x->env->record(x->env->owner, &log);
 }
 
 static void exchange_maybe_free(exchange *x)
@@ -120,19 +122,17 @@ static void exchange_maybe_free(exchange *x)
     if (x->req || x->uc || x->pending_writes || x->connecting)
         return;
     record(x);
-    sb_gateway *gw = x->gw;
+    const sb_proxy_env *env = x->env;
     uint32_t pool = x->t.pool;
-    sb_gateway_snapshot_unref(gw, x->snap);
+    sb_snapshot *snap = x->snap;
     if (x->wipe_head && x->head.data)
         OPENSSL_cleanse(x->head.data, x->head.cap);
     sb_buf_free(&x->head);
     sb_buf_free(&x->resp_headers);
     sb_buf_free(&x->decision);
     sb_free(x);
-    /* Capacity freed: queued requests of this pool may go (before the gateway may be freed). */
-    if (!gw->stopping)
-        sb_gateway_admission_done(gw, pool);
-    sb_gateway_exchange_done(gw);
+    /* Capacity freed: queued requests of this pool may go; the owner may be freed. */
+    env->end(env->owner, snap, pool);
 }
 
 /* Tells the router how this attempt ended (once). status 0: the connection failed; 499:
@@ -143,7 +143,7 @@ static void report_end(exchange *x, bool ok, int status)
         return;
     x->dispatched = false;
     bool healthy = ok && status < 500;
-    sb_router_finished(x->gw->router, x->t.pool, x->ep, &x->ticket, healthy, status != 499, now_ns());
+    sb_router_finished(x->env->router, x->t.pool, x->ep, &x->ticket, healthy, status != 499, now_ns());
 }
 
 static void drop_upstream(exchange *x, bool reusable)
@@ -177,7 +177,7 @@ static void fail_before_response(exchange *x, int status, const char *message, c
 {
     drop_upstream(x, false);
     report_end(x, false, status);
-    x->gw->counters.upstream_errors++;
+    x->env->counters->upstream_errors++;
     if (x->req) {
         x->final_status = status;
         x->outcome = "upstream_error";
@@ -185,7 +185,7 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     if (x->req) {
         sb_http_req *req = x->req;
         detach_client(x);
-        sb_gateway_error(x->gw, req, status, message, "upstream_error", NULL, code);
+        x->env->error(x->env->owner, req, status, message, "upstream_error", code);
     }
     exchange_maybe_free(x);
 }
@@ -195,7 +195,7 @@ static void fail_midstream(exchange *x, const char *why)
 {
     drop_upstream(x, false);
     report_end(x, false, 502);
-    x->gw->counters.midstream_errors++;
+    x->env->counters->midstream_errors++;
     if (x->req)
         x->outcome = "midstream_error";
     if (x->req) {
@@ -210,8 +210,8 @@ static void fail_midstream(exchange *x, const char *why)
                 sb_http_stream_write(req, ev.data, ev.len);
             sb_buf_free(&ev);
         }
-        SB_WARN("upstream %s failed mid-stream: %s", sb_upstream_address(sb_gateway_upstream(x->gw, x->t.pool, x->ep)),
-                why);
+        SB_WARN("upstream %s failed mid-stream: %s",
+                sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)), why);
         sb_http_stream_abort(req);
     }
     exchange_maybe_free(x);
@@ -246,14 +246,14 @@ static void retry_or_fail(exchange *x, int err, bool connect_failure)
     }
     report_end(x, false, 0);
     if (connect_failure && x->attempts < MAX_ATTEMPTS) {
-        x->gw->counters.retries++;
+        x->env->counters->retries++;
         x->excluded[x->n_excluded++] = x->ep;
         attempt(x);
         return;
     }
     char msg[200];
     snprintf(msg, sizeof(msg), "upstream %s: %s",
-             sb_upstream_address(sb_gateway_upstream(x->gw, x->t.pool, x->ep)), uv_strerror(err));
+             sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)), uv_strerror(err));
     fail_before_response(x, err == UV_ETIMEDOUT ? 504 : 502, msg,
                          err == UV_ETIMEDOUT ? "upstream_timeout" : "upstream_unavailable");
 }
@@ -269,7 +269,7 @@ static void on_client_abort(sb_http_req *req)
         sb_upstream_close(x->connecting);
         x->connecting = NULL;
     }
-    x->gw->counters.client_aborts++;
+    x->env->counters->client_aborts++;
     x->outcome = "client_abort";
     if (!x->started)
         x->final_status = 499;
@@ -327,10 +327,10 @@ static void close_header_line(exchange *x)
         size_t vlen = x->resp_headers.len - x->orca_off;
         sb_endpoint_report rep;
         if (sb_orca_parse(v, vlen, &rep) > 0) {
-            sb_endpoint *ep = sb_router_endpoint(x->gw->router, x->t.pool, x->ep);
+            sb_endpoint *ep = sb_router_endpoint(x->env->router, x->t.pool, x->ep);
             if (ep)
                 sb_endpoint_report_merge(ep, &rep, SB_REPORT_ORCA, now_ns());
-            x->gw->counters.orca_reports++;
+            x->env->counters->orca_reports++;
         }
         x->orca_header = false;
         if (x->orca_asked)
@@ -388,7 +388,7 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
         /* An answer's first body bytes (a stream's first token, or a whole answer) mean the
          * prompt was computed there; an error's body means nothing of the kind. */
         if (x->dispatched && x->final_status >= 200 && x->final_status < 300)
-            sb_router_first_token(x->gw->router, x->t.pool, x->ep, &x->ticket);
+            sb_router_first_token(x->env->router, x->t.pool, x->ep, &x->ticket);
     }
     if (len >= sizeof(x->tail)) {
         memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
@@ -477,7 +477,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
     if (!x->got_bytes) {
         x->got_bytes = true;
         x->t_first_byte = now_ns();
-        sb_router_first_byte(x->gw->router, x->t.pool, x->ep, &x->ticket, x->t_first_byte);
+        sb_router_first_byte(x->env->router, x->t.pool, x->ep, &x->ticket, x->t_first_byte);
     }
     uv_timer_again(&uc->timer);
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
@@ -641,7 +641,7 @@ static void on_connected(sb_upstream_conn *uc, int status, void *arg)
  * reuse, send. */
 static void attempt(exchange *x)
 {
-    sb_gateway *gw = x->gw;
+    const sb_proxy_env *env = x->env;
     sb_ns now = now_ns();
     int ep;
     if (x->retry_same_ep) {
@@ -652,7 +652,7 @@ static void attempt(exchange *x)
         x->rr.n_exclude = x->n_excluded;
         sb_request_desc desc = {.sched = x->rr, .stream = x->t.stream};
         sb_ranking rk;
-        ep = sb_decide(gw->router, &desc, 1, now, &rk);
+        ep = sb_decide(env->router, &desc, 1, now, &rk);
         /* Rendered now: the decision scratch is the pool's, reused by the next pick. */
         if (x->snap->cfg->log_decisions) {
             sb_buf_reset(&x->decision);
@@ -673,7 +673,7 @@ static void attempt(exchange *x)
         x->attempts++;
     }
     x->ep = (uint32_t)ep;
-    x->ticket = sb_router_dispatched(gw->router, x->t.pool, x->ep, x->prompt_tokens, now);
+    x->ticket = sb_router_dispatched(env->router, x->t.pool, x->ep, x->prompt_tokens, now);
     x->dispatched = true;
     if (x->carry_pending) {
         x->carry_pending = false;
@@ -682,9 +682,9 @@ static void attempt(exchange *x)
     }
     /* A non-streamed answer arrives whole: its first token is never seen on its own. */
     if (!x->t.stream)
-        sb_router_first_token_unseen(gw->router, x->t.pool, x->ep, &x->ticket, now);
+        sb_router_first_token_unseen(env->router, x->t.pool, x->ep, &x->ticket, now);
     sb_upstream_conn *uc = NULL;
-    int rc = sb_upstream_acquire(sb_gateway_upstream(gw, x->t.pool, x->ep), on_connected, x, &uc);
+    int rc = sb_upstream_acquire(env->upstream(env->owner, x->t.pool, x->ep), on_connected, x, &uc);
     if (rc == 1) {
         x->uc = uc;
         send_request(x);
@@ -696,25 +696,22 @@ static void attempt(exchange *x)
     }
 }
 
-void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
+static const http_parser_settings resp_settings = {
+    .on_header_field = r_on_header_field,
+    .on_header_value = r_on_header_value,
+    .on_headers_complete = r_on_headers_complete,
+    .on_body = r_on_body,
+    .on_message_complete = r_on_message_complete,
+};
+
+void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
-    static bool settings_ready;
-    if (!settings_ready) {
-        resp_settings = (http_parser_settings){
-            .on_header_field = r_on_header_field,
-            .on_header_value = r_on_header_value,
-            .on_headers_complete = r_on_headers_complete,
-            .on_body = r_on_body,
-            .on_message_complete = r_on_message_complete,
-        };
-        settings_ready = true;
-    }
     exchange *x = sb_calloc(1, sizeof(*x));
     if (!x) {
-        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        env->error(env->owner, req, 500, "out of memory", "server_error", NULL);
         return;
     }
-    x->gw = gw;
+    x->env = env;
     x->req = req;
     x->t = *t;
     x->t_start = now_ns();
@@ -731,18 +728,16 @@ void sb_proxy_start(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
         if (!tmp.data || tmp.len >= sizeof(x->served_quoted)) {
             sb_buf_free(&tmp);
             sb_free(x);
-            sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+            env->error(env->owner, req, 500, "out of memory", "server_error", NULL);
             return;
         }
         memcpy(x->served_quoted, tmp.data, tmp.len);
         x->served_quoted_len = tmp.len;
         sb_buf_free(&tmp);
     }
-    x->snap = sb_gateway_snapshot_ref(gw);
+    x->snap = env->begin(env->owner);
     req->user = x;
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
-    gw->in_flight++;
-    gw->counters.proxied++;
     attempt(x);
 }

@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 
 enum { UC_CONNECTING = 1, UC_OWNED, UC_IDLE, UC_CLOSING };
+enum { READ_BUF_BYTES = 65536 };
 
 struct sb_upstream {
     uv_loop_t *loop;
@@ -17,6 +18,10 @@ struct sb_upstream {
     size_t n_open;
     uint64_t connects;
     bool freeing;
+    /* Read buffer of every connection of this pool: the loop is single-threaded and each read
+     * is consumed by its owner before the callback returns. Per pool rather than file-scope
+     * so that pools on different loops share nothing; embedded, so it costs no allocation. */
+    char read_buf[READ_BUF_BYTES];
 };
 
 static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -193,12 +198,9 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
 
 static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    /* One read buffer for every upstream connection: the loop is single-threaded and each
-     * read is consumed by its owner before the callback returns. */
-    static char slab[65536];
-    (void)h;
+    sb_upstream_conn *uc = (sb_upstream_conn *)h; /* tcp is its first member */
     (void)suggested;
-    *buf = uv_buf_init(slab, sizeof(slab));
+    *buf = uv_buf_init(uc->up->read_buf, sizeof(uc->up->read_buf));
 }
 
 /* Every read of a pooled connection comes here. An idle connection must stay silent: EOF,

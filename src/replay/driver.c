@@ -842,7 +842,7 @@ static void tear_down(driver *d)
 int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,
                   sb_replay_result *out, char *err, size_t errcap)
 {
-    static char dummy[1];
+    char dummy[1]; /* the error sink when the caller wants none: d lives only in this call */
     memset(out, 0, sizeof(*out));
     driver d = {.w = w,
                 .p = p,

@@ -1,0 +1,71 @@
+/* exchange: the values an exchange (one proxied request) carries between the gateway, admission
+ * and the proxy: what was routed, under which configuration, what it counts, what it leaves
+ * for the access log and metrics. Types only. */
+#ifndef SB_NET_EXCHANGE_H
+#define SB_NET_EXCHANGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/time.h"
+#include "proto/auth.h"
+#include "proto/config.h"
+#include "proto/usage.h"
+
+typedef struct sb_gateway_counters {
+    uint64_t requests;         /* requests read */
+    uint64_t proxied;          /* requests forwarded */
+    uint64_t retries;          /* second attempts on another endpoint */
+    uint64_t upstream_errors;  /* failed before the response started (502/504) */
+    uint64_t midstream_errors; /* upstream died after the response started */
+    uint64_t client_aborts;    /* client left while its request was in flight */
+    uint64_t rejected;         /* answered with 4xx by the gateway itself */
+    uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
+    uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
+    uint64_t unauthorized[2];  /* 401: [0] client API key, [1] admin token */
+} sb_gateway_counters;
+
+/* A configuration in use: the current one, or a retired one still referenced by requests
+ * that started under it (they finish with the profile they started with). */
+typedef struct sb_snapshot {
+    sb_config *cfg;
+    size_t refs;              /* exchanges holding it, plus 1 while current */
+    struct sb_snapshot *next; /* retired snapshots */
+} sb_snapshot;
+
+/* A routed request, as the gateway hands it to admission and the proxy. */
+typedef struct sb_proxy_target {
+    uint32_t pool;
+    int adapter;
+    const char *served; /* non-NULL: splice this name into the body's model field */
+    bool insert_model;  /* no model field: insert "model":served at model_tok_start */
+    bool insert_comma;  /* the insertion is followed by another member */
+    size_t served_len;
+    size_t model_tok_start, model_tok_end;
+    int stream;
+    const char *model; /* as requested, for the access log */
+    /* who asked (gateway.c, from the Authorization bearer token) */
+    uint64_t key_id;                     /* 64 bits of the token's SHA-256; 0: no bearer token */
+    int key_band;                        /* the matched key's band (enum sb_band); -1: none named */
+    char tenant[SB_AUTH_TENANT_MAX + 1]; /* the key's tenant; "" if none named */
+    int band;                            /* set by admission: the band it queued the request in; -1 */
+} sb_proxy_target;
+
+/* What the access log and metrics learn of one request when it ends. */
+typedef struct sb_exchange_log {
+    int pool;            /* -1: refused before a pool was chosen */
+    int ep;              /* -1: never dispatched */
+    int status;          /* sent to the client; 499 if it left before the answer */
+    const char *outcome; /* ok, rejected, upstream_error, midstream_error, client_abort */
+    const char *model;
+    bool stream;
+    uint64_t bytes_out;
+    sb_ns t_start, t_first_byte, t_end;
+    int retries;
+    sb_usage usage;
+    const char *decision; /* JSON of the pick, or NULL */
+    const char *band;     /* flow-control band's name, NULL if none was decided */
+    const char *tenant;   /* the API key's tenant, or NULL */
+} sb_exchange_log;
+
+#endif

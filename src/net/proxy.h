@@ -1,0 +1,38 @@
+/* proxy: forwards a routed request on a pooled upstream connection and streams the answer
+ * back (net/proxy.c): the exchange's state machine (pick, connect or reuse, send, relay,
+ * retry once on another endpoint, report the end to the router).
+ *
+ * The proxy never sees the gateway: its owner hands it an sb_proxy_env, the few values and
+ * callbacks it needs. So the door is one-way (gateway.c and admission.c call the proxy; the
+ * proxy calls back only through the env), and the proxy can be driven by anything that
+ * fills one in. */
+#ifndef SB_NET_PROXY_H
+#define SB_NET_PROXY_H
+
+#include "core/router.h"
+#include "net/exchange.h"
+#include "net/http_server.h"
+#include "net/upstream.h"
+
+typedef struct sb_proxy_env {
+    sb_router *router;             /* picks, and learns from how each attempt ended */
+    sb_gateway_counters *counters; /* proxied, retries, upstream/midstream errors, aborts, ORCA */
+    void *owner;                   /* first argument of every callback */
+    /* The connection pool of endpoint ep of pool. */
+    sb_upstream *(*upstream)(void *owner, uint32_t pool, uint32_t ep);
+    /* An exchange starts (counted as in flight): returns a reference on the snapshot it runs under. */
+    sb_snapshot *(*begin)(void *owner);
+    /* An exchange ended and was recorded: drops its snapshot; pool has capacity again. May
+     * free the owner (and the env) when it was the last exchange of a stopping gateway. */
+    void (*end)(void *owner, sb_snapshot *snap, uint32_t pool);
+    /* What the access log and metrics learn of one request. */
+    void (*record)(void *owner, const sb_exchange_log *log);
+    /* Answers req with an OpenAI-shaped error (nothing was sent to the client yet). */
+    void (*error)(void *owner, sb_http_req *req, int status, const char *message, const char *type, const char *code);
+} sb_proxy_env;
+
+/* Forwards req to the endpoint the router picks for t. env must outlive the exchange: its
+ * owner is told when it ends (env->end). */
+void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
+
+#endif

@@ -1,0 +1,328 @@
+#include "net/routes.h"
+
+#include <http_parser.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/adaptive.h"
+#include "net/admission.h"
+#include "net/errors.h"
+#include "proto/prompt.h"
+
+typedef struct route {
+    const char *path;
+    enum sb_api_kind kind;
+} route;
+
+/* The inference routes: bodies are inspected and forwarded. */
+static const route inference_routes[] = {
+    {"/v1/chat/completions", SB_API_CHAT},
+    {"/v1/completions", SB_API_COMPLETIONS},
+    {"/v1/embeddings", SB_API_EMBEDDINGS},
+    {"/v1/responses", SB_API_RESPONSES},
+};
+
+/* The inspector's token array (gw->ictx) is reused across requests so that an ordinary one
+ * tokenizes with no allocation; one that grew it past this many tokens (~1.3 MiB at 20 bytes
+ * a token; limits.max_json_tokens lets one request grow it to ~20 MiB, outside every budget)
+ * frees it once done, so the next ordinary request starts small again. 64 Ki tokens is a
+ * chat request of several hundred KiB. */
+#define INSPECT_KEEP_TOKENS ((size_t)64 * 1024)
+
+static void inspector_trim(sb_gateway *gw)
+{
+    if (gw->ictx.json.cap_tokens > INSPECT_KEEP_TOKENS)
+        sb_inspect_ctx_free(&gw->ictx);
+}
+
+static bool path_is(const sb_http_req *req, const char *path)
+{
+    size_t n = strlen(path);
+    return req->path_len == n && memcmp(req->path, path, n) == 0;
+}
+
+/* Who sent a request, from its Authorization bearer token: computed once per request. */
+typedef struct caller {
+    uint64_t key_id;       /* 64 bits of the token's SHA-256; 0: no bearer token */
+    const sb_api_key *key; /* the configured key it matches, or NULL */
+} caller;
+
+static caller caller_of(const sb_gateway *gw, const sb_http_req *req)
+{
+    caller c = {0};
+    const sb_http_header *h = sb_http_req_header(req, "authorization");
+    const char *tok;
+    size_t n;
+    if (!h || !sb_auth_bearer(h->value, h->value_len, &tok, &n))
+        return c;
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest(tok, n, d);
+    memcpy(&c.key_id, d, sizeof c.key_id);
+    c.key_id |= 1; /* never 0 */
+    c.key = sb_auth_keys_find(&gw->cfg->api_keys, d);
+    return c;
+}
+
+/* 401 as OpenAI answers it (type invalid_request_error, code invalid_api_key), never quoting
+ * what the client sent. */
+static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token)
+{
+    gw->counters.unauthorized[0]++;
+    sb_gateway_error_with(gw, req, 401,
+                          had_token ? "Incorrect API key provided. You can find your API key with the operator of "
+                                      "this gateway."
+                                    : "You didn't provide an API key. You need to provide your API key in an "
+                                      "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                          "invalid_request_error", "invalid_api_key",
+                          "WWW-Authenticate: Bearer realm=\"switchboard\"\r\n");
+}
+
+/* The session affinity key: the configured header, else the request's `user`, else the API
+ * key (its digest), else the client's address (without its port). Never 0 (0 means "none"). */
+static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res,
+                            const caller *who)
+{
+    const sb_http_header *h = gw->cfg->session_header ? sb_http_req_header(req, gw->cfg->session_header) : NULL;
+    uint64_t k;
+    if (h && h->value_len)
+        k = XXH3_64bits_withSeed(h->value, h->value_len, 1);
+    else if (res->user_len)
+        k = XXH3_64bits_withSeed(res->user, res->user_len, 2);
+    else if (who->key_id)
+        k = who->key_id;
+    else {
+        const char *colon = strrchr(req->peer, ':');
+        k = XXH3_64bits_withSeed(req->peer, colon ? (size_t)(colon - req->peer) : strlen(req->peer), 4);
+    }
+    return k ? k : 1;
+}
+
+/* No model named: the default pool serves it under its served name, inserted as the object's
+ * first member. (A body that names a model of the wrong type, or null, is still refused: it
+ * said something, and it was not a model.) Returns true (res and *m set) if the default pool
+ * takes the request. */
+static bool default_model(sb_gateway *gw, const sb_http_req *req, sb_inspect_result *res, sb_model_match *m,
+                          bool *comma)
+{
+    bool insert = false;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++)
+        if (!strcmp(gw->cfg->pools[p].name, gw->cfg->default_pool)) {
+            const char *served = gw->cfg->pools[p].models[0];
+            if (sb_router_resolve(gw->router, served, strlen(served), m) == 0) {
+                const char *open = memchr(req->body, '{', req->body_len);
+                size_t at = open ? (size_t)(open - req->body) + 1 : 0;
+                size_t k = at;
+                while (k < req->body_len && strchr(" \t\r\n", req->body[k]))
+                    k++;
+                *comma = k < req->body_len && req->body[k] != '}';
+                res->model_tok_start = res->model_tok_end = at;
+                snprintf(res->model, sizeof(res->model), "%s", served);
+                res->model_len = strlen(served);
+                insert = open != NULL;
+            }
+            break;
+        }
+    return insert;
+}
+
+/* Answers a request the inspector refused (rc, not SB_INSPECT_OK). */
+static void refuse_inspected(sb_gateway *gw, sb_http_req *req, int rc, const sb_inspect_result *res)
+{
+    inspector_trim(gw); /* the tokens are not needed past this point */
+    char msg[200];
+    const char *param = NULL;
+    switch (rc) {
+    case SB_INSPECT_NO_MODEL:
+        snprintf(msg, sizeof(msg), "you must provide a model parameter (a string)");
+        param = "model";
+        break;
+    case SB_INSPECT_BAD_FIELD:
+        snprintf(msg, sizeof(msg), "invalid type or value for '%s'", res->error_field ? res->error_field : "?");
+        param = res->error_field;
+        break;
+    case SB_INSPECT_TOO_COMPLEX:
+        snprintf(msg, sizeof(msg), "request body has more than %zu JSON values (limits.max_json_tokens)",
+                 gw->cfg->max_json_tokens);
+        sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_large");
+        return;
+    case SB_INSPECT_TOO_DEEP:
+        snprintf(msg, sizeof(msg),
+                 "request body nests JSON arrays and objects more than %zu levels deep "
+                 "(limits.max_json_depth)",
+                 gw->cfg->max_json_depth);
+        sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
+        return;
+    case SB_INSPECT_NOMEM: sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL); return;
+    default: snprintf(msg, sizeof(msg), "request body is not valid JSON (an object is expected)");
+    }
+    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", param, NULL);
+}
+
+static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
+{
+    sb_inspect_result res;
+    /* read per request: reloads apply at once */
+    gw->ictx.json.max_depth = gw->cfg->max_json_depth;
+    gw->ictx.json.max_tokens = gw->cfg->max_json_tokens;
+    int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
+    sb_model_match m;
+    bool insert = false, comma = false;
+    if (rc == SB_INSPECT_NO_MODEL && gw->cfg->default_pool && !memmem(req->body, req->body_len, "\"model\"", 7) &&
+        default_model(gw, req, &res, &m, &comma)) {
+        insert = true;
+        rc = SB_INSPECT_OK;
+    }
+    if (rc != SB_INSPECT_OK) {
+        refuse_inspected(gw, req, rc, &res);
+        return;
+    }
+    if (!insert && sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
+        inspector_trim(gw);
+        char msg[SB_MODEL_NAME_MAX + 80];
+        snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
+        sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
+        return;
+    }
+    if (gw->adaptive && gw->adaptive[m.pool])
+        sb_adaptive_arrivals(gw->adaptive[m.pool], 1);
+    /* Blocks are seeded by served model and adapter: two models never share a prefix. */
+    const char *adapter = m.adapter >= 0 ? m.name : "";
+    uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
+    size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
+    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap, .prefix_chars = gw->cfg->prefix_chars};
+    sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
+    inspector_trim(gw); /* the last use of the tokens */
+
+    sb_proxy_target t = {
+        .pool = m.pool,
+        .adapter = m.adapter,
+        .served = m.is_alias || insert ? m.served : NULL,
+        .insert_model = insert,
+        .insert_comma = comma,
+        .served_len = m.served_len,
+        .model_tok_start = res.model_tok_start,
+        .model_tok_end = res.model_tok_end,
+        .stream = res.stream,
+        .model = res.model,
+        .key_id = who->key_id,
+        .key_band = who->key ? who->key->band : -1,
+        .band = -1,
+    };
+    if (who->key)
+        memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
+    /* About 4 bytes per token in English: the router's estimate of prefill work. */
+    sb_sched_request rr = {.pool = m.pool,
+                           .adapter = m.adapter,
+                           .block_hashes = ph.hashes,
+                           .n_blocks = ph.n,
+                           .prompt_bytes = ph.prompt_bytes,
+                           .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
+                           /* the adapter is part of the prefix-hash key (KubeAI's rule) */
+                           .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
+                           .session_key = session_key(gw, req, &res, who),
+                           .profile = sb_router_pool_profile(gw->router, m.pool)};
+    sb_gateway_admit(gw, req, &t, &rr);
+}
+
+enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */
+
+/* /healthz and GET /v1/models take no body. Read, one would be charged to the body budget
+ * paying clients share (and /healthz asks for no key), so a body declared in the head is
+ * refused there, before a byte of it is buffered. Answers and returns true if so. */
+static bool refuse_body(sb_gateway *gw, sb_http_req *req)
+{
+    if (!req->has_body)
+        return false;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%.*s takes no request body", (int)(req->path_len > 100 ? 100 : req->path_len),
+             req->path);
+    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
+    return true;
+}
+
+/* The gateway's own GET pages (/healthz, /v1/models): GET or HEAD, and no body. Answers and
+ * returns true if the request is neither. */
+static bool refuse_unless_get(sb_gateway *gw, sb_http_req *req)
+{
+    if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+        sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+        return true;
+    }
+    return refuse_body(gw, req);
+}
+
+/* The checks a request's head decides (route, method, API key, a body where none is
+ * taken), in one place for both callers: on_head, before the body is read, and on_request,
+ * with the body. Answers and returns true if one fails; else sets *route and *who. The key
+ * is hashed and looked up each time rather than carried from the head to the body: the hook
+ * must keep no pointers, a reload between the two may swap the configuration (the newer one
+ * decides), and one SHA-256 of a token costs about a microsecond. */
+static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller *who)
+{
+    if (path_is(req, "/healthz")) {
+        if (refuse_unless_get(gw, req))
+            return true;
+        *route = ROUTE_HEALTHZ;
+        return false;
+    }
+    *who = caller_of(gw, req);
+    /* Every OpenAI API path, known or not, needs a key: without one a client learns nothing. */
+    if (gw->cfg->auth_enabled && req->path_len >= 4 && !memcmp(req->path, "/v1/", 4) &&
+        !(who->key && who->key->admits)) {
+        refuse_unauthorized(gw, req, who->key_id != 0);
+        return true;
+    }
+    for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
+        if (path_is(req, inference_routes[i].path)) {
+            if (req->method != HTTP_POST) {
+                sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
+                return true;
+            }
+            *route = (int)i;
+            return false;
+        }
+    }
+    if (path_is(req, "/v1/models")) {
+        if (refuse_unless_get(gw, req))
+            return true;
+        *route = ROUTE_MODELS;
+        return false;
+    }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "no route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
+    sb_gateway_error(gw, req, 404, msg, "invalid_request_error", NULL, "not_found");
+    return true;
+}
+
+/* The client listener's head hook: a request refused anyway (no key, no route, wrong
+ * method) is answered before its body is read, so a stranger can neither make the gateway
+ * buffer bodies nor spend the body budget (limits.max_buffered_body_bytes) of paying
+ * clients, and `Expect: 100-continue` gets the refusal instead of 100. */
+bool sb_gateway_on_head(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    int route;
+    caller who;
+    if (!refuse_by_head(gw, req, &route, &who))
+        return true;
+    gw->counters.requests++; /* answered here: on_request never sees it */
+    return false;
+}
+
+/* The client listener: the OpenAI API and /healthz only (the admin pages live on the admin
+ * listener, net/admin.c). */
+void sb_gateway_on_request(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    gw->counters.requests++;
+    int route;
+    caller who = {0};
+    if (refuse_by_head(gw, req, &route, &who))
+        return;
+    if (route == ROUTE_HEALTHZ)
+        sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    else if (route == ROUTE_MODELS)
+        sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
+    else
+        handle_inference(gw, req, inference_routes[route].kind, &who);
+}

@@ -1,0 +1,17 @@
+/* routes: the client listener's handlers. A request is checked from its head (route, method,
+ * API key, declared body), then /healthz and GET /v1/models are answered, and an inference
+ * request is inspected, resolved to a pool, hashed into prompt blocks and handed to admission
+ * (net/admission.h). ctx is the gateway. */
+#ifndef SB_NET_ROUTES_H
+#define SB_NET_ROUTES_H
+
+#include "net/gateway_types.h"
+
+/* The head hook (sb_http_head_hook): a request refused from its head is answered before any
+ * body is read; returns false then. */
+bool sb_gateway_on_head(sb_http_req *req, void *ctx);
+/* The request handler (sb_http_handler): the OpenAI API and /healthz only (the admin pages
+ * live on the admin listener, net/admin.h). */
+void sb_gateway_on_request(sb_http_req *req, void *ctx);
+
+#endif
