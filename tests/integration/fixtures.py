@@ -261,7 +261,9 @@ class Gateway:
         if self.proc.poll() is not None:
             raise AssertionError("gateway exited: " + open(self.log_path).read())
         try:
+            # Both listeners: a test may talk to the admin port first.
             socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            socket.create_connection(("127.0.0.1", self.admin_port), timeout=0.2).close()
             return True
         except OSError:
             return False
