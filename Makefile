@@ -91,6 +91,7 @@ integration: build/san/switchboard build/switchboard
 
 test:
 	@scripts/deps.sh test
+	@python3 scripts/include_graph.py
 	@$(MAKE) --no-print-directory unit integration
 
 bench: all $(BENCH_BIN)

@@ -3,8 +3,9 @@
 
 Two graphs from the #include "..." lines:
   - headers: header -> header it includes (a circle here cannot compile cleanly);
-  - units: a unit X (X.c with X.h) -> unit Y when X.c or X.h includes Y.h. A circle here means
-    two files need each other (a call circle through their headers).
+  - units: a unit X (X.c with X.h, and X_internal.h, a module's private header) -> unit Y when
+    one of its files includes Y.h. A circle here means two modules need each other (a call
+    circle through their headers).
 Exits 1 and prints each circle if any; with --net also prints the unit graph of src/net.
 Usage: scripts/include_graph.py [--net]
 """
@@ -55,6 +56,8 @@ def main():
     units = {}
     for f in all_files:
         u = f[:-2]
+        if u.endswith("_internal"):
+            u = u[: -len("_internal")]
         deps = {i[:-2] for i in includes(f)} - {u}
         units.setdefault(u, set()).update(deps)
     bad = 0

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "base/time.h"
-#include "replay/driver.h"
+#include "replay/result.h"
 
 /* Inter-token gap histogram: exact below 256 ns, then 128 log-linear sub-buckets per power of
  * two (relative width under 0.8%, midpoint error under 0.4%). 64-bit values need
