@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "replay/driver.h"
 #include "replay/latency.h"
 
 static void test_percentile(void **state)
