@@ -755,4 +755,3 @@ size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap
     }
     return e->n_adapters;
 }
-

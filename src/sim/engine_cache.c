@@ -164,4 +164,3 @@ void eng_register_blocks(sb_engine *e, req *r)
     if (full > r->n_registered)
         r->n_registered = full;
 }
-

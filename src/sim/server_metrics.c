@@ -161,4 +161,3 @@ void srv_handle_slots(replica *r, sb_http_req *h)
     sb_free(slots);
     sb_buf_free(&b);
 }
-
