@@ -1,6 +1,6 @@
 /* driver: the discrete-event loop, the request life cycle, simulated probing, and the summary
  * of a run. */
-#include "replay/driver.h"
+#include "replay/driver_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,83 +10,8 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
-#include "core/admission.h"
-#include "core/control.h"
-#include "core/decide.h"
 #include "proto/prompt.h"
-#include "replay/event_queue.h"
 #include "replay/latency.h"
-
-/* The virtual clock starts at 1 s, not 0: core/endpoint.h reads report_ns == 0 as "never
- * reported", and the first scrape happens at the start. */
-#define EPOCH_NS SB_NS_PER_S
-#define NEVER UINT64_MAX
-#define MAX_ADAPTERS 64      /* the router's LoRA masks are 64 bits (core/endpoint.h) */
-#define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/prompt.h) */
-#define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
-
-enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN };
-
-/* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
-#define TICK_MAX_NS SB_MS(100)
-
-typedef struct req_rt {
-    sb_ticket ticket;
-    sb_ns arrival_ns;
-    sb_ns dispatch_ns;    /* left the gateway for a replica: arrival, or the end of its queue wait */
-    sb_ns ttft_ns;        /* as the gateway sees it from dispatch, once the engine has finished */
-    sb_ns client_ttft_ns; /* from arrival, queue wait and network included */
-    uint32_t replica;
-    uint32_t cached_tokens;
-    uint32_t tenant;
-    uint16_t status; /* flow control's refusal (429, 503) */
-    uint8_t outcome;
-    uint8_t band;
-    bool queued;
-} req_rt;
-
-typedef struct driver {
-    const sb_replay_workload *w;
-    const sb_replay_policy *p;
-    const sb_replay_opts *o;
-    sb_replay_result *out;
-    char *err;
-    size_t errcap;
-    int error;
-
-    sb_router *router;
-    sb_engine **engines;
-    uint32_t n;
-    bool *scheduled; /* an EV_STEP is queued for the engine */
-    bool *is_dirty;  /* touched at `now`: its next step is due once time moves on */
-    uint32_t *dirty;
-    size_t n_dirty;
-    sb_replay_queue q;
-    sb_ns now;
-    uint32_t cur_replica; /* the engine being advanced, for its event callback */
-
-    req_rt *rt;
-    uint64_t total, settled; /* requests this run will settle (complete or shed), and so far */
-    uint64_t *itl_hist;
-    sb_ns *ttft, *e2e;
-    size_t n_done;
-    sb_ns first_arrival, last_answer;
-
-    uint64_t hash_seeds[MAX_ADAPTERS + 1]; /* router block-hash seed per engine adapter id */
-    uint32_t *tokens;                      /* scratch, sized for the longest prompt */
-    uint64_t *rhash, *ehash;
-    sb_engine_adapter adapters[MAX_ADAPTERS + 1];
-    uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */
-    void *pstate;
-    uint64_t prng;
-
-    /* adaptive weights and flow control, as the gateway runs them */
-    sb_adaptive *adaptive;
-    sb_admission *adm; /* flow control; NULL without */
-    sb_ns tick_ns;
-    bool drain_pending; /* an EV_DRAIN is queued at `now` */
-    double share_sum;
-} driver;
 
 void sb_replay_opts_default(sb_replay_opts *o)
 {
@@ -604,42 +529,6 @@ static void summarise(driver *d)
     }
 }
 
-/* Per band: counts over every settled request, TTFT percentiles over the completed ones
- * (client side: queue wait included). e2e's storage, already summarised, is the scratch. */
-static void summarise_bands(driver *d)
-{
-    sb_replay_result *out = d->out;
-    sb_ns *v = d->e2e;
-    double wait_sum[SB_BAND_COUNT] = {0};
-    for (int b = 0; b < SB_BAND_COUNT; b++) {
-        sb_replay_band_result *br = &out->band[b];
-        size_t k = 0;
-        for (size_t i = 0; i < d->w->n; i++) {
-            const req_rt *rt = &d->rt[i];
-            if (rt->band != b || rt->outcome == SB_REPLAY_PENDING)
-                continue;
-            br->requests++;
-            if (rt->outcome == SB_REPLAY_COMPLETED) {
-                br->completed++;
-                br->queued += rt->queued;
-                wait_sum[b] += (double)(rt->dispatch_ns - rt->arrival_ns);
-                v[k++] = rt->client_ttft_ns;
-                continue;
-            }
-            br->shed++;
-            br->refused += rt->status == 429;
-            br->expired += rt->status == 503;
-        }
-        sb_replay_sort_ns(v, k);
-        br->ttft_p50_ms = sb_replay_percentile(v, k, 0.50) * 1e-6;
-        br->ttft_p90_ms = sb_replay_percentile(v, k, 0.90) * 1e-6;
-        br->ttft_p99_ms = sb_replay_percentile(v, k, 0.99) * 1e-6;
-        br->wait_mean_ms = k ? wait_sum[b] / (double)k * 1e-6 : 0;
-        out->refused += br->refused;
-        out->expired += br->expired;
-    }
-}
-
 static int check_opts(driver *d)
 {
     const sb_replay_opts *o = d->o;
@@ -684,48 +573,6 @@ static uint64_t table_secret_of(uint64_t seed)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
-}
-
-/* A hash of (seed, root index, stream) in [0, 1): the same conversation gets the same band
- * and tenant whatever the policy. splitmix64's finaliser. */
-static double unit_hash(uint64_t seed, uint64_t root, uint64_t stream)
-{
-    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + root * 0xBF58476D1CE4E5B9ULL + stream * 0x94D049BB133111EBULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
-/* Bands and tenants per conversation: a root draws them, its later turns inherit. */
-static void assign_bands(driver *d)
-{
-    const sb_replay_opts *o = d->o;
-    double sum = 0;
-    for (int b = 0; b < SB_BAND_COUNT; b++)
-        sum += o->band_mix[b];
-    uint32_t tenants = o->tenants > 1 ? o->tenants : 1;
-    for (size_t i = 0; i < d->w->n; i++) {
-        if (d->w->reqs[i].is_followup)
-            continue;
-        uint8_t band = SB_BAND_STANDARD;
-        if (sum > 0) {
-            double u = unit_hash(o->seed, i, 1) * sum, acc = 0;
-            band = SB_BAND_SHEDDABLE; /* rounding at the top end */
-            for (int b = 0; b < SB_BAND_COUNT; b++) {
-                acc += o->band_mix[b];
-                if (u < acc && o->band_mix[b] > 0) {
-                    band = (uint8_t)b;
-                    break;
-                }
-            }
-        }
-        uint32_t tenant = (uint32_t)(unit_hash(o->seed, i, 2) * tenants);
-        for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = d->w->reqs[k].followup) {
-            d->rt[k].band = band;
-            d->rt[k].tenant = tenant;
-        }
-    }
 }
 
 static int set_up(driver *d)
@@ -797,7 +644,7 @@ static int set_up(driver *d)
     for (size_t i = 0; i < w->n; i++)
         d->rt[i].band = SB_BAND_STANDARD;
     if (out->have_bands)
-        assign_bands(d);
+        drv_assign_bands(d);
     /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
      * the start (generation 1: the base weights for a balanced pool), if it has weight to move. */
     if (o->adaptive) {
@@ -894,7 +741,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
         if (!d.error) {
             summarise(&d);
             if (out->have_bands)
-                summarise_bands(&d);
+                drv_summarise_bands(&d);
         }
     }
     tear_down(&d);

@@ -1,112 +1,12 @@
 /* engine: see engine.h for the model and the contract. */
-#include "sim/engine.h"
+#include "sim/engine_internal.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
-#include "base/table.h"
-
-#define NIL UINT32_MAX
-/* Arbitrary fixed seed for the root of every block-hash chain; changing it changes no behaviour
- * but every cached hash, so it is a constant, not a parameter. */
-#define HASH_ROOT_SEED 0x5357424c4f434b53ULL /* "SWBLOCKS" */
-
-/* ---- KV blocks ------------------------------------------------------------------------------ */
-
-typedef struct block {
-    uint64_t hash;       /* keyed, as the request's hashes are */
-    uint32_t ref;        /* running requests holding it */
-    uint32_t prev, next; /* free-queue links (NIL at the ends), meaningful while ref == 0 */
-    bool hashed;         /* registered in the hash table: a reusable full prompt block */
-} block;
-
-/* ---- requests ------------------------------------------------------------------------------- */
-
-enum { REQ_WAITING = 1, REQ_RUNNING };
-
-typedef struct req {
-    uint64_t id;
-    struct req *prev, *next; /* in the waiting or the running list */
-    int state;
-    uint32_t adapter;
-    uint32_t n_prompt, max_tokens;
-    uint32_t n_generated;  /* tokens produced so far; known tokens = n_prompt + n_generated */
-    uint32_t n_computed;   /* tokens whose KV is in the cache */
-    uint32_t n_blocks;     /* entries of `table` held */
-    uint32_t n_registered; /* leading prompt blocks already hashed in the table */
-    uint32_t n_hashes;     /* full prompt blocks: n_prompt / block_size */
-    uint32_t sched;        /* tokens computed by the step in flight */
-    bool sched_decode;     /* ... counted as decode tokens (else prefill) */
-    bool admitted_once;
-    uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
-    sb_ns last_token_ns;
-    sb_engine_usage u;
-    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (the block table's tags) at submit */
-    uint32_t *table;  /* block ids, room for every block the request can ever hold */
-} req;
-
-typedef struct req_list {
-    req *head, *tail;
-    uint32_t n;
-} req_list;
-
-/* Request id -> req: a keyed table (base/table.h) from the id to a handle, the handle an index
- * into `handles`; freed handles are reused first. */
-typedef struct id_handle {
-    uint64_t id;
-    req *r; /* NULL when the handle is free */
-} id_handle;
-
-typedef struct id_map {
-    sb_table table;
-    id_handle *handles;
-    uint32_t *free; /* free handles, a stack */
-    uint32_t n_free, cap;
-} id_map;
-
-typedef struct adapter {
-    uint32_t id;
-    uint32_t running, waiting;
-    bool resident;
-    uint64_t last_used_step; /* for LRU eviction among resident adapters */
-} adapter;
-
-struct sb_engine {
-    sb_engine_params p;
-
-    block *blocks;
-    uint32_t n_fresh; /* blocks [n_fresh, N) were never used: free, not in the queue */
-    uint32_t fq_head, fq_tail, fq_len;
-    uint32_t n_used;        /* blocks with ref > 0 */
-    uint32_t n_cached_free; /* hashed blocks in the free queue */
-    /* Keyed block hash -> block id (base/table.h), sized for every block at creation. The
-     * tags are the requests' block hashes keyed under hash_secret once at submit (a client
-     * chooses the prompts behind them), so probing and shifts never hash again. */
-    sb_table btab;
-
-    id_map ids;
-    req_list waiting, running;
-    adapter *adapters; /* sorted by id; few, so binary search and shifting are cheap */
-    uint32_t n_adapters, cap_adapters, n_resident;
-    uint32_t n_running_adapters, n_waiting_adapters;
-
-    bool active; /* a step is in flight */
-    sb_engine_step step;
-    uint32_t budget;   /* tokens left while forming a step */
-    sb_ns gpu_free_at; /* end of the last completed step */
-    sb_ns now;         /* latest time seen */
-    bool in_advance;
-
-    sb_engine_event *ev;
-    size_t n_ev, cap_ev;
-
-    uint64_t pc_queries, pc_hits, successes, aborts, prompt_tokens, gen_tokens, preemptions;
-    uint64_t steps;
-};
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
@@ -148,167 +48,6 @@ int sb_engine_params_check(const sb_engine_params *p)
 const sb_engine_params *sb_engine_params_get(const sb_engine *e)
 {
     return &e->p;
-}
-
-/* ---- block hashing -------------------------------------------------------------------------- */
-
-static uint64_t hash_root(uint32_t adapter)
-{
-    return XXH3_64bits_withSeed(&adapter, sizeof adapter, HASH_ROOT_SEED);
-}
-
-size_t sb_engine_hash_blocks(const uint32_t *tokens, size_t n, uint32_t block_size, uint32_t adapter, uint64_t *out)
-{
-    if (block_size == 0)
-        return 0;
-    size_t nb = n / block_size;
-    uint64_t h = hash_root(adapter);
-    for (size_t i = 0; i < nb; i++) {
-        h = XXH3_64bits_withSeed(tokens + i * block_size, block_size * sizeof *tokens, h);
-        out[i] = h;
-    }
-    return nb;
-}
-
-/* ---- block hash table ----------------------------------------------------------------------- */
-
-static uint32_t btab_find(const sb_engine *e, uint64_t h)
-{
-    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
-    return sb_table_val_or(&e->btab, i, NIL);
-}
-
-/* h is known absent; room for every block was reserved at creation. */
-static void btab_insert(sb_engine *e, uint64_t h, uint32_t b)
-{
-    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
-    sb_table_put(&e->btab, i, h, b);
-}
-
-static void btab_remove(sb_engine *e, uint64_t h)
-{
-    size_t steps, i = sb_table_search(&e->btab, h, NULL, NULL, &steps);
-    sb_table_delete(&e->btab, i);
-}
-
-/* ---- free queue ----------------------------------------------------------------------------- */
-
-static uint32_t free_blocks_count(const sb_engine *e)
-{
-    return e->fq_len + (e->p.num_gpu_blocks - e->n_fresh);
-}
-
-static void fq_unlink(sb_engine *e, uint32_t b)
-{
-    block *k = &e->blocks[b];
-    if (k->prev != NIL)
-        e->blocks[k->prev].next = k->next;
-    else
-        e->fq_head = k->next;
-    if (k->next != NIL)
-        e->blocks[k->next].prev = k->prev;
-    else
-        e->fq_tail = k->prev;
-    e->fq_len--;
-    if (k->hashed)
-        e->n_cached_free--;
-}
-
-/* Hashed blocks join the tail (most recently used, evicted last). Unhashed ones join the head:
- * they hold nothing reusable, so using them first spares cached prefixes. (vLLM appends all to
- * the tail; this only changes which worthless block goes first.) */
-static void fq_push(sb_engine *e, uint32_t b)
-{
-    block *k = &e->blocks[b];
-    if (k->hashed) {
-        k->prev = e->fq_tail;
-        k->next = NIL;
-        if (e->fq_tail != NIL)
-            e->blocks[e->fq_tail].next = b;
-        else
-            e->fq_head = b;
-        e->fq_tail = b;
-        e->n_cached_free++;
-    } else {
-        k->prev = NIL;
-        k->next = e->fq_head;
-        if (e->fq_head != NIL)
-            e->blocks[e->fq_head].prev = b;
-        else
-            e->fq_tail = b;
-        e->fq_head = b;
-    }
-    e->fq_len++;
-}
-
-/* Takes a free block for new content: an unhashed freed block, else a never-used one, else the
- * least recently freed cached block, whose hash is evicted. Caller checked one is free. */
-static uint32_t take_block(sb_engine *e)
-{
-    uint32_t b;
-    if (e->fq_head != NIL && !e->blocks[e->fq_head].hashed) {
-        b = e->fq_head;
-        fq_unlink(e, b);
-    } else if (e->n_fresh < e->p.num_gpu_blocks) {
-        b = e->n_fresh++;
-    } else {
-        b = e->fq_head;
-        fq_unlink(e, b);
-        btab_remove(e, e->blocks[b].hash);
-        e->blocks[b].hashed = false;
-    }
-    e->blocks[b].ref = 1;
-    e->n_used++;
-    return b;
-}
-
-/* Shares a cached block (in use or free). */
-static void touch_block(sb_engine *e, uint32_t b)
-{
-    if (e->blocks[b].ref++ == 0) {
-        fq_unlink(e, b);
-        e->n_used++;
-    }
-}
-
-/* Releases a request's blocks, tail first so that a prompt's head stays cached longest. */
-static void release_blocks(sb_engine *e, req *r)
-{
-    for (uint32_t i = r->n_blocks; i-- > 0;) {
-        uint32_t b = r->table[i];
-        if (--e->blocks[b].ref == 0) {
-            e->n_used--;
-            fq_push(e, b);
-        }
-    }
-    r->n_blocks = 0;
-    r->n_registered = 0;
-    r->n_computed = 0;
-}
-
-/* Registers the request's newly computed full prompt blocks so later requests can share them.
- * A block whose hash is already cached elsewhere (two requests computed the same prefix at
- * once) stays unhashed and is simply freed later. */
-static void register_blocks(sb_engine *e, req *r)
-{
-    uint32_t full = r->n_computed / e->p.block_size;
-    if (full > r->n_hashes)
-        full = r->n_hashes;
-    if (!e->p.enable_prefix_caching) {
-        r->n_registered = full;
-        return;
-    }
-    for (uint32_t i = r->n_registered; i < full; i++) {
-        uint64_t h = r->hashes[i];
-        if (btab_find(e, h) != NIL)
-            continue;
-        block *k = &e->blocks[r->table[i]];
-        k->hash = h;
-        k->hashed = true;
-        btab_insert(e, h, r->table[i]);
-    }
-    if (full > r->n_registered)
-        r->n_registered = full;
 }
 
 /* ---- request id map ------------------------------------------------------------------------- */
@@ -547,7 +286,7 @@ static void deliver(sb_engine *e, sb_engine_event_cb cb, void *ud)
 static void req_destroy(sb_engine *e, req *r)
 {
     if (r->state == REQ_RUNNING) {
-        release_blocks(e, r);
+        eng_release_blocks(e, r);
         list_remove(&e->running, r);
         adapter_count(e, r->adapter, -1, 0);
     } else {
@@ -583,7 +322,7 @@ static void unschedule(sb_engine *e, req *r)
 static void preempt(sb_engine *e, req *r, sb_ns t)
 {
     unschedule(e, r);
-    release_blocks(e, r);
+    eng_release_blocks(e, r);
     list_remove(&e->running, r);
     list_push_front(&e->waiting, r);
     r->state = REQ_WAITING;
@@ -598,14 +337,14 @@ static void preempt(sb_engine *e, req *r, sb_ns t)
 static bool alloc_slots(sb_engine *e, req *r, uint32_t n_new, sb_ns t)
 {
     uint32_t need = blocks_for(e, r->n_computed + n_new);
-    while (need > r->n_blocks && free_blocks_count(e) < need - r->n_blocks) {
+    while (need > r->n_blocks && eng_free_blocks(e) < need - r->n_blocks) {
         req *victim = e->running.tail;
         preempt(e, victim, t);
         if (victim == r)
             return false;
     }
     while (r->n_blocks < need)
-        r->table[r->n_blocks++] = take_block(e);
+        r->table[r->n_blocks++] = eng_take_block(e);
     return true;
 }
 
@@ -642,7 +381,7 @@ static int admit(sb_engine *e, req *r, sb_ns t)
         max_hit = r->n_hashes;
     if (e->p.enable_prefix_caching) {
         for (; hits < max_hit; hits++) {
-            uint32_t b = btab_find(e, r->hashes[hits]);
+            uint32_t b = eng_block_find(e, r->hashes[hits]);
             if (b == NIL)
                 break;
             hits_free += e->blocks[b].ref == 0;
@@ -653,7 +392,7 @@ static int admit(sb_engine *e, req *r, sb_ns t)
     if (n_new > e->budget)
         n_new = e->budget;
     uint32_t need = blocks_for(e, cached + n_new) - hits;
-    if (need > free_blocks_count(e) - hits_free)
+    if (need > eng_free_blocks(e) - hits_free)
         return 0;
 
     if (lora > 0) {
@@ -672,12 +411,12 @@ static int admit(sb_engine *e, req *r, sb_ns t)
         a->last_used_step = e->steps;
     }
     for (uint32_t i = 0; i < hits; i++)
-        touch_block(e, r->table[i]);
+        eng_touch_block(e, r->table[i]);
     r->n_blocks = hits;
     r->n_registered = hits;
     r->n_computed = cached;
     while (r->n_blocks < hits + need)
-        r->table[r->n_blocks++] = take_block(e);
+        r->table[r->n_blocks++] = eng_take_block(e);
 
     list_remove(&e->waiting, r);
     list_push_back(&e->running, r);
@@ -781,7 +520,7 @@ static void complete_step(sb_engine *e)
         r->n_computed += r->sched;
         r->sched = 0;
         r->sched_context = 0;
-        register_blocks(e, r);
+        eng_register_blocks(e, r);
         if (r->n_computed < r->n_prompt + r->n_generated)
             continue;
         r->n_generated++;
@@ -1015,103 +754,4 @@ size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap
             (sb_engine_adapter){.id = a->id, .running = a->running, .waiting = a->waiting, .resident = a->resident};
     }
     return e->n_adapters;
-}
-
-/* ---- calibration ---------------------------------------------------------------------------- */
-
-typedef struct calib_ctx {
-    uint32_t n_target, n_first;
-    sb_ns all_first_ns; /* when the last request got its first token */
-    sb_ns first_ttft_ns;
-    bool finished; /* some request finished: the batch is shrinking */
-    sb_ns itl_sum_ns;
-    uint64_t itl_n;
-} calib_ctx;
-
-static void calib_cb(void *ud, const sb_engine_event *ev)
-{
-    calib_ctx *c = ud;
-    switch (ev->kind) {
-    case SB_ENGINE_EV_FIRST_TOKEN:
-        if (c->n_first++ == 0)
-            c->first_ttft_ns = ev->usage.ttft_ns;
-        if (c->n_first == c->n_target)
-            c->all_first_ns = ev->time_ns;
-        break;
-    case SB_ENGINE_EV_TOKEN:
-        /* Steady state: every request decoding, none gone, the gap wholly after the last
-         * prefill. */
-        if (c->n_first == c->n_target && !c->finished && ev->time_ns - ev->itl_ns >= c->all_first_ns) {
-            c->itl_sum_ns += ev->itl_ns;
-            c->itl_n++;
-        }
-        break;
-    case SB_ENGINE_EV_FINISHED: c->finished = true; break;
-    default: break;
-    }
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* Submits n requests with unique prompts at time 0 and runs the engine until idle. */
-static int calib_run(const sb_engine_params *p, uint32_t n, uint32_t prompt, uint32_t max_tokens, calib_ctx *c)
-{
-    *c = (calib_ctx){.n_target = n};
-    sb_engine *e = sb_engine_new(p);
-    uint64_t *h = sb_malloc((prompt / p->block_size + 1) * sizeof *h);
-    int rc = e && h ? 0 : -ENOMEM;
-    uint64_t seed = 1;
-    for (uint32_t i = 0; i < n && rc == 0; i++) {
-        for (uint32_t k = 0; k < prompt / p->block_size; k++)
-            h[k] = splitmix64(&seed);
-        sb_engine_request q = {.id = i + 1, .block_hashes = h, .n_prompt = prompt, .max_tokens = max_tokens};
-        rc = sb_engine_submit(e, &q, 0);
-    }
-    for (sb_ns t; rc == 0 && (t = sb_engine_next_event(e)) != SB_ENGINE_NEVER;)
-        sb_engine_advance(e, t, calib_cb, c);
-    sb_free(h);
-    sb_engine_free(e);
-    return rc;
-}
-
-int sb_engine_calibrate(const sb_engine_params *p, sb_engine_calibration *out)
-{
-    static const uint32_t prompts[3] = {1024, 8192, 32768};
-    static const uint32_t batches[3] = {1, 64, 256};
-    const uint32_t ctx_tokens = 1024, prefill_reqs = 64, prefill_len = 4096;
-    if (sb_engine_params_check(p) != 0)
-        return -EINVAL;
-    memset(out, 0, sizeof *out);
-    calib_ctx c;
-    for (int i = 0; i < 3; i++) {
-        out->ttft_prompt_tokens[i] = prompts[i];
-        int rc = calib_run(p, 1, prompts[i], 1, &c);
-        if (rc == -ENOMEM)
-            return rc;
-        out->ttft_ns[i] = rc == 0 ? c.first_ttft_ns : 0;
-    }
-    out->itl_context_tokens = ctx_tokens;
-    for (int i = 0; i < 3; i++) {
-        uint32_t b = batches[i] < p->max_num_seqs ? batches[i] : p->max_num_seqs;
-        out->itl_batch[i] = b;
-        /* 128 tokens: long enough for a steady window after the last prefill at batch 256. */
-        int rc = calib_run(p, b, ctx_tokens, 128, &c);
-        if (rc == -ENOMEM)
-            return rc;
-        out->itl_ns[i] = rc == 0 && c.itl_n ? c.itl_sum_ns / c.itl_n : 0;
-    }
-    if (out->itl_ns[2])
-        out->decode_tokens_per_s_256 = out->itl_batch[2] * 1e9 / (double)out->itl_ns[2];
-    int rc = calib_run(p, prefill_reqs, prefill_len, 1, &c);
-    if (rc == -ENOMEM)
-        return rc;
-    if (rc == 0 && c.all_first_ns)
-        out->prefill_tokens_per_s = (double)prefill_reqs * prefill_len * 1e9 / (double)c.all_first_ns;
-    return 0;
 }

@@ -12,7 +12,7 @@
  * a callback can run the handler (pipelining) and a failed write runs on_abort synchronously.
  * So `in_advance` defers re-arming the step timer to the end of on_step, and every write that
  * fails returns at once without touching the request again. */
-#include "sim/server.h"
+#include "sim/server_internal.h"
 
 #include <errno.h>
 #include <http_parser.h>
@@ -33,63 +33,6 @@
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct"
 #define RESTART_DOWN_MIN_MS 10
 #define RESTART_DOWN_MAX_MS 1000
-
-typedef struct replica replica;
-
-typedef struct sim_req {
-    replica *rep;
-    sb_http_req *http;
-    struct sim_req *prev, *next; /* live list, in arrival order */
-    uint64_t id;                 /* engine id: generation << 32 | slot */
-    uint32_t slot;
-    bool chat, stream, include_usage;
-    sb_sim_orca orca;
-    uint32_t max_tokens, emitted;
-    uint64_t created; /* unix seconds */
-    char rid[48];     /* "chatcmpl-..." / "cmpl-..." */
-    char model[SB_SIM_MODEL_MAX + 1];
-} sim_req;
-
-/* A GET /metrics held back by a fault. */
-typedef struct parked {
-    struct parked *prev, *next;
-    replica *rep;
-    sb_http_req *http;
-    uint64_t due_ns; /* uv_hrtime deadline; UINT64_MAX: never (hang) */
-} parked;
-
-struct replica {
-    sb_sim_fleet *fleet;
-    uint32_t index;
-    uint16_t port;
-    bool faulty;
-    bool in_advance;
-    bool down;           /* restart fault: between going down and listening again */
-    sb_http_server *srv; /* NULL while not listening */
-    sb_engine *engine;
-    sb_sim_stats stats;
-    uv_timer_t step_timer, metrics_timer, restart_timer;
-    sim_req *head, *tail;
-    sim_req **slots;      /* id lookup: slots[id & 0xffffffff] */
-    uint32_t *free_slots; /* stack of free slot indices */
-    uint32_t cap_slots, n_free;
-    uint64_t generation;
-    parked *parked_head, *parked_tail;
-};
-
-struct sb_sim_fleet {
-    uv_loop_t *loop;
-    sb_sim_opts opts; /* strings below are the fleet's copies */
-    char *host, *model;
-    char **adapters;
-    uint32_t max_model_len;
-    uint64_t start_ns;
-    uint64_t rng;
-    replica *reps;
-    uint32_t n;
-    int handles_open;
-    bool stopping;
-};
 
 static const char *filler[] = {" the",   " model", " server", " is",   " simulated", " and",   " this", " text",
                                " fills", " each",  " token",  " with", " one",       " plain", " word", " here"};
@@ -117,7 +60,7 @@ static double draw(sb_sim_fleet *f)
 /* ---- small responses ---- */
 
 /* vLLM's error body shape ({"error":{...}} with the HTTP status as the code). */
-static void respond_error(sb_http_req *h, int status, const char *type, const char *message, const char *extra_headers)
+void srv_respond_error(sb_http_req *h, int status, const char *type, const char *message, const char *extra_headers)
 {
     sb_buf b = {0};
     sb_buf_puts(&b, "{\"error\":{\"message\":\"");
@@ -130,12 +73,12 @@ static void respond_error(sb_http_req *h, int status, const char *type, const ch
     sb_buf_free(&b);
 }
 
-static void respond_json(sb_http_req *h, int status, sb_buf *b)
+void srv_respond_json(sb_http_req *h, int status, sb_buf *b)
 {
     if (b->data)
         sb_http_respond(h, status, "application/json", NULL, b->data, b->len);
     else
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
 }
 
 /* ---- live requests ---- */
@@ -367,7 +310,7 @@ static void finish_req(sim_req *q, const sb_engine_usage *u)
     if (b.data)
         sb_http_respond(h, 200, "application/json", hdr.data, b.data, b.len);
     else
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
     sb_buf_free(&hdr);
     sb_buf_free(&b);
 }
@@ -448,7 +391,7 @@ static void respond_unknown_model(sb_http_req *h, const char *model)
 {
     char msg[SB_SIM_MODEL_MAX + 64];
     snprintf(msg, sizeof(msg), "The model `%s` does not exist.", model);
-    respond_error(h, 404, "NotFoundError", msg, NULL);
+    srv_respond_error(h, 404, "NotFoundError", msg, NULL);
 }
 
 static void handle_completion(replica *r, sb_http_req *h, bool chat)
@@ -456,7 +399,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     sb_sim_fleet *f = r->fleet;
     const sb_sim_faults *fa = &f->opts.faults;
     if (r->faulty && fa->fail_rate > 0 && draw(f) < fa->fail_rate) {
-        respond_error(h, 500, "InternalServerError", "simulated failure (--fail-rate)", NULL);
+        srv_respond_error(h, 500, "InternalServerError", "simulated failure (--fail-rate)", NULL);
         return;
     }
     sb_buf prompt = {0};
@@ -465,7 +408,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     sim_req *q = NULL;
     int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, &pr, &prompt);
     if (rc == -EINVAL) {
-        respond_error(h, 400, "BadRequestError", pr.error, NULL);
+        srv_respond_error(h, 400, "BadRequestError", pr.error, NULL);
         goto done;
     }
     if (rc < 0)
@@ -477,7 +420,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     }
     size_t n = sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0);
     if (n == 0) {
-        respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
+        srv_respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
         goto done;
     }
     if (n + pr.max_tokens > f->max_model_len) {
@@ -486,7 +429,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
                  "This model's maximum context length is %u tokens. However, you requested %zu tokens (%zu in the "
                  "messages, %u in the completion). Please reduce the length of the messages or completion.",
                  f->max_model_len, n + pr.max_tokens, n, pr.max_tokens);
-        respond_error(h, 400, "BadRequestError", msg, NULL);
+        srv_respond_error(h, 400, "BadRequestError", msg, NULL);
         goto done;
     }
     tokens = sb_malloc(n * sizeof(*tokens));
@@ -503,9 +446,9 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     if (rc < 0) {
         slot_release(r, q->slot);
         if (rc == -E2BIG)
-            respond_error(h, 400, "BadRequestError", "The prompt and max_tokens do not fit in the KV cache.", NULL);
+            srv_respond_error(h, 400, "BadRequestError", "The prompt and max_tokens do not fit in the KV cache.", NULL);
         else
-            respond_error(h, 500, "InternalServerError", "the engine refused the request", NULL);
+            srv_respond_error(h, 500, "InternalServerError", "the engine refused the request", NULL);
         sb_free(q);
         q = NULL;
         goto done;
@@ -535,7 +478,7 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
             h->on_abort = NULL;
             sb_engine_abort(r->engine, q->id, engine_now(f));
             req_free(q);
-            respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+            srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
         } else {
             /* On failure the connection is closed and on_abort has freed q. */
             sb_http_stream_begin(h, 200, hdr.data, hdr.len, -1);
@@ -552,7 +495,7 @@ nomem:
     if (q && r->slots && r->slots[q->slot] == q)
         slot_release(r, q->slot);
     sb_free(q);
-    respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
     goto done;
 }
 
@@ -579,7 +522,7 @@ static void handle_models(replica *r, sb_http_req *h)
         sb_buf_puts(&b, "\",\"max_model_len\":null,\"permission\":[]}");
     }
     sb_buf_puts(&b, "]}");
-    respond_json(h, 200, &b);
+    srv_respond_json(h, 200, &b);
     sb_buf_free(&b);
 }
 
@@ -591,7 +534,7 @@ static void handle_tokenize(replica *r, sb_http_req *h)
     uint32_t *tokens = NULL;
     int rc = sb_sim_request_parse(h->body, h->body_len, SB_SIM_API_TOKENIZE, &pr, &prompt);
     if (rc == -EINVAL) {
-        respond_error(h, 400, "BadRequestError", pr.error, NULL);
+        srv_respond_error(h, 400, "BadRequestError", pr.error, NULL);
         goto done;
     }
     if (rc == 0 && pr.model_len && model_adapter(f, &pr) < 0) {
@@ -601,7 +544,7 @@ static void handle_tokenize(replica *r, sb_http_req *h)
     size_t n = rc == 0 ? sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0) : 0;
     tokens = n ? sb_malloc(n * sizeof(*tokens)) : NULL;
     if (rc < 0 || (n && !tokens)) {
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
         goto done;
     }
     sb_tokenize(prompt.data, prompt.len, tokens, n);
@@ -609,166 +552,10 @@ static void handle_tokenize(replica *r, sb_http_req *h)
     for (size_t i = 0; i < n; i++)
         sb_buf_printf(&b, i ? ",%u" : "%u", tokens[i]);
     sb_buf_puts(&b, "],\"token_strs\":null}");
-    respond_json(h, 200, &b);
+    srv_respond_json(h, 200, &b);
 done:
     sb_free(tokens);
     sb_buf_free(&prompt);
-    sb_buf_free(&b);
-}
-
-/* Comma-separated names of the adapters with running (or waiting) requests. */
-static void adapter_names(const replica *r, bool running, sb_buf *out)
-{
-    const sb_sim_fleet *f = r->fleet;
-    size_t n = sb_engine_adapters(r->engine, NULL, 0);
-    sb_engine_adapter *ad = n ? sb_calloc(n, sizeof(*ad)) : NULL;
-    if (ad)
-        n = sb_engine_adapters(r->engine, ad, n);
-    for (size_t i = 0; ad && i < n; i++) {
-        if ((running ? ad[i].running : ad[i].waiting) == 0 || ad[i].id == 0 || ad[i].id > f->opts.n_adapters)
-            continue;
-        if (out->len)
-            sb_buf_puts(out, ",");
-        sb_buf_puts(out, f->adapters[ad[i].id - 1]);
-    }
-    sb_free(ad);
-}
-
-static void answer_metrics(replica *r, sb_http_req *h)
-{
-    sb_sim_fleet *f = r->fleet;
-    sb_engine_metrics m;
-    sb_engine_metrics_get(r->engine, &m);
-    sb_buf run = {0}, wait = {0}, b = {0};
-    adapter_names(r, true, &run);
-    adapter_names(r, false, &wait);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    sb_sim_metrics_view v = {
-        .flavor = f->opts.flavor,
-        .model_name = f->model,
-        .engine = &m,
-        .stats = &r->stats,
-        .running_adapters = run.data ? run.data : "",
-        .waiting_adapters = wait.data ? wait.data : "",
-        .enable_prefix_caching = f->opts.engine.enable_prefix_caching,
-        .now_unix_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9,
-    };
-    if (sb_sim_metrics_render(&b, &v) == 0)
-        sb_http_respond(h, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
-    else
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-    sb_buf_free(&run);
-    sb_buf_free(&wait);
-    sb_buf_free(&b);
-}
-
-static void unpark(parked *p)
-{
-    replica *r = p->rep;
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        r->parked_head = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    else
-        r->parked_tail = p->prev;
-    p->http->user = NULL;
-    p->http->on_abort = NULL;
-    sb_free(p);
-}
-
-static void on_parked_abort(sb_http_req *h)
-{
-    if (h->user)
-        unpark(h->user);
-}
-
-static void on_metrics_timer(uv_timer_t *t);
-
-static void arm_metrics_timer(replica *r)
-{
-    parked *p = r->parked_head;
-    while (p && p->due_ns == UINT64_MAX)
-        p = p->next;
-    if (!p || r->fleet->stopping) {
-        uv_timer_stop(&r->metrics_timer);
-        return;
-    }
-    uint64_t now = uv_hrtime();
-    uint64_t ms = p->due_ns > now ? (p->due_ns - now + SB_NS_PER_MS - 1) / SB_NS_PER_MS : 0;
-    uv_timer_start(&r->metrics_timer, on_metrics_timer, ms, 0);
-}
-
-static void on_metrics_timer(uv_timer_t *t)
-{
-    replica *r = t->data;
-    uint64_t now = uv_hrtime();
-    /* Answering may run the handler for a pipelined request, which may park again: take one
-     * due entry at a time from the list as it is then. */
-    for (;;) {
-        parked *p = r->parked_head;
-        while (p && (p->due_ns == UINT64_MAX || p->due_ns > now))
-            p = p->next;
-        if (!p)
-            break;
-        sb_http_req *h = p->http;
-        unpark(p);
-        answer_metrics(r, h);
-    }
-    arm_metrics_timer(r);
-}
-
-static void handle_metrics(replica *r, sb_http_req *h)
-{
-    const sb_sim_faults *fa = &r->fleet->opts.faults;
-    if (!r->faulty || (!fa->metrics_hang && !fa->metrics_delay_ms)) {
-        answer_metrics(r, h);
-        return;
-    }
-    parked *p = sb_calloc(1, sizeof(*p));
-    if (!p) {
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-        return;
-    }
-    p->rep = r;
-    p->http = h;
-    p->due_ns = fa->metrics_hang ? UINT64_MAX : uv_hrtime() + (uint64_t)fa->metrics_delay_ms * SB_NS_PER_MS;
-    p->prev = r->parked_tail;
-    if (r->parked_tail)
-        r->parked_tail->next = p;
-    else
-        r->parked_head = p;
-    r->parked_tail = p;
-    h->user = p;
-    h->on_abort = on_parked_abort;
-    arm_metrics_timer(r);
-}
-
-/* llama.cpp's slots: max_num_seqs of them; the oldest live requests, as many as the engine
- * runs, are shown processing (the engine admits first come first served). */
-static void handle_slots(replica *r, sb_http_req *h)
-{
-    sb_engine_metrics m;
-    sb_engine_metrics_get(r->engine, &m);
-    const sb_engine_params *p = sb_engine_params_get(r->engine);
-    size_t n = p->max_num_seqs;
-    sb_sim_slot *slots = sb_calloc(n, sizeof(*slots));
-    sb_buf b = {0};
-    if (!slots) {
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-        return;
-    }
-    size_t i = 0;
-    for (const sim_req *q = r->head; q && i < n && i < m.num_requests_running; q = q->next, i++)
-        slots[i] = (sb_sim_slot){true, q->id >> 32, q->emitted, q->max_tokens, q->stream};
-    uint32_t n_ctx = (uint32_t)((uint64_t)p->num_gpu_blocks * p->block_size / n);
-    if (sb_sim_slots_render(&b, slots, n, n_ctx) == 0)
-        respond_json(h, 200, &b);
-    else
-        respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-    sb_free(slots);
     sb_buf_free(&b);
 }
 
@@ -806,8 +593,8 @@ static const struct route {
     {"/v1/models", HTTP_GET, false, handle_models},
     {"/health", HTTP_GET, false, handle_health},
     {"/tokenize", HTTP_POST, false, handle_tokenize},
-    {"/metrics", HTTP_GET, false, handle_metrics},
-    {"/slots", HTTP_GET, true, handle_slots},
+    {"/metrics", HTTP_GET, false, srv_handle_metrics},
+    {"/slots", HTTP_GET, true, srv_handle_slots},
 };
 
 /* Unrouted requests get FastAPI's bodies, as vLLM and SGLang answer them. */
@@ -850,7 +637,7 @@ static void unlisten_replica(replica *r)
         r->srv = NULL;
     }
     while (r->parked_head) /* none are left after the server stop; this is a safety net */
-        unpark(r->parked_head);
+        srv_unpark(r->parked_head);
 }
 
 static uint32_t restart_down_ms(const sb_sim_faults *fa)
