@@ -559,6 +559,63 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
     }
 }
 
+/* An in-place reload of pool p: the same endpoints keep their state; parameters, profile,
+ * adaptive bounds and the endpoints' identity strings come from the new config. */
+static void reload_pool_in_place(sb_gateway *gw, const sb_config *cfg, size_t p)
+{
+    const sb_pool_config *pc = &cfg->pools[p];
+    sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
+                         .health = {.max_failures = pc->max_failures,
+                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
+                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                         .block_bytes = (uint32_t)cfg->block_bytes};
+    sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
+    const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+    sb_router_set_profile(gw->router, (uint32_t)p, prof);
+    if (gw->adaptive && gw->adaptive[p]) {
+        sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());
+        sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
+        sb_control_publish(gw->router, (uint32_t)p, gw->adaptive[p], prof, pc->adaptive);
+    }
+    for (size_t e = 0; e < pc->n_endpoints; e++) {
+        /* Same endpoint, state kept; only its identity strings move to the new config. */
+        sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
+        const sb_endpoint_config *ec = &pc->endpoints[e];
+        ep->address = ec->address;
+        ep->draining = ec->draining;
+        ep->n_labels = 0;
+        for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
+            ep->label_keys[l] = ec->label_keys[l];
+            ep->label_values[l] = ec->label_values[l];
+            ep->n_labels = l + 1;
+        }
+    }
+}
+
+/* A reload that changes pools, models or endpoints: a new gateway takes over the listener;
+ * the old one finishes what it has in flight. */
+static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
+{
+    sb_gateway *gw = *gwp;
+    sb_gateway *ngw = NULL;
+    /* The same secret: the prefix indexes carried over keep their own key anyway, but one
+     * secret per process is simpler to reason about. */
+    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, &ngw) < 0) {
+        SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
+        return -1;
+    }
+    carry_state(ngw, gw);
+    ngw->reloads++;
+    sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
+    if (ngw->admin_server)
+        sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
+    gateway_retire(gw);
+    *gwp = ngw;
+    SB_INFO("configuration reloaded (%llu): %s; endpoint state carried over",
+            (unsigned long long)ngw->reloads, why);
+    return 0;
+}
+
 int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
 {
     sb_gateway *gw = *gwp;
@@ -573,27 +630,8 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
         sb_config_free(cfg);
         return -1;
     }
-    if (why) {
-        /* Pools, models or endpoints changed: a new gateway takes over the listener; the old
-         * one finishes what it has in flight. */
-        sb_gateway *ngw = NULL;
-        /* The same secret: the prefix indexes carried over keep their own key anyway, but one
-         * secret per process is simpler to reason about. */
-        if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, &ngw) < 0) {
-            SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
-            return -1;
-        }
-        carry_state(ngw, gw);
-        ngw->reloads++;
-        sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
-        if (ngw->admin_server)
-            sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
-        gateway_retire(gw);
-        *gwp = ngw;
-        SB_INFO("configuration reloaded (%llu): %s; endpoint state carried over",
-                (unsigned long long)ngw->reloads, why);
-        return 0;
-    }
+    if (why)
+        return reload_replace(gwp, cfg, why);
     sb_snapshot *ns = sb_calloc(1, sizeof(*ns));
     if (!ns) {
         sb_config_free(cfg);
@@ -601,35 +639,8 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     }
     ns->cfg = cfg;
     ns->refs = 1;
-    for (size_t p = 0; p < cfg->n_pools; p++) {
-        const sb_pool_config *pc = &cfg->pools[p];
-        sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                             .health = {.max_failures = pc->max_failures,
-                                        .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                        .max_eject_ns = SB_MS(pc->max_eject_ms)},
-                             .block_bytes = (uint32_t)cfg->block_bytes};
-        sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
-        const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
-        sb_router_set_profile(gw->router, (uint32_t)p, prof);
-        if (gw->adaptive && gw->adaptive[p]) {
-            sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());
-            sb_adaptive_set_base(gw->adaptive[p], prof, uv_hrtime());
-            sb_control_publish(gw->router, (uint32_t)p, gw->adaptive[p], prof, pc->adaptive);
-        }
-        for (size_t e = 0; e < pc->n_endpoints; e++) {
-            /* Same endpoint, state kept; only its identity strings move to the new config. */
-            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
-            const sb_endpoint_config *ec = &pc->endpoints[e];
-            ep->address = ec->address;
-            ep->draining = ec->draining;
-            ep->n_labels = 0;
-            for (size_t l = 0; l < ec->n_labels && l < SB_MAX_LABELS; l++) {
-                ep->label_keys[l] = ec->label_keys[l];
-                ep->label_values[l] = ec->label_values[l];
-                ep->n_labels = l + 1;
-            }
-        }
-    }
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        reload_pool_in_place(gw, cfg, p);
     sb_http_server_opts so, ao;
     server_opts(cfg, &so, &ao);
     sb_http_server_set_opts(gw->server, &so);

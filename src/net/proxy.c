@@ -529,37 +529,15 @@ static void on_sent(uv_write_t *w, int status)
         exchange_maybe_free(x);
 }
 
-static void send_request(exchange *x)
+/* The request head for the upstream in x->head: rebuilt once per exchange (the Host differs
+ * per endpoint on a retry), hop-by-hop headers dropped, the pool's upstream key in place of
+ * the client's Authorization. Returns 0 or -1 (out of memory). */
+static int build_head(exchange *x, size_t body_len)
 {
-    sb_http_req *req = x->req;
-    sb_upstream_conn *uc = x->uc;
-    uc->owner = x;
-    uc->tcp.data = uc;
-    uc->timer.data = uc;
-    http_parser_init(&x->parser, HTTP_RESPONSE);
-    x->parser.data = x;
-    x->resp_headers.len = 0;
-    x->hfield_start = 0;
-    x->in_value = false;
-    x->got_bytes = false;
-
-    /* Body: the client's bytes as they are, or three pieces with the served name spliced
-     * in place of an alias: never re-serialised, never copied. */
-    uv_buf_t bufs[4];
-    int nb = 1;
-    size_t body_len = req->body_len;
-    if (x->t.served) {
-        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)x->t.model_tok_start);
-        bufs[nb++] = uv_buf_init(x->served_quoted, (unsigned)x->served_quoted_len);
-        bufs[nb++] = uv_buf_init((char *)req->body + x->t.model_tok_end,
-                                 (unsigned)(req->body_len - x->t.model_tok_end));
-        body_len = req->body_len - (x->t.model_tok_end - x->t.model_tok_start) + x->served_quoted_len;
-    } else if (req->body_len) {
-        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)req->body_len);
-    }
-    /* Head: rebuilt once per exchange (the Host differs per endpoint on a retry). */
     sb_buf *h = &x->head;
     sb_buf_reset(h);
+    sb_upstream_conn *uc = x->uc;
+    sb_http_req *req = x->req;
     sb_buf_printf(h, "%.*s %.*s HTTP/1.1\r\nHost: %s\r\n", req->method == HTTP_POST ? 4 : 3,
                   req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url,
                   sb_upstream_address(uc->up));
@@ -596,11 +574,42 @@ static void send_request(exchange *x)
     x->orca_asked = x->snap->cfg->orca_request && !has_orca_fmt;
     if (x->orca_asked)
         sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
-    if (sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0) {
+    return sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0 ? -1 : 0;
+}
+
+static void send_request(exchange *x)
+{
+    sb_http_req *req = x->req;
+    sb_upstream_conn *uc = x->uc;
+    uc->owner = x;
+    uc->tcp.data = uc;
+    uc->timer.data = uc;
+    http_parser_init(&x->parser, HTTP_RESPONSE);
+    x->parser.data = x;
+    x->resp_headers.len = 0;
+    x->hfield_start = 0;
+    x->in_value = false;
+    x->got_bytes = false;
+
+    /* Body: the client's bytes as they are, or three pieces with the served name spliced
+     * in place of an alias: never re-serialised, never copied. */
+    uv_buf_t bufs[4];
+    int nb = 1;
+    size_t body_len = req->body_len;
+    if (x->t.served) {
+        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)x->t.model_tok_start);
+        bufs[nb++] = uv_buf_init(x->served_quoted, (unsigned)x->served_quoted_len);
+        bufs[nb++] = uv_buf_init((char *)req->body + x->t.model_tok_end,
+                                 (unsigned)(req->body_len - x->t.model_tok_end));
+        body_len = req->body_len - (x->t.model_tok_end - x->t.model_tok_start) + x->served_quoted_len;
+    } else if (req->body_len) {
+        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)req->body_len);
+    }
+    if (build_head(x, body_len) < 0) {
         fail_before_response(x, 500, "out of memory", NULL);
         return;
     }
-    bufs[0] = uv_buf_init(h->data, (unsigned)h->len);
+    bufs[0] = uv_buf_init(x->head.data, (unsigned)x->head.len);
     send_req *s = sb_malloc(sizeof(*s));
     if (!s) {
         fail_before_response(x, 500, "out of memory", NULL);

@@ -1,0 +1,414 @@
+/* http_parse: reading client bytes and framing requests (see http_server_internal.h). */
+#include "net/http_server_internal.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+
+/* ---- buffers of client bytes: grown with what arrives, never past their bound ---- */
+
+/* The capacity `b` needs for `extra` more bytes (and sb_buf's NUL): 0 if it has room, else
+ * double the current one (at least `first`), but never more than `cap_max` when that still
+ * fits, so a buffer at its bound holds no doubling's worth of slack. */
+static size_t grown_cap(const sb_buf *b, size_t extra, size_t first, size_t cap_max)
+{
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap * 2 : first;
+    if (cap < need)
+        cap = need;
+    if (cap > cap_max && cap_max >= need)
+        cap = cap_max;
+    return cap;
+}
+
+static int buf_set_cap(sb_buf *b, size_t cap)
+{
+    char *d = sb_realloc(b->data, cap);
+    if (!d)
+        return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+/* Appends to a head or pending buffer, growing it at most to cap_max. Returns 0 or -1 (ENOMEM). */
+static int buf_append_capped(sb_buf *b, const char *p, size_t n, size_t cap_max)
+{
+    size_t cap = grown_cap(b, n, 1024, cap_max);
+    if (cap && buf_set_cap(b, cap) < 0)
+        return -1;
+    return sb_buf_append(b, p, n);
+}
+
+/* Makes room for `extra` more body bytes. The buffer doubles from what has arrived (so the
+ * memory a connection holds is at most about twice what it sent), never past the declared
+ * Content-Length, and every byte of capacity is charged to max_buffered_body_bytes.
+ * Returns 0, 503 when the budget is spent, or 500 when out of memory; the buffer is
+ * unchanged on failure. */
+static int body_grow(conn *c, size_t extra)
+{
+    sb_http_server *s = c->srv;
+    size_t cap = grown_cap(&c->body, extra, BODY_FIRST_BYTES, c->body_cap_max);
+    if (!cap)
+        return 0;
+    size_t budget = s->opts.max_buffered_body_bytes;
+    size_t avail = s->body_bytes < budget ? budget - s->body_bytes : 0; /* a reload may have lowered it */
+    if (cap - c->body.cap > avail) {
+        /* The exact need before refusing: the doubling is a convenience, not a claim. */
+        cap = c->body.len + extra + 1;
+        if (cap - c->body.cap > avail)
+            return 503;
+    }
+    size_t more = cap - c->body.cap;
+    if (buf_set_cap(&c->body, cap) < 0)
+        return 500;
+    s->body_bytes += more;
+    return 0;
+}
+
+/* Frees the body and gives its capacity back to the budget. */
+void hs_body_release(conn *c)
+{
+    c->srv->body_bytes -= c->body.cap;
+    sb_buf_free(&c->body);
+}
+
+/* ---- parsing callbacks ---- */
+
+static int on_message_begin(http_parser *p)
+{
+    conn *c = p->data;
+    hs_reset_request(c);
+    c->state = CONN_READING;
+    c->req.start_ns = uv_hrtime();
+    hs_arm_timer(c, c->srv->opts.header_ms);
+    return 0;
+}
+
+static int head_append(conn *c, const char *at, size_t len)
+{
+    if (c->head.len + len > c->srv->opts.max_header_bytes) {
+        c->error_status = 431;
+        return -1;
+    }
+    if (buf_append_capped(&c->head, at, len, c->srv->opts.max_header_bytes + 1) < 0) {
+        c->error_status = 500;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->url_len == 0)
+        c->url_off = c->head.len;
+    c->url_len += len;
+    return head_append(c, at, len);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->head_done)
+        return 0; /* chunked trailers: never merged into the request's headers */
+    if (c->last_was_value || c->n_headers == 0) {
+        if (c->n_headers == MAX_HEADERS) {
+            c->error_status = 431;
+            return -1;
+        }
+        hdr_off *h = &c->hoffs[c->n_headers++];
+        h->name_off = c->head.len;
+        h->name_len = 0;
+        h->value_off = 0;
+        h->value_len = 0;
+        c->last_was_value = false;
+    }
+    c->hoffs[c->n_headers - 1].name_len += len;
+    return head_append(c, at, len);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->head_done)
+        return 0;
+    if (c->n_headers == 0)
+        return -1;
+    hdr_off *h = &c->hoffs[c->n_headers - 1];
+    if (!c->last_was_value) {
+        h->value_off = c->head.len;
+        c->last_was_value = true;
+    }
+    h->value_len += len;
+    return head_append(c, at, len);
+}
+
+static bool name_is(const sb_buf *b, const hdr_off *h, const char *name)
+{
+    size_t n = strlen(name);
+    return h->name_len == n && strncasecmp(b->data + h->name_off, name, n) == 0;
+}
+
+/* The request view of a parsed head (body empty until on_message_complete). The head
+ * buffer no longer moves once the head is complete (chunked trailers are not kept), so the
+ * same pointers hold from the head hook to the end of the response. */
+static void fill_req(conn *c, http_parser *p)
+{
+    sb_http_req *r = &c->req;
+    for (size_t i = 0; i < c->n_headers; i++) {
+        hdr_off *h = &c->hoffs[i];
+        c->headers[i] =
+            (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off, h->value_len};
+    }
+    r->method = p->method;
+    r->url = c->head.data ? c->head.data + c->url_off : "";
+    r->url_len = c->url_len;
+    r->path = r->url;
+    const char *q = memchr(r->url, '?', r->url_len);
+    r->path_len = q ? (size_t)(q - r->url) : r->url_len;
+    r->headers = c->headers;
+    r->n_headers = c->n_headers;
+    r->body = "";
+    r->body_len = 0;
+    r->http_minor = p->http_minor;
+    r->keep_alive = http_should_keep_alive(p) != 0;
+    r->has_body = c->body_follows;
+}
+
+/* Runs the head hook. Returns true to read the body; false when the hook answered (the
+ * connection lingers) or refused to (the connection is closed): parsing stops either way. */
+static bool run_head_hook(conn *c, http_parser *p)
+{
+    sb_http_server *s = c->srv;
+    fill_req(c, p);
+    c->state = CONN_HANDLING; /* what sb_http_respond expects */
+    c->at_head = true;
+    bool go_on = s->on_head(&c->req, s->ctx);
+    c->at_head = false;
+    if (c->state == CONN_HANDLING && go_on) {
+        c->state = CONN_READING;
+        return true;
+    }
+    /* Unanswered, a stream begun and left open (the contract asks for sb_http_respond) or
+     * aborted: no complete answer can follow, so close. */
+    if (c->state != CONN_LINGERING && c->state != CONN_CLOSING)
+        hs_conn_close(c);
+    return false;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    conn *c = p->data;
+    c->head_done = true;
+    for (size_t i = 0; i < c->n_headers; i++) {
+        hdr_off *h = &c->hoffs[i];
+        if (name_is(&c->head, h, "content-length"))
+            c->saw_cl = true;
+        else if (name_is(&c->head, h, "transfer-encoding"))
+            c->saw_te = true;
+        else if (name_is(&c->head, h, "expect") && h->value_len == 12 &&
+                 strncasecmp(c->head.data + h->value_off, "100-continue", 12) == 0)
+            c->expect_continue = true;
+    }
+    if (c->saw_cl && c->saw_te) {
+        c->error_status = 400;
+        return 3; /* any value but 0/1/2 makes http_parser fail the message */
+    }
+    if (c->saw_te && !(p->flags & F_CHUNKED)) {
+        c->error_status = 400;
+        return 3;
+    }
+    /* Before the size check, 100 Continue and any body byte: a request the hook refuses
+     * costs its head only, and its sender learns nothing of the limits. */
+    c->body_follows = (p->flags & F_CHUNKED) || (c->saw_cl && p->content_length > 0);
+    if (c->srv->on_head && (c->body_follows || c->expect_continue) && !run_head_hook(c, p))
+        return 3; /* stops the parser; process() sees the connection lingering or closing */
+    if (c->saw_cl && p->content_length > c->srv->opts.max_body_bytes) {
+        c->error_status = 413;
+        return 3;
+    }
+    /* Nothing is reserved for the declared length: a promise costs nothing until bytes
+     * come (body_grow). The length only caps the growth, so the last doubling fits; a
+     * chunked body is capped by max_body_bytes (on_body refuses more), else its last
+     * doubling would hold and charge up to twice that. */
+    c->body_cap_max = c->saw_cl ? (size_t)p->content_length + 1 : c->srv->opts.max_body_bytes + 1;
+    if (c->expect_continue && p->http_minor >= 1) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        hs_conn_write(c, cont, sizeof(cont) - 1);
+    }
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (c->body.len + len > c->srv->opts.max_body_bytes) {
+        c->error_status = 413;
+        return -1;
+    }
+    int rc = body_grow(c, len);
+    if (rc) {
+        c->error_status = rc;
+        return -1;
+    }
+    sb_buf_append(&c->body, at, len); /* cannot fail: the room is there */
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    conn *c = p->data;
+    sb_http_req *r = &c->req;
+    fill_req(c, p);
+    r->body = c->body.data ? c->body.data : "";
+    r->body_len = c->body.len;
+    c->state = CONN_HANDLING;
+    hs_arm_timer(c, 0);
+    /* Stop parsing here: pipelined bytes wait in `pending` until this response is done. */
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* Runs the parser over data; dispatches a completed request to the handler. */
+static void process(conn *c, const char *data, size_t len)
+{
+    size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
+    enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+    if (err == HPE_PAUSED) {
+        if (n < len && buf_append_capped(&c->pending, data + n, len - n, PENDING_CAP) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+        sb_http_server *s = c->srv;
+        s->handler(&c->req, s->ctx);
+        return;
+    }
+    if (c->state == CONN_LINGERING || c->state == CONN_CLOSING)
+        return; /* the head hook answered (or closed): the rest of the input is discarded */
+    if (err != HPE_OK) {
+        /* http-parser's own head bound (HTTP_MAX_HEADER_SIZE, 80 KiB) is a 431 too. */
+        int status = c->error_status ? c->error_status : err == HPE_HEADER_OVERFLOW ? 431 : 400;
+        const char *code = "invalid_http_request", *msg = http_errno_description(err), *hdrs = NULL;
+        switch (status) {
+        case 413: code = "request_too_large", msg = "request body too large"; break;
+        case 431: code = "request_header_too_large", msg = "request header too large"; break;
+        case 500: code = "out_of_memory", msg = "out of memory"; break;
+        case 503:
+            code = "request_bodies_over_budget";
+            msg = "the gateway holds too many request bytes at once (limits.max_buffered_body_bytes); retry";
+            hdrs = "Retry-After: 1\r\n";
+            c->srv->body_budget_refusals++;
+            break;
+        default:
+            if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH) {
+                code = "request_smuggling";
+                msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
+            }
+        }
+        if (c->state == CONN_READING || c->state == CONN_IDLE)
+            hs_fail_request(c, status, code, msg, hdrs);
+        else
+            hs_conn_close(c);
+        return;
+    }
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn *c = h->data;
+    (void)suggested;
+    *buf = uv_buf_init(c->srv->read_buf, sizeof(c->srv->read_buf));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn *c = stream->data;
+    if (nread == 0)
+        return;
+    if (c->state == CONN_LINGERING) {
+        if (nread == UV_EOF && !c->shut) {
+            /* The client is done sending; close once the answer has left. */
+            c->peer_eof = true;
+            uv_read_stop(stream);
+            c->reading = false;
+        } else if (nread < 0 || (c->linger_seen += (size_t)nread) > c->linger_bytes) {
+            hs_conn_close(c);
+        }
+        return;
+    }
+    if (nread < 0) {
+        /* EOF or error: the client is gone. A half-read request is dropped; an in-flight one
+         * is aborted, which closes its upstream so the model server stops generating. */
+        hs_conn_close(c);
+        return;
+    }
+    if (c->close_after)
+        return;
+    if (c->state == CONN_HANDLING || c->state == CONN_STREAMING) {
+        /* A request is in flight. Reading goes on whatever the client sends, so that its EOF
+         * or reset aborts the request at once (stopping would hide it until the response
+         * ends, response_ms at worst, with the body budget and the upstream held). Past the
+         * read-ahead bound the input is dropped: pipelined requests cannot all be kept, and
+         * once some are lost the stream cannot be framed again, so the connection closes
+         * after this answer (a lingering close). Dropping is bounded by linger_bytes too: a
+         * client streaming junk behind its request loses the request. */
+        if (!c->discarding && c->pending.len + (size_t)nread <= MAX_PENDING_BYTES) {
+            if (buf_append_capped(&c->pending, buf->base, (size_t)nread, PENDING_CAP) < 0)
+                hs_conn_close(c);
+            return;
+        }
+        if (!c->discarding) {
+            c->discarding = true;
+            sb_buf_free(&c->pending);
+        }
+        if ((c->discarded += (size_t)nread) > c->srv->opts.linger_bytes)
+            hs_conn_close(c);
+        return;
+    }
+    c->processing = true;
+    process(c, buf->base, (size_t)nread);
+    c->processing = false;
+    if (c->resume && c->state == CONN_IDLE && c->pending.len)
+        hs_run_pending(c);
+}
+
+void hs_conn_read_start(conn *c)
+{
+    if (!c->reading && c->state != CONN_CLOSING) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+            c->reading = true;
+    }
+}
+
+/* Parses pipelined bytes that arrived while a response was in progress, request after
+ * request, as long as each is answered at once. */
+void hs_run_pending(conn *c)
+{
+    c->processing = true;
+    do {
+        c->resume = false;
+        /* Detached first: process() may append leftovers to `pending` again. */
+        sb_buf p = c->pending;
+        c->pending = (sb_buf){0};
+        process(c, p.data, p.len);
+        sb_buf_free(&p);
+    } while (c->resume && c->state == CONN_IDLE && c->pending.len);
+    c->processing = false;
+}

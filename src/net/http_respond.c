@@ -1,0 +1,357 @@
+/* http_respond: writing answers (see http_server_internal.h). */
+#include "net/http_server_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+
+const char *sb_http_status_text(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+/* ---- writing ---- */
+
+static void on_write(uv_write_t *w, int status)
+{
+    wreq *r = (wreq *)w;
+    conn *c = r->c;
+    c->queued -= r->len;
+    sb_free(r->data);
+    sb_free(r);
+    if (status < 0 && c->state != CONN_CLOSING) {
+        hs_conn_close(c);
+        return;
+    }
+    if (c->state == CONN_CLOSING)
+        return;
+    if (c->state == CONN_LINGERING) {
+        hs_linger_drained(c);
+        return;
+    }
+    if (c->queued == 0 && c->close_after && c->state == CONN_IDLE) {
+        hs_conn_close(c);
+        return;
+    }
+    if (c->write_paused && c->state == CONN_IDLE) {
+        hs_arm_timer(c, c->srv->opts.idle_ms); /* it reads: not idle */
+        if (c->queued + c->out.len < c->srv->opts.write_high_water / 2) {
+            c->write_paused = false;
+            hs_conn_read_start(c);
+            if (c->pending.len)
+                hs_run_pending(c);
+        }
+        return;
+    }
+    if (c->wants_drain && c->queued < c->srv->opts.write_high_water / 2 && c->state == CONN_STREAMING) {
+        c->wants_drain = false;
+        hs_arm_timer(c, 0); /* the client reads again: no stall */
+        if (c->req.on_drain)
+            c->req.on_drain(&c->req);
+    }
+}
+
+void hs_undirty(conn *c)
+{
+    if (!c->dirty)
+        return;
+    if (c->dirty_prev)
+        c->dirty_prev->dirty_next = c->dirty_next;
+    else
+        c->srv->dirty = c->dirty_next;
+    if (c->dirty_next)
+        c->dirty_next->dirty_prev = c->dirty_prev;
+    c->dirty_prev = c->dirty_next = NULL;
+    c->dirty = false;
+}
+
+/* Hands the out buffer to libuv (the buffer itself: no copy). */
+int hs_conn_flush(conn *c)
+{
+    hs_undirty(c);
+    if (c->out.len == 0)
+        return 0;
+    wreq *r = sb_malloc(sizeof(wreq));
+    if (!r)
+        return -1;
+    r->c = c;
+    r->data = sb_buf_steal(&c->out, &r->len);
+    uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
+    int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        sb_free(r->data);
+        sb_free(r);
+        return -1;
+    }
+    c->queued += r->len;
+    return 0;
+}
+
+static void on_check(uv_check_t *h)
+{
+    sb_http_server *s = h->data;
+    while (s->dirty) {
+        conn *c = s->dirty;
+        if (hs_conn_flush(c) < 0)
+            hs_conn_close(c);
+    }
+    uv_check_stop(&s->flusher);
+}
+
+/* Appends to the out buffer; flushed at the end of this loop iteration. */
+static int conn_append(conn *c, const uv_buf_t *bufs, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += bufs[i].len;
+    if (sb_buf_reserve(&c->out, total) < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        sb_buf_append(&c->out, bufs[i].base, bufs[i].len);
+    if (!c->dirty) {
+        c->dirty = true;
+        c->dirty_prev = NULL;
+        c->dirty_next = c->srv->dirty;
+        if (c->srv->dirty)
+            c->srv->dirty->dirty_prev = c;
+        c->srv->dirty = c;
+        uv_check_start(&c->srv->flusher, on_check);
+    }
+    return 0;
+}
+
+/* Appends and flushes now (for writes followed by a close decision). */
+static int conn_writev(conn *c, const uv_buf_t *bufs, int n)
+{
+    if (conn_append(c, bufs, n) < 0)
+        return -1;
+    return hs_conn_flush(c);
+}
+
+int hs_conn_write(conn *c, const char *data, size_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    return conn_writev(c, &b, 1);
+}
+
+/* The response is finished: go back to reading (keep-alive) or close. */
+static void finish_response(conn *c)
+{
+    c->req.on_abort = NULL;
+    c->req.on_drain = NULL;
+    hs_body_release(c); /* the request is over: its body leaves the budget */
+    if (c->head.cap > HEAD_KEEP_BYTES)
+        sb_buf_free(&c->head);
+    if (hs_conn_flush(c) < 0) {
+        hs_conn_close(c);
+        return;
+    }
+    if (!c->keep_alive_resp || c->srv->stopping || c->discarding) {
+        /* Bytes the client pipelined behind a Connection: close must not reset the answer.
+         * The response may be long and the client slow: idle_ms to drain it, as on a stream. */
+        hs_conn_linger(c, c->srv->opts.idle_ms);
+        return;
+    }
+    c->state = CONN_IDLE;
+    hs_arm_timer(c, c->srv->opts.idle_ms);
+    http_parser_pause(&c->parser, 0);
+    if (c->queued + c->out.len > c->srv->opts.write_high_water) {
+        /* A client pipelining requests without reading the answers would have them pile up
+         * here without bound (a 30-byte request can fetch kilobytes): stop reading and
+         * parsing until it reads below the low watermark (on_write); idle_ms closes it if
+         * it never does. */
+        c->write_paused = true;
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+        return;
+    }
+    hs_conn_read_start(c);
+    if (c->pending.len) {
+        /* Pipelined requests: parsed by the outermost process() on the stack, in a loop, never
+         * by recursion (thousands of pipelined requests answered at once would otherwise grow
+         * the stack without bound). */
+        if (c->processing)
+            c->resume = true;
+        else
+            hs_run_pending(c);
+    }
+}
+
+/* ---- the handler's side ---- */
+
+const sb_http_header *sb_http_req_header(const sb_http_req *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const sb_http_header *h = &req->headers[i];
+        if (h->name_len == n && strncasecmp(h->name, name, n) == 0)
+            return h;
+    }
+    return NULL;
+}
+
+static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof(conn, req)); }
+
+int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
+                         int64_t content_length)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_HANDLING)
+        return -1;
+    bool http11 = req->http_minor >= 1;
+    /* 1xx, 204 and 304 have no body (RFC 9110 6.4.1): no framing header, no terminator. */
+    bool bodiless = status < 200 || status == 204 || status == 304;
+    c->head_only = req->method == HTTP_HEAD || bodiless;
+    /* An answer from the head hook leaves the body unread: the connection cannot be reused. */
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->at_head && !c->discarding &&
+                         (content_length >= 0 || http11 || c->head_only);
+    c->chunked = content_length < 0 && http11 && !bodiless;
+    c->resp_left = content_length;
+    char line[160];
+    int n = snprintf(line, sizeof(line), "HTTP/1.%d %d %s\r\n", http11 ? 1 : 0, status, sb_http_status_text(status));
+    char framing[128];
+    int m;
+    if (bodiless)
+        m = snprintf(framing, sizeof(framing), "%s\r\n", c->keep_alive_resp ? "" : "Connection: close\r\n");
+    else if (content_length >= 0)
+        m = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n%s\r\n", (long long)content_length,
+                     c->keep_alive_resp ? (http11 ? "" : "Connection: keep-alive\r\n") : "Connection: close\r\n");
+    else
+        m = snprintf(framing, sizeof(framing), "%s%s\r\n", c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                     c->keep_alive_resp ? "" : "Connection: close\r\n");
+    uv_buf_t bufs[3] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
+                        uv_buf_init(framing, (unsigned)m)};
+    if (conn_append(c, bufs, 3) < 0) {
+        hs_conn_close(c);
+        return -1;
+    }
+    c->state = CONN_STREAMING;
+    return 0;
+}
+
+int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING)
+        return -1;
+    if (len == 0 || c->head_only)
+        return 0;
+    int rc;
+    if (c->chunked) {
+        char hdr[24];
+        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+        uv_buf_t bufs[3] = {uv_buf_init(hdr, (unsigned)n), uv_buf_init((char *)data, (unsigned)len),
+                            uv_buf_init("\r\n", 2)};
+        rc = conn_append(c, bufs, 3);
+    } else {
+        uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+        rc = conn_append(c, &b, 1);
+    }
+    /* Large bodies go out as they come rather than piling up until the iteration ends. */
+    if (rc == 0 && c->out.len >= 65536)
+        rc = hs_conn_flush(c);
+    if (rc < 0) {
+        hs_conn_close(c);
+        return -1;
+    }
+    if (c->queued + c->out.len > c->srv->opts.write_high_water) {
+        if (!c->wants_drain)
+            hs_arm_timer(c, c->srv->opts.idle_ms); /* a client stalled this long is closed */
+        c->wants_drain = true;
+        return 1;
+    }
+    return 0;
+}
+
+int sb_http_stream_end(sb_http_req *req)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING)
+        return -1;
+    uv_buf_t t = uv_buf_init("0\r\n\r\n", 5);
+    if (c->chunked && !c->head_only && conn_append(c, &t, 1) < 0) {
+        hs_conn_close(c);
+        return -1;
+    }
+    finish_response(c);
+    return 0;
+}
+
+void sb_http_stream_abort(sb_http_req *req)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_STREAMING && c->state != CONN_HANDLING)
+        return;
+    c->req.on_abort = NULL;
+    c->req.on_drain = NULL;
+    /* Let queued bytes (e.g. a final SSE error event) go out, then close without a
+     * terminating chunk, so the client sees the transfer as aborted. */
+    c->keep_alive_resp = false;
+    c->close_after = true;
+    c->state = CONN_IDLE;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    if (hs_conn_flush(c) < 0 || c->queued == 0)
+        hs_conn_close(c);
+    else
+        hs_arm_timer(c, c->srv->opts.idle_ms); /* a client that never reads is closed */
+}
+
+int sb_http_respond(sb_http_req *req, int status, const char *content_type, const char *headers,
+                    const char *body, size_t body_len)
+{
+    conn *c = req_conn(req);
+    if (c->state != CONN_HANDLING)
+        return -1;
+    char ct[160];
+    int n = snprintf(ct, sizeof(ct), "Content-Type: %s\r\n", content_type ? content_type : "application/json");
+    sb_buf h = {0};
+    if (sb_buf_append(&h, ct, (size_t)n) < 0 || (headers && sb_buf_puts(&h, headers) < 0)) {
+        sb_buf_free(&h);
+        hs_conn_close(c);
+        return -1;
+    }
+    int rc = sb_http_stream_begin(req, status, h.data, h.len, (int64_t)body_len);
+    sb_buf_free(&h);
+    if (rc < 0)
+        return -1;
+    uv_buf_t b = uv_buf_init((char *)body, (unsigned)body_len);
+    /* A HEAD answer keeps the Content-Length of the GET answer, without the body. */
+    if (body_len && !c->head_only && conn_append(c, &b, 1) < 0) {
+        hs_conn_close(c);
+        return -1;
+    }
+    finish_response(c);
+    return 0;
+}

@@ -1,0 +1,179 @@
+/* http_server_internal: what the files of the HTTP/1.1 server share, and nothing else.
+ * Private to src/net/http_server.c, http_parse.c and http_respond.c; the public contract is
+ * net/http_server.h.
+ *
+ * One server is split by concept: http_server.c holds the listener, accepting and refusing
+ * connections, a connection's lifecycle (timers, closing, lingering close, the error answers
+ * the server gives itself) and the options; http_parse.c reads client bytes and frames
+ * requests (http-parser callbacks, header and body limits, the body budget, pipelining);
+ * http_respond.c writes answers (coalesced writes flushed once per loop iteration, the
+ * handler's stream and respond calls, back to keep-alive or closing once an answer is done).
+ * All of it runs on the server's loop thread; nothing here is thread-safe. */
+#ifndef SB_NET_HTTP_SERVER_INTERNAL_H
+#define SB_NET_HTTP_SERVER_INTERNAL_H
+
+#include <http_parser.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "net/http_server.h"
+
+#define MAX_HEADERS 128
+#define READ_BUF_BYTES 65536
+/* Bytes a pipelining client may send ahead while a response is in progress. Past it the
+ * connection keeps being read (so a client that leaves is seen at once) but what it sends is
+ * discarded, and the connection closes after the current answer (see on_read). The parser's
+ * leftover of one read may overshoot it by at most READ_BUF_BYTES, so a connection never holds
+ * more than 128 KiB of bytes read ahead. */
+#define MAX_PENDING_BYTES (64 * 1024)
+#define PENDING_CAP (MAX_PENDING_BYTES + READ_BUF_BYTES + 1)
+/* A head buffer up to this size is kept for the connection's next request; a larger one
+ * (a client that once sent a big head) is freed when its response is done. */
+#define HEAD_KEEP_BYTES 4096
+/* First allocation for a body; then it doubles with the bytes that arrive (never with the
+ * bytes a Content-Length promises), up to the declared length. */
+#define BODY_FIRST_BYTES 4096
+/* A connection past max_connections is only answered 503: it needs to get its request out
+ * before it reads, so a short linger suffices (bounded further by linger_ms/linger_bytes). */
+#define REFUSE_LINGER_MS 1000
+#define REFUSE_LINGER_BYTES (64 * 1024)
+
+enum conn_state {
+    CONN_IDLE = 0,     /* between requests (keep-alive) */
+    CONN_READING,      /* a request's head or body is arriving */
+    CONN_HANDLING,     /* the handler owns the request, response not started */
+    CONN_STREAMING,    /* response started, not finished */
+    CONN_LINGERING,    /* answered and closing: draining the answer, then reading and discarding */
+    CONN_CLOSING,
+};
+
+typedef struct hdr_off {
+    size_t name_off, name_len, value_off, value_len;
+} hdr_off;
+
+typedef struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    sb_http_server *srv;
+    struct conn *prev, *next;
+    http_parser parser;
+    enum conn_state state;
+    sb_buf head;          /* url then header names and values, copied out of read buffers */
+    hdr_off hoffs[MAX_HEADERS];
+    sb_http_header headers[MAX_HEADERS];
+    size_t n_headers;
+    size_t url_off, url_len;
+    bool last_was_value;
+    bool saw_cl, saw_te, expect_continue;
+    bool head_done;
+    sb_buf body;          /* body.cap is what this connection holds of the server's body budget */
+    size_t body_cap_max;  /* declared Content-Length + 1 (the NUL), or SIZE_MAX when chunked */
+    sb_buf pending;       /* bytes read past the current request (pipelining) */
+    bool reading;         /* uv_read_start active */
+    int error_status;     /* set by callbacks to answer with an error */
+    /* response state */
+    bool chunked, close_after, keep_alive_resp;
+    int64_t resp_left;    /* for length-framed streams: bytes still expected, -1 otherwise */
+    size_t queued;        /* bytes handed to uv_write not yet completed */
+    bool wants_drain;
+    bool processing;      /* process() is on the stack for this connection */
+    bool head_only;       /* the response has no body (HEAD request, 1xx/204/304 status) */
+    bool at_head;         /* the head hook runs: an answer it gives closes the connection */
+    bool resume;          /* pipelined bytes to parse once the outermost process() returns */
+    bool write_paused;    /* reading and parsing paused until the client reads its answers */
+    bool discarding;      /* read ahead past MAX_PENDING_BYTES: input dropped, close after the answer */
+    size_t discarded;     /* bytes dropped so far; past linger_bytes the connection is closed */
+    bool body_follows;    /* the head declares a body (Content-Length above 0, or chunked) */
+    int handles_open;
+    sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
+    struct conn *dirty_prev, *dirty_next;
+    bool dirty;
+    /* lingering close (conn_linger) */
+    bool refused;         /* over max_connections: answered 503, counted in n_refusing */
+    bool shut;            /* our write side is shut down (FIN sent) */
+    bool peer_eof;        /* the client has finished sending */
+    uint32_t linger_ms;
+    size_t linger_bytes;  /* discarded bytes allowed before giving up */
+    size_t linger_seen;
+    uv_shutdown_t shutdown_req;
+    sb_http_req req;
+    char peer[64];
+} conn;
+
+struct sb_http_server {
+    uv_tcp_t listener;
+    uv_loop_t *loop;
+    sb_http_server_opts opts;
+    sb_http_handler handler;
+    sb_http_head_hook on_head; /* NULL: every request goes whole to the handler */
+    void *ctx;
+    conn *conns;
+    size_t n_conns;       /* open connections counted against max_connections (lingering included) */
+    size_t n_refusing;    /* connections past the limit being answered 503 (not in n_conns) */
+    size_t n_lingering;
+    size_t n_alive;       /* connection structs not yet freed (closing ones included) */
+    size_t body_bytes;    /* sum of the body buffers' capacity over all connections */
+    uint64_t refused_total, reset_total, body_budget_refusals;
+    bool stopping;
+    bool listener_closed;
+    uint16_t port;
+    /* Writes made during one loop iteration are coalesced per connection and flushed by a
+     * check handle at the end of the iteration: a response head, its body and the chunk
+     * terminator leave in one write(2) instead of three, and an SSE event still leaves in the
+     * iteration that produced it. */
+    uv_check_t flusher;
+    conn *dirty;
+    int server_handles_closed;
+    /* Every connection of this server reads into this one buffer: the loop is single-threaded
+     * and each read is consumed (copied into head/body/pending) before the next one. Owned
+     * here rather than file-scope so that servers on different loops share nothing. */
+    char read_buf[READ_BUF_BYTES];
+};
+
+typedef struct wreq {
+    uv_write_t w;
+    conn *c;
+    size_t len;
+    char *data;     /* the connection's out buffer, taken over: no copy */
+} wreq;
+
+/* http_server.c: a connection's lifecycle. */
+
+/* Closes now: aborts a request in flight (on_abort), gives its body budget back, frees the
+ * struct once both handles are closed. Idempotent. */
+void hs_conn_close(conn *c);
+/* Starts (ms > 0) or stops (0) the connection's one timer; what it does when it fires
+ * depends on the state (on_timeout). */
+void hs_arm_timer(conn *c, uint32_t ms);
+/* Clears the per-request fields before the next request on the connection. */
+void hs_reset_request(conn *c);
+/* Lingering close after an answer with Connection: close (see the definition for why);
+ * drain_ms bounds the wait for the answer to leave, 0 for the default. */
+void hs_conn_linger(conn *c, uint32_t drain_ms);
+/* Called when queued bytes have left a lingering connection: half-closes or closes. */
+void hs_linger_drained(conn *c);
+/* Answers an error the server found itself (OpenAI-shaped body, Connection: close), then
+ * lingers. `headers` is NULL or extra "Name: value\r\n" lines. */
+void hs_fail_request(conn *c, int status, const char *code, const char *message, const char *headers);
+
+/* http_parse.c: reading and framing. */
+
+/* Starts reading unless already reading or closing. */
+void hs_conn_read_start(conn *c);
+/* Parses the pipelined bytes held in `pending`, request after request, without recursion. */
+void hs_run_pending(conn *c);
+/* Frees the request body and gives its capacity back to the server's body budget. */
+void hs_body_release(conn *c);
+
+/* http_respond.c: writing. */
+
+/* Appends to the out buffer and hands it to libuv now. Returns 0 or -1. */
+int hs_conn_write(conn *c, const char *data, size_t len);
+/* Hands the out buffer to libuv (no copy). Returns 0 or -1 (the caller closes). */
+int hs_conn_flush(conn *c);
+/* Takes the connection off the server's list of connections with bytes to flush. */
+void hs_undirty(conn *c);
+
+#endif
