@@ -15,7 +15,7 @@ from fixtures import GATEWAY_BIN, ROOT, run_replay
 
 COLUMNS = ("policy,rate,requests,completed,shed,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,e2e_p50_ms,e2e_p99_ms,"
            "itl_p50_ms,output_tok_s,hit_rate,imbalance_cv").split(",")
-TRACES = os.environ.get("SB_TRACES_DIR", os.path.join(ROOT, "..", "shared", "data", "traces"))
+TRACES = os.environ.get("SB_TRACES_DIR", os.path.join(ROOT, "tests", "data", "traces"))  # in the repository
 MOONCAKE = os.path.join(TRACES, "mooncake", "conversation_trace.jsonl")
 # A small fleet whose caches hold 8 of the 16 system prompts (1,024 blocks of 16 tokens).
 SMALL = ["--workload", "shared-prefix", "groups=16", "prefix=2048", "users=4", "question=64", "output=16",
@@ -83,7 +83,6 @@ class ReplayTest(unittest.TestCase):
         if shutil.which("gnuplot"):
             self.assertGreater(os.path.getsize(self.out("s/ttft_p90_vs_rate.png")), 1000)
 
-    @unittest.skipUnless(os.path.exists(MOONCAKE), "Mooncake trace not found")
     def test_mooncake_slice(self):
         p = replay("--trace", MOONCAKE, "--requests", "300", "--rate-scale", "20", "--replicas", "4",
                    "--policies", "round-robin,least-request", "--out", self.out("m"))
