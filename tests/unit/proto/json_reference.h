@@ -6,6 +6,7 @@
 #ifndef SB_TEST_JSON_REFERENCE_H
 #define SB_TEST_JSON_REFERENCE_H
 
+#include <stdint.h>
 #include <string.h>
 
 #ifndef JSON_REF_MAX_DEPTH
@@ -101,6 +102,47 @@ static const char *v_value(const char *p, const char *e, int depth)
             p++;
     }
     return p;
+}
+
+/* One to three random edits of s (len bytes) into out (cap bytes): a byte replaced by one of
+ * `special`, a fragment of `frags` inserted (an empty fragment stands for a NUL byte), a byte
+ * deleted, or the end cut off. rnd supplies the randomness, so each test keeps its own stream.
+ * Returns the new length. */
+static size_t json_ref_mutate(const char *s, size_t len, char *out, size_t cap, const char *const *frags,
+                              size_t n_frags, const char *special, uint64_t (*rnd)(void))
+{
+    size_t n = len, edits = 1 + rnd() % 3, n_special = strlen(special);
+
+    memcpy(out, s, len);
+    for (size_t k = 0; k < edits; k++) {
+        size_t at = n ? rnd() % n : 0;
+        switch (rnd() % 4) {
+        case 0:
+            if (n)
+                out[at] = special[rnd() % n_special];
+            break;
+        case 1: {
+            size_t f = rnd() % n_frags;
+            size_t fl = frags[f][0] ? strlen(frags[f]) : 1;
+            if (n + fl <= cap) {
+                memmove(out + at + fl, out + at, n - at);
+                memcpy(out + at, frags[f], fl);
+                n += fl;
+            }
+            break;
+        }
+        case 2:
+            if (n) {
+                memmove(out + at, out + at + 1, n - at - 1);
+                n--;
+            }
+            break;
+        default:
+            n = n ? rnd() % n : 0;
+            break;
+        }
+    }
+    return n;
 }
 
 #endif

@@ -553,42 +553,11 @@ static void check_tokens_as_jsmn(const char *body, size_t len)
  * a fragment inserted, a byte deleted, or the end cut off. */
 static size_t mutate(const char *body, size_t len, char *out, size_t cap)
 {
-    static const char *frags[] = {"\"", "\\", "\\u", "\\u00e9", "\\u0000", "\\ud83d\\ude00", "{", "}", "[",
+    static const char *const frags[] = {"\"", "\\", "\\u", "\\u00e9", "\\u0000", "\\ud83d\\ude00", "{", "}", "[",
                                   "]", ":", ",", " ", "\n", "true", "null", "-", "0", "1e5", "\\n",
                                   "\\\"", "\\\\", "\"a\":", "[1,2]", "\xc3\xa9", "\x01", "\0"};
     static const char special[] = "\"\\{}[]:,0-tfn \x01\x7f\xff";
-    size_t n = len, edits = 1 + mut_rand() % 3;
-
-    memcpy(out, body, len);
-    for (size_t k = 0; k < edits; k++) {
-        size_t at = n ? mut_rand() % n : 0;
-        switch (mut_rand() % 4) {
-        case 0:
-            if (n)
-                out[at] = special[mut_rand() % (sizeof special - 1)];
-            break;
-        case 1: {
-            size_t f = mut_rand() % (sizeof frags / sizeof frags[0]);
-            size_t fl = frags[f][0] ? strlen(frags[f]) : 1;
-            if (n + fl <= cap) {
-                memmove(out + at + fl, out + at, n - at);
-                memcpy(out + at, frags[f], fl);
-                n += fl;
-            }
-            break;
-        }
-        case 2:
-            if (n) {
-                memmove(out + at, out + at + 1, n - at - 1);
-                n--;
-            }
-            break;
-        default:
-            n = n ? mut_rand() % n : 0;
-            break;
-        }
-    }
-    return n;
+    return json_ref_mutate(body, len, out, cap, frags, sizeof frags / sizeof frags[0], special, mut_rand);
 }
 
 /* The corpus, and 40 mutations of each file (about a thousand bodies): same verdicts and

@@ -139,41 +139,10 @@ static uint64_t mut_rand(void)
 /* A copy of s with one to three random edits among JSON-significant bytes and fragments. */
 static size_t mutate(const char *s, size_t len, char *out, size_t cap)
 {
-    static const char *frags[] = {"\"", "\\", "\\u00e9", "{", "}", "[", "]", ":", ",", " ", "true", "-",
+    static const char *const frags[] = {"\"", "\\", "\\u00e9", "{", "}", "[", "]", ":", ",", " ", "true", "-",
                                   "0", "1e5", "\"a\":", "[1,2]", "{}", "[]", ":}", "]]", "\0"};
     static const char special[] = "\"\\{}[]:,0-tfn \x01\xff";
-    size_t n = len, edits = 1 + mut_rand() % 3;
-
-    memcpy(out, s, len);
-    for (size_t k = 0; k < edits; k++) {
-        size_t at = n ? mut_rand() % n : 0;
-        switch (mut_rand() % 4) {
-        case 0:
-            if (n)
-                out[at] = special[mut_rand() % (sizeof special - 1)];
-            break;
-        case 1: {
-            size_t f = mut_rand() % (sizeof frags / sizeof frags[0]);
-            size_t fl = frags[f][0] ? strlen(frags[f]) : 1;
-            if (n + fl <= cap) {
-                memmove(out + at + fl, out + at, n - at);
-                memcpy(out + at, frags[f], fl);
-                n += fl;
-            }
-            break;
-        }
-        case 2:
-            if (n) {
-                memmove(out + at, out + at + 1, n - at - 1);
-                n--;
-            }
-            break;
-        default:
-            n = n ? mut_rand() % n : 0;
-            break;
-        }
-    }
-    return n;
+    return json_ref_mutate(s, len, out, cap, frags, sizeof frags / sizeof frags[0], special, mut_rand);
 }
 
 /* Both corpora (request bodies, and the tokenizer's own hostile shapes), each file and 40
