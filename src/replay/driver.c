@@ -575,7 +575,8 @@ static uint64_t table_secret_of(uint64_t seed)
     return z ^ (z >> 31);
 }
 
-static int set_up(driver *d)
+/* The per-run arrays, the router and the engines. */
+static int alloc_state(driver *d, uint64_t secret)
 {
     const sb_replay_opts *o = d->o;
     const sb_replay_workload *w = d->w;
@@ -599,9 +600,6 @@ static int set_up(driver *d)
         out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
         out->n_records = w->n;
     }
-    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
-     * the seed, so runs repeat (and only placement depends on it: results do not). */
-    uint64_t secret = table_secret_of(o->seed);
     d->router = sb_router_new(o->seed, secret);
     if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
         !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records) || !d->router)
@@ -611,16 +609,21 @@ static int set_up(driver *d)
     for (uint32_t i = 0; i < d->n; i++)
         if (!(d->engines[i] = sb_engine_new(&ep)))
             return fail(d, -ENOMEM, "out of memory (engines)");
+    return 0;
+}
 
-    /* One pool, as a config with one pool of `replicas` endpoints would build it. A custom
-     * policy never runs the pool's profile; the pool still needs one. */
+/* One pool, as a config with one pool of `replicas` endpoints would build it. A custom policy
+ * never runs the pool's profile; the pool still needs one. */
+static int set_up_pool(driver *d)
+{
+    const sb_replay_opts *o = d->o;
     const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
     const char *model = o->model ? o->model : DEFAULT_MODEL;
     if (sb_router_add_pool(d->router, "replay", prof, d->n, &o->pool) != 0 ||
         sb_router_add_model(d->router, 0, model, SB_MODEL_SERVED) != 0)
         return fail(d, -ENOMEM, "out of memory (router)");
     d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);
-    for (uint32_t a = 1; a <= w->n_adapters; a++) {
+    for (uint32_t a = 1; a <= d->w->n_adapters; a++) {
         char name[32];
         int len = snprintf(name, sizeof(name), "adapter-%u", a);
         if (sb_router_add_model(d->router, 0, name, SB_MODEL_ADAPTER) != 0)
@@ -631,6 +634,19 @@ static int set_up(driver *d)
      * it; endpoints have no address here, so the ring names them "#<index>". */
     if (sb_router_build_ring(d->router, 0) < 0)
         return fail(d, -ENOMEM, "out of memory (router)");
+    return 0;
+}
+
+static int set_up(driver *d)
+{
+    const sb_replay_opts *o = d->o;
+    const sb_replay_workload *w = d->w;
+    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
+     * the seed, so runs repeat (and only placement depends on it: results do not). */
+    uint64_t secret = table_secret_of(o->seed);
+    int rc = alloc_state(d, secret);
+    if (rc < 0 || (rc = set_up_pool(d)) < 0)
+        return rc;
     d->prng = o->seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
     if (!d->prng)
         d->prng = 1;
@@ -643,7 +659,7 @@ static int set_up(driver *d)
     }
     for (size_t i = 0; i < w->n; i++)
         d->rt[i].band = SB_BAND_STANDARD;
-    if (out->have_bands)
+    if (d->out->have_bands)
         drv_assign_bands(d);
     /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
      * the start (generation 1: the base weights for a balanced pool), if it has weight to move. */
