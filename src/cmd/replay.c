@@ -19,6 +19,7 @@
 #include "cmd/flags.h"
 #include "replay/band_report.h"
 #include "replay/driver.h"
+#include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/report.h"
 #include "replay/trace.h"

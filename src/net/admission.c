@@ -226,8 +226,9 @@ int sb_gateway_admission_reconfigure(sb_gateway *gw)
 void sb_gateway_admission_flush(sb_gateway *gw)
 {
     void *q;
+    sb_ns now = uv_hrtime();
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
-        while ((q = sb_admission_take(gw->adm, (uint32_t)p)) != NULL)
+        while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL)
             start(gw, q);
 }
 
@@ -235,8 +236,9 @@ void sb_gateway_admission_stop(sb_gateway *gw)
 {
     /* Queued requests end with the gateway: their clients are being closed anyway. */
     void *q;
+    sb_ns now = uv_hrtime();
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
-        while ((q = sb_admission_take(gw->adm, (uint32_t)p)) != NULL) {
+        while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL) {
             detach(q);
             free_queued(q);
         }
