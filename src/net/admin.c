@@ -115,7 +115,7 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                       (unsigned long long)gw->rejected_by_status[k]);
     sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
                    "# TYPE switchboard_requests_total counter\n");
-    static const char *cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    static const char *const cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
             const sb_ep_metrics *m = &gw->ep_metrics[gw->pool_first_up[p] + e];
@@ -159,7 +159,7 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
     sb_ns now = uv_hrtime();
-    static const char *gauges[][2] = {
+    static const char *const gauges[][2] = {
         {"switchboard_endpoint_healthy", "1 if the endpoint takes new requests (healthy or half-open)."},
         {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
         {"switchboard_endpoint_in_flight", "Requests the gateway has in flight to the endpoint."},
@@ -226,7 +226,7 @@ static void render_queues(sb_gateway *gw, sb_buf *b)
                 sb_buf_printf(b, "switchboard_queue_length{pool=\"%s\",band=\"%s\"} %u\n", cfg->pools[p].name,
                               sb_band_name((enum sb_band)k), fs.band[k].queued);
         }
-        static const char *qc[][2] = {
+        static const char *const qc[][2] = {
             {"switchboard_queue_dispatched_total", "Requests dispatched from the admission queue."},
             {"switchboard_queue_refused_total", "Requests refused by flow control (reason: full, shed, evicted, timeout)."},
             {"switchboard_queue_removed_total", "Queued requests whose client disconnected (nothing sent upstream)."},
@@ -297,7 +297,7 @@ static void render_adaptive_metrics(sb_gateway *gw, sb_buf *b)
 static void render_probe_counters(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
-    static const char *probe_counters[][2] = {
+    static const char *const probe_counters[][2] = {
         {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
         {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
         {"switchboard_health_check_failures_total", "Active health checks that failed."},
@@ -348,7 +348,7 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
             sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
             const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
             const sb_endpoint_report *r = &ep->report;
-            static const char *src[] = {"none", "scrape", "orca", "agent"};
+            static const char *const src[] = {"none", "scrape", "orca", "agent"};
             sb_buf_printf(b,
                           "%s{\"address\":\"%s\",\"health\":\"%s\",\"available\":%s,\"stale\":%s,"
                           "\"report\":{\"source\":\"%s\",\"age_ms\":%.1f,\"running\":",

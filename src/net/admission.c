@@ -89,11 +89,7 @@ static void start(sb_gateway *gw, queued *q)
     detach(q);
     q->t.model = q->model;
     q->rr.block_hashes = q->hashes;
-    /* Scheduled with the weights in force now, not those of its arrival. */
-    q->rr.profile = sb_router_pool_profile(gw->router, q->pool);
-    q->rr.gated = true;
-    q->rr.gate_queue = gw->cfg->flow_gate_queue;
-    q->rr.gate_kv = gw->cfg->flow_gate_kv;
+    sb_admission_mark_released(gw->adm, q->pool, &q->rr);
     sb_proxy_start(&gw->proxy, q->req, &q->t, &q->rr);
     free_queued(q);
 }

@@ -167,8 +167,6 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
     admin->max_connections = cfg->admin_max_connections;
 }
 
-/* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
- * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
 /* ---- the proxy's env: what an exchange may ask of its gateway ---- */
 
 static sb_upstream *proxy_upstream(void *owner, uint32_t pool, uint32_t ep)
@@ -299,6 +297,8 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
     return 0;
 }
 
+/* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
+ * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
                          uint64_t hash_secret, sb_gateway **out)
 {
@@ -411,7 +411,7 @@ void sb_gateway_stop(sb_gateway *gw)
 {
     /* Stopping the server aborts in-flight exchanges (their upstream connections close);
      * an exchange still waiting for a write callback keeps the gateway alive until it is
-     * done (sb_gateway_exchange_done). Pools free themselves once their last connection
+     * done (its env.end, proxy_end). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
     /* Held while stopping: exchanges aborted below may end (and would free gw) before we

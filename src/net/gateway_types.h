@@ -1,5 +1,6 @@
-/* gateway_types: the gateway's state, shared by net's own files (gateway.c, proxy.c,
- * admission.c, admin.c, errors.c, stats.c) and by nothing outside net/. cmd/ sees only the
+/* gateway_types: the gateway's state, shared by net's own files (gateway.c, routes.c,
+ * admission.c, admin.c, errors.c, stats.c; not proxy.c, which gets an sb_proxy_env) and by
+ * nothing outside net/. cmd/ sees only the
  * opaque handle of net/gateway.h.
  *
  * Types only: gateway.c calls the other files of net/, and they never call back into it (the

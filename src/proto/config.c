@@ -579,7 +579,7 @@ static bool set_defaults(sb_config *cfg)
         .block_bytes = 64,
         .prefix_chars = 100,
         .flow_enabled = true,
-        /* issue 7's examples of band deadlines; 1024 queued per band */
+        /* starting points for band deadlines (critical waits longest); 1024 queued per band */
         .flow_max_wait_ms = {30000, 10000, 2000},
         .flow_gate_queue = 1,
         .flow_max_bytes = {64u << 20, 64u << 20, 64u << 20},

@@ -471,7 +471,9 @@ static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc,
         double x;
         sb_adaptive_params probe = pc->adaptive_params;
         if (sb_adaptive_param_set(&probe, key, 0) == -1) {
-            cfg_node_error(p, k, "unknown key '%s' in %s (enabled, %s)", key, what, sb_adaptive_param_list());
+            char names[1024];
+            sb_adaptive_param_list(names, sizeof(names));
+            cfg_node_error(p, k, "unknown key '%s' in %s (enabled, %s)", key, what, names);
             continue;
         }
         if (!cfg_number_of(p, v, sub, -INFINITY, false, INFINITY, &x))

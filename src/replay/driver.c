@@ -205,11 +205,10 @@ static void route(driver *d, uint32_t idx)
          * weights, the snapshot in force (for a queued request, the one in force when it
          * leaves the queue, as in the gateway). */
         .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
-        /* Released by the gate (drain): as net/admission.c, it goes where the gate saw room. */
-        .gated = rt->queued,
-        .gate_queue = d->o->flow.gate_queue,
-        .gate_kv = d->o->flow.gate_kv,
     }, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(r), .stream = true};
+    /* Released by the gate (drain): as in the gateway, it goes where the gate saw room. */
+    if (rt->queued)
+        sb_admission_mark_released(d->adm, 0, &rq.sched);
     size_t ne = engine_hashes(d, r);
 
     int pick;

@@ -1485,7 +1485,7 @@ static void test_flow_control(void **state)
     (void)state;
     sb_config *cfg;
     sb_config_errors errs;
-    /* Defaults: on, issue 7's deadlines, 1024 per band, no API keys. */
+    /* Defaults: on, the default band deadlines, 1024 per band, no API keys. */
     assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
     assert_true(cfg->flow_enabled);
     assert_int_equal(cfg->flow_max_wait_ms[0], 30000);
