@@ -357,6 +357,12 @@ static void json_cut_short(harness *h, up_conn *c)
     up_close(c, false);
 }
 
+/* An interim 100 Continue before the answer (a server honouring Expect on its own). */
+static void interim_then_answer(harness *h, up_conn *c) { up_writes(c, "HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" ANSWER); }
+
+/* The answer, then bytes no request asked for: the connection cannot be trusted again. */
+static void answer_then_junk(harness *h, up_conn *c) { up_writes(c, ANSWER "HTTP/1.1 200 OK\r\n"); }
+
 /* A response head past http-parser's header limit (80 KiB): many ordinary header lines. */
 static void oversized_head(harness *h, up_conn *c)
 {
@@ -392,6 +398,34 @@ static void test_proxies_through_the_env_alone(void **state)
     /* a complete answer returns the connection to the pool */
     assert_int_equal(sb_upstream_idle_count(h->up[0]), 1);
     assert_released_once(h, 0);
+    finish(h);
+}
+
+/* An interim 1xx answer is the upstream's business: the client gets only the real answer. */
+static void test_interim_response_is_dropped(void **state)
+{
+    harness *h = start(&(setup){.n_eps = 1, .script = interim_then_answer});
+    send_request(h);
+    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
+    wait_ended(h);
+    assert_int_equal(strncmp(h->client.in, "HTTP/1.1 200 OK\r\n", 17), 0);
+    assert_null(strstr(h->client.in, "X-Interim"));
+    assert_string_equal(h->recorded_outcome, "ok");
+    assert_int_equal(sb_upstream_idle_count(h->up[0]), 1);
+    finish(h);
+}
+
+/* Bytes after a complete answer: the client gets its answer, the connection is closed rather
+ * than pooled (the junk would be read as the next request's answer). */
+static void test_junk_after_the_answer_is_not_pooled(void **state)
+{
+    harness *h = start(&(setup){.n_eps = 1, .script = answer_then_junk});
+    send_request(h);
+    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
+    wait_ended(h);
+    assert_string_equal(h->recorded_outcome, "ok");
+    assert_int_equal(sb_upstream_idle_count(h->up[0]), 0);
+    netfx_run_until(&h->loop, up_conn_eof, &h->eps[0].conns[0], "the upstream connection's close");
     finish(h);
 }
 
@@ -629,7 +663,7 @@ static void test_oversized_upstream_head_is_502(void **state)
 /* ---- backpressure ---- */
 
 #define SLAB (1u << 20)
-#define BIG_SLABS 128 /* 128 MiB: far more than every socket buffer on the way */
+#define BIG_SLABS 64 /* 64 MiB: far more than every socket buffer on the way */
 static char big_slab[SLAB];
 static uv_write_t big_write;
 
@@ -655,7 +689,7 @@ typedef struct drain {
     bool head_ok;
 } drain;
 
-/* Counts and discards what the client read (128 MiB are never held at once). */
+/* Counts and discards what the client read (64 MiB are never held at once). */
 static bool drained_all(void *arg)
 {
     drain *d = arg;
@@ -712,6 +746,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_proxies_through_the_env_alone),
+        cmocka_unit_test(test_interim_response_is_dropped),
+        cmocka_unit_test(test_junk_after_the_answer_is_not_pooled),
         cmocka_unit_test(test_refused_upstream_is_answered_through_the_env),
         cmocka_unit_test(test_refused_connect_is_retried_on_a_fallback),
         cmocka_unit_test(test_reset_on_a_fresh_connection_is_not_resent),
