@@ -659,6 +659,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->retired = old;
     gw->snap = ns;
     gw->cfg = cfg;
+    gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
