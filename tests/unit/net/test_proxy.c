@@ -292,6 +292,20 @@ static bool up_got_request(void *arg) { return ((up_conn *)arg)->requests > 0; }
 
 static void wait_ended(harness *h) { netfx_run_until(&h->loop, exchanges_ended, h, "the exchange's end"); }
 
+/* Starts, sends one request and runs until the client has read `until` (NULL: until the
+ * server closed the connection) and the exchange has ended. */
+static harness *run_request(const setup *s, const char *until)
+{
+    harness *h = start(s);
+    send_request(h);
+    if (until)
+        netfx_wait_for(&h->loop, &h->client, until);
+    else
+        netfx_wait_eof(&h->loop, &h->client);
+    wait_ended(h);
+    return h;
+}
+
 /* Everything closed, the loop run dry and closed (a leaked handle fails here), router freed. */
 static void finish(harness *h)
 {
@@ -380,10 +394,7 @@ static void oversized_head(harness *h, up_conn *c)
 
 static void test_proxies_through_the_env_alone(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = answer_ok});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = answer_ok}, "{\"ok\":true}");
     assert_non_null(strstr(h->client.in, "HTTP/1.1 200"));
     /* the upstream got the client's body */
     assert_non_null(strstr(h->last_request, REQUEST_BODY));
@@ -404,10 +415,7 @@ static void test_proxies_through_the_env_alone(void **state)
 /* An interim 1xx answer is the upstream's business: the client gets only the real answer. */
 static void test_interim_response_is_dropped(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = interim_then_answer});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = interim_then_answer}, "{\"ok\":true}");
     assert_int_equal(strncmp(h->client.in, "HTTP/1.1 200 OK\r\n", 17), 0);
     assert_null(strstr(h->client.in, "X-Interim"));
     assert_string_equal(h->recorded_outcome, "ok");
@@ -419,10 +427,7 @@ static void test_interim_response_is_dropped(void **state)
  * than pooled (the junk would be read as the next request's answer). */
 static void test_junk_after_the_answer_is_not_pooled(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = answer_then_junk});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = answer_then_junk}, "{\"ok\":true}");
     assert_string_equal(h->recorded_outcome, "ok");
     assert_int_equal(sb_upstream_idle_count(h->up[0]), 0);
     netfx_run_until(&h->loop, up_conn_eof, &h->eps[0].conns[0], "the upstream connection's close");
@@ -449,10 +454,7 @@ static void test_refused_upstream_is_answered_through_the_env(void **state)
 /* A refused connect reached no endpoint: the request goes to the next one. */
 static void test_refused_connect_is_retried_on_a_fallback(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 2, .dead = 1, .script = answer_ok});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 2, .dead = 1, .script = answer_ok}, "{\"ok\":true}");
     assert_non_null(strstr(h->client.in, "HTTP/1.1 200"));
     assert_int_equal(h->counters.retries, 1);
     assert_int_equal(h->errors, 0);
@@ -470,10 +472,7 @@ static void test_refused_connect_is_retried_on_a_fallback(void **state)
  * be running it, so it is not sent again anywhere: 502. */
 static void test_reset_on_a_fresh_connection_is_not_resent(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 2, .script = reset_at_once});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "HTTP/1.1 502");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 2, .script = reset_at_once}, "HTTP/1.1 502");
     assert_int_equal(h->counters.retries, 0);
     assert_int_equal(h->counters.upstream_errors, 1);
     assert_int_equal(h->eps[0].accepted, 1);
@@ -488,10 +487,7 @@ static void test_reset_on_a_fresh_connection_is_not_resent(void **state)
  * as a retry, and the client never knows. */
 static void test_stale_pooled_connection_is_replaced_on_the_same_endpoint(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 2, .script = reset_second_on_first_conn});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 2, .script = reset_second_on_first_conn}, "{\"ok\":true}");
     /* round robin would pick endpoint 1 next: put both requests on endpoint 0 */
     sb_router_endpoint(h->router, 0, 1)->draining = true;
     send_request(h);
@@ -512,10 +508,7 @@ static void test_stale_pooled_connection_is_replaced_on_the_same_endpoint(void *
 /* Bytes already reached the client: nothing is retried, the other endpoint is never asked. */
 static void test_failure_after_bytes_reached_the_client_is_not_retried(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 2, .script = sse_then_reset});
-    send_request(h);
-    netfx_wait_eof(&h->loop, &h->client);
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 2, .script = sse_then_reset}, NULL);
     assert_non_null(strstr(h->client.in, "data: hi"));
     assert_int_equal(h->counters.retries, 0);
     assert_int_equal(h->counters.midstream_errors, 1);
@@ -532,10 +525,7 @@ static void test_failure_after_bytes_reached_the_client_is_not_retried(void **st
  * hears of the failure. */
 static void test_midstream_close_ends_the_stream_visibly(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = sse_then_close});
-    send_request(h);
-    netfx_wait_eof(&h->loop, &h->client);
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = sse_then_close}, NULL);
     const char *in = h->client.in;
     assert_non_null(strstr(in, "HTTP/1.1 200"));
     assert_non_null(strstr(in, "Transfer-Encoding: chunked"));
@@ -561,10 +551,7 @@ static void test_midstream_close_ends_the_stream_visibly(void **state)
  * connection closes (no SSE event: it is not a stream). */
 static void test_midstream_close_of_a_sized_answer_closes_the_client(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = json_cut_short});
-    send_request(h);
-    netfx_wait_eof(&h->loop, &h->client);
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = json_cut_short}, NULL);
     assert_non_null(strstr(h->client.in, "Content-Length: 100"));
     assert_non_null(strstr(h->client.in, "{\"partial\":"));
     assert_null(strstr(h->client.in, "upstream_failed_midstream"));
@@ -608,10 +595,7 @@ static void test_client_abort_midstream_closes_the_upstream(void **state)
  * it is sent nowhere else, and the connection is closed, not pooled. */
 static void test_response_timeout_is_504_and_not_resent(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 2, .response_ms = 30, .script = never_answer});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "HTTP/1.1 504");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 2, .response_ms = 30, .script = never_answer}, "HTTP/1.1 504");
     netfx_run_until(&h->loop, up_conn_eof, &h->eps[0].conns[0], "the upstream connection's close");
     assert_non_null(strstr(h->client.in, "upstream_timeout"));
     assert_int_equal(h->error_status, 504);
@@ -627,10 +611,7 @@ static void test_response_timeout_is_504_and_not_resent(void **state)
 /* A stream that goes silent for response_ms ends visibly, like any mid-stream failure. */
 static void test_silent_stream_times_out_visibly(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .response_ms = 30, .script = sse_then_hold});
-    send_request(h);
-    netfx_wait_eof(&h->loop, &h->client);
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .response_ms = 30, .script = sse_then_hold}, NULL);
     assert_non_null(strstr(h->client.in, "data: hi"));
     assert_non_null(strstr(h->client.in, "timed out"));
     assert_null(strstr(h->client.in, "\r\n0\r\n\r\n"));
@@ -646,10 +627,7 @@ static void test_silent_stream_times_out_visibly(void **state)
  * unbounded buffer; nothing of it reaches the client. */
 static void test_oversized_upstream_head_is_502(void **state)
 {
-    harness *h = start(&(setup){.n_eps = 1, .script = oversized_head});
-    send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "HTTP/1.1 502");
-    wait_ended(h);
+    harness *h = run_request(&(setup){.n_eps = 1, .script = oversized_head}, "HTTP/1.1 502");
     assert_non_null(strstr(h->client.in, "bad_upstream_response"));
     assert_null(strstr(h->client.in, "X-Filler"));
     assert_int_equal(h->counters.upstream_errors, 1);
