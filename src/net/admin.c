@@ -112,13 +112,13 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                    "# TYPE switchboard_rejected_total counter\n");
     for (int k = 4; k <= 5; k++)
         sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\"} %llu\n", k,
-                      (unsigned long long)gw->rejected_by_status[k]);
+                      (unsigned long long)gw->stats.rejected_by_status[k]);
     sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
                    "# TYPE switchboard_requests_total counter\n");
     static const char *const cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
-            const sb_ep_metrics *m = &gw->ep_metrics[gw->pool_first_up[p] + e];
+            const sb_ep_metrics *m = &gw->stats.ep_metrics[gw->pool_first_up[p] + e];
             for (int k = 0; k < 6; k++)
                 if (m->by_class[k] || k == 2)
                     sb_buf_printf(b, "switchboard_requests_total{pool=\"%s\",endpoint=\"%s\",code=\"%s\"} %llu\n",
@@ -134,11 +134,11 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
                    "# TYPE switchboard_request_duration_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->pool_metrics[p].duration);
+        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].duration);
     sb_buf_puts(b, "# HELP switchboard_time_to_first_byte_seconds Time from request to the first response byte.\n"
                    "# TYPE switchboard_time_to_first_byte_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->pool_metrics[p].ttfb);
+        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].ttfb);
     static const struct {
         const char *name, *help;
     } tok[] = {{"switchboard_prompt_tokens_total", "Prompt tokens reported by upstream usage."},
@@ -147,7 +147,7 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
     for (size_t t = 0; t < 3; t++) {
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", tok[t].name, tok[t].help, tok[t].name);
         for (size_t p = 0; p < cfg->n_pools; p++) {
-            const sb_pool_metrics *pm = &gw->pool_metrics[p];
+            const sb_pool_metrics *pm = &gw->stats.pool_metrics[p];
             uint64_t v = t == 0 ? pm->prompt_tokens : t == 1 ? pm->cached_tokens : pm->completion_tokens;
             sb_buf_printf(b, "%s{pool=\"%s\"} %llu\n", tok[t].name, cfg->pools[p].name, (unsigned long long)v);
         }

@@ -41,7 +41,7 @@ static void refuse(sb_gateway *gw, sb_http_req *req, const sb_admission_refusal 
     snprintf(headers, sizeof(headers), "Retry-After: %u\r\nx-switchboard-refusal: %s\r\n", r->retry_after_s,
              r->reason);
     gw->counters.refused[r->status == 429 ? 0 : 1]++;
-    sb_gateway_error_with(gw, req, r->status, r->message,
+    sb_errors_answer_with(&gw->stats, req, r->status, r->message,
                           r->status == 429 ? "rate_limit_exceeded" : "service_unavailable", r->reason, headers);
 }
 
@@ -132,7 +132,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     if (!q || (rr->n_blocks && !hashes)) {
         sb_free(q);
         sb_free(hashes);
-        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        sb_errors_answer(&gw->stats, req, 500, "out of memory", "server_error", NULL, NULL);
         return;
     }
     if (hashes)

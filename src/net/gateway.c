@@ -122,8 +122,8 @@ static void gateway_free(sb_gateway *gw)
     }
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
-    sb_free(gw->pool_metrics);
-    sb_free(gw->ep_metrics);
+    sb_free(gw->stats.pool_metrics);
+    sb_free(gw->stats.ep_metrics);
     if (gw->adaptive && gw->cfg)
         for (size_t p = 0; p < gw->cfg->n_pools; p++)
             sb_adaptive_free(gw->adaptive[p]);
@@ -133,8 +133,8 @@ static void gateway_free(sb_gateway *gw)
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
     sb_free(gw->models_json);
-    if (gw->access_log && gw->access_log != stdout)
-        fclose(gw->access_log);
+    if (gw->stats.access_log && gw->stats.access_log != stdout)
+        fclose(gw->stats.access_log);
     while (gw->retired) {
         sb_snapshot *n = gw->retired->next;
         sb_config_free(gw->retired->cfg);
@@ -194,13 +194,15 @@ static void proxy_end(void *owner, sb_snapshot *snap, uint32_t pool)
 
 static void proxy_record(void *owner, const sb_exchange_log *log)
 {
-    sb_gateway_record(owner, log);
+    sb_gateway *gw = owner;
+    sb_stats_record(&gw->stats, log);
 }
 
 static void proxy_error(void *owner, sb_http_req *req, int status, const char *message, const char *type,
                         const char *code)
 {
-    sb_gateway_error(owner, req, status, message, type, NULL, code);
+    sb_gateway *gw = owner;
+    sb_errors_answer(&gw->stats, req, status, message, type, NULL, code);
 }
 
 /* The proxy's view of gw (after gw->router is set). */
@@ -331,9 +333,12 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     }
     gw->pool_first_up[cfg->n_pools] = total;
     gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
-    gw->ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
-    gw->pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
-    if (!gw->ups || !gw->ep_metrics || !gw->pool_metrics)
+    gw->stats.ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
+    gw->stats.pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
+    gw->stats.cfg = cfg;
+    gw->stats.pool_first_up = gw->pool_first_up;
+    gw->stats.rejected = &gw->counters.rejected;
+    if (!gw->ups || !gw->stats.ep_metrics || !gw->stats.pool_metrics)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};
@@ -343,8 +348,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
     }
     if (cfg->access_log) {
-        gw->access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
-        if (!gw->access_log) {
+        gw->stats.access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
+        if (!gw->stats.access_log) {
             SB_ERROR("access log %s: cannot open", cfg->access_log);
             rc = UV_EACCES;
             goto fail;
@@ -532,7 +537,7 @@ static void gateway_retire(sb_gateway *gw)
 static void carry_state(sb_gateway *ngw, sb_gateway *old)
 {
     ngw->counters = old->counters;
-    memcpy(ngw->rejected_by_status, old->rejected_by_status, sizeof(ngw->rejected_by_status));
+    memcpy(ngw->stats.rejected_by_status, old->stats.rejected_by_status, sizeof(ngw->stats.rejected_by_status));
     ngw->reloads = old->reloads;
     for (size_t p = 0; p < ngw->cfg->n_pools; p++) {
         const sb_pool_config *np = &ngw->cfg->pools[p];
@@ -540,7 +545,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
             const sb_pool_config *op = &old->cfg->pools[q];
             if (strcmp(np->name, op->name))
                 continue;
-            ngw->pool_metrics[p] = old->pool_metrics[q];
+            ngw->stats.pool_metrics[p] = old->stats.pool_metrics[q];
             bool same = np->n_endpoints == op->n_endpoints;
             for (size_t e = 0; e < np->n_endpoints; e++) {
                 for (size_t f = 0; f < op->n_endpoints; f++) {
@@ -548,7 +553,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
                         continue;
                     sb_endpoint_adopt(sb_router_endpoint(ngw->router, (uint32_t)p, (uint32_t)e),
                                       sb_router_endpoint(old->router, (uint32_t)q, (uint32_t)f));
-                    ngw->ep_metrics[ngw->pool_first_up[p] + e] = old->ep_metrics[old->pool_first_up[q] + f];
+                    ngw->stats.ep_metrics[ngw->pool_first_up[p] + e] = old->stats.ep_metrics[old->pool_first_up[q] + f];
                 }
                 same = same && !strcmp(np->endpoints[e].address, op->endpoints[e].address);
             }
@@ -654,6 +659,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->retired = old;
     gw->snap = ns;
     gw->cfg = cfg;
+    gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");

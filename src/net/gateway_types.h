@@ -1,6 +1,6 @@
 /* gateway_types: the gateway's state, shared by net's own files (gateway.c, routes.c,
- * admission.c, admin.c, errors.c, stats.c; not proxy.c, which gets an sb_proxy_env) and by
- * nothing outside net/. cmd/ sees only the
+ * admission.c, admin.c; not proxy.c, which gets an sb_proxy_env, nor the leaves errors.c and
+ * stats.c, which get an sb_stats) and by nothing outside net/. cmd/ sees only the
  * opaque handle of net/gateway.h.
  *
  * Types only: gateway.c calls the other files of net/, and they never call back into it (the
@@ -17,28 +17,11 @@
 #include "net/exchange.h"
 #include "net/http_server.h"
 #include "net/proxy.h"
+#include "net/stats.h"
 #include "net/upstream.h"
 #include "proto/config.h"
 #include "proto/inspect.h"
 #include "proto/usage.h"
-
-/* Fixed-bucket latency histogram (seconds), Prometheus-style cumulative on output. */
-#define SB_HISTO_BUCKETS 15
-typedef struct sb_histo {
-    uint64_t counts[SB_HISTO_BUCKETS + 1]; /* last: above every bound (+Inf) */
-    double sum;
-    uint64_t n;
-} sb_histo;
-
-typedef struct sb_pool_metrics {
-    sb_histo duration; /* request start to end */
-    sb_histo ttfb;     /* request start to first response byte */
-    uint64_t prompt_tokens, cached_tokens, completion_tokens;
-} sb_pool_metrics;
-
-typedef struct sb_ep_metrics {
-    uint64_t by_class[6]; /* responses 1xx..5xx (index 1..5); [0]: no response */
-} sb_ep_metrics;
 
 typedef struct sb_gateway sb_gateway; /* also in net/gateway.h (C11 allows the repeat) */
 typedef struct sb_prober sb_prober;
@@ -61,7 +44,6 @@ struct sb_gateway {
     size_t hashes_cap;
     char *models_json; /* GET /v1/models body, built once from config */
     size_t models_json_len;
-    FILE *access_log;
     sb_gateway_counters counters;
     size_t in_flight; /* exchanges alive */
     sb_prober *prober;
@@ -69,9 +51,7 @@ struct sb_gateway {
     sb_admission *adm;         /* flow control (core/admission.h, net/admission.c); NULL: off */
     uv_timer_t adaptive_timer; /* ticks them on the probing cadence */
     bool adaptive_timer_open;
-    sb_pool_metrics *pool_metrics;
-    sb_ep_metrics *ep_metrics; /* parallel to ups */
-    uint64_t rejected_by_status[6];
+    sb_stats stats; /* metrics and access log (net/stats.h); its ep_metrics parallel ups */
     bool stopping;
     /* Keys the slots of every table holding client-derived keys (router, prefix indexes, flow
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
