@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "cmd/cmd.h"
 #include "cmd/flags.h"
+#include "proto/json.h"
 #include "sim/server.h"
 
 static const char usage_text[] =
@@ -43,6 +44,17 @@ static const char usage_text[] =
     "  --restart-every-ms M         restart (down M/10 ms, empty cache) every M ms\n"
     "  --fault-replicas I,J         0-based replica indexes the faults apply to (< 64)\n"
     "  --seed N                     seed of the fault draws (default 1)\n"
+    "KV-cache events, published as vLLM does (off by default; any of these turns them on):\n"
+    "  --kv-events-config JSON      vLLM's --kv-events-config: enable_kv_cache_events, publisher,\n"
+    "                               endpoint, replay_endpoint, buffer_steps, hwm, topic\n"
+    "  --kv-events                  publish with vLLM's defaults (PUB bound on port 5557)\n"
+    "  --kv-events-endpoint EP      PUB address (replica i: port + i), e.g. tcp://127.0.0.1:5557\n"
+    "  --kv-events-replay EP        replay ROUTER address (replica i: port + i)\n"
+    "  --kv-events-topic T          topic frame (default empty)\n"
+    "  --kv-events-encoding array|map  tagged arrays (vLLM before May 2026) or maps (default array)\n"
+    "  --kv-events-hashes int|bytes    uint64 hashes or 32-byte bins (default int)\n"
+    "  --kv-events-buffer-steps N   batches kept for replay (default 10000)\n"
+    "  --kv-events-drop-every N     fault: leave every Nth batch out of the live stream\n"
     "  --log-level debug|info|warn|error\n";
 
 enum {
@@ -65,6 +77,15 @@ enum {
     O_SEED,
     O_LOG_LEVEL,
     O_HELP,
+    O_KV_CONFIG,
+    O_KV_ON,
+    O_KV_ENDPOINT,
+    O_KV_REPLAY,
+    O_KV_TOPIC,
+    O_KV_ENCODING,
+    O_KV_HASHES,
+    O_KV_BUFFER_STEPS,
+    O_KV_DROP_EVERY,
 };
 
 static const struct option long_opts[] = {
@@ -88,6 +109,15 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, O_SEED},
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
     {"help", no_argument, NULL, O_HELP},
+    {"kv-events-config", required_argument, NULL, O_KV_CONFIG},
+    {"kv-events", no_argument, NULL, O_KV_ON},
+    {"kv-events-endpoint", required_argument, NULL, O_KV_ENDPOINT},
+    {"kv-events-replay", required_argument, NULL, O_KV_REPLAY},
+    {"kv-events-topic", required_argument, NULL, O_KV_TOPIC},
+    {"kv-events-encoding", required_argument, NULL, O_KV_ENCODING},
+    {"kv-events-hashes", required_argument, NULL, O_KV_HASHES},
+    {"kv-events-buffer-steps", required_argument, NULL, O_KV_BUFFER_STEPS},
+    {"kv-events-drop-every", required_argument, NULL, O_KV_DROP_EVERY},
     {NULL, 0, NULL, 0},
 };
 
@@ -183,6 +213,132 @@ static int parse_log_level(const char *s)
     return -1;
 }
 
+/* ---- KV-cache event flags -------------------------------------------------------------------- */
+
+/* Strings decoded from --kv-events-config, owned until the fleet has copied them. */
+typedef struct kv_strings {
+    char *endpoint, *replay, *topic;
+} kv_strings;
+
+static void kv_strings_free(kv_strings *k)
+{
+    sb_free(k->endpoint);
+    sb_free(k->replay);
+    sb_free(k->topic);
+}
+
+/* Decodes JSON string token v into a fresh string in *out (NULL for null). */
+static int json_string(const char *b, const sb_json_tok *t, char **out)
+{
+    if (t->type == SB_JSON_PRIMITIVE && b[t->start] == 'n')
+        return 0;
+    size_t n = (size_t)(t->end - t->start);
+    char *s = t->type == SB_JSON_STRING ? sb_malloc(n + 1) : NULL;
+    long r = s ? sb_json_unescape(b + t->start, n, s, n + 1) : -1;
+    if (r < 0 || memchr(s, '\0', (size_t)r)) {
+        sb_free(s);
+        return -1;
+    }
+    s[r] = '\0';
+    sb_free(*out);
+    *out = s;
+    return 0;
+}
+
+static int json_u32(const char *b, const sb_json_tok *t, uint32_t min, uint32_t *out)
+{
+    char num[16];
+    size_t n = (size_t)(t->end - t->start);
+    if (t->type != SB_JSON_PRIMITIVE || n == 0 || n >= sizeof num)
+        return -1;
+    memcpy(num, b + t->start, n);
+    num[n] = '\0';
+    return sb_flag_u32("sim", "kv-events-config", num, min, INT32_MAX, out);
+}
+
+/* vLLM's --kv-events-config (vllm/config/kv_events.py KVEventsConfig): its keys, and nothing
+ * else, so that a misspelt key is an error rather than a silently ignored setting. */
+static int parse_kv_config(const char *json, sb_sim_opts *o, kv_strings *ks)
+{
+    static const sb_json_key keys[] = {
+        {"enable_kv_cache_events", 22}, {"publisher", 9}, {"endpoint", 8},       {"replay_endpoint", 15},
+        {"buffer_steps", 12},           {"hwm", 3},       {"max_queue_size", 14}, {"topic", 5},
+    };
+    enum { K_ENABLE, K_PUBLISHER, K_ENDPOINT, K_REPLAY, K_BUFFER, K_HWM, K_QUEUE, K_TOPIC, K_N };
+    sb_json j = {0};
+    int n = sb_json_parse(&j, json, strlen(json)), v[K_N], rc = -1;
+    const sb_json_tok *t = j.tokens;
+    if (n <= 0 || t[0].type != SB_JSON_OBJECT)
+        goto out;
+    sb_json_find_keys(t, n, json, 0, keys, K_N, v);
+    int known = 0;
+    for (int k = 0; k < K_N; k++)
+        known += v[k] >= 0;
+    if (known != t[0].size)
+        goto out; /* an unknown (or repeated) key */
+    bool enable = v[K_ENABLE] >= 0 && json[t[v[K_ENABLE]].start] == 't';
+    char *publisher = NULL;
+    if (v[K_PUBLISHER] >= 0 && json_string(json, &t[v[K_PUBLISHER]], &publisher) < 0)
+        goto out;
+    if (publisher && strcmp(publisher, "zmq") != 0)
+        enable = false; /* "null": vLLM's NullEventPublisher */
+    sb_free(publisher);
+    if ((v[K_ENDPOINT] >= 0 && json_string(json, &t[v[K_ENDPOINT]], &ks->endpoint) < 0) ||
+        (v[K_REPLAY] >= 0 && json_string(json, &t[v[K_REPLAY]], &ks->replay) < 0) ||
+        (v[K_TOPIC] >= 0 && json_string(json, &t[v[K_TOPIC]], &ks->topic) < 0) ||
+        (v[K_BUFFER] >= 0 && json_u32(json, &t[v[K_BUFFER]], 1, &o->kv.buffer_steps) < 0) ||
+        (v[K_HWM] >= 0 && json_u32(json, &t[v[K_HWM]], 1, &o->kv.hwm) < 0))
+        goto out;
+    o->kv_events = enable;
+    if (ks->endpoint)
+        o->kv.endpoint = ks->endpoint;
+    o->kv.replay_endpoint = ks->replay;
+    if (ks->topic)
+        o->kv.topic = ks->topic;
+    rc = 0;
+out:
+    sb_json_free(&j);
+    if (rc < 0)
+        fprintf(stderr, "switchboard sim: --kv-events-config wants vLLM's JSON object, e.g. "
+                        "'{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\"}'\n");
+    return rc;
+}
+
+static int parse_kv_flag(int c, const char *a, sb_sim_opts *o, kv_strings *ks)
+{
+    sb_kv_pub_opts *kv = &o->kv;
+    o->kv_events = true;
+    switch (c) {
+    case O_KV_CONFIG: return parse_kv_config(a, o, ks);
+    case O_KV_ON: return 0;
+    case O_KV_ENDPOINT: kv->endpoint = a; return 0;
+    case O_KV_REPLAY: kv->replay_endpoint = a; return 0;
+    case O_KV_TOPIC: kv->topic = a; return 0;
+    case O_KV_ENCODING:
+        if (!strcmp(a, "array") || !strcmp(a, "map")) {
+            kv->encoding = a[0] == 'm' ? SB_KV_ENC_MAP : SB_KV_ENC_ARRAY;
+            return 0;
+        }
+        fprintf(stderr, "switchboard sim: --kv-events-encoding wants array or map\n");
+        return -1;
+    case O_KV_HASHES:
+        if (!strcmp(a, "int") || !strcmp(a, "bytes")) {
+            kv->hashes = a[0] == 'b' ? SB_KV_HASH_BYTES : SB_KV_HASH_INT;
+            return 0;
+        }
+        fprintf(stderr, "switchboard sim: --kv-events-hashes wants int or bytes\n");
+        return -1;
+    case O_KV_BUFFER_STEPS: return parse_u32("kv-events-buffer-steps", a, 1, 10000000, &kv->buffer_steps);
+    case O_KV_DROP_EVERY: return parse_u32("kv-events-drop-every", a, 1, UINT32_MAX, &kv->drop_every);
+    }
+    return -1;
+}
+
+static bool is_kv_flag(int c)
+{
+    return c >= O_KV_CONFIG && c <= O_KV_DROP_EVERY;
+}
+
 /* What the engine parameters imply, measured by driving the engine in virtual time, beside
  * the published reference points for Llama-3.1-8B on one H100 (docs/simulator.md). */
 static int print_calibration(const sb_engine_params *ep)
@@ -229,6 +385,7 @@ int sb_cmd_sim(int argc, char **argv)
     uint32_t u, port = o.port;
     int rc = 0, c;
     bool calibrate = false;
+    kv_strings kvs = {0};
     optind = 1;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
         const char *a = optarg;
@@ -270,8 +427,14 @@ int sb_cmd_sim(int argc, char **argv)
         case O_HELP:
             fputs(usage_text, stdout);
             free_list(adapters, n_adapters);
+            kv_strings_free(&kvs);
             return 0;
-        default: rc = sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, ep) : -1; break;
+        default:
+            if (is_kv_flag(c))
+                rc = parse_kv_flag(c, a, &o, &kvs);
+            else
+                rc = sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, ep) : -1;
+            break;
         }
     }
     if (rc == 0 && optind < argc) {
@@ -281,6 +444,7 @@ int sb_cmd_sim(int argc, char **argv)
     if (rc < 0) {
         fputs(usage_text, stderr);
         free_list(adapters, n_adapters);
+        kv_strings_free(&kvs);
         return 2;
     }
     o.port = (uint16_t)port;
@@ -290,10 +454,12 @@ int sb_cmd_sim(int argc, char **argv)
         fprintf(stderr, "switchboard sim: engine parameters rejected (a zero size, a block size over 4096, or "
                         "--max-num-seqs above --max-num-batched-tokens)\n");
         free_list(adapters, n_adapters);
+        kv_strings_free(&kvs);
         return 2;
     }
     if (calibrate) {
         free_list(adapters, n_adapters);
+        kv_strings_free(&kvs);
         return print_calibration(ep);
     }
 
@@ -302,9 +468,11 @@ int sb_cmd_sim(int argc, char **argv)
     sim_state st = {0};
     rc = sb_sim_fleet_start(loop, &o, &st.fleet);
     free_list(adapters, n_adapters);
+    kv_strings_free(&kvs);
     if (rc < 0) {
         fprintf(stderr, "switchboard sim: cannot start: %s\n",
-                rc == -EINVAL ? "invalid options (model, adapters, ports or speed)" : uv_strerror(rc));
+                rc == -EINVAL ? "invalid options (model, adapters, ports, speed or kv-events endpoints)"
+                              : uv_strerror(rc));
         uv_run(loop, UV_RUN_DEFAULT); /* let the closing handles go */
         uv_loop_close(loop);
         return 1;
@@ -321,6 +489,9 @@ int sb_cmd_sim(int argc, char **argv)
         bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
         printf("  replica %u: http://%s:%u%s\n", i, o.host, sb_sim_fleet_port(st.fleet, i),
                faulty && fa->refuse ? " (refusing connections)" : "");
+        const char *kv = sb_sim_fleet_kv_endpoint(st.fleet, i), *replay = sb_sim_fleet_kv_replay(st.fleet, i);
+        if (kv)
+            printf("    kv-events %s%s%s\n", kv, replay ? " replay " : "", replay ? replay : "");
     }
     fflush(stdout);
     uv_run(loop, UV_RUN_DEFAULT);
