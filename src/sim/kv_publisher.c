@@ -282,7 +282,7 @@ static void on_router(uv_poll_t *h, int status, int events)
             answer_replay(p, &f[0], start);
         } else {
             p->st.bad_requests++;
-            SB_WARN("sim: kv-events replay request of %d frames dropped", n);
+            SB_WARN("sim: kv-events replay request dropped (%d frames; wanted an 8-byte start seq)", n);
         }
         for (int i = 0; i < (n < 3 ? n : 3); i++)
             zmq_msg_close(&f[i]);
