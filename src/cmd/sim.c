@@ -48,7 +48,8 @@ static const char usage_text[] =
     "  --kv-events-config JSON      vLLM's --kv-events-config: enable_kv_cache_events, publisher,\n"
     "                               endpoint, replay_endpoint, buffer_steps, hwm, topic\n"
     "  --kv-events                  publish with vLLM's defaults (PUB bound on port 5557)\n"
-    "  --kv-events-endpoint EP      PUB address (replica i: port + i), e.g. tcp://127.0.0.1:5557\n"
+    "  --kv-events-endpoint EP      PUB address, replica i on port + i; binds with a wildcard\n"
+    "                               (tcp://*:5557), else connects (vLLM's rule)\n"
     "  --kv-events-replay EP        replay ROUTER address (replica i: port + i)\n"
     "  --kv-events-topic T          topic frame (default empty)\n"
     "  --kv-events-encoding array|map  tagged arrays (vLLM before May 2026) or maps (default array)\n"
@@ -374,101 +375,132 @@ static int print_calibration(const sb_engine_params *ep)
     return 0;
 }
 
-int sb_cmd_sim(int argc, char **argv)
-{
+/* What the command line asks for; the strings it owns are freed by args_free. */
+typedef struct sim_args {
     sb_sim_opts o;
-    sb_sim_opts_default(&o);
-    sb_sim_faults *fa = &o.faults;
-    sb_engine_params *ep = &o.engine;
-    char **adapters = NULL;
-    long n_adapters = 0;
-    uint32_t u, port = o.port;
-    int rc = 0, c;
-    bool calibrate = false;
-    kv_strings kvs = {0};
-    optind = 1;
-    while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-        const char *a = optarg;
-        switch (c) {
-        case O_REPLICAS: rc = parse_u32("replicas", a, 1, 4096, &o.replicas); break;
-        case O_CALIBRATE: calibrate = true; break;
-        case O_PORT: rc = parse_u32("port", a, 0, 65535, &port); break;
-        case O_HOST: o.host = a; break;
-        case O_MODEL: o.model = a; break;
-        case O_ADAPTERS:
-            free_list(adapters, n_adapters);
-            adapters = NULL;
-            if ((n_adapters = split_list(a, &adapters)) < 0) {
-                n_adapters = 0;
-                rc = -1;
-            }
-            break;
-        case O_ENGINE:
-            if (sb_sim_flavor_parse(a, &o.flavor) < 0) {
-                fprintf(stderr, "switchboard sim: --engine wants vllm, sglang or llamacpp\n");
-                rc = -1;
-            }
-            break;
-        case O_SPEED: rc = parse_double("speed", a, 1e-3, 1e6, &o.speed); break;
-        case O_MAX_MODEL_LEN: rc = parse_u32("max-model-len", a, 1, UINT32_MAX, &o.max_model_len); break;
-        case O_FAIL_RATE: rc = parse_double("fail-rate", a, 0, 1, &fa->fail_rate); break;
-        case O_METRICS_DELAY: rc = parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms); break;
-        case O_METRICS_HANG: fa->metrics_hang = true; break;
-        case O_DIE_AFTER: rc = parse_u32("die-after-tokens", a, 1, UINT32_MAX, &fa->die_after_tokens); break;
-        case O_REFUSE: fa->refuse = true; break;
-        case O_RESTART: rc = parse_u32("restart-every-ms", a, 10, 86400000, &fa->restart_every_ms); break;
-        case O_FAULT_REPLICAS: rc = parse_replica_mask(a, &fa->replica_mask); break;
-        case O_SEED:
-            if ((rc = parse_u32("seed", a, 0, UINT32_MAX, &u)) == 0)
-                o.seed = u;
-            break;
-        case O_LOG_LEVEL: rc = parse_log_level(a); break;
-        case 'h':
-        case O_HELP:
-            fputs(usage_text, stdout);
-            free_list(adapters, n_adapters);
-            kv_strings_free(&kvs);
-            return 0;
-        default:
-            if (is_kv_flag(c))
-                rc = parse_kv_flag(c, a, &o, &kvs);
-            else
-                rc = sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, ep) : -1;
-            break;
+    char **adapters;
+    long n_adapters;
+    kv_strings kvs;
+    bool calibrate, help;
+} sim_args;
+
+static void args_free(sim_args *a)
+{
+    free_list(a->adapters, a->n_adapters);
+    kv_strings_free(&a->kvs);
+}
+
+/* One option. Returns 0 or -1 (the message is printed). */
+static int parse_option(int c, const char *a, sim_args *s)
+{
+    sb_sim_opts *o = &s->o;
+    sb_sim_faults *fa = &o->faults;
+    uint32_t u;
+    int rc = 0;
+    switch (c) {
+    case O_REPLICAS: return parse_u32("replicas", a, 1, 4096, &o->replicas);
+    case O_CALIBRATE: s->calibrate = true; return 0;
+    case O_PORT:
+        if ((rc = parse_u32("port", a, 0, 65535, &u)) == 0)
+            o->port = (uint16_t)u;
+        return rc;
+    case O_HOST: o->host = a; return 0;
+    case O_MODEL: o->model = a; return 0;
+    case O_ADAPTERS:
+        free_list(s->adapters, s->n_adapters);
+        s->adapters = NULL;
+        if ((s->n_adapters = split_list(a, &s->adapters)) < 0) {
+            s->n_adapters = 0;
+            return -1;
         }
+        return 0;
+    case O_ENGINE:
+        if (sb_sim_flavor_parse(a, &o->flavor) == 0)
+            return 0;
+        fprintf(stderr, "switchboard sim: --engine wants vllm, sglang or llamacpp\n");
+        return -1;
+    case O_SPEED: return parse_double("speed", a, 1e-3, 1e6, &o->speed);
+    case O_MAX_MODEL_LEN: return parse_u32("max-model-len", a, 1, UINT32_MAX, &o->max_model_len);
+    case O_FAIL_RATE: return parse_double("fail-rate", a, 0, 1, &fa->fail_rate);
+    case O_METRICS_DELAY: return parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms);
+    case O_METRICS_HANG: fa->metrics_hang = true; return 0;
+    case O_DIE_AFTER: return parse_u32("die-after-tokens", a, 1, UINT32_MAX, &fa->die_after_tokens);
+    case O_REFUSE: fa->refuse = true; return 0;
+    case O_RESTART: return parse_u32("restart-every-ms", a, 10, 86400000, &fa->restart_every_ms);
+    case O_FAULT_REPLICAS: return parse_replica_mask(a, &fa->replica_mask);
+    case O_SEED:
+        if ((rc = parse_u32("seed", a, 0, UINT32_MAX, &u)) == 0)
+            o->seed = u;
+        return rc;
+    case O_LOG_LEVEL: return parse_log_level(a);
+    case 'h':
+    case O_HELP: s->help = true; return 0;
+    default:
+        if (is_kv_flag(c))
+            return parse_kv_flag(c, a, o, &s->kvs);
+        return sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, &o->engine) : -1;
     }
-    if (rc == 0 && optind < argc) {
+}
+
+/* Returns 0, or -1 after printing why. */
+static int parse_args(int argc, char **argv, sim_args *s)
+{
+    int rc = 0, c;
+    optind = 1;
+    while (rc == 0 && !s->help && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1)
+        rc = parse_option(c, optarg, s);
+    if (rc == 0 && !s->help && optind < argc) {
         fprintf(stderr, "switchboard sim: unexpected argument '%s'\n", argv[optind]);
         rc = -1;
     }
-    if (rc < 0) {
-        fputs(usage_text, stderr);
-        free_list(adapters, n_adapters);
-        kv_strings_free(&kvs);
-        return 2;
-    }
-    o.port = (uint16_t)port;
-    o.adapters = (const char *const *)adapters;
-    o.n_adapters = (size_t)n_adapters;
-    if (sb_engine_params_check(ep) < 0) {
+    s->o.adapters = (const char *const *)s->adapters;
+    s->o.n_adapters = (size_t)s->n_adapters;
+    if (rc == 0 && !s->help && sb_engine_params_check(&s->o.engine) < 0) {
         fprintf(stderr, "switchboard sim: engine parameters rejected (a zero size, a block size over 4096, or "
                         "--max-num-seqs above --max-num-batched-tokens)\n");
-        free_list(adapters, n_adapters);
-        kv_strings_free(&kvs);
+        rc = -1;
+    }
+    return rc;
+}
+
+static void print_banner(const sb_sim_opts *o, const sb_sim_fleet *f)
+{
+    const sb_sim_faults *fa = &o->faults;
+    printf("switchboard sim: %u replica(s) of %s (%s engine, speed %g)\n", o->replicas, o->model,
+           sb_sim_flavor_name(o->flavor), o->speed);
+    for (uint32_t i = 0; i < o->replicas; i++) {
+        bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
+        printf("  replica %u: http://%s:%u%s\n", i, o->host, sb_sim_fleet_port(f, i),
+               faulty && fa->refuse ? " (refusing connections)" : "");
+        const char *kv = sb_sim_fleet_kv_endpoint(f, i), *replay = sb_sim_fleet_kv_replay(f, i);
+        if (kv)
+            printf("    kv-events %s%s%s\n", kv, replay ? " replay " : "", replay ? replay : "");
+    }
+    fflush(stdout);
+}
+
+int sb_cmd_sim(int argc, char **argv)
+{
+    sim_args s = {0};
+    sb_sim_opts_default(&s.o);
+    if (parse_args(argc, argv, &s) < 0) {
+        fputs(usage_text, stderr);
+        args_free(&s);
         return 2;
     }
-    if (calibrate) {
-        free_list(adapters, n_adapters);
-        kv_strings_free(&kvs);
-        return print_calibration(ep);
+    if (s.help || s.calibrate) {
+        int rc = s.help ? 0 : print_calibration(&s.o.engine);
+        if (s.help)
+            fputs(usage_text, stdout);
+        args_free(&s);
+        return rc;
     }
 
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     sim_state st = {0};
-    rc = sb_sim_fleet_start(loop, &o, &st.fleet);
-    free_list(adapters, n_adapters);
-    kv_strings_free(&kvs);
+    int rc = sb_sim_fleet_start(loop, &s.o, &st.fleet);
+    args_free(&s); /* the fleet has its copies */
     if (rc < 0) {
         fprintf(stderr, "switchboard sim: cannot start: %s\n",
                 rc == -EINVAL ? "invalid options (model, adapters, ports, speed or kv-events endpoints)"
@@ -483,17 +515,7 @@ int sb_cmd_sim(int argc, char **argv)
     st.sigint.data = st.sigterm.data = &st;
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
-    printf("switchboard sim: %u replica(s) of %s (%s engine, speed %g)\n", o.replicas, o.model,
-           sb_sim_flavor_name(o.flavor), o.speed);
-    for (uint32_t i = 0; i < o.replicas; i++) {
-        bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
-        printf("  replica %u: http://%s:%u%s\n", i, o.host, sb_sim_fleet_port(st.fleet, i),
-               faulty && fa->refuse ? " (refusing connections)" : "");
-        const char *kv = sb_sim_fleet_kv_endpoint(st.fleet, i), *replay = sb_sim_fleet_kv_replay(st.fleet, i);
-        if (kv)
-            printf("    kv-events %s%s%s\n", kv, replay ? " replay " : "", replay ? replay : "");
-    }
-    fflush(stdout);
+    print_banner(&s.o, st.fleet);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

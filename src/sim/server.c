@@ -820,6 +820,52 @@ static int check_opts(const sb_sim_opts *o)
     return 0;
 }
 
+/* Copies the KV-event strings into the fleet and opens the zmq context. -ENOMEM: the caller
+ * frees the fleet. */
+static int kv_setup(sb_sim_fleet *f)
+{
+    sb_kv_pub_opts *kv = &f->opts.kv;
+    f->opts.engine.kv_events = true;
+    f->kv_endpoint = sb_strdup(kv->endpoint);
+    f->kv_replay = kv->replay_endpoint ? sb_strdup(kv->replay_endpoint) : NULL;
+    f->kv_topic = sb_strdup(kv->topic);
+    f->zctx = zmq_ctx_new();
+    if (!f->kv_endpoint || (kv->replay_endpoint && !f->kv_replay) || !f->kv_topic || !f->zctx)
+        return -ENOMEM;
+    kv->endpoint = f->kv_endpoint;
+    kv->replay_endpoint = f->kv_replay;
+    kv->topic = f->kv_topic;
+    return 0;
+}
+
+/* Gives replica r its engine and publisher and starts listening (faults permitting). */
+static int start_replica(replica *r)
+{
+    sb_sim_fleet *f = r->fleet;
+    const sb_sim_faults *fa = &f->opts.faults;
+    int rc;
+    if (!(r->engine = sb_engine_new(&f->opts.engine)))
+        return -ENOMEM;
+    if (f->opts.kv_events) {
+        sb_kv_encode_opts enc = {.encoding = f->opts.kv.encoding,
+                                 .hashes = f->opts.kv.hashes,
+                                 .adapter_names = f->opts.adapters,
+                                 .n_adapter_names = f->opts.n_adapters};
+        if ((rc = sb_kv_pub_start(f->loop, f->zctx, &f->opts.kv, r->index, &enc, &r->kv)) < 0) {
+            r->kv = NULL;
+            return rc;
+        }
+        f->handles_open++;
+    }
+    if (r->faulty && fa->refuse)
+        return 0;
+    if ((rc = listen_replica(r)) < 0)
+        return rc;
+    if (r->faulty && fa->restart_every_ms)
+        uv_timer_start(&r->restart_timer, on_restart_timer, fa->restart_every_ms, 0);
+    return 0;
+}
+
 int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **out)
 {
     int rc = check_opts(opts);
@@ -847,19 +893,9 @@ int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **
     f->opts.host = f->host;
     f->opts.model = f->model;
     f->opts.adapters = (const char *const *)f->adapters;
-    if (opts->kv_events) {
-        f->opts.engine.kv_events = true;
-        f->kv_endpoint = sb_strdup(opts->kv.endpoint);
-        f->kv_replay = opts->kv.replay_endpoint ? sb_strdup(opts->kv.replay_endpoint) : NULL;
-        f->kv_topic = sb_strdup(opts->kv.topic);
-        f->zctx = zmq_ctx_new();
-        if (!f->kv_endpoint || (opts->kv.replay_endpoint && !f->kv_replay) || !f->kv_topic || !f->zctx) {
-            fleet_free(f);
-            return -ENOMEM;
-        }
-        f->opts.kv.endpoint = f->kv_endpoint;
-        f->opts.kv.replay_endpoint = f->kv_replay;
-        f->opts.kv.topic = f->kv_topic;
+    if (opts->kv_events && kv_setup(f) < 0) {
+        fleet_free(f);
+        return -ENOMEM;
     }
     uint64_t cache_tokens = (uint64_t)opts->engine.num_gpu_blocks * opts->engine.block_size;
     f->max_model_len = opts->max_model_len
@@ -890,31 +926,8 @@ int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **
         }
         sb_sim_stats_init(&r->stats, opts->flavor);
     }
-    for (uint32_t i = 0; i < f->n && rc == 0; i++) {
-        replica *r = &f->reps[i];
-        if (!(r->engine = sb_engine_new(&f->opts.engine))) {
-            rc = -ENOMEM;
-            break;
-        }
-        if (opts->kv_events) {
-            sb_kv_encode_opts enc = {.encoding = f->opts.kv.encoding,
-                                     .hashes = f->opts.kv.hashes,
-                                     .adapter_names = f->opts.adapters,
-                                     .n_adapter_names = f->opts.n_adapters};
-            if ((rc = sb_kv_pub_start(loop, f->zctx, &f->opts.kv, i, &enc, &r->kv)) < 0) {
-                r->kv = NULL;
-                break;
-            }
-            f->handles_open++;
-        }
-        const sb_sim_faults *fa = &opts->faults;
-        if (r->faulty && fa->refuse)
-            continue;
-        if ((rc = listen_replica(r)) < 0)
-            break;
-        if (r->faulty && fa->restart_every_ms)
-            uv_timer_start(&r->restart_timer, on_restart_timer, fa->restart_every_ms, 0);
-    }
+    for (uint32_t i = 0; i < f->n && rc == 0; i++)
+        rc = start_replica(&f->reps[i]);
     if (rc < 0) {
         sb_sim_fleet_stop(f);
         return rc;
