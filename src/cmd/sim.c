@@ -262,7 +262,7 @@ static int json_u32(const char *b, const sb_json_tok *t, uint32_t min, uint32_t 
 static int parse_kv_config(const char *json, sb_sim_opts *o, kv_strings *ks)
 {
     static const sb_json_key keys[] = {
-        {"enable_kv_cache_events", 22}, {"publisher", 9}, {"endpoint", 8},       {"replay_endpoint", 15},
+        {"enable_kv_cache_events", 22}, {"publisher", 9}, {"endpoint", 8},        {"replay_endpoint", 15},
         {"buffer_steps", 12},           {"hwm", 3},       {"max_queue_size", 14}, {"topic", 5},
     };
     enum { K_ENABLE, K_PUBLISHER, K_ENDPOINT, K_REPLAY, K_BUFFER, K_HWM, K_QUEUE, K_TOPIC, K_N };

@@ -6,8 +6,8 @@
 #include "sim/tokenizer.h"
 
 /* Each a single token: one space and at most 6 letters (tokenizer.h's WORD_WHOLE). */
-static const char *const words[] = {" the", " model", " server", " is",   " fake",  " and", " this",  " text",
-                                    " fills", " each",  " token",  " with", " one",   " plain", " word", " here"};
+static const char *const words[] = {" the",   " model", " server", " is",   " fake", " and",   " this", " text",
+                                    " fills", " each",  " token",  " with", " one",  " plain", " word", " here"};
 #define N_WORDS (sizeof(words) / sizeof(words[0]))
 
 const char *sb_sim_answer_word(uint32_t i)

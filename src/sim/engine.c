@@ -655,8 +655,8 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
     uint32_t tok_base = has_tokens ? 0 : n_hashes * bs;
     uint32_t n_toks = q->tokens ? q->n_prompt - tok_base : 0;
     uint32_t n_out = q->output_tokens ? q->max_tokens : 0;
-    req *r = sb_malloc(sizeof *r + max_hashes * sizeof(uint64_t) +
-                       ((size_t)max_blocks + n_toks + n_out) * sizeof(uint32_t));
+    req *r =
+        sb_malloc(sizeof *r + max_hashes * sizeof(uint64_t) + ((size_t)max_blocks + n_toks + n_out) * sizeof(uint32_t));
     if (!r)
         return -ENOMEM;
     *r = (req){

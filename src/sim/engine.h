@@ -259,9 +259,9 @@ typedef enum sb_engine_kv_kind {
 
 typedef struct sb_engine_kv_event {
     sb_engine_kv_kind kind;
-    uint64_t step;  /* index of the engine step it belongs to (0-based); CLEARED: steps so far */
-    sb_ns time_ns;  /* STORED: end of the step that computed the blocks; REMOVED: start of the
-                     * step that reused the block; CLEARED: the reset */
+    uint64_t step; /* index of the engine step it belongs to (0-based); CLEARED: steps so far */
+    sb_ns time_ns; /* STORED: end of the step that computed the blocks; REMOVED: start of the
+                    * step that reused the block; CLEARED: the reset */
     uint32_t n_blocks;
     const uint64_t *block_hashes; /* n_blocks, chained: block i's parent is block i-1 */
     bool has_parent;              /* STORED: the run does not start the chain */

@@ -56,8 +56,8 @@ static bool grow(void **arr, size_t *cap, size_t need, size_t size)
     return true;
 }
 
-void eng_kv_record(sb_engine *e, sb_engine_kv_kind kind, sb_ns t, const uint64_t *hashes, uint32_t n,
-                   const req *r, uint32_t first_block)
+void eng_kv_record(sb_engine *e, sb_engine_kv_kind kind, sb_ns t, const uint64_t *hashes, uint32_t n, const req *r,
+                   uint32_t first_block)
 {
     if (!e->p.kv_events)
         return;

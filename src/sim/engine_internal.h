@@ -163,8 +163,8 @@ uint64_t eng_hash_root(uint32_t adapter);
 uint32_t eng_token_at(const req *r, uint32_t pos);
 /* Records a KV event (a no-op unless kv_events): n hashes; STORED: the parent when the run
  * starts after block 0 of r's chain, and r's tokens of blocks first_block.. if r has them. */
-void eng_kv_record(sb_engine *e, sb_engine_kv_kind kind, sb_ns t, const uint64_t *hashes, uint32_t n,
-                   const req *r, uint32_t first_block);
+void eng_kv_record(sb_engine *e, sb_engine_kv_kind kind, sb_ns t, const uint64_t *hashes, uint32_t n, const req *r,
+                   uint32_t first_block);
 /* Forgets every hashed free block (reset_prefix_cache). */
 void eng_unhash_all(sb_engine *e);
 

@@ -58,9 +58,8 @@ static int key(msgpack_packer *pk, const sb_kv_encode_opts *o, const char *k)
 static int pack_stored(msgpack_packer *pk, const sb_engine_kv_event *ev, const sb_kv_encode_opts *o)
 {
     bool map = o->encoding == SB_KV_ENC_MAP;
-    const char *lora = ev->adapter && ev->adapter <= o->n_adapter_names && o->adapter_names
-                           ? o->adapter_names[ev->adapter - 1]
-                           : NULL;
+    const char *lora =
+        ev->adapter && ev->adapter <= o->n_adapter_names && o->adapter_names ? o->adapter_names[ev->adapter - 1] : NULL;
     uint32_t n_tok = ev->token_ids ? ev->n_blocks * ev->block_size : 0;
     if ((map ? msgpack_pack_map(pk, 11) : msgpack_pack_array(pk, 8)) || key(pk, o, "type") ||
         pack_cstr(pk, "BlockStored") || key(pk, o, "block_hashes") || pack_hashes(pk, ev, o) ||
@@ -126,7 +125,8 @@ int sb_kv_encode_batch(sb_buf *b, double ts, const char *events, size_t len, uin
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, write_buf);
     if (msgpack_pack_array(&pk, 3) || msgpack_pack_double(&pk, ts) || msgpack_pack_array(&pk, n) ||
-        (len && sb_buf_append(b, events, len) < 0) || (dp_rank < 0 ? msgpack_pack_nil(&pk) : msgpack_pack_int(&pk, dp_rank))) {
+        (len && sb_buf_append(b, events, len) < 0) ||
+        (dp_rank < 0 ? msgpack_pack_nil(&pk) : msgpack_pack_int(&pk, dp_rank))) {
         b->len = was;
         return -ENOMEM;
     }

@@ -13,9 +13,9 @@
 #include "base/buf.h"
 #include "base/log.h"
 
-#define DEFAULT_BUFFER_STEPS 10000          /* vLLM KVEventsConfig.buffer_steps */
-#define DEFAULT_HWM 100000                  /* vLLM KVEventsConfig.hwm */
-#define DEFAULT_BUFFER_BYTES (64ull << 20)  /* ours: bounds the replay buffer's memory */
+#define DEFAULT_BUFFER_STEPS 10000         /* vLLM KVEventsConfig.buffer_steps */
+#define DEFAULT_HWM 100000                 /* vLLM KVEventsConfig.hwm */
+#define DEFAULT_BUFFER_BYTES (64ull << 20) /* ours: bounds the replay buffer's memory */
 #define ENDPOINT_MAX 256
 
 typedef struct kept {
@@ -326,11 +326,11 @@ static void free_pub(sb_kv_pub *p)
     sb_free(p);
 }
 
-int sb_kv_pub_start(uv_loop_t *loop, void *zctx, const sb_kv_pub_opts *o, uint32_t offset,
-                    const sb_kv_encode_opts *enc, sb_kv_pub **out)
+int sb_kv_pub_start(uv_loop_t *loop, void *zctx, const sb_kv_pub_opts *o, uint32_t offset, const sb_kv_encode_opts *enc,
+                    sb_kv_pub **out)
 {
-    if (!o->endpoint || !o->topic || strlen(o->topic) >= ENDPOINT_MAX || o->buffer_steps == 0 ||
-        o->buffer_bytes == 0 || o->hwm == 0 || o->hwm > INT32_MAX)
+    if (!o->endpoint || !o->topic || strlen(o->topic) >= ENDPOINT_MAX || o->buffer_steps == 0 || o->buffer_bytes == 0 ||
+        o->hwm == 0 || o->hwm > INT32_MAX)
         return -EINVAL;
     sb_kv_pub *p = sb_calloc(1, sizeof *p);
     if (!p)

@@ -58,8 +58,8 @@ typedef struct sb_kv_pub sb_kv_pub;
  * publisher) and watches the replay socket on loop. The publisher copies *o and *enc (the
  * adapter names must outlive it). Returns 0 and sets *out, or -EINVAL (bad options), -ENOMEM,
  * or -errno from zmq (an endpoint that cannot be bound: EADDRINUSE...). */
-int sb_kv_pub_start(uv_loop_t *loop, void *zctx, const sb_kv_pub_opts *o, uint32_t offset,
-                    const sb_kv_encode_opts *enc, sb_kv_pub **out);
+int sb_kv_pub_start(uv_loop_t *loop, void *zctx, const sb_kv_pub_opts *o, uint32_t offset, const sb_kv_encode_opts *enc,
+                    sb_kv_pub **out);
 
 /* Publishes what engine e recorded (see Batches) and drains its record. */
 void sb_kv_pub_drain(sb_kv_pub *p, sb_engine *e);

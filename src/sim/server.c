@@ -36,7 +36,6 @@
 #define RESTART_DOWN_MIN_MS 10
 #define RESTART_DOWN_MAX_MS 1000
 
-
 static void on_step(uv_timer_t *t);
 static void rearm(replica *r);
 
@@ -492,8 +491,11 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
         return;
     }
     /* The engine generates the simulator's answer (sim/answer.h), the text sent back. */
-    sb_engine_request er = {
-        .id = q->id, .tokens = tokens, .n_prompt = (uint32_t)n, .max_tokens = pr.max_tokens, .adapter = (uint32_t)adapter};
+    sb_engine_request er = {.id = q->id,
+                            .tokens = tokens,
+                            .n_prompt = (uint32_t)n,
+                            .max_tokens = pr.max_tokens,
+                            .adapter = (uint32_t)adapter};
     int rc = sb_engine_submit(r->engine, &er, engine_now(f));
     sb_free(tokens);
     if (rc < 0) {
@@ -574,7 +576,8 @@ done:
 static void handle_reset_prefix_cache(replica *r, sb_http_req *h)
 {
     if (sb_engine_reset_prefix_cache(r->engine, engine_now(r->fleet)) < 0) {
-        srv_respond_error(h, 409, "ConflictError", "running requests hold blocks: the prefix cache was not reset", NULL);
+        srv_respond_error(h, 409, "ConflictError", "running requests hold blocks: the prefix cache was not reset",
+                          NULL);
         return;
     }
     rearm(r); /* publishes AllBlocksCleared */

@@ -77,8 +77,8 @@ typedef struct sb_sim_opts {
                               * num_gpu_blocks * block_size) */
     uint64_t seed;           /* for fault draws */
     sb_sim_faults faults;
-    bool kv_events;        /* publish KV-cache events (engine.kv_events is then set) */
-    sb_kv_pub_opts kv;     /* their sockets and encodings (sb_kv_pub_opts_default) */
+    bool kv_events;    /* publish KV-cache events (engine.kv_events is then set) */
+    sb_kv_pub_opts kv; /* their sockets and encodings (sb_kv_pub_opts_default) */
 } sb_sim_opts;
 
 /* Fills *o with the defaults: 127.0.0.1, port 8000, 1 replica, model

@@ -113,7 +113,8 @@ static void test_array_encoding(void **state)
 {
     (void)state;
     for (int form = SB_KV_HASH_INT; form <= SB_KV_HASH_BYTES; form++) {
-        sb_kv_encode_opts o = {.encoding = SB_KV_ENC_ARRAY, .hashes = form, .adapter_names = names, .n_adapter_names = 2};
+        sb_kv_encode_opts o = {
+            .encoding = SB_KV_ENC_ARRAY, .hashes = form, .adapter_names = names, .n_adapter_names = 2};
         sb_engine_kv_event ev[3] = {stored(),
                                     {.kind = SB_ENGINE_KV_REMOVED, .n_blocks = 1, .block_hashes = hashes},
                                     {.kind = SB_ENGINE_KV_CLEARED}};
@@ -228,9 +229,8 @@ static void test_hash_bytes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_array_encoding),       cmocka_unit_test(test_map_encoding),
-        cmocka_unit_test(test_nils),                 cmocka_unit_test(test_empty_batch_nil_rank),
-        cmocka_unit_test(test_hash_bytes),
+        cmocka_unit_test(test_array_encoding),       cmocka_unit_test(test_map_encoding), cmocka_unit_test(test_nils),
+        cmocka_unit_test(test_empty_batch_nil_rank), cmocka_unit_test(test_hash_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
