@@ -14,8 +14,8 @@
  * template's generation prompt ends in one, and an answer tokenizes back, inside the next
  * turn's prompt, to the ids the engine generated for it (sim/answer.h). A word longer than 6
  * bytes is cut every 4 bytes (the attached whitespace rides with the first cut): short words are
- * whole tokens, long ones several, as in BPE vocabularies. Each piece is one token, whose id is the xxh3-64 hash of the piece's bytes
- * (seed 0) truncated to its low 31 bits. */
+ * whole tokens, long ones several, as in BPE vocabularies. Each piece is one token, whose id
+ * is the xxh3-64 hash of the piece's bytes (seed 0) truncated to its low 31 bits. */
 #ifndef SB_SIM_TOKENIZER_H
 #define SB_SIM_TOKENIZER_H
 
