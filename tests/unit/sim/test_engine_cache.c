@@ -251,6 +251,26 @@ static void test_events_hash_path_no_tokens(void **state)
     sb_engine_free(e);
 }
 
+/* An event that cannot be recorded (memory) is counted as lost; recording goes on after. */
+static void test_events_lost_to_memory(void **state)
+{
+    (void)state;
+    sb_engine *e = engine(64, true);
+    sb_engine_request q = {.id = 1, .tokens = prompt(8, 40), .n_prompt = 40, .max_tokens = 1};
+    assert_int_equal(sb_engine_submit(e, &q, 0), 0);
+    sb_ns t = sb_engine_next_event(e);
+    sb_alloc_fail_after(0);
+    sb_engine_advance(e, t, ignore, NULL);
+    sb_alloc_fail_after(-1);
+    assert_int_equal(sb_engine_kv_count(e), 0);
+    assert_int_equal(sb_engine_kv_lost(e), 1);
+    sb_ns now = run(e, ignore, NULL) + 1;
+    serve(e, 2, prompt(9, 40), 40, 1, &now);
+    assert_int_equal(sb_engine_kv_count(e), 1);
+    assert_int_equal(sb_engine_kv_lost(e), 1);
+    sb_engine_free(e);
+}
+
 /* ---- generated tokens ----------------------------------------------------------------------- */
 
 /* The full blocks of prompt + answer are cached (the last token is never computed), with the
@@ -358,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_events_evict_and_reset),
         cmocka_unit_test(test_events_duplicates_not_stored),
         cmocka_unit_test(test_events_hash_path_no_tokens),
+        cmocka_unit_test(test_events_lost_to_memory),
         cmocka_unit_test(test_generated_blocks_cached),
         cmocka_unit_test(test_generated_output_tokens),
         cmocka_unit_test(test_answer_tokenizes_back),

@@ -10,6 +10,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "base/alloc.h"
 #include "sim/engine.h"
 #include "sim/kv_publisher.h"
 
@@ -248,6 +249,41 @@ static void test_restart(void **state)
     teardown(&f);
 }
 
+/* Events the engine lost to memory are covered by an AllBlocksCleared batch. */
+static void test_lost_events_clear(void **state)
+{
+    (void)state;
+    fixture f;
+    setup(&f, 0);
+    uint32_t t[40];
+    for (uint32_t i = 0; i < 40; i++)
+        t[i] = i;
+    sb_engine_request q = {.id = 1, .tokens = t, .n_prompt = 40, .max_tokens = 1};
+    assert_int_equal(sb_engine_submit(f.e, &q, 0), 0);
+    sb_ns next = sb_engine_next_event(f.e);
+    sb_alloc_fail_after(0);
+    sb_engine_advance(f.e, next, ignore, NULL);
+    sb_alloc_fail_after(-1);
+    sb_kv_pub_drain(f.pub, f.e);
+    zmq_pollitem_t it = {f.sub, 0, ZMQ_POLLIN, 0};
+    assert_int_equal(zmq_poll(&it, 1, 1000), 1);
+    char frame[256];
+    assert_int_equal(zmq_recv(f.sub, frame, sizeof frame, 0), 4);
+    assert_int_equal(zmq_recv(f.sub, frame, sizeof frame, 0), 8);
+    int n = zmq_recv(f.sub, frame, sizeof frame, 0);
+    assert_true(n > 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&u, frame, (size_t)n, &off), MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *ev = &u.data.via.array.ptr[1].via.array.ptr[0];
+    assert_int_equal(ev->via.array.size, 1);
+    assert_int_equal(ev->via.array.ptr[0].via.str.size, 16);
+    assert_memory_equal(ev->via.array.ptr[0].via.str.ptr, "AllBlocksCleared", 16);
+    msgpack_unpacked_destroy(&u);
+    teardown(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_batches_per_step_and_replay),
         cmocka_unit_test(test_drop_every_gap_and_bad_requests),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_lost_events_clear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
