@@ -274,6 +274,30 @@ class KvEventsTest(unittest.TestCase):
             sim.stop()
 
 
+    def test_restart_starts_sequence_again(self):
+        """--restart-every-ms: the replica comes back as a new process would, its seqs from 0."""
+        sim = EventSim("--speed", "20", "--kv-events-endpoint", "tcp://127.0.0.1:*", "--restart-every-ms", "400")
+        sub = Subscriber(sim)
+        seqs = []
+
+        def restarted():
+            try:
+                http(sim.port, "POST", "/reset_prefix_cache", {})
+            except OSError:
+                pass  # down between two lives
+            sub.drain(wait_ms=20)
+            seqs.extend(s for _, s, _ in sub.received)
+            sub.received = []
+            return any(b < a for a, b in zip(seqs, seqs[1:]))
+        try:
+            wait_until(restarted, timeout=20, what="a restart to reset the sequence")
+            drop = next(i for i, (a, b) in enumerate(zip(seqs, seqs[1:])) if b < a)
+            self.assertEqual(seqs[drop + 1], 0, seqs)
+        finally:
+            sub.close()
+            sim.stop()
+
+
 class FollowUpHitsAnswerTest(unittest.TestCase):
     def test_follow_up_hits_previous_answer(self):
         sim = Sim("--speed", "20")
