@@ -9,6 +9,8 @@ blocks, since the answer tokenizes back to the ids the engine generated and cach
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -43,7 +45,11 @@ class EventSim(Sim):
         first = self.proc.stdout.readline()
         if not first.startswith("switchboard sim:"):
             self.proc.wait(5)
-            raise AssertionError("sim did not start: %r\n%s" % (first, open(self.log_path).read()))
+            self.proc.stdout.close()
+            self.log.close()
+            why = open(self.log_path).read()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise AssertionError("sim did not start: %r\n%s" % (first, why))
         self.ports, self.kv, self.replay = [], [], []
         for _ in range(replicas):
             line = self.proc.stdout.readline()
@@ -108,6 +114,24 @@ class Subscriber:
     def close(self):
         self.sub.close(0)
         self.ctx.term()
+
+
+def free_ports(n):
+    """A base port P with P..P+n-1 free (held together while checked, then released)."""
+    while True:
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                sk = socket.socket()
+                socks.append(sk)
+                sk.bind(("0.0.0.0", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sk in socks:
+                sk.close()
 
 
 def events_of(payload):
@@ -230,13 +254,19 @@ class KvEventsTest(unittest.TestCase):
     def test_gap_recovered_through_replay(self):
         """--kv-events-drop-every 2 leaves every 2nd batch out of the live stream; a subscriber
         that sees the gap asks the replay socket and gets exactly the missing batches."""
-        port = free_port()
-        sim = EventSim("--speed", "20", "--kv-events-config",
-                       json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                   "endpoint": "tcp://*:%d" % port,
-                                   "replay_endpoint": "tcp://127.0.0.1:%d" % (port + 2),
-                                   "topic": "kv"}),
-                       "--kv-events-drop-every", "2", replicas=2)
+        for attempt in range(5):  # fixed ports: another process may take one meanwhile
+            port = free_ports(4)
+            try:
+                sim = EventSim("--speed", "20", "--kv-events-config",
+                               json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                           "endpoint": "tcp://*:%d" % port,
+                                           "replay_endpoint": "tcp://127.0.0.1:%d" % (port + 2),
+                                           "topic": "kv"}),
+                               "--kv-events-drop-every", "2", replicas=2)
+                break
+            except AssertionError as e:
+                if "address already in use" not in str(e) or attempt == 4:
+                    raise
         # One port per replica: the configured ones + the replica index, as vLLM offsets ranks.
         # (A PUB endpoint without a wildcard would connect, as vLLM's does: `*` binds.)
         self.assertEqual(sim.kv, ["tcp://0.0.0.0:%d" % port, "tcp://0.0.0.0:%d" % (port + 1)])
