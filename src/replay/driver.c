@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "proto/prompt.h"
 #include "replay/latency.h"
+#include "sim/answer.h"
 
 void sb_replay_opts_default(sb_replay_opts *o)
 {
@@ -149,15 +150,45 @@ static size_t engine_hashes(driver *d, const sb_replay_request *r)
     return sb_engine_hash_blocks(d->tokens, r->n_prompt, ep->block_size, r->adapter, d->ehash);
 }
 
+/* What r generates, for the engine to cache as it caches generated tokens: the span that
+ * follows r's prompt in its follow-up's prompt (the conversation's history holds r's answer
+ * there), cut or padded to max_tokens with the simulator's answer; NULL (the simulator's answer
+ * throughout) without a follow-up that continues r's prompt, or if memory runs out. */
+static const uint32_t *answer_tokens(driver *d, const sb_replay_request *r)
+{
+    const sb_replay_workload *w = d->w;
+    if (r->followup == SB_REPLAY_NO_REQUEST || w->reqs[r->followup].n_spans <= r->n_spans)
+        return NULL;
+    const sb_replay_span *ps = &w->spans[r->first_span], *fs = &w->spans[w->reqs[r->followup].first_span];
+    for (uint32_t k = 0; k < r->n_spans; k++)
+        if (ps[k].id != fs[k].id || ps[k].len != fs[k].len)
+            return NULL;
+    if (r->max_tokens > d->cap_answer) {
+        uint32_t *a = sb_realloc(d->answer, r->max_tokens * sizeof(*a));
+        if (!a)
+            return NULL;
+        d->answer = a;
+        d->cap_answer = r->max_tokens;
+    }
+    const sb_replay_span *ans = &fs[r->n_spans];
+    for (uint32_t i = 0; i < r->max_tokens; i++)
+        d->answer[i] = i < ans->len ? sb_replay_token(ans->id, i) : sb_sim_answer_token(i);
+    return d->answer;
+}
+
 static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
 {
     const sb_replay_request *r = &d->w->reqs[idx];
     (void)n_ehash;
+    /* Tokens too (d->tokens holds r's): the engine continues the hash chain through the
+     * prompt's partial block into the generated blocks. */
     sb_engine_request er = {.id = idx,
+                            .tokens = d->tokens,
                             .block_hashes = d->ehash,
                             .n_prompt = r->n_prompt,
                             .max_tokens = r->max_tokens,
-                            .adapter = r->adapter};
+                            .adapter = r->adapter,
+                            .output_tokens = answer_tokens(d, r)};
     int rc = sb_engine_submit(d->engines[rep], &er, d->now);
     if (rc < 0) {
         fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
@@ -693,6 +724,7 @@ static void tear_down(driver *d)
     sb_free(d->ttft);
     sb_free(d->e2e);
     sb_free(d->tokens);
+    sb_free(d->answer);
     sb_free(d->rhash);
     sb_free(d->ehash);
     sb_adaptive_free(d->adaptive);
