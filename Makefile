@@ -39,6 +39,10 @@ FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o)
 # the tree as a whole predates .clang-format.
 FORMAT_BASE ?= main
 
+# Integration tests import Debian's python3-zmq and python3-msgpack (scripts/deps.sh test):
+# run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
+PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+
 .PHONY: all deps test call-graph unit integration bench demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
@@ -87,7 +91,7 @@ unit: $(TEST_BIN)
 	@scripts/run_unit.sh $(TEST_BIN)
 
 integration: build/san/switchboard build/switchboard
-	@python3 tests/integration/run.py
+	@$(PYTHON) tests/integration/run.py
 
 test:
 	@scripts/deps.sh test
