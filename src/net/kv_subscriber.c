@@ -533,7 +533,7 @@ bool sb_kv_sub_same_opts(const sb_kv_sub *s, const sb_kv_sub_opts *opts)
            same_str(a->topic, o.topic) && a->stale_after_ms == o.stale_after_ms &&
            a->replay_timeout_ms == o.replay_timeout_ms && a->max_messages_per_turn == o.max_messages_per_turn &&
            a->reconnect_ms == o.reconnect_ms && a->reconnect_max_ms == o.reconnect_max_ms &&
-           !memcmp(&a->limits, &o.limits, sizeof a->limits);
+           sb_kv_limits_equal(&a->limits, &o.limits);
 }
 
 int sb_kv_sub_start(sb_kv_hub *hub, const sb_kv_sub_opts *opts, uint32_t pool, uint32_t ep, const sb_kv_sub_cbs *cbs,

@@ -25,6 +25,13 @@ sb_kv_limits sb_kv_limits_default(void)
     };
 }
 
+bool sb_kv_limits_equal(const sb_kv_limits *a, const sb_kv_limits *b)
+{
+    return a->max_payload_bytes == b->max_payload_bytes && a->max_events == b->max_events &&
+           a->max_hashes_per_event == b->max_hashes_per_event && a->max_tokens_per_event == b->max_tokens_per_event &&
+           a->max_batch_hashes == b->max_batch_hashes && a->max_batch_tokens == b->max_batch_tokens;
+}
+
 int sb_kv_scratch_init(sb_kv_scratch *s, const sb_kv_limits *lim)
 {
     memset(s, 0, sizeof *s);

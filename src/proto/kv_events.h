@@ -47,6 +47,8 @@ typedef struct sb_kv_limits {
  * prefill is 16384 blocks of 16): vLLM emits a BlockStored per request per step and a
  * BlockRemoved per evicted block (vllm/v1/core/block_pool.py). */
 sb_kv_limits sb_kv_limits_default(void);
+/* Field by field (the struct has padding). */
+bool sb_kv_limits_equal(const sb_kv_limits *a, const sb_kv_limits *b);
 
 typedef enum sb_kv_kind {
     SB_KV_BLOCK_STORED = 1,  /* blocks entered the cache (or moved tier, when n_tokens == 0) */
