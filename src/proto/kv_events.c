@@ -149,7 +149,7 @@ static int next(rd *r, mp_val *v)
     uint8_t c = *b;
     size_t blen = 0; /* str/bin/ext payload length, once known */
     int lenb = 0;    /* bytes of a length field to read */
-    memset(v, 0, sizeof *v);
+    /* No memset: readers look only at the fields of the type they got. */
     if (c <= 0x7f) {
         v->type = MP_UINT, v->u = c;
         return 0;
@@ -327,6 +327,12 @@ static const enum field removed_order[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
 
 static int read_hash(rd *r, uint64_t *h)
 {
+    /* uint64 is the common form (vLLM's digests are above 2^32 almost always). */
+    if (r->len - r->pos >= 9 && r->p[r->pos] == 0xcf) {
+        *h = be(r->p + r->pos + 1, 8);
+        r->pos += 9;
+        return 0;
+    }
     mp_val v;
     int rc = next(r, &v);
     if (rc)
@@ -392,11 +398,26 @@ static int read_field(rd *r, enum field f, sb_kv_event *e)
         e->tokens = s->tokens + r->t_used;
         e->n_tokens = n;
         for (uint32_t i = 0; i < n; i++) {
-            if ((rc = next(r, &v)))
-                return rc;
-            if (v.type != MP_UINT || v.u > UINT32_MAX)
-                return fail(r, SB_KV_E_TYPE, "token id (0..2^32-1)");
-            s->tokens[r->t_used + i] = (uint32_t)v.u;
+            /* The hot loop of a batch: the encodings an encoder picks for token ids (fixint,
+             * uint8/16/32) are read inline; anything else goes through next(). */
+            const uint8_t *q = r->p + r->pos;
+            size_t left = r->len - r->pos;
+            uint32_t *dst = &s->tokens[r->t_used + i];
+            if (left >= 1 && q[0] <= 0x7f) {
+                *dst = q[0], r->pos += 1;
+            } else if (left >= 2 && q[0] == 0xcc) {
+                *dst = q[1], r->pos += 2;
+            } else if (left >= 3 && q[0] == 0xcd) {
+                *dst = (uint32_t)q[1] << 8 | q[2], r->pos += 3;
+            } else if (left >= 5 && q[0] == 0xce) {
+                *dst = (uint32_t)be(q + 1, 4), r->pos += 5;
+            } else {
+                if ((rc = next(r, &v)))
+                    return rc;
+                if (v.type != MP_UINT || v.u > UINT32_MAX)
+                    return fail(r, SB_KV_E_TYPE, "token id (0..2^32-1)");
+                *dst = (uint32_t)v.u;
+            }
         }
         r->t_used += n;
         return 0;
