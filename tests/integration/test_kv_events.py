@@ -14,6 +14,7 @@ omit_defaults dropping the trailing None-defaulted fields).
 import hashlib
 import os
 import re
+import signal
 import sys
 import threading
 import unittest
@@ -40,6 +41,7 @@ class Publisher:
     def __init__(self):
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, repeated ones too
         self.port = free_port()
         self.pub.bind("tcp://127.0.0.1:%d" % self.port)
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -54,9 +56,12 @@ class Publisher:
         self.thread.start()
 
     def wait_subscribed(self):
-        assert self.pub.poll(15000), "the gateway never subscribed"
-        msg = self.pub.recv()
-        assert msg[:1] == b"\x01" and msg[1:] == TOPIC.encode(), msg
+        while True:  # unsubscriptions (a subscriber leaving) are skipped
+            assert self.pub.poll(15000), "the gateway never subscribed"
+            msg = self.pub.recv()
+            if msg[:1] == b"\x01":
+                assert msg[1:] == TOPIC.encode(), msg
+                return
 
     def publish(self, payload, send=True, seq=None):
         with self.lock:
@@ -211,6 +216,42 @@ class KvEventsTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertIn(b'"kv_events":{"publisher":"tcp://127.0.0.1:%d"' % self.pub.port, body)
         self.assertIn(b'"last_seq":0', body)
+
+
+    def reload(self, n, edit):
+        with open(self.gw.config_path) as f:
+            text = f.read()
+        with open(self.gw.config_path, "w") as f:
+            f.write(edit(text))
+        self.gw.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "configuration reloaded (%d)" % n in open(self.gw.log_path).read(), 10, "reload %d" % n)
+
+    def test_reloads_keep_or_replace_the_subscription(self):
+        self.pub.publish(array_batch(0, 1))
+        self.pub.publish(array_batch(1, 1))
+        self.wait_metric("switchboard_kv_events_batches_total", 2)
+        # In place (same pools and endpoints, kv_events unchanged): the stream goes on.
+        self.reload(1, lambda t: t.replace("replay_timeout_ms: 2000 }", "replay_timeout_ms: 2000 }\n    probe: { interval_ms: 200 }"))
+        self.pub.publish(array_batch(2, 1))
+        self.wait_metric("switchboard_kv_events_batches_total", 3)
+        # A reload that rebuilds the gateway (a pool added): the subscriber moves over with its
+        # sequence and counters (a new one would count from 0, and see batch 3 as its first).
+        up2 = Upstream("u2")
+        try:
+            self.reload(2, lambda t: t + "  - name: q\n    models: [\"m2\"]\n    endpoints: [\"%s\"]\n" % up2.address)
+            self.pub.publish(array_batch(3, 1))
+            self.wait_metric("switchboard_kv_events_batches_total", 4)
+            m = self.metrics()
+            self.assertEqual(metric(m, "switchboard_kv_events_gaps_total", self.ep), 0)
+            self.assertEqual(metric(m, "switchboard_kv_events_last_seq", self.ep), 3)
+            # Changed kv_events options: a new subscription (it subscribes again, counts anew).
+            self.reload(3, lambda t: t.replace("replay_timeout_ms: 2000", "replay_timeout_ms: 3000"))
+            self.pub.wait_subscribed()
+            self.pub.publish(array_batch(4, 1))
+            self.wait_metric("switchboard_kv_events_batches_total", 1)
+            self.assertEqual(metric(self.metrics(), "switchboard_kv_events_last_seq", self.ep), 4)
+        finally:
+            up2.close()
 
 
 @unittest.skipIf(zmq is None, "python3-zmq and python3-msgpack are needed (scripts/deps.sh test)")
