@@ -44,7 +44,10 @@ static void hash(msgpack_packer *pk, uint64_t h, bool bin)
     msgpack_pack_bin_with_body(pk, d, 32);
 }
 
-static void key(msgpack_packer *pk, const char *k) { msgpack_pack_str_with_body(pk, k, strlen(k)); }
+static void key(msgpack_packer *pk, const char *k)
+{
+    msgpack_pack_str_with_body(pk, k, strlen(k));
+}
 
 static void stored(msgpack_packer *pk, uint64_t first_hash, int blocks, uint32_t first_tok, bool map, bool bin)
 {

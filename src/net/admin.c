@@ -337,9 +337,11 @@ static void render_kv_events(sb_gateway *gw, sb_buf *b)
         {"switchboard_kv_events_replay_failures_total", "counter",
          "Gaps not recovered (no replay socket, no answer in time, or the replay buffer no longer reached back)."},
         {"switchboard_kv_events_restarts_total", "counter", "Publisher restarts seen (the sequence went back)."},
-        {"switchboard_kv_events_clears_total", "counter", "Times the endpoint's cached state was cleared for lost events."},
+        {"switchboard_kv_events_clears_total", "counter",
+         "Times the endpoint's cached state was cleared for lost events."},
         {"switchboard_kv_events_decode_errors_total", "counter", "Event batches refused by the decoder."},
-        {"switchboard_kv_events_dropped_total", "counter", "Malformed messages, other topics and stray replay answers dropped."},
+        {"switchboard_kv_events_dropped_total", "counter",
+         "Malformed messages, other topics and stray replay answers dropped."},
         {"switchboard_kv_events_stale_total", "counter", "Times the stream went silent for stale_after_ms."},
         {"switchboard_kv_events_last_seq", "gauge", "Sequence number of the last batch delivered (-1: none yet)."},
         {"switchboard_kv_events_lag_seconds", "gauge", "Gateway wall clock minus the last batch's timestamp."},
@@ -358,9 +360,9 @@ static void render_kv_events(sb_gateway *gw, sb_buf *b)
                 if (!ks)
                     continue;
                 const sb_kv_sub_stats *st = sb_kv_sub_stats_get(ks);
-                const uint64_t c[] = {st->messages,        st->batches,         st->events,        st->gaps,
-                                      st->replays_asked,   st->replayed_batches, st->replay_failures, st->restarts,
-                                      st->clears,          st->decode_errors,   st->dropped,       st->stale_episodes};
+                const uint64_t c[] = {st->messages,      st->batches,          st->events,          st->gaps,
+                                      st->replays_asked, st->replayed_batches, st->replay_failures, st->restarts,
+                                      st->clears,        st->decode_errors,    st->dropped,         st->stale_episodes};
                 sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} ", m[g][0], cfg->pools[p].name,
                               cfg->pools[p].endpoints[e].address);
                 if (g < sizeof c / sizeof c[0])

@@ -18,7 +18,10 @@ static void on_kv_clear(void *ud, uint32_t pool, uint32_t ep)
     gw->kv_clears++;
 }
 
-static size_t slot(const sb_gateway *gw, size_t p, size_t e) { return gw->pool_first_up[p] + e; }
+static size_t slot(const sb_gateway *gw, size_t p, size_t e)
+{
+    return gw->pool_first_up[p] + e;
+}
 
 /* Endpoint e of pool p's subscriber options from kc, addresses expanded into the buffers. */
 static bool kv_opts(const sb_kv_events_config *kc, const sb_endpoint_config *ec, char *sub, char *rep, size_t cap,
@@ -58,8 +61,8 @@ static void start_one(sb_gateway *gw, size_t p, size_t e, const sb_kv_sub_opts *
     sb_kv_sub_cbs cbs = {.batch = on_kv_batch, .clear = on_kv_clear, .ud = gw};
     int rc = sb_kv_sub_start(gw->kv_hub, o, (uint32_t)p, (uint32_t)e, &cbs, &gw->kv_subs[slot(gw, p, e)]);
     if (rc < 0)
-        SB_ERROR("pool %s: endpoint %s: kv events from %s: %s; this endpoint routes on the approximate index",
-                 pc->name, pc->endpoints[e].address, o->endpoint, strerror(-rc));
+        SB_ERROR("pool %s: endpoint %s: kv events from %s: %s; this endpoint routes on the approximate index", pc->name,
+                 pc->endpoints[e].address, o->endpoint, strerror(-rc));
     else
         SB_INFO("pool %s: endpoint %s: kv events from %s%s%s", pc->name, pc->endpoints[e].address, o->endpoint,
                 o->replay_endpoint ? ", replay " : "", o->replay_endpoint ? o->replay_endpoint : "");

@@ -72,7 +72,10 @@ int sb_kv_hub_new(uv_loop_t *loop, sb_kv_hub **out)
     return 0;
 }
 
-void sb_kv_hub_ref(sb_kv_hub *hub) { hub->refs++; }
+void sb_kv_hub_ref(sb_kv_hub *hub)
+{
+    hub->refs++;
+}
 
 void sb_kv_hub_unref(sb_kv_hub *hub)
 {
@@ -149,11 +152,17 @@ static void chan_close(sb_kv_sub *s, replay_chan *c)
     zmq_close(c->sock);
 }
 
-static int set_int(void *sock, int opt, int v) { return zmq_setsockopt(sock, opt, &v, sizeof v); }
+static int set_int(void *sock, int opt, int v)
+{
+    return zmq_setsockopt(sock, opt, &v, sizeof v);
+}
 
 static void pump(sb_kv_sub *s);
 
-static void on_idle(uv_idle_t *h) { pump(h->data); }
+static void on_idle(uv_idle_t *h)
+{
+    pump(h->data);
+}
 
 /* A descriptor's edge only schedules the work: pump() runs from the idle handle alone, once per
  * loop turn, so a turn handles at most max_messages_per_turn messages whichever socket woke. */
@@ -622,6 +631,12 @@ void sb_kv_sub_stop(sb_kv_sub *s)
     uv_close((uv_handle_t *)&s->replay_timer, on_handle_closed);
 }
 
-const sb_kv_sub_stats *sb_kv_sub_stats_get(const sb_kv_sub *s) { return &s->st; }
+const sb_kv_sub_stats *sb_kv_sub_stats_get(const sb_kv_sub *s)
+{
+    return &s->st;
+}
 
-const char *sb_kv_sub_endpoint(const sb_kv_sub *s) { return s->endpoint; }
+const char *sb_kv_sub_endpoint(const sb_kv_sub *s)
+{
+    return s->endpoint;
+}

@@ -49,15 +49,15 @@ void sb_kv_hub_ref(sb_kv_hub *hub);
 void sb_kv_hub_unref(sb_kv_hub *hub);
 
 typedef struct sb_kv_sub_opts {
-    const char *endpoint;        /* ZMQ address to connect the SUB to, e.g. "tcp://10.0.0.5:5557" */
-    const char *replay_endpoint; /* the ROUTER to ask for missed batches; NULL: no replay */
-    const char *topic;           /* exact topic to accept; "" or NULL: every topic */
-    uint32_t stale_after_ms;     /* silence counted as stale after this; default 10000 */
-    uint32_t replay_timeout_ms;  /* a replay's deadline, first request to end marker; default 2000 */
+    const char *endpoint;           /* ZMQ address to connect the SUB to, e.g. "tcp://10.0.0.5:5557" */
+    const char *replay_endpoint;    /* the ROUTER to ask for missed batches; NULL: no replay */
+    const char *topic;              /* exact topic to accept; "" or NULL: every topic */
+    uint32_t stale_after_ms;        /* silence counted as stale after this; default 10000 */
+    uint32_t replay_timeout_ms;     /* a replay's deadline, first request to end marker; default 2000 */
     uint32_t max_messages_per_turn; /* messages handled per loop wakeup; default 64 */
-    uint32_t reconnect_ms;       /* ZMQ reconnect interval, doubled up to the max; default 100 */
-    uint32_t reconnect_max_ms;   /* default 5000 */
-    sb_kv_limits limits;         /* decoder bounds; zeros: sb_kv_limits_default() */
+    uint32_t reconnect_ms;          /* ZMQ reconnect interval, doubled up to the max; default 100 */
+    uint32_t reconnect_max_ms;      /* default 5000 */
+    sb_kv_limits limits;            /* decoder bounds; zeros: sb_kv_limits_default() */
 } sb_kv_sub_opts;
 
 /* Called on the loop thread. `b` and everything it points to are valid during the call only.

@@ -31,11 +31,12 @@ typedef struct sb_endpoint_config {
  * KV-cache events (net/kv_subscriber.h reads them). The addresses are patterns in which "{host}"
  * stands for each endpoint's host (sb_config_kv_address). */
 typedef struct sb_kv_events_config {
-    char *endpoint;        /* pattern; default "tcp://{host}:5557" (vLLM's default port); `port: N`
-                              is short for "tcp://{host}:N" */
-    char *replay_endpoint; /* pattern; NULL: no replay (vLLM publishes none unless configured);
-                              `replay_port: N` is short for "tcp://{host}:N" */
-    char *topic;           /* the exact topic accepted; "" (default): every topic */
+    /* Patterns. endpoint: default "tcp://{host}:5557" (vLLM's default port), `port: N` short for
+     * "tcp://{host}:N"; replay_endpoint: NULL for no replay (vLLM has none unless configured),
+     * `replay_port: N` short for "tcp://{host}:N". */
+    char *endpoint;
+    char *replay_endpoint;
+    char *topic;                    /* the exact topic accepted; "" (default): every topic */
     uint32_t stale_after_ms;        /* silence counted as stale; default 10000 */
     uint32_t replay_timeout_ms;     /* deadline of one replay; default 2000 */
     uint32_t max_messages_per_turn; /* per endpoint, per loop turn; default 64 */

@@ -692,8 +692,8 @@ static const char *kv_pattern_problem(const char *s)
     if (k == 0) {
         const char *colon = strrchr(rest, ':');
         uint64_t port;
-        if (!colon || colon == rest || strlen(colon + 1) > 5 || !cfg_parse_uint(colon + 1, false, &port) ||
-            port < 1 || port > 65535)
+        if (!colon || colon == rest || strlen(colon + 1) > 5 || !cfg_parse_uint(colon + 1, false, &port) || port < 1 ||
+            port > 65535)
             return "must end in :PORT (1 to 65535), like tcp://{host}:5557";
     }
     return NULL;
@@ -776,8 +776,8 @@ static void check_kv_events(parse *p, const pool_walk *w)
             continue;
         const yaml_node_t *at = cfg_lookup(p, w->kv_events, keys[i]);
         cfg_node_error(p, at ? at : w->kv_events,
-                       "%s: kv_events.%s '%s' has no {host}: all %zu endpoints would read the same publisher",
-                       w->label, keys[i], pats[i], w->pc->n_endpoints);
+                       "%s: kv_events.%s '%s' has no {host}: all %zu endpoints would read the same publisher", w->label,
+                       keys[i], pats[i], w->pc->n_endpoints);
     }
 }
 

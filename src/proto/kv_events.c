@@ -95,8 +95,8 @@ enum mp_type { MP_NIL, MP_BOOL, MP_UINT, MP_INT, MP_FLOAT, MP_STR, MP_BIN, MP_EX
  * arrays and maps only their head (n: items, or pairs). */
 typedef struct mp_val {
     enum mp_type type;
-    uint64_t u;   /* MP_UINT, MP_BOOL; MP_ARRAY/MP_MAP: n */
-    int64_t i;    /* MP_INT (always negative: non-negative integers are MP_UINT) */
+    uint64_t u; /* MP_UINT, MP_BOOL; MP_ARRAY/MP_MAP: n */
+    int64_t i;  /* MP_INT (always negative: non-negative integers are MP_UINT) */
     double f;
     const uint8_t *ptr;
     uint32_t len;
@@ -172,16 +172,28 @@ static int next(rd *r, mp_val *v)
     }
     switch (c) {
     case 0xc0: v->type = MP_NIL; return 0;
-    case 0xc2: case 0xc3: v->type = MP_BOOL, v->u = c & 1; return 0;
-    case 0xc4: case 0xc5: case 0xc6: v->type = MP_BIN, lenb = 1 << (c - 0xc4); break;
-    case 0xc7: case 0xc8: case 0xc9: v->type = MP_EXT, lenb = 1 << (c - 0xc7); break;
-    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+    case 0xc2:
+    case 0xc3: v->type = MP_BOOL, v->u = c & 1; return 0;
+    case 0xc4:
+    case 0xc5:
+    case 0xc6: v->type = MP_BIN, lenb = 1 << (c - 0xc4); break;
+    case 0xc7:
+    case 0xc8:
+    case 0xc9: v->type = MP_EXT, lenb = 1 << (c - 0xc7); break;
+    case 0xd4:
+    case 0xd5:
+    case 0xd6:
+    case 0xd7:
+    case 0xd8:
         v->type = MP_EXT, blen = (size_t)1 << (c - 0xd4);
         if (!take(r, 1)) /* the ext type byte */
             return fail(r, SB_KV_E_TRUNCATED, "ext");
         goto payload;
-    case 0xd9: case 0xda: case 0xdb: v->type = MP_STR, lenb = 1 << (c - 0xd9); break;
-    case 0xca: case 0xcb: {
+    case 0xd9:
+    case 0xda:
+    case 0xdb: v->type = MP_STR, lenb = 1 << (c - 0xd9); break;
+    case 0xca:
+    case 0xcb: {
         int n = c == 0xca ? 4 : 8;
         const uint8_t *x = take(r, (size_t)n);
         if (!x)
@@ -198,7 +210,10 @@ static int next(rd *r, mp_val *v)
         }
         return 0;
     }
-    case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+    case 0xcc:
+    case 0xcd:
+    case 0xce:
+    case 0xcf: {
         int n = 1 << (c - 0xcc);
         const uint8_t *x = take(r, (size_t)n);
         if (!x)
@@ -206,7 +221,10 @@ static int next(rd *r, mp_val *v)
         v->type = MP_UINT, v->u = be(x, n);
         return 0;
     }
-    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+    case 0xd0:
+    case 0xd1:
+    case 0xd2:
+    case 0xd3: {
         int n = 1 << (c - 0xd0);
         const uint8_t *x = take(r, (size_t)n);
         if (!x)
@@ -222,7 +240,10 @@ static int next(rd *r, mp_val *v)
             v->type = MP_INT, v->i = sv;
         return 0;
     }
-    case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+    case 0xdc:
+    case 0xdd:
+    case 0xde:
+    case 0xdf: {
         int n = c == 0xdc || c == 0xde ? 2 : 4;
         const uint8_t *x = take(r, (size_t)n);
         if (!x)
@@ -231,9 +252,7 @@ static int next(rd *r, mp_val *v)
         v->u = be(x, n);
         return 0;
     }
-    default: /* 0xc1: never used */
-        r->pos--;
-        return fail(r, SB_KV_E_SYNTAX, "reserved byte 0xc1");
+    default: /* 0xc1: never used */ r->pos--; return fail(r, SB_KV_E_SYNTAX, "reserved byte 0xc1");
     }
     {
         const uint8_t *x = take(r, (size_t)lenb);
@@ -321,8 +340,8 @@ static const char *const field_keys[F_UNKNOWN] = {
 };
 
 /* Array positions after the tag, per kind (the structs' field order). */
-static const enum field stored_order[] = {F_HASHES,    F_PARENT,     F_TOKENS,  F_BLOCK_SIZE, F_LORA_ID,  F_MEDIUM,
-                                          F_LORA_NAME, F_EXTRA_KEYS, F_GROUP_IDX, F_SPEC_KIND, F_SPEC_WINDOW};
+static const enum field stored_order[] = {F_HASHES,    F_PARENT,     F_TOKENS,    F_BLOCK_SIZE, F_LORA_ID,    F_MEDIUM,
+                                          F_LORA_NAME, F_EXTRA_KEYS, F_GROUP_IDX, F_SPEC_KIND,  F_SPEC_WINDOW};
 static const enum field removed_order[] = {F_HASHES, F_MEDIUM, F_GROUP_IDX};
 
 static int read_hash(rd *r, uint64_t *h)
@@ -368,7 +387,10 @@ static int array_head(rd *r, uint32_t per_event, uint32_t used, uint32_t batch_c
     return 0;
 }
 
-static uint32_t min32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static uint32_t min32(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
 
 static int read_field(rd *r, enum field f, sb_kv_event *e)
 {
@@ -379,8 +401,8 @@ static int read_field(rd *r, enum field f, sb_kv_event *e)
     uint32_t n;
     switch (f) {
     case F_HASHES:
-        rc = array_head(r, lim->max_hashes_per_event, r->h_used, min32(lim->max_batch_hashes, s->hashes_cap), &n,
-                        false, "block_hashes");
+        rc = array_head(r, lim->max_hashes_per_event, r->h_used, min32(lim->max_batch_hashes, s->hashes_cap), &n, false,
+                        "block_hashes");
         if (rc)
             return rc;
         e->hashes = s->hashes + r->h_used;
@@ -391,8 +413,8 @@ static int read_field(rd *r, enum field f, sb_kv_event *e)
         r->h_used += n;
         return 0;
     case F_TOKENS:
-        rc = array_head(r, lim->max_tokens_per_event, r->t_used, min32(lim->max_batch_tokens, s->tokens_cap), &n,
-                        true, "token_ids");
+        rc = array_head(r, lim->max_tokens_per_event, r->t_used, min32(lim->max_batch_tokens, s->tokens_cap), &n, true,
+                        "token_ids");
         if (rc)
             return rc;
         e->tokens = s->tokens + r->t_used;
@@ -430,8 +452,7 @@ static int read_field(rd *r, enum field f, sb_kv_event *e)
         }
         e->has_parent = true;
         return read_hash(r, &e->parent_hash);
-    default:
-        break;
+    default: break;
     }
     if ((rc = next(r, &v)))
         return rc;
@@ -523,7 +544,7 @@ static int event_array(rd *r, uint64_t n, sb_kv_event *e, bool *known)
         return skip_values(r, n - 1);
     }
     const enum field *order = e->kind == SB_KV_BLOCK_STORED ? stored_order : removed_order;
-    size_t n_order = e->kind == SB_KV_BLOCK_STORED   ? sizeof stored_order / sizeof *order
+    size_t n_order = e->kind == SB_KV_BLOCK_STORED    ? sizeof stored_order / sizeof *order
                      : e->kind == SB_KV_BLOCK_REMOVED ? sizeof removed_order / sizeof *order
                                                       : 0;
     if (n_order && n < 2)

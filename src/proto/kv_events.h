@@ -57,8 +57,8 @@ typedef enum sb_kv_kind {
 } sb_kv_kind;
 
 typedef enum sb_kv_medium {
-    SB_KV_MEDIUM_GPU = 0, /* "GPU", or no medium given (releases before the field were GPU-only) */
-    SB_KV_MEDIUM_CPU = 1, /* "CPU" (offloading connectors) */
+    SB_KV_MEDIUM_GPU = 0,   /* "GPU", or no medium given (releases before the field were GPU-only) */
+    SB_KV_MEDIUM_CPU = 1,   /* "CPU" (offloading connectors) */
     SB_KV_MEDIUM_OTHER = 2, /* any other name: see medium_name */
 } sb_kv_medium;
 
@@ -82,8 +82,8 @@ typedef struct sb_kv_event {
 } sb_kv_event;
 
 typedef struct sb_kv_batch {
-    double ts;        /* the engine's wall clock when it published, seconds since the epoch */
-    int32_t dp_rank;  /* data_parallel_rank or attn_dp_rank; -1 if none */
+    double ts;           /* the engine's wall clock when it published, seconds since the epoch */
+    int32_t dp_rank;     /* data_parallel_rank or attn_dp_rank; -1 if none */
     sb_kv_event *events; /* into the scratch; only the known kinds, in payload order */
     uint32_t n_events;
     uint32_t unknown_events; /* events of a type this decoder does not know, skipped */
@@ -115,9 +115,9 @@ enum {
 };
 
 typedef struct sb_kv_error {
-    int code;          /* as returned */
-    size_t offset;     /* byte of the payload where it was found */
-    const char *what;  /* static text naming the field or bound, for logs */
+    int code;         /* as returned */
+    size_t offset;    /* byte of the payload where it was found */
+    const char *what; /* static text naming the field or bound, for logs */
 } sb_kv_error;
 
 /* Decodes payload[0..len) into *out, its arrays in s. Returns 0, or a negative SB_KV_E_* with

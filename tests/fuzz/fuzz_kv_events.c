@@ -72,8 +72,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!scratch.events) {
         lim = sb_kv_limits_default();
         CHECK(sb_kv_scratch_init(&scratch, &lim) == 0);
-        tight = (sb_kv_limits){.max_payload_bytes = 4096, .max_events = 4, .max_hashes_per_event = 3,
-                               .max_tokens_per_event = 40, .max_batch_hashes = 6, .max_batch_tokens = 64};
+        tight = (sb_kv_limits){.max_payload_bytes = 4096,
+                               .max_events = 4,
+                               .max_hashes_per_event = 3,
+                               .max_tokens_per_event = 40,
+                               .max_batch_hashes = 6,
+                               .max_batch_tokens = 64};
         CHECK(sb_kv_scratch_init(&scratch2, &tight) == 0);
     }
     sb_kv_batch b, b2;

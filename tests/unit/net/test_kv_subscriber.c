@@ -107,7 +107,10 @@ static void serve_publisher(void)
     }
 }
 
-static void on_pub_poll(uv_poll_t *p, int status, int events) { serve_publisher(); }
+static void on_pub_poll(uv_poll_t *p, int status, int events)
+{
+    serve_publisher();
+}
 
 static void watch(void *sock, uv_poll_t *p)
 {
@@ -197,8 +200,14 @@ static void on_clear(void *ud, uint32_t pool, uint32_t ep)
     n_clears++;
 }
 
-static void on_turn(uv_check_t *c) { this_turn = 0; }
-static void on_safety(uv_timer_t *t) { timed_out = true; }
+static void on_turn(uv_check_t *c)
+{
+    this_turn = 0;
+}
+static void on_safety(uv_timer_t *t)
+{
+    timed_out = true;
+}
 
 typedef bool cond_fn(void);
 
@@ -215,10 +224,22 @@ static void run_until(cond_fn *cond)
 }
 
 static int want_got;
-static bool have_got(void) { return n_got >= want_got; }
-static bool subscribed(void) { return P.subscribed; }
-static const sb_kv_sub_stats *stats(void) { return sb_kv_sub_stats_get(sub); }
-static bool replay_done(void) { return !stats()->replaying && stats()->replays_asked > 0; }
+static bool have_got(void)
+{
+    return n_got >= want_got;
+}
+static bool subscribed(void)
+{
+    return P.subscribed;
+}
+static const sb_kv_sub_stats *stats(void)
+{
+    return sb_kv_sub_stats_get(sub);
+}
+static bool replay_done(void)
+{
+    return !stats()->replaying && stats()->replays_asked > 0;
+}
 
 static void wait_got(int n)
 {
@@ -426,7 +447,7 @@ static void test_malformed(void **st)
     send_raw("kv@test2", seq1, 8, P.payload[0].data, P.payload[0].size);
     /* a payload the decoder refuses: seq 1 is consumed by it */
     send_raw("kv@test", seq1, 8, "\x93\xcb\x00", 3);
-    publish(true); /* seq 1: taken by the garbage above */
+    publish(true);  /* seq 1: taken by the garbage above */
     publish(false); /* seq 2 */
     wait_got(2);
     assert_int_equal(got[1], 2);
@@ -454,7 +475,10 @@ static void test_bounded_per_turn(void **st)
 }
 
 /* Silence is counted as stale once, and the next message ends it; nothing is cleared. */
-static bool is_stale(void) { return stats()->stale; }
+static bool is_stale(void)
+{
+    return stats()->stale;
+}
 
 static void test_stale(void **st)
 {

@@ -25,14 +25,35 @@ static void pk_init(pk *k)
     msgpack_packer_init(&k->p, &k->sb, msgpack_sbuffer_write);
 }
 
-static void pk_free(pk *k) { msgpack_sbuffer_destroy(&k->sb); }
+static void pk_free(pk *k)
+{
+    msgpack_sbuffer_destroy(&k->sb);
+}
 
-static void str(pk *k, const char *s) { msgpack_pack_str_with_body(&k->p, s, strlen(s)); }
-static void arr(pk *k, size_t n) { msgpack_pack_array(&k->p, n); }
-static void map(pk *k, size_t n) { msgpack_pack_map(&k->p, n); }
-static void u64(pk *k, uint64_t v) { msgpack_pack_uint64(&k->p, v); }
-static void i64(pk *k, int64_t v) { msgpack_pack_int64(&k->p, v); }
-static void nil(pk *k) { msgpack_pack_nil(&k->p); }
+static void str(pk *k, const char *s)
+{
+    msgpack_pack_str_with_body(&k->p, s, strlen(s));
+}
+static void arr(pk *k, size_t n)
+{
+    msgpack_pack_array(&k->p, n);
+}
+static void map(pk *k, size_t n)
+{
+    msgpack_pack_map(&k->p, n);
+}
+static void u64(pk *k, uint64_t v)
+{
+    msgpack_pack_uint64(&k->p, v);
+}
+static void i64(pk *k, int64_t v)
+{
+    msgpack_pack_int64(&k->p, v);
+}
+static void nil(pk *k)
+{
+    msgpack_pack_nil(&k->p);
+}
 
 static void u64s(pk *k, const uint64_t *v, size_t n)
 {
@@ -50,11 +71,14 @@ static void env_array(pk *k, double ts, size_t n_events, bool with_rank)
 }
 
 /* The envelope's trailing rank (array form). */
-static void rank(pk *k, int r) { r < 0 ? nil(k) : u64(k, (uint64_t)r); }
+static void rank(pk *k, int r)
+{
+    r < 0 ? nil(k) : u64(k, (uint64_t)r);
+}
 
 /* A full BlockStored, array form, all twelve fields (vLLM's current field list). */
-static void stored_array(pk *k, const uint64_t *h, size_t nh, bool parent, uint64_t ph, uint32_t first_tok,
-                         size_t ntok, const char *medium)
+static void stored_array(pk *k, const uint64_t *h, size_t nh, bool parent, uint64_t ph, uint32_t first_tok, size_t ntok,
+                         const char *medium)
 {
     arr(k, 12);
     str(k, "BlockStored");
@@ -63,12 +87,12 @@ static void stored_array(pk *k, const uint64_t *h, size_t nh, bool parent, uint6
     arr(k, ntok);
     for (size_t i = 0; i < ntok; i++)
         u64(k, first_tok + i);
-    u64(k, 16);  /* block_size */
-    nil(k);      /* lora_id */
+    u64(k, 16); /* block_size */
+    nil(k);     /* lora_id */
     medium ? str(k, medium) : nil(k);
-    nil(k);      /* lora_name */
-    nil(k);      /* extra_keys */
-    u64(k, 0);   /* group_idx */
+    nil(k);    /* lora_name */
+    nil(k);    /* extra_keys */
+    u64(k, 0); /* group_idx */
     str(k, "full_attention");
     nil(k);
 }
@@ -90,7 +114,10 @@ static int teardown(void **st)
     return 0;
 }
 
-static int decode(const pk *k) { return sb_kv_decode((const uint8_t *)k->sb.data, k->sb.size, &lim, &scr, &b, &err); }
+static int decode(const pk *k)
+{
+    return sb_kv_decode((const uint8_t *)k->sb.data, k->sb.size, &lim, &scr, &b, &err);
+}
 
 /* ---- both encodings ---- */
 
@@ -175,8 +202,7 @@ static void test_map_form(void **st)
     str(&k, "metadata"), map(&k, 2), str(&k, "cache_salt"), str(&k, "x"), str(&k, "session_id"), str(&k, "s");
     str(&k, "type"), str(&k, "BlockStored");
     map(&k, 3);
-    str(&k, "type"), str(&k, "BlockRemoved"), str(&k, "block_hashes"), u64s(&k, h, 1), str(&k, "group_idx"),
-        u64(&k, 2);
+    str(&k, "type"), str(&k, "BlockRemoved"), str(&k, "block_hashes"), u64s(&k, h, 1), str(&k, "group_idx"), u64(&k, 2);
     map(&k, 1), str(&k, "type"), str(&k, "AllBlocksCleared");
     str(&k, "ts"), msgpack_pack_double(&k.p, 2.25);
     str(&k, "attn_dp_rank"), u64(&k, 1);
@@ -242,9 +268,9 @@ static void test_hash_forms(void **st)
     arr(&k, 2), str(&k, "BlockRemoved");
     arr(&k, 6);
     msgpack_pack_bin_with_body(&k.p, d, 32);
-    u64(&k, want);                  /* the same block, int form: must agree */
-    u64(&k, UINT64_MAX);            /* the largest uint64 */
-    i64(&k, -2);                    /* a signed 64-bit producer's bit pattern */
+    u64(&k, want);                                /* the same block, int form: must agree */
+    u64(&k, UINT64_MAX);                          /* the largest uint64 */
+    i64(&k, -2);                                  /* a signed 64-bit producer's bit pattern */
     msgpack_pack_bin_with_body(&k.p, d + 16, 16); /* an xxh3-128 digest */
     msgpack_pack_bin_with_body(&k.p, d, 3);       /* shorter than 8 bytes: the whole number */
     assert_int_equal(decode(&k), 0);
@@ -313,14 +339,38 @@ static void test_truncated(void **st)
 
 typedef void build_fn(pk *k);
 
-static void bad_envelope_scalar(pk *k) { u64(k, 1); }
-static void bad_ts(pk *k) { arr(k, 2), str(k, "1.0"), arr(k, 0); }
-static void bad_ts_nan(pk *k) { arr(k, 2), msgpack_pack_double(&k->p, NAN), arr(k, 0); }
-static void bad_events(pk *k) { arr(k, 2), u64(k, 1), map(k, 0); }
-static void bad_event_scalar(pk *k) { env_array(k, 1, 1, false), u64(k, 3); }
-static void bad_tag(pk *k) { env_array(k, 1, 1, false), arr(k, 2), u64(k, 1), arr(k, 0); }
-static void bad_hashes(pk *k) { env_array(k, 1, 1, false), arr(k, 2), str(k, "BlockRemoved"), u64(k, 1); }
-static void bad_hash_str(pk *k) { env_array(k, 1, 1, false), arr(k, 2), str(k, "BlockRemoved"), arr(k, 1), str(k, "x"); }
+static void bad_envelope_scalar(pk *k)
+{
+    u64(k, 1);
+}
+static void bad_ts(pk *k)
+{
+    arr(k, 2), str(k, "1.0"), arr(k, 0);
+}
+static void bad_ts_nan(pk *k)
+{
+    arr(k, 2), msgpack_pack_double(&k->p, NAN), arr(k, 0);
+}
+static void bad_events(pk *k)
+{
+    arr(k, 2), u64(k, 1), map(k, 0);
+}
+static void bad_event_scalar(pk *k)
+{
+    env_array(k, 1, 1, false), u64(k, 3);
+}
+static void bad_tag(pk *k)
+{
+    env_array(k, 1, 1, false), arr(k, 2), u64(k, 1), arr(k, 0);
+}
+static void bad_hashes(pk *k)
+{
+    env_array(k, 1, 1, false), arr(k, 2), str(k, "BlockRemoved"), u64(k, 1);
+}
+static void bad_hash_str(pk *k)
+{
+    env_array(k, 1, 1, false), arr(k, 2), str(k, "BlockRemoved"), arr(k, 1), str(k, "x");
+}
 static void bad_token_neg(pk *k)
 {
     env_array(k, 1, 1, false), arr(k, 4), str(k, "BlockStored"), arr(k, 0), nil(k), arr(k, 1), i64(k, -1);
@@ -333,17 +383,38 @@ static void bad_medium(pk *k)
 {
     env_array(k, 1, 1, false), arr(k, 3), str(k, "BlockRemoved"), arr(k, 0), u64(k, 1);
 }
-static void bad_no_hashes(pk *k) { env_array(k, 1, 1, false), arr(k, 1), str(k, "BlockStored"); }
-static void bad_map_no_type(pk *k) { env_array(k, 1, 1, false), map(k, 1), str(k, "block_hashes"), arr(k, 0); }
-static void bad_map_key(pk *k) { env_array(k, 1, 1, false), map(k, 1), u64(k, 1), str(k, "BlockStored"); }
-static void bad_rank(pk *k) { env_array(k, 1, 0, true), str(k, "0"); }
-static void bad_env_no_events(pk *k) { map(k, 1), str(k, "ts"), u64(k, 1); }
+static void bad_no_hashes(pk *k)
+{
+    env_array(k, 1, 1, false), arr(k, 1), str(k, "BlockStored");
+}
+static void bad_map_no_type(pk *k)
+{
+    env_array(k, 1, 1, false), map(k, 1), str(k, "block_hashes"), arr(k, 0);
+}
+static void bad_map_key(pk *k)
+{
+    env_array(k, 1, 1, false), map(k, 1), u64(k, 1), str(k, "BlockStored");
+}
+static void bad_rank(pk *k)
+{
+    env_array(k, 1, 0, true), str(k, "0");
+}
+static void bad_env_no_events(pk *k)
+{
+    map(k, 1), str(k, "ts"), u64(k, 1);
+}
 static void bad_env_twice(pk *k)
 {
     map(k, 3), str(k, "ts"), u64(k, 1), str(k, "events"), arr(k, 0), str(k, "events"), arr(k, 0);
 }
-static void bad_trailing(pk *k) { env_array(k, 1, 0, false), u64(k, 1); }
-static void bad_reserved(pk *k) { msgpack_sbuffer_write(&k->sb, "\x92\xcb\0\0\0\0\0\0\0\0\x91\xc1", 12); }
+static void bad_trailing(pk *k)
+{
+    env_array(k, 1, 0, false), u64(k, 1);
+}
+static void bad_reserved(pk *k)
+{
+    msgpack_sbuffer_write(&k->sb, "\x92\xcb\0\0\0\0\0\0\0\0\x91\xc1", 12);
+}
 static void bad_block_size(pk *k)
 {
     env_array(k, 1, 1, false), arr(k, 5), str(k, "BlockStored"), arr(k, 0), nil(k), arr(k, 0), i64(k, -16);
@@ -355,12 +426,12 @@ static void test_wrong_types(void **st)
         build_fn *build;
         int rc;
     } cases[] = {
-        {bad_envelope_scalar, SB_KV_E_TYPE}, {bad_ts, SB_KV_E_TYPE},          {bad_ts_nan, SB_KV_E_TYPE},
+        {bad_envelope_scalar, SB_KV_E_TYPE}, {bad_ts, SB_KV_E_TYPE},           {bad_ts_nan, SB_KV_E_TYPE},
         {bad_events, SB_KV_E_TYPE},          {bad_event_scalar, SB_KV_E_TYPE}, {bad_tag, SB_KV_E_TYPE},
-        {bad_hashes, SB_KV_E_TYPE},          {bad_hash_str, SB_KV_E_TYPE},    {bad_token_neg, SB_KV_E_TYPE},
-        {bad_token_big, SB_KV_E_TYPE},       {bad_medium, SB_KV_E_TYPE},      {bad_no_hashes, SB_KV_E_TYPE},
-        {bad_map_no_type, SB_KV_E_TYPE},     {bad_map_key, SB_KV_E_TYPE},     {bad_rank, SB_KV_E_TYPE},
-        {bad_env_no_events, SB_KV_E_TYPE},   {bad_env_twice, SB_KV_E_TYPE},   {bad_trailing, SB_KV_E_SYNTAX},
+        {bad_hashes, SB_KV_E_TYPE},          {bad_hash_str, SB_KV_E_TYPE},     {bad_token_neg, SB_KV_E_TYPE},
+        {bad_token_big, SB_KV_E_TYPE},       {bad_medium, SB_KV_E_TYPE},       {bad_no_hashes, SB_KV_E_TYPE},
+        {bad_map_no_type, SB_KV_E_TYPE},     {bad_map_key, SB_KV_E_TYPE},      {bad_rank, SB_KV_E_TYPE},
+        {bad_env_no_events, SB_KV_E_TYPE},   {bad_env_twice, SB_KV_E_TYPE},    {bad_trailing, SB_KV_E_SYNTAX},
         {bad_reserved, SB_KV_E_SYNTAX},      {bad_block_size, SB_KV_E_TYPE},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -425,8 +496,12 @@ static int decode_with(const pk *k, const sb_kv_limits *l)
 
 static void test_limits(void **st)
 {
-    sb_kv_limits l = {.max_payload_bytes = 1 << 20, .max_events = 10, .max_hashes_per_event = 8,
-                      .max_tokens_per_event = 32, .max_batch_hashes = 40, .max_batch_tokens = 200};
+    sb_kv_limits l = {.max_payload_bytes = 1 << 20,
+                      .max_events = 10,
+                      .max_hashes_per_event = 8,
+                      .max_tokens_per_event = 32,
+                      .max_batch_hashes = 40,
+                      .max_batch_tokens = 200};
     pk k;
     /* events per batch */
     pk_init(&k), build_removed(&k, 10, 1);
@@ -467,8 +542,12 @@ static void test_limits(void **st)
     pk_free(&k);
     /* A scratch smaller than the limits bounds the decoder too. */
     sb_kv_scratch small;
-    sb_kv_limits sl = {.max_payload_bytes = 1 << 20, .max_events = 2, .max_hashes_per_event = 100,
-                       .max_tokens_per_event = 100, .max_batch_hashes = 4, .max_batch_tokens = 4};
+    sb_kv_limits sl = {.max_payload_bytes = 1 << 20,
+                       .max_events = 2,
+                       .max_hashes_per_event = 100,
+                       .max_tokens_per_event = 100,
+                       .max_batch_hashes = 4,
+                       .max_batch_tokens = 4};
     assert_int_equal(sb_kv_scratch_init(&small, &sl), 0);
     pk_init(&k), build_removed(&k, 1, 5);
     assert_int_equal(sb_kv_decode((const uint8_t *)k.sb.data, k.sb.size, &l, &small, &b, &err), SB_KV_E_LIMIT);
@@ -545,18 +624,12 @@ static void test_corpus(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_array_form),
-        cmocka_unit_test(test_array_form_short),
-        cmocka_unit_test(test_map_form),
-        cmocka_unit_test(test_unknown_events_and_fields),
-        cmocka_unit_test(test_hash_forms),
-        cmocka_unit_test(test_hash_bins_bounds),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_wrong_types),
-        cmocka_unit_test(test_deep_unknown),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_real_batch),
-        cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_array_form),   cmocka_unit_test(test_array_form_short),
+        cmocka_unit_test(test_map_form),     cmocka_unit_test(test_unknown_events_and_fields),
+        cmocka_unit_test(test_hash_forms),   cmocka_unit_test(test_hash_bins_bounds),
+        cmocka_unit_test(test_truncated),    cmocka_unit_test(test_wrong_types),
+        cmocka_unit_test(test_deep_unknown), cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_real_batch),   cmocka_unit_test(test_corpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
