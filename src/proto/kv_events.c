@@ -122,8 +122,21 @@ static int fail(rd *r, int code, const char *what)
     return code;
 }
 
+static uint64_t be64(const uint8_t *b)
+{
+    uint64_t v;
+    memcpy(&v, b, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+/* n (1, 2, 4 or 8) bytes, big-endian. */
 static uint64_t be(const uint8_t *b, int n)
 {
+    if (n == 8)
+        return be64(b);
     uint64_t v = 0;
     for (int i = 0; i < n; i++)
         v = v << 8 | b[i];
@@ -324,20 +337,26 @@ enum field {
     F_UNKNOWN,
 };
 
-/* Map keys, as vLLM's msgspec structs name them (vllm/distributed/kv_events.py). */
-static const char *const field_keys[F_UNKNOWN] = {
-    [F_HASHES] = "block_hashes",
-    [F_PARENT] = "parent_block_hash",
-    [F_TOKENS] = "token_ids",
-    [F_BLOCK_SIZE] = "block_size",
-    [F_LORA_ID] = "lora_id",
-    [F_MEDIUM] = "medium",
-    [F_LORA_NAME] = "lora_name",
-    [F_EXTRA_KEYS] = "extra_keys",
-    [F_GROUP_IDX] = "group_idx",
-    [F_SPEC_KIND] = "kv_cache_spec_kind",
-    [F_SPEC_WINDOW] = "kv_cache_spec_sliding_window",
+/* Map keys, as vLLM's msgspec structs name them (vllm/distributed/kv_events.py), with their
+ * lengths so a key is compared only with names of its length. */
+#define KEY(f, name) [f] = {name, sizeof name - 1}
+static const struct {
+    const char *name;
+    uint32_t len;
+} field_keys[F_UNKNOWN] = {
+    KEY(F_HASHES, "block_hashes"),
+    KEY(F_PARENT, "parent_block_hash"),
+    KEY(F_TOKENS, "token_ids"),
+    KEY(F_BLOCK_SIZE, "block_size"),
+    KEY(F_LORA_ID, "lora_id"),
+    KEY(F_MEDIUM, "medium"),
+    KEY(F_LORA_NAME, "lora_name"),
+    KEY(F_EXTRA_KEYS, "extra_keys"),
+    KEY(F_GROUP_IDX, "group_idx"),
+    KEY(F_SPEC_KIND, "kv_cache_spec_kind"),
+    KEY(F_SPEC_WINDOW, "kv_cache_spec_sliding_window"),
 };
+#undef KEY
 
 /* Array positions after the tag, per kind (the structs' field order). */
 static const enum field stored_order[] = {F_HASHES,    F_PARENT,     F_TOKENS,    F_BLOCK_SIZE, F_LORA_ID,    F_MEDIUM,
@@ -348,7 +367,7 @@ static int read_hash(rd *r, uint64_t *h)
 {
     /* uint64 is the common form (vLLM's digests are above 2^32 almost always). */
     if (r->len - r->pos >= 9 && r->p[r->pos] == 0xcf) {
-        *h = be(r->p + r->pos + 1, 8);
+        *h = be64(r->p + r->pos + 1);
         r->pos += 9;
         return 0;
     }
@@ -419,28 +438,36 @@ static int read_field(rd *r, enum field f, sb_kv_event *e)
             return rc;
         e->tokens = s->tokens + r->t_used;
         e->n_tokens = n;
+        /* The hot loop of a batch: the encodings an encoder picks for token ids (fixint,
+         * uint8/16/32) are read inline through a local cursor; anything else goes through
+         * next(), which checks the type. */
+        uint32_t *dst = s->tokens + r->t_used;
+        const uint8_t *q = r->p + r->pos, *end = r->p + r->len;
         for (uint32_t i = 0; i < n; i++) {
-            /* The hot loop of a batch: the encodings an encoder picks for token ids (fixint,
-             * uint8/16/32) are read inline; anything else goes through next(). */
-            const uint8_t *q = r->p + r->pos;
-            size_t left = r->len - r->pos;
-            uint32_t *dst = &s->tokens[r->t_used + i];
+            size_t left = (size_t)(end - q);
             if (left >= 1 && q[0] <= 0x7f) {
-                *dst = q[0], r->pos += 1;
-            } else if (left >= 2 && q[0] == 0xcc) {
-                *dst = q[1], r->pos += 2;
-            } else if (left >= 3 && q[0] == 0xcd) {
-                *dst = (uint32_t)q[1] << 8 | q[2], r->pos += 3;
+                dst[i] = q[0];
+                q += 1;
             } else if (left >= 5 && q[0] == 0xce) {
-                *dst = (uint32_t)be(q + 1, 4), r->pos += 5;
+                dst[i] = (uint32_t)q[1] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 8 | q[4];
+                q += 5;
+            } else if (left >= 3 && q[0] == 0xcd) {
+                dst[i] = (uint32_t)q[1] << 8 | q[2];
+                q += 3;
+            } else if (left >= 2 && q[0] == 0xcc) {
+                dst[i] = q[1];
+                q += 2;
             } else {
+                r->pos = (size_t)(q - r->p);
                 if ((rc = next(r, &v)))
                     return rc;
                 if (v.type != MP_UINT || v.u > UINT32_MAX)
                     return fail(r, SB_KV_E_TYPE, "token id (0..2^32-1)");
-                *dst = (uint32_t)v.u;
+                dst[i] = (uint32_t)v.u;
+                q = r->p + r->pos;
             }
         }
+        r->pos = (size_t)(q - r->p);
         r->t_used += n;
         return 0;
     case F_PARENT:
@@ -579,7 +606,7 @@ static int event_map(rd *r, uint64_t n, sb_kv_event *e, bool *known)
         }
         enum field f = F_UNKNOWN;
         for (int k = 0; k < F_UNKNOWN && f == F_UNKNOWN; k++)
-            if (str_is(&key, field_keys[k]))
+            if (key.len == field_keys[k].len && !memcmp(key.ptr, field_keys[k].name, key.len))
                 f = (enum field)k;
         have_hashes |= f == F_HASHES;
         if ((rc = read_field(r, f, e)))
