@@ -453,7 +453,7 @@ static void live_message(sb_kv_sub *s, zmq_msg_t *m, int n, bool extra)
     }
     if (seq > s->expected) {
         s->st.gaps++;
-        if (hold(s, seq, &m[2]) && replay_ask(s))
+        if (s->replay && hold(s, seq, &m[2]) && replay_ask(s))
             return; /* the SUB is not read until the replay ends */
         s->st.replay_failures++;
         do_clear(s);
