@@ -38,6 +38,7 @@ static bool kv_opts(const sb_kv_events_config *kc, const sb_endpoint_config *ec,
                           .max_messages_per_turn = kc->max_messages_per_turn,
                           .reconnect_ms = kc->reconnect_ms,
                           .reconnect_max_ms = kc->reconnect_max_ms,
+                          .heartbeat_ms = kc->heartbeat_ms,
                           .limits = kc->limits};
     return true;
 }

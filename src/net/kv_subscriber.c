@@ -157,6 +157,19 @@ static int set_int(void *sock, int opt, int v)
     return zmq_setsockopt(sock, opt, &v, sizeof v);
 }
 
+/* What both sockets share: no linger at close, reconnect backoff, heartbeats, and the frame
+ * bound enforced by ZMQ before a frame is buffered. */
+static void socket_options(void *sock, const sb_kv_sub_opts *o)
+{
+    set_int(sock, ZMQ_LINGER, 0);
+    set_int(sock, ZMQ_RECONNECT_IVL, (int)o->reconnect_ms);
+    set_int(sock, ZMQ_RECONNECT_IVL_MAX, (int)o->reconnect_max_ms);
+    set_int(sock, ZMQ_HEARTBEAT_IVL, (int)o->heartbeat_ms);
+    set_int(sock, ZMQ_HEARTBEAT_TIMEOUT, (int)(o->heartbeat_ms > INT32_MAX / 3 ? INT32_MAX : o->heartbeat_ms * 3));
+    int64_t max = (int64_t)o->limits.max_payload_bytes;
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+}
+
 static void pump(sb_kv_sub *s);
 
 static void on_idle(uv_idle_t *h)
@@ -205,11 +218,7 @@ static int chan_open(sb_kv_sub *s)
         sb_free(c);
         return -ENOMEM;
     }
-    set_int(c->sock, ZMQ_LINGER, 0);
-    set_int(c->sock, ZMQ_RECONNECT_IVL, (int)s->opts.reconnect_ms);
-    set_int(c->sock, ZMQ_RECONNECT_IVL_MAX, (int)s->opts.reconnect_max_ms);
-    int64_t max = (int64_t)s->opts.limits.max_payload_bytes;
-    zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    socket_options(c->sock, &s->opts);
     if (zmq_connect(c->sock, s->replay_endpoint) < 0) {
         int rc = -errno;
         zmq_close(c->sock);
@@ -524,6 +533,8 @@ static void fill_defaults(sb_kv_sub_opts *o)
         o->reconnect_ms = 100;
     if (!o->reconnect_max_ms)
         o->reconnect_max_ms = 5000;
+    if (!o->heartbeat_ms)
+        o->heartbeat_ms = 5000;
     if (!o->limits.max_payload_bytes)
         o->limits = sb_kv_limits_default();
 }
@@ -542,7 +553,7 @@ bool sb_kv_sub_same_opts(const sb_kv_sub *s, const sb_kv_sub_opts *opts)
            same_str(a->topic, o.topic) && a->stale_after_ms == o.stale_after_ms &&
            a->replay_timeout_ms == o.replay_timeout_ms && a->max_messages_per_turn == o.max_messages_per_turn &&
            a->reconnect_ms == o.reconnect_ms && a->reconnect_max_ms == o.reconnect_max_ms &&
-           sb_kv_limits_equal(&a->limits, &o.limits);
+           a->heartbeat_ms == o.heartbeat_ms && sb_kv_limits_equal(&a->limits, &o.limits);
 }
 
 int sb_kv_sub_start(sb_kv_hub *hub, const sb_kv_sub_opts *opts, uint32_t pool, uint32_t ep, const sb_kv_sub_cbs *cbs,
@@ -578,11 +589,7 @@ int sb_kv_sub_start(sb_kv_hub *hub, const sb_kv_sub_opts *opts, uint32_t pool, u
     s->sock = zmq_socket(hub->zctx, ZMQ_SUB);
     if (!s->sock)
         goto fail;
-    set_int(s->sock, ZMQ_LINGER, 0);
-    set_int(s->sock, ZMQ_RECONNECT_IVL, (int)s->opts.reconnect_ms);
-    set_int(s->sock, ZMQ_RECONNECT_IVL_MAX, (int)s->opts.reconnect_max_ms);
-    int64_t max = (int64_t)s->opts.limits.max_payload_bytes;
-    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    socket_options(s->sock, &s->opts);
     zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
     if (zmq_connect(s->sock, s->endpoint) < 0) {
         rc = errno == ENOMEM ? -ENOMEM : -EINVAL;

@@ -57,7 +57,11 @@ typedef struct sb_kv_sub_opts {
     uint32_t max_messages_per_turn; /* messages handled per loop wakeup; default 64 */
     uint32_t reconnect_ms;          /* ZMQ reconnect interval, doubled up to the max; default 100 */
     uint32_t reconnect_max_ms;      /* default 5000 */
-    sb_kv_limits limits;            /* decoder bounds; zeros: sb_kv_limits_default() */
+    /* ZMTP heartbeats: a PING after this much silence on the connection, and the connection
+     * dropped (then re-made) if nothing answers within 3 times it: a publisher whose host
+     * vanished is noticed without waiting for TCP's own timeouts. Default 5000. */
+    uint32_t heartbeat_ms;
+    sb_kv_limits limits; /* decoder bounds; zeros: sb_kv_limits_default() */
 } sb_kv_sub_opts;
 
 /* Called on the loop thread. `b` and everything it points to are valid during the call only.
