@@ -39,6 +39,7 @@ static bool kv_opts(const sb_kv_events_config *kc, const sb_endpoint_config *ec,
                           .reconnect_ms = kc->reconnect_ms,
                           .reconnect_max_ms = kc->reconnect_max_ms,
                           .heartbeat_ms = kc->heartbeat_ms,
+                          .replay_on_join = kc->replay_on_join,
                           .limits = kc->limits};
     return true;
 }

@@ -48,6 +48,7 @@ struct sb_kv_sub {
     /* the replay in progress */
     int64_t trigger;   /* the live seq that showed the gap, held in `held` */
     bool first_answer; /* no replayed batch seen yet */
+    bool joining;      /* the replay catches up with a publisher met mid-stream: nothing is lost */
     uint8_t *held;
     size_t held_len, held_cap;
     sb_kv_sub_stats st;
@@ -389,13 +390,14 @@ static void replay_end(sb_kv_sub *s, bool answered)
     if (answered)
         s->st.replays_answered++;
     if (s->expected <= s->trigger) {
-        if (s->expected < s->trigger) {
+        if (s->expected < s->trigger && !s->joining) {
             if (answered)
                 s->st.replay_failures++; /* answered, but short of the gap */
             do_clear(s);
         }
         deliver(s, s->trigger, s->held, s->held_len);
     }
+    s->joining = false;
     /* Live messages waited in the SUB's queue meanwhile; no new edge will announce them. */
     uv_idle_start(&s->idle, on_idle);
 }
@@ -419,9 +421,10 @@ static void replay_answer(sb_kv_sub *s, zmq_msg_t *m, int n, bool extra)
     }
     if (seq < s->expected) /* already delivered */
         return;
-    if (seq > s->expected) {
+    if (seq > s->expected && !(s->joining && s->first_answer)) {
         /* The replay buffer no longer reaches back to the first missing batch (or skipped):
-         * what fell between is lost, so the endpoint starts over from here. */
+         * what fell between is lost, so the endpoint starts over from here. (Joining, the
+         * buffer's oldest batch is simply where the history the gateway can learn begins.) */
         s->st.replay_failures += s->first_answer;
         do_clear(s);
     }
@@ -451,17 +454,23 @@ static void live_message(sb_kv_sub *s, zmq_msg_t *m, int n, bool extra)
         SB_INFO("kv events %s: sequence went back (%lld after %lld): publisher restarted; endpoint cleared",
                 s->endpoint, (long long)seq, (long long)s->last_live);
         do_clear(s);
-        s->expected = seq;
+        s->expected = -1;
     }
     s->last_live = seq;
-    if (s->expected < 0)
-        s->expected = seq; /* joined: what came before is the approximate index's to cover */
+    if (s->expected < 0) {
+        /* Met mid-stream (a gateway start, a reconnect to a restarted engine): with a replay
+         * socket and replay_on_join, ask for the publisher's whole buffer (vLLM keeps the last
+         * buffer_steps batches), so what the engine cached shortly before is known too;
+         * otherwise what came before is the approximate index's to cover. */
+        s->joining = s->replay && s->opts.replay_on_join && seq > 0;
+        s->expected = s->joining ? 0 : seq;
+    }
     if (seq < s->expected) {
         s->st.duplicates++;
         return;
     }
     if (seq > s->expected) {
-        s->st.gaps++;
+        s->st.gaps += !s->joining;
         if (s->replay && hold(s, seq, &m[2]) && replay_ask(s))
             return; /* the SUB is not read until the replay ends */
         s->st.replay_failures++;
@@ -553,7 +562,8 @@ bool sb_kv_sub_same_opts(const sb_kv_sub *s, const sb_kv_sub_opts *opts)
            same_str(a->topic, o.topic) && a->stale_after_ms == o.stale_after_ms &&
            a->replay_timeout_ms == o.replay_timeout_ms && a->max_messages_per_turn == o.max_messages_per_turn &&
            a->reconnect_ms == o.reconnect_ms && a->reconnect_max_ms == o.reconnect_max_ms &&
-           a->heartbeat_ms == o.heartbeat_ms && sb_kv_limits_equal(&a->limits, &o.limits);
+           a->heartbeat_ms == o.heartbeat_ms && a->replay_on_join == o.replay_on_join &&
+           sb_kv_limits_equal(&a->limits, &o.limits);
 }
 
 int sb_kv_sub_start(sb_kv_hub *hub, const sb_kv_sub_opts *opts, uint32_t pool, uint32_t ep, const sb_kv_sub_cbs *cbs,

@@ -61,6 +61,9 @@ typedef struct sb_kv_sub_opts {
      * dropped (then re-made) if nothing answers within 3 times it: a publisher whose host
      * vanished is noticed without waiting for TCP's own timeouts. Default 5000. */
     uint32_t heartbeat_ms;
+    /* Met mid-stream (the first message, or the first after a publisher restart, has seq > 0)
+     * and with a replay endpoint: ask for everything the publisher still buffers, from seq 0. */
+    bool replay_on_join;
     sb_kv_limits limits; /* decoder bounds; zeros: sb_kv_limits_default() */
 } sb_kv_sub_opts;
 

@@ -244,12 +244,19 @@ class KvEventsTest(unittest.TestCase):
             m = self.metrics()
             self.assertEqual(metric(m, "switchboard_kv_events_gaps_total", self.ep), 0)
             self.assertEqual(metric(m, "switchboard_kv_events_last_seq", self.ep), 3)
-            # Changed kv_events options: a new subscription (it subscribes again, counts anew).
+            # Changed kv_events options: a new subscription (it subscribes again, counts anew),
+            # which meets the stream at seq 4 and learns batches 0..3 from the replay buffer
+            # (replay_on_join): 5 batches, one replay, no gap.
             self.reload(3, lambda t: t.replace("replay_timeout_ms: 2000", "replay_timeout_ms: 3000"))
             self.pub.wait_subscribed()
             self.pub.publish(array_batch(4, 1))
-            self.wait_metric("switchboard_kv_events_batches_total", 1)
-            self.assertEqual(metric(self.metrics(), "switchboard_kv_events_last_seq", self.ep), 4)
+            self.wait_metric("switchboard_kv_events_batches_total", 5)
+            m = self.metrics()
+            self.assertEqual(metric(m, "switchboard_kv_events_last_seq", self.ep), 4)
+            self.assertEqual(metric(m, "switchboard_kv_events_replays_total", self.ep), 1)
+            self.assertEqual(metric(m, "switchboard_kv_events_replayed_batches_total", self.ep), 5)
+            self.assertEqual(metric(m, "switchboard_kv_events_gaps_total", self.ep), 0)
+            self.assertEqual(metric(m, "switchboard_kv_events_clears_total", self.ep), 0)
         finally:
             up2.close()
 

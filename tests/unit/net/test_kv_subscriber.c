@@ -247,6 +247,8 @@ static void wait_got(int n)
     run_until(have_got);
 }
 
+static bool opt_join; /* replay_on_join for the next start() */
+
 static void start(bool with_replay, uint32_t replay_timeout_ms, uint32_t per_turn)
 {
     memset(&P, 0, sizeof P);
@@ -271,7 +273,8 @@ static void start(bool with_replay, uint32_t replay_timeout_ms, uint32_t per_tur
                         .replay_endpoint = with_replay ? P.replay_endpoint : NULL,
                         .topic = "kv@test",
                         .replay_timeout_ms = replay_timeout_ms,
-                        .max_messages_per_turn = per_turn};
+                        .max_messages_per_turn = per_turn,
+                        .replay_on_join = opt_join};
     sb_kv_sub_cbs cbs = {.batch = on_batch, .clear = on_clear};
     assert_int_equal(sb_kv_sub_start(hub, &o, 3, 7, &cbs, &sub), 0);
     run_until(subscribed);
@@ -281,6 +284,7 @@ static void on_closed(uv_handle_t *h) {}
 
 static void finish(void)
 {
+    opt_join = false;
     sb_kv_sub_stop(sub);
     sb_kv_hub_unref(hub);
     uv_close((uv_handle_t *)&P.xpoll, on_closed);
@@ -459,6 +463,67 @@ static void test_malformed(void **st)
     finish();
 }
 
+/* Joining a stream mid-way (seq 3 first), the replay brings the publisher's buffered history
+ * from seq 0; that is neither a gap nor a loss. */
+static void test_join_replays_history(void **st)
+{
+    opt_join = true;
+    start(true, 2000, 64);
+    publish(true), publish(true), publish(true), publish(false);
+    wait_got(4);
+    run_until(replay_done);
+    int64_t want[] = {0, 1, 2, 3};
+    assert_got(want, 4);
+    assert_int_equal(stats()->gaps, 0);
+    assert_int_equal(stats()->replays_asked, 1);
+    assert_int_equal(stats()->replays_answered, 1);
+    assert_int_equal(stats()->replay_failures, 0);
+    assert_int_equal(n_clears, 0);
+    publish(false);
+    wait_got(5);
+    assert_int_equal(got[4], 4);
+    finish();
+}
+
+/* The buffer no longer holds the oldest batches: where it starts is where the history the
+ * gateway can learn starts, not a loss. */
+static void test_join_buffer_short(void **st)
+{
+    opt_join = true;
+    start(true, 2000, 64);
+    publish(true), publish(true), publish(true), publish(false);
+    P.buf_from = 2;
+    wait_got(2);
+    run_until(replay_done);
+    int64_t want[] = {2, 3};
+    assert_got(want, 2);
+    assert_int_equal(stats()->replay_failures, 0);
+    assert_int_equal(n_clears, 0);
+    finish();
+}
+
+/* After a publisher restart met mid-way (its seq 1 is the first seen), the endpoint is cleared
+ * and the new stream joined from its seq 0. */
+static void test_restart_joins(void **st)
+{
+    opt_join = true;
+    start(true, 2000, 64);
+    publish(false), publish(false), publish(false);
+    wait_got(3);
+    for (int i = 0; i < 3; i++)
+        msgpack_sbuffer_destroy(&P.payload[i]);
+    P.n_published = 0;
+    publish(true), publish(false);
+    wait_got(5);
+    run_until(replay_done);
+    int64_t want[] = {0, 1, 2, 0, 1};
+    assert_got(want, 5);
+    assert_int_equal(stats()->restarts, 1);
+    assert_int_equal(n_clears, 1);
+    assert_int_equal(stats()->gaps, 0);
+    finish();
+}
+
 /* 1000 queued messages: no loop turn handles more than max_messages_per_turn of them. */
 static void test_bounded_per_turn(void **st)
 {
@@ -556,17 +621,13 @@ static void test_start_out_of_memory(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_in_order),
-        cmocka_unit_test(test_gap_replayed),
-        cmocka_unit_test(test_gap_replay_short),
-        cmocka_unit_test(test_gap_replay_timeout),
-        cmocka_unit_test(test_gap_without_replay),
-        cmocka_unit_test(test_seq_back),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_bounded_per_turn),
-        cmocka_unit_test(test_stale),
-        cmocka_unit_test(test_bad_endpoint),
-        cmocka_unit_test(test_start_out_of_memory),
+        cmocka_unit_test(test_in_order),           cmocka_unit_test(test_gap_replayed),
+        cmocka_unit_test(test_gap_replay_short),   cmocka_unit_test(test_gap_replay_timeout),
+        cmocka_unit_test(test_gap_without_replay), cmocka_unit_test(test_seq_back),
+        cmocka_unit_test(test_malformed),          cmocka_unit_test(test_join_replays_history),
+        cmocka_unit_test(test_join_buffer_short),  cmocka_unit_test(test_restart_joins),
+        cmocka_unit_test(test_bounded_per_turn),   cmocka_unit_test(test_stale),
+        cmocka_unit_test(test_bad_endpoint),       cmocka_unit_test(test_start_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1436,6 +1436,7 @@ static void test_kv_events(void **state)
     assert_int_equal(kc->replay_timeout_ms, 2000);
     assert_int_equal(kc->max_messages_per_turn, 64);
     assert_int_equal(kc->heartbeat_ms, 5000);
+    assert_true(kc->replay_on_join);
     sb_kv_limits def = sb_kv_limits_default();
     assert_true(sb_kv_limits_equal(&kc->limits, &def));
     sb_config_free(cfg);
@@ -1451,6 +1452,7 @@ static void test_kv_events(void **state)
                                "      replay_timeout_ms: 100\n"
                                "      max_messages_per_turn: 8\n"
                                "      heartbeat_ms: 1000\n"
+                               "      replay_on_join: false\n"
                                "      max_batch_bytes: 1MiB\n"
                                "      max_events: 100\n"
                                "      max_hashes_per_event: 10\n"
@@ -1464,6 +1466,7 @@ static void test_kv_events(void **state)
     assert_string_equal(kc->replay_endpoint, "tcp://{host}:6001");
     assert_string_equal(kc->topic, "kv@pod@m");
     assert_int_equal(kc->heartbeat_ms, 1000);
+    assert_false(kc->replay_on_join);
     assert_int_equal(kc->limits.max_payload_bytes, 1 << 20);
     assert_int_equal(kc->limits.max_batch_tokens, 16000);
     char addr[128];
