@@ -12,6 +12,7 @@ lost array_like, maps ({"ts", "events", "data_parallel_rank"}, events {"type": .
 omit_defaults dropping the trailing None-defaulted fields).
 """
 import hashlib
+import json
 import os
 import re
 import signal
@@ -214,8 +215,13 @@ class KvEventsTest(unittest.TestCase):
 
         status, _, body = http(self.gw.admin_port, "GET", "/debug/endpoints")
         self.assertEqual(status, 200)
-        self.assertIn(b'"kv_events":{"publisher":"tcp://127.0.0.1:%d"' % self.pub.port, body)
-        self.assertIn(b'"last_seq":0', body)
+        kv = json.loads(body)["pools"][0]["endpoints"][0]["kv_events"]
+        self.assertEqual(kv["publisher"], "tcp://127.0.0.1:%d" % self.pub.port)
+        self.assertEqual(kv["last_seq"], 0)
+        self.assertEqual(kv["restarts"], 1)
+        self.assertEqual(kv["gaps"], 1)
+        self.assertEqual(kv["decode_errors"], 2)
+        self.assertFalse(kv["replaying"])
 
 
     def reload(self, n, edit):
