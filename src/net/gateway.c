@@ -3,6 +3,7 @@
 #include "net/admission.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
+#include "net/kv_feed.h"
 #include "net/proxy.h"
 #include "net/routes.h"
 #include "net/stats.h"
@@ -120,6 +121,8 @@ static void gateway_free(sb_gateway *gw)
             if (gw->ups[i])
                 sb_upstream_free(gw->ups[i]);
     }
+    sb_gateway_kv_stop(gw); /* none left unless the build failed */
+    sb_free(gw->kv_subs);
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
     sb_free(gw->stats.pool_metrics);
@@ -300,9 +303,10 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
 }
 
 /* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
- * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
+ * otherwise it takes over the existing servers (a reload that changed pools or endpoints).
+ * `old`: the gateway a reload replaces (its KV-event subscribers may move over), or NULL. */
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
-                         uint64_t hash_secret, sb_gateway **out)
+                         uint64_t hash_secret, sb_gateway *old, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -338,7 +342,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->stats.cfg = cfg;
     gw->stats.pool_first_up = gw->pool_first_up;
     gw->stats.rejected = &gw->counters.rejected;
-    if (!gw->ups || !gw->stats.ep_metrics || !gw->stats.pool_metrics)
+    gw->kv_subs = sb_calloc(total ? total : 1, sizeof(sb_kv_sub *));
+    if (!gw->ups || !gw->stats.ep_metrics || !gw->stats.pool_metrics || !gw->kv_subs)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};
@@ -372,6 +377,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
         goto fail_server;
     }
     start_adaptive(gw);
+    sb_gateway_kv_start(gw, old); /* last: nothing after it fails, so what moves from old stays moved */
     *out = gw;
     return 0;
 fail_server:
@@ -397,7 +403,7 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         sb_config_free(cfg);
         return rc;
     }
-    return gateway_build(loop, cfg, NULL, NULL, secret, out);
+    return gateway_build(loop, cfg, NULL, NULL, secret, NULL, out);
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -431,6 +437,7 @@ void sb_gateway_stop(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
+    sb_gateway_kv_stop(gw);
     sb_gateway_admission_stop(gw);
     sb_http_server_stop(gw->server);
     if (gw->admin_server)
@@ -523,6 +530,7 @@ static void gateway_retire(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
+    sb_gateway_kv_stop(gw); /* those the new gateway did not take over */
     sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */
     gw->admin_server = NULL;
@@ -605,7 +613,7 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     sb_gateway *ngw = NULL;
     /* The same secret: the prefix indexes carried over keep their own key anyway, but one
      * secret per process is simpler to reason about. */
-    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, &ngw) < 0) {
+    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, gw, &ngw) < 0) {
         SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
         return -1;
     }
@@ -661,6 +669,7 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->cfg = cfg;
     gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
+    sb_gateway_kv_reconfigure(gw);
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
     snapshot_unref(gw, old);

@@ -27,6 +27,8 @@ typedef struct sb_gateway sb_gateway; /* also in net/gateway.h (C11 allows the r
 typedef struct sb_prober sb_prober;
 typedef struct sb_adaptive sb_adaptive;
 typedef struct sb_admission sb_admission;
+typedef struct sb_kv_hub sb_kv_hub;
+typedef struct sb_kv_sub sb_kv_sub;
 
 struct sb_gateway {
     uv_loop_t *loop;
@@ -57,6 +59,11 @@ struct sb_gateway {
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
     uint64_t hash_secret;
     sb_proxy_env proxy; /* what the proxy gets instead of the gateway (gateway_build) */
+    /* KV-cache events (net/kv_feed.c): the hub (ZMQ context), NULL until a pool asks for events;
+     * subscribers parallel to ups, NULL for endpoints of pools without `kv_events:`. */
+    sb_kv_hub *kv_hub;
+    sb_kv_sub **kv_subs;
+    uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
 };
 
 #endif

@@ -689,6 +689,12 @@ void sb_config_free(sb_config *cfg)
             OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
         sb_free(pc->upstream_auth_header);
         sb_free(pc->upstream_api_key_file);
+        if (pc->kv_events) {
+            sb_free(pc->kv_events->endpoint);
+            sb_free(pc->kv_events->replay_endpoint);
+            sb_free(pc->kv_events->topic);
+            sb_free(pc->kv_events);
+        }
     }
     sb_free(cfg->pools);
     /* The profiles' label strings are the config's (see parse_profile): const only to
