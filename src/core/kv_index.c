@@ -12,15 +12,19 @@
  * entry of the victim has been used since (CLOCK would otherwise sweep the whole list). */
 #define MAX_SECOND_CHANCES 8
 
-/* One (engine block, endpoint) pair. Indices instead of pointers: 32 bytes, and the array
- * grows with realloc. Found two ways: by own key (the holder chain from the own-key table) and
- * by (engine hash, endpoint) (the engine table's slot points at the entry itself). */
+/* One (engine block, endpoint) pair. Indices instead of pointers, and the array grows with
+ * realloc. Found two ways: by own key (the holder list from the own-key table) and by
+ * (engine hash, endpoint) (the engine table's slot points at the entry itself). The holder
+ * list is doubly linked so that a removal is O(1) however many hold the block: a shared
+ * system prompt is held by every endpoint, and salted requests (a cache salt the index does
+ * not see) can give one endpoint any number of entries with the same own key. */
 typedef struct entry {
     uint64_t own;          /* own key, raw: children chain from it */
     uint64_t engine;       /* the engine's hash */
     uint32_t ep : 31;
     uint32_t used : 1;     /* a match used it since it was last stored or passed over */
     uint32_t next_holder;  /* next entry with the same own key; free-list link when unused */
+    uint32_t prev_holder;  /* previous one; NIL for the list head (the table points at it) */
     uint32_t lru_prev;     /* towards the endpoint's most recently stored */
     uint32_t lru_next;     /* towards its least recently stored */
 } entry;
@@ -200,33 +204,33 @@ static void lru_push_mru(sb_kv_index *ix, uint32_t k)
         es->lru = k;
 }
 
-/* Unlinks entry k from its own key's holder chain. */
+/* Unlinks entry k from its own key's holder list: O(1). */
 static void unlink_holder(sb_kv_index *ix, uint32_t k)
 {
     entry *en = &ix->entries[k];
-    size_t s = sb_table_find(&ix->own_tab, own_tag(ix, en->own), NULL, NULL);
-    uint32_t head = sb_table_val(&ix->own_tab, s);
-    if (head == k) {
-        if (en->next_holder == NIL)
-            sb_table_delete(&ix->own_tab, s);
-        else
-            sb_table_set_val(&ix->own_tab, s, en->next_holder);
+    if (en->next_holder != NIL)
+        ix->entries[en->next_holder].prev_holder = en->prev_holder;
+    if (en->prev_holder != NIL) {
+        ix->entries[en->prev_holder].next_holder = en->next_holder;
         return;
     }
-    uint32_t p = head;
-    while (ix->entries[p].next_holder != k)
-        p = ix->entries[p].next_holder;
-    ix->entries[p].next_holder = en->next_holder;
+    size_t s = sb_table_find(&ix->own_tab, own_tag(ix, en->own), NULL, NULL);
+    if (en->next_holder == NIL)
+        sb_table_delete(&ix->own_tab, s);
+    else
+        sb_table_set_val(&ix->own_tab, s, en->next_holder);
 }
 
-/* Links entry k (own key set) into its holder chain; room reserved by the caller. */
+/* Links entry k (own key set) at the head of its holder list; room reserved by the caller. */
 static void link_holder(sb_kv_index *ix, uint32_t k)
 {
     entry *en = &ix->entries[k];
     uint64_t tag = own_tag(ix, en->own);
     size_t s = sb_table_find(&ix->own_tab, tag, NULL, NULL);
+    en->prev_holder = NIL;
     if (sb_table_occupied(&ix->own_tab, s)) {
         en->next_holder = sb_table_val(&ix->own_tab, s);
+        ix->entries[en->next_holder].prev_holder = k;
         sb_table_set_val(&ix->own_tab, s, k);
     } else {
         en->next_holder = NIL;
@@ -317,6 +321,10 @@ static bool record(sb_kv_index *ix, uint32_t ep, uint64_t engine, uint64_t own)
         entry *en = &ix->entries[k];
         if (en->own != own) {
             /* The newer report wins: the block now stands for other tokens. */
+            if (sb_table_reserve(&ix->own_tab, sb_table_count(&ix->own_tab) + 1) < 0) {
+                remove_entry(ix, k); /* forgotten rather than left under the old tokens */
+                return false;
+            }
             unlink_holder(ix, k);
             en->own = own;
             link_holder(ix, k);
@@ -449,7 +457,8 @@ size_t sb_kv_index_match(sb_kv_index *ix, const uint64_t *own_keys, size_t n, ui
             if (i == 0 || (ix->stamp[e] == gen && match[e] == i)) {
                 ix->stamp[e] = gen;
                 match[e] = (uint32_t)i + 1;
-                en->used = 1;
+                if (!en->used)
+                    en->used = 1; /* written only when it changes: hot prefixes stay clean */
                 advanced = true;
             }
         }

@@ -42,7 +42,7 @@
  * match has used since (CLOCK): an engine never re-reports a block it keeps, so pure
  * store-order LRU would evict a hot shared system prompt first. An evicted entry only makes the
  * index forget a block the engine still holds (a miss, never a false hit). Measured size per
- * entry: bench/bench_kv_index.c (entry 32 bytes plus two table slots).
+ * entry: bench/bench_kv_index.c (a 40-byte entry plus two table slots).
  *
  * Slots are keyed (base/hash.h): own keys are public functions of token ids and engine hashes
  * of prompts, so both tables place them under the owner's secret; results never depend on it.
