@@ -7,7 +7,10 @@
  *   2. BlockStored rate below the bound and at it (every store evicts);
  *   3. a request of 32k tokens: own keys from its token ids (sb_kv_keys_from_tokens), and the
  *      match over 64 endpoints when 64, 8 or 1 of them hold the whole prompt;
- *   4. BlockRemoved rate, and clearing one endpoint's 16k entries (AllBlocksCleared).
+ *   4. BlockRemoved rate, and clearing one endpoint's 16k entries (AllBlocksCleared);
+ *   5. the rest of a precise lookup, without the /tokenize round trip: building the /tokenize
+ *      body of a 32k-token chat request (~128 KiB of text), parsing a 32k-id answer, and the
+ *      tokenize cache's exact and prefix lookups for it (core/tok_cache.c).
  * Figures are medians of 5 runs. Built by `make bench` (build/bench/bench_kv_index). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,8 @@
 #include <time.h>
 
 #include "core/kv_index.h"
+#include "core/tok_cache.h"
+#include "proto/tokenize.h"
 
 enum { EPS = 64, BS = 16, EV_BLOCKS = 16, PER_EP = 16384, REQ_TOKENS = 32768 };
 
@@ -158,5 +163,75 @@ int main(void)
         }
         sb_kv_index_free(ix);
     }
+
+    /* 5: the request-side codecs and the tokenize cache. */
+    static char req[200000], body[200000], answer[400000];
+    size_t rl = (size_t)snprintf(req, sizeof req, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"");
+    while (rl < 131072)
+        rl += (size_t)snprintf(req + rl, sizeof req - rl, "word%zu ", rl % 977);
+    rl += (size_t)snprintf(req + rl, sizeof req - rl, "\"},{\"role\":\"user\",\"content\":\"hi\"}]}");
+    sb_json j = {0};
+    int nt = sb_json_parse(&j, req, rl);
+    double b5[5], p5[5], le[5], lp[5];
+    long bl = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int k = 0; k < 20; k++) {
+            nt = sb_json_parse(&j, req, rl);
+            bl = sb_tokenize_build_body(req, j.tokens, nt, "m", 1, body, sizeof body);
+        }
+        b5[r] = (now_s() - t0) / 20;
+    }
+    size_t al = (size_t)snprintf(answer, sizeof answer, "{\"count\":%d,\"max_model_len\":131072,\"tokens\":[", REQ_TOKENS);
+    for (size_t i = 0; i < REQ_TOKENS; i++)
+        al += (size_t)snprintf(answer + al, sizeof answer - al, "%s%u", i ? "," : "", tok[i]);
+    al += (size_t)snprintf(answer + al, sizeof answer - al, "]}");
+    static uint32_t parsed[REQ_TOKENS];
+    size_t np = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int k = 0; k < 20; k++)
+            (void)sb_tokenize_parse_answer(&j, answer, al, parsed, REQ_TOKENS, &np);
+        p5[r] = (now_s() - t0) / 20;
+    }
+    sb_json_free(&j);
+    /* The cache: 100 prompts sharing a 2,000-block (128 KiB) system prompt, each with its own
+     * 48 blocks after it; then lookups of one cached prompt (exact) and of a new one (the
+     * prefix the others proved). */
+    sb_tok_cache_config tcfg = {0};
+    sb_tok_cache *tc = sb_tok_cache_new(&tcfg);
+    static uint64_t chain[2048];
+    for (uint64_t p = 0; p < 100; p++) {
+        for (size_t b = 0; b < 2048; b++)
+            chain[b] = mix(b < 2000 ? b : (p << 32) + b);
+        for (size_t i = 30000; i < REQ_TOKENS; i++)
+            tok[i] = (uint32_t)(mix(p * 65536 + i) % 128000);
+        sb_tok_key k = {.ctx = 1, .prompt_key = p, .chain = chain, .n_blocks = 2048};
+        (void)sb_tok_cache_insert(tc, &k, tok, REQ_TOKENS, true);
+    }
+    sb_tok_key kx = {.ctx = 1, .prompt_key = 99, .chain = chain, .n_blocks = 2048};
+    size_t got_exact = 0, got_prefix = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int k = 0; k < 100; k++)
+            got_exact = sb_tok_cache_lookup(tc, &kx).n_tokens;
+        le[r] = (now_s() - t0) / 100;
+    }
+    for (size_t b = 2000; b < 2048; b++)
+        chain[b] = mix(((uint64_t)777 << 32) + b);
+    sb_tok_key kn = {.ctx = 1, .prompt_key = 777, .chain = chain, .n_blocks = 2048};
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int k = 0; k < 100; k++)
+            got_prefix = sb_tok_cache_lookup(tc, &kn).n_tokens;
+        lp[r] = (now_s() - t0) / 100;
+    }
+    sb_tok_cache_stats ts = sb_tok_cache_get_stats(tc);
+    sb_tok_cache_free(tc);
+    printf("/tokenize body for a 128 KiB chat request (parse + build, %ld bytes): %.1f us\n", bl, median5(b5) * 1e6);
+    printf("/tokenize answer of %zu ids (%zu bytes) parsed: %.1f us\n", np, al, median5(p5) * 1e6);
+    printf("tokenize cache, 100 prompts of 32k ids sharing 2000 text blocks (%.1f MiB held): exact lookup %.2f us "
+           "(%zu ids), prefix lookup of a new prompt %.2f us (%zu ids proven)\n",
+           ts.bytes / 1048576.0, median5(le) * 1e6, got_exact, median5(lp) * 1e6, got_prefix);
     return 0;
 }

@@ -239,9 +239,11 @@ sb_tok_hit sb_tok_cache_lookup(sb_tok_cache *c, const sb_tok_key *k)
         return (sb_tok_hit){.tokens = c->recs[i].tokens, .n_tokens = c->recs[i].n_tokens, .exact = true,
                             .blocks = c->recs[i].n_blocks};
     }
-    if (c->st.prefixes && combine_chain(c, k)) {
+    if (c->st.prefixes) {
+        /* From the deepest block down, combining keys as it goes: a prompt's own tail is
+         * usually short next to the shared part it runs on from. */
         for (size_t j = k->n_blocks; j-- > 0;) {
-            s = find_rec(c, &c->prefixes, c->scratch[j]);
+            s = find_rec(c, &c->prefixes, combine(k->ctx, k->chain[j]));
             if (!sb_table_occupied(&c->prefixes, s))
                 continue;
             uint32_t i = sb_table_val(&c->prefixes, s);
