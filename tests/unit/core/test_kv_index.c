@@ -439,6 +439,35 @@ static void test_random_streams_match_model(void **state)
         random_stream(s * 0x9E3779B97F4A7C15ULL, s);
 }
 
+/* Hashes an outsider can shape (engine hashes of chosen prompts, own keys of chosen token
+ * ids) do not build probe runs: the same engine hash on 64 endpoints, and 4096 hashes equal in
+ * their low 32 bits, all probe short because slots are keyed. */
+static void test_keyed_slots_probe_short(void **state)
+{
+    (void)state;
+    sb_kv_index *ix = new_index(64, 0, 0xfeed);
+    uint32_t tok[BS] = {1, 2, 3, 4};
+    uint64_t same = 0x1234567800000000ULL;
+    for (uint32_t ep = 0; ep < 64; ep++)
+        assert_int_equal(store(ix, ep, &same, 1, NULL, tok, BS), SB_KV_OK);
+    for (uint64_t i = 1; i <= 4096; i++) {
+        uint64_t h = i << 32;
+        uint32_t t[BS] = {(uint32_t)i, 0, 0, 0};
+        assert_int_equal(store(ix, 0, &h, 1, NULL, t, BS), SB_KV_OK);
+    }
+    uint64_t key;
+    uint32_t m[64];
+    sb_kv_keys_from_tokens(1337, tok, BS, BS, 0, &key);
+    assert_int_equal(sb_kv_index_match(ix, &key, 1, m), 1);
+    for (uint32_t ep = 0; ep < 64; ep++)
+        assert_int_equal(m[ep], 1);
+    sb_table_probes p = sb_kv_index_probes(ix);
+    assert_true(p.searches > 4096);
+    assert_true(p.longest < 48);
+    assert_true(p.probes < 4 * p.searches);
+    sb_kv_index_free(ix);
+}
+
 static void test_alloc_failure(void **state)
 {
     (void)state;
@@ -474,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_second_chance_keeps_matched_head),
         cmocka_unit_test(test_bound_shares_between_endpoints),
         cmocka_unit_test(test_random_streams_match_model),
+        cmocka_unit_test(test_keyed_slots_probe_short),
         cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
