@@ -3,6 +3,10 @@
 
 #include <string.h>
 
+/* For XXH3_state_t's definition: the streaming state lives on the stack. */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
 #define KEY(s) {s, sizeof(s) - 1}
 
 /* ---- the answer ---- */
@@ -158,4 +162,48 @@ long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const
     }
     put_str(&w, "}");
     return (long)w.len;
+}
+
+uint64_t sb_tokenize_context_key(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len)
+{
+    static const sb_json_key keys[K_N] = {
+        [K_MESSAGES] = KEY("messages"),
+        [K_PROMPT] = KEY("prompt"),
+        [K_TOOLS] = KEY("tools"),
+        [K_TEMPLATE] = KEY("chat_template"),
+        [K_TEMPLATE_KW] = KEY("chat_template_kwargs"),
+        [K_GEN_PROMPT] = KEY("add_generation_prompt"),
+        [K_CONTINUE] = KEY("continue_final_message"),
+        [K_SPECIAL] = KEY("add_special_tokens"),
+    };
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, model, model_len);
+    int v[K_N];
+    bool chat = false;
+    if (n >= 1 && t[0].type == SB_JSON_OBJECT) {
+        sb_json_find_keys(t, n, body, 0, keys, K_N, v);
+        chat = v[K_MESSAGES] >= 0 && t[v[K_MESSAGES]].type == SB_JSON_ARRAY;
+    } else {
+        for (int k = 0; k < K_N; k++)
+            v[k] = -1;
+    }
+    /* A separator no model name holds (a NUL), then the kind. */
+    XXH3_64bits_update(&st, chat ? "\0c" : "\0p", 2);
+    for (int k = chat ? K_TOOLS : K_SPECIAL; k <= K_SPECIAL; k++) {
+        unsigned char tag[2] = {0, (unsigned char)k};
+        XXH3_64bits_update(&st, tag, 2);
+        if (!sb_json_present(t, v[k], body))
+            continue;
+        int start = t[v[k]].start, end = t[v[k]].end;
+        if (t[v[k]].type == SB_JSON_STRING) {
+            start--;
+            end++;
+        }
+        /* Lengths framed, so one field's bytes never pass for the next's. */
+        uint64_t len = (uint64_t)(end - start);
+        XXH3_64bits_update(&st, &len, sizeof len);
+        XXH3_64bits_update(&st, body + start, (size_t)(end - start));
+    }
+    return XXH3_64bits_digest(&st);
 }

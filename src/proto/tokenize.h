@@ -50,4 +50,11 @@ int sb_tokenize_parse_answer(sb_json *j, const char *body, size_t len, uint32_t 
 long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len,
                             char *out, size_t cap);
 
+/* The tokenize cache's context key (core/tok_cache.h) for the same request: XXH3-64 of the
+ * model name, the request's kind (messages or prompt), and the template-shaping fields the
+ * builder copies, in a fixed order (the client's key order does not matter), each as written.
+ * Two requests whose /tokenize bodies differ only in their messages or prompt have the same
+ * context. Pure; never fails (a request with no prompt gets a key all the same). */
+uint64_t sb_tokenize_context_key(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len);
+
 #endif

@@ -175,6 +175,39 @@ static void test_body_prompt_and_room(void **state)
     assert_int_equal(build("[1]", "m", out, sizeof out), SB_TOKENIZE_NO_PROMPT);
 }
 
+static uint64_t ctx_of(const char *req, const char *model)
+{
+    sb_json j = {0};
+    int n = sb_json_parse(&j, req, strlen(req));
+    assert_true(n > 0);
+    uint64_t k = sb_tokenize_context_key(req, j.tokens, n, model, strlen(model));
+    sb_json_free(&j);
+    return k;
+}
+
+static void test_context_key(void **state)
+{
+    (void)state;
+    const char *a = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[1],\"temperature\":1}";
+    const char *b = "{\"tools\":[1],\"model\":\"y\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}";
+    const char *c = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[2]}";
+    const char *d = "{\"model\":\"x\",\"messages\":[],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    const char *e = "{\"model\":\"x\",\"messages\":[],\"chat_template_kwargs\":null}";
+    const char *f = "{\"model\":\"x\",\"messages\":[]}";
+    const char *p = "{\"model\":\"x\",\"prompt\":\"a\",\"tools\":[1]}";
+    const char *q = "{\"model\":\"x\",\"prompt\":\"b\"}";
+    /* Messages, the client's alias, key order and sampling fields do not count... */
+    assert_true(ctx_of(a, "m") == ctx_of(b, "m"));
+    /* ...the served model, the tools and the template's arguments do. */
+    assert_true(ctx_of(a, "m") != ctx_of(a, "m2"));
+    assert_true(ctx_of(a, "m") != ctx_of(c, "m"));
+    assert_true(ctx_of(d, "m") != ctx_of(f, "m"));
+    assert_true(ctx_of(e, "m") == ctx_of(f, "m")); /* null is "not set" */
+    /* A prompt request is its own kind; fields a prompt's body does not carry do not count. */
+    assert_true(ctx_of(p, "m") == ctx_of(q, "m"));
+    assert_true(ctx_of(q, "m") != ctx_of(f, "m"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_answer_corpus),
         cmocka_unit_test(test_body_chat),
         cmocka_unit_test(test_body_prompt_and_room),
+        cmocka_unit_test(test_context_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
