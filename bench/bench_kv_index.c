@@ -52,8 +52,8 @@ static uint64_t mix(uint64_t x)
 
 static sb_kv_index *new_index(size_t max)
 {
-    sb_kv_index_config cfg = {.n_endpoints = EPS, .max_entries = max, .block_size = BS, .key_seed = 1337,
-                              .hash_secret = 0x5ec7e7};
+    sb_kv_index_config cfg = {
+        .n_endpoints = EPS, .max_entries = max, .block_size = BS, .key_seed = 1337, .hash_secret = 0x5ec7e7};
     return sb_kv_index_new(&cfg);
 }
 
@@ -68,8 +68,13 @@ static void fill(sb_kv_index *ix, uint32_t ep, size_t events, uint64_t salt)
             tok[i] = (uint32_t)(mix(salt * 7919 + e * 131 + i) % 128000);
         for (size_t i = 0; i < EV_BLOCKS; i++)
             h[i] = mix(((uint64_t)ep << 40) ^ (salt << 20) ^ (e * EV_BLOCKS + i) ^ 0x8000000000000000ULL);
-        sb_kv_stored ev = {.engine_hashes = h, .n = EV_BLOCKS, .has_parent = e % 8 != 0, .parent_engine_hash = parent,
-                           .token_ids = tok, .n_tokens = EV_BLOCKS * BS, .block_size = BS};
+        sb_kv_stored ev = {.engine_hashes = h,
+                           .n = EV_BLOCKS,
+                           .has_parent = e % 8 != 0,
+                           .parent_engine_hash = parent,
+                           .token_ids = tok,
+                           .n_tokens = EV_BLOCKS * BS,
+                           .block_size = BS};
         (void)sb_kv_index_block_stored(ix, ep, &ev);
         parent = h[EV_BLOCKS - 1];
     }
@@ -131,8 +136,8 @@ int main(void)
             if ((int)ep < holders[hi]) {
                 for (size_t i = 0; i < nb; i++)
                     h[i] = mix(((uint64_t)ep << 32) ^ i ^ 0xabcdef);
-                sb_kv_stored ev = {.engine_hashes = h, .n = nb, .token_ids = tok, .n_tokens = REQ_TOKENS,
-                                   .block_size = BS};
+                sb_kv_stored ev = {
+                    .engine_hashes = h, .n = nb, .token_ids = tok, .n_tokens = REQ_TOKENS, .block_size = BS};
                 (void)sb_kv_index_block_stored(ix, ep, &ev);
             }
         }
@@ -182,7 +187,8 @@ int main(void)
         }
         b5[r] = (now_s() - t0) / 20;
     }
-    size_t al = (size_t)snprintf(answer, sizeof answer, "{\"count\":%d,\"max_model_len\":131072,\"tokens\":[", REQ_TOKENS);
+    size_t al =
+        (size_t)snprintf(answer, sizeof answer, "{\"count\":%d,\"max_model_len\":131072,\"tokens\":[", REQ_TOKENS);
     for (size_t i = 0; i < REQ_TOKENS; i++)
         al += (size_t)snprintf(answer + al, sizeof answer - al, "%s%u", i ? "," : "", tok[i]);
     al += (size_t)snprintf(answer + al, sizeof answer - al, "]}");

@@ -19,14 +19,14 @@
  * system prompt is held by every endpoint, and salted requests (a cache salt the index does
  * not see) can give one endpoint any number of entries with the same own key. */
 typedef struct entry {
-    uint64_t own;          /* own key, raw: children chain from it */
-    uint64_t engine;       /* the engine's hash */
+    uint64_t own;    /* own key, raw: children chain from it */
+    uint64_t engine; /* the engine's hash */
     uint32_t ep : 31;
-    uint32_t used : 1;     /* a match used it since it was last stored or passed over */
-    uint32_t next_holder;  /* next entry with the same own key; free-list link when unused */
-    uint32_t prev_holder;  /* previous one; NIL for the list head (the table points at it) */
-    uint32_t lru_prev;     /* towards the endpoint's most recently stored */
-    uint32_t lru_next;     /* towards its least recently stored */
+    uint32_t used : 1;    /* a match used it since it was last stored or passed over */
+    uint32_t next_holder; /* next entry with the same own key; free-list link when unused */
+    uint32_t prev_holder; /* previous one; NIL for the list head (the table points at it) */
+    uint32_t lru_prev;    /* towards the endpoint's most recently stored */
+    uint32_t lru_next;    /* towards its least recently stored */
 } entry;
 
 typedef struct ep_state {
@@ -38,13 +38,13 @@ struct sb_kv_index {
     entry *entries;
     uint32_t n_alloc, max_entries, free_head;
     size_t used;
-    sb_table own_tab;      /* keyed own key -> first holder entry */
-    sb_table eng_tab;      /* keyed (engine hash, ep) -> entry; equality checked on the entry */
+    sb_table own_tab; /* keyed own key -> first holder entry */
+    sb_table eng_tab; /* keyed (engine hash, ep) -> entry; equality checked on the entry */
     ep_state *eps;
     uint32_t n_eps;
     uint32_t block_size;
     uint64_t seed;
-    uint64_t *stamp;       /* per endpoint: match generation that last advanced it */
+    uint64_t *stamp; /* per endpoint: match generation that last advanced it */
     uint64_t generation;
     uint32_t evict_cursor;
 };
@@ -82,8 +82,7 @@ static uint64_t block_key(uint64_t parent, const uint32_t *tokens, uint32_t bloc
 #endif
 }
 
-void sb_kv_keys_chain(uint64_t parent_key, const uint32_t *tokens, size_t n_blocks, uint32_t block_size,
-                      uint64_t *out)
+void sb_kv_keys_chain(uint64_t parent_key, const uint32_t *tokens, size_t n_blocks, uint32_t block_size, uint64_t *out)
 {
     for (size_t i = 0; i < n_blocks; i++) {
         parent_key = block_key(parent_key, tokens + i * block_size, block_size);
@@ -103,7 +102,10 @@ size_t sb_kv_keys_from_tokens(uint64_t seed, const uint32_t *tokens, size_t n_to
 
 /* ---- tables ---- */
 
-static uint64_t own_tag(const sb_kv_index *ix, uint64_t own) { return sb_table_tag_u64(&ix->own_tab, own); }
+static uint64_t own_tag(const sb_kv_index *ix, uint64_t own)
+{
+    return sb_table_tag_u64(&ix->own_tab, own);
+}
 
 static uint64_t eng_tag(const sb_kv_index *ix, uint64_t engine, uint32_t ep)
 {
@@ -471,15 +473,24 @@ size_t sb_kv_index_match(sb_kv_index *ix, const uint64_t *own_keys, size_t n, ui
 
 /* ---- figures ---- */
 
-uint32_t sb_kv_index_block_size(const sb_kv_index *ix) { return ix->block_size; }
-uint64_t sb_kv_index_key_seed(const sb_kv_index *ix) { return ix->seed; }
+uint32_t sb_kv_index_block_size(const sb_kv_index *ix)
+{
+    return ix->block_size;
+}
+uint64_t sb_kv_index_key_seed(const sb_kv_index *ix)
+{
+    return ix->seed;
+}
 
 sb_kv_index_ep_stats sb_kv_index_stats(const sb_kv_index *ix, uint32_t ep)
 {
     return ep < ix->n_eps ? ix->eps[ep].st : (sb_kv_index_ep_stats){0};
 }
 
-size_t sb_kv_index_entries(const sb_kv_index *ix) { return ix->used; }
+size_t sb_kv_index_entries(const sb_kv_index *ix)
+{
+    return ix->used;
+}
 
 size_t sb_kv_index_bytes(const sb_kv_index *ix)
 {

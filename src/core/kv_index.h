@@ -67,19 +67,18 @@
 typedef struct sb_kv_index sb_kv_index;
 
 typedef struct sb_kv_index_config {
-    uint32_t n_endpoints;  /* endpoint ids 0..n-1 */
-    size_t max_entries;    /* 0: SB_KV_INDEX_DEFAULT_MAX_ENTRIES; capped below 2^32 - 1 */
-    uint32_t block_size;   /* engine block size in tokens; 0: 16 */
-    uint64_t key_seed;     /* content seed of own keys: equal in every gateway replica */
-    uint64_t hash_secret;  /* slot placement only (the gateway's per-process secret) */
+    uint32_t n_endpoints; /* endpoint ids 0..n-1 */
+    size_t max_entries;   /* 0: SB_KV_INDEX_DEFAULT_MAX_ENTRIES; capped below 2^32 - 1 */
+    uint32_t block_size;  /* engine block size in tokens; 0: 16 */
+    uint64_t key_seed;    /* content seed of own keys: equal in every gateway replica */
+    uint64_t hash_secret; /* slot placement only (the gateway's per-process secret) */
 } sb_kv_index_config;
 
 /* Own keys, pure. The root key of a chain for adapter `extra`. */
 uint64_t sb_kv_key_root(uint64_t seed, uint64_t extra);
 /* Keys of n_blocks full blocks of tokens (n_blocks * block_size ids) chained from parent_key
  * into out[0..n_blocks). */
-void sb_kv_keys_chain(uint64_t parent_key, const uint32_t *tokens, size_t n_blocks, uint32_t block_size,
-                      uint64_t *out);
+void sb_kv_keys_chain(uint64_t parent_key, const uint32_t *tokens, size_t n_blocks, uint32_t block_size, uint64_t *out);
 /* The keys of a request's token ids, as BlockStored events for them would be keyed: one per
  * full block (a trailing partial block has none, as engines cache full blocks only). out has
  * room for n_tokens / block_size keys; returns that count (0 if block_size is 0). */
@@ -94,13 +93,13 @@ void sb_kv_index_free(sb_kv_index *ix);
 typedef struct sb_kv_stored {
     const uint64_t *engine_hashes; /* n engine hashes, 64-bit (32-byte forms folded by the decoder) */
     size_t n;
-    bool has_parent;               /* parent_block_hash present and not nil */
+    bool has_parent; /* parent_block_hash present and not nil */
     uint64_t parent_engine_hash;
-    const uint32_t *token_ids;     /* n_tokens ids: n * block_size, or 0 for a tier move */
+    const uint32_t *token_ids; /* n_tokens ids: n * block_size, or 0 for a tier move */
     size_t n_tokens;
-    uint32_t block_size;           /* the event's; must equal the index's */
-    uint64_t extra;                /* adapter key for a root chain (ignored when has_parent) */
-    bool other_medium;             /* medium present and not "GPU" */
+    uint32_t block_size; /* the event's; must equal the index's */
+    uint64_t extra;      /* adapter key for a root chain (ignored when has_parent) */
+    bool other_medium;   /* medium present and not "GPU" */
 } sb_kv_stored;
 
 typedef enum sb_kv_status {
@@ -137,16 +136,16 @@ uint64_t sb_kv_index_key_seed(const sb_kv_index *ix);
 
 /* Per-endpoint figures for /metrics and /debug/endpoints. Counters only grow. */
 typedef struct sb_kv_index_ep_stats {
-    uint64_t blocks;              /* entries held now */
-    uint64_t stored;              /* blocks recorded by BlockStored (refreshes included) */
-    uint64_t removed;             /* blocks forgotten by BlockRemoved */
-    uint64_t unknown_removes;     /* BlockRemoved hashes not held */
-    uint64_t parent_misses;       /* BlockStored events dropped: parent unknown */
-    uint64_t clears;              /* sb_kv_index_clear calls */
-    uint64_t tier_moves;          /* events ignored: other medium or no token ids */
+    uint64_t blocks;          /* entries held now */
+    uint64_t stored;          /* blocks recorded by BlockStored (refreshes included) */
+    uint64_t removed;         /* blocks forgotten by BlockRemoved */
+    uint64_t unknown_removes; /* BlockRemoved hashes not held */
+    uint64_t parent_misses;   /* BlockStored events dropped: parent unknown */
+    uint64_t clears;          /* sb_kv_index_clear calls */
+    uint64_t tier_moves;      /* events ignored: other medium or no token ids */
     uint64_t block_size_mismatches;
-    uint64_t malformed;           /* events refused: token count or empty */
-    uint64_t evictions;           /* entries dropped at the memory bound */
+    uint64_t malformed; /* events refused: token count or empty */
+    uint64_t evictions; /* entries dropped at the memory bound */
 } sb_kv_index_ep_stats;
 
 /* Zeros for an ep out of range. */

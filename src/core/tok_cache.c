@@ -16,13 +16,13 @@ enum { FREE, PROMPT, PREFIX };
  * its entries in the block table), or a proven prefix. Keys are combined with the context
  * (see combine), so every table and record speaks one key space. */
 typedef struct rec {
-    uint64_t key;          /* PROMPT: combine(ctx, prompt_key); PREFIX: combine(ctx, chain[j]) */
+    uint64_t key; /* PROMPT: combine(ctx, prompt_key); PREFIX: combine(ctx, chain[j]) */
     uint32_t *tokens;
     size_t n_tokens;
-    uint64_t *chain;       /* PROMPT: its combined block keys */
-    size_t n_blocks;       /* PROMPT: chain length; PREFIX: j + 1 */
-    size_t bytes;          /* what this record accounts for */
-    uint32_t prev, next;   /* LRU: prev towards the most recently used; free list through next */
+    uint64_t *chain;     /* PROMPT: its combined block keys */
+    size_t n_blocks;     /* PROMPT: chain length; PREFIX: j + 1 */
+    size_t bytes;        /* what this record accounts for */
+    uint32_t prev, next; /* LRU: prev towards the most recently used; free list through next */
     int kind;
 } rec;
 
@@ -30,14 +30,14 @@ struct sb_tok_cache {
     rec *recs;
     uint32_t n_alloc, free_head;
     uint32_t mru, lru;
-    sb_table prompts;      /* prompt key -> PROMPT record */
-    sb_table prefixes;     /* block key -> PREFIX record */
-    sb_table blocks;       /* block key -> the PROMPT record that last brought it */
-    size_t rec_bytes;      /* records' own bytes, ids and chains */
+    sb_table prompts;  /* prompt key -> PROMPT record */
+    sb_table prefixes; /* block key -> PREFIX record */
+    sb_table blocks;   /* block key -> the PROMPT record that last brought it */
+    size_t rec_bytes;  /* records' own bytes, ids and chains */
     size_t max_bytes;
     uint32_t margin;
     bool exact_only;
-    uint64_t *scratch;     /* the current operation's combined block keys */
+    uint64_t *scratch; /* the current operation's combined block keys */
     size_t scratch_cap;
     sb_tok_cache_stats st;
 };
@@ -127,7 +127,10 @@ static size_t table_bytes(const sb_tok_cache *c)
            (size_t)c->n_alloc * sizeof(rec);
 }
 
-static size_t held_bytes(const sb_tok_cache *c) { return c->rec_bytes + table_bytes(c); }
+static size_t held_bytes(const sb_tok_cache *c)
+{
+    return c->rec_bytes + table_bytes(c);
+}
 
 /* The slot of key in t (records compared by their key), or where it would go. */
 static size_t find_rec(sb_tok_cache *c, sb_table *t, uint64_t key)
@@ -236,8 +239,8 @@ sb_tok_hit sb_tok_cache_lookup(sb_tok_cache *c, const sb_tok_key *k)
         uint32_t i = sb_table_val(&c->prompts, s);
         touch(c, i);
         c->st.exact_hits++;
-        return (sb_tok_hit){.tokens = c->recs[i].tokens, .n_tokens = c->recs[i].n_tokens, .exact = true,
-                            .blocks = c->recs[i].n_blocks};
+        return (sb_tok_hit){
+            .tokens = c->recs[i].tokens, .n_tokens = c->recs[i].n_tokens, .exact = true, .blocks = c->recs[i].n_blocks};
     }
     if (c->st.prefixes) {
         /* From the deepest block down, combining keys as it goes: a prompt's own tail is
@@ -249,8 +252,8 @@ sb_tok_hit sb_tok_cache_lookup(sb_tok_cache *c, const sb_tok_key *k)
             uint32_t i = sb_table_val(&c->prefixes, s);
             touch(c, i);
             c->st.prefix_hits++;
-            return (sb_tok_hit){.tokens = c->recs[i].tokens, .n_tokens = c->recs[i].n_tokens,
-                                .blocks = c->recs[i].n_blocks};
+            return (sb_tok_hit){
+                .tokens = c->recs[i].tokens, .n_tokens = c->recs[i].n_tokens, .blocks = c->recs[i].n_blocks};
         }
     }
     c->st.misses++;
@@ -288,8 +291,7 @@ static bool check_prefix(sb_tok_cache *c, uint64_t bk, const uint32_t *tokens, s
 /* The proven prefix under block j (key bk): checked against the new answer if a record is
  * there (one the answer refutes is not made again from this pair), else made from the ids the
  * new answer and its witness agree on (agreed). */
-static void prove_prefix(sb_tok_cache *c, uint64_t bk, size_t j, const uint32_t *tokens, size_t n_tokens,
-                         size_t agreed)
+static void prove_prefix(sb_tok_cache *c, uint64_t bk, size_t j, const uint32_t *tokens, size_t n_tokens, size_t agreed)
 {
     if (check_prefix(c, bk, tokens, n_tokens))
         return;
@@ -374,8 +376,13 @@ int sb_tok_cache_insert(sb_tok_cache *c, const sb_tok_key *k, const uint32_t *to
         memcpy(tok, tokens, n_tokens * sizeof(uint32_t));
     if (k->n_blocks)
         memcpy(chain, c->scratch, k->n_blocks * sizeof(uint64_t));
-    c->recs[i] = (rec){.key = pk, .tokens = tok, .n_tokens = n_tokens, .chain = chain, .n_blocks = k->n_blocks,
-                       .bytes = bytes, .kind = PROMPT};
+    c->recs[i] = (rec){.key = pk,
+                       .tokens = tok,
+                       .n_tokens = n_tokens,
+                       .chain = chain,
+                       .n_blocks = k->n_blocks,
+                       .bytes = bytes,
+                       .kind = PROMPT};
     s = find_rec(c, &c->prompts, pk);
     sb_table_put(&c->prompts, s, sb_table_tag_u64(&c->prompts, pk), i);
     for (size_t j = 0; j < k->n_blocks; j++) {

@@ -54,10 +54,10 @@
 typedef struct sb_tok_cache sb_tok_cache;
 
 typedef struct sb_tok_cache_config {
-    size_t max_bytes;        /* 0: SB_TOK_CACHE_DEFAULT_MAX_BYTES */
-    uint32_t margin_tokens;  /* 0: SB_TOK_CACHE_DEFAULT_MARGIN */
-    bool exact_only;         /* no prefix records at all */
-    uint64_t hash_secret;    /* slot placement only */
+    size_t max_bytes;       /* 0: SB_TOK_CACHE_DEFAULT_MAX_BYTES */
+    uint32_t margin_tokens; /* 0: SB_TOK_CACHE_DEFAULT_MARGIN */
+    bool exact_only;        /* no prefix records at all */
+    uint64_t hash_secret;   /* slot placement only */
 } sb_tok_cache_config;
 
 /* A prompt's identity (see above). chain: its text blocks' chained hashes, n_blocks of them. */
@@ -69,10 +69,10 @@ typedef struct sb_tok_key {
 } sb_tok_key;
 
 typedef struct sb_tok_hit {
-    const uint32_t *tokens;  /* valid until the next insert or free; NULL on a miss */
+    const uint32_t *tokens; /* valid until the next insert or free; NULL on a miss */
     size_t n_tokens;
-    bool exact;              /* the whole prompt's ids; else a proven prefix of them */
-    size_t blocks;           /* prefix hit: the text blocks the record stands for (j + 1) */
+    bool exact;    /* the whole prompt's ids; else a proven prefix of them */
+    size_t blocks; /* prefix hit: the text blocks the record stands for (j + 1) */
 } sb_tok_hit;
 
 /* NULL on ENOMEM. */
@@ -94,8 +94,8 @@ int sb_tok_cache_insert(sb_tok_cache *c, const sb_tok_key *k, const uint32_t *to
 typedef struct sb_tok_cache_stats {
     uint64_t exact_hits, prefix_hits, misses;
     uint64_t inserts, prefix_records, prefix_shrinks, evictions, refused;
-    size_t prompts, prefixes;  /* records held now */
-    size_t bytes;              /* accounted bytes held now (<= max_bytes) */
+    size_t prompts, prefixes; /* records held now */
+    size_t bytes;             /* accounted bytes held now (<= max_bytes) */
 } sb_tok_cache_stats;
 sb_tok_cache_stats sb_tok_cache_get_stats(const sb_tok_cache *c);
 

@@ -19,7 +19,7 @@ struct sb_http_get {
     size_t max_body;
     uint32_t timeout_ms;
     bool deadline_from_start;
-    uint64_t started_ns;  /* uv_hrtime() at the call, for deadline_from_start */
+    uint64_t started_ns; /* uv_hrtime() at the call, for deadline_from_start */
     sb_http_get_cb cb;
     void *ud;
     bool complete;

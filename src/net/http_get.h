@@ -28,7 +28,7 @@ int sb_http_get_start(sb_upstream *u, const char *path, const char *headers, uin
                       sb_http_get_cb cb, void *ud, sb_http_get **out);
 /* A request in general. Strings are copied at start: none needs to outlive the call. */
 typedef struct sb_http_request {
-    const char *method;       /* "GET", "POST", ...; NULL is GET */
+    const char *method; /* "GET", "POST", ...; NULL is GET */
     const char *path;
     const char *headers;      /* "Name: value\r\n" lines, or NULL; treated as credentials (the
                                  request buffer is wiped before it is freed) */
@@ -36,12 +36,12 @@ typedef struct sb_http_request {
     const char *content_type; /* for a body; NULL: application/json */
     const char *body;         /* sent with Content-Length; NULL or body_len 0: no body */
     size_t body_len;
-    uint32_t timeout_ms;      /* 0: 1000 */
+    uint32_t timeout_ms; /* 0: 1000 */
     /* false: timeout_ms runs from the request written (the pool's connect_ms bounds the
      * connect before it), as for probes; true: it is the whole request's deadline, from the
      * call, connect included (a caller waiting on the answer to route). */
     bool deadline_from_start;
-    size_t max_body;          /* a longer answer ends the request with UV_E2BIG */
+    size_t max_body; /* a longer answer ends the request with UV_E2BIG */
 } sb_http_request;
 
 /* Starts req on u. Returns 0 and sets *out (valid until the callback or cancel), or a

@@ -7,7 +7,10 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#define KEY(s) {s, sizeof(s) - 1}
+#define KEY(s)                                                                                                         \
+    {                                                                                                                  \
+        s, sizeof(s) - 1                                                                                               \
+    }
 
 /* ---- the answer ---- */
 
@@ -81,7 +84,10 @@ static void put(writer *w, const char *s, size_t n)
     w->len += n;
 }
 
-static void put_str(writer *w, const char *s) { put(w, s, strlen(s)); }
+static void put_str(writer *w, const char *s)
+{
+    put(w, s, strlen(s));
+}
 
 /* model as a JSON string: quote, backslash and control characters escaped. */
 static void put_json_string(writer *w, const char *s, size_t n)
@@ -129,8 +135,14 @@ long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const
         [K_CONTINUE] = KEY("continue_final_message"),
         [K_SPECIAL] = KEY("add_special_tokens"),
     };
-    static const char *const names[K_N] = {"messages", "prompt", "tools", "chat_template", "chat_template_kwargs",
-                                           "add_generation_prompt", "continue_final_message", "add_special_tokens"};
+    static const char *const names[K_N] = {"messages",
+                                           "prompt",
+                                           "tools",
+                                           "chat_template",
+                                           "chat_template_kwargs",
+                                           "add_generation_prompt",
+                                           "continue_final_message",
+                                           "add_special_tokens"};
     if (n < 1 || t[0].type != SB_JSON_OBJECT)
         return SB_TOKENIZE_NO_PROMPT;
     int v[K_N];

@@ -38,8 +38,7 @@ enum sb_tokenize_status {
 /* Parses the answer body[0..len) with j (its bounds apply: nesting, tokens) into out[0..cap).
  * On success returns SB_TOKENIZE_OK and sets *n_tokens; else a negative status, *n_tokens
  * unspecified and out possibly partly written. Linear in len. */
-int sb_tokenize_parse_answer(sb_json *j, const char *body, size_t len, uint32_t *out, size_t cap,
-                             size_t *n_tokens);
+int sb_tokenize_parse_answer(sb_json *j, const char *body, size_t len, uint32_t *out, size_t cap, size_t *n_tokens);
 
 /* Builds the /tokenize body for the request body[0..) whose JSON tokens are t[0..n) (from a
  * successful sb_json_parse; t[0] its root object), for the served model name

@@ -13,8 +13,8 @@
 
 static sb_kv_index *new_index(uint32_t eps, size_t max, uint64_t secret)
 {
-    sb_kv_index_config cfg = {.n_endpoints = eps, .max_entries = max, .block_size = BS, .key_seed = 1337,
-                              .hash_secret = secret};
+    sb_kv_index_config cfg = {
+        .n_endpoints = eps, .max_entries = max, .block_size = BS, .key_seed = 1337, .hash_secret = secret};
     sb_kv_index *ix = sb_kv_index_new(&cfg);
     assert_non_null(ix);
     return ix;
@@ -41,8 +41,13 @@ static uint64_t ref_block(uint64_t parent, const uint32_t *t, size_t bs)
 static sb_kv_status store(sb_kv_index *ix, uint32_t ep, const uint64_t *h, size_t n, const uint64_t *parent,
                           const uint32_t *tok, size_t n_tok)
 {
-    sb_kv_stored ev = {.engine_hashes = h, .n = n, .has_parent = parent != NULL, .parent_engine_hash = parent ? *parent : 0,
-                       .token_ids = tok, .n_tokens = n_tok, .block_size = BS};
+    sb_kv_stored ev = {.engine_hashes = h,
+                       .n = n,
+                       .has_parent = parent != NULL,
+                       .parent_engine_hash = parent ? *parent : 0,
+                       .token_ids = tok,
+                       .n_tokens = n_tok,
+                       .block_size = BS};
     return sb_kv_index_block_stored(ix, ep, &ev);
 }
 
@@ -137,8 +142,8 @@ static void test_tier_moves_keep_gpu_presence(void **state)
     /* The block is offloaded to CPU (stored without tokens, or with medium CPU) and later
      * dropped from the CPU tier: the GPU copy stays indexed. */
     assert_int_equal(store(ix, 0, &h, 1, NULL, NULL, 0), SB_KV_TIER_MOVE);
-    sb_kv_stored cpu = {.engine_hashes = &h, .n = 1, .token_ids = tok, .n_tokens = 4, .block_size = BS,
-                        .other_medium = true};
+    sb_kv_stored cpu = {
+        .engine_hashes = &h, .n = 1, .token_ids = tok, .n_tokens = 4, .block_size = BS, .other_medium = true};
     assert_int_equal(sb_kv_index_block_stored(ix, 0, &cpu), SB_KV_TIER_MOVE);
     assert_int_equal(sb_kv_index_block_removed(ix, 0, &h, 1, true), SB_KV_TIER_MOVE);
     uint32_t m[1];
@@ -491,6 +496,7 @@ static void test_alloc_failure(void **state)
 
 int main(void)
 {
+    /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_formula),
         cmocka_unit_test(test_store_chain_and_match),
@@ -506,5 +512,6 @@ int main(void)
         cmocka_unit_test(test_keyed_slots_probe_short),
         cmocka_unit_test(test_alloc_failure),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

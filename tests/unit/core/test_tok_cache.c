@@ -315,6 +315,7 @@ static void test_alloc_failure(void **state)
 
 int main(void)
 {
+    /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_hits_and_contexts),
         cmocka_unit_test(test_prefix_proven_by_two_answers),
@@ -323,5 +324,6 @@ int main(void)
         cmocka_unit_test(test_random_prefix_hits_are_sound),
         cmocka_unit_test(test_alloc_failure),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -328,7 +328,6 @@ static void test_cancel(void **state)
     fx_stop(f);
 }
 
-
 /* ---- POST (sb_http_request_start), as for an engine's /tokenize ---- */
 
 static void run_request(fx *f, const sb_http_request *req)
@@ -351,8 +350,13 @@ static void test_post_tokenize(void **state)
     char body[256];
     long len = sb_tokenize_build_body(client, j.tokens, n, "served", 6, body, sizeof body);
     assert_true(len > 0 && (size_t)len < sizeof body);
-    sb_http_request req = {.method = "POST", .path = "/tokenize", .accept = "application/json", .body = body,
-                           .body_len = (size_t)len, .timeout_ms = 1000, .deadline_from_start = true,
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .accept = "application/json",
+                           .body = body,
+                           .body_len = (size_t)len,
+                           .timeout_ms = 1000,
+                           .deadline_from_start = true,
                            .max_body = 4096};
     run_request(f, &req);
     assert_int_equal(f->r.status, 200);
@@ -384,8 +388,13 @@ static void test_post_large_body(void **state)
     assert_non_null(body);
     for (size_t i = 0; i < len; i++)
         body[i] = (char)('a' + i % 26);
-    sb_http_request req = {.method = "POST", .path = "/tokenize", .body = body, .body_len = len,
-                           .content_type = "text/plain", .headers = "Authorization: Bearer k\r\n", .max_body = 64};
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .body = body,
+                           .body_len = len,
+                           .content_type = "text/plain",
+                           .headers = "Authorization: Bearer k\r\n",
+                           .max_body = 64};
     run_request(f, &req);
     free(body); /* copied at start */
     assert_int_equal(f->r.status, 200);
@@ -400,8 +409,13 @@ static void test_post_deadline(void **state)
 {
     /* An engine that never answers: the deadline ends the request. */
     fx *f = fx_start(NULL, false, 4);
-    sb_http_request req = {.method = "POST", .path = "/tokenize", .body = "{}", .body_len = 2, .timeout_ms = 30,
-                           .deadline_from_start = true, .max_body = 64};
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .body = "{}",
+                           .body_len = 2,
+                           .timeout_ms = 30,
+                           .deadline_from_start = true,
+                           .max_body = 64};
     run_request(f, &req);
     assert_int_equal(f->r.status, UV_ETIMEDOUT);
     assert_int_equal(f->srv.requests, 1);
@@ -410,22 +424,17 @@ static void test_post_deadline(void **state)
 
 int main(void)
 {
+    /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_with_headers),
-        cmocka_unit_test(test_status_passed_through),
-        cmocka_unit_test(test_chunked_answer),
-        cmocka_unit_test(test_interim_answer_skipped),
-        cmocka_unit_test(test_body_over_max),
-        cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_truncated_answer),
-        cmocka_unit_test(test_close_delimited_answer),
-        cmocka_unit_test(test_connection_reuse),
-        cmocka_unit_test(test_no_reuse_without_pool),
-        cmocka_unit_test(test_connection_refused),
-        cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_post_tokenize),
-        cmocka_unit_test(test_post_large_body),
+        cmocka_unit_test(test_get_with_headers),   cmocka_unit_test(test_status_passed_through),
+        cmocka_unit_test(test_chunked_answer),     cmocka_unit_test(test_interim_answer_skipped),
+        cmocka_unit_test(test_body_over_max),      cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_truncated_answer),   cmocka_unit_test(test_close_delimited_answer),
+        cmocka_unit_test(test_connection_reuse),   cmocka_unit_test(test_no_reuse_without_pool),
+        cmocka_unit_test(test_connection_refused), cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_post_tokenize),      cmocka_unit_test(test_post_large_body),
         cmocka_unit_test(test_post_deadline),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

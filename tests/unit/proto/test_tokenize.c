@@ -46,25 +46,25 @@ static void test_answer_hostile(void **state)
     uint32_t t[4];
     size_t n;
     const char *bad[] = {
-        "",                                  /* empty */
-        "[1,2,3]",                           /* not an object */
-        "{\"count\":3}",                     /* no tokens */
-        "{\"tokens\":\"1,2\"}",              /* not an array */
-        "{\"tokens\":[1,2],\"count\":3}",    /* count disagrees */
+        "",                                   /* empty */
+        "[1,2,3]",                            /* not an object */
+        "{\"count\":3}",                      /* no tokens */
+        "{\"tokens\":\"1,2\"}",               /* not an array */
+        "{\"tokens\":[1,2],\"count\":3}",     /* count disagrees */
         "{\"tokens\":[1,2],\"count\":\"2\"}", /* count not a number */
-        "{\"tokens\":[1,-2]}",               /* negative */
-        "{\"tokens\":[1.5]}",                /* fraction */
-        "{\"tokens\":[1e3]}",                /* exponent */
-        "{\"tokens\":[4294967296]}",         /* past 2^32 */
+        "{\"tokens\":[1,-2]}",                /* negative */
+        "{\"tokens\":[1.5]}",                 /* fraction */
+        "{\"tokens\":[1e3]}",                 /* exponent */
+        "{\"tokens\":[4294967296]}",          /* past 2^32 */
         "{\"tokens\":[99999999999999999999999]}",
-        "{\"tokens\":[[1],2]}",              /* nested */
+        "{\"tokens\":[[1],2]}", /* nested */
         "{\"tokens\":[{\"a\":1}]}",
         "{\"tokens\":[true]}",
         "{\"tokens\":[null]}",
         "{\"tokens\":[\"1\"]}",
-        "{\"tokens\":[1,2",                  /* truncated */
-        "{\"tokens\":[1]} x",                /* trailing garbage */
-        "{\"tokens\":[01]}",                 /* leading zero */
+        "{\"tokens\":[1,2",   /* truncated */
+        "{\"tokens\":[1]} x", /* trailing garbage */
+        "{\"tokens\":[01]}",  /* leading zero */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = parse(bad[i], t, 4, &n);
@@ -132,7 +132,8 @@ static void test_body_chat(void **state)
 {
     (void)state;
     char out[1024];
-    const char *req = "{\"model\":\"alias\",\"stream\":true,\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"brief\\\"\\u00e9\"},"
+    const char *req = "{\"model\":\"alias\",\"stream\":true,\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+                      "\\\"brief\\\"\\u00e9\"},"
                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"temperature\":0.2,"
                       "\"chat_template_kwargs\":{\"enable_thinking\":false},\"add_generation_prompt\":null,"
@@ -141,10 +142,11 @@ static void test_body_chat(void **state)
     assert_true(len > 0);
     /* The served name escaped, the messages byte for byte, template fields kept, the rest
      * (sampling, stream, a null field, a stray prompt) left out. */
-    assert_string_equal(out, "{\"model\":\"meta/llama\\\"3\",\"messages\":[{\"role\":\"system\",\"content\":\"Be "
-                             "\\\"brief\\\"\\u00e9\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
-                             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-                             "\"chat_template_kwargs\":{\"enable_thinking\":false}}");
+    assert_string_equal(
+        out, "{\"model\":\"meta/llama\\\"3\",\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+             "\\\"brief\\\"\\u00e9\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+             "\"chat_template_kwargs\":{\"enable_thinking\":false}}");
     /* What the builder writes is JSON. */
     sb_json j = {0};
     assert_true(sb_json_parse(&j, out, (size_t)len) > 0);
@@ -188,7 +190,8 @@ static uint64_t ctx_of(const char *req, const char *model)
 static void test_context_key(void **state)
 {
     (void)state;
-    const char *a = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[1],\"temperature\":1}";
+    const char *a =
+        "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[1],\"temperature\":1}";
     const char *b = "{\"tools\":[1],\"model\":\"y\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}";
     const char *c = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[2]}";
     const char *d = "{\"model\":\"x\",\"messages\":[],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
@@ -210,13 +213,12 @@ static void test_context_key(void **state)
 
 int main(void)
 {
+    /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_answer_vllm),
-        cmocka_unit_test(test_answer_hostile),
-        cmocka_unit_test(test_answer_corpus),
-        cmocka_unit_test(test_body_chat),
-        cmocka_unit_test(test_body_prompt_and_room),
-        cmocka_unit_test(test_context_key),
+        cmocka_unit_test(test_answer_vllm),          cmocka_unit_test(test_answer_hostile),
+        cmocka_unit_test(test_answer_corpus),        cmocka_unit_test(test_body_chat),
+        cmocka_unit_test(test_body_prompt_and_room), cmocka_unit_test(test_context_key),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
