@@ -27,10 +27,17 @@ typedef struct entry {
     uint32_t prev_holder; /* previous one; NIL for the list head (the table points at it) */
     uint32_t lru_prev;    /* towards the endpoint's most recently stored */
     uint32_t lru_next;    /* towards its least recently stored */
+    uint32_t epoch;       /* the endpoint's epoch when stored: an older one means cleared since */
 } entry;
 
+/* Clearing an endpoint is O(1): its epoch moves on, and its entries of older epochs are
+ * *stale*: never matched, never a parent, and freed a few at a time by later stores (and
+ * first, at the memory bound). A restart of an engine holding a million blocks does not stall
+ * the loop. Stale entries are the oldest of their endpoint, so they sit at its LRU end. */
 typedef struct ep_state {
     uint32_t mru, lru;
+    uint32_t epoch;
+    uint64_t stale; /* entries of older epochs still in memory */
     sb_kv_index_ep_stats st;
 } ep_state;
 
@@ -47,7 +54,15 @@ struct sb_kv_index {
     uint64_t *stamp; /* per endpoint: match generation that last advanced it */
     uint64_t generation;
     uint32_t evict_cursor;
+    uint32_t stale_cursor; /* next endpoint to free stale entries from */
+    uint64_t stale;        /* over all endpoints */
 };
+
+/* Stale entries freed per stored block, at most: every store frees more than it takes while a
+ * backlog remains, so a cleared endpoint's entries are gone after half as many stores. */
+#define RECLAIM_PER_STORE 2
+/* Freed at once by a clear: a small endpoint is emptied on the spot. */
+#define RECLAIM_ON_CLEAR 1024
 
 /* ---- own keys ---- */
 
@@ -240,6 +255,11 @@ static void link_holder(sb_kv_index *ix, uint32_t k)
     }
 }
 
+static bool live(const sb_kv_index *ix, const entry *en)
+{
+    return en->epoch == ix->eps[en->ep].epoch;
+}
+
 /* Removes entry k from everything and puts it on the free list. */
 static void remove_entry(sb_kv_index *ix, uint32_t k)
 {
@@ -249,10 +269,38 @@ static void remove_entry(sb_kv_index *ix, uint32_t k)
     sb_table_delete(&ix->eng_tab, s);
     unlink_holder(ix, k);
     lru_unlink(ix, k);
-    ix->eps[en->ep].st.blocks--;
+    if (live(ix, en)) {
+        ix->eps[en->ep].st.blocks--;
+    } else {
+        ix->eps[en->ep].stale--;
+        ix->stale--;
+    }
     en->next_holder = ix->free_head;
     ix->free_head = k;
     ix->used--;
+}
+
+/* Frees up to budget stale entries of ep (from its LRU end, where they are). */
+static void reclaim_ep(sb_kv_index *ix, uint32_t ep, size_t budget)
+{
+    ep_state *es = &ix->eps[ep];
+    while (budget-- && es->stale && es->lru != NIL)
+        remove_entry(ix, es->lru);
+}
+
+/* Frees up to budget stale entries, from whichever endpoints have them (round-robin). */
+static void reclaim(sb_kv_index *ix, size_t budget)
+{
+    for (uint32_t k = 0; ix->stale && budget && k <= ix->n_eps; k++) {
+        uint32_t e = ix->stale_cursor;
+        if (!ix->eps[e].stale) {
+            ix->stale_cursor = (e + 1) % ix->n_eps;
+            continue;
+        }
+        uint64_t before = ix->eps[e].stale;
+        reclaim_ep(ix, e, budget);
+        budget -= (size_t)(before - ix->eps[e].stale);
+    }
 }
 
 /* Evicts one entry of ep: its least recently stored, after at most MAX_SECOND_CHANCES entries
@@ -291,6 +339,8 @@ static uint32_t alloc_entry(sb_kv_index *ix, uint32_t for_ep)
             ix->n_alloc = n;
         }
     }
+    if (ix->free_head == NIL && ix->stale)
+        reclaim(ix, 1); /* the forgotten go before anything still held */
     if (ix->free_head == NIL && ix->used > 0) {
         uint32_t fair = ix->max_entries / ix->n_eps;
         uint32_t victim = for_ep;
@@ -319,6 +369,10 @@ static bool record(sb_kv_index *ix, uint32_t ep, uint64_t engine, uint64_t own)
     uint64_t etag = eng_tag(ix, engine, ep);
     size_t s;
     uint32_t k = find_engine(ix, engine, ep, etag, &s);
+    if (k != NIL && !live(ix, &ix->entries[k])) {
+        remove_entry(ix, k); /* from before a clear: stored afresh below */
+        k = NIL;
+    }
     if (k != NIL) {
         entry *en = &ix->entries[k];
         if (en->own != own) {
@@ -347,7 +401,7 @@ static bool record(sb_kv_index *ix, uint32_t ep, uint64_t engine, uint64_t own)
         return false;
     }
     entry *en = &ix->entries[k];
-    *en = (entry){.own = own, .engine = engine, .ep = ep & 0x7fffffffu};
+    *en = (entry){.own = own, .engine = engine, .ep = ep & 0x7fffffffu, .epoch = ix->eps[ep].epoch};
     /* Evictions and growth may have moved slots: search again. */
     (void)find_engine(ix, engine, ep, etag, &s);
     sb_table_put(&ix->eng_tab, s, etag, k);
@@ -381,6 +435,10 @@ sb_kv_status sb_kv_index_block_stored(sb_kv_index *ix, uint32_t ep, const sb_kv_
     if (ev->has_parent) {
         size_t s;
         uint32_t k = find_engine(ix, ev->parent_engine_hash, ep, eng_tag(ix, ev->parent_engine_hash, ep), &s);
+        if (k != NIL && !live(ix, &ix->entries[k])) {
+            remove_entry(ix, k);
+            k = NIL;
+        }
         if (k == NIL) {
             st->parent_misses++;
             return SB_KV_PARENT_MISS;
@@ -389,6 +447,8 @@ sb_kv_status sb_kv_index_block_stored(sb_kv_index *ix, uint32_t ep, const sb_kv_
     } else {
         parent = sb_kv_key_root(ix->seed, ev->extra);
     }
+    if (ix->stale)
+        reclaim(ix, RECLAIM_PER_STORE * ev->n);
     for (size_t i = 0; i < ev->n; i++) {
         parent = block_key(parent, ev->token_ids + i * ix->block_size, ix->block_size);
         if (!record(ix, ep, ev->engine_hashes[i], parent)) {
@@ -414,6 +474,10 @@ sb_kv_status sb_kv_index_block_removed(sb_kv_index *ix, uint32_t ep, const uint6
     for (size_t i = 0; i < n; i++) {
         size_t s;
         uint32_t k = ix->used ? find_engine(ix, engine_hashes[i], ep, eng_tag(ix, engine_hashes[i], ep), &s) : NIL;
+        if (k != NIL && !live(ix, &ix->entries[k])) {
+            remove_entry(ix, k); /* forgotten at a clear: the engine's removal is news to us */
+            k = NIL;
+        }
         if (k == NIL) {
             st->unknown_removes++;
             continue;
@@ -428,9 +492,15 @@ void sb_kv_index_clear(sb_kv_index *ix, uint32_t ep)
 {
     if (ep >= ix->n_eps)
         return;
-    while (ix->eps[ep].lru != NIL)
-        remove_entry(ix, ix->eps[ep].lru);
-    ix->eps[ep].st.clears++;
+    ep_state *es = &ix->eps[ep];
+    es->stale += es->st.blocks;
+    ix->stale += es->st.blocks;
+    es->st.blocks = 0;
+    /* Wraps after 2^32 clears; an entry would have to outlive them all, unfreed, to be taken
+     * for live again. */
+    es->epoch++;
+    es->st.clears++;
+    reclaim_ep(ix, ep, RECLAIM_ON_CLEAR);
 }
 
 /* ---- lookup ---- */
@@ -456,6 +526,8 @@ size_t sb_kv_index_match(sb_kv_index *ix, const uint64_t *own_keys, size_t n, ui
         for (uint32_t k = sb_table_val_or(&ix->own_tab, s, NIL); k != NIL; k = ix->entries[k].next_holder) {
             entry *en = &ix->entries[k];
             uint32_t e = en->ep;
+            if (!live(ix, en))
+                continue;
             if (i == 0 || (ix->stamp[e] == gen && match[e] == i)) {
                 ix->stamp[e] = gen;
                 match[e] = (uint32_t)i + 1;
@@ -484,7 +556,11 @@ uint64_t sb_kv_index_key_seed(const sb_kv_index *ix)
 
 sb_kv_index_ep_stats sb_kv_index_stats(const sb_kv_index *ix, uint32_t ep)
 {
-    return ep < ix->n_eps ? ix->eps[ep].st : (sb_kv_index_ep_stats){0};
+    if (ep >= ix->n_eps)
+        return (sb_kv_index_ep_stats){0};
+    sb_kv_index_ep_stats st = ix->eps[ep].st;
+    st.stale = ix->eps[ep].stale;
+    return st;
 }
 
 size_t sb_kv_index_entries(const sb_kv_index *ix)

@@ -36,7 +36,8 @@
  * - Two engine hashes may give one own key (a cache salt or multimodal extra keys the index
  *   does not see): each is its own entry, and the block stays held until the last is removed.
  *
- * Memory: at most max_entries (block, endpoint) entries (config; default below). At the bound
+ * Memory: at most max_entries (block, endpoint) entries (config; default below), the stale
+ * ones a clear leaves to be freed lazily included (sb_kv_index_clear). At the bound
  * an entry is evicted from an endpoint holding at least its fair share (max / endpoints),
  * chosen round-robin, from its least recently stored end, with a second chance for entries a
  * match has used since (CLOCK): an engine never re-reports a block it keeps, so pure
@@ -122,7 +123,8 @@ sb_kv_status sb_kv_index_block_removed(sb_kv_index *ix, uint32_t ep, const uint6
                                        bool other_medium);
 
 /* AllBlocksCleared, an engine restart, or a gap in the event stream: ep holds nothing now.
- * O(entries of ep). */
+ * O(1) whatever ep held: its entries become stale (never matched, never a parent) and are
+ * freed a few per later stored block, first at the memory bound, and up to 1024 at once here. */
 void sb_kv_index_clear(sb_kv_index *ix, uint32_t ep);
 
 /* For each endpoint e, match[e] = the number of leading keys of own_keys[0..n) e holds
@@ -146,6 +148,7 @@ typedef struct sb_kv_index_ep_stats {
     uint64_t block_size_mismatches;
     uint64_t malformed; /* events refused: token count or empty */
     uint64_t evictions; /* entries dropped at the memory bound */
+    uint64_t stale;     /* entries from before the last clear not yet freed (in memory, not held) */
 } sb_kv_index_ep_stats;
 
 /* Zeros for an ep out of range. */

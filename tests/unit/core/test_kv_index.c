@@ -304,6 +304,52 @@ static void test_bound_shares_between_endpoints(void **state)
     sb_kv_index_free(ix);
 }
 
+static void test_clear_is_lazy(void **state)
+{
+    (void)state;
+    sb_kv_index *ix = new_index(2, 0, 5);
+    enum { N = 5000 };
+    static uint32_t tok[N * BS];
+    static uint64_t h[N], keys[N];
+    for (size_t i = 0; i < N * BS; i++)
+        tok[i] = (uint32_t)i;
+    for (size_t i = 0; i < N; i++)
+        h[i] = 0xf000000000000000ULL + i;
+    sb_kv_keys_from_tokens(1337, tok, N * BS, BS, 0, keys);
+    assert_int_equal(store(ix, 0, h, N, NULL, tok, N * BS), SB_KV_OK);
+    /* The clear frees 1024 at once and leaves the rest stale: not held, not matched. */
+    sb_kv_index_clear(ix, 0);
+    sb_kv_index_ep_stats st = sb_kv_index_stats(ix, 0);
+    assert_int_equal(st.blocks, 0);
+    assert_int_equal(st.stale, N - 1024);
+    assert_int_equal(sb_kv_index_entries(ix), N - 1024);
+    uint32_t m[2];
+    assert_int_equal(sb_kv_index_match(ix, keys, N, m), 0);
+    /* A stale block is no parent, and its removal is news. */
+    assert_int_equal(store(ix, 0, &h[N - 1], 1, &h[N - 2], tok, BS), SB_KV_PARENT_MISS);
+    sb_kv_index_block_removed(ix, 0, &h[N - 3], 1, false);
+    assert_int_equal(sb_kv_index_stats(ix, 0).unknown_removes, 1);
+    /* Re-stored after the clear, a block is held again (its stale entry replaced). */
+    uint64_t before = sb_kv_index_stats(ix, 0).stale;
+    assert_int_equal(store(ix, 0, &h[N - 4], 1, NULL, tok, BS), SB_KV_OK);
+    /* Its stale entry is gone, and the store freed two more (two per stored block). */
+    assert_int_equal(sb_kv_index_stats(ix, 0).stale, before - 3);
+    assert_int_equal(sb_kv_index_match(ix, keys, N, m), 1);
+    assert_int_equal(m[0], 1);
+    /* Stores on another endpoint free two stale entries per block. */
+    static uint32_t t1[2000 * BS];
+    static uint64_t h1[2000];
+    for (size_t i = 0; i < 2000 * BS; i++)
+        t1[i] = (uint32_t)(i + 7);
+    for (size_t i = 0; i < 2000; i++)
+        h1[i] = i;
+    assert_int_equal(store(ix, 1, h1, 2000, NULL, t1, 2000 * BS), SB_KV_OK);
+    assert_int_equal(sb_kv_index_stats(ix, 0).stale, 0);
+    assert_int_equal(sb_kv_index_entries(ix), 2001);
+    assert_int_equal(sb_kv_index_stats(ix, 0).blocks, 1);
+    sb_kv_index_free(ix);
+}
+
 /* ---- random event streams against a brute-force model ---- */
 
 #define R_EPS 4
@@ -508,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_bound_at_max_and_max_plus_one),
         cmocka_unit_test(test_second_chance_keeps_matched_head),
         cmocka_unit_test(test_bound_shares_between_endpoints),
+        cmocka_unit_test(test_clear_is_lazy),
         cmocka_unit_test(test_random_streams_match_model),
         cmocka_unit_test(test_keyed_slots_probe_short),
         cmocka_unit_test(test_alloc_failure),
