@@ -39,7 +39,9 @@ typedef struct sb_http_request {
     uint32_t timeout_ms; /* 0: 1000 */
     /* false: timeout_ms runs from the request written (the pool's connect_ms bounds the
      * connect before it), as for probes; true: it is the whole request's deadline, from the
-     * call, connect included (a caller waiting on the answer to route). */
+     * call, connect included (a caller waiting on the answer to route). A connect still runs
+     * to the pool's connect_ms: a caller whose deadline is shorter than that cancels on its
+     * own timer, or routes without the answer and lets it fill a cache. */
     bool deadline_from_start;
     size_t max_body; /* a longer answer ends the request with UV_E2BIG */
 } sb_http_request;
