@@ -58,7 +58,8 @@
 
 #include "base/hash.h"
 
-/* 1 Mi entries: ~80 MB at the measured size; 64 endpoints of a 16k-block cache each. */
+/* 1 Mi entries: 65-88 MiB at the measured size (bench/bench_kv_index.c); 64 endpoints of a
+ * 16k-block cache each. */
 #define SB_KV_INDEX_DEFAULT_MAX_ENTRIES ((size_t)1 << 20)
 /* vLLM's default block size (vllm/config/cache.py). */
 #define SB_KV_INDEX_DEFAULT_BLOCK_SIZE 16
