@@ -6,7 +6,9 @@
  *
  * Besides crashes and sanitizer reports, it checks: an accepted answer's tokens fit the room
  * given; parsing with less room than that is TOO_MANY, never a partial success; and the
- * parse is deterministic (twice, same result and same ids). */
+ * parse is deterministic (twice, same result and same ids). The same input read as a client's
+ * request: the /tokenize body built from it is one JSON object, and its length is the same
+ * whatever the room. */
 #include "proto/tokenize.h"
 
 #include <stdint.h>
@@ -34,6 +36,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (na > 0) {
             size_t nc = 0;
             CHECK(sb_tokenize_parse_answer(&j, (const char *)data, size, b, na - 1, &nc) == SB_TOKENIZE_TOO_MANY);
+        }
+    }
+    int n = sb_json_parse(&j, (const char *)data, size);
+    if (n > 0) {
+        static char body[1 << 16];
+        long len = sb_tokenize_build_body((const char *)data, j.tokens, n, "m\"x", 3, body, sizeof body);
+        CHECK(len == SB_TOKENIZE_NO_PROMPT || len > 0);
+        CHECK(sb_tokenize_build_body((const char *)data, j.tokens, n, "m\"x", 3, NULL, 0) == len);
+        (void)sb_tokenize_context_key((const char *)data, j.tokens, n, "m", 1);
+        if (len > 0 && (size_t)len <= sizeof body) {
+            sb_json k = {.max_depth = 1024};
+            int m = sb_json_parse(&k, body, (size_t)len);
+            CHECK(m > 0 && k.tokens[0].type == SB_JSON_OBJECT);
+            sb_json_free(&k);
         }
     }
     sb_json_free(&j);
