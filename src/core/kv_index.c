@@ -8,6 +8,9 @@
 #include "base/table.h"
 
 #define NIL UINT32_MAX
+/* The endpoint field of a free entry: no endpoint has this id (ids stay below 2^31 - 1), so a
+ * free entry never passes for a held one (see sb_kv_index_match's guess). */
+#define FREE_EP 0x7fffffffu
 /* Second chances given per eviction at most: bounds the work of one eviction when every
  * entry of the victim has been used since (CLOCK would otherwise sweep the whole list). */
 #define MAX_SECOND_CHANCES 8
@@ -51,7 +54,8 @@ struct sb_kv_index {
     uint32_t n_eps;
     uint32_t block_size;
     uint64_t seed;
-    uint64_t *stamp; /* per endpoint: match generation that last advanced it */
+    uint64_t *stamp;              /* per endpoint: match generation that last advanced it */
+    uint32_t *alive_ep, *alive_k; /* match scratch: endpoints still matching, their last entry */
     uint64_t generation;
     uint32_t evict_cursor;
     uint32_t stale_cursor; /* next endpoint to free stale entries from */
@@ -171,7 +175,9 @@ sb_kv_index *sb_kv_index_new(const sb_kv_index_config *cfg)
     ix->seed = cfg->key_seed;
     ix->eps = sb_calloc(ix->n_eps, sizeof(ep_state));
     ix->stamp = sb_calloc(ix->n_eps, sizeof(uint64_t));
-    if (!ix->eps || !ix->stamp) {
+    ix->alive_ep = sb_calloc(ix->n_eps, sizeof(uint32_t));
+    ix->alive_k = sb_calloc(ix->n_eps, sizeof(uint32_t));
+    if (!ix->eps || !ix->stamp || !ix->alive_ep || !ix->alive_k) {
         sb_kv_index_free(ix);
         return NULL;
     }
@@ -189,6 +195,8 @@ void sb_kv_index_free(sb_kv_index *ix)
     sb_table_free(&ix->eng_tab);
     sb_free(ix->eps);
     sb_free(ix->stamp);
+    sb_free(ix->alive_ep);
+    sb_free(ix->alive_k);
     sb_free(ix);
 }
 
@@ -275,6 +283,7 @@ static void remove_entry(sb_kv_index *ix, uint32_t k)
         ix->eps[en->ep].stale--;
         ix->stale--;
     }
+    en->ep = FREE_EP;
     en->next_holder = ix->free_head;
     ix->free_head = k;
     ix->used--;
@@ -333,6 +342,7 @@ static uint32_t alloc_entry(sb_kv_index *ix, uint32_t for_ep)
         if (ne) {
             ix->entries = ne;
             for (uint32_t k = n; k-- > ix->n_alloc;) {
+                ne[k].ep = FREE_EP;
                 ne[k].next_holder = ix->free_head;
                 ix->free_head = k;
             }
@@ -505,40 +515,75 @@ void sb_kv_index_clear(sb_kv_index *ix, uint32_t ep)
 
 /* ---- lookup ---- */
 
+/* The entry of ep holding own key `own`, if it is k: the guess that spares a holder walk. */
+static bool holds_at(const sb_kv_index *ix, uint32_t k, uint32_t ep, uint64_t own)
+{
+    if (k >= ix->n_alloc)
+        return false;
+    const entry *en = &ix->entries[k];
+    return en->ep == ep && en->own == own && live(ix, en);
+}
+
 size_t sb_kv_index_match(sb_kv_index *ix, const uint64_t *own_keys, size_t n, uint32_t *match)
 {
     memset(match, 0, ix->n_eps * sizeof(uint32_t));
     if (!ix->used || n == 0)
         return 0;
-    uint64_t gen = ++ix->generation;
-    size_t best = 0;
-    /* stamp[e] == gen: e held every key so far, and match[e] counts them. */
-    uint64_t next_tag = own_tag(ix, own_keys[0]);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t tag = next_tag;
-        if (i + 1 < n) {
-            /* Overlap the next key's cache miss with this one's walk. */
-            next_tag = own_tag(ix, own_keys[i + 1]);
-            sb_table_prefetch(&ix->own_tab, next_tag);
-        }
-        size_t s = sb_table_find(&ix->own_tab, tag, NULL, NULL);
-        bool advanced = false;
-        for (uint32_t k = sb_table_val_or(&ix->own_tab, s, NIL); k != NIL; k = ix->entries[k].next_holder) {
-            entry *en = &ix->entries[k];
-            uint32_t e = en->ep;
-            if (!live(ix, en))
-                continue;
-            if (i == 0 || (ix->stamp[e] == gen && match[e] == i)) {
-                ix->stamp[e] = gen;
+    /* Block 0: every live holder starts a run. Then, per block, only the endpoints still
+     * matching are checked, each first at the entry right after its entry for the previous
+     * block: a BlockStored records its blocks in consecutive entries, so a chain stored in one
+     * event is followed without walking the block's holders (with 64 endpoints holding a hot
+     * prefix, that walk is 64 dependent cache misses a block). An endpoint the guess misses is
+     * looked for in one walk of the block's holders. Results are the same either way. */
+    uint32_t *alive_ep = ix->alive_ep, *alive_k = ix->alive_k;
+    size_t n_alive = 0;
+    size_t s = sb_table_find(&ix->own_tab, own_tag(ix, own_keys[0]), NULL, NULL);
+    for (uint32_t k = sb_table_val_or(&ix->own_tab, s, NIL); k != NIL; k = ix->entries[k].next_holder) {
+        entry *en = &ix->entries[k];
+        if (!live(ix, en) || match[en->ep])
+            continue; /* stale, or a second entry of the same endpoint */
+        match[en->ep] = 1;
+        alive_ep[n_alive] = en->ep;
+        alive_k[n_alive++] = k;
+        if (!en->used)
+            en->used = 1; /* written only when it changes: hot prefixes stay clean */
+    }
+    size_t best = n_alive ? 1 : 0;
+    for (size_t i = 1; i < n && n_alive; i++) {
+        uint64_t gen = ++ix->generation;
+        size_t kept = 0, missed = 0;
+        for (size_t a = 0; a < n_alive; a++) {
+            uint32_t e = alive_ep[a], k = alive_k[a] + 1;
+            if (holds_at(ix, k, e, own_keys[i])) {
                 match[e] = (uint32_t)i + 1;
-                if (!en->used)
-                    en->used = 1; /* written only when it changes: hot prefixes stay clean */
-                advanced = true;
+                alive_ep[kept] = e;
+                alive_k[kept++] = k;
+                if (!ix->entries[k].used)
+                    ix->entries[k].used = 1;
+            } else {
+                ix->stamp[e] = gen; /* still matching i blocks, to be looked for below */
+                missed++;
             }
         }
-        if (!advanced)
-            break;
-        best = i + 1;
+        if (missed) {
+            s = sb_table_find(&ix->own_tab, own_tag(ix, own_keys[i]), NULL, NULL);
+            for (uint32_t k = sb_table_val_or(&ix->own_tab, s, NIL); k != NIL && missed;
+                 k = ix->entries[k].next_holder) {
+                entry *en = &ix->entries[k];
+                uint32_t e = en->ep;
+                if (ix->stamp[e] != gen || match[e] != i || !live(ix, en))
+                    continue;
+                match[e] = (uint32_t)i + 1;
+                alive_ep[kept] = e;
+                alive_k[kept++] = k;
+                missed--;
+                if (!en->used)
+                    en->used = 1;
+            }
+        }
+        n_alive = kept;
+        if (n_alive)
+            best = i + 1;
     }
     return best;
 }

@@ -129,8 +129,10 @@ sb_kv_status sb_kv_index_block_removed(sb_kv_index *ix, uint32_t ep, const uint6
 void sb_kv_index_clear(sb_kv_index *ix, uint32_t ep);
 
 /* For each endpoint e, match[e] = the number of leading keys of own_keys[0..n) e holds
- * (match has n_endpoints entries). One walk, stopping at the first key nobody holds; marks
- * the entries it used as recently used. Returns the largest value. */
+ * (match has n_endpoints entries). One walk, stopping at the first key nobody still matching
+ * holds; O(blocks x endpoints still matching), a block's holder list walked only when an
+ * endpoint's next block is not in the entry after its last. Marks the entries it used as
+ * recently used. Returns the largest value. */
 size_t sb_kv_index_match(sb_kv_index *ix, const uint64_t *own_keys, size_t n, uint32_t *match);
 
 /* The index's block size and content seed (for sb_kv_keys_from_tokens). */
