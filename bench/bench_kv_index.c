@@ -7,7 +7,8 @@
  *      with every block held by all (the own-key table then has one key per 64 entries);
  *   2. BlockStored rate below the bound and at it (every store evicts);
  *   3. a request of 32k tokens: own keys from its token ids (sb_kv_keys_from_tokens), and the
- *      match over 64 endpoints when 64, 8 or 1 of them hold the whole prompt;
+ *      match over 64 endpoints when 64, 8 or 1 of them hold the whole prompt (stored in
+ *      512-token events, the endpoints' events interleaved);
  *   4. BlockRemoved rate, and clearing one endpoint's 16k entries (AllBlocksCleared);
  *   5. the rest of a precise lookup, without the /tokenize round trip: building the /tokenize
  *      body of a 32k-token chat request (~128 KiB of text), parsing a 32k-id answer, and the
@@ -137,15 +138,24 @@ int main(void)
     const int holders[3] = {64, 8, 1};
     for (int hi = 0; hi < 3; hi++) {
         /* A warm index: every endpoint at 16k blocks of other prompts, `holders` of them also
-         * holding the request's whole prompt. */
+         * holding the request's whole prompt, stored as a chunked prefill reports it: events of
+         * 32 blocks (512 tokens), the endpoints' events interleaved, so each endpoint's chain
+         * is consecutive in memory only within an event. */
         sb_kv_index *ix = new_index((size_t)EPS * (PER_EP + nb));
-        for (uint32_t ep = 0; ep < EPS; ep++) {
+        for (uint32_t ep = 0; ep < EPS; ep++)
             fill(ix, ep, events, 3);
-            if ((int)ep < holders[hi]) {
+        enum { CHUNK = 32 };
+        for (size_t c = 0; c < nb; c += CHUNK) {
+            for (uint32_t ep = 0; ep < (uint32_t)holders[hi]; ep++) {
                 for (size_t i = 0; i < nb; i++)
                     h[i] = mix(((uint64_t)ep << 32) ^ i ^ 0xabcdef);
-                sb_kv_stored ev = {
-                    .engine_hashes = h, .n = nb, .token_ids = tok, .n_tokens = REQ_TOKENS, .block_size = BS};
+                sb_kv_stored ev = {.engine_hashes = h + c,
+                                   .n = CHUNK,
+                                   .has_parent = c > 0,
+                                   .parent_engine_hash = c ? h[c - 1] : 0,
+                                   .token_ids = tok + c * BS,
+                                   .n_tokens = CHUNK * BS,
+                                   .block_size = BS};
                 (void)sb_kv_index_block_stored(ix, ep, &ev);
             }
         }
