@@ -31,3 +31,6 @@ bench/proxy_overhead.sh
 echo
 echo "== hostile connections: memory per promised body, early answers, connection limit, body budget (bench/hostile_conn.py) =="
 bench/hostile_conn.py
+echo
+echo "== precise KV index: bytes per entry, BlockStored rate, match of a 32k-token prompt over 64 endpoints (bench/bench_kv_index.c) =="
+build/bench/bench_kv_index

@@ -18,6 +18,8 @@ struct sb_http_get {
     sb_buf body;
     size_t max_body;
     uint32_t timeout_ms;
+    bool deadline_from_start;
+    uint64_t started_ns; /* uv_hrtime() at the call, for deadline_from_start */
     sb_http_get_cb cb;
     void *ud;
     bool complete;
@@ -150,7 +152,14 @@ static void send_get(sb_http_get *g)
         return;
     }
     g->writing = true;
-    uv_timer_start(&uc->timer, on_timeout, g->timeout_ms, 0);
+    uint64_t wait_ms = g->timeout_ms;
+    if (g->deadline_from_start) {
+        /* What the connect took comes off the deadline; at least 1 ms is left to the answer,
+         * so an expiry is always reported by the timer, never inline. */
+        uint64_t spent_ms = (uv_hrtime() - g->started_ns) / 1000000;
+        wait_ms = spent_ms < g->timeout_ms ? g->timeout_ms - spent_ms : 1;
+    }
+    uv_timer_start(&uc->timer, on_timeout, wait_ms, 0);
     uc->on_read = on_read;
 }
 
@@ -177,26 +186,49 @@ static const http_parser_settings settings = {.on_body = on_body, .on_message_co
 int sb_http_get_start(sb_upstream *u, const char *path, const char *headers, uint32_t timeout_ms, size_t max_body,
                       sb_http_get_cb cb, void *ud, sb_http_get **out)
 {
+    sb_http_request req = {.path = path, .headers = headers, .timeout_ms = timeout_ms, .max_body = max_body};
+    return sb_http_request_start(u, &req, cb, ud, out);
+}
+
+int sb_http_request_start(sb_upstream *u, const sb_http_request *req, sb_http_get_cb cb, void *ud, sb_http_get **out)
+{
     sb_http_get *g = sb_calloc(1, sizeof(*g));
     if (!g)
         return UV_ENOMEM;
     g->up = u;
     g->cb = cb;
     g->ud = ud;
-    g->max_body = max_body;
-    g->timeout_ms = timeout_ms ? timeout_ms : 1000;
+    g->max_body = req->max_body;
+    g->timeout_ms = req->timeout_ms ? req->timeout_ms : 1000;
+    g->deadline_from_start = req->deadline_from_start;
+    g->started_ns = uv_hrtime();
     http_parser_init(&g->parser, HTTP_RESPONSE);
     g->parser.data = g;
+    const char *method = req->method ? req->method : "GET";
+    const char *headers = req->headers;
+    size_t body_len = req->body ? req->body_len : 0;
     /* Room first when credentials go in, so no realloc leaves a copy of them in freed memory. */
     g->wipe_request = headers != NULL;
-    if ((headers && sb_buf_reserve(&g->request, strlen(path) + strlen(headers) + 256) < 0) ||
-        sb_buf_printf(&g->request, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/plain\r\nUser-Agent: switchboard\r\n%s\r\n",
-                      path, sb_upstream_address(u), headers ? headers : "") < 0) {
+    int rc = 0;
+    if (headers && sb_buf_reserve(&g->request, strlen(req->path) + strlen(headers) + body_len + 320) < 0)
+        rc = -1;
+    if (!rc)
+        rc = sb_buf_printf(&g->request, "%s %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\nUser-Agent: switchboard\r\n%s",
+                           method, req->path, sb_upstream_address(u), req->accept ? req->accept : "text/plain",
+                           headers ? headers : "");
+    if (!rc && body_len)
+        rc = sb_buf_printf(&g->request, "Content-Type: %s\r\nContent-Length: %zu\r\n",
+                           req->content_type ? req->content_type : "application/json", body_len);
+    if (!rc)
+        rc = sb_buf_append(&g->request, "\r\n", 2);
+    if (!rc && body_len)
+        rc = sb_buf_append(&g->request, req->body, body_len);
+    if (rc < 0) {
         get_free(g);
         return UV_ENOMEM;
     }
     sb_upstream_conn *uc = NULL;
-    int rc = sb_upstream_acquire(u, on_connected, g, &uc);
+    rc = sb_upstream_acquire(u, on_connected, g, &uc);
     if (rc < 0) {
         get_free(g);
         return rc;

@@ -66,6 +66,28 @@ static const field routing_fields[] = {
     F(prefix_chars, K_COUNT, 1, 65536),
 };
 
+/* Sections whose keys do not repeat their member's prefix. */
+// clang-format off
+#define FN(name, m, k, lo, hi) {.key = name, .kind = k, .offset = offsetof(sb_config, m), .min = lo, .max = hi}
+// clang-format on
+
+static const field kv_index_fields[] = {
+    /* Entries are addressed by 32-bit indices. */
+    FN("max_entries", kv_max_entries, K_COUNT, 16, UINT32_MAX - 1),
+    /* vLLM's block sizes are 16..256 (1 for SGLang's default page size). */
+    FN("block_size", kv_block_size, K_COUNT, 1, 4096),
+};
+
+static const field tokenize_fields[] = {
+    FN("cache_bytes", tokenize_cache_bytes, K_BYTES, 65536, SIZE_MAX),
+    FN("margin_tokens", tokenize_margin_tokens, K_COUNT, 1, 65536),
+    FN("timeout_ms", tokenize_timeout_ms, K_MS, 1, UINT32_MAX),
+    FN("wait_ms", tokenize_wait_ms, K_MS, 0, UINT32_MAX),
+    FN("max_answer_bytes", tokenize_max_answer_bytes, K_BYTES, 1024, SIZE_MAX),
+};
+
+#undef FN
+
 /* A top-level scalar rather than a section: it belongs with access_log. */
 static const field log_decisions_field = {
     .key = "access_log_decisions", .kind = K_BOOL, .offset = offsetof(sb_config, log_decisions), .max = 1};
@@ -75,6 +97,8 @@ static const section sections[] = {
     {"timeouts", timeouts_fields, ARRAY_LEN(timeouts_fields)},
     {"upstream", upstream_fields, ARRAY_LEN(upstream_fields)},
     {"routing", routing_fields, ARRAY_LEN(routing_fields)},
+    {"kv_index", kv_index_fields, ARRAY_LEN(kv_index_fields)},
+    {"tokenize", tokenize_fields, ARRAY_LEN(tokenize_fields)},
 };
 
 #undef F
@@ -578,6 +602,13 @@ static bool set_defaults(sb_config *cfg)
         .orca_request = true,
         .block_bytes = 64,
         .prefix_chars = 100,
+        .kv_max_entries = (size_t)1 << 20,
+        .kv_block_size = 16,
+        .tokenize_cache_bytes = (size_t)64 << 20,
+        .tokenize_margin_tokens = 128,
+        .tokenize_timeout_ms = 2000,
+        .tokenize_wait_ms = 20,
+        .tokenize_max_answer_bytes = (size_t)8 << 20,
         .flow_enabled = true,
         /* starting points for band deadlines (critical waits longest); 1024 queued per band */
         .flow_max_wait_ms = {30000, 10000, 2000},

@@ -114,6 +114,16 @@ typedef struct sb_config {
     char *default_pool;           /* pool for requests naming no model; NULL = 400 */
     char *session_header;         /* session affinity header; default "x-session-id" */
     size_t prefix_chars;          /* prefix-hash key length in bytes; default 100 */
+    /* kv_index: the precise index of engine-reported blocks (core/kv_index.h) */
+    size_t kv_max_entries; /* (block, endpoint) entries per pool; default 1 Mi (65-88 MiB) */
+    size_t kv_block_size;  /* engine block size in tokens; default 16 (vLLM's) */
+    /* tokenize: engines' /tokenize answers (proto/tokenize.h, core/tok_cache.h) */
+    size_t tokenize_cache_bytes;      /* token-id cache per pool; default 64 MiB */
+    size_t tokenize_margin_tokens;    /* ids a proven prefix gives back; default 128 */
+    uint32_t tokenize_timeout_ms;     /* a /tokenize request's deadline; default 2000 */
+    uint32_t tokenize_wait_ms;        /* how long a request waits for its ids before routing
+                                         on the approximate index; default 20 */
+    size_t tokenize_max_answer_bytes; /* a longer answer is refused; default 8 MiB */
     /* flow control (net/admission.c): queues by priority band while a pool is saturated */
     bool flow_enabled;            /* default true */
     uint32_t flow_max_wait_ms[3]; /* per band (critical, standard, sheddable); 30 s, 10 s, 2 s */

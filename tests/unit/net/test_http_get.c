@@ -1,17 +1,20 @@
-/* http_get over upstream: GETs against a tiny scripted server on loopback, on the test's own
- * loop. The server reads each request head and answers it with the test's script (or never
- * answers); the checks are on the callback's status and body, on the request bytes the server
- * saw, and on the pool's connection counts. */
+/* http_get over upstream: GETs and POSTs against a tiny scripted server on loopback, on the
+ * test's own loop. The server reads each request (head, then a Content-Length body) and
+ * answers it with the test's script (or never answers); the checks are on the callback's status
+ * and body, on the request bytes the server saw, and on the pool's connection counts. */
 #include "net/http_get.h"
 #include "net/upstream.h"
 #include "net_fixture.h"
+#include "proto/tokenize.h"
+
+#include <strings.h>
 
 #define SCRIPT_CONNS 8
 
 typedef struct sconn {
     uv_tcp_t tcp;
     struct script *srv;
-    char in[8192];
+    char in[1 << 18];
     size_t in_len;
     bool open;
 } sconn;
@@ -26,6 +29,8 @@ typedef struct script {
     bool close_after;
     int accepted, requests;
     char last_req[8192];
+    char last_body[1 << 18];
+    size_t last_body_len;
     sconn conns[SCRIPT_CONNS];
 } script;
 
@@ -81,9 +86,19 @@ static void s_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     char *end;
     while ((end = strstr(c->in, "\r\n\r\n"))) {
         size_t n = (size_t)(end + 4 - c->in);
+        /* A body follows the head when it has a Content-Length: wait for all of it. */
+        size_t body = 0;
+        for (const char *h = c->in; h && h < end; h = strstr(h, "\r\n"), h = h ? h + 2 : NULL)
+            if (strncasecmp(h, "Content-Length:", 15) == 0)
+                body = strtoul(h + 15, NULL, 10);
+        if (c->in_len < n + body)
+            break;
         c->srv->requests++;
         memcpy(c->srv->last_req, c->in, n);
         c->srv->last_req[n] = '\0';
+        memcpy(c->srv->last_body, c->in + n, body);
+        c->srv->last_body_len = body;
+        n += body;
         memmove(c->in, c->in + n, c->in_len - n + 1);
         c->in_len -= n;
         if (c->srv->reply) {
@@ -313,21 +328,113 @@ static void test_cancel(void **state)
     fx_stop(f);
 }
 
+/* ---- POST (sb_http_request_start), as for an engine's /tokenize ---- */
+
+static void run_request(fx *f, const sb_http_request *req)
+{
+    sb_http_get *g = NULL;
+    f->r = (result){0};
+    assert_int_equal(sb_http_request_start(f->up, req, on_get, &f->r, &g), 0);
+    netfx_run_until(&f->loop, got_answer, &f->r, "the request's callback");
+    assert_int_equal(f->r.calls, 1);
+}
+
+static void test_post_tokenize(void **state)
+{
+    fx *f = fx_start("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 52\r\n\r\n"
+                     "{\"count\":3,\"max_model_len\":8192,\"tokens\":[1,22,333]}",
+                     false, 4);
+    const char *client = "{\"model\":\"alias\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}";
+    sb_json j = {0};
+    int n = sb_json_parse(&j, client, strlen(client));
+    char body[256];
+    long len = sb_tokenize_build_body(client, j.tokens, n, "served", 6, body, sizeof body);
+    assert_true(len > 0 && (size_t)len < sizeof body);
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .accept = "application/json",
+                           .body = body,
+                           .body_len = (size_t)len,
+                           .timeout_ms = 1000,
+                           .deadline_from_start = true,
+                           .max_body = 4096};
+    run_request(f, &req);
+    assert_int_equal(f->r.status, 200);
+    assert_non_null(strstr(f->srv.last_req, "POST /tokenize HTTP/1.1\r\n"));
+    assert_non_null(strstr(f->srv.last_req, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(f->srv.last_req, "Accept: application/json\r\n"));
+    assert_int_equal(f->srv.last_body_len, (size_t)len);
+    assert_memory_equal(f->srv.last_body, body, (size_t)len);
+    uint32_t ids[8];
+    size_t n_ids = 0;
+    assert_int_equal(sb_tokenize_parse_answer(&j, f->r.body, f->r.len, ids, 8, &n_ids), SB_TOKENIZE_OK);
+    assert_int_equal(n_ids, 3);
+    assert_int_equal(ids[2], 333);
+    sb_json_free(&j);
+    /* The body was framed right: the connection is reused for a GET that follows. */
+    run_get(f, "/health", NULL, 1000, 4096);
+    assert_int_equal(f->srv.accepted, 1);
+    assert_int_equal(f->srv.requests, 2);
+    assert_non_null(strstr(f->srv.last_req, "GET /health HTTP/1.1\r\n"));
+    assert_null(strstr(f->srv.last_req, "Content-Length"));
+    fx_stop(f);
+}
+
+static void test_post_large_body(void **state)
+{
+    fx *f = fx_start("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 4);
+    size_t len = 200000;
+    char *body = malloc(len);
+    assert_non_null(body);
+    for (size_t i = 0; i < len; i++)
+        body[i] = (char)('a' + i % 26);
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .body = body,
+                           .body_len = len,
+                           .content_type = "text/plain",
+                           .headers = "Authorization: Bearer k\r\n",
+                           .max_body = 64};
+    run_request(f, &req);
+    free(body); /* copied at start */
+    assert_int_equal(f->r.status, 200);
+    assert_int_equal(f->srv.last_body_len, len);
+    assert_int_equal(f->srv.last_body[len - 1], (char)('a' + (len - 1) % 26));
+    assert_non_null(strstr(f->srv.last_req, "Content-Type: text/plain\r\n"));
+    assert_non_null(strstr(f->srv.last_req, "Authorization: Bearer k\r\n"));
+    fx_stop(f);
+}
+
+static void test_post_deadline(void **state)
+{
+    /* An engine that never answers: the deadline ends the request. */
+    fx *f = fx_start(NULL, false, 4);
+    sb_http_request req = {.method = "POST",
+                           .path = "/tokenize",
+                           .body = "{}",
+                           .body_len = 2,
+                           .timeout_ms = 30,
+                           .deadline_from_start = true,
+                           .max_body = 64};
+    run_request(f, &req);
+    assert_int_equal(f->r.status, UV_ETIMEDOUT);
+    assert_int_equal(f->srv.requests, 1);
+    fx_stop(f);
+}
+
 int main(void)
 {
+    /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_with_headers),
-        cmocka_unit_test(test_status_passed_through),
-        cmocka_unit_test(test_chunked_answer),
-        cmocka_unit_test(test_interim_answer_skipped),
-        cmocka_unit_test(test_body_over_max),
-        cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_truncated_answer),
-        cmocka_unit_test(test_close_delimited_answer),
-        cmocka_unit_test(test_connection_reuse),
-        cmocka_unit_test(test_no_reuse_without_pool),
-        cmocka_unit_test(test_connection_refused),
-        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_get_with_headers),   cmocka_unit_test(test_status_passed_through),
+        cmocka_unit_test(test_chunked_answer),     cmocka_unit_test(test_interim_answer_skipped),
+        cmocka_unit_test(test_body_over_max),      cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_truncated_answer),   cmocka_unit_test(test_close_delimited_answer),
+        cmocka_unit_test(test_connection_reuse),   cmocka_unit_test(test_no_reuse_without_pool),
+        cmocka_unit_test(test_connection_refused), cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_post_tokenize),      cmocka_unit_test(test_post_large_body),
+        cmocka_unit_test(test_post_deadline),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1711,9 +1711,44 @@ static void test_corpus_replay(void **state)
     assert_true(ok > 0);
 }
 
+/* kv_index and tokenize: defaults, values, and bounds. */
+static void test_kv_index_and_tokenize(void **state)
+{
+    (void)state;
+    sb_config_errors errs;
+    sb_config *cfg;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->kv_max_entries, (size_t)1 << 20);
+    assert_int_equal(cfg->kv_block_size, 16);
+    assert_int_equal(cfg->tokenize_cache_bytes, (size_t)64 << 20);
+    assert_int_equal(cfg->tokenize_margin_tokens, 128);
+    assert_int_equal(cfg->tokenize_timeout_ms, 2000);
+    assert_int_equal(cfg->tokenize_wait_ms, 20);
+    assert_int_equal(cfg->tokenize_max_answer_bytes, (size_t)8 << 20);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("kv_index:\n  max_entries: 4096\n  block_size: 32\n"
+                               "tokenize:\n  cache_bytes: 1MiB\n  margin_tokens: 64\n  timeout_ms: 500\n"
+                               "  wait_ms: 0\n  max_answer_bytes: 2MiB\n" POOL_OK,
+                               &cfg, &errs),
+                     0);
+    assert_int_equal(cfg->kv_max_entries, 4096);
+    assert_int_equal(cfg->kv_block_size, 32);
+    assert_int_equal(cfg->tokenize_cache_bytes, 1u << 20);
+    assert_int_equal(cfg->tokenize_margin_tokens, 64);
+    assert_int_equal(cfg->tokenize_timeout_ms, 500);
+    assert_int_equal(cfg->tokenize_wait_ms, 0);
+    assert_int_equal(cfg->tokenize_max_answer_bytes, 2u << 20);
+    sb_config_free(cfg);
+    expect_one_error("kv_index:\n  block_size: 0\n" POOL_OK, 2,
+                     "kv_index.block_size must be between 1 and 4096, got 0");
+    expect_one_error("tokenize:\n  margin_tokens: 0\n" POOL_OK, 2,
+                     "tokenize.margin_tokens must be between 1 and 65536, got 0");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kv_index_and_tokenize),
         cmocka_unit_test(test_full_config),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_sections_keep_defaults),
