@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/table.h"
 #include "core/chash.h"
+#include "core/kv_index.h"
 #include "core/prefix_index.h"
 
 typedef struct model_entry {
@@ -42,6 +43,13 @@ typedef struct pool {
      * params.timed_settle_max entries. */
     struct timed_settle *timed;
     uint32_t n_timed, cap_timed;
+    /* The precise index, when the pool's engines report their caches (sb_router_kv_enable):
+     * per-pick scratch for its matches, which endpoints' streams are heard, and how long the
+     * router's own marks still count on those. */
+    sb_kv_index *kv;
+    uint32_t *kv_match;
+    uint8_t *kv_live;
+    sb_ns kv_cover_ns;
 } pool;
 
 typedef struct timed_settle {
@@ -124,6 +132,9 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].prefix_match);
         sb_chash_free(r->pools[i].ring);
         sb_free(r->pools[i].timed);
+        sb_kv_index_free(r->pools[i].kv);
+        sb_free(r->pools[i].kv_match);
+        sb_free(r->pools[i].kv_live);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->n_models; i++)
@@ -310,6 +321,65 @@ static void settle_due(pool *p, sb_ns now)
     }
 }
 
+/* ---- fusion: the engines' reports and the router's own marks ----
+ *
+ * On an endpoint whose event stream is heard, the precise index is the truth for what it
+ * reported; the router's own marks (sb_prefix_index) cover only what the reports cannot show
+ * yet: blocks routed there in the last kv_cover_ns (the engine computes them, then reports
+ * with a lag). Older marks on such an endpoint are forgotten: keeping them is what makes an
+ * approximate index send traffic after blocks the engine has evicted. On an endpoint whose
+ * stream is not heard the marks stand as before. Where both speak the larger match wins: a
+ * mark younger than the lag is newer knowledge than any report; a report of blocks the router
+ * never routed there (another gateway's traffic, bypass traffic, restarts before we marked)
+ * is knowledge the marks cannot have. Units: precise matches are engine blocks of real tokens,
+ * marks are text blocks of block_tokens estimated tokens; both become text blocks. */
+
+/* The index's clock: about a millisecond per tick (2^20 ns), 32 bits: 50 days before the
+ * wrap, far past any cover window. */
+static uint32_t mark_clock(sb_ns now) { return (uint32_t)(now >> 20); }
+
+static void age_marks(pool *p, sb_ns now)
+{
+    sb_prefix_index_set_clock(p->prefix, mark_clock(now));
+    uint32_t before = mark_clock(now > p->kv_cover_ns ? now - p->kv_cover_ns : 0);
+    for (size_t e = 0; e < p->n_eps; e++)
+        if (p->kv_live[e])
+            sb_prefix_index_expire(p->prefix, (uint32_t)e, before);
+}
+
+/* Raises prefix_match[e] to the precise match where that is longer; per-endpoint source in
+ * last.cands after the run (explain_prefix). Returns whether the request had precise keys. */
+static bool fuse(pool *p, const sb_sched_request *req, double block_tokens)
+{
+    if (!req->kv_keys || !req->n_kv_keys)
+        return false;
+    sb_kv_index_match(p->kv, req->kv_keys, req->n_kv_keys, p->kv_match);
+    double tokens_per_block = (double)sb_kv_index_block_size(p->kv);
+    for (size_t e = 0; e < p->n_eps; e++) {
+        double m = (double)p->kv_match[e] * tokens_per_block / block_tokens;
+        uint32_t blocks = m >= (double)req->n_blocks ? (uint32_t)req->n_blocks : (uint32_t)m;
+        p->kv_match[e] = blocks; /* now in text blocks, for the explanation */
+        if (blocks > p->prefix_match[e])
+            p->prefix_match[e] = blocks;
+    }
+    return true;
+}
+
+static void explain_prefix(pool *p, bool precise)
+{
+    for (size_t e = 0; e < p->n_eps && e < p->last.n; e++) {
+        sb_candidate *c = &p->last.cands[e];
+        uint32_t m = p->prefix_match[e];
+        c->prefix_blocks = m;
+        if (!m)
+            c->prefix_source = SB_PREFIX_NONE;
+        else if (!precise || p->kv_match[e] < m)
+            c->prefix_source = SB_PREFIX_ROUTED;
+        else
+            c->prefix_source = SB_PREFIX_REPORTED;
+    }
+}
+
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
     if (req->pool >= r->n_pools)
@@ -330,11 +400,16 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
      * round robin or by load alone pays nothing for it. */
     bool blocks = req->block_hashes && req->n_blocks && uses_prefix(ctx.profile);
     if (blocks) {
+        if (p->kv)
+            age_marks(p, now);
         sb_prefix_index_match(p->prefix, req->block_hashes, req->n_blocks, p->prefix_match);
         ctx.prefix_match = p->prefix_match;
         ctx.prefix_blocks = req->n_blocks;
     }
+    bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);
     int ep = sb_sched_run(&ctx, req, p->eps, p->n_eps, &p->last);
+    if (blocks)
+        explain_prefix(p, precise);
     p->rr_cursor = ctx.rr_cursor;
     p->have_last = true;
     p->last_profile = *ctx.profile;
@@ -487,6 +562,43 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
     /* Requests in flight settle against src's router, which no longer has these entries:
      * count what they were computing as computed rather than leave it pending for ever. */
     sb_prefix_index_settle_all(dst->pools[dp].prefix);
+}
+
+int sb_router_kv_enable(sb_router *r, uint32_t pool_idx, const sb_kv_index_config *cfg, sb_ns cover_ns)
+{
+    if (pool_idx >= r->n_pools)
+        return -1;
+    pool *p = &r->pools[pool_idx];
+    if (p->kv)
+        return 0;
+    sb_kv_index_config c = *cfg;
+    c.n_endpoints = (uint32_t)p->n_eps;
+    size_t n = p->n_eps ? p->n_eps : 1;
+    p->kv = sb_kv_index_new(&c);
+    p->kv_match = sb_calloc(n, sizeof(uint32_t));
+    p->kv_live = sb_calloc(n, 1);
+    if (!p->kv || !p->kv_match || !p->kv_live) {
+        sb_kv_index_free(p->kv);
+        sb_free(p->kv_match);
+        sb_free(p->kv_live);
+        p->kv = NULL;
+        p->kv_match = NULL;
+        p->kv_live = NULL;
+        return -1;
+    }
+    p->kv_cover_ns = cover_ns;
+    return 0;
+}
+
+struct sb_kv_index *sb_router_kv_index(sb_router *r, uint32_t pool_idx)
+{
+    return pool_idx < r->n_pools ? r->pools[pool_idx].kv : NULL;
+}
+
+void sb_router_kv_live(sb_router *r, uint32_t pool_idx, uint32_t ep, bool live)
+{
+    if (pool_idx < r->n_pools && r->pools[pool_idx].kv && ep < r->pools[pool_idx].n_eps)
+        r->pools[pool_idx].kv_live[ep] = live;
 }
 
 void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)

@@ -122,6 +122,21 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dst_pool, sb_router *s
 /* The pool's index, for statistics; NULL if none. */
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool);
 
+/* The pool's engines report their KV caches (core/kv_index.h): the router keeps a precise
+ * index for it (cfg's n_endpoints is taken from the pool), fed by its owner through
+ * sb_router_kv_index, and fuses it with its own marks at every pick that reads the prefix
+ * index: on an endpoint whose stream is heard (sb_router_kv_live) the reports are the truth
+ * and the router's marks count only for cover_ns after they were made (the report lag);
+ * elsewhere the marks stand. The longer match wins; a request's precise keys come in
+ * sb_sched_request.kv_keys. Each candidate's explanation says which source scored it.
+ * Returns 0 (also when already enabled), -1 on ENOMEM or an unknown pool. */
+struct sb_kv_index_config;
+int sb_router_kv_enable(sb_router *r, uint32_t pool, const struct sb_kv_index_config *cfg, sb_ns cover_ns);
+/* The pool's precise index, NULL when not enabled. */
+struct sb_kv_index *sb_router_kv_index(sb_router *r, uint32_t pool);
+/* Whether ep's event stream is heard (its reports can replace the router's older marks). */
+void sb_router_kv_live(sb_router *r, uint32_t pool, uint32_t ep, bool live);
+
 /* An answered request's time to first token and usage, to learn the endpoint's prefill
  * speed (core/endpoint.h). */
 void sb_router_observe_ttft(sb_router *r, uint32_t pool, uint32_t ep, uint64_t prompt_tokens, uint64_t cached_tokens,

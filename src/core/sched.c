@@ -48,6 +48,8 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
         c->removed_by = excluded(req, (uint32_t)i) ? "retry-excluded" : NULL;
         c->total = 0;
         c->slot = -1;
+        c->prefix_blocks = 0;
+        c->prefix_source = SB_PREFIX_NONE;
         alive += !c->removed_by;
     }
     for (size_t f = 0; f < p->n_filters && alive; f++) {
@@ -122,6 +124,9 @@ int sb_decision_render(const sb_decision *d, sb_buf *b)
         rc |= sb_buf_printf(b, "%s{\"endpoint\":%zu,\"address\":", i ? "," : "", i);
         rc |= put_string(b, c->ep->address);
         rc |= sb_buf_printf(b, ",\"stale\":%s", c->stale ? "true" : "false");
+        if (c->prefix_source != SB_PREFIX_NONE)
+            rc |= sb_buf_printf(b, ",\"prefix\":{\"blocks\":%u,\"source\":\"%s\"}", c->prefix_blocks,
+                                c->prefix_source == SB_PREFIX_REPORTED ? "reported" : "routed");
         if (c->removed_by) {
             rc |= sb_buf_printf(b, ",\"removed_by\":\"%s\"}", c->removed_by);
             continue;

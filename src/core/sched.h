@@ -39,6 +39,10 @@ typedef struct sb_sched_request {
     uint32_t prompt_tokens;       /* estimate (bytes / 4) */
     uint64_t session_key;         /* 0 if none */
     uint64_t prefix_key;          /* 0 if none */
+    /* The request's keys in the precise index (core/kv_index.h: chained over the engine's
+     * token ids, sb_kv_keys_from_tokens); NULL when the pool has none or the ids are unknown. */
+    const uint64_t *kv_keys;
+    size_t n_kv_keys;
     const uint32_t *exclude;      /* endpoint indexes not to pick */
     size_t n_exclude;
     const struct sb_profile *profile; /* NULL: the pool's current profile (router.h) */
@@ -49,12 +53,21 @@ typedef struct sb_sched_request {
     double gate_queue, gate_kv;
 } sb_sched_request;
 
+/* Which source a candidate's prefix match came from (core/router.h, fusion). */
+enum sb_prefix_source {
+    SB_PREFIX_NONE = 0,     /* no match, or the request had no blocks */
+    SB_PREFIX_ROUTED = 1,   /* the router's own marks (approximate) */
+    SB_PREFIX_REPORTED = 2, /* the engine's reports (precise), at least as long as the marks */
+};
+
 typedef struct sb_candidate {
     sb_endpoint *ep;
     bool stale;
     const char *removed_by;       /* filter name, NULL if still a candidate */
     double total;
     int32_t slot;                 /* index among live candidates (scores), -1 if removed */
+    uint32_t prefix_blocks;       /* leading blocks matched (filled by the router) */
+    uint8_t prefix_source;        /* enum sb_prefix_source */
 } sb_candidate;
 
 typedef struct sb_sched_ctx {

@@ -2,6 +2,7 @@
  * that the hash secret changes no result. */
 #include "sb_test.h"
 
+#include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "core/router.h"
 
@@ -252,6 +253,89 @@ static void test_prefix_pending_until_first_token(void **state)
     sb_router_free(r);
 }
 
+/* Fusion of the engines' reports (precise index) with the router's own marks: a report
+ * scores an endpoint the router never sent the prompt to; on an endpoint whose stream is
+ * heard the marks count only within the cover window; elsewhere they stand; the explanation
+ * names the source. */
+static void test_kv_fusion(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 4);
+    sb_kv_index_config kc = {.block_size = 16, .key_seed = 7, .hash_secret = 0x5ec7e7};
+    assert_int_equal(sb_router_kv_enable(r, 0, &kc, SB_MS(1000)), 0);
+    sb_kv_index *kv = sb_router_kv_index(r, 0);
+    assert_non_null(kv);
+    /* 8 text blocks of 16 estimated tokens = 128 tokens = 8 engine blocks. */
+    uint64_t h[8], keys[8], eh[8];
+    uint32_t tok[128];
+    for (int i = 0; i < 8; i++)
+        h[i] = 0x1234567ULL * (uint64_t)(i + 1);
+    for (int i = 0; i < 128; i++)
+        tok[i] = (uint32_t)(1000 + i);
+    assert_int_equal(sb_kv_keys_from_tokens(7, tok, 128, 16, 0, keys), 8);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 128,
+                           .kv_keys = keys, .n_kv_keys = 8};
+    /* Endpoint 3's engine reports the first 6 blocks (say another gateway's traffic). */
+    for (int i = 0; i < 8; i++)
+        eh[i] = 0xE000 + (uint64_t)i;
+    sb_kv_stored ev = {.engine_hashes = eh, .n = 6, .token_ids = tok, .n_tokens = 96, .block_size = 16};
+    assert_int_equal(sb_kv_index_block_stored(kv, 3, &ev), SB_KV_OK);
+    sb_router_kv_live(r, 0, 3, true);
+    assert_int_equal(sb_router_pick(r, &rq, 0), 3);
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_int_equal(d->cands[3].prefix_blocks, 6);
+    assert_int_equal(d->cands[3].prefix_source, SB_PREFIX_REPORTED);
+    assert_int_equal(d->cands[0].prefix_source, SB_PREFIX_NONE);
+    /* Without the request's keys the reports cannot be read: nobody matches. */
+    sb_sched_request bare = rq;
+    bare.kv_keys = NULL;
+    bare.n_kv_keys = 0;
+    sb_router_pick(r, &bare, 1);
+    assert_int_equal(sb_router_last_decision(r, 0)->cands[3].prefix_blocks, 0);
+    /* The router sends the whole prompt to endpoint 1 (live stream) and 2 (no stream); their
+     * first tokens settle the marks: 8 routed blocks beat 6 reported ones. */
+    sb_router_kv_live(r, 0, 1, true);
+    for (uint32_t e = 1; e <= 2; e++) {
+        uint32_t others[3], k = 0;
+        for (uint32_t o = 0; o < 4; o++)
+            if (o != e)
+                others[k++] = o;
+        sb_sched_request only = rq;
+        only.exclude = others;
+        only.n_exclude = 3;
+        assert_int_equal(sb_router_pick(r, &only, 2), (int)e);
+        sb_ticket t = sb_router_dispatched(r, 0, e, 128, 2);
+        sb_router_first_token(r, 0, e, &t);
+        sb_router_finished(r, 0, e, &t, true, true, 3);
+    }
+    sb_router_pick(r, &rq, SB_MS(500));
+    d = sb_router_last_decision(r, 0);
+    assert_int_equal(d->cands[1].prefix_blocks, 8);
+    assert_int_equal(d->cands[1].prefix_source, SB_PREFIX_ROUTED);
+    assert_int_equal(d->cands[2].prefix_blocks, 8);
+    assert_int_equal(d->cands[3].prefix_source, SB_PREFIX_REPORTED);
+    /* Past the cover window, endpoint 1's marks are gone (its engine never reported them:
+     * evicted, say); endpoint 2's stand; endpoint 3's report stands. */
+    sb_router_pick(r, &rq, SB_MS(1600));
+    d = sb_router_last_decision(r, 0);
+    assert_int_equal(d->cands[1].prefix_blocks, 0);
+    assert_int_equal(d->cands[2].prefix_blocks, 8);
+    assert_int_equal(d->cands[2].prefix_source, SB_PREFIX_ROUTED);
+    assert_int_equal(d->cands[3].prefix_blocks, 6);
+    /* A report as long as the marks is named as the source. */
+    ev.n = 8;
+    ev.n_tokens = 128;
+    assert_int_equal(sb_kv_index_block_stored(kv, 2, &ev), SB_KV_OK);
+    sb_router_pick(r, &rq, SB_MS(1700));
+    assert_int_equal(sb_router_last_decision(r, 0)->cands[2].prefix_source, SB_PREFIX_REPORTED);
+    /* The explanation carries it. */
+    sb_buf b = {0};
+    assert_int_equal(sb_decision_render(sb_router_last_decision(r, 0), &b), 0);
+    assert_non_null(strstr(b.data, "\"prefix\":{\"blocks\":8,\"source\":\"reported\"}"));
+    sb_buf_free(&b);
+    sb_router_free(r);
+}
+
 /* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
  * it goes where the gate saw room, not behind a queue the profile would tolerate. */
 static void test_gated_request_uses_gate_threshold(void **state)
@@ -433,6 +517,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_prefix_pending_until_first_token),
+        cmocka_unit_test(test_kv_fusion),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_secret_changes_placement_only),
