@@ -70,6 +70,12 @@ struct sb_kv_index {
 
 /* ---- own keys ---- */
 
+uint64_t sb_kv_extra_of_adapter(const char *name, size_t len)
+{
+    /* Never 0 for a name: the base model's chains stay apart from every adapter's. */
+    return name ? XXH3_64bits(name, len) | 1 : 0;
+}
+
 uint64_t sb_kv_key_root(uint64_t seed, uint64_t extra)
 {
     unsigned char b[8];

@@ -66,6 +66,14 @@
 /* Larger engine blocks are refused as malformed (vLLM's largest is 256 tokens). */
 #define SB_KV_INDEX_MAX_BLOCK_SIZE 4096
 
+/* The content seed the gateway keys its blocks with: fixed, so that gateway replicas (and
+ * replay) agree on every key. */
+#define SB_KV_KEY_SEED 0x6b765f6b65797331ULL
+
+/* The `extra` of a chain (sb_kv_key_root) for a LoRA adapter named name[0..len); 0 for the
+ * base model (name NULL). Engines name adapters in events (lora_name) as clients do. */
+uint64_t sb_kv_extra_of_adapter(const char *name, size_t len);
+
 typedef struct sb_kv_index sb_kv_index;
 
 typedef struct sb_kv_index_config {

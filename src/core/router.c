@@ -559,6 +559,17 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
     sb_prefix_index *t = dst->pools[dp].prefix;
     dst->pools[dp].prefix = src->pools[sp].prefix;
     src->pools[sp].prefix = t;
+    /* The precise index too, with what is heard, when both pools keep one of one block size
+     * (a changed block size or a pool that gained events starts empty). */
+    pool *d = &dst->pools[dp], *s = &src->pools[sp];
+    if (d->kv && s->kv && sb_kv_index_block_size(d->kv) == sb_kv_index_block_size(s->kv)) {
+        sb_kv_index *k = d->kv;
+        d->kv = s->kv;
+        s->kv = k;
+        uint8_t *l = d->kv_live;
+        d->kv_live = s->kv_live;
+        s->kv_live = l;
+    }
     /* Requests in flight settle against src's router, which no longer has these entries:
      * count what they were computing as computed rather than leave it pending for ever. */
     sb_prefix_index_settle_all(dst->pools[dp].prefix);

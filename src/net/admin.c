@@ -13,6 +13,7 @@
 #include "base/buf.h"
 #include "core/adaptive.h"
 #include "core/admission.h"
+#include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
 #include "net/kv_feed.h"
@@ -377,6 +378,85 @@ static void render_kv_events(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* An endpoint's event stream and what its precise index holds, in /debug/endpoints. */
+static void render_endpoint_kv(sb_gateway *gw, sb_buf *b, uint32_t p, uint32_t e)
+{
+    const sb_kv_sub *ks = sb_gateway_kv_sub(gw, p, e);
+    if (ks) {
+        const sb_kv_sub_stats *st = sb_kv_sub_stats_get(ks);
+        sb_buf_puts(b, ",\"kv_events\":{\"publisher\":\"");
+        sb_buf_json_escape(b, sb_kv_sub_endpoint(ks), strlen(sb_kv_sub_endpoint(ks)));
+        sb_buf_printf(b,
+                      "\",\"last_seq\":%lld,\"lag_seconds\":%.6f,\"stale\":%s,\"replaying\":%s,"
+                      "\"silent_ms\":%llu,\"messages\":%llu,\"batches\":%llu,\"events\":%llu,\"gaps\":%llu,"
+                      "\"replays\":%llu,\"replays_answered\":%llu,\"replay_failures\":%llu,\"restarts\":%llu,"
+                      "\"clears\":%llu,\"decode_errors\":%llu,\"dropped\":%llu,\"unknown_events\":%llu}",
+                      (long long)st->last_seq, st->lag_seconds, st->stale ? "true" : "false",
+                      st->replaying ? "true" : "false",
+                      (unsigned long long)(uv_now(gw->loop) - st->last_message_ms),
+                      (unsigned long long)st->messages, (unsigned long long)st->batches,
+                      (unsigned long long)st->events, (unsigned long long)st->gaps,
+                      (unsigned long long)st->replays_asked, (unsigned long long)st->replays_answered,
+                      (unsigned long long)st->replay_failures, (unsigned long long)st->restarts,
+                      (unsigned long long)st->clears, (unsigned long long)st->decode_errors,
+                      (unsigned long long)st->dropped, (unsigned long long)st->unknown_events);
+    }
+    const sb_kv_index *kv = sb_router_kv_index(gw->router, p);
+    if (kv) {
+        sb_kv_index_ep_stats s = sb_kv_index_stats(kv, e);
+        sb_buf_printf(b,
+                      ",\"kv_index\":{\"blocks\":%llu,\"stored\":%llu,\"removed\":%llu,\"unknown_removes\":%llu,"
+                      "\"parent_misses\":%llu,\"clears\":%llu,\"tier_moves\":%llu,\"block_size_mismatches\":%llu,"
+                      "\"malformed\":%llu,\"evictions\":%llu}",
+                      (unsigned long long)s.blocks, (unsigned long long)s.stored, (unsigned long long)s.removed,
+                      (unsigned long long)s.unknown_removes, (unsigned long long)s.parent_misses,
+                      (unsigned long long)s.clears, (unsigned long long)s.tier_moves,
+                      (unsigned long long)s.block_size_mismatches, (unsigned long long)s.malformed,
+                      (unsigned long long)s.evictions);
+    }
+}
+
+/* The precise indexes (core/kv_index.h) of pools whose engines report their caches. */
+static void render_kv_indexes(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    static const char *const m[][3] = {
+        {"switchboard_kv_index_blocks", "gauge", "Blocks the endpoint's engine reported it holds (GPU tier)."},
+        {"switchboard_kv_index_stored_total", "counter", "Blocks recorded from BlockStored events."},
+        {"switchboard_kv_index_removed_total", "counter", "Blocks forgotten by BlockRemoved events."},
+        {"switchboard_kv_index_unknown_removes_total", "counter", "BlockRemoved hashes the index did not hold."},
+        {"switchboard_kv_index_parent_misses_total", "counter", "BlockStored events dropped: parent block unknown."},
+        {"switchboard_kv_index_clears_total", "counter", "Times the endpoint's reported state was cleared."},
+        {"switchboard_kv_index_evictions_total", "counter", "Entries dropped at the index's memory bound."},
+    };
+    bool any = false;
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        any |= sb_router_kv_index(gw->router, (uint32_t)p) != NULL;
+    if (!any)
+        return;
+    for (size_t g = 0; g < sizeof m / sizeof m[0]; g++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", m[g][0], m[g][2], m[g][0], m[g][1]);
+        for (size_t p = 0; p < cfg->n_pools; p++) {
+            const sb_kv_index *kv = sb_router_kv_index(gw->router, (uint32_t)p);
+            for (size_t e = 0; kv && e < cfg->pools[p].n_endpoints; e++) {
+                sb_kv_index_ep_stats s = sb_kv_index_stats(kv, (uint32_t)e);
+                const uint64_t c[] = {s.blocks, s.stored, s.removed, s.unknown_removes, s.parent_misses, s.clears,
+                                      s.evictions};
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %llu\n", m[g][0], cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address, (unsigned long long)c[g]);
+            }
+        }
+    }
+    sb_buf_puts(b, "# HELP switchboard_kv_index_bytes Memory held by the pool's precise index.\n"
+                   "# TYPE switchboard_kv_index_bytes gauge\n");
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_kv_index *kv = sb_router_kv_index(gw->router, (uint32_t)p);
+        if (kv)
+            sb_buf_printf(b, "switchboard_kv_index_bytes{pool=\"%s\"} %zu\n", cfg->pools[p].name,
+                          sb_kv_index_bytes(kv));
+    }
+}
+
 /* GET /metrics: Prometheus text, sections in a fixed order. */
 static void render_metrics(sb_gateway *gw, sb_buf *b)
 {
@@ -388,6 +468,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_adaptive_metrics(gw, b);
     render_probe_counters(gw, b);
     render_kv_events(gw, b);
+    render_kv_indexes(gw, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)
@@ -449,26 +530,7 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                               ps->interval_ms, (unsigned long long)ps->scrapes, (unsigned long long)ps->scrape_errors,
                               ps->last_status, (unsigned long long)ps->health_checks,
                               (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
-            const sb_kv_sub *ks = sb_gateway_kv_sub(gw, (uint32_t)p, (uint32_t)e);
-            if (ks) {
-                const sb_kv_sub_stats *st = sb_kv_sub_stats_get(ks);
-                sb_buf_puts(b, ",\"kv_events\":{\"publisher\":\"");
-                sb_buf_json_escape(b, sb_kv_sub_endpoint(ks), strlen(sb_kv_sub_endpoint(ks)));
-                sb_buf_printf(b,
-                              "\",\"last_seq\":%lld,\"lag_seconds\":%.6f,\"stale\":%s,\"replaying\":%s,"
-                              "\"silent_ms\":%llu,\"messages\":%llu,\"batches\":%llu,\"events\":%llu,\"gaps\":%llu,"
-                              "\"replays\":%llu,\"replays_answered\":%llu,\"replay_failures\":%llu,\"restarts\":%llu,"
-                              "\"clears\":%llu,\"decode_errors\":%llu,\"dropped\":%llu,\"unknown_events\":%llu}",
-                              (long long)st->last_seq, st->lag_seconds, st->stale ? "true" : "false",
-                              st->replaying ? "true" : "false",
-                              (unsigned long long)(uv_now(gw->loop) - st->last_message_ms),
-                              (unsigned long long)st->messages, (unsigned long long)st->batches,
-                              (unsigned long long)st->events, (unsigned long long)st->gaps,
-                              (unsigned long long)st->replays_asked, (unsigned long long)st->replays_answered,
-                              (unsigned long long)st->replay_failures, (unsigned long long)st->restarts,
-                              (unsigned long long)st->clears, (unsigned long long)st->decode_errors,
-                              (unsigned long long)st->dropped, (unsigned long long)st->unknown_events);
-            }
+            render_endpoint_kv(gw, b, (uint32_t)p, (uint32_t)e);
             sb_buf_puts(b, "}");
         }
         sb_buf_puts(b, "]}");

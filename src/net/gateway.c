@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "core/adaptive.h"
 #include "core/control.h"
+#include "core/kv_index.h"
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
 
@@ -249,6 +250,15 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     /* After the addresses: the ring is built from them (core/chash.h). */
     if (sb_router_build_ring(gw->router, (uint32_t)p) < 0)
         return UV_ENOMEM;
+    if (pc->kv_events) {
+        /* The content seed is fixed: every gateway replica keys the same blocks alike. */
+        sb_kv_index_config kc = {.max_entries = cfg->kv_max_entries,
+                                 .block_size = (uint32_t)cfg->kv_block_size,
+                                 .key_seed = SB_KV_KEY_SEED,
+                                 .hash_secret = gw->hash_secret};
+        if (sb_router_kv_enable(gw->router, (uint32_t)p, &kc, SB_MS(pc->kv_events->cover_ms)) < 0)
+            return UV_ENOMEM;
+    }
     for (size_t i = 0; i < pc->n_models; i++)
         if (sb_router_add_model(gw->router, (uint32_t)p, pc->models[i], i == 0 ? SB_MODEL_SERVED : SB_MODEL_ALIAS) ==
             -1)

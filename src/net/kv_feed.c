@@ -4,18 +4,59 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/kv_index.h"
+#include "core/router.h"
 
-/* The precise index's door. Until it is wired, the gateway counts what arrives. */
+/* One event into the pool's precise index (core/kv_index.h, rules there). */
+static void apply_event(sb_kv_index *kv, uint32_t ep, const sb_kv_event *ev)
+{
+    bool other_medium = ev->medium != SB_KV_MEDIUM_GPU; /* no medium given: GPU */
+    switch (ev->kind) {
+    case SB_KV_BLOCK_STORED: {
+        uint64_t extra = 0;
+        if (ev->lora_name)
+            extra = sb_kv_extra_of_adapter(ev->lora_name, ev->lora_name_len);
+        else if (ev->has_lora_id && ev->lora_id > 0)
+            extra = (uint64_t)ev->lora_id << 1; /* even: never an adapter name's key; unmatched */
+        sb_kv_stored st = {.engine_hashes = ev->hashes,
+                           .n = ev->n_hashes,
+                           .has_parent = ev->has_parent,
+                           .parent_engine_hash = ev->parent_hash,
+                           .token_ids = ev->tokens,
+                           .n_tokens = ev->n_tokens,
+                           .block_size = ev->block_size ? ev->block_size : sb_kv_index_block_size(kv),
+                           .extra = extra,
+                           .other_medium = other_medium};
+        sb_kv_index_block_stored(kv, ep, &st);
+        break;
+    }
+    case SB_KV_BLOCK_REMOVED: sb_kv_index_block_removed(kv, ep, ev->hashes, ev->n_hashes, other_medium); break;
+    case SB_KV_ALL_CLEARED: sb_kv_index_clear(kv, ep); break;
+    }
+}
+
+/* The subscriber's batches feed the router's precise index; the endpoint's stream is heard
+ * from its first batch on (an idle engine publishes nothing: silence never unhears it). */
 static void on_kv_batch(void *ud, uint32_t pool, uint32_t ep, const sb_kv_batch *b, double lag_seconds)
 {
     sb_gateway *gw = ud;
     gw->kv_batches++;
+    sb_kv_index *kv = sb_router_kv_index(gw->router, pool);
+    if (!kv)
+        return;
+    for (uint32_t i = 0; i < b->n_events; i++)
+        apply_event(kv, ep, &b->events[i]);
+    sb_router_kv_live(gw->router, pool, ep, true);
 }
 
+/* A gap nothing could fill, or the publisher restarted: the endpoint holds nothing we know. */
 static void on_kv_clear(void *ud, uint32_t pool, uint32_t ep)
 {
     sb_gateway *gw = ud;
     gw->kv_clears++;
+    sb_kv_index *kv = sb_router_kv_index(gw->router, pool);
+    if (kv)
+        sb_kv_index_clear(kv, ep);
 }
 
 static size_t slot(const sb_gateway *gw, size_t p, size_t e)

@@ -44,6 +44,8 @@ typedef struct sb_kv_events_config {
     uint32_t reconnect_max_ms;      /* default 5000 */
     uint32_t heartbeat_ms;          /* ZMTP heartbeat interval (timeout 3x); default 5000 */
     bool replay_on_join;            /* met mid-stream, replay the publisher's buffer; default true */
+    uint32_t cover_ms;              /* how long the router's own marks count on an endpoint whose
+                                       stream is heard (the report lag); default 2000 */
     uint32_t port, replay_port;     /* the shorthands as written; 0 when not given */
     sb_kv_limits limits;            /* max_batch_bytes, max_events, ...: sb_kv_limits_default() */
 } sb_kv_events_config;

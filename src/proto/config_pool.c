@@ -68,6 +68,7 @@ static const field kv_events_fields[] = {
     KF("reconnect_max_ms", reconnect_max_ms, K_MS, 1, 3600000),
     KF("heartbeat_ms", heartbeat_ms, K_MS, 1, 3600000),
     KF("replay_on_join", replay_on_join, K_BOOL, 0, 1),
+    KF("cover_ms", cover_ms, K_MS, 0, 3600000),
     KF("max_batch_bytes", limits.max_payload_bytes, K_BYTES, 64, (uint64_t)1 << 30),
     KF("max_events", limits.max_events, K_COUNT32, 1, (uint64_t)1 << 26),
     KF("max_hashes_per_event", limits.max_hashes_per_event, K_COUNT32, 1, (uint64_t)1 << 26),
@@ -744,6 +745,7 @@ static void pool_kv_events(parse *p, pool_walk *w, const yaml_node_t *k, const y
                                 .reconnect_max_ms = 5000,
                                 .heartbeat_ms = 5000,
                                 .replay_on_join = true,
+                                .cover_ms = 2000,
                                 .limits = sb_kv_limits_default()};
     w->kv_events = v;
     size_t before = p->errs->total;

@@ -183,6 +183,12 @@ class KvEventsTest(unittest.TestCase):
         self.assertEqual(metric(m, "switchboard_kv_events_decode_errors_total", self.ep), 0)
         self.assertEqual(metric(m, "switchboard_kv_events_gaps_total", self.ep), 0)
         self.assertIsNotNone(metric(m, "switchboard_kv_events_lag_seconds", self.ep))
+        # The pool's precise index took them: 4 + 2 + 3 blocks stored, two removed, then the
+        # map batch's AllBlocksCleared emptied it.
+        self.assertEqual(metric(m, "switchboard_kv_index_stored_total", self.ep), 9)
+        self.assertEqual(metric(m, "switchboard_kv_index_removed_total", self.ep), 2)
+        self.assertEqual(metric(m, "switchboard_kv_index_clears_total", self.ep), 1)
+        self.assertEqual(metric(m, "switchboard_kv_index_blocks", self.ep), 0)
 
         # Batch 3 is lost on the way; batch 4 shows the gap; the replay brings 3 and 4.
         self.pub.publish(array_batch(10, 1), send=False)
@@ -204,6 +210,8 @@ class KvEventsTest(unittest.TestCase):
         m = self.metrics()
         self.assertEqual(metric(m, "switchboard_kv_events_decode_errors_total", self.ep), 2)
         self.assertEqual(metric(m, "switchboard_kv_events_last_seq", self.ep), 7)
+        # Its parent (block 11) was removed: the stored blocks cannot be keyed and are dropped.
+        self.assertEqual(metric(m, "switchboard_kv_index_parent_misses_total", self.ep), 1)
 
         # The engine restarts: its sequence starts at 0 again, and the endpoint is cleared.
         self.pub.restart()
@@ -222,6 +230,20 @@ class KvEventsTest(unittest.TestCase):
         self.assertEqual(kv["gaps"], 1)
         self.assertEqual(kv["decode_errors"], 2)
         self.assertFalse(kv["replaying"])
+
+    def test_reported_blocks_are_held(self):
+        hashes = [int_hash(100 + i) for i in range(3)]
+        stored = ["BlockStored", hashes, None, list(range(48)), 16, None, "GPU", None]
+        offload = ["BlockStored", [int_hash(200)], None, list(range(16)), 16, None, "CPU", None]
+        self.pub.publish(msgpack.packb([1789095808.0, [stored, offload], 0], use_bin_type=True))
+        self.wait_metric("switchboard_kv_events_batches_total", 1)
+        m = self.metrics()
+        self.assertEqual(metric(m, "switchboard_kv_index_blocks", self.ep), 3)  # the CPU tier is not counted
+        self.assertIsNotNone(re.search(r'^switchboard_kv_index_bytes\{pool="p"\} [1-9]', m, re.M))
+        status, _, body = http(self.gw.admin_port, "GET", "/debug/endpoints")
+        ix = json.loads(body)["pools"][0]["endpoints"][0]["kv_index"]
+        self.assertEqual(ix["blocks"], 3)
+        self.assertEqual(ix["tier_moves"], 1)
 
 
     def reload(self, n, edit):
