@@ -17,6 +17,7 @@
 #include "core/prefix_index.h"
 #include "net/admin.h"
 #include "net/kv_feed.h"
+#include "net/precise.h"
 #include "net/probe.h"
 #include "net/stats.h"
 #include "proto/openai_error.h"
@@ -457,6 +458,29 @@ static void render_kv_indexes(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* The tokenize cache and the engines' /tokenize round trips (net/precise.h). */
+static void render_precise(sb_gateway *gw, sb_buf *b)
+{
+    const sb_precise_stats *s = sb_gateway_precise_stats(gw);
+    if (!s)
+        return;
+    static const char *const m[][2] = {
+        {"switchboard_tokenize_cache_exact_hits_total", "Requests whose token ids the cache had whole."},
+        {"switchboard_tokenize_cache_prefix_hits_total", "Requests whose leading token ids the cache had (a proven prefix)."},
+        {"switchboard_tokenize_cache_misses_total", "Requests whose token ids the cache did not have."},
+        {"switchboard_tokenize_requests_total", "/tokenize requests sent to engines."},
+        {"switchboard_tokenize_failures_total", "/tokenize requests that gave no token ids (error, timeout, bad answer)."},
+        {"switchboard_tokenize_waits_total", "Requests held for their token ids (up to tokenize.wait_ms)."},
+        {"switchboard_tokenize_wait_timeouts_total", "Held requests routed before their ids came."},
+        {"switchboard_tokenize_skipped_total", "Cache misses that asked no engine (too many /tokenize in flight)."},
+    };
+    const uint64_t v[] = {s->exact_hits, s->prefix_hits, s->misses,        s->requests,
+                          s->failures,   s->waits,       s->wait_timeouts, s->skipped};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", m[i][0], m[i][1], m[i][0], m[i][0],
+                      (unsigned long long)v[i]);
+}
+
 /* GET /metrics: Prometheus text, sections in a fixed order. */
 static void render_metrics(sb_gateway *gw, sb_buf *b)
 {
@@ -469,6 +493,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_probe_counters(gw, b);
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
+    render_precise(gw, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)

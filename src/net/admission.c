@@ -89,6 +89,7 @@ static void start(sb_gateway *gw, queued *q)
     detach(q);
     q->t.model = q->model;
     q->rr.block_hashes = q->hashes;
+    q->rr.kv_keys = q->rr.kv_keys ? q->hashes + q->rr.n_blocks : NULL;
     sb_admission_mark_released(gw->adm, q->pool, &q->rr);
     sb_proxy_start(&gw->proxy, q->req, &q->t, &q->rr);
     free_queued(q);
@@ -128,15 +129,18 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
 {
     const sb_sched_request *rr = &desc->sched;
     queued *q = sb_calloc(1, sizeof(*q));
-    uint64_t *hashes = rr->n_blocks ? sb_malloc(rr->n_blocks * sizeof(uint64_t)) : NULL;
-    if (!q || (rr->n_blocks && !hashes)) {
+    size_t n = rr->n_blocks + (rr->kv_keys ? rr->n_kv_keys : 0);
+    uint64_t *hashes = n ? sb_malloc(n * sizeof(uint64_t)) : NULL;
+    if (!q || (n && !hashes)) {
         sb_free(q);
         sb_free(hashes);
         sb_errors_answer(&gw->stats, req, 500, "out of memory", "server_error", NULL, NULL);
         return;
     }
-    if (hashes)
+    if (rr->n_blocks)
         memcpy(hashes, rr->block_hashes, rr->n_blocks * sizeof(uint64_t));
+    if (rr->kv_keys && rr->n_kv_keys) /* the precise keys after the block hashes */
+        memcpy(hashes + rr->n_blocks, rr->kv_keys, rr->n_kv_keys * sizeof(uint64_t));
     *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */

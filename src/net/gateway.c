@@ -4,6 +4,7 @@
 #include "net/errors.h"
 #include "net/gateway_types.h"
 #include "net/kv_feed.h"
+#include "net/precise.h"
 #include "net/proxy.h"
 #include "net/routes.h"
 #include "net/stats.h"
@@ -123,6 +124,7 @@ static void gateway_free(sb_gateway *gw)
                 sb_upstream_free(gw->ups[i]);
     }
     sb_gateway_kv_stop(gw); /* none left unless the build failed */
+    sb_gateway_precise_stop(gw);
     sb_free(gw->kv_subs);
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
@@ -362,6 +364,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
         if (rc < 0)
             goto fail;
     }
+    if ((rc = sb_gateway_precise_start(gw)) < 0)
+        goto fail;
     if (cfg->access_log) {
         gw->stats.access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
         if (!gw->stats.access_log) {
@@ -449,7 +453,8 @@ void sb_gateway_stop(sb_gateway *gw)
     gw->prober = NULL;
     sb_gateway_kv_stop(gw);
     sb_gateway_admission_stop(gw);
-    sb_http_server_stop(gw->server);
+    sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
+    sb_gateway_precise_stop(gw);
     if (gw->admin_server)
         sb_http_server_stop(gw->admin_server);
     gw->admin_server = NULL;
@@ -541,6 +546,7 @@ static void gateway_retire(sb_gateway *gw)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
     sb_gateway_kv_stop(gw); /* those the new gateway did not take over */
+    sb_gateway_precise_stop(gw); /* requests waiting for their ids go on without, then: */
     sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */
     gw->admin_server = NULL;

@@ -29,6 +29,7 @@ typedef struct sb_adaptive sb_adaptive;
 typedef struct sb_admission sb_admission;
 typedef struct sb_kv_hub sb_kv_hub;
 typedef struct sb_kv_sub sb_kv_sub;
+typedef struct sb_precise sb_precise;
 
 struct sb_gateway {
     uv_loop_t *loop;
@@ -64,6 +65,7 @@ struct sb_gateway {
     sb_kv_hub *kv_hub;
     sb_kv_sub **kv_subs;
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
+    sb_precise *precise; /* requests' precise keys (net/precise.c); NULL without a precise index */
 };
 
 #endif

@@ -68,8 +68,8 @@ static size_t slot(const sb_gateway *gw, size_t p, size_t e)
 static bool kv_opts(const sb_kv_events_config *kc, const sb_endpoint_config *ec, char *sub, char *rep, size_t cap,
                     sb_kv_sub_opts *o)
 {
-    if (sb_config_kv_address(kc->endpoint, ec->host, sub, cap) < 0 ||
-        (kc->replay_endpoint && sb_config_kv_address(kc->replay_endpoint, ec->host, rep, cap) < 0))
+    if (sb_config_kv_address(kc->endpoint, ec->host, ec->port, sub, cap) < 0 ||
+        (kc->replay_endpoint && sb_config_kv_address(kc->replay_endpoint, ec->host, ec->port, rep, cap) < 0))
         return false;
     *o = (sb_kv_sub_opts){.endpoint = sub,
                           .replay_endpoint = kc->replay_endpoint ? rep : NULL,

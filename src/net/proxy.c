@@ -677,6 +677,8 @@ static void attempt(exchange *x)
          * retry goes without prefix affinity (it excludes the endpoint that failed). */
         x->rr.block_hashes = NULL;
         x->rr.n_blocks = 0;
+        x->rr.kv_keys = NULL; /* the same scratch */
+        x->rr.n_kv_keys = 0;
         if (ep < 0) {
             if (x->attempts == 0)
                 fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint");

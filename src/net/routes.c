@@ -5,7 +5,9 @@
 #include <xxhash.h>
 
 #include "core/adaptive.h"
+#include "core/kv_index.h"
 #include "net/admission.h"
+#include "net/precise.h"
 #include "net/errors.h"
 #include "proto/prompt.h"
 
@@ -191,7 +193,6 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
     sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap, .prefix_chars = gw->cfg->prefix_chars};
     sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
-    inspector_trim(gw); /* the last use of the tokens */
 
     sb_proxy_target t = {
         .pool = m.pool,
@@ -221,7 +222,10 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
                            .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
                            .session_key = session_key(gw, req, &res, who),
                            .profile = sb_router_pool_profile(gw->router, m.pool)};
-    sb_gateway_admit(gw, req, &t, &rr);
+    /* Reads the JSON tokens for the engine's /tokenize when the pool keeps a precise index. */
+    sb_gateway_admit_precise(gw, req, &t, &rr, gw->ictx.json.tokens, gw->ictx.n_tokens, m.served, m.served_len,
+                             m.adapter >= 0 ? sb_kv_extra_of_adapter(m.name, strlen(m.name)) : 0);
+    inspector_trim(gw); /* the last use of the tokens */
 }
 
 enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */

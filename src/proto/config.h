@@ -203,7 +203,7 @@ const sb_profile *sb_config_profile(const sb_config *cfg, const char *name);
 
 /* Writes pattern with each "{host}" replaced by host (an IPv6 host gets brackets unless the
  * pattern has them) into out, NUL-terminated. 0, or -1 if it does not fit in cap. */
-int sb_config_kv_address(const char *pattern, const char *host, char *out, size_t cap);
+int sb_config_kv_address(const char *pattern, const char *host, uint16_t port, char *out, size_t cap);
 
 /* Formats errors one per line as "FILE:LINE:COL: message" into buf (NUL-terminated). */
 void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap);

@@ -641,11 +641,43 @@ static void pool_metrics(parse *p, pool_walk *w, const yaml_node_t *k, const yam
 
 /* ---- kv_events ---- */
 
-int sb_config_kv_address(const char *pattern, const char *host, char *out, size_t cap)
+/* "{port}", "{port+N}" or "{port-N}" at s (N: 1 to 5 digits): its length and the offset, or 0. */
+static size_t port_placeholder(const char *s, long *offset)
+{
+    if (strncmp(s, "{port", 5))
+        return 0;
+    size_t i = 5;
+    *offset = 0;
+    if (s[i] == '+' || s[i] == '-') {
+        long sign = s[i] == '-' ? -1 : 1, v = 0;
+        size_t d = 0;
+        for (i++; s[i] >= '0' && s[i] <= '9' && d < 5; i++, d++)
+            v = v * 10 + (s[i] - '0');
+        if (!d)
+            return 0;
+        *offset = sign * v;
+    }
+    return s[i] == '}' ? i + 1 : 0;
+}
+
+int sb_config_kv_address(const char *pattern, const char *host, uint16_t port, char *out, size_t cap)
 {
     size_t n = 0, hl = strlen(host);
     bool v6 = strchr(host, ':') != NULL;
     for (const char *c = pattern; *c;) {
+        long off;
+        size_t pl = port_placeholder(c, &off);
+        if (pl) {
+            long v = (long)port + off;
+            if (v < 1 || v > 65535)
+                return -1;
+            int w = snprintf(out + n, cap > n ? cap - n : 0, "%ld", v);
+            if (w < 0 || n + (size_t)w >= cap)
+                return -1;
+            n += (size_t)w;
+            c += pl;
+            continue;
+        }
         if (!strncmp(c, "{host}", 6)) {
             bool bracket = v6 && !(c > pattern && c[-1] == '[');
             if (n + hl + 2 * bracket >= cap)
@@ -682,12 +714,18 @@ static const char *kv_pattern_problem(const char *s)
     if (strlen(s) > 200)
         return "is longer than 200 characters";
     for (const char *c = s; *c; c++) {
+        long off;
+        size_t pl = port_placeholder(c, &off);
         if (*c == '{' && !strncmp(c, "{host}", 6)) {
             c += 5;
             continue;
         }
+        if (pl) {
+            c += pl - 1;
+            continue;
+        }
         if (*c == '{' || *c == '}')
-            return "may hold no placeholder but {host}";
+            return "may hold no placeholder but {host} and {port}, {port+N}, {port-N}";
         if ((unsigned char)*c <= ' ')
             return "may not hold spaces or control characters";
     }
@@ -697,6 +735,10 @@ static const char *kv_pattern_problem(const char *s)
     if (k == 0) {
         const char *colon = strrchr(rest, ':');
         uint64_t port;
+        long off;
+        size_t pl = colon ? port_placeholder(colon + 1, &off) : 0;
+        if (pl && !colon[1 + pl])
+            return NULL;
         if (!colon || colon == rest || strlen(colon + 1) > 5 || !cfg_parse_uint(colon + 1, false, &port) || port < 1 ||
             port > 65535)
             return "must end in :PORT (1 to 65535), like tcp://{host}:5557";

@@ -1470,14 +1470,20 @@ static void test_kv_events(void **state)
     assert_int_equal(kc->limits.max_payload_bytes, 1 << 20);
     assert_int_equal(kc->limits.max_batch_tokens, 16000);
     char addr[128];
-    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[0].host, addr, sizeof addr), 0);
+    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[0].host, 8000, addr, sizeof addr), 0);
     assert_string_equal(addr, "tcp://10.0.0.1:6000");
-    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[1].host, addr, sizeof addr), 0);
+    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[1].host, 8000, addr, sizeof addr), 0);
     assert_string_equal(addr, "tcp://[fe80::1]:6000");
-    assert_int_equal(sb_config_kv_address("tcp://[{host}]:1", "::1", addr, sizeof addr), 0);
+    assert_int_equal(sb_config_kv_address("tcp://[{host}]:1", "::1", 8000, addr, sizeof addr), 0);
     assert_string_equal(addr, "tcp://[::1]:1");
-    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", addr, 19), -1); /* one byte short */
-    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", addr, 20), 0);
+    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", 8000, addr, 19), -1); /* one byte short */
+    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", 8000, addr, 20), 0);
+    /* The endpoint's own port, shifted: replicas of one host publishing on port + k. */
+    assert_int_equal(sb_config_kv_address("tcp://{host}:{port+100}", "10.0.0.1", 8101, addr, sizeof addr), 0);
+    assert_string_equal(addr, "tcp://10.0.0.1:8201");
+    assert_int_equal(sb_config_kv_address("tcp://{host}:{port-8000}", "h", 8101, addr, sizeof addr), 0);
+    assert_string_equal(addr, "tcp://h:101");
+    assert_int_equal(sb_config_kv_address("tcp://{host}:{port-9000}", "h", 8101, addr, sizeof addr), -1);
     sb_config_free(cfg);
 
     expect_one_error(POOL_OK "    kv_events:\n      endpoint: \"http://{host}:5557\"\n", 6,

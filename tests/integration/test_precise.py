@@ -1,0 +1,141 @@
+"""Cache truth, live: a gateway pool with `kv_events:` in front of simulated replicas that
+publish vLLM's KV events and answer /tokenize. The precise index fills from the events, the
+gateway learns each request's token ids from the engines (cached), and routes by what the
+engines report: a second gateway replica, which never routed a request, sends a prompt that
+shares a prefix with one the first gateway routed to the replica that holds it, and says so
+("reported") in its decision."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from fixtures import GATEWAY_BIN, Gateway, http, wait_until
+from test_demo import free_run
+from test_sim import MODEL
+
+try:
+    import zmq  # noqa: F401 (the simulator's publisher needs nothing from Python; the check
+    #                 keeps this file's requirements with the other event tests')
+except ImportError:
+    zmq = None
+
+
+class PublishingSim:
+    """`switchboard sim` with replicas on consecutive ports from `port` and publishers on
+    consecutive ports from `kv_port` (replica i: port + i, kv_port + i)."""
+
+    def __init__(self, replicas, port, kv_port):
+        self.dir = tempfile.mkdtemp(prefix="sb-precise-")
+        self.log_path = os.path.join(self.dir, "sim.log")
+        self.log = open(self.log_path, "w")
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        args = [GATEWAY_BIN, "sim", "--replicas", str(replicas), "--port", str(port), "--model", MODEL,
+                "--speed", "20", "--kv-events-endpoint", "tcp://*:%d" % kv_port]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
+        first = self.proc.stdout.readline()
+        if not first.startswith("switchboard sim:"):
+            self.proc.wait(5)
+            raise AssertionError("sim did not start: %r\n%s" % (first, open(self.log_path).read()))
+        self.ports = []
+        for _ in range(replicas):
+            self.ports.append(int(re.search(r"http://[^:]+:(\d+)", self.proc.stdout.readline()).group(1)))
+            assert self.proc.stdout.readline().split()[0] == "kv-events"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.proc.stdout.close()
+        self.log.close()
+        out = open(self.log_path).read()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
+            if bad in out:
+                raise AssertionError("sanitizer report:\n" + out)
+
+
+def chat(system, question):
+    return {"model": MODEL, "max_tokens": 2,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+
+
+@unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
+class PreciseRoutingTest(unittest.TestCase):
+    def setUp(self):
+        port, kv_port = free_run(4), free_run(4)
+        self.sim = PublishingSim(4, port, kv_port)
+        pool = {"name": "p", "models": [MODEL], "profile": "prefix-only",
+                "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports],
+                "yaml": ['kv_events: { endpoint: "tcp://{host}:{port%+d}" }' % (kv_port - port)]}
+        extra = "tokenize: { wait_ms: 2000 }"
+        self.gws = []
+        try:
+            self.gws = [Gateway([pool], extra=extra), Gateway([pool], extra=extra)]
+        except Exception:
+            self.sim.stop()
+            raise
+
+    def tearDown(self):
+        for g in self.gws:
+            g.close()
+        self.sim.stop()
+
+    def endpoints(self, gw):
+        st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
+        self.assertEqual(st, 200)
+        return json.loads(body)["pools"][0]["endpoints"]
+
+    def last_decision(self, gw):
+        st, _, body = http(gw.admin_port, "GET", "/debug/decisions")
+        return [d for d in json.loads(body)["decisions"] if d["pool"] == 0][0]
+
+    def wait_subscribed(self):
+        """ZMQ drops what a publisher sends before a subscription is up: prompt each replica
+        directly (as traffic that bypasses the gateways) until both gateways hear all four."""
+        sent = [0] * len(self.sim.ports)
+
+        def heard():
+            ok = True
+            for i, port in enumerate(self.sim.ports):
+                if all(self.endpoints(g)[i]["kv_events"]["batches"] > 0 for g in self.gws):
+                    continue
+                ok = False
+                sent[i] += 1
+                warm = chat("Warm-up %d of replica %d, long enough for whole blocks. " % (sent[i], i) * 4, "hi")
+                http(port, "POST", "/v1/chat/completions", json.dumps(warm).encode())
+            return ok
+        wait_until(heard, 20, "both gateways to hear every replica")
+
+    def test_second_gateway_routes_by_reports(self):
+        a, b = self.gws
+        self.wait_subscribed()
+        system = "You are a careful assistant for the billing team. " * 24  # ~20 blocks
+        st, _, _ = http(a.port, "POST", "/v1/chat/completions", json.dumps(chat(system, "first?")).encode())
+        self.assertEqual(st, 200)
+        holder = self.last_decision(a)["picked"]
+        # The holder's engine reported the prompt's blocks; gateway b heard it too.
+        wait_until(lambda: self.endpoints(b)[holder]["kv_index"]["blocks"] >= 16, 10, "b's index to fill")
+        for i in range(3):
+            st, _, _ = http(b.port, "POST", "/v1/chat/completions",
+                            json.dumps(chat(system, "question %d?" % i)).encode())
+            self.assertEqual(st, 200)
+            d = self.last_decision(b)
+            self.assertEqual(d["picked"], holder, "b sends the shared prefix where the engine holds it")
+            c = d["candidates"][holder]
+            self.assertGreaterEqual(c["prefix"]["blocks"], 16)
+            # b's first request knows the prefix from the engine's reports alone; later ones
+            # also match b's own marks (whichever is longer names itself).
+            if i == 0:
+                self.assertEqual(c["prefix"]["source"], "reported")
+        st, _, text = http(b.admin_port, "GET", "/metrics")
+        text = text.decode()
+        self.assertRegex(text, r"switchboard_tokenize_requests_total [1-9]")
+        self.assertRegex(text, r"switchboard_tokenize_failures_total 0\b")
+        self.assertRegex(text, r"switchboard_kv_index_blocks\{pool=\"p\",endpoint=\"[^\"]+\"\} [1-9]")
+
+
+if __name__ == "__main__":
+    unittest.main()
