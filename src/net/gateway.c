@@ -314,6 +314,26 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
     return 0;
 }
 
+/* The per-endpoint arrays (pool-major) and the statistics' view of them. */
+static int alloc_endpoints(sb_gateway *gw)
+{
+    const sb_config *cfg = gw->cfg;
+    size_t total = 0;
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        gw->pool_first_up[p] = total;
+        total += cfg->pools[p].n_endpoints;
+    }
+    gw->pool_first_up[cfg->n_pools] = total;
+    gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
+    gw->stats.ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
+    gw->stats.pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
+    gw->stats.cfg = gw->cfg;
+    gw->stats.pool_first_up = gw->pool_first_up;
+    gw->stats.rejected = &gw->counters.rejected;
+    gw->kv_subs = sb_calloc(total ? total : 1, sizeof(sb_kv_sub *));
+    return gw->ups && gw->stats.ep_metrics && gw->stats.pool_metrics && gw->kv_subs ? 0 : -1;
+}
+
 /* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
  * otherwise it takes over the existing servers (a reload that changed pools or endpoints).
  * `old`: the gateway a reload replaces (its KV-event subscribers may move over), or NULL. */
@@ -340,22 +360,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
     gw->hashes = sb_malloc(gw->hashes_cap * sizeof(uint64_t));
-    if (!gw->router || !gw->pool_first_up || !gw->hashes || build_models_json(gw) < 0)
-        goto fail;
-    size_t total = 0;
-    for (size_t p = 0; p < cfg->n_pools; p++) {
-        gw->pool_first_up[p] = total;
-        total += cfg->pools[p].n_endpoints;
-    }
-    gw->pool_first_up[cfg->n_pools] = total;
-    gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
-    gw->stats.ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
-    gw->stats.pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
-    gw->stats.cfg = cfg;
-    gw->stats.pool_first_up = gw->pool_first_up;
-    gw->stats.rejected = &gw->counters.rejected;
-    gw->kv_subs = sb_calloc(total ? total : 1, sizeof(sb_kv_sub *));
-    if (!gw->ups || !gw->stats.ep_metrics || !gw->stats.pool_metrics || !gw->kv_subs)
+    if (!gw->router || !gw->pool_first_up || !gw->hashes || build_models_json(gw) < 0 || alloc_endpoints(gw) < 0)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};

@@ -153,7 +153,9 @@ static const uint8_t *take(rd *r, size_t n)
     return b;
 }
 
-/* Reads the head of the next value into *v. 0 or a negative SB_KV_E_*. */
+/* Reads the head of the next value into *v. 0 or a negative SB_KV_E_*. One switch over
+ * msgpack's format byte, kept whole (over the 80-line rule on purpose): the formats are a
+ * table in the spec, and read side by side with it here. */
 static int next(rd *r, mp_val *v)
 {
     const uint8_t *b = take(r, 1);
@@ -411,6 +413,9 @@ static uint32_t min32(uint32_t a, uint32_t b)
     return a < b ? a : b;
 }
 
+/* One field of an event into e, whichever encoding named it. A switch over the fields, kept
+ * whole (over the 80-line rule on purpose): each case is the field's rule, one per field of
+ * the event's schema, and reads best beside the others. */
 static int read_field(rd *r, enum field f, sb_kv_event *e)
 {
     const sb_kv_limits *lim = r->lim;
