@@ -39,6 +39,7 @@ typedef struct sb_replay_policy_env {
     uint32_t router_block_tokens;   /* tokens per router index block (sched->block_hashes) */
     uint64_t seed;                  /* the run's seed; the policy's rng is seeded from it too */
     uint64_t hash_secret;           /* for the slots of its tables (base/hash.h), from the seed */
+    sb_ns event_lag_ns;             /* KV events reach an event-fed reference this late (0: at once) */
 } sb_replay_policy_env;
 
 /* The fleet at a decision. Valid during the call only. */
