@@ -407,9 +407,13 @@ static void first_byte(driver *d, uint32_t rep, uint32_t idx)
 {
     if (d->rt[idx].bypass || d->rt[idx].outcome == SB_REPLAY_FAILED)
         return; /* nobody's accounting; or lost with its replica while the byte was on its way */
-    sb_router *router = gw_of(d, idx)->router;
-    sb_router_first_byte(router, 0, rep, &d->rt[idx].ticket, d->now);
-    sb_router_first_token(router, 0, rep, &d->rt[idx].ticket);
+    gateway *g = gw_of(d, idx);
+    sb_router_first_byte(g->router, 0, rep, &d->rt[idx].ticket, d->now);
+    sb_router_first_token(g->router, 0, rep, &d->rt[idx].ticket);
+    if (d->p->custom && d->p->custom->on_first_token) {
+        sb_replay_fleet_view fv = fleet_view(d, g);
+        d->p->custom->on_first_token(g->pstate, &fv, idx, rep);
+    }
 }
 
 /* The conversation's next turn, a think time after this answer. */
