@@ -192,8 +192,14 @@ static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay
 {
     state *s = st;
     (void)f;
-    /* pick left the match in s->match for this very request. */
+    /* Matched again rather than trusted from pick: the uncached part is what this endpoint
+     * lacks of this very prompt, whoever called pick last. */
     size_t nb = block_hashes(s, r);
+    if (nb)
+        sb_prefix_index_match(s->index, s->hashes, nb, s->match);
+    else
+        for (uint32_t i = 0; i < s->n; i++)
+            s->match[i] = 0;
     uint64_t cached = (uint64_t)s->match[replica] * APPROX_BLOCK_TOKENS;
     uint32_t uncached = r->n_tokens > cached ? (uint32_t)(r->n_tokens - cached) : 0;
     req_state *q = req_of(s, r->id, true);
