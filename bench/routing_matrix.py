@@ -32,7 +32,7 @@ usage: bench/routing_matrix.py [--quick] [--seeds 1,2,3,4,5] [--requests N] [--r
                                [--jobs J] [--out DIR] [--only WORKLOAD,...]
 --quick: cache ample and quarter, load near, 2 seeds, 400 requests (about 4 minutes on one
 core). The full run: every cell, 5 seeds, 800 requests (measured: see docs/benchmarks.md).
-Needs build/switchboard (make).
+Needs build/switchboard (make), or the binary named by $SB_BIN.
 """
 import argparse
 import csv
@@ -45,7 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "switchboard")
+BIN = os.environ.get("SB_BIN", os.path.join(ROOT, "build", "switchboard"))
 TRACES = os.path.join(ROOT, "tests", "data", "traces")
 
 # (label, replay policy, extra replay arguments). Add a row to compare another configuration,
