@@ -109,11 +109,11 @@ typedef struct sb_replay_opts {
     double band_mix[SB_BAND_COUNT];
     uint32_t tenants; /* conversations spread uniformly over this many tenants; 0 or 1 = one */
     /* Issue 13: what a fleet does that a single gateway's routing never sees (below). */
-    uint32_t gateways;        /* gateway replicas, each its own router and policy state; >= 1 */
-    double bypass;            /* fraction of conversations sent straight to a replica, 0..1 */
-    sb_ns restart_every_ns;   /* a replica restarts every this often, each in turn; 0 = never */
-    uint32_t restarts;        /* or: this many restarts spread over the arrivals; 0 = none */
-    sb_ns event_lag_ns;       /* KV-event lag of the references fed by events (dynamo-kv, llm-d-precise) */
+    uint32_t gateways;      /* gateway replicas, each its own router and policy state; >= 1 */
+    double bypass;          /* fraction of conversations sent straight to a replica, 0..1 */
+    sb_ns restart_every_ns; /* a replica restarts every this often, each in turn; 0 = never */
+    uint32_t restarts;      /* or: this many restarts spread over the arrivals; 0 = none */
+    sb_ns event_lag_ns;     /* KV-event lag of the references fed by events (dynamo-kv, llm-d-precise) */
 } sb_replay_opts;
 
 /* The default KV-event lag: vLLM publishes a step's events when the step ends

@@ -58,7 +58,7 @@ typedef struct gateway {
     void *pstate; /* a custom policy's state */
     uint64_t prng;
     sb_adaptive *adaptive;
-    sb_admission *adm; /* flow control; NULL without */
+    sb_admission *adm;  /* flow control; NULL without */
     bool drain_pending; /* an EV_DRAIN is queued at `now` */
     double share_sum;
 } gateway;

@@ -70,10 +70,10 @@ typedef struct sb_replay_result {
      * `failed` counts gateway requests lost on a restarting replica (also in `requests`);
      * bypassed requests are outside every figure above except hit_rate and engine_steps (the
      * engines served them) and are reported here alone. */
-    uint32_t n_gateways;                   /* >= 1 */
-    uint64_t *per_gateway;                 /* owned: requests each gateway dispatched */
-    uint64_t failed;                       /* gateway requests lost to a restart */
-    uint64_t restarts;                     /* replica restarts during the run */
+    uint32_t n_gateways;   /* >= 1 */
+    uint64_t *per_gateway; /* owned: requests each gateway dispatched */
+    uint64_t failed;       /* gateway requests lost to a restart */
+    uint64_t restarts;     /* replica restarts during the run */
     uint64_t bypass_requests, bypass_completed, bypass_failed, bypass_shed;
     double bypass_ttft_p50_ms, bypass_ttft_p90_ms, bypass_ttft_p99_ms;
     /* Owned; freed by sb_replay_result_free. */

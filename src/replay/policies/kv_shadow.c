@@ -267,8 +267,8 @@ sb_kv_view *sb_kv_view_new(uint32_t n_replicas, const sb_engine_params *p, sb_ns
         return NULL;
     if (!(v->now = sb_kv_shadow_new(n_replicas, p)))
         goto fail;
-    if (lag_ns && (!(v->lagged = sb_kv_shadow_new(n_replicas, p)) ||
-                   !(v->q = sb_lag_queue_new(lag_ns, 0, 0, view_apply, v))))
+    if (lag_ns &&
+        (!(v->lagged = sb_kv_shadow_new(n_replicas, p)) || !(v->q = sb_lag_queue_new(lag_ns, 0, 0, view_apply, v))))
         goto fail;
     return v;
 fail:

@@ -126,8 +126,9 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
     double qmin = 0, qmax = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         uint32_t k = 0;
-        while (k < r->n_engine_hashes && (sb_kv_shadow_holds(cache, i, r->engine_hashes[k]) ||
-                                          sb_block_lru_find(s->speculative[i], r->engine_hashes[k]) != SB_BLOCK_LRU_NONE))
+        while (k < r->n_engine_hashes &&
+               (sb_kv_shadow_holds(cache, i, r->engine_hashes[k]) ||
+                sb_block_lru_find(s->speculative[i], r->engine_hashes[k]) != SB_BLOCK_LRU_NONE))
             k++;
         s->match[i] = k;
         cold = cold && k == 0;

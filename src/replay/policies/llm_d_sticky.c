@@ -123,8 +123,8 @@ static size_t block_hashes(state *s, const sb_replay_request_view *r)
      * every request that shares the prompt up to there, and only for those. */
     uint64_t h = r->sched->n_blocks ? r->sched->block_hashes[0] : 0x6c6c6d2d64ULL;
     for (size_t i = 0; i < nb; i++)
-        s->hashes[i] = h = XXH3_64bits_withSeed(r->tokens + i * APPROX_BLOCK_TOKENS,
-                                                APPROX_BLOCK_TOKENS * sizeof(uint32_t), h);
+        s->hashes[i] = h =
+            XXH3_64bits_withSeed(r->tokens + i * APPROX_BLOCK_TOKENS, APPROX_BLOCK_TOKENS * sizeof(uint32_t), h);
     return nb;
 }
 
@@ -158,7 +158,8 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
             continue;
         uint64_t cached = (uint64_t)s->match[i] * APPROX_BLOCK_TOKENS;
         double tokens = (double)s->inflight[i] + (double)(r->n_tokens > cached ? r->n_tokens - cached : 0);
-        double score = 1.0 - (tokens < QUEUE_THRESHOLD_TOKENS ? tokens : QUEUE_THRESHOLD_TOKENS) / QUEUE_THRESHOLD_TOKENS;
+        double score =
+            1.0 - (tokens < QUEUE_THRESHOLD_TOKENS ? tokens : QUEUE_THRESHOLD_TOKENS) / QUEUE_THRESHOLD_TOKENS;
         if (score > best) {
             best = score;
             nt = 0;

@@ -21,8 +21,8 @@
 typedef struct spy {
     uint32_t n;
     uint64_t picks, finished_ok, finished_failed;
-    const void *router; /* the router this state's picks saw: one per gateway */
-    bool other_router;  /* a pick saw a different one */
+    const void *router;  /* the router this state's picks saw: one per gateway */
+    bool other_router;   /* a pick saw a different one */
     bool accounting_off; /* the router counted a dispatch it never picked */
 } spy;
 

@@ -163,16 +163,11 @@ static uint32_t picks_seen(fleet *f, const req *q, sb_ns now, int times)
 static void test_registry_lists_the_references(void **state)
 {
     (void)state;
-    const char *names[] = {"session-hash",
-                           "kubeai-chwbl",
-                           "sglang-cache-aware",
-                           "sglang-cache-aware-rust",
-                           "gie-default",
-                           "production-stack-prefix",
-                           "aibrix-prefix",
-                           "dynamo-kv",
-                           "min-predicted-ttft",
-                           "llm-d-sticky",
+    const char *names[] = {"session-hash",       "kubeai-chwbl",
+                           "sglang-cache-aware", "sglang-cache-aware-rust",
+                           "gie-default",        "production-stack-prefix",
+                           "aibrix-prefix",      "dynamo-kv",
+                           "min-predicted-ttft", "llm-d-sticky",
                            "llm-d-precise"};
     assert_null(sb_replay_policy_find("oracle")); /* renamed: it was never a bound */
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -522,8 +517,8 @@ static void test_llm_d_sticky_until_saturated(void **state)
     req *a = make(0, 1, 1600, 1, 1600, 10);
     dispatch(&f, a, 2, T0);
     first_token(&f, a, 2, T0);
-    req *sticky = make(1, 1, 1280, 2, 1600, 10);  /* 20 of 25 blocks on 2 */
-    req *loose = make(2, 1, 1216, 3, 1600, 10);   /* 19 of 25 */
+    req *sticky = make(1, 1, 1280, 2, 1600, 10); /* 20 of 25 blocks on 2 */
+    req *loose = make(2, 1, 1216, 3, 1600, 10);  /* 19 of 25 */
     assert_int_equal(picks_seen(&f, sticky, T0, 10), 1u << 2);
     assert_int_equal(picks_seen(&f, loose, T0, 10), 1u << 2); /* least token load: 384 uncached */
     /* 2048 uncached tokens in flight on 2: the loose request goes by load (1600 elsewhere), the
