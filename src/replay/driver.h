@@ -133,7 +133,8 @@ void sb_replay_opts_default(sb_replay_opts *o);
  * -EINVAL with a message in err for unusable options (zero replicas, engine parameters that
  * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters, adaptive
  * parameters that fail their check or adaptive with a custom policy, a negative or all-NaN
- * band mix, flow bounds sb_flow_new refuses) or a custom policy returning a replica out of
+ * band mix, flow bounds sb_flow_new refuses, gateways outside 1..64, a bypass fraction outside
+ * 0..1, both restart_every_ns and restarts) or a custom policy returning a replica out of
  * range; -ENOMEM. On failure *out holds nothing to
  * free. w and p are only read and may be reused for other runs. */
 int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,
