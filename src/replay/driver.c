@@ -366,8 +366,7 @@ static void bypass(driver *d, uint32_t idx)
 {
     uint64_t z = mix64((d->o->seed ^ 0x4259504153535250ULL) + (uint64_t)idx * 0x9E3779B97F4A7C15ULL); /* "BYPASSRP" */
     uint32_t rep = (uint32_t)(z % d->n);
-    d->rt[idx].replica = rep;
-    d->out->per_replica[rep]++;
+    d->rt[idx].replica = rep; /* not in per_replica: that is the gateways' balance */
     if (d->o->net_delay_ns)
         push(d, d->now + d->o->net_delay_ns, EV_DELIVER, rep, idx);
     else
