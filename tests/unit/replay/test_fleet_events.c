@@ -274,6 +274,47 @@ static void test_restart_empties_the_cache_and_fails_in_flight(void **state)
     sb_replay_workload_free(&w);
 }
 
+/* The routers are not told of a restart: they learn it as the live gateway does, from the next
+ * scrape's counters going backwards, and drop what their prefix index believed the replica
+ * held. 12 prompts go out (prefix-only: no match anywhere, ties at random over 2 replicas), the
+ * same 12 prefixes again after the restart of one replica and a scrape: a prefix the restarted
+ * replica held has no match anywhere any more, so not every one of them goes back there. */
+static void test_restart_reaches_the_routers_through_the_scrape(void **state)
+{
+    (void)state;
+    sb_replay_workload w = {0};
+    for (uint32_t round = 0; round < 2; round++)
+        for (uint32_t k = 0; k < 12; k++) {
+            sb_replay_span sp[2] = {{sb_replay_span_id(SB_REPLAY_NS_SHARED, 100 + k), 320},
+                                    {sb_replay_span_id(SB_REPLAY_NS_UNIQUE, round * 100 + k), 16}};
+            sb_replay_request r = {.arrival_ns = round * 2 * SB_NS_PER_S + k * 10 * MS,
+                                   .max_tokens = 2,
+                                   .followup = SB_REPLAY_NO_REQUEST};
+            assert_true(sb_replay_workload_add(&w, &r, sp, 2) >= 0);
+        }
+    w.rate = 6;
+    sb_replay_policy p;
+    assert_int_equal(sb_replay_policy_resolve("prefix-only", NULL, 0, &p), 0);
+    sb_replay_opts o = hand_opts(2);
+    o.restarts = 1; /* midway: about 1.06 s, after the first round is answered */
+    sb_replay_result r;
+    run_ok(&w, &p, &o, &r);
+    assert_int_equal(r.restarts, 1);
+    assert_int_equal(r.failed, 0);
+    /* Unaware, the router would send every prefix back where it sent it first (to a cache
+     * that is empty for the restarted replica's). Aware, some of those go by the tie. */
+    uint32_t moved = 0, kept_warm = 0;
+    for (uint32_t k = 0; k < 12; k++) {
+        const sb_replay_record *a = &r.records[k], *b = &r.records[12 + k];
+        moved += b->replica != a->replica;
+        kept_warm += b->replica == a->replica && b->cached_tokens == 320;
+    }
+    assert_true(moved > 0);
+    assert_true(kept_warm > 0); /* the other replica's prefixes still route there, and hit */
+    sb_replay_result_free(&r);
+    sb_replay_workload_free(&w);
+}
+
 /* Periodic restarts keep a run going to its end, and every request is settled once. */
 static void test_restart_every_settles_everything(void **state)
 {
@@ -305,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_a_session_keeps_its_gateway),
         cmocka_unit_test(test_bypass_skips_the_routers),
         cmocka_unit_test(test_restart_empties_the_cache_and_fails_in_flight),
+        cmocka_unit_test(test_restart_reaches_the_routers_through_the_scrape),
         cmocka_unit_test(test_restart_every_settles_everything),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
