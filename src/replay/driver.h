@@ -128,7 +128,6 @@ typedef struct sb_replay_opts {
 /* Fills *o with the defaults above. */
 void sb_replay_opts_default(sb_replay_opts *o);
 
-
 /* Runs workload w under policy p on a fleet per o, and fills *out (zeroed first). Returns 0;
  * -EINVAL with a message in err for unusable options (zero replicas, engine parameters that
  * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters, adaptive

@@ -287,9 +287,8 @@ static void test_restart_reaches_the_routers_through_the_scrape(void **state)
         for (uint32_t k = 0; k < 12; k++) {
             sb_replay_span sp[2] = {{sb_replay_span_id(SB_REPLAY_NS_SHARED, 100 + k), 320},
                                     {sb_replay_span_id(SB_REPLAY_NS_UNIQUE, round * 100 + k), 16}};
-            sb_replay_request r = {.arrival_ns = round * 2 * SB_NS_PER_S + k * 10 * MS,
-                                   .max_tokens = 2,
-                                   .followup = SB_REPLAY_NO_REQUEST};
+            sb_replay_request r = {
+                .arrival_ns = round * 2 * SB_NS_PER_S + k * 10 * MS, .max_tokens = 2, .followup = SB_REPLAY_NO_REQUEST};
             assert_true(sb_replay_workload_add(&w, &r, sp, 2) >= 0);
         }
     w.rate = 6;
