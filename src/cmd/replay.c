@@ -19,6 +19,7 @@
 #include "cmd/flags.h"
 #include "replay/band_report.h"
 #include "replay/driver.h"
+#include "replay/fleet_report.h"
 #include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/report.h"
@@ -51,6 +52,17 @@ static const char usage_text[] =
     "  --prefix-max-entries N the router's prefix index bound, entries (default the router's, 1M)\n"
     "  --model NAME           served model name, seeds prefix hashes (default the sim's)\n"
     "  --seed S               seed of generators, router and policies (default 1)\n"
+    "fleet events (docs/replay.md):\n"
+    "  --gateways G           G gateway replicas, each its own router and policy state, behind an\n"
+    "                         L4 balancer (a session keeps its gateway) (default 1)\n"
+    "  --bypass F             fraction of conversations sent straight to a random replica, past\n"
+    "                         the gateways; reported apart (default 0)\n"
+    "  --restart-every S      a replica restarts every S seconds, each in turn (empty cache; the\n"
+    "                         requests on it fail)\n"
+    "  --restarts N           or N restarts spread over the arrivals\n"
+    "  --event-lag-ms L       KV events reach the event-fed references (dynamo-kv, llm-d-precise)\n"
+    "                         L ms late (default 20: about one engine step; 0 = at once)\n"
+    "  --working-set          print the workload's working set (distinct engine blocks) and exit\n"
     "adaptive weights and flow control (docs/benchmarks.md):\n"
     "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
     "                         as a pool with `adaptive: true`; or name one as POLICY+adaptive\n"
@@ -100,6 +112,12 @@ enum {
     O_TENANTS,
     O_FLOW_WAIT,
     O_FLOW_GATE,
+    O_GATEWAYS,
+    O_BYPASS,
+    O_RESTART_EVERY,
+    O_RESTARTS,
+    O_EVENT_LAG,
+    O_WORKING_SET,
     O_HELP,
 };
 
@@ -130,6 +148,12 @@ static const struct option long_opts[] = {
     {"tenants", required_argument, NULL, O_TENANTS},
     {"flow-max-wait-ms", required_argument, NULL, O_FLOW_WAIT},
     {"flow-gate", required_argument, NULL, O_FLOW_GATE},
+    {"gateways", required_argument, NULL, O_GATEWAYS},
+    {"bypass", required_argument, NULL, O_BYPASS},
+    {"restart-every", required_argument, NULL, O_RESTART_EVERY},
+    {"restarts", required_argument, NULL, O_RESTARTS},
+    {"event-lag-ms", required_argument, NULL, O_EVENT_LAG},
+    {"working-set", no_argument, NULL, O_WORKING_SET},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -145,6 +169,7 @@ typedef struct args {
     uint64_t requests;
     double duration_s;
     bool list;
+    bool working_set;  /* --working-set */
     bool adaptive_all; /* --adaptive */
     sb_replay_opts o;
 } args;
@@ -313,6 +338,17 @@ static int parse_args(int argc, char **argv, args *a)
         case O_TENANTS: rc = parse_u32("tenants", v, 1, 1u << 20, &o->tenants); break;
         case O_FLOW_WAIT: rc = parse_pairs("flow-max-wait-ms", v, set_band_wait, &o->flow); break;
         case O_FLOW_GATE: rc = parse_pairs("flow-gate", v, set_flow_gate, &o->flow); break;
+        case O_GATEWAYS: rc = parse_u32("gateways", v, 1, SB_REPLAY_MAX_GATEWAYS, &o->gateways); break;
+        case O_BYPASS: rc = parse_double("bypass", v, 0, 1, &o->bypass); break;
+        case O_RESTART_EVERY: {
+            double sec;
+            if ((rc = parse_double("restart-every", v, 1e-3, 1e9, &sec)) == 0)
+                o->restart_every_ns = (sb_ns)(sec * 1e9);
+            break;
+        }
+        case O_RESTARTS: rc = parse_u32("restarts", v, 0, 1000000, &o->restarts); break;
+        case O_EVENT_LAG: rc = parse_ms("event-lag-ms", v, 6e5, &o->event_lag_ns); break;
+        case O_WORKING_SET: a->working_set = true; break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
         default: rc = sb_is_engine_flag(c) ? sb_engine_flag("replay", c, v, ep) : -1; break;
@@ -338,6 +374,10 @@ static int check_args(int argc, char **argv, const args *a)
     }
     if ((a->rate > 0) + (a->rate_scale > 0) + (a->n_rates > 0) > 1) {
         fprintf(stderr, "switchboard replay: --rate, --rate-scale and --rates exclude each other\n");
+        return -1;
+    }
+    if (o->restart_every_ns && o->restarts) {
+        fprintf(stderr, "switchboard replay: --restart-every and --restarts exclude each other\n");
         return -1;
     }
     if (a->workload && a->rate_scale > 0) {
@@ -511,6 +551,12 @@ static void write_tables(FILE *f, const sb_replay_result *r, size_t n)
         fputs("\nAdaptive weights (core/adaptive.h):\n\n", f);
         sb_replay_write_adaptive_table(f, r, n);
     }
+    if (sb_replay_any_fleet_events(r, n)) {
+        fputs("\nFleet events (gateway replicas, bypass traffic, restarts; bypassed requests are not in the "
+              "figures above):\n\n",
+              f);
+        sb_replay_write_fleet_table(f, r, n);
+    }
 }
 
 static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
@@ -624,6 +670,57 @@ static int run_policies(const args *a, const sb_replay_workload *w, const sb_rep
     return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* --working-set: the distinct full engine blocks of every prompt the run would send (roots
+ * within --requests/--duration and their later turns), the quantity a fleet's caches compete
+ * for; bench/routing_matrix.py sizes --num-gpu-blocks from it. Sort and count: O(B log B) in
+ * the blocks of all prompts, for sizing runs, not for the largest traces. */
+static int print_working_set(const args *a, const sb_replay_workload *w)
+{
+    const sb_engine_params *ep = &a->o.engine;
+    size_t total = 0, roots = 0;
+    uint64_t max_req_blocks = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const sb_replay_request *r = &w->reqs[i];
+        if (!r->is_followup && a->requests && roots++ >= a->requests)
+            break;
+        total += r->n_prompt / ep->block_size;
+        uint64_t need = ((uint64_t)r->n_prompt + r->max_tokens + ep->block_size - 1) / ep->block_size;
+        max_req_blocks = need > max_req_blocks ? need : max_req_blocks;
+    }
+    uint64_t *all = sb_malloc((total ? total : 1) * sizeof(uint64_t));
+    uint32_t *tokens = sb_malloc((w->max_prompt ? w->max_prompt : 1) * sizeof(uint32_t));
+    if (!all || !tokens) {
+        sb_free(all);
+        sb_free(tokens);
+        fprintf(stderr, "switchboard replay: out of memory\n");
+        return -1;
+    }
+    size_t k = 0;
+    roots = 0;
+    for (size_t i = 0; i < w->n && k < total; i++) {
+        const sb_replay_request *r = &w->reqs[i];
+        if (!r->is_followup && a->requests && roots++ >= a->requests)
+            break;
+        sb_replay_prompt_tokens(w, r, tokens);
+        k += sb_engine_hash_blocks(tokens, r->n_prompt, ep->block_size, r->adapter, all + k);
+    }
+    qsort(all, k, sizeof(uint64_t), cmp_u64);
+    size_t distinct = 0;
+    for (size_t i = 0; i < k; i++)
+        distinct += i == 0 || all[i] != all[i - 1];
+    printf("working_set_blocks %zu\nprompt_blocks %zu\nblock_size %u\nmax_request_blocks %llu\n", distinct, k,
+           ep->block_size, (unsigned long long)max_req_blocks);
+    sb_free(all);
+    sb_free(tokens);
+    return 0;
+}
+
 /* The runs: every rate (one, unless a sweep), every policy. */
 static int run_all(const args *a, int argc, char **argv, const sb_replay_policy *pols, const bool *adaptive,
                    size_t n_names, sb_replay_result *res, size_t *n_res, sb_replay_workload *w)
@@ -638,6 +735,8 @@ static int run_all(const args *a, int argc, char **argv, const sb_replay_policy 
             sb_replay_workload_free(w);
             if (load_workload(a, n_kv, kv, a->workload && !(rate > 0) ? 10.0 : rate, w) < 0)
                 return -1;
+            if (a->working_set)
+                return print_working_set(a, w) < 0 ? -1 : 1;
         }
         sb_replay_opts o = a->o;
         o.max_arrival_ns = a->trace ? (sb_ns)(a->duration_s * 1e9) : 0;
@@ -693,8 +792,11 @@ int sb_cmd_replay(int argc, char **argv)
     if (!pols || !adaptive || !res || resolve_policies(&a, cfg, names, n_names, pols, adaptive) < 0)
         goto done;
     code = 1;
-    if (run_all(&a, argc, argv, pols, adaptive, n_names, res, &n_res, &w) < 0)
+    int ran = run_all(&a, argc, argv, pols, adaptive, n_names, res, &n_res, &w);
+    if (ran != 0) {
+        code = ran > 0 ? 0 : 1;
         goto done;
+    }
     write_tables(stdout, res, n_res);
     fflush(stdout);
     code = a.out && write_outputs(a.out, res, n_res) < 0 ? 1 : 0;

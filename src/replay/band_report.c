@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "replay/fleet_report.h"
 #include "replay/report.h"
 
 bool sb_replay_any_bands(const sb_replay_result *r, size_t n)
@@ -86,7 +87,9 @@ static void extra_row(FILE *f, const sb_replay_result *x)
  * newline (profile names are [A-Za-z0-9._+-]), so one line is one result. */
 int sb_replay_write_csv_extended(FILE *f, const sb_replay_result *r, size_t n)
 {
-    if (!sb_replay_any_bands(r, n) && !sb_replay_any_adaptive(r, n)) {
+    bool bands = sb_replay_any_bands(r, n) || sb_replay_any_adaptive(r, n);
+    bool fleet = sb_replay_any_fleet_events(r, n);
+    if (!bands && !fleet) {
         sb_replay_write_csv(f, r, n);
         return 0;
     }
@@ -104,10 +107,17 @@ int sb_replay_write_csv_extended(FILE *f, const sb_replay_result *r, size_t n)
     for (char *line = buf, *nl; line < buf + len && (nl = memchr(line, '\n', (size_t)(buf + len - line)));
          line = nl + 1, row++) {
         fwrite(line, 1, (size_t)(nl - line), f);
-        if (row == 0)
-            extra_header(f);
-        else if (row <= n)
-            extra_row(f, &r[row - 1]);
+        if (row == 0) {
+            if (bands)
+                extra_header(f);
+            if (fleet)
+                sb_replay_write_fleet_csv_header(f);
+        } else if (row <= n) {
+            if (bands)
+                extra_row(f, &r[row - 1]);
+            if (fleet)
+                sb_replay_write_fleet_csv_row(f, &r[row - 1]);
+        }
         fputc('\n', f);
     }
     free(buf); /* open_memstream's buffer is libc's: plain free */

@@ -27,7 +27,8 @@ void sb_replay_write_adaptive_table(FILE *f, const sb_replay_result *r, size_t n
  * bands or adaptive figures, these columns after them on every row (zeros where a run has no
  * such figure): refused,expired,adaptive_generations,adaptive_share_mean,adaptive_share_max,
  * then per band B in critical, standard, sheddable: B_requests,B_completed,B_shed,B_refused,
- * B_expired,B_ttft_p50_ms,B_ttft_p90_ms,B_ttft_p99_ms,B_wait_mean_ms.
+ * B_expired,B_ttft_p50_ms,B_ttft_p90_ms,B_ttft_p99_ms,B_wait_mean_ms; then, when any result
+ * has fleet events, replay/fleet_report.h's columns.
  * Returns 0, or -1 when memory for the staging buffer ran out (nothing written). */
 int sb_replay_write_csv_extended(FILE *f, const sb_replay_result *r, size_t n);
 

@@ -26,6 +26,8 @@ void sb_replay_opts_default(sb_replay_opts *o)
         .max_prompt_blocks = 16384, /* proto/config.h max_prompt_blocks default */
         .pool = sb_pool_params_default(),
         .adaptive_params = sb_adaptive_params_default(),
+        .gateways = 1,
+        .event_lag_ns = SB_REPLAY_EVENT_LAG_DEFAULT_NS,
     };
     sb_flow_config_default(&o->flow);
 }
@@ -43,6 +45,14 @@ static void push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b)
 {
     if (sb_replay_queue_push(&d->q, t, kind, a, b) < 0)
         fail(d, -ENOMEM, "out of memory");
+}
+
+/* splitmix64's finaliser: the seeded draws of the fleet events. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
 }
 
 static void mark_dirty(driver *d, uint32_t rep)
@@ -65,7 +75,7 @@ static void flush_dirty(driver *d)
         sb_ns t = sb_engine_next_event(d->engines[rep]);
         if (t != SB_ENGINE_NEVER) {
             d->scheduled[rep] = true;
-            push(d, t, EV_STEP, rep, 0);
+            push(d, t, EV_STEP, rep, d->engine_gen[rep]);
         }
     }
     d->n_dirty = 0;
@@ -75,7 +85,7 @@ static void flush_dirty(driver *d)
 
 /* The report net/probe.c would build from this engine's /metrics page (sim/sim_metrics.c
  * renders exactly these metrics): running, waiting, KV usage, capacity, LoRA. */
-static void scrape(driver *d, uint32_t rep)
+static void scrape(driver *d, gateway *g, uint32_t rep)
 {
     sb_engine_metrics m;
     sb_engine_metrics_get(d->engines[rep], &m);
@@ -109,18 +119,27 @@ static void scrape(driver *d, uint32_t rep)
             }
         }
     }
-    sb_endpoint_report_set(sb_router_endpoint(d->router, 0, rep), &r, SB_REPORT_SCRAPE, d->now);
-    /* As net/probe.c: the engine's cache size bounds what the prefix index believes it holds
-     * (replicas never restart here, so nothing is ever cleared). */
-    sb_router_prefix_capacity(d->router, 0, rep, (uint64_t)m.num_gpu_blocks * m.block_size);
+    /* As net/probe.c: counters that went backwards mean the engine restarted, and what the
+     * prefix index believed it held is dropped; its cache size bounds the index. */
+    if (sb_endpoint_report_set(sb_router_endpoint(g->router, 0, rep), &r, SB_REPORT_SCRAPE, d->now))
+        sb_router_prefix_clear(g->router, 0, rep);
+    sb_router_prefix_capacity(g->router, 0, rep, (uint64_t)m.num_gpu_blocks * m.block_size);
 }
 
 /* ---- request life ---------------------------------------------------------------------------- */
 
-static sb_replay_fleet_view fleet_view(driver *d)
+static void deliver(driver *d, uint32_t rep, uint32_t idx);
+static uint64_t table_secret_of(uint64_t seed);
+
+static gateway *gw_of(driver *d, uint32_t idx)
+{
+    return &d->gw[d->rt[idx].gw];
+}
+
+static sb_replay_fleet_view fleet_view(driver *d, gateway *g)
 {
     return (sb_replay_fleet_view){
-        .now = d->now, .n_replicas = d->n, .router = d->router, .pool = 0, .engines = d->engines, .rng = &d->prng};
+        .now = d->now, .n_replicas = d->n, .router = g->router, .pool = 0, .engines = d->engines, .rng = &g->prng};
 }
 
 /* status: flow control's answer to this turn (429, 503), or 0 for any other shedding. */
@@ -130,8 +149,13 @@ static void settle_shed(driver *d, uint32_t idx, uint16_t status)
     /* A conversation whose turn is shed ends there: its later turns are shed too. */
     for (; idx != SB_REPLAY_NO_REQUEST; idx = d->w->reqs[idx].followup) {
         d->rt[idx].outcome = SB_REPLAY_SHED;
-        d->out->shed++;
-        d->out->requests++;
+        if (d->rt[idx].bypass) {
+            d->out->bypass_shed++;
+            d->out->bypass_requests++;
+        } else {
+            d->out->shed++;
+            d->out->requests++;
+        }
         d->settled++;
         if (d->out->records) {
             sb_replay_record *rec = &d->out->records[idx];
@@ -140,6 +164,8 @@ static void settle_shed(driver *d, uint32_t idx, uint16_t status)
             rec->prompt_tokens = d->w->reqs[idx].n_prompt;
             rec->band = d->rt[idx].band;
             rec->status = d->rt[idx].status;
+            rec->gateway = d->rt[idx].gw;
+            rec->bypass = d->rt[idx].bypass;
         }
     }
 }
@@ -194,6 +220,7 @@ static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
         fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
         return;
     }
+    d->rt[idx].on_engine = true;
     mark_dirty(d, rep);
 }
 
@@ -210,6 +237,7 @@ static void route(driver *d, uint32_t idx)
     const sb_replay_workload *w = d->w;
     const sb_replay_request *r = &w->reqs[idx];
     req_rt *rt = &d->rt[idx];
+    gateway *g = &d->gw[rt->gw];
     rt->dispatch_ns = d->now;
     /* What the gateway's inspection would hand the core: proto/inspect.c hashes 64-byte
      * blocks of the canonical prompt, chained, seeded by model and adapter; here a block is
@@ -235,18 +263,18 @@ static void route(driver *d, uint32_t idx)
         /* The pool's current profile, as the gateway reads it per request: with adaptive
          * weights, the snapshot in force (for a queued request, the one in force when it
          * leaves the queue, as in the gateway). */
-        .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
+        .profile = d->p->profile ? sb_router_pool_profile(g->router, 0) : NULL,
     }, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(r), .stream = true};
     /* Released by the gate (drain): as in the gateway, it goes where the gate saw room. */
     if (rt->queued)
-        sb_admission_mark_released(d->adm, 0, &rq.sched);
+        sb_admission_mark_released(g->adm, 0, &rq.sched);
     size_t ne = engine_hashes(d, r);
 
     int pick;
     sb_replay_fleet_view fv;
     sb_replay_request_view rv;
     if (d->p->custom) {
-        fv = fleet_view(d);
+        fv = fleet_view(d, g);
         rv = (sb_replay_request_view){.id = idx,
                                       .sched = &rq.sched,
                                       .tokens = d->tokens,
@@ -255,24 +283,25 @@ static void route(driver *d, uint32_t idx)
                                       .n_engine_hashes = ne,
                                       .engine_adapter = r->adapter,
                                       .max_tokens = r->max_tokens};
-        pick = d->p->custom->pick(d->pstate, &fv, &rv);
+        pick = d->p->custom->pick(g->pstate, &fv, &rv);
         if (pick >= (int)d->n) {
             fail(d, -EINVAL, "a custom policy picked a replica out of range");
             return;
         }
     } else {
         sb_ranking rk;
-        pick = sb_decide(d->router, &rq, 1, d->now, &rk);
+        pick = sb_decide(g->router, &rq, 1, d->now, &rk);
     }
     if (pick < 0) {
         settle_shed(d, idx, 0);
         return;
     }
     rt->replica = (uint32_t)pick;
-    rt->ticket = sb_router_dispatched(d->router, 0, (uint32_t)pick, r->n_prompt, d->now);
+    rt->ticket = sb_router_dispatched(g->router, 0, (uint32_t)pick, r->n_prompt, d->now);
     d->out->per_replica[pick]++;
+    d->out->per_gateway[g->index]++;
     if (d->p->custom && d->p->custom->on_dispatch)
-        d->p->custom->on_dispatch(d->pstate, &fv, &rv, (uint32_t)pick);
+        d->p->custom->on_dispatch(g->pstate, &fv, &rv, (uint32_t)pick);
     if (d->o->net_delay_ns)
         push(d, d->now + d->o->net_delay_ns, EV_DELIVER, (uint32_t)pick, idx);
     else
@@ -294,7 +323,7 @@ static uint32_t index_of(void *user)
 /* Released by the gate: scheduled now; a failure stops the release. */
 static bool on_admission_dispatch(void *ctx, void *user)
 {
-    driver *d = ctx;
+    driver *d = ((gateway *)ctx)->d;
     route(d, index_of(user));
     return !d->error;
 }
@@ -302,7 +331,7 @@ static bool on_admission_dispatch(void *ctx, void *user)
 /* Evicted (429) or expired (503) while queued. */
 static void on_admission_refuse(void *ctx, void *user, const sb_admission_refusal *r)
 {
-    settle_shed(ctx, index_of(user), r->status);
+    settle_shed(((gateway *)ctx)->d, index_of(user), r->status);
 }
 
 /* As the gateway (net/admission.c): refused (no endpoint available: 503; sheddable under
@@ -313,13 +342,14 @@ static void admit(driver *d, uint32_t idx)
     sb_request_desc rq = {
         .sched.pool = 0, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(&d->w->reqs[idx])};
     sb_admission_refusal r;
-    int a = sb_admission_admit(d->adm, &rq, d->now, &r);
+    sb_admission *adm = d->gw[rt->gw].adm;
+    int a = sb_admission_admit(adm, &rq, d->now, &r);
     if (a == SB_ADMIT_DISPATCH) {
         route(d, idx);
         return;
     }
     if (a == SB_ADMIT_WAIT) {
-        a = sb_admission_enqueue(d->adm, &rq, item_of(idx), d->now, NULL, &r);
+        a = sb_admission_enqueue(adm, &rq, item_of(idx), d->now, NULL, &r);
         if (a == SB_ADMIT_QUEUED) {
             rt->queued = true;
             return;
@@ -330,28 +360,41 @@ static void admit(driver *d, uint32_t idx)
 
 /* Re-examines the queue once at this instant, after whatever else happens at it (an answer
  * ends inside an engine's step: scheduling from there would submit to an engine mid-step). */
-static void want_drain(driver *d, sb_ns at)
+static void want_drain(driver *d, gateway *g, sb_ns at)
 {
-    if (d->adm && !d->drain_pending) {
-        d->drain_pending = true;
-        push(d, at, EV_DRAIN, 0, 0);
+    if (g->adm && !g->drain_pending) {
+        g->drain_pending = true;
+        push(d, at, EV_DRAIN, g->index, 0);
     }
 }
 
 /* The gateway's adaptive timer (net/gateway.c on_adaptive_tick), the same core calls: the pool's
  * detectors tick and a published snapshot goes in force (core/control.h); then flow control's
  * queue is re-examined (sb_admission_tick). */
-static void tick(driver *d)
+static void tick(driver *d, gateway *g)
 {
-    if (d->adaptive) {
-        sb_control_tick(d->router, 0, d->adaptive, d->p->profile, true, d->now);
-        double share = sb_adaptive_share(d->adaptive);
-        d->share_sum += share;
+    if (g->adaptive) {
+        sb_control_tick(g->router, 0, g->adaptive, d->p->profile, true, d->now);
+        double share = sb_adaptive_share(g->adaptive);
+        g->share_sum += share;
         d->out->share_max = share > d->out->share_max ? share : d->out->share_max;
         d->out->adaptive_ticks++;
     }
-    if (d->adm)
-        sb_admission_tick(d->adm, d->now);
+    if (g->adm)
+        sb_admission_tick(g->adm, d->now);
+}
+
+/* Past every gateway: a uniformly random replica per request (seeded by the request, so
+ * every policy sees the same), nobody's accounting. */
+static void bypass(driver *d, uint32_t idx)
+{
+    uint64_t z = mix64((d->o->seed ^ 0x4259504153535250ULL) + (uint64_t)idx * 0x9E3779B97F4A7C15ULL); /* "BYPASSRP" */
+    uint32_t rep = (uint32_t)(z % d->n);
+    d->rt[idx].replica = rep; /* not in per_replica: that is the gateways' balance */
+    if (d->o->net_delay_ns)
+        push(d, d->now + d->o->net_delay_ns, EV_DELIVER, rep, idx);
+    else
+        deliver(d, rep, idx);
 }
 
 static void arrive(driver *d, uint32_t idx)
@@ -363,19 +406,25 @@ static void arrive(driver *d, uint32_t idx)
     rt->replica = UINT32_MAX;
     if (d->first_arrival == NEVER)
         d->first_arrival = d->now;
+    gateway *g = rt->bypass ? NULL : &d->gw[rt->gw];
     /* The gateway counts an arrival once its model resolves, before admission. */
-    if (d->adaptive)
-        sb_adaptive_arrivals(d->adaptive, 1);
+    if (g && g->adaptive)
+        sb_adaptive_arrivals(g->adaptive, 1);
     if ((uint64_t)r->n_prompt + r->max_tokens > (uint64_t)ep->num_gpu_blocks * ep->block_size) {
         settle_shed(d, idx, 0); /* no replica could ever hold it (the engine says -E2BIG) */
         return;
     }
-    if (d->adm)
+    if (!g) {
+        bypass(d, idx);
+        return;
+    }
+    if (g->adm)
         admit(d, idx);
     else
         route(d, idx);
 }
 
+/* The request reaches its replica. */
 static void deliver(driver *d, uint32_t rep, uint32_t idx)
 {
     /* The hashes were computed at arrival into scratch since reused: compute them again. */
@@ -385,8 +434,23 @@ static void deliver(driver *d, uint32_t rep, uint32_t idx)
 
 static void first_byte(driver *d, uint32_t rep, uint32_t idx)
 {
-    sb_router_first_byte(d->router, 0, rep, &d->rt[idx].ticket, d->now);
-    sb_router_first_token(d->router, 0, rep, &d->rt[idx].ticket);
+    if (d->rt[idx].bypass || d->rt[idx].outcome == SB_REPLAY_FAILED)
+        return; /* nobody's accounting; or lost with its replica while the byte was on its way */
+    gateway *g = gw_of(d, idx);
+    sb_router_first_byte(g->router, 0, rep, &d->rt[idx].ticket, d->now);
+    sb_router_first_token(g->router, 0, rep, &d->rt[idx].ticket);
+    if (d->p->custom && d->p->custom->on_first_token) {
+        sb_replay_fleet_view fv = fleet_view(d, g);
+        d->p->custom->on_first_token(g->pstate, &fv, idx, rep);
+    }
+}
+
+/* The conversation's next turn, a think time after this answer. */
+static void next_turn(driver *d, uint32_t idx)
+{
+    uint32_t next = d->w->reqs[idx].followup;
+    if (next != SB_REPLAY_NO_REQUEST)
+        push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
 }
 
 /* The gateway sees the answer end at `now`: release the accounting, start the next turn. */
@@ -394,23 +458,92 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
 {
     req_rt *rt = &d->rt[idx];
     const sb_replay_request *r = &d->w->reqs[idx];
-    sb_router_finished(d->router, 0, rep, &rt->ticket, true, true, d->now);
-    /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
-    sb_router_observe_ttft(d->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
-    if (d->p->custom && d->p->custom->on_finish) {
-        sb_replay_fleet_view fv = fleet_view(d);
-        d->p->custom->on_finish(d->pstate, &fv, idx, rep, true);
-    }
     rt->outcome = SB_REPLAY_COMPLETED;
+    d->settled++;
+    if (rt->bypass) {
+        d->out->bypass_completed++;
+        d->out->bypass_requests++;
+        next_turn(d, idx);
+        return;
+    }
+    gateway *g = &d->gw[rt->gw];
+    sb_router_finished(g->router, 0, rep, &rt->ticket, true, true, d->now);
+    /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
+    sb_router_observe_ttft(g->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
+    if (d->p->custom && d->p->custom->on_finish) {
+        sb_replay_fleet_view fv = fleet_view(d, g);
+        d->p->custom->on_finish(g->pstate, &fv, idx, rep, true);
+    }
     d->out->completed++;
     d->out->requests++;
-    d->settled++;
     d->last_answer = d->now > d->last_answer ? d->now : d->last_answer;
-    uint32_t next = r->followup;
-    if (next != SB_REPLAY_NO_REQUEST)
-        push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
+    next_turn(d, idx);
     /* Capacity freed: net/admission.c re-examines the queue when a request ends. */
-    want_drain(d, d->now);
+    want_drain(d, g, d->now);
+}
+
+/* The request was on a replica that restarted: the gateway sees the connection fail (no retry:
+ * the answer may have begun), the conversation ends there. */
+static void lost(driver *d, uint32_t rep, uint32_t idx)
+{
+    req_rt *rt = &d->rt[idx];
+    rt->on_engine = false;
+    rt->outcome = SB_REPLAY_FAILED;
+    d->settled++;
+    if (d->out->records) {
+        sb_replay_record *rec = &d->out->records[idx];
+        *rec = (sb_replay_record){.arrival_ns = rt->arrival_ns,
+                                  .replica = rep,
+                                  .prompt_tokens = d->w->reqs[idx].n_prompt,
+                                  .outcome = SB_REPLAY_FAILED,
+                                  .band = rt->band,
+                                  .gateway = rt->gw,
+                                  .bypass = rt->bypass};
+    }
+    if (rt->bypass) {
+        d->out->bypass_failed++;
+        d->out->bypass_requests++;
+    } else {
+        gateway *g = &d->gw[rt->gw];
+        sb_router_finished(g->router, 0, rep, &rt->ticket, false, true, d->now);
+        if (d->p->custom && d->p->custom->on_finish) {
+            sb_replay_fleet_view fv = fleet_view(d, g);
+            d->p->custom->on_finish(g->pstate, &fv, idx, rep, false);
+        }
+        d->out->failed++;
+        d->out->requests++;
+        want_drain(d, g, d->now);
+    }
+    uint32_t next = d->w->reqs[idx].followup;
+    if (next != SB_REPLAY_NO_REQUEST)
+        settle_shed(d, next, 0);
+}
+
+/* The replica's process is replaced: a fresh engine (empty cache, counters at zero), and the
+ * requests on the old one are lost. The old engine's counters are kept for the run's totals. */
+static void restart(driver *d, uint32_t rep)
+{
+    sb_engine_metrics m;
+    sb_engine_metrics_get(d->engines[rep], &m);
+    d->gone_hits += m.prefix_cache_hits_total;
+    d->gone_queries += m.prefix_cache_queries_total;
+    d->gone_steps += m.num_steps_total;
+    sb_engine_params ep = d->o->engine;
+    ep.hash_secret = table_secret_of(d->o->seed);
+    sb_engine *fresh = sb_engine_new(&ep);
+    if (!fresh) {
+        fail(d, -ENOMEM, "out of memory (engines)");
+        return;
+    }
+    sb_engine_free(d->engines[rep]);
+    d->engines[rep] = fresh;
+    d->engine_gen[rep]++;
+    d->scheduled[rep] = false;
+    d->out->restarts++;
+    /* O(requests) per restart: restarts are few. */
+    for (uint32_t i = 0; i < (uint32_t)d->w->n; i++)
+        if (d->rt[i].on_engine && d->rt[i].replica == rep)
+            lost(d, rep, i);
 }
 
 /* The engine's final accounting of a request; client-side times add the delay both ways. */
@@ -419,6 +552,22 @@ static void account(driver *d, uint32_t idx, const sb_engine_usage *u)
     sb_ns rtt = 2 * d->o->net_delay_ns;
     sb_ns wait = d->rt[idx].dispatch_ns - d->rt[idx].arrival_ns; /* queued by flow control */
     sb_replay_result *out = d->out;
+    d->rt[idx].on_engine = false;
+    if (d->rt[idx].bypass) {
+        d->bypass_ttft[d->n_bypass_done++] = u->ttft_ns + rtt;
+        if (out->records)
+            out->records[idx] = (sb_replay_record){.arrival_ns = d->rt[idx].arrival_ns,
+                                                   .ttft_ns = u->ttft_ns + rtt,
+                                                   .e2e_ns = u->e2e_ns + rtt,
+                                                   .replica = d->rt[idx].replica,
+                                                   .prompt_tokens = u->prompt_tokens,
+                                                   .cached_tokens = u->cached_tokens,
+                                                   .completion_tokens = u->completion_tokens,
+                                                   .preemptions = u->preemptions,
+                                                   .outcome = SB_REPLAY_COMPLETED,
+                                                   .bypass = true};
+        return;
+    }
     d->rt[idx].ttft_ns = u->ttft_ns + rtt;
     d->rt[idx].client_ttft_ns = wait + u->ttft_ns + rtt;
     d->rt[idx].cached_tokens = u->cached_tokens;
@@ -441,7 +590,8 @@ static void account(driver *d, uint32_t idx, const sb_engine_usage *u)
                                   .preemptions = u->preemptions,
                                   .outcome = SB_REPLAY_COMPLETED,
                                   .band = d->rt[idx].band,
-                                  .wait_ns = wait};
+                                  .wait_ns = wait,
+                                  .gateway = d->rt[idx].gw};
     }
 }
 
@@ -477,26 +627,35 @@ static void handle(driver *d, const sb_replay_event *ev)
 {
     switch (ev->kind) {
     case EV_STEP:
+        if (ev->b != d->engine_gen[ev->a])
+            break; /* the step of an engine a restart replaced */
         d->scheduled[ev->a] = false;
         d->cur_replica = ev->a;
         sb_engine_advance(d->engines[ev->a], d->now, on_engine_event, d);
         mark_dirty(d, ev->a);
         break;
     case EV_SCRAPE:
-        scrape(d, ev->a);
-        push(d, d->now + d->o->scrape_ns, EV_SCRAPE, ev->a, 0);
+        scrape(d, &d->gw[ev->b], ev->a);
+        push(d, d->now + d->o->scrape_ns, EV_SCRAPE, ev->a, ev->b);
         break;
     case EV_ARRIVE: arrive(d, (uint32_t)ev->b); break;
     case EV_DELIVER: deliver(d, ev->a, (uint32_t)ev->b); break;
     case EV_FIRST: first_byte(d, ev->a, (uint32_t)ev->b); break;
     case EV_DONE: answered(d, ev->a, (uint32_t)ev->b); break;
     case EV_TICK:
-        tick(d);
-        push(d, d->now + d->tick_ns, EV_TICK, 0, 0);
+        tick(d, &d->gw[ev->a]);
+        push(d, d->now + d->tick_ns, EV_TICK, ev->a, 0);
         break;
     case EV_DRAIN:
-        d->drain_pending = false;
-        sb_admission_release(d->adm, 0, d->now);
+        d->gw[ev->a].drain_pending = false;
+        sb_admission_release(d->gw[ev->a].adm, 0, d->now);
+        break;
+    case EV_RESTART:
+        restart(d, ev->a);
+        if (d->o->restart_every_ns) {
+            d->next_restart_replica = (ev->a + 1) % d->n;
+            push(d, d->now + d->o->restart_every_ns, EV_RESTART, d->next_restart_replica, 0);
+        }
         break;
     }
 }
@@ -506,6 +665,36 @@ static void handle(driver *d, const sb_replay_event *ev)
 static sb_ns scaled_arrival(const sb_replay_opts *o, const sb_replay_request *r)
 {
     return o->time_scale == 1.0 ? r->arrival_ns : (sb_ns)((double)r->arrival_ns / o->time_scale);
+}
+
+/* The restarts: every restart_every_ns from a seeded phase, or `restarts` of them evenly over
+ * the span of the run's root arrivals; replicas in turn from a seeded one. */
+static void schedule_restarts(driver *d, size_t roots)
+{
+    const sb_replay_opts *o = d->o;
+    if (!o->restart_every_ns && !o->restarts)
+        return;
+    uint64_t z = mix64(o->seed ^ 0x5245535441525453ULL); /* "RESTARTS" */
+    uint32_t first = (uint32_t)(z % d->n);
+    if (o->restart_every_ns) {
+        sb_ns phase = (sb_ns)(mix64(z) % o->restart_every_ns);
+        push(d, EPOCH_NS + phase, EV_RESTART, first, 0);
+        return;
+    }
+    sb_ns t0 = NEVER, t1 = 0;
+    size_t seen = 0;
+    for (size_t i = 0; i < d->w->n && seen < roots; i++) {
+        if (d->w->reqs[i].is_followup)
+            continue;
+        sb_ns t = scaled_arrival(o, &d->w->reqs[i]);
+        t0 = t < t0 ? t : t0;
+        t1 = t > t1 ? t : t1;
+        seen++;
+    }
+    if (!seen)
+        return;
+    for (uint32_t j = 0; j < o->restarts; j++)
+        push(d, EPOCH_NS + t0 + (t1 - t0) * (j + 1) / (o->restarts + 1), EV_RESTART, (first + j) % d->n, 0);
 }
 
 /* Counts the roots this run admits (and, through their chains, every request it settles). */
@@ -527,12 +716,19 @@ static size_t select_roots(const sb_replay_workload *w, const sb_replay_opts *o,
     return roots;
 }
 
+static int cmp_ns(const void *a, const void *b)
+{
+    sb_ns x = *(const sb_ns *)a, y = *(const sb_ns *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void summarise(driver *d)
 {
     sb_replay_result *out = d->out;
     sb_replay_latency_summary(out, d->ttft, d->e2e, d->n_done, d->itl_hist);
 
-    uint64_t hits = 0, queries = 0;
+    uint64_t hits = d->gone_hits, queries = d->gone_queries;
+    out->engine_steps = d->gone_steps;
     for (uint32_t i = 0; i < d->n; i++) {
         sb_engine_metrics m;
         sb_engine_metrics_get(d->engines[i], &m);
@@ -551,12 +747,24 @@ static void summarise(driver *d)
     out->ttft_sorted = d->ttft;
     out->n_ttft = d->n_done;
     d->ttft = NULL;
-    if (d->adaptive) {
-        out->adaptive = true;
-        out->adaptive_generations = sb_adaptive_generation(d->adaptive);
-        out->imbalance_changes = sb_adaptive_regime_changes(d->adaptive, SB_DETECT_IMBALANCE);
-        out->share_mean = out->adaptive_ticks ? d->share_sum / (double)out->adaptive_ticks : 0;
+    if (d->n_bypass_done) {
+        qsort(d->bypass_ttft, d->n_bypass_done, sizeof(sb_ns), cmp_ns);
+        out->bypass_ttft_p50_ms = sb_replay_percentile(d->bypass_ttft, d->n_bypass_done, 0.50) * 1e-6;
+        out->bypass_ttft_p90_ms = sb_replay_percentile(d->bypass_ttft, d->n_bypass_done, 0.90) * 1e-6;
+        out->bypass_ttft_p99_ms = sb_replay_percentile(d->bypass_ttft, d->n_bypass_done, 0.99) * 1e-6;
     }
+    /* With several gateways, the adaptive figures add up over them (one gateway: its own). */
+    double share_sum = 0;
+    for (uint32_t g = 0; g < d->n_gw; g++) {
+        if (!d->gw[g].adaptive)
+            continue;
+        out->adaptive = true;
+        out->adaptive_generations += sb_adaptive_generation(d->gw[g].adaptive);
+        out->imbalance_changes += sb_adaptive_regime_changes(d->gw[g].adaptive, SB_DETECT_IMBALANCE);
+        share_sum += d->gw[g].share_sum;
+    }
+    if (out->adaptive)
+        out->share_mean = out->adaptive_ticks ? share_sum / (double)out->adaptive_ticks : 0;
 }
 
 static int check_opts(driver *d)
@@ -578,6 +786,12 @@ static int check_opts(driver *d)
                     "the router's block size (block_bytes / bytes_per_token) and time_scale must be "
                     "positive");
     d->block_tokens = (uint32_t)bt;
+    if (o->gateways < 1 || o->gateways > SB_REPLAY_MAX_GATEWAYS)
+        return fail(d, -EINVAL, "gateways must be 1 to 64");
+    if (!(o->bypass >= 0 && o->bypass <= 1))
+        return fail(d, -EINVAL, "the bypass fraction must be within 0..1");
+    if (o->restart_every_ns && o->restarts)
+        return fail(d, -EINVAL, "give restarts as an interval or a count, not both");
     if (!d->p->profile && !d->p->custom)
         return fail(d, -EINVAL, "the policy is not resolved");
     if (o->adaptive && !d->p->profile)
@@ -612,6 +826,15 @@ static int alloc_state(driver *d, uint64_t secret)
     const sb_replay_workload *w = d->w;
     sb_replay_result *out = d->out;
     d->n = o->replicas;
+    d->n_gw = o->gateways;
+    d->gw = sb_calloc(d->n_gw, sizeof(gateway));
+    d->engine_gen = sb_calloc(d->n, sizeof(uint32_t));
+    out->per_gateway = sb_calloc(d->n_gw, sizeof(uint64_t));
+    out->n_gateways = d->n_gw;
+    if (o->bypass > 0)
+        d->bypass_ttft = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
+    if (!d->gw || !d->engine_gen || !out->per_gateway || (o->bypass > 0 && !d->bypass_ttft))
+        return fail(d, -ENOMEM, "out of memory");
     d->engines = sb_calloc(d->n, sizeof(*d->engines));
     d->scheduled = sb_calloc(d->n, sizeof(bool));
     d->is_dirty = sb_calloc(d->n, sizeof(bool));
@@ -630,9 +853,15 @@ static int alloc_state(driver *d, uint64_t secret)
         out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
         out->n_records = w->n;
     }
-    d->router = sb_router_new(o->seed, secret);
+    /* Gateway 0 is seeded as the single gateway always was; the others apart from it. */
+    for (uint32_t g = 0; g < d->n_gw; g++) {
+        d->gw[g].d = d;
+        d->gw[g].index = g;
+        if (!(d->gw[g].router = sb_router_new(o->seed + (uint64_t)g * 0x9E3779B97F4A7C15ULL, secret)))
+            return fail(d, -ENOMEM, "out of memory");
+    }
     if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
-        !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records) || !d->router)
+        !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records))
         return fail(d, -ENOMEM, "out of memory");
     sb_engine_params ep = o->engine;
     ep.hash_secret = secret;
@@ -644,27 +873,54 @@ static int alloc_state(driver *d, uint64_t secret)
 
 /* One pool, as a config with one pool of `replicas` endpoints would build it. A custom policy
  * never runs the pool's profile; the pool still needs one. */
-static int set_up_pool(driver *d)
+static int set_up_pool(driver *d, sb_router *router)
 {
     const sb_replay_opts *o = d->o;
     const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
     const char *model = o->model ? o->model : DEFAULT_MODEL;
-    if (sb_router_add_pool(d->router, "replay", prof, d->n, &o->pool) != 0 ||
-        sb_router_add_model(d->router, 0, model, SB_MODEL_SERVED) != 0)
+    if (sb_router_add_pool(router, "replay", prof, d->n, &o->pool) != 0 ||
+        sb_router_add_model(router, 0, model, SB_MODEL_SERVED) != 0)
         return fail(d, -ENOMEM, "out of memory (router)");
     d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);
     for (uint32_t a = 1; a <= d->w->n_adapters; a++) {
         char name[32];
         int len = snprintf(name, sizeof(name), "adapter-%u", a);
-        if (sb_router_add_model(d->router, 0, name, SB_MODEL_ADAPTER) != 0)
+        if (sb_router_add_model(router, 0, name, SB_MODEL_ADAPTER) != 0)
             return fail(d, -ENOMEM, "out of memory (router)");
         d->hash_seeds[a] = sb_prompt_seed(model, strlen(model), name, (size_t)len);
     }
     /* The consistent-hash ring of the session and prefix-hash scorers, as net/gateway.c builds
      * it; endpoints have no address here, so the ring names them "#<index>". */
-    if (sb_router_build_ring(d->router, 0) < 0)
+    if (sb_router_build_ring(router, 0) < 0)
         return fail(d, -ENOMEM, "out of memory (router)");
     return 0;
+}
+
+/* Which gateway each request reaches, and which conversations bypass them all. An L4 balancer
+ * spreads connections, not requests: a client with a session (a conversation, a user) keeps
+ * its keep-alive connection, hence its gateway (a seeded hash of the session key); a request
+ * without one comes on a connection of its own (a seeded hash of its index). Bypass is drawn
+ * per conversation: a client either talks to the gateways or to the replicas. Both depend on
+ * the seed and the workload only, so every policy sees the same split. */
+static void assign_gateways(driver *d)
+{
+    const sb_replay_workload *w = d->w;
+    const sb_replay_opts *o = d->o;
+    uint64_t gseed = mix64(o->seed ^ 0x4741544557415953ULL); /* "GATEWAYS" */
+    uint64_t bseed = mix64(o->seed ^ 0x4259504153534553ULL); /* "BYPASSES" */
+    for (size_t i = 0; i < w->n; i++) {
+        const sb_replay_request *r = &w->reqs[i];
+        if (d->n_gw > 1) {
+            uint64_t key = r->session ? mix64(gseed ^ mix64(r->session)) : mix64(gseed + i * 0x9E3779B97F4A7C15ULL);
+            d->rt[i].gw = (uint16_t)(key % d->n_gw);
+        }
+        if (o->bypass > 0 && !r->is_followup) {
+            double u = (double)(mix64(bseed + i * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
+            if (u < o->bypass)
+                for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = w->reqs[k].followup)
+                    d->rt[k].bypass = true;
+        }
+    }
 }
 
 static int set_up(driver *d)
@@ -675,44 +931,63 @@ static int set_up(driver *d)
      * the seed, so runs repeat (and only placement depends on it: results do not). */
     uint64_t secret = table_secret_of(o->seed);
     int rc = alloc_state(d, secret);
-    if (rc < 0 || (rc = set_up_pool(d)) < 0)
+    if (rc < 0)
         return rc;
-    d->prng = o->seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
-    if (!d->prng)
-        d->prng = 1;
-    if (d->p->custom && d->p->custom->create) {
-        sb_replay_policy_env env = {
-            .n_replicas = d->n, .engine = &o->engine, .router_block_tokens = d->block_tokens, .seed = o->seed,
-            .hash_secret = secret};
-        if (!(d->pstate = d->p->custom->create(&env)))
-            return fail(d, -ENOMEM, "out of memory (policy state)");
+    for (uint32_t gi = 0; gi < d->n_gw; gi++) {
+        gateway *g = &d->gw[gi];
+        uint64_t seed = o->seed + (uint64_t)gi * 0x9E3779B97F4A7C15ULL; /* gateway 0: the run's seed */
+        if ((rc = set_up_pool(d, g->router)) < 0)
+            return rc;
+        g->prng = seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
+        if (!g->prng)
+            g->prng = 1;
+        if (d->p->custom && d->p->custom->create) {
+            sb_replay_policy_env env = {.n_replicas = d->n,
+                                        .engine = &o->engine,
+                                        .router_block_tokens = d->block_tokens,
+                                        .seed = seed,
+                                        .hash_secret = secret,
+                                        .event_lag_ns = o->event_lag_ns};
+            if (!(g->pstate = d->p->custom->create(&env)))
+                return fail(d, -ENOMEM, "out of memory (policy state)");
+        }
+        /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot
+         * from the start (generation 1: the base weights for a balanced pool), if it has weight
+         * to move. */
+        if (o->adaptive) {
+            if (!(g->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
+                return fail(d, -ENOMEM, "out of memory (adaptive)");
+            sb_control_publish(g->router, 0, g->adaptive, d->p->profile, true);
+        }
+        if (o->flow_control) {
+            static const sb_admission_ops ops = {.dispatch = on_admission_dispatch, .refuse = on_admission_refuse};
+            sb_flow_config fc = o->flow;
+            fc.hash_secret = secret;
+            if (!(g->adm = sb_admission_new(g->router, 1, &fc, &ops, g)))
+                return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
+        }
     }
     for (size_t i = 0; i < w->n; i++)
         d->rt[i].band = SB_BAND_STANDARD;
     if (d->out->have_bands)
         drv_assign_bands(d);
-    /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
-     * the start (generation 1: the base weights for a balanced pool), if it has weight to move. */
-    if (o->adaptive) {
-        if (!(d->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
-            return fail(d, -ENOMEM, "out of memory (adaptive)");
-        sb_control_publish(d->router, 0, d->adaptive, d->p->profile, true);
-    }
-    if (o->flow_control) {
-        static const sb_admission_ops ops = {.dispatch = on_admission_dispatch, .refuse = on_admission_refuse};
-        sb_flow_config fc = o->flow;
-        fc.hash_secret = secret;
-        if (!(d->adm = sb_admission_new(d->router, 1, &fc, &ops, d)))
-            return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
-    }
+    assign_gateways(d);
     d->tick_ns = o->scrape_ns && o->scrape_ns < TICK_MAX_NS ? o->scrape_ns : TICK_MAX_NS;
     return 0;
 }
 
 static void tear_down(driver *d)
 {
-    if (d->pstate && d->p->custom->destroy)
-        d->p->custom->destroy(d->pstate);
+    for (uint32_t g = 0; d->gw && g < d->n_gw; g++) {
+        if (d->gw[g].pstate && d->p->custom->destroy)
+            d->p->custom->destroy(d->gw[g].pstate);
+        sb_adaptive_free(d->gw[g].adaptive);
+        sb_admission_free(d->gw[g].adm);
+        sb_router_free(d->gw[g].router);
+    }
+    sb_free(d->gw);
+    sb_free(d->engine_gen);
+    sb_free(d->bypass_ttft);
     for (uint32_t i = 0; d->engines && i < d->n; i++)
         sb_engine_free(d->engines[i]);
     sb_free(d->engines);
@@ -727,9 +1002,6 @@ static void tear_down(driver *d)
     sb_free(d->answer);
     sb_free(d->rhash);
     sb_free(d->ehash);
-    sb_adaptive_free(d->adaptive);
-    sb_admission_free(d->adm);
-    sb_router_free(d->router);
     sb_replay_queue_free(&d->q);
 }
 
@@ -751,13 +1023,18 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
         out->rate = w->rate * o->time_scale;
         size_t roots = select_roots(w, o, &d.total);
         /* Probing starts before traffic: one scrape of everyone at the start, then each
-         * replica on its own phase. */
-        for (uint32_t i = 0; i < d.n && o->scrape_ns; i++) {
-            scrape(&d, i);
-            push(&d, EPOCH_NS + o->scrape_ns * (i + 1) / d.n, EV_SCRAPE, i, 0);
-        }
-        if (d.adaptive || d.adm)
-            push(&d, EPOCH_NS + d.tick_ns, EV_TICK, 0, 0);
+         * replica on its own phase; gateway g's phases lag by g / G of a replica's slot. */
+        for (uint32_t g = 0; g < d.n_gw; g++)
+            for (uint32_t i = 0; i < d.n && o->scrape_ns; i++) {
+                scrape(&d, &d.gw[g], i);
+                sb_ns slot = o->scrape_ns * (i + 1) / d.n;
+                sb_ns lag = o->scrape_ns * g / ((sb_ns)d.n * d.n_gw);
+                push(&d, EPOCH_NS + slot + lag, EV_SCRAPE, i, g);
+            }
+        for (uint32_t g = 0; g < d.n_gw; g++)
+            if (d.gw[g].adaptive || d.gw[g].adm)
+                push(&d, EPOCH_NS + d.tick_ns, EV_TICK, g, 0);
+        schedule_restarts(&d, roots);
         size_t cursor = 0, admitted = 0;
         while (d.settled < d.total && !d.error) {
             while (cursor < w->n && w->reqs[cursor].is_followup)
@@ -803,6 +1080,8 @@ void sb_replay_result_free(sb_replay_result *r)
 {
     if (!r)
         return;
+    sb_free(r->per_gateway);
+    r->per_gateway = NULL;
     sb_free(r->ttft_sorted);
     sb_free(r->per_replica);
     sb_free(r->records);

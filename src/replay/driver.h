@@ -40,6 +40,28 @@
  *     band and a tenant from a hash of the seed and its root's index, so every policy sees the
  *     same requests in the same bands; results are then also reported per band.
  *
+ * Fleet events (issue 13; all off by default, and a run without them is unchanged):
+ *   - gateways G: G gateway replicas, each with its own router (prefix index, in-flight
+ *     accounting, reports), its own adaptive configurator and admission when enabled, and its
+ *     own state of a custom policy. Each scrapes every replica itself, gateway g's phase offset
+ *     by g / G of a replica's scrape slot. Requests reach them as an L4 balancer in front of
+ *     gateways spreads connections: a request with a session key (a conversation, a user)
+ *     rides that client's keep-alive connection, so its gateway is a seeded hash of the key;
+ *     one without goes on its own connection: a seeded hash of its index.
+ *   - bypass F: a seeded fraction F of conversations (a batch job, a direct client) goes to a
+ *     uniformly random replica per request, past every gateway: the routers only see them in
+ *     the scraped load. They count in the engines' hit rate and steps; their latency is
+ *     reported apart (sb_replay_result.bypass_*), never in the gateways' figures.
+ *   - restarts: a replica's engine is replaced by a fresh one (empty cache, counters at zero);
+ *     the requests on it fail (the gateway sees a connection error: sb_router_finished with
+ *     ok false) and their conversations end. Nobody tells the routers: their prefix index
+ *     learns of it only as the gateway does, from the scraped counters going backwards
+ *     (sb_endpoint_report_set -> sb_router_prefix_clear, as net/probe.c). restart_every_ns:
+ *     one replica every interval, in turn from a seeded replica, the first at a seeded phase;
+ *     restarts N: N restarts evenly over the span of the arrivals, in turn likewise.
+ *   - event_lag_ns: the exact-cache references fed by KV events see the cache as it was that
+ *     long ago (replay/lag_queue.h); min-predicted-ttft, a reference by definition, sees it now.
+ *
  * Deterministic: no wall clock, no unseeded randomness, and the queue breaks time ties by
  * insertion order; the same workload, policy, options and seed give bit-identical results.
  * Cost per event is O(log events queued) plus the engine's own work; a pick is O(replicas)
@@ -86,7 +108,22 @@ typedef struct sb_replay_opts {
      * standard, the gateway's band for a request without x-priority. */
     double band_mix[SB_BAND_COUNT];
     uint32_t tenants; /* conversations spread uniformly over this many tenants; 0 or 1 = one */
+    /* Issue 13: what a fleet does that a single gateway's routing never sees (below). */
+    uint32_t gateways;      /* gateway replicas, each its own router and policy state; >= 1 */
+    double bypass;          /* fraction of conversations sent straight to a replica, 0..1 */
+    sb_ns restart_every_ns; /* a replica restarts every this often, each in turn; 0 = never */
+    uint32_t restarts;      /* or: this many restarts spread over the arrivals; 0 = none */
+    sb_ns event_lag_ns;     /* KV-event lag of the references fed by events (dynamo-kv, llm-d-precise) */
 } sb_replay_opts;
+
+/* The default KV-event lag: vLLM publishes a step's events when the step ends
+ * (vllm/v1/core/sched/scheduler.py update_from_output -> KVEventPublisher.publish), so a
+ * subscriber hears of a block about one engine step after it is scheduled; the default
+ * simulated engine's step at a moderate batch with a prefill chunk in it is of the order of
+ * 20 ms (sim/engine.c: 5.75 ms overhead + 17.25 us per prefill token). ZMQ transport adds
+ * well under a millisecond on a LAN. */
+#define SB_REPLAY_EVENT_LAG_DEFAULT_NS SB_MS(20)
+#define SB_REPLAY_MAX_GATEWAYS 64
 
 /* Fills *o with the defaults above. */
 void sb_replay_opts_default(sb_replay_opts *o);
@@ -95,7 +132,8 @@ void sb_replay_opts_default(sb_replay_opts *o);
  * -EINVAL with a message in err for unusable options (zero replicas, engine parameters that
  * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters, adaptive
  * parameters that fail their check or adaptive with a custom policy, a negative or all-NaN
- * band mix, flow bounds sb_flow_new refuses) or a custom policy returning a replica out of
+ * band mix, flow bounds sb_flow_new refuses, gateways outside 1..64, a bypass fraction outside
+ * 0..1, both restart_every_ns and restarts) or a custom policy returning a replica out of
  * range; -ENOMEM. On failure *out holds nothing to
  * free. w and p are only read and may be reused for other runs. */
 int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,

@@ -25,7 +25,7 @@
 #define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/prompt.h) */
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
 
-enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN };
+enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN, EV_RESTART };
 
 /* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
 #define TICK_MAX_NS SB_MS(100)
@@ -43,7 +43,25 @@ typedef struct req_rt {
     uint8_t outcome;
     uint8_t band;
     bool queued;
+    bool bypass;    /* past every gateway (opts.bypass) */
+    bool on_engine; /* submitted to its replica's engine, not finished there */
+    uint16_t gw;    /* the gateway replica that routes it */
 } req_rt;
+
+struct driver;
+
+/* One gateway replica: what a gateway process owns (opts.gateways of them). */
+typedef struct gateway {
+    struct driver *d;
+    uint32_t index;
+    sb_router *router;
+    void *pstate; /* a custom policy's state */
+    uint64_t prng;
+    sb_adaptive *adaptive;
+    sb_admission *adm;  /* flow control; NULL without */
+    bool drain_pending; /* an EV_DRAIN is queued at `now` */
+    double share_sum;
+} gateway;
 
 typedef struct driver {
     const sb_replay_workload *w;
@@ -54,8 +72,10 @@ typedef struct driver {
     size_t errcap;
     int error;
 
-    sb_router *router;
+    gateway *gw;
+    uint32_t n_gw;
     sb_engine **engines;
+    uint32_t *engine_gen; /* incremented by a restart: an EV_STEP of an older engine is void */
     uint32_t n;
     bool *scheduled; /* an EV_STEP is queued for the engine */
     bool *is_dirty;  /* touched at `now`: its next step is due once time moves on */
@@ -79,15 +99,14 @@ typedef struct driver {
     uint64_t *rhash, *ehash;
     sb_engine_adapter adapters[MAX_ADAPTERS + 1];
     uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */
-    void *pstate;
-    uint64_t prng;
 
-    /* adaptive weights and flow control, as the gateway runs them */
-    sb_adaptive *adaptive;
-    sb_admission *adm; /* flow control; NULL without */
-    sb_ns tick_ns;
-    bool drain_pending; /* an EV_DRAIN is queued at `now` */
-    double share_sum;
+    sb_ns tick_ns; /* the gateways' adaptive and flow-control timer */
+
+    /* fleet events */
+    sb_ns *bypass_ttft;
+    size_t n_bypass_done;
+    uint64_t gone_hits, gone_queries, gone_steps; /* counters of engines replaced by restarts */
+    uint32_t next_restart_replica;
 } driver;
 
 /* ---- driver_bands.c ---- */

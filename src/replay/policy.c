@@ -13,7 +13,9 @@ extern const sb_replay_policy_def sb_policy_round_robin, sb_policy_random, sb_po
 /* Reference policies reproducing peers (issue 6), each citing its source in its file. */
 extern const sb_replay_policy_def sb_policy_session_hash, sb_policy_kubeai_chwbl, sb_policy_sglang_cache_aware,
     sb_policy_sglang_cache_aware_rust, sb_policy_gie_default, sb_policy_production_stack_prefix,
-    sb_policy_aibrix_prefix, sb_policy_dynamo_kv, sb_policy_oracle;
+    sb_policy_aibrix_prefix, sb_policy_dynamo_kv, sb_policy_min_predicted_ttft;
+/* Issue 13: llm-d's 2026 default and its precise (KV-event-fed) profile. */
+extern const sb_replay_policy_def sb_policy_llm_d_sticky, sb_policy_llm_d_precise;
 
 static const sb_replay_policy_def *const policies[] = {
     &sb_policy_round_robin,
@@ -30,7 +32,9 @@ static const sb_replay_policy_def *const policies[] = {
     &sb_policy_production_stack_prefix,
     &sb_policy_aibrix_prefix,
     &sb_policy_dynamo_kv,
-    &sb_policy_oracle,
+    &sb_policy_min_predicted_ttft,
+    &sb_policy_llm_d_sticky,
+    &sb_policy_llm_d_precise,
     NULL,
 };
 

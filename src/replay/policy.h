@@ -10,7 +10,7 @@
  *      (random, and later session hash, KubeAI CHWBL, SGLang cache-aware, ...). They see what
  *      the gateway would see (the request's routing descriptor, the endpoints' scraped reports
  *      and the router's own accounting), the prompt's token ids for text-based rules, and, for
- *      oracle-style references only, the engines themselves.
+ *      references defined to see them only, the engines themselves.
  * Whatever the kind, the driver does the bookkeeping around the decision identically: it tells
  * the router of dispatch, first byte and completion (so endpoint accounting and reports mean
  * the same for every policy), submits to the engine, and measures.
@@ -39,6 +39,7 @@ typedef struct sb_replay_policy_env {
     uint32_t router_block_tokens;   /* tokens per router index block (sched->block_hashes) */
     uint64_t seed;                  /* the run's seed; the policy's rng is seeded from it too */
     uint64_t hash_secret;           /* for the slots of its tables (base/hash.h), from the seed */
+    sb_ns event_lag_ns;             /* KV events reach an event-fed reference this late (0: at once) */
 } sb_replay_policy_env;
 
 /* The fleet at a decision. Valid during the call only. */
@@ -50,7 +51,8 @@ typedef struct sb_replay_fleet_view {
     sb_router *router;
     uint32_t pool;
     /* The engines: exact, instantaneous state. Only references that by definition see
-     * everything (an oracle, Dynamo's KV events) may read them; read only. */
+     * everything (min-predicted-ttft, the KV-event-fed references through a
+     * lagged shadow) may read them; read only. */
     sb_engine *const *engines;
     uint64_t *rng; /* the policy's own seeded xorshift state (sb_rand_next) */
 } sb_replay_fleet_view;
@@ -72,7 +74,7 @@ typedef struct sb_replay_request_view {
     uint32_t max_tokens;
 } sb_replay_request_view;
 
-/* A custom decision rule. create/destroy/on_dispatch/on_finish may be NULL. */
+/* A custom decision rule. Every hook but pick may be NULL. */
 typedef struct sb_replay_custom_ops {
     /* Returns the state for one run (NULL means ENOMEM, the run fails). */
     void *(*create)(const sb_replay_policy_env *env);
@@ -84,6 +86,8 @@ typedef struct sb_replay_custom_ops {
                         uint32_t replica);
     /* When the gateway sees the request end (its last byte, or its failure). */
     void (*on_finish)(void *state, const sb_replay_fleet_view *fleet, uint64_t id, uint32_t replica, bool ok);
+    /* When the gateway sees the request's first streamed byte (its prefill is done there). */
+    void (*on_first_token)(void *state, const sb_replay_fleet_view *fleet, uint64_t id, uint32_t replica);
 } sb_replay_custom_ops;
 
 /* A registry entry: exactly one of profile, build, custom is set. */

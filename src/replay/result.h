@@ -12,7 +12,8 @@
 #include "core/flow.h"
 #include "core/sched.h"
 
-enum sb_replay_outcome { SB_REPLAY_PENDING = 0, SB_REPLAY_COMPLETED, SB_REPLAY_SHED };
+/* FAILED: dispatched, then lost with its replica (a restart while it was on the engine). */
+enum sb_replay_outcome { SB_REPLAY_PENDING = 0, SB_REPLAY_COMPLETED, SB_REPLAY_SHED, SB_REPLAY_FAILED };
 
 /* One request, as the client saw it (times include the network delay both ways). */
 typedef struct sb_replay_record {
@@ -25,6 +26,8 @@ typedef struct sb_replay_record {
     uint8_t band;    /* enum sb_band (standard without a band mix) */
     uint16_t status; /* flow control's refusal: 429 (shed, full, evicted) or 503 (expired); else 0 */
     sb_ns wait_ns;   /* time queued by flow control before dispatch */
+    uint16_t gateway; /* the gateway replica that routed it (0 with one gateway) */
+    bool bypass;      /* sent straight to a replica, past every gateway (--bypass) */
 } sb_replay_record;
 
 /* One priority band's share of a run (flow control or a band mix). */
@@ -42,7 +45,7 @@ typedef struct sb_replay_band_result {
 typedef struct sb_replay_result {
     char policy[SB_PROFILE_NAME_MAX];
     double rate;       /* offered root arrival rate, requests/s (workload rate x scale) */
-    uint64_t requests; /* offered: completed + shed */
+    uint64_t requests; /* offered through the gateways: completed + shed + failed */
     uint64_t completed, shed;
     double ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, ttft_mean_ms;
     double e2e_p50_ms, e2e_p99_ms;
@@ -63,6 +66,16 @@ typedef struct sb_replay_result {
     bool adaptive;
     uint64_t adaptive_generations, imbalance_changes, adaptive_ticks;
     double share_mean, share_max;
+    /* Fleet events (issue 13): gateway replicas, traffic that bypasses them, replica restarts.
+     * `failed` counts gateway requests lost on a restarting replica (also in `requests`);
+     * bypassed requests are outside every figure above except hit_rate and engine_steps (the
+     * engines served them) and are reported here alone. */
+    uint32_t n_gateways;   /* >= 1 */
+    uint64_t *per_gateway; /* owned: requests each gateway dispatched */
+    uint64_t failed;       /* gateway requests lost to a restart */
+    uint64_t restarts;     /* replica restarts during the run */
+    uint64_t bypass_requests, bypass_completed, bypass_failed, bypass_shed;
+    double bypass_ttft_p50_ms, bypass_ttft_p90_ms, bypass_ttft_p99_ms;
     /* Owned; freed by sb_replay_result_free. */
     sb_ns *ttft_sorted; /* every completed request's TTFT, ascending (for CDFs) */
     size_t n_ttft;

@@ -19,7 +19,11 @@
  * and in docs/replay.md). Blocks are the engines' own (16 tokens, their chained hashes). Active
  * requests are this policy's dispatches not yet answered; those still in prefill are the
  * newest whose prompts add up to the router's first-byte-pending count (Dynamo marks prefill
- * complete when the first token comes back), each counted with the tokens it had to compute. */
+ * complete when the first token comes back), each counted with the tokens it had to compute.
+ *
+ * The cache side (overlap, tree size) is heard through KV events, so it lags: kv_shadow.h's
+ * sb_kv_view shows the caches as they were --event-lag-ms ago (default one engine step,
+ * replay/driver.h); the active side (Dynamo's ActiveSequences) is the router's own and exact. */
 #include "base/alloc.h"
 #include "replay/policies/kv_shadow.h"
 #include "replay/policy.h"
@@ -28,7 +32,7 @@
 
 typedef struct state {
     uint32_t n, block_size;
-    sb_kv_shadow *shadow;
+    sb_kv_view *view;
     uint32_t *ties;
 } state;
 
@@ -37,7 +41,7 @@ static void destroy(void *st)
     state *s = st;
     if (!s)
         return;
-    sb_kv_shadow_free(s->shadow);
+    sb_kv_view_free(s->view);
     sb_free(s->ties);
     sb_free(s);
 }
@@ -49,9 +53,9 @@ static void *create(const sb_replay_policy_env *env)
         return NULL;
     s->n = env->n_replicas;
     s->block_size = env->engine->block_size;
-    s->shadow = sb_kv_shadow_new(s->n, env->engine);
+    s->view = sb_kv_view_new(s->n, env->engine, env->event_lag_ns);
     s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
-    if (!s->shadow || !s->ties) {
+    if (!s->view || !s->ties) {
         destroy(s);
         return NULL;
     }
@@ -64,18 +68,19 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
     double best = 0;
     uint32_t best_tree = 0, nt = 0;
     uint32_t partial = r->n_tokens % s->block_size ? 1 : 0;
+    const sb_kv_shadow *cache = sb_kv_view_cache(s->view, f->now), *active = sb_kv_view_active(s->view);
     for (uint32_t i = 0; i < s->n; i++) {
         const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
-        uint32_t overlap = sb_kv_shadow_cached_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes);
+        uint32_t overlap = sb_kv_shadow_cached_blocks(cache, i, r->engine_hashes, r->n_engine_hashes);
         uint64_t cached = (uint64_t)overlap * s->block_size;
         uint64_t own = r->n_tokens > cached ? r->n_tokens - cached : 0;
-        uint64_t active = sb_kv_shadow_pending_uncached(s->shadow, i, ep->pending_prefill_tokens, NULL);
-        double prefill_blocks = (double)(active + own) / s->block_size;
-        double decode_blocks = (double)sb_kv_shadow_active_blocks(s->shadow, i) +
-                               sb_kv_shadow_new_active_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes) +
+        uint64_t queued = sb_kv_shadow_pending_uncached(active, i, ep->pending_prefill_tokens, NULL);
+        double prefill_blocks = (double)(queued + own) / s->block_size;
+        double decode_blocks = (double)sb_kv_shadow_active_blocks(active, i) +
+                               sb_kv_shadow_new_active_blocks(active, i, r->engine_hashes, r->n_engine_hashes) +
                                partial;
         double logit = OVERLAP_SCORE_WEIGHT * prefill_blocks + decode_blocks;
-        uint32_t tree = sb_kv_shadow_cached_total(s->shadow, i);
+        uint32_t tree = sb_kv_shadow_cached_total(cache, i);
         if (nt == 0 || logit < best || (logit == best && tree < best_tree)) {
             best = logit;
             best_tree = tree;
@@ -89,16 +94,14 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
 
 static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
 {
-    (void)f;
-    sb_kv_shadow_record(((state *)st)->shadow, replica, r);
+    sb_kv_view_record(((state *)st)->view, f->now, replica, r);
 }
 
 static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
 {
-    (void)f;
     (void)replica;
     (void)ok;
-    sb_kv_shadow_finish(((state *)st)->shadow, id);
+    sb_kv_view_finish(((state *)st)->view, f->now, id);
 }
 
 static const sb_replay_custom_ops ops = {
@@ -106,7 +109,8 @@ static const sb_replay_custom_ops ops = {
 
 const sb_replay_policy_def sb_policy_dynamo_kv = {
     .name = "dynamo-kv",
-    .summary = "NVIDIA Dynamo KV router: min of 1.0 x prefill blocks + decode blocks, temperature 0, exact cache "
-               "(shadow of the engines) (dynamo lib/llm/src/kv_router/scheduler.rs, kv_router.rs)",
+    .summary = "NVIDIA Dynamo KV router: min of 1.0 x prefill blocks + decode blocks, temperature 0, cache from KV "
+               "events (shadow of the engines, --event-lag-ms late) (dynamo lib/llm/src/kv_router/scheduler.rs, "
+               "kv_router.rs)",
     .custom = &ops,
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "replay/lag_queue.h"
 #include "replay/policies/block_lru.h"
 #include "replay/policy.h"
 
@@ -73,6 +74,11 @@ uint32_t sb_kv_shadow_cached_blocks(const sb_kv_shadow *s, uint32_t replica, con
     while (k < n && sb_block_lru_find(b, hashes[k]) != SB_BLOCK_LRU_NONE)
         k++;
     return k;
+}
+
+bool sb_kv_shadow_holds(const sb_kv_shadow *s, uint32_t replica, uint64_t hash)
+{
+    return sb_block_lru_find(s->reps[replica].blocks, hash) != SB_BLOCK_LRU_NONE;
 }
 
 uint32_t sb_kv_shadow_cached_tokens(const sb_kv_shadow *s, uint32_t cached_blocks, uint32_t n_prompt)
@@ -218,4 +224,102 @@ void sb_kv_shadow_record(sb_kv_shadow *s, uint32_t replica, const sb_replay_requ
     uint32_t uncached = r->n_tokens - sb_kv_shadow_cached_tokens(s, overlap, r->n_tokens);
     (void)sb_kv_shadow_dispatch(s, replica, r->id, r->engine_hashes, r->n_engine_hashes, r->n_tokens,
                                 r->max_tokens, uncached);
+}
+
+/* ---- sb_kv_view ---- */
+
+enum { VIEW_DISPATCH = 1, VIEW_FINISH };
+
+/* A dispatch as it travels through the lag queue: the fields sb_kv_shadow_record reads. */
+typedef struct dispatch_msg {
+    uint32_t replica, n_tokens, max_tokens;
+    uint32_t n_hashes;
+    uint64_t hashes[];
+} dispatch_msg;
+
+struct sb_kv_view {
+    sb_kv_shadow *now;    /* the router's own sequences */
+    sb_kv_shadow *lagged; /* the caches as the events tell them; NULL with lag 0 */
+    sb_lag_queue *q;
+};
+
+static void view_apply(void *ctx, uint32_t kind, uint64_t id, const void *payload, size_t len)
+{
+    sb_kv_view *v = ctx;
+    (void)len;
+    if (kind == VIEW_FINISH) {
+        sb_kv_shadow_finish(v->lagged, id);
+        return;
+    }
+    const dispatch_msg *m = payload;
+    sb_replay_request_view r = {.id = id,
+                                .n_tokens = m->n_tokens,
+                                .max_tokens = m->max_tokens,
+                                .engine_hashes = m->hashes,
+                                .n_engine_hashes = m->n_hashes};
+    sb_kv_shadow_record(v->lagged, m->replica, &r);
+}
+
+sb_kv_view *sb_kv_view_new(uint32_t n_replicas, const sb_engine_params *p, sb_ns lag_ns)
+{
+    sb_kv_view *v = sb_calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    if (!(v->now = sb_kv_shadow_new(n_replicas, p)))
+        goto fail;
+    if (lag_ns &&
+        (!(v->lagged = sb_kv_shadow_new(n_replicas, p)) || !(v->q = sb_lag_queue_new(lag_ns, 0, 0, view_apply, v))))
+        goto fail;
+    return v;
+fail:
+    sb_kv_view_free(v);
+    return NULL;
+}
+
+void sb_kv_view_free(sb_kv_view *v)
+{
+    if (!v)
+        return;
+    sb_lag_queue_free(v->q); /* before the shadows: it owns nothing of theirs */
+    sb_kv_shadow_free(v->now);
+    sb_kv_shadow_free(v->lagged);
+    sb_free(v);
+}
+
+void sb_kv_view_record(sb_kv_view *v, sb_ns now, uint32_t replica, const sb_replay_request_view *r)
+{
+    sb_kv_shadow_record(v->now, replica, r);
+    if (!v->q)
+        return;
+    size_t len = sizeof(dispatch_msg) + r->n_engine_hashes * sizeof(uint64_t);
+    dispatch_msg *m = sb_malloc(len);
+    if (!m)
+        return; /* the events of this request are lost: the lagged caches miss its blocks */
+    m->replica = replica;
+    m->n_tokens = r->n_tokens;
+    m->max_tokens = r->max_tokens;
+    m->n_hashes = (uint32_t)r->n_engine_hashes;
+    memcpy(m->hashes, r->engine_hashes, r->n_engine_hashes * sizeof(uint64_t));
+    (void)sb_lag_queue_push(v->q, now, VIEW_DISPATCH, r->id, m, len);
+    sb_free(m);
+}
+
+void sb_kv_view_finish(sb_kv_view *v, sb_ns now, uint64_t id)
+{
+    sb_kv_shadow_finish(v->now, id);
+    if (v->q)
+        (void)sb_lag_queue_push(v->q, now, VIEW_FINISH, id, NULL, 0);
+}
+
+const sb_kv_shadow *sb_kv_view_active(const sb_kv_view *v)
+{
+    return v->now;
+}
+
+const sb_kv_shadow *sb_kv_view_cache(sb_kv_view *v, sb_ns now)
+{
+    if (!v->q)
+        return v->now;
+    sb_lag_queue_advance(v->q, now);
+    return v->lagged;
 }

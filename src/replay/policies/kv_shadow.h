@@ -1,6 +1,7 @@
 /* kv_shadow: the reference policies' "exact" knowledge of every replica's prefix cache and of
  * the requests it is working on, for the references defined to see the engines' state
- * (Dynamo's KV router, fed by the engines' KV events, and the oracle).
+ * (Dynamo's KV router and llm-d's precise scorer, fed by the engines' KV events, and
+ * min-predicted-ttft).
  *
  * Why a shadow: sim/engine.h offers no read-only look-up of which block hashes a replica caches
  * (only gauges), and a policy may not change an engine. So this module replays, per replica,
@@ -26,9 +27,11 @@
 #ifndef SB_REPLAY_POLICIES_KV_SHADOW_H
 #define SB_REPLAY_POLICIES_KV_SHADOW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/time.h"
 #include "sim/engine.h"
 
 typedef struct sb_kv_shadow sb_kv_shadow;
@@ -40,6 +43,8 @@ void sb_kv_shadow_free(sb_kv_shadow *s);
 /* Leading blocks of hashes[0..n) (the engine's chained full-block hashes) that replica holds,
  * in use or free. Does not change the LRU order. */
 uint32_t sb_kv_shadow_cached_blocks(const sb_kv_shadow *s, uint32_t replica, const uint64_t *hashes, size_t n);
+/* Whether replica holds the block hash (in use or free). */
+bool sb_kv_shadow_holds(const sb_kv_shadow *s, uint32_t replica, uint64_t hash);
 /* Prompt tokens the engine would take from its cache for a prompt of n_prompt tokens whose
  * first cached_blocks full blocks are cached: it always computes at least one token. Pure. */
 uint32_t sb_kv_shadow_cached_tokens(const sb_kv_shadow *s, uint32_t cached_blocks, uint32_t n_prompt);
@@ -59,7 +64,8 @@ int sb_kv_shadow_dispatch(sb_kv_shadow *s, uint32_t replica, uint64_t id, const 
 /* The request ended: its blocks are freed tail first. Unknown ids are ignored. */
 void sb_kv_shadow_finish(sb_kv_shadow *s, uint64_t id);
 
-/* The dispatch hook of a policy that keeps a shadow (dynamo-kv, oracle): records a request
+/* The dispatch hook of a policy that keeps a shadow (dynamo-kv, llm-d-precise,
+ * min-predicted-ttft): records a request
  * sent to replica with what it must compute there. On ENOMEM the shadow forgets the request:
  * a less exact picture, not a failed run. */
 struct sb_replay_request_view;
@@ -72,5 +78,26 @@ void sb_kv_shadow_record(sb_kv_shadow *s, uint32_t replica, const struct sb_repl
  * the sum of their uncached tokens, and their number in *n_requests (may be NULL). */
 uint64_t sb_kv_shadow_pending_uncached(const sb_kv_shadow *s, uint32_t replica, uint64_t pending_prompt_tokens,
                                        uint32_t *n_requests);
+
+/* ---- sb_kv_view: an event-fed router's knowledge, with the events' lag ----------------------
+ *
+ * A router fed by KV events (Dynamo's, llm-d's precise scorer) knows two things apart: the
+ * requests it sent and has not seen end (its own, at once) and what each engine caches (from
+ * the events, late). The view keeps both: an instantaneous shadow for the router's own
+ * sequences (sb_kv_view_active) and one fed through a replay/lag_queue.h delay for the caches
+ * (sb_kv_view_cache: the cache as it was lag_ns ago). With lag 0 both are one shadow, exactly
+ * as before the lag existed. */
+typedef struct sb_kv_view sb_kv_view;
+
+/* NULL on ENOMEM. */
+sb_kv_view *sb_kv_view_new(uint32_t n_replicas, const sb_engine_params *p, sb_ns lag_ns);
+void sb_kv_view_free(sb_kv_view *v);
+/* The dispatch and end of a request, at now (sb_kv_shadow_record, sb_kv_shadow_finish on both). */
+void sb_kv_view_record(sb_kv_view *v, sb_ns now, uint32_t replica, const struct sb_replay_request_view *r);
+void sb_kv_view_finish(sb_kv_view *v, sb_ns now, uint64_t id);
+/* The router's own in-flight sequences, now. */
+const sb_kv_shadow *sb_kv_view_active(const sb_kv_view *v);
+/* The caches as the events have told them by now (applies what became visible). */
+const sb_kv_shadow *sb_kv_view_cache(sb_kv_view *v, sb_ns now);
 
 #endif

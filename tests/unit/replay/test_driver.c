@@ -292,9 +292,21 @@ static void test_registry_names(void **state)
 {
     (void)state;
     /* The stable names issue 6 fixes; the registry may hold more. */
-    const char *names[] = {"round-robin", "random", "least-request", "p2c", "default", "load-only",
-                           "session-hash", "kubeai-chwbl", "sglang-cache-aware", "sglang-cache-aware-rust",
-                           "gie-default", "production-stack-prefix", "aibrix-prefix", "dynamo-kv", "oracle"};
+    const char *names[] = {"round-robin",
+                           "random",
+                           "least-request",
+                           "p2c",
+                           "default",
+                           "load-only",
+                           "session-hash",
+                           "kubeai-chwbl",
+                           "sglang-cache-aware",
+                           "sglang-cache-aware-rust",
+                           "gie-default",
+                           "production-stack-prefix",
+                           "aibrix-prefix",
+                           "dynamo-kv",
+                           "min-predicted-ttft"};
     const size_t n_names = sizeof(names) / sizeof(names[0]);
     size_t n = 0;
     for (const sb_replay_policy_def *const *d = sb_replay_policies_all(); *d; d++, n++) {

@@ -30,7 +30,13 @@ typedef struct fleet {
     void *st;
 } fleet;
 
+static void fleet_init_lag(fleet *f, const char *policy, uint32_t n, sb_ns lag);
 static void fleet_init(fleet *f, const char *policy, uint32_t n)
+{
+    fleet_init_lag(f, policy, n, 0);
+}
+
+static void fleet_init_lag(fleet *f, const char *policy, uint32_t n, sb_ns lag)
 {
     memset(f, 0, sizeof(*f));
     f->n = n;
@@ -45,7 +51,8 @@ static void fleet_init(fleet *f, const char *policy, uint32_t n)
     assert_non_null(d);
     assert_non_null(d->custom);
     f->ops = d->custom;
-    sb_replay_policy_env env = {.n_replicas = n, .engine = &f->params, .router_block_tokens = BT, .seed = 1};
+    sb_replay_policy_env env = {
+        .n_replicas = n, .engine = &f->params, .router_block_tokens = BT, .seed = 1, .event_lag_ns = lag};
     f->st = f->ops->create ? f->ops->create(&env) : NULL;
     assert_true(!f->ops->create || f->st);
 }
@@ -156,15 +163,13 @@ static uint32_t picks_seen(fleet *f, const req *q, sb_ns now, int times)
 static void test_registry_lists_the_references(void **state)
 {
     (void)state;
-    const char *names[] = {"session-hash",
-                           "kubeai-chwbl",
-                           "sglang-cache-aware",
-                           "sglang-cache-aware-rust",
-                           "gie-default",
-                           "production-stack-prefix",
-                           "aibrix-prefix",
-                           "dynamo-kv",
-                           "oracle"};
+    const char *names[] = {"session-hash",       "kubeai-chwbl",
+                           "sglang-cache-aware", "sglang-cache-aware-rust",
+                           "gie-default",        "production-stack-prefix",
+                           "aibrix-prefix",      "dynamo-kv",
+                           "min-predicted-ttft", "llm-d-sticky",
+                           "llm-d-precise"};
+    assert_null(sb_replay_policy_find("oracle")); /* renamed: it was never a bound */
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         const sb_replay_policy_def *d = sb_replay_policy_find(names[i]);
         assert_non_null(d);
@@ -458,13 +463,13 @@ static void test_dynamo_min_cost(void **state)
     fleet_free(&f);
 }
 
-/* ---- oracle ----------------------------------------------------------------------------------- */
+/* ---- min-predicted-ttft ----------------------------------------------------------------------------------- */
 
-static void test_oracle_cached_unless_the_queue_costs_more(void **state)
+static void test_min_predicted_ttft_cached_unless_the_queue_costs_more(void **state)
 {
     (void)state;
     fleet f;
-    fleet_init(&f, "oracle", 4);
+    fleet_init(&f, "min-predicted-ttft", 4);
     req *a = make(0, 1, 1000, 1, 1000, 10);
     dispatch(&f, a, 0, T0);
     finish(&f, a, 0, T0);
@@ -489,6 +494,146 @@ static void test_oracle_cached_unless_the_queue_costs_more(void **state)
     free(x);
     free(y);
     fleet_free(&f);
+}
+
+/* ---- llm-d-sticky ----------------------------------------------------------------------------- */
+
+static void first_token(fleet *f, const req *q, uint32_t replica, sb_ns now)
+{
+    sb_replay_fleet_view v = view(f, now);
+    if (f->ops->on_first_token)
+        f->ops->on_first_token(f->st, &v, q->v.id, replica);
+}
+
+/* Sticky at an affinity of 0.8 (20 of 25 blocks of 64 tokens), not at 0.76 (19 of 25); the
+ * stickiness holds while the warm endpoint's in-flight prefill lead stays within 18 s at the
+ * calibrated peak rate (8192 / 147.06 ms = 55,705 tokens/s: 1,002,690 tokens) and breaks past
+ * it; first tokens release the load. */
+static void test_llm_d_sticky_until_saturated(void **state)
+{
+    (void)state;
+    fleet f;
+    fleet_init(&f, "llm-d-sticky", 4);
+    req *a = make(0, 1, 1600, 1, 1600, 10);
+    dispatch(&f, a, 2, T0);
+    first_token(&f, a, 2, T0);
+    req *sticky = make(1, 1, 1280, 2, 1600, 10); /* 20 of 25 blocks on 2 */
+    req *loose = make(2, 1, 1216, 3, 1600, 10);  /* 19 of 25 */
+    assert_int_equal(picks_seen(&f, sticky, T0, 10), 1u << 2);
+    assert_int_equal(picks_seen(&f, loose, T0, 10), 1u << 2); /* least token load: 384 uncached */
+    /* 2048 uncached tokens in flight on 2: the loose request goes by load (1600 elsewhere), the
+     * sticky one stays. */
+    req *busy = make(3, 7, 2048, 7, 2048, 10);
+    dispatch(&f, busy, 2, T0);
+    assert_int_equal(picks_seen(&f, loose, T0, 20) & (1u << 2), 0);
+    assert_int_equal(picks_seen(&f, sticky, T0, 10), 1u << 2);
+    first_token(&f, busy, 2, T0);
+    /* 120 unique 8192-token prompts in flight on 2 (983,040 tokens, 17.6 s): still sticky. */
+    req *load[123];
+    for (int k = 0; k < 123; k++)
+        load[k] = make(100 + (uint64_t)k, 1000 + (uint64_t)k, 8192, 1000 + (uint64_t)k, 8192, 10);
+    /* Each load prompt's blocks enter 2's index (7,301 blocks: the engine's cache / 64); a's
+     * prompt is sent there again between them (fully cached: no load) so it stays indexed. */
+    for (int k = 0; k < 120; k++) {
+        dispatch(&f, load[k], 2, T0);
+        dispatch(&f, a, 2, T0);
+    }
+    assert_int_equal(picks_seen(&f, sticky, T0, 10), 1u << 2);
+    /* Three more (1,007,616 tokens, 18.09 s): saturated, the filter lets every endpoint in and
+     * the token load sends it elsewhere. */
+    for (int k = 120; k < 123; k++) {
+        dispatch(&f, load[k], 2, T0);
+        dispatch(&f, a, 2, T0);
+    }
+    assert_int_equal(picks_seen(&f, sticky, T0, 20) & (1u << 2), 0);
+    /* Their first tokens came back: sticky again. */
+    for (int k = 0; k < 123; k++)
+        first_token(&f, load[k], 2, T0);
+    assert_int_equal(picks_seen(&f, sticky, T0, 10), 1u << 2);
+    for (int k = 0; k < 123; k++)
+        free(load[k]);
+    free(a);
+    free(sticky);
+    free(loose);
+    free(busy);
+    fleet_free(&f);
+}
+
+/* ---- llm-d-precise ---------------------------------------------------------------------------- */
+
+/* Cold requests go round by no-hit-lru (never-used endpoints first, in order, then the least
+ * recent); a warm one follows its cached prefix. */
+static void test_llm_d_precise_no_hit_lru_and_prefix(void **state)
+{
+    (void)state;
+    fleet f;
+    fleet_init(&f, "llm-d-precise", 4);
+    req *cold[5];
+    for (int k = 0; k < 5; k++) {
+        cold[k] = make((uint64_t)k, 10 + (uint64_t)k, 320, 10 + (uint64_t)k, 320, 10);
+        int r = pick(&f, cold[k], T0);
+        assert_int_equal(r, k % 4);
+        dispatch(&f, cold[k], (uint32_t)r, T0);
+    }
+    req *warm = make(9, 12, 320, 99, 400, 10); /* cold[2]'s prompt, then more */
+    assert_int_equal(picks_seen(&f, warm, T0, 10), 1u << 2);
+    for (int k = 0; k < 5; k++)
+        free(cold[k]);
+    free(warm);
+    fleet_free(&f);
+}
+
+/* With events 10 s late, the pick's speculative mark (2 s) covers the lag, then expires: the
+ * same prompt is cold again until the events arrive. */
+static void test_llm_d_precise_speculative_marks_cover_the_lag(void **state)
+{
+    (void)state;
+    fleet f;
+    fleet_init_lag(&f, "llm-d-precise", 4, 10 * SB_NS_PER_S);
+    req *a = make(0, 5, 640, 5, 640, 10);
+    int first = pick(&f, a, T0);
+    dispatch(&f, a, (uint32_t)first, T0);
+    finish(&f, a, (uint32_t)first, T0);
+    req *again = make(1, 5, 640, 6, 700, 10);
+    assert_int_equal(picks_seen(&f, again, T0 + SB_NS_PER_S, 10), 1u << first);
+    /* 3 s on: the mark expired, the events have not come: cold, no-hit-lru moves it on. */
+    assert_int_not_equal(pick(&f, again, T0 + 3 * SB_NS_PER_S), first);
+    /* 10 s on: the events tell the cache: warm again. */
+    assert_int_equal(picks_seen(&f, again, T0 + 10 * SB_NS_PER_S, 10), 1u << first);
+    free(a);
+    free(again);
+    fleet_free(&f);
+}
+
+/* ---- the lagged view of the shadow ------------------------------------------------------------- */
+
+/* Dispatched at T0 with a 20 ms lag: the cache view answers the old state (nothing cached)
+ * before T0 + 20 ms and the new one from then on; the router's own sequences show at once. */
+static void test_kv_view_lag(void **state)
+{
+    (void)state;
+    sb_engine_params p = sb_engine_params_default();
+    sb_kv_view *v = sb_kv_view_new(2, &p, 20 * 1000000ULL);
+    assert_non_null(v);
+    req *a = make(7, 3, 160, 3, 160, 10);
+    sb_kv_view_record(v, T0, 1, &a->v);
+    assert_int_equal(sb_kv_shadow_active_blocks(sb_kv_view_active(v), 1), 10);
+    assert_int_equal(sb_kv_shadow_cached_blocks(sb_kv_view_cache(v, T0), 1, a->ehash, 10), 0);
+    assert_int_equal(sb_kv_shadow_cached_blocks(sb_kv_view_cache(v, T0 + 19999999), 1, a->ehash, 10), 0);
+    assert_int_equal(sb_kv_shadow_cached_blocks(sb_kv_view_cache(v, T0 + 20000000), 1, a->ehash, 10), 10);
+    /* The end, 5 ms later, frees the blocks in the lagged view 20 ms after it (still cached: free). */
+    sb_kv_view_finish(v, T0 + 25000000, 7);
+    assert_int_equal(sb_kv_shadow_active_blocks(sb_kv_view_active(v), 1), 0);
+    assert_int_equal(sb_kv_shadow_active_blocks(sb_kv_view_cache(v, T0 + 44999999), 1), 10);
+    assert_int_equal(sb_kv_shadow_active_blocks(sb_kv_view_cache(v, T0 + 45000000), 1), 0);
+    sb_kv_view_free(v);
+    /* Lag 0: one shadow, changes at once. */
+    v = sb_kv_view_new(2, &p, 0);
+    sb_kv_view_record(v, T0, 0, &a->v);
+    assert_ptr_equal(sb_kv_view_cache(v, T0), sb_kv_view_active(v));
+    assert_int_equal(sb_kv_shadow_cached_blocks(sb_kv_view_cache(v, T0), 0, a->ehash, 10), 10);
+    sb_kv_view_free(v);
+    free(a);
 }
 
 /* ---- helpers: block_lru and kv_shadow --------------------------------------------------------- */
@@ -578,7 +723,11 @@ int main(void)
         cmocka_unit_test(test_aibrix_mean_plus_one_sigma),
         cmocka_unit_test(test_aibrix_table_forgets_beyond_its_capacity),
         cmocka_unit_test(test_dynamo_min_cost),
-        cmocka_unit_test(test_oracle_cached_unless_the_queue_costs_more),
+        cmocka_unit_test(test_min_predicted_ttft_cached_unless_the_queue_costs_more),
+        cmocka_unit_test(test_llm_d_sticky_until_saturated),
+        cmocka_unit_test(test_llm_d_precise_no_hit_lru_and_prefix),
+        cmocka_unit_test(test_llm_d_precise_speculative_marks_cover_the_lag),
+        cmocka_unit_test(test_kv_view_lag),
         cmocka_unit_test(test_block_lru_order_pinning_and_deletion),
         cmocka_unit_test(test_kv_shadow_frees_tail_first_within_the_cache),
     };

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The routing matrix (issue 13): `default` against every peer, cell by cell, in replay.
+
+Sweeps workload class (the five generators, the Mooncake and Azure traces in tests/data/traces)
+x cache size (ample, half, a quarter of the working set) x load (light, near capacity, past it)
+x gateway replicas (1, 3); runs every policy of POLICIES in every cell over several seeds and
+prints, per cell, the medians of p90 and p99 TTFT and the engines' hit ratio for `default`, the
+best peer on each figure, and the verdict computed (below). `switchboard replay` runs in
+virtual time and is deterministic: the same build, cell and seed give the same figures.
+
+How the cells are derived (printed with the table):
+  - working set: `replay --working-set` counts the distinct full engine blocks of every prompt
+    the run sends (16-token blocks). --num-gpu-blocks is per replica: ample = the whole working
+    set (+ the largest request), so no replica ever evicts; half and quarter = that fraction of
+    the working set on each replica (at least the largest request): the fleet as a whole can
+    hold it only if the router partitions it (the issue's pressure regime: long shared prompts,
+    caches holding part of the working set).
+  - capacity: a probe per workload and cache size (hits raise capacity, so it is not one
+    number): least-request with every request arriving at once (a multi-turn workload without
+    think time); capacity = completed / makespan (requests/s). Loads: light = 0.3, near = 0.85,
+    past = 1.2 x capacity, given as --rate (a trace is rescaled to that mean rate).
+  - gateways: --gateways 1 or 3 (each gateway its own router and policy state; replay's L4
+    rule keeps a session on its gateway).
+  - seeds: the generators draw arrivals and content from --seed; the router and the policies'
+    tie-breaks too (traces: routing only).
+Verdict per figure (p90, p99): with m the median over seeds and s half its range (max - min)/2,
+`default` is "no worse" when m(default) <= m(best peer) + max(s(default), s(best peer)), and
+"better" when m(default) <= 0.9 x m(best peer). The cell: "better" if both figures are better,
+"WORSE" if either is worse, else "level". Peers exclude the reference min-predicted-ttft.
+
+usage: bench/routing_matrix.py [--quick] [--seeds 1,2,3,4,5] [--requests N] [--replicas R]
+                               [--jobs J] [--out DIR] [--only WORKLOAD,...]
+--quick: cache ample and quarter, load near, 2 seeds, 400 requests (about 4 minutes on one
+core). The full run: every cell, 5 seeds, 800 requests (measured: see docs/benchmarks.md).
+Needs build/switchboard (make), or the binary named by $SB_BIN.
+"""
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("SB_BIN", os.path.join(ROOT, "build", "switchboard"))
+TRACES = os.path.join(ROOT, "tests", "data", "traces")
+
+# (label, replay policy, extra replay arguments). Add a row to compare another configuration,
+# e.g. ("default+events", "default", ["--kv-events", ...]) once the product takes events.
+DEFAULT = ("default", "default", [])
+PEERS = [
+    ("round-robin", "round-robin", []),
+    ("least-request", "least-request", []),
+    ("session-hash", "session-hash", []),
+    ("kubeai-chwbl", "kubeai-chwbl", []),
+    ("sglang-cache-aware", "sglang-cache-aware", []),
+    ("gie-default", "gie-default", []),
+    ("production-stack-prefix", "production-stack-prefix", []),
+    ("aibrix-prefix", "aibrix-prefix", []),
+    ("dynamo-kv", "dynamo-kv", []),
+    ("llm-d-sticky", "llm-d-sticky", []),
+    ("llm-d-precise", "llm-d-precise", []),
+]
+REFERENCES = [("min-predicted-ttft", "min-predicted-ttft", [])]  # shown, never the bar
+POLICIES = [DEFAULT] + PEERS + REFERENCES
+
+WORKLOADS = {
+    # several-thousand-token system prompts, dozens of groups (the issue's pressure case)
+    "shared-prefix": ["--workload", "shared-prefix", "groups=32", "prefix=4000"],
+    "multi-turn": ["--workload", "multi-turn"],
+    "hot-prefix": ["--workload", "hot-prefix"],
+    "no-sharing": ["--workload", "no-sharing"],
+    "lora-mix": ["--workload", "lora-mix"],
+    "mooncake": ["--trace", os.path.join(TRACES, "mooncake", "conversation_trace.jsonl")],
+    "azure": ["--trace", os.path.join(TRACES, "azure", "AzureLLMInferenceTrace_conv.csv")],
+}
+CACHES = [("ample", None), ("half", 0.5), ("quarter", 0.25)]
+LOADS = [("light", 0.3), ("near", 0.85), ("past", 1.2)]
+GATEWAYS = [1, 3]
+
+
+def replay(args):
+    p = subprocess.run([BIN, "replay"] + [str(a) for a in args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("replay %s failed: %s" % (" ".join(map(str, args)), p.stderr.strip()))
+    return p.stdout
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return {r["policy"]: r for r in csv.DictReader(f)}
+
+
+def working_set(wl, requests, replicas):
+    out = replay(WORKLOADS[wl] + ["--requests", requests, "--replicas", replicas, "--working-set"])
+    fields = dict(line.split() for line in out.strip().splitlines())
+    return int(fields["working_set_blocks"]), int(fields["max_request_blocks"])
+
+
+def capacity(wl, requests, replicas, blocks, tmp):
+    args = list(WORKLOADS[wl])
+    if wl == "multi-turn":
+        args.append("think_ms=0")
+    out = os.path.join(tmp, "probe-%s-%d" % (wl, blocks))
+    replay(args + ["--requests", requests, "--replicas", replicas, "--rate", 100000, "--policies", "least-request",
+                   "--num-gpu-blocks", blocks, "--out", out])
+    r = read_rows(os.path.join(out, "results.csv"))["least-request"]
+    return float(r["completed"]) / float(r["makespan_s"])
+
+
+def run_cell(job):
+    wl, cache, blocks, load, rate, gw, seed, requests, replicas, tmp = job
+    figures = {}
+    groups = {}
+    for label, name, extra in POLICIES:
+        groups.setdefault(tuple(extra), []).append((label, name))
+    for extra, members in groups.items():
+        out = os.path.join(tmp, "%s-%s-%s-g%d-s%d-%d" % (wl, cache, load, gw, seed, abs(hash(extra)) % 10**6))
+        replay(WORKLOADS[wl] + list(extra) + [
+            "--requests", requests, "--replicas", replicas, "--rate", "%.4f" % rate, "--num-gpu-blocks", blocks,
+            "--gateways", gw, "--seed", seed, "--policies", ",".join(n for _, n in members), "--out", out])
+        rows = read_rows(os.path.join(out, "results.csv"))
+        for label, name in members:
+            r = rows[name]
+            figures[label] = (float(r["ttft_p90_ms"]), float(r["ttft_p99_ms"]), float(r["hit_rate"]))
+    return (wl, cache, load, gw), seed, figures
+
+
+def med_spread(values):
+    return statistics.median(values), (max(values) - min(values)) / 2
+
+
+def verdict_of(d, b):
+    """d, b: (median, spread) of default and of the best peer."""
+    if d[0] <= 0.9 * b[0]:
+        return "better"
+    if d[0] <= b[0] + max(d[1], b[1]):
+        return "level"
+    return "WORSE"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds")
+    ap.add_argument("--requests", type=int)
+    ap.add_argument("--replicas", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", help="directory for matrix.csv (every policy's medians per cell)")
+    ap.add_argument("--only", help="comma-separated workloads")
+    a = ap.parse_args()
+    if not os.access(BIN, os.X_OK):
+        sys.exit("build/switchboard not found: run make first")
+    seeds = [int(s) for s in (a.seeds or ("1,2" if a.quick else "1,2,3,4,5")).split(",")]
+    requests = a.requests or (400 if a.quick else 800)
+    caches = [c for c in CACHES if not a.quick or c[0] in ("ample", "quarter")]
+    loads = [l for l in LOADS if not a.quick or l[0] == "near"]
+    workloads = a.only.split(",") if a.only else list(WORKLOADS)
+    t0 = time.time()
+    tmp = tempfile.mkdtemp(prefix="sb-matrix-")
+    derived = {}
+    for wl in workloads:
+        ws, biggest = working_set(wl, requests, a.replicas)
+        blocks = {c: ws + biggest if f is None else max(biggest + 1, int(ws * f)) for c, f in caches}
+        cap = {c: capacity(wl, requests, a.replicas, blocks[c], tmp) for c, _ in caches}
+        derived[wl] = (ws, cap, blocks)
+    jobs = [(wl, c, derived[wl][2][c], l, derived[wl][1][c] * lf, gw, s, requests, a.replicas, tmp)
+            for wl in workloads for c, _ in caches for l, lf in loads for gw in GATEWAYS for s in seeds]
+    with ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        results = list(ex.map(run_cell, jobs))
+    cells = {}
+    for key, seed, figures in results:
+        cells.setdefault(key, {})[seed] = figures
+    wall = time.time() - t0
+
+    print("Routing matrix: %d replicas, %d requests per run, seeds %s%s; %d cells x %d seeds, %.0f s wall." % (
+        a.replicas, requests, ",".join(map(str, seeds)), " (--quick)" if a.quick else "", len(cells), len(seeds),
+        wall))
+    print()
+    names = " / ".join(c for c, _ in caches)
+    print("| workload | working set (blocks) | --num-gpu-blocks: %s | capacity req/s: %s |" % (names, names))
+    print("|---|---:|---|---|")
+    for wl in workloads:
+        ws, cap, blocks = derived[wl]
+        print("| %s | %d | %s | %s |" % (wl, ws, " / ".join(str(blocks[c]) for c, _ in caches),
+                                         " / ".join("%.2f" % cap[c] for c, _ in caches)))
+    print()
+    print("| workload | cache | load | gw | default p90 | p99 | hit | best peer p90 | p99 | hit | "
+          "min-pred-ttft p90 | verdict |")
+    print("|---|---|---|---:|---:|---:|---:|---|---|---|---:|---|")
+    rows = []
+    tally = {"better": 0, "level": 0, "WORSE": 0}
+    for wl in workloads:
+        for c, _ in caches:
+            for l, _ in loads:
+                for gw in GATEWAYS:
+                    per_seed = cells[(wl, c, l, gw)]
+                    stats = {}
+                    for label, _, _ in POLICIES:
+                        vals = list(zip(*[per_seed[s][label] for s in seeds]))
+                        stats[label] = [med_spread(list(v)) for v in vals]
+                    best = []
+                    for k in range(3):  # p90, p99: lowest; hit: highest
+                        pick = (min if k < 2 else max)(PEERS, key=lambda p: stats[p[0]][k][0])[0]
+                        best.append(pick)
+                    v90 = verdict_of(stats["default"][0], stats[best[0]][0])
+                    v99 = verdict_of(stats["default"][1], stats[best[1]][1])
+                    cell = "WORSE" if "WORSE" in (v90, v99) else "better" if v90 == v99 == "better" else "level"
+                    tally[cell] += 1
+                    d = stats["default"]
+                    print("| %s | %s | %s | %d | %.0f | %.0f | %.2f | %.0f %s | %.0f %s | %.2f %s | %.0f | %s |" % (
+                        wl, c, l, gw, d[0][0], d[1][0], d[2][0], stats[best[0]][0][0], best[0],
+                        stats[best[1]][1][0], best[1], stats[best[2]][2][0], best[2],
+                        stats["min-predicted-ttft"][0][0], cell))
+                    for label, _, _ in POLICIES:
+                        s = stats[label]
+                        rows.append([wl, c, l, gw, label] + ["%.3f" % x for pair in s for x in pair])
+    n = sum(tally.values())
+    print()
+    print("Cells: %d better (p90 and p99 at least 10%% below the best peer), %d level (within the seed spread), "
+          "%d worse. Done-when (no worse anywhere, better in a third): %s." % (
+              tally["better"], tally["level"], tally["WORSE"],
+              "met" if tally["WORSE"] == 0 and 3 * tally["better"] >= n else "not met"))
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "matrix.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["workload", "cache", "load", "gateways", "policy", "p90_median_ms", "p90_spread_ms",
+                        "p99_median_ms", "p99_spread_ms", "hit_median", "hit_spread"])
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

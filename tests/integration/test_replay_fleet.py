@@ -1,0 +1,86 @@
+"""`switchboard replay` with fleet events (issue 13), end to end on the built binary: gateway
+replicas, bypass traffic, restarts and the event lag reach results.csv's extra columns and the
+fleet table; --working-set sizes a workload; a run without fleet events writes no extra column;
+the new peers are listed and `oracle` is gone. Virtual time: each run is well under a second."""
+import csv
+import os
+import shutil
+import tempfile
+import unittest
+
+from fixtures import run_replay
+
+SMALL = ["--workload", "shared-prefix", "groups=16", "prefix=2048", "users=4", "question=64", "output=16",
+         "--requests", "400", "--rate", "20", "--replicas", "4", "--num-gpu-blocks", "1024"]
+FLEET_COLUMNS = ["gateways", "gateway_max_share", "restarts", "failed", "bypass_requests", "bypass_completed",
+                 "bypass_failed", "bypass_ttft_p50_ms", "bypass_ttft_p90_ms", "bypass_ttft_p99_ms"]
+
+
+def replay(*args, check=True):
+    return run_replay(*args, check=check, timeout=120)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
+
+
+class ReplayFleetTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sb-replay-fleet-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_fleet_events_reach_the_csv_and_the_table(self):
+        out = os.path.join(self.dir, "fleet")
+        res = replay(*SMALL, "--policies", "default,llm-d-sticky,llm-d-precise,dynamo-kv", "--gateways", "2",
+                     "--bypass", "0.2", "--restarts", "2", "--event-lag-ms", "50", "--out", out)
+        self.assertIn("Fleet events", res.stdout)
+        header, rows = read_csv(os.path.join(out, "results.csv"))
+        self.assertEqual(header[-len(FLEET_COLUMNS):], FLEET_COLUMNS)
+        self.assertEqual([r["policy"] for r in rows], ["default", "llm-d-sticky", "llm-d-precise", "dynamo-kv"])
+        for r in rows:
+            self.assertEqual(r["gateways"], "2")
+            self.assertEqual(r["restarts"], "2")
+            bypass = int(r["bypass_requests"])
+            self.assertGreater(bypass, 40)
+            self.assertLess(bypass, 130)
+            # every request is settled once: through the gateways or past them
+            self.assertEqual(int(r["requests"]) + bypass, 400)
+            self.assertEqual(int(r["requests"]), int(r["completed"]) + int(r["shed"]) + int(r["failed"]))
+            self.assertLess(float(r["gateway_max_share"]), 0.7)
+
+    def test_no_fleet_events_no_extra_columns(self):
+        out = os.path.join(self.dir, "plain")
+        res = replay(*SMALL, "--policies", "default", "--out", out)
+        self.assertNotIn("Fleet events", res.stdout)
+        header, _ = read_csv(os.path.join(out, "results.csv"))
+        self.assertNotIn("gateways", header)
+
+    def test_working_set(self):
+        text = replay(*SMALL, "--working-set").stdout
+        fields = dict(line.split() for line in text.strip().splitlines())
+        # 16 system prompts of 2,048 tokens (128 blocks each) and 64 questions of 64 tokens
+        # (4 blocks each; question and prompt are separate spans, so every block is whole).
+        self.assertEqual(int(fields["working_set_blocks"]), 16 * 128 + 64 * 4)
+        self.assertEqual(int(fields["block_size"]), 16)
+
+    def test_peers_listed_and_oracle_renamed(self):
+        text = replay("--list").stdout
+        for name in ("llm-d-sticky", "llm-d-precise", "min-predicted-ttft"):
+            self.assertIn(name, text)
+        self.assertNotIn("oracle ", text)
+        res = replay(*SMALL, "--policies", "oracle", check=False)
+        self.assertNotEqual(res.returncode, 0)
+        self.assertIn("unknown policy", res.stderr)
+
+    def test_bad_fleet_flags(self):
+        for args in (["--gateways", "0"], ["--bypass", "1.5"], ["--restarts", "2", "--restart-every", "5"]):
+            res = replay(*SMALL, *args, check=False)
+            self.assertEqual(res.returncode, 2, args)
+
+
+if __name__ == "__main__":
+    unittest.main()
