@@ -45,6 +45,9 @@
 #define sb_prefix_index_bytes unkeyed_index_bytes
 #define sb_prefix_index_evictions unkeyed_index_evictions
 #define sb_prefix_index_probes unkeyed_index_probes
+#define sb_prefix_index_set_clock unkeyed_index_set_clock
+#define sb_prefix_index_expire unkeyed_index_expire
+#define sb_prefix_index_expired unkeyed_index_expired
 #include "core/prefix_index.c"
 #undef sb_hash_u64
 #undef sb_prefix_index
@@ -63,6 +66,9 @@
 #undef sb_prefix_index_endpoint_pending
 #undef sb_prefix_index_bytes
 #undef sb_prefix_index_evictions
+#undef sb_prefix_index_set_clock
+#undef sb_prefix_index_expire
+#undef sb_prefix_index_expired
 #undef sb_prefix_index_probes
 #undef SB_PREFIX_INDEX_AHEAD
 /* (b), (c): the real one, from libsb. */

@@ -67,6 +67,9 @@ static void check_batch(const sb_kv_batch *b, const sb_kv_scratch *s, const sb_k
     CHECK(hashes <= l->max_batch_hashes && tokens <= l->max_batch_tokens);
 }
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!scratch.events) {

@@ -23,6 +23,9 @@
 
 enum { CAP = 4096 };
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static uint32_t a[CAP], b[CAP];
