@@ -61,7 +61,12 @@ static const char usage_text[] =
     "                         requests on it fail)\n"
     "  --restarts N           or N restarts spread over the arrivals\n"
     "  --event-lag-ms L       KV events reach the event-fed references (dynamo-kv, llm-d-precise)\n"
-    "                         L ms late (default 20: about one engine step; 0 = at once)\n"
+    "                         and POLICY+events runs L ms late (default 20: about one engine\n"
+    "                         step; 0 = at once)\n"
+    "  POLICY+events          a profile run as a pool with kv_events: the engines' events feed\n"
+    "                         its precise index, fused with the router's own marks\n"
+    "  --kv-cover-ms C        how long those marks count on an endpoint that reports (default\n"
+    "                         2000, kv_events.cover_ms)\n"
     "  --working-set          print the workload's working set (distinct engine blocks) and exit\n"
     "adaptive weights and flow control (docs/benchmarks.md):\n"
     "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
@@ -117,6 +122,7 @@ enum {
     O_RESTART_EVERY,
     O_RESTARTS,
     O_EVENT_LAG,
+    O_KV_COVER,
     O_WORKING_SET,
     O_HELP,
 };
@@ -153,6 +159,7 @@ static const struct option long_opts[] = {
     {"restart-every", required_argument, NULL, O_RESTART_EVERY},
     {"restarts", required_argument, NULL, O_RESTARTS},
     {"event-lag-ms", required_argument, NULL, O_EVENT_LAG},
+    {"kv-cover-ms", required_argument, NULL, O_KV_COVER},
     {"working-set", no_argument, NULL, O_WORKING_SET},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
@@ -174,8 +181,15 @@ typedef struct args {
     sb_replay_opts o;
 } args;
 
-/* The suffix naming a policy run with adaptive weights: "default+adaptive". */
+/* The suffixes naming a policy run with adaptive weights ("default+adaptive") and with the
+ * engines' KV events feeding its precise index ("default+events"). */
 #define ADAPTIVE_SUFFIX "+adaptive"
+#define EVENTS_SUFFIX "+events"
+
+/* What a policy name's suffixes ask of its run. */
+typedef struct run_flags {
+    bool adaptive, events;
+} run_flags;
 
 static int parse_u64(const char *flag, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -348,6 +362,7 @@ static int parse_args(int argc, char **argv, args *a)
         }
         case O_RESTARTS: rc = parse_u32("restarts", v, 0, 1000000, &o->restarts); break;
         case O_EVENT_LAG: rc = parse_ms("event-lag-ms", v, 6e5, &o->event_lag_ns); break;
+        case O_KV_COVER: rc = parse_ms("kv-cover-ms", v, 3.6e6, &o->kv_cover_ns); break;
         case O_WORKING_SET: a->working_set = true; break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
@@ -608,36 +623,52 @@ static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
     return 0;
 }
 
-/* Resolves each name to its policy; NAME+adaptive (or --adaptive on a profile) runs the profile
- * with adaptive weights, side by side with NAME. */
+/* Strips suffix from the end of name (a NUL-terminated buffer); whether it was there. */
+static bool strip_suffix(char *name, const char *suffix)
+{
+    size_t len = strlen(name), sl = strlen(suffix);
+    if (len <= sl || strcmp(name + len - sl, suffix))
+        return false;
+    name[len - sl] = '\0';
+    return true;
+}
+
+/* Resolves each name to its policy. NAME+adaptive (or --adaptive on a profile) runs the profile
+ * with adaptive weights, NAME+events with the engines' KV events feeding its routers' precise
+ * index (either order, both allowed), side by side with NAME. */
 static int resolve_policies(const args *a, const sb_config *cfg, const char **names, size_t n_names,
-                            sb_replay_policy *pols, bool *adaptive)
+                            sb_replay_policy *pols, run_flags *flags)
 {
     const sb_profile *user = cfg ? cfg->profiles : NULL;
     size_t n_user = cfg ? cfg->n_profiles : 0;
     for (size_t i = 0; i < n_names; i++) {
-        size_t len = strlen(names[i]), sl = strlen(ADAPTIVE_SUFFIX);
-        bool suffixed = len > sl && !strcmp(names[i] + len - sl, ADAPTIVE_SUFFIX);
         char base[SB_PROFILE_NAME_MAX];
-        snprintf(base, sizeof(base), "%.*s", (int)(suffixed ? len - sl : len), names[i]);
+        snprintf(base, sizeof(base), "%s", names[i]);
+        bool adaptive = false, events = false;
+        for (bool more = true; more;) {
+            bool ad = strip_suffix(base, ADAPTIVE_SUFFIX), ev = strip_suffix(base, EVENTS_SUFFIX);
+            adaptive |= ad;
+            events |= ev;
+            more = ad || ev;
+        }
         if (sb_replay_policy_resolve(base, user, n_user, &pols[i]) < 0) {
             fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", base);
             return -1;
         }
-        if (suffixed && !pols[i].profile) {
-            fprintf(stderr, "switchboard replay: %s: adaptive weights need a profile (a custom rule runs none)\n",
-                    names[i]);
+        if ((adaptive || events) && !pols[i].profile) {
+            fprintf(stderr, "switchboard replay: %s: %s need a profile (a custom rule runs none)\n", names[i],
+                    adaptive ? "adaptive weights" : "KV events");
             return -1;
         }
-        adaptive[i] = suffixed || (a->adaptive_all && pols[i].profile);
-        if (adaptive[i]) {
-            size_t bl = strlen(base);
-            if (bl + sl >= sizeof(pols[i].name)) {
-                fprintf(stderr, "switchboard replay: %s: name too long for the +adaptive suffix\n", base);
+        flags[i].adaptive = adaptive || (a->adaptive_all && pols[i].profile);
+        flags[i].events = events;
+        if (flags[i].adaptive || events) {
+            int w = snprintf(pols[i].name, sizeof(pols[i].name), "%s%s%s", base, events ? EVENTS_SUFFIX : "",
+                             flags[i].adaptive ? ADAPTIVE_SUFFIX : "");
+            if (w < 0 || (size_t)w >= sizeof(pols[i].name)) {
+                fprintf(stderr, "switchboard replay: %s: name too long for its suffixes\n", base);
                 return -1;
             }
-            memcpy(pols[i].name, base, bl);
-            memcpy(pols[i].name + bl, ADAPTIVE_SUFFIX, sl + 1);
         }
     }
     return 0;
@@ -645,14 +676,15 @@ static int resolve_policies(const args *a, const sb_config *cfg, const char **na
 
 /* Runs every policy on one workload; results appended at res[*n_res]. */
 static int run_policies(const args *a, const sb_replay_workload *w, const sb_replay_opts *base,
-                        const sb_replay_policy *pols, const bool *adaptive, size_t n_names, sb_replay_result *res,
+                        const sb_replay_policy *pols, const run_flags *flags, size_t n_names, sb_replay_result *res,
                         size_t *n_res)
 {
     sb_replay_opts o = *base;
     for (size_t pi = 0; pi < n_names; pi++) {
         char err[256];
         double t0 = wall_s();
-        o.adaptive = adaptive[pi];
+        o.adaptive = flags[pi].adaptive;
+        o.kv_events = flags[pi].events;
         sb_replay_result *r = &res[*n_res];
         if (sb_replay_run(w, &pols[pi], &o, r, err, sizeof(err)) < 0) {
             fprintf(stderr, "switchboard replay: %s: %s\n", pols[pi].name, err);
@@ -722,7 +754,7 @@ static int print_working_set(const args *a, const sb_replay_workload *w)
 }
 
 /* The runs: every rate (one, unless a sweep), every policy. */
-static int run_all(const args *a, int argc, char **argv, const sb_replay_policy *pols, const bool *adaptive,
+static int run_all(const args *a, int argc, char **argv, const sb_replay_policy *pols, const run_flags *flags,
                    size_t n_names, sb_replay_result *res, size_t *n_res, sb_replay_workload *w)
 {
     double one_rate = a->rate > 0 ? a->rate : 0;
@@ -749,7 +781,7 @@ static int run_all(const args *a, int argc, char **argv, const sb_replay_policy 
         }
         fprintf(stderr, "replay: %s, %zu requests, %.4g requests/s offered, %u replicas\n", w->name, w->n,
                 w->rate * o.time_scale, o.replicas);
-        if (run_policies(a, w, &o, pols, adaptive, n_names, res, n_res) < 0)
+        if (run_policies(a, w, &o, pols, flags, n_names, res, n_res) < 0)
             return -1;
     }
     return 0;
@@ -780,19 +812,19 @@ int sb_cmd_replay(int argc, char **argv)
     char namebuf[4096];
     int code = 2;
     sb_replay_policy *pols = NULL;
-    bool *adaptive = NULL;
+    run_flags *flags = NULL;
     sb_replay_result *res = NULL;
     sb_replay_workload w = {0};
     size_t n_res = 0;
     if (policy_names(a.policies, cfg, names, &n_names, namebuf, sizeof(namebuf)) < 0)
         goto done;
     pols = sb_calloc(n_names, sizeof(*pols));
-    adaptive = sb_calloc(n_names, sizeof(bool));
+    flags = sb_calloc(n_names, sizeof(*flags));
     res = sb_calloc((a.n_rates ? a.n_rates : 1) * n_names, sizeof(*res));
-    if (!pols || !adaptive || !res || resolve_policies(&a, cfg, names, n_names, pols, adaptive) < 0)
+    if (!pols || !flags || !res || resolve_policies(&a, cfg, names, n_names, pols, flags) < 0)
         goto done;
     code = 1;
-    int ran = run_all(&a, argc, argv, pols, adaptive, n_names, res, &n_res, &w);
+    int ran = run_all(&a, argc, argv, pols, flags, n_names, res, &n_res, &w);
     if (ran != 0) {
         code = ran > 0 ? 0 : 1;
         goto done;
@@ -805,7 +837,7 @@ done:
         sb_replay_result_free(&res[i]);
     sb_free(res);
     sb_free(pols);
-    sb_free(adaptive);
+    sb_free(flags);
     sb_replay_workload_free(&w);
     sb_config_free(cfg);
     return code;

@@ -28,6 +28,7 @@ void sb_replay_opts_default(sb_replay_opts *o)
         .adaptive_params = sb_adaptive_params_default(),
         .gateways = 1,
         .event_lag_ns = SB_REPLAY_EVENT_LAG_DEFAULT_NS,
+        .kv_cover_ns = SB_MS(2000),
     };
     sb_flow_config_default(&o->flow);
 }
@@ -268,6 +269,7 @@ static void route(driver *d, uint32_t idx)
     /* Released by the gate (drain): as in the gateway, it goes where the gate saw room. */
     if (rt->queued)
         sb_admission_mark_released(g->adm, 0, &rq.sched);
+    drv_events_keys(d, r->n_prompt, r->adapter, &rq.sched);
     size_t ne = engine_hashes(d, r);
 
     int pick;
@@ -530,6 +532,7 @@ static void restart(driver *d, uint32_t rep)
     d->gone_steps += m.num_steps_total;
     sb_engine_params ep = d->o->engine;
     ep.hash_secret = table_secret_of(d->o->seed);
+    ep.kv_events = d->o->kv_events;
     sb_engine *fresh = sb_engine_new(&ep);
     if (!fresh) {
         fail(d, -ENOMEM, "out of memory (engines)");
@@ -538,6 +541,7 @@ static void restart(driver *d, uint32_t rep)
     sb_engine_free(d->engines[rep]);
     d->engines[rep] = fresh;
     d->engine_gen[rep]++;
+    drv_events_restart(d, rep);
     d->scheduled[rep] = false;
     d->out->restarts++;
     /* O(requests) per restart: restarts are few. */
@@ -625,6 +629,7 @@ static void on_engine_event(void *ud, const sb_engine_event *ev)
 
 static void handle(driver *d, const sb_replay_event *ev)
 {
+    drv_events_advance(d);
     switch (ev->kind) {
     case EV_STEP:
         if (ev->b != d->engine_gen[ev->a])
@@ -632,6 +637,7 @@ static void handle(driver *d, const sb_replay_event *ev)
         d->scheduled[ev->a] = false;
         d->cur_replica = ev->a;
         sb_engine_advance(d->engines[ev->a], d->now, on_engine_event, d);
+        drv_events_collect(d, ev->a);
         mark_dirty(d, ev->a);
         break;
     case EV_SCRAPE:
@@ -865,6 +871,7 @@ static int alloc_state(driver *d, uint64_t secret)
         return fail(d, -ENOMEM, "out of memory");
     sb_engine_params ep = o->engine;
     ep.hash_secret = secret;
+    ep.kv_events = o->kv_events;
     for (uint32_t i = 0; i < d->n; i++)
         if (!(d->engines[i] = sb_engine_new(&ep)))
             return fail(d, -ENOMEM, "out of memory (engines)");
@@ -972,12 +979,15 @@ static int set_up(driver *d)
     if (d->out->have_bands)
         drv_assign_bands(d);
     assign_gateways(d);
+    if (drv_events_set_up(d, secret) < 0)
+        return fail(d, -ENOMEM, "out of memory (precise index)");
     d->tick_ns = o->scrape_ns && o->scrape_ns < TICK_MAX_NS ? o->scrape_ns : TICK_MAX_NS;
     return 0;
 }
 
 static void tear_down(driver *d)
 {
+    drv_events_tear_down(d);
     for (uint32_t g = 0; d->gw && g < d->n_gw; g++) {
         if (d->gw[g].pstate && d->p->custom->destroy)
             d->p->custom->destroy(d->gw[g].pstate);

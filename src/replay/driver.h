@@ -98,7 +98,7 @@ typedef struct sb_replay_opts {
                                    block_bytes / bytes_per_token (64 / 4) is the router's index
                                    block in tokens */
     bool keep_records;          /* fill sb_replay_result.records */
-    /* Issue 7 (above). adaptive_params is checked with sb_adaptive_params_check; flow's
+    /* The adaptive loop and flow control (above). adaptive_params is checked with sb_adaptive_params_check; flow's
      * on_evict is the driver's own (whatever is set here is ignored). */
     bool adaptive;
     sb_adaptive_params adaptive_params; /* default sb_adaptive_params_default() */
@@ -108,12 +108,18 @@ typedef struct sb_replay_opts {
      * standard, the gateway's band for a request without x-priority. */
     double band_mix[SB_BAND_COUNT];
     uint32_t tenants; /* conversations spread uniformly over this many tenants; 0 or 1 = one */
-    /* Issue 13: what a fleet does that a single gateway's routing never sees (below). */
+    /* What a fleet does that a single gateway's routing never sees (below). */
     uint32_t gateways;      /* gateway replicas, each its own router and policy state; >= 1 */
     double bypass;          /* fraction of conversations sent straight to a replica, 0..1 */
     sb_ns restart_every_ns; /* a replica restarts every this often, each in turn; 0 = never */
     uint32_t restarts;      /* or: this many restarts spread over the arrivals; 0 = none */
     sb_ns event_lag_ns;     /* KV-event lag of the references fed by events (dynamo-kv, llm-d-precise) */
+    /* The product's own precise index (core/kv_index.h, fused by core/router.h): the engines
+     * publish their KV events, every gateway's router hears them event_lag_ns late, and each
+     * request carries its keys (the gateway gets them from the engines' /tokenize; replay has
+     * the token ids). kv_cover_ns: kv_events.cover_ms (default 2 s). */
+    bool kv_events;
+    sb_ns kv_cover_ns;
 } sb_replay_opts;
 
 /* The default KV-event lag: vLLM publishes a step's events when the step ends

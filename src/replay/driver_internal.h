@@ -16,6 +16,7 @@
 #include "core/decide.h"
 #include "replay/driver.h"
 #include "replay/event_queue.h"
+#include "replay/lag_queue.h"
 
 /* The virtual clock starts at 1 s, not 0: core/endpoint.h reads report_ns == 0 as "never
  * reported", and the first scrape happens at the start. */
@@ -107,7 +108,27 @@ typedef struct driver {
     size_t n_bypass_done;
     uint64_t gone_hits, gone_queries, gone_steps; /* counters of engines replaced by restarts */
     uint32_t next_restart_replica;
+
+    /* the product's precise index (opts.kv_events; driver_events.c) */
+    struct sb_lag_queue *kv_lag; /* engine events on their way to the routers */
+    uint64_t *kv_keys;           /* scratch: a request's precise keys */
+    void *kv_rec;                /* scratch: one event as a lag-queue record */
+    size_t kv_rec_cap;
 } driver;
+
+/* ---- driver_events.c: the product's precise index (opts.kv_events) ---- */
+
+/* Every gateway's router keeps a precise index; the lag queue and scratch. 0 or -ENOMEM. */
+int drv_events_set_up(driver *d, uint64_t secret);
+void drv_events_tear_down(driver *d);
+/* Moves replica rep's recorded engine events into the lag queue (after each engine call). */
+void drv_events_collect(driver *d, uint32_t rep);
+/* Delivers the events whose lag has passed at d->now. */
+void drv_events_advance(driver *d);
+/* Replica rep restarted: the routers hear a clear (after the lag). */
+void drv_events_restart(driver *d, uint32_t rep);
+/* The request's precise keys from d->tokens[0..n_prompt) into s (nothing without events). */
+void drv_events_keys(driver *d, uint32_t n_prompt, uint32_t adapter, sb_sched_request *s);
 
 /* ---- driver_bands.c ---- */
 

@@ -52,6 +52,27 @@ class ReplayFleetTest(unittest.TestCase):
             self.assertEqual(int(r["requests"]), int(r["completed"]) + int(r["shed"]) + int(r["failed"]))
             self.assertLess(float(r["gateway_max_share"]), 0.7)
 
+    def test_events_feed_the_product_index(self):
+        """POLICY+events: the engines' KV events reach the routers' precise index. Under cache
+        pressure (long shared prompts, caches holding part of them) the routers stop sending
+        traffic after blocks the engines evicted: the hit rate rises; the suffixes combine;
+        and the events arrive with the configured lag (a huge lag changes the results)."""
+        out = os.path.join(self.dir, "events")
+        args = ["--workload", "shared-prefix", "groups=24", "prefix=3072", "--requests", "600", "--rate", "10",
+                "--replicas", "4", "--num-gpu-blocks", "1500", "--seed", "3"]
+        replay(*args, "--policies", "prefix-only,prefix-only+events,default+events+adaptive", "--out", out)
+        _, rows = read_csv(os.path.join(out, "results.csv"))
+        by = {r["policy"]: r for r in rows}
+        self.assertEqual(sorted(by), ["default+events+adaptive", "prefix-only", "prefix-only+events"])
+        self.assertGreater(float(by["prefix-only+events"]["hit_rate"]), float(by["prefix-only"]["hit_rate"]) + 0.05)
+        late = os.path.join(self.dir, "late")
+        replay(*args, "--policies", "prefix-only+events", "--event-lag-ms", "600000", "--out", late)
+        _, rows = read_csv(os.path.join(late, "results.csv"))
+        self.assertNotEqual(rows[0]["hit_rate"], by["prefix-only+events"]["hit_rate"])
+        bad = replay(*args, "--policies", "random+events", check=False)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("KV events need a profile", bad.stderr)
+
     def test_no_fleet_events_no_extra_columns(self):
         out = os.path.join(self.dir, "plain")
         res = replay(*SMALL, "--policies", "default", "--out", out)
