@@ -8,7 +8,7 @@
 
 CC      ?= gcc
 CSTD    := -std=c11 -D_GNU_SOURCE
-WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wmissing-prototypes
 INC     := -Isrc
 LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lcrypto -lzmq -lmsgpackc -lm
 CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC)
@@ -39,7 +39,11 @@ FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o)
 # the tree as a whole predates .clang-format.
 FORMAT_BASE ?= main
 
-.PHONY: all deps test unit integration bench demo clean check-format fuzz fuzz-build
+# Integration tests import Debian's python3-zmq and python3-msgpack (scripts/deps.sh test):
+# run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
+PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+
+.PHONY: all deps test call-graph unit integration bench demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -87,12 +91,16 @@ unit: $(TEST_BIN)
 	@scripts/run_unit.sh $(TEST_BIN)
 
 integration: build/san/switchboard build/switchboard
-	@python3 tests/integration/run.py
+	@$(PYTHON) tests/integration/run.py
 
 test:
 	@scripts/deps.sh test
 	@python3 scripts/include_graph.py
-	@$(MAKE) --no-print-directory unit integration
+	@$(MAKE) --no-print-directory call-graph unit integration
+
+# Call circles between modules, from the objects' symbols (what #include lines cannot show).
+call-graph: build/san/libsb.a
+	@python3 scripts/call_graph.py build/san
 
 bench: all $(BENCH_BIN)
 	@scripts/deps.sh bench

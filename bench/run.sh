@@ -17,6 +17,9 @@ echo
 echo "== probe cycle: parse of a real vLLM /metrics capture (bench/bench_prom.c) =="
 build/bench/bench_prom
 echo
+echo "== KV-event batch decode: ns per event, MB/s, against msgpack-c's unpacker (bench/bench_kv_decode.c) =="
+build/bench/bench_kv_decode
+echo
 echo "== hostile JSON nesting: 1 MiB bodies refused or parsed vs an ordinary prompt (bench/bench_nesting.c) =="
 build/bench/bench_nesting
 echo

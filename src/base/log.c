@@ -13,7 +13,7 @@ enum sb_log_level sb_log_get_level(void) { return level; }
 
 void sb_log(enum sb_log_level lvl, const char *fmt, ...)
 {
-    static const char *names[] = {"debug", "info", "warn", "error"};
+    static const char *const names[] = {"debug", "info", "warn", "error"};
     if (lvl < level || lvl >= SB_LOG_OFF)
         return;
     struct timespec ts;

@@ -141,9 +141,12 @@ bool sb_table_key64_eq(const void *ctx, uint32_t val);
 /* Empties occupied slot i and shifts the rest of its probe run back into the hole. */
 void sb_table_delete(sb_table *t, size_t i);
 
-/* Hints the cache that the home slot of tag will be searched soon. */
+/* Hints the cache that the home slot of tag will be searched soon. Nothing for a table with
+ * no slots yet. */
 static inline void sb_table_prefetch(const sb_table *t, uint64_t tag)
 {
+    if (!t->cap)
+        return;
     size_t i = (size_t)tag & (t->cap - 1);
     __builtin_prefetch(&t->tags[i]);
     __builtin_prefetch(&t->vals[i]);

@@ -46,57 +46,67 @@ static int usage(void)
     return 2;
 }
 
-int sb_cmd_demo(int argc, char **argv)
+typedef struct demo_args {
+    unsigned port, admin_port, sim_port;
+    double speed;
+    bool access_log;
+} demo_args;
+
+/* Returns 0, or usage()'s exit code for flags it does not know or values out of range. */
+static int parse_args(int argc, char **argv, demo_args *a)
 {
-    unsigned port = 8080, admin_port = 8081, sim_port = 8101;
-    double speed = 1.0;
-    bool access_log = false;
+    *a = (demo_args){.port = 8080, .admin_port = 8081, .sim_port = 8101, .speed = 1.0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc)
-            port = (unsigned)atoi(argv[++i]);
+            a->port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--admin-port") && i + 1 < argc)
-            admin_port = (unsigned)atoi(argv[++i]);
+            a->admin_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sim-port") && i + 1 < argc)
-            sim_port = (unsigned)atoi(argv[++i]);
+            a->sim_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--speed") && i + 1 < argc)
-            speed = atof(argv[++i]);
+            a->speed = atof(argv[++i]);
         else if (!strcmp(argv[i], "--access-log"))
-            access_log = true;
+            a->access_log = true;
         else
             return usage();
     }
-    if (port == 0 || port > 65535 || admin_port == 0 || admin_port > 65535 || admin_port == port || sim_port == 0 ||
-        sim_port > 65532 || speed <= 0)
+    if (a->port == 0 || a->port > 65535 || a->admin_port == 0 || a->admin_port > 65535 || a->admin_port == a->port ||
+        a->sim_port == 0 || a->sim_port > 65532 || a->speed <= 0)
         return usage();
-    signal(SIGPIPE, SIG_IGN);
-    uv_loop_t *loop = uv_default_loop();
-    demo d = {0};
+    return 0;
+}
 
+/* Three Llama replicas with two adapters from sim_port, one Qwen replica after them. */
+static int start_fleets(uv_loop_t *loop, const demo_args *a, demo *d)
+{
     static const char *const adapters[] = {"sql-lora", "chat-lora"};
     sb_sim_opts so;
     sb_sim_opts_default(&so);
-    so.port = (uint16_t)sim_port;
+    so.port = (uint16_t)a->sim_port;
     so.replicas = 3;
     so.model = "meta-llama/Llama-3.1-8B-Instruct";
     so.adapters = adapters;
     so.n_adapters = 2;
-    so.speed = speed;
-    int rc = sb_sim_fleet_start(loop, &so, &d.llama);
+    so.speed = a->speed;
+    int rc = sb_sim_fleet_start(loop, &so, &d->llama);
     if (rc == 0) {
         sb_sim_opts_default(&so);
-        so.port = (uint16_t)(sim_port + 3);
+        so.port = (uint16_t)(a->sim_port + 3);
         so.replicas = 1;
         so.model = "Qwen/Qwen2.5-7B-Instruct";
-        so.speed = speed;
-        rc = sb_sim_fleet_start(loop, &so, &d.qwen);
+        so.speed = a->speed;
+        rc = sb_sim_fleet_start(loop, &so, &d->qwen);
     }
-    if (rc < 0) {
-        fprintf(stderr, "demo: cannot start the simulated fleet on ports %u-%u: %s\n", sim_port, sim_port + 3,
+    if (rc < 0)
+        fprintf(stderr, "demo: cannot start the simulated fleet on ports %u-%u: %s\n", a->sim_port, a->sim_port + 3,
                 uv_strerror(rc));
-        return 1;
-    }
+    return rc;
+}
 
-    /* The same shape as examples/demo.yaml, with the chosen ports. */
+/* The same shape as examples/demo.yaml, with the chosen ports. NULL (after saying why) if it
+ * does not parse. */
+static sb_config *demo_config(const demo_args *a)
+{
     sb_buf y = {0};
     sb_buf_printf(&y,
                   "listen: \"127.0.0.1:%u\"\n%s"
@@ -111,25 +121,23 @@ int sb_cmd_demo(int argc, char **argv)
                   "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
                   "    engine: vllm\n"
                   "    endpoints: [\"127.0.0.1:%u\"]\n",
-                  port, access_log ? "access_log: \"-\"\n" : "", admin_port, sim_port, sim_port + 1, sim_port + 2,
-                  sim_port + 3);
+                  a->port, a->access_log ? "access_log: \"-\"\n" : "", a->admin_port, a->sim_port, a->sim_port + 1,
+                  a->sim_port + 2, a->sim_port + 3);
     sb_config *cfg = NULL;
     sb_config_errors errs = {0};
     if (!y.data || sb_config_parse(y.data, y.len, &cfg, &errs) < 0) {
         char buf[4096];
         sb_config_errors_format(&errs, "demo", buf, sizeof(buf));
         fprintf(stderr, "demo: internal config error:\n%s", buf);
-        sb_buf_free(&y);
-        return 1;
+        cfg = NULL;
     }
     sb_buf_free(&y);
-    if (sb_gateway_start(loop, cfg, &d.gw) < 0) {
-        fprintf(stderr, "demo: cannot start the gateway on port %u\n", port);
-        sb_sim_fleet_stop(d.llama);
-        sb_sim_fleet_stop(d.qwen);
-        uv_run(loop, UV_RUN_DEFAULT);
-        return 1;
-    }
+    return cfg;
+}
+
+static void print_banner(const demo_args *a, unsigned admin_port)
+{
+    unsigned port = a->port;
     printf("switchboard demo\n"
            "  gateway    http://127.0.0.1:%u  (pools: llama x3 replicas with LoRA sql-lora, chat-lora; qwen x1)\n"
            "  admin      http://127.0.0.1:%u  (/metrics, /debug/*; loopback only)\n"
@@ -144,9 +152,32 @@ int sb_cmd_demo(int argc, char **argv)
            "  curl -s localhost:%u/debug/endpoints      # what the gateway knows of each replica\n"
            "  curl -s localhost:%u/metrics              # Prometheus metrics\n\n"
            "Ctrl-C stops everything.\n",
-           port, sb_gateway_admin_port(d.gw), sim_port, sim_port + 3, speed, port, port, port,
-           sb_gateway_admin_port(d.gw), sb_gateway_admin_port(d.gw));
+           port, admin_port, a->sim_port, a->sim_port + 3, a->speed, port, port, port, admin_port, admin_port);
     fflush(stdout);
+}
+
+int sb_cmd_demo(int argc, char **argv)
+{
+    demo_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != 0)
+        return rc;
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_t *loop = uv_default_loop();
+    demo d = {0};
+    if (start_fleets(loop, &a, &d) < 0)
+        return 1;
+    sb_config *cfg = demo_config(&a);
+    if (!cfg)
+        return 1;
+    if (sb_gateway_start(loop, cfg, &d.gw) < 0) {
+        fprintf(stderr, "demo: cannot start the gateway on port %u\n", a.port);
+        sb_sim_fleet_stop(d.llama);
+        sb_sim_fleet_stop(d.qwen);
+        uv_run(loop, UV_RUN_DEFAULT);
+        return 1;
+    }
+    print_banner(&a, sb_gateway_admin_port(d.gw));
     uv_signal_init(loop, &d.sigint);
     uv_signal_init(loop, &d.sigterm);
     d.sigint.data = d.sigterm.data = &d;

@@ -19,6 +19,7 @@
 #include "cmd/flags.h"
 #include "replay/band_report.h"
 #include "replay/driver.h"
+#include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/report.h"
 #include "replay/trace.h"
@@ -265,6 +266,8 @@ static int set_flow_gate(void *ctx, const char *key, double v)
     return 0;
 }
 
+static int check_args(int argc, char **argv, const args *a);
+
 static int parse_args(int argc, char **argv, args *a)
 {
     sb_replay_opts *o = &a->o;
@@ -317,8 +320,13 @@ static int parse_args(int argc, char **argv, args *a)
     }
     if (rc < 0)
         return -1;
-    if (a->list)
-        return 0;
+    return a->list ? 0 : check_args(argc, argv, a);
+}
+
+/* The flags' combinations and the engine's and adaptive loop's parameters, once parsed. */
+static int check_args(int argc, char **argv, const args *a)
+{
+    const sb_replay_opts *o = &a->o;
     if (!a->trace == !a->workload) {
         fprintf(stderr, "switchboard replay: give one of --trace FILE and --workload NAME\n");
         return -1;
@@ -336,7 +344,7 @@ static int parse_args(int argc, char **argv, args *a)
         fprintf(stderr, "switchboard replay: --rate-scale is for traces; use --rate with a workload\n");
         return -1;
     }
-    if (sb_engine_params_check(ep) < 0) {
+    if (sb_engine_params_check(&o->engine) < 0) {
         fprintf(stderr, "switchboard replay: engine parameters rejected (a zero size, a block size over 4096, or "
                         "--max-num-seqs above --max-num-batched-tokens)\n");
         return -1;
@@ -554,6 +562,100 @@ static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
     return 0;
 }
 
+/* Resolves each name to its policy; NAME+adaptive (or --adaptive on a profile) runs the profile
+ * with adaptive weights, side by side with NAME. */
+static int resolve_policies(const args *a, const sb_config *cfg, const char **names, size_t n_names,
+                            sb_replay_policy *pols, bool *adaptive)
+{
+    const sb_profile *user = cfg ? cfg->profiles : NULL;
+    size_t n_user = cfg ? cfg->n_profiles : 0;
+    for (size_t i = 0; i < n_names; i++) {
+        size_t len = strlen(names[i]), sl = strlen(ADAPTIVE_SUFFIX);
+        bool suffixed = len > sl && !strcmp(names[i] + len - sl, ADAPTIVE_SUFFIX);
+        char base[SB_PROFILE_NAME_MAX];
+        snprintf(base, sizeof(base), "%.*s", (int)(suffixed ? len - sl : len), names[i]);
+        if (sb_replay_policy_resolve(base, user, n_user, &pols[i]) < 0) {
+            fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", base);
+            return -1;
+        }
+        if (suffixed && !pols[i].profile) {
+            fprintf(stderr, "switchboard replay: %s: adaptive weights need a profile (a custom rule runs none)\n",
+                    names[i]);
+            return -1;
+        }
+        adaptive[i] = suffixed || (a->adaptive_all && pols[i].profile);
+        if (adaptive[i]) {
+            size_t bl = strlen(base);
+            if (bl + sl >= sizeof(pols[i].name)) {
+                fprintf(stderr, "switchboard replay: %s: name too long for the +adaptive suffix\n", base);
+                return -1;
+            }
+            memcpy(pols[i].name, base, bl);
+            memcpy(pols[i].name + bl, ADAPTIVE_SUFFIX, sl + 1);
+        }
+    }
+    return 0;
+}
+
+/* Runs every policy on one workload; results appended at res[*n_res]. */
+static int run_policies(const args *a, const sb_replay_workload *w, const sb_replay_opts *base,
+                        const sb_replay_policy *pols, const bool *adaptive, size_t n_names, sb_replay_result *res,
+                        size_t *n_res)
+{
+    sb_replay_opts o = *base;
+    for (size_t pi = 0; pi < n_names; pi++) {
+        char err[256];
+        double t0 = wall_s();
+        o.adaptive = adaptive[pi];
+        sb_replay_result *r = &res[*n_res];
+        if (sb_replay_run(w, &pols[pi], &o, r, err, sizeof(err)) < 0) {
+            fprintf(stderr, "switchboard replay: %s: %s\n", pols[pi].name, err);
+            return -1;
+        }
+        fprintf(stderr, "replay: %-16s %llu requests, %llu events in %.2f s wall\n", pols[pi].name,
+                (unsigned long long)r->requests, (unsigned long long)r->events, wall_s() - t0);
+        if (r->completed == 0 && r->shed > 0)
+            fprintf(stderr,
+                    "replay: note: %s shed every request (a labels filter? replay's endpoints carry "
+                    "no labels)\n",
+                    pols[pi].name);
+        (*n_res)++;
+    }
+    return 0;
+}
+
+/* The runs: every rate (one, unless a sweep), every policy. */
+static int run_all(const args *a, int argc, char **argv, const sb_replay_policy *pols, const bool *adaptive,
+                   size_t n_names, sb_replay_result *res, size_t *n_res, sb_replay_workload *w)
+{
+    double one_rate = a->rate > 0 ? a->rate : 0;
+    size_t n_rates = a->n_rates ? a->n_rates : 1;
+    char **kv = argv + optind;
+    int n_kv = a->trace ? 0 : argc - optind;
+    for (size_t ri = 0; ri < n_rates; ri++) {
+        double rate = a->n_rates ? a->rates[ri] : one_rate;
+        if (ri == 0 || a->workload) { /* a generator's arrivals depend on the rate */
+            sb_replay_workload_free(w);
+            if (load_workload(a, n_kv, kv, a->workload && !(rate > 0) ? 10.0 : rate, w) < 0)
+                return -1;
+        }
+        sb_replay_opts o = a->o;
+        o.max_arrival_ns = a->trace ? (sb_ns)(a->duration_s * 1e9) : 0;
+        if (a->trace) {
+            if (rate > 0 && !(w->rate > 0)) {
+                fprintf(stderr, "switchboard replay: the trace spans no time: it has no rate to scale\n");
+                return -1;
+            }
+            o.time_scale = rate > 0 ? rate / w->rate : a->rate_scale > 0 ? a->rate_scale : 1.0;
+        }
+        fprintf(stderr, "replay: %s, %zu requests, %.4g requests/s offered, %u replicas\n", w->name, w->n,
+                w->rate * o.time_scale, o.replicas);
+        if (run_policies(a, w, &o, pols, adaptive, n_names, res, n_res) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 int sb_cmd_replay(int argc, char **argv)
 {
     args a = {0};
@@ -574,9 +676,6 @@ int sb_cmd_replay(int argc, char **argv)
         sb_config_free(cfg);
         return 0;
     }
-    const sb_profile *user = cfg ? cfg->profiles : NULL;
-    size_t n_user = cfg ? cfg->n_profiles : 0;
-
     const char *names[MAX_POLICIES];
     size_t n_names;
     char namebuf[4096];
@@ -590,81 +689,12 @@ int sb_cmd_replay(int argc, char **argv)
         goto done;
     pols = sb_calloc(n_names, sizeof(*pols));
     adaptive = sb_calloc(n_names, sizeof(bool));
-    if (!pols || !adaptive)
+    res = sb_calloc((a.n_rates ? a.n_rates : 1) * n_names, sizeof(*res));
+    if (!pols || !adaptive || !res || resolve_policies(&a, cfg, names, n_names, pols, adaptive) < 0)
         goto done;
-    for (size_t i = 0; i < n_names; i++) {
-        /* NAME+adaptive: the profile NAME with adaptive weights, side by side with NAME. */
-        size_t len = strlen(names[i]), sl = strlen(ADAPTIVE_SUFFIX);
-        bool suffixed = len > sl && !strcmp(names[i] + len - sl, ADAPTIVE_SUFFIX);
-        char base[SB_PROFILE_NAME_MAX];
-        snprintf(base, sizeof(base), "%.*s", (int)(suffixed ? len - sl : len), names[i]);
-        if (sb_replay_policy_resolve(base, user, n_user, &pols[i]) < 0) {
-            fprintf(stderr, "switchboard replay: unknown policy '%s' (see --list)\n", base);
-            goto done;
-        }
-        if (suffixed && !pols[i].profile) {
-            fprintf(stderr, "switchboard replay: %s: adaptive weights need a profile (a custom rule runs none)\n",
-                    names[i]);
-            goto done;
-        }
-        adaptive[i] = suffixed || (a.adaptive_all && pols[i].profile);
-        if (adaptive[i]) {
-            size_t bl = strlen(base);
-            if (bl + sl >= sizeof(pols[i].name)) {
-                fprintf(stderr, "switchboard replay: %s: name too long for the +adaptive suffix\n", base);
-                goto done;
-            }
-            memcpy(pols[i].name, base, bl);
-            memcpy(pols[i].name + bl, ADAPTIVE_SUFFIX, sl + 1);
-        }
-    }
-
-    /* The runs: every rate (one, unless a sweep), every policy. */
-    double one_rate = a.rate > 0 ? a.rate : 0;
-    size_t n_rates = a.n_rates ? a.n_rates : 1;
-    res = sb_calloc(n_rates * n_names, sizeof(*res));
-    if (!res)
-        goto done;
-    char **kv = argv + optind;
-    int n_kv = a.trace ? 0 : argc - optind;
     code = 1;
-    for (size_t ri = 0; ri < n_rates; ri++) {
-        double rate = a.n_rates ? a.rates[ri] : one_rate;
-        if (ri == 0 || a.workload) { /* a generator's arrivals depend on the rate */
-            sb_replay_workload_free(&w);
-            if (load_workload(&a, n_kv, kv, a.workload && !(rate > 0) ? 10.0 : rate, &w) < 0)
-                goto done;
-        }
-        sb_replay_opts o = a.o;
-        o.max_arrival_ns = a.trace ? (sb_ns)(a.duration_s * 1e9) : 0;
-        if (a.trace) {
-            if (rate > 0 && !(w.rate > 0)) {
-                fprintf(stderr, "switchboard replay: the trace spans no time: it has no rate to scale\n");
-                goto done;
-            }
-            o.time_scale = rate > 0 ? rate / w.rate : a.rate_scale > 0 ? a.rate_scale : 1.0;
-        }
-        fprintf(stderr, "replay: %s, %zu requests, %.4g requests/s offered, %u replicas\n", w.name, w.n,
-                w.rate * o.time_scale, o.replicas);
-        for (size_t pi = 0; pi < n_names; pi++) {
-            char err[256];
-            double t0 = wall_s();
-            o.adaptive = adaptive[pi];
-            int rc = sb_replay_run(&w, &pols[pi], &o, &res[n_res], err, sizeof(err));
-            if (rc < 0) {
-                fprintf(stderr, "switchboard replay: %s: %s\n", pols[pi].name, err);
-                goto done;
-            }
-            fprintf(stderr, "replay: %-16s %llu requests, %llu events in %.2f s wall\n", pols[pi].name,
-                    (unsigned long long)res[n_res].requests, (unsigned long long)res[n_res].events, wall_s() - t0);
-            if (res[n_res].completed == 0 && res[n_res].shed > 0)
-                fprintf(stderr,
-                        "replay: note: %s shed every request (a labels filter? replay's endpoints carry "
-                        "no labels)\n",
-                        pols[pi].name);
-            n_res++;
-        }
-    }
+    if (run_all(&a, argc, argv, pols, adaptive, n_names, res, &n_res, &w) < 0)
+        goto done;
     write_tables(stdout, res, n_res);
     fflush(stdout);
     code = a.out && write_outputs(a.out, res, n_res) < 0 ? 1 : 0;

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "cmd/cmd.h"
 #include "cmd/flags.h"
+#include "proto/json.h"
 #include "sim/server.h"
 
 static const char usage_text[] =
@@ -43,6 +44,18 @@ static const char usage_text[] =
     "  --restart-every-ms M         restart (down M/10 ms, empty cache) every M ms\n"
     "  --fault-replicas I,J         0-based replica indexes the faults apply to (< 64)\n"
     "  --seed N                     seed of the fault draws (default 1)\n"
+    "KV-cache events, published as vLLM does (off by default; any of these turns them on):\n"
+    "  --kv-events-config JSON      vLLM's --kv-events-config: enable_kv_cache_events, publisher,\n"
+    "                               endpoint, replay_endpoint, buffer_steps, hwm, topic\n"
+    "  --kv-events                  publish with vLLM's defaults (PUB bound on port 5557)\n"
+    "  --kv-events-endpoint EP      PUB address, replica i on port + i; binds with a wildcard\n"
+    "                               (tcp://*:5557), else connects (vLLM's rule)\n"
+    "  --kv-events-replay EP        replay ROUTER address (replica i: port + i)\n"
+    "  --kv-events-topic T          topic frame (default empty)\n"
+    "  --kv-events-encoding array|map  tagged arrays (vLLM before May 2026) or maps (default array)\n"
+    "  --kv-events-hashes int|bytes    uint64 hashes or 32-byte bins (default int)\n"
+    "  --kv-events-buffer-steps N   batches kept for replay (default 10000)\n"
+    "  --kv-events-drop-every N     fault: leave every Nth batch out of the live stream\n"
     "  --log-level debug|info|warn|error\n";
 
 enum {
@@ -65,6 +78,15 @@ enum {
     O_SEED,
     O_LOG_LEVEL,
     O_HELP,
+    O_KV_CONFIG,
+    O_KV_ON,
+    O_KV_ENDPOINT,
+    O_KV_REPLAY,
+    O_KV_TOPIC,
+    O_KV_ENCODING,
+    O_KV_HASHES,
+    O_KV_BUFFER_STEPS,
+    O_KV_DROP_EVERY,
 };
 
 static const struct option long_opts[] = {
@@ -88,6 +110,15 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, O_SEED},
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
     {"help", no_argument, NULL, O_HELP},
+    {"kv-events-config", required_argument, NULL, O_KV_CONFIG},
+    {"kv-events", no_argument, NULL, O_KV_ON},
+    {"kv-events-endpoint", required_argument, NULL, O_KV_ENDPOINT},
+    {"kv-events-replay", required_argument, NULL, O_KV_REPLAY},
+    {"kv-events-topic", required_argument, NULL, O_KV_TOPIC},
+    {"kv-events-encoding", required_argument, NULL, O_KV_ENCODING},
+    {"kv-events-hashes", required_argument, NULL, O_KV_HASHES},
+    {"kv-events-buffer-steps", required_argument, NULL, O_KV_BUFFER_STEPS},
+    {"kv-events-drop-every", required_argument, NULL, O_KV_DROP_EVERY},
     {NULL, 0, NULL, 0},
 };
 
@@ -183,6 +214,132 @@ static int parse_log_level(const char *s)
     return -1;
 }
 
+/* ---- KV-cache event flags -------------------------------------------------------------------- */
+
+/* Strings decoded from --kv-events-config, owned until the fleet has copied them. */
+typedef struct kv_strings {
+    char *endpoint, *replay, *topic;
+} kv_strings;
+
+static void kv_strings_free(kv_strings *k)
+{
+    sb_free(k->endpoint);
+    sb_free(k->replay);
+    sb_free(k->topic);
+}
+
+/* Decodes JSON string token v into a fresh string in *out (NULL for null). */
+static int json_string(const char *b, const sb_json_tok *t, char **out)
+{
+    if (t->type == SB_JSON_PRIMITIVE && b[t->start] == 'n')
+        return 0;
+    size_t n = (size_t)(t->end - t->start);
+    char *s = t->type == SB_JSON_STRING ? sb_malloc(n + 1) : NULL;
+    long r = s ? sb_json_unescape(b + t->start, n, s, n + 1) : -1;
+    if (r < 0 || memchr(s, '\0', (size_t)r)) {
+        sb_free(s);
+        return -1;
+    }
+    s[r] = '\0';
+    sb_free(*out);
+    *out = s;
+    return 0;
+}
+
+static int json_u32(const char *b, const sb_json_tok *t, uint32_t min, uint32_t *out)
+{
+    char num[16];
+    size_t n = (size_t)(t->end - t->start);
+    if (t->type != SB_JSON_PRIMITIVE || n == 0 || n >= sizeof num)
+        return -1;
+    memcpy(num, b + t->start, n);
+    num[n] = '\0';
+    return sb_flag_u32("sim", "kv-events-config", num, min, INT32_MAX, out);
+}
+
+/* vLLM's --kv-events-config (vllm/config/kv_events.py KVEventsConfig): its keys, and nothing
+ * else, so that a misspelt key is an error rather than a silently ignored setting. */
+static int parse_kv_config(const char *json, sb_sim_opts *o, kv_strings *ks)
+{
+    static const sb_json_key keys[] = {
+        {"enable_kv_cache_events", 22}, {"publisher", 9}, {"endpoint", 8},        {"replay_endpoint", 15},
+        {"buffer_steps", 12},           {"hwm", 3},       {"max_queue_size", 14}, {"topic", 5},
+    };
+    enum { K_ENABLE, K_PUBLISHER, K_ENDPOINT, K_REPLAY, K_BUFFER, K_HWM, K_QUEUE, K_TOPIC, K_N };
+    sb_json j = {0};
+    int n = sb_json_parse(&j, json, strlen(json)), v[K_N], rc = -1;
+    const sb_json_tok *t = j.tokens;
+    if (n <= 0 || t[0].type != SB_JSON_OBJECT)
+        goto out;
+    sb_json_find_keys(t, n, json, 0, keys, K_N, v);
+    int known = 0;
+    for (int k = 0; k < K_N; k++)
+        known += v[k] >= 0;
+    if (known != t[0].size)
+        goto out; /* an unknown (or repeated) key */
+    bool enable = v[K_ENABLE] >= 0 && json[t[v[K_ENABLE]].start] == 't';
+    char *publisher = NULL;
+    if (v[K_PUBLISHER] >= 0 && json_string(json, &t[v[K_PUBLISHER]], &publisher) < 0)
+        goto out;
+    if (publisher && strcmp(publisher, "zmq") != 0)
+        enable = false; /* "null": vLLM's NullEventPublisher */
+    sb_free(publisher);
+    if ((v[K_ENDPOINT] >= 0 && json_string(json, &t[v[K_ENDPOINT]], &ks->endpoint) < 0) ||
+        (v[K_REPLAY] >= 0 && json_string(json, &t[v[K_REPLAY]], &ks->replay) < 0) ||
+        (v[K_TOPIC] >= 0 && json_string(json, &t[v[K_TOPIC]], &ks->topic) < 0) ||
+        (v[K_BUFFER] >= 0 && json_u32(json, &t[v[K_BUFFER]], 1, &o->kv.buffer_steps) < 0) ||
+        (v[K_HWM] >= 0 && json_u32(json, &t[v[K_HWM]], 1, &o->kv.hwm) < 0))
+        goto out;
+    o->kv_events = enable;
+    if (ks->endpoint)
+        o->kv.endpoint = ks->endpoint;
+    o->kv.replay_endpoint = ks->replay;
+    if (ks->topic)
+        o->kv.topic = ks->topic;
+    rc = 0;
+out:
+    sb_json_free(&j);
+    if (rc < 0)
+        fprintf(stderr, "switchboard sim: --kv-events-config wants vLLM's JSON object, e.g. "
+                        "'{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\"}'\n");
+    return rc;
+}
+
+static int parse_kv_flag(int c, const char *a, sb_sim_opts *o, kv_strings *ks)
+{
+    sb_kv_pub_opts *kv = &o->kv;
+    o->kv_events = true;
+    switch (c) {
+    case O_KV_CONFIG: return parse_kv_config(a, o, ks);
+    case O_KV_ON: return 0;
+    case O_KV_ENDPOINT: kv->endpoint = a; return 0;
+    case O_KV_REPLAY: kv->replay_endpoint = a; return 0;
+    case O_KV_TOPIC: kv->topic = a; return 0;
+    case O_KV_ENCODING:
+        if (!strcmp(a, "array") || !strcmp(a, "map")) {
+            kv->encoding = a[0] == 'm' ? SB_KV_ENC_MAP : SB_KV_ENC_ARRAY;
+            return 0;
+        }
+        fprintf(stderr, "switchboard sim: --kv-events-encoding wants array or map\n");
+        return -1;
+    case O_KV_HASHES:
+        if (!strcmp(a, "int") || !strcmp(a, "bytes")) {
+            kv->hashes = a[0] == 'b' ? SB_KV_HASH_BYTES : SB_KV_HASH_INT;
+            return 0;
+        }
+        fprintf(stderr, "switchboard sim: --kv-events-hashes wants int or bytes\n");
+        return -1;
+    case O_KV_BUFFER_STEPS: return parse_u32("kv-events-buffer-steps", a, 1, 10000000, &kv->buffer_steps);
+    case O_KV_DROP_EVERY: return parse_u32("kv-events-drop-every", a, 1, UINT32_MAX, &kv->drop_every);
+    }
+    return -1;
+}
+
+static bool is_kv_flag(int c)
+{
+    return c >= O_KV_CONFIG && c <= O_KV_DROP_EVERY;
+}
+
 /* What the engine parameters imply, measured by driving the engine in virtual time, beside
  * the published reference points for Llama-3.1-8B on one H100 (docs/simulator.md). */
 static int print_calibration(const sb_engine_params *ep)
@@ -218,93 +375,136 @@ static int print_calibration(const sb_engine_params *ep)
     return 0;
 }
 
-int sb_cmd_sim(int argc, char **argv)
-{
+/* What the command line asks for; the strings it owns are freed by args_free. */
+typedef struct sim_args {
     sb_sim_opts o;
-    sb_sim_opts_default(&o);
-    sb_sim_faults *fa = &o.faults;
-    sb_engine_params *ep = &o.engine;
-    char **adapters = NULL;
-    long n_adapters = 0;
-    uint32_t u, port = o.port;
-    int rc = 0, c;
-    bool calibrate = false;
-    optind = 1;
-    while (rc == 0 && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-        const char *a = optarg;
-        switch (c) {
-        case O_REPLICAS: rc = parse_u32("replicas", a, 1, 4096, &o.replicas); break;
-        case O_CALIBRATE: calibrate = true; break;
-        case O_PORT: rc = parse_u32("port", a, 0, 65535, &port); break;
-        case O_HOST: o.host = a; break;
-        case O_MODEL: o.model = a; break;
-        case O_ADAPTERS:
-            free_list(adapters, n_adapters);
-            adapters = NULL;
-            if ((n_adapters = split_list(a, &adapters)) < 0) {
-                n_adapters = 0;
-                rc = -1;
-            }
-            break;
-        case O_ENGINE:
-            if (sb_sim_flavor_parse(a, &o.flavor) < 0) {
-                fprintf(stderr, "switchboard sim: --engine wants vllm, sglang or llamacpp\n");
-                rc = -1;
-            }
-            break;
-        case O_SPEED: rc = parse_double("speed", a, 1e-3, 1e6, &o.speed); break;
-        case O_MAX_MODEL_LEN: rc = parse_u32("max-model-len", a, 1, UINT32_MAX, &o.max_model_len); break;
-        case O_FAIL_RATE: rc = parse_double("fail-rate", a, 0, 1, &fa->fail_rate); break;
-        case O_METRICS_DELAY: rc = parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms); break;
-        case O_METRICS_HANG: fa->metrics_hang = true; break;
-        case O_DIE_AFTER: rc = parse_u32("die-after-tokens", a, 1, UINT32_MAX, &fa->die_after_tokens); break;
-        case O_REFUSE: fa->refuse = true; break;
-        case O_RESTART: rc = parse_u32("restart-every-ms", a, 10, 86400000, &fa->restart_every_ms); break;
-        case O_FAULT_REPLICAS: rc = parse_replica_mask(a, &fa->replica_mask); break;
-        case O_SEED:
-            if ((rc = parse_u32("seed", a, 0, UINT32_MAX, &u)) == 0)
-                o.seed = u;
-            break;
-        case O_LOG_LEVEL: rc = parse_log_level(a); break;
-        case 'h':
-        case O_HELP:
-            fputs(usage_text, stdout);
-            free_list(adapters, n_adapters);
-            return 0;
-        default: rc = sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, ep) : -1; break;
+    char **adapters;
+    long n_adapters;
+    kv_strings kvs;
+    bool calibrate, help;
+} sim_args;
+
+static void args_free(sim_args *a)
+{
+    free_list(a->adapters, a->n_adapters);
+    kv_strings_free(&a->kvs);
+}
+
+/* One option. Returns 0 or -1 (the message is printed). */
+static int parse_option(int c, const char *a, sim_args *s)
+{
+    sb_sim_opts *o = &s->o;
+    sb_sim_faults *fa = &o->faults;
+    uint32_t u;
+    int rc = 0;
+    switch (c) {
+    case O_REPLICAS: return parse_u32("replicas", a, 1, 4096, &o->replicas);
+    case O_CALIBRATE: s->calibrate = true; return 0;
+    case O_PORT:
+        if ((rc = parse_u32("port", a, 0, 65535, &u)) == 0)
+            o->port = (uint16_t)u;
+        return rc;
+    case O_HOST: o->host = a; return 0;
+    case O_MODEL: o->model = a; return 0;
+    case O_ADAPTERS:
+        free_list(s->adapters, s->n_adapters);
+        s->adapters = NULL;
+        if ((s->n_adapters = split_list(a, &s->adapters)) < 0) {
+            s->n_adapters = 0;
+            return -1;
         }
+        return 0;
+    case O_ENGINE:
+        if (sb_sim_flavor_parse(a, &o->flavor) == 0)
+            return 0;
+        fprintf(stderr, "switchboard sim: --engine wants vllm, sglang or llamacpp\n");
+        return -1;
+    case O_SPEED: return parse_double("speed", a, 1e-3, 1e6, &o->speed);
+    case O_MAX_MODEL_LEN: return parse_u32("max-model-len", a, 1, UINT32_MAX, &o->max_model_len);
+    case O_FAIL_RATE: return parse_double("fail-rate", a, 0, 1, &fa->fail_rate);
+    case O_METRICS_DELAY: return parse_u32("metrics-delay-ms", a, 0, 3600000, &fa->metrics_delay_ms);
+    case O_METRICS_HANG: fa->metrics_hang = true; return 0;
+    case O_DIE_AFTER: return parse_u32("die-after-tokens", a, 1, UINT32_MAX, &fa->die_after_tokens);
+    case O_REFUSE: fa->refuse = true; return 0;
+    case O_RESTART: return parse_u32("restart-every-ms", a, 10, 86400000, &fa->restart_every_ms);
+    case O_FAULT_REPLICAS: return parse_replica_mask(a, &fa->replica_mask);
+    case O_SEED:
+        if ((rc = parse_u32("seed", a, 0, UINT32_MAX, &u)) == 0)
+            o->seed = u;
+        return rc;
+    case O_LOG_LEVEL: return parse_log_level(a);
+    case 'h':
+    case O_HELP: s->help = true; return 0;
+    default:
+        if (is_kv_flag(c))
+            return parse_kv_flag(c, a, o, &s->kvs);
+        return sb_is_engine_flag(c) ? sb_engine_flag("sim", c, a, &o->engine) : -1;
     }
-    if (rc == 0 && optind < argc) {
+}
+
+/* Returns 0, or -1 after printing why. */
+static int parse_args(int argc, char **argv, sim_args *s)
+{
+    int rc = 0, c;
+    optind = 1;
+    while (rc == 0 && !s->help && (c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1)
+        rc = parse_option(c, optarg, s);
+    if (rc == 0 && !s->help && optind < argc) {
         fprintf(stderr, "switchboard sim: unexpected argument '%s'\n", argv[optind]);
         rc = -1;
     }
-    if (rc < 0) {
-        fputs(usage_text, stderr);
-        free_list(adapters, n_adapters);
-        return 2;
-    }
-    o.port = (uint16_t)port;
-    o.adapters = (const char *const *)adapters;
-    o.n_adapters = (size_t)n_adapters;
-    if (sb_engine_params_check(ep) < 0) {
+    s->o.adapters = (const char *const *)s->adapters;
+    s->o.n_adapters = (size_t)s->n_adapters;
+    if (rc == 0 && !s->help && sb_engine_params_check(&s->o.engine) < 0) {
         fprintf(stderr, "switchboard sim: engine parameters rejected (a zero size, a block size over 4096, or "
                         "--max-num-seqs above --max-num-batched-tokens)\n");
-        free_list(adapters, n_adapters);
+        rc = -1;
+    }
+    return rc;
+}
+
+static void print_banner(const sb_sim_opts *o, const sb_sim_fleet *f)
+{
+    const sb_sim_faults *fa = &o->faults;
+    printf("switchboard sim: %u replica(s) of %s (%s engine, speed %g)\n", o->replicas, o->model,
+           sb_sim_flavor_name(o->flavor), o->speed);
+    for (uint32_t i = 0; i < o->replicas; i++) {
+        bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
+        printf("  replica %u: http://%s:%u%s\n", i, o->host, sb_sim_fleet_port(f, i),
+               faulty && fa->refuse ? " (refusing connections)" : "");
+        const char *kv = sb_sim_fleet_kv_endpoint(f, i), *replay = sb_sim_fleet_kv_replay(f, i);
+        if (kv)
+            printf("    kv-events %s%s%s\n", kv, replay ? " replay " : "", replay ? replay : "");
+    }
+    fflush(stdout);
+}
+
+int sb_cmd_sim(int argc, char **argv)
+{
+    sim_args s = {0};
+    sb_sim_opts_default(&s.o);
+    if (parse_args(argc, argv, &s) < 0) {
+        fputs(usage_text, stderr);
+        args_free(&s);
         return 2;
     }
-    if (calibrate) {
-        free_list(adapters, n_adapters);
-        return print_calibration(ep);
+    if (s.help || s.calibrate) {
+        int rc = s.help ? 0 : print_calibration(&s.o.engine);
+        if (s.help)
+            fputs(usage_text, stdout);
+        args_free(&s);
+        return rc;
     }
 
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     sim_state st = {0};
-    rc = sb_sim_fleet_start(loop, &o, &st.fleet);
-    free_list(adapters, n_adapters);
+    int rc = sb_sim_fleet_start(loop, &s.o, &st.fleet);
+    args_free(&s); /* the fleet has its copies */
     if (rc < 0) {
         fprintf(stderr, "switchboard sim: cannot start: %s\n",
-                rc == -EINVAL ? "invalid options (model, adapters, ports or speed)" : uv_strerror(rc));
+                rc == -EINVAL ? "invalid options (model, adapters, ports, speed or kv-events endpoints)"
+                              : uv_strerror(rc));
         uv_run(loop, UV_RUN_DEFAULT); /* let the closing handles go */
         uv_loop_close(loop);
         return 1;
@@ -315,14 +515,7 @@ int sb_cmd_sim(int argc, char **argv)
     st.sigint.data = st.sigterm.data = &st;
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
-    printf("switchboard sim: %u replica(s) of %s (%s engine, speed %g)\n", o.replicas, o.model,
-           sb_sim_flavor_name(o.flavor), o.speed);
-    for (uint32_t i = 0; i < o.replicas; i++) {
-        bool faulty = fa->replica_mask == 0 || (i < 64 && (fa->replica_mask >> i & 1));
-        printf("  replica %u: http://%s:%u%s\n", i, o.host, sb_sim_fleet_port(st.fleet, i),
-               faulty && fa->refuse ? " (refusing connections)" : "");
-    }
-    fflush(stdout);
+    print_banner(&s.o, st.fleet);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

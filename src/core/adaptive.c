@@ -418,16 +418,14 @@ int sb_adaptive_param_set(sb_adaptive_params *p, const char *name, double v)
     return -1;
 }
 
-const char *sb_adaptive_param_list(void)
+size_t sb_adaptive_param_list(char *buf, size_t cap)
 {
-    /* Filled on the first call, constant afterwards (it lists a constant table). */
-    static char list[640];
-    if (!list[0]) {
-        size_t n = 0;
-        for (const param_name *k = param_names; k->name && n + 40 < sizeof(list); k++)
-            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", k->name);
+    size_t n = 0;
+    for (const param_name *k = param_names; k->name; k++) {
+        int w = snprintf(cap > n ? buf + n : NULL, cap > n ? cap - n : 0, "%s%s", n ? ", " : "", k->name);
+        n += (size_t)w;
     }
-    return list;
+    return n;
 }
 
 void sb_adaptive_arrivals(sb_adaptive *a, uint32_t n)

@@ -1,5 +1,5 @@
 /* adaptive: detectors of a pool's state and the configurator that moves scorer weight
- * between affinity and distribution from what they see (issue 7; the idea is GIE/llm-d's
+ * between affinity and distribution from what they see (the idea is GIE/llm-d's
  * "async detectors + adaptive configurator").
  *
  * One sb_adaptive per pool. The caller ticks it on the probing cadence with the pool's
@@ -151,8 +151,10 @@ void sb_adaptive_set_params(sb_adaptive *a, const sb_adaptive_params *p, sb_ns n
  * sb_adaptive_param_list); names ending in _ms take milliseconds. Returns 0, -1 for an unknown
  * name, -2 for a negative or huge duration. Check the whole with sb_adaptive_params_check. */
 int sb_adaptive_param_set(sb_adaptive_params *p, const char *name, double v);
-/* Every name sb_adaptive_param_set takes, comma-separated (for error messages and --help). */
-const char *sb_adaptive_param_list(void);
+/* Every name sb_adaptive_param_set takes, comma-separated (for error messages and --help),
+ * written to buf as snprintf writes (NUL-terminated, truncated to cap). Returns the length of
+ * the whole list: a larger value than cap - 1 means buf was too small. */
+size_t sb_adaptive_param_list(char *buf, size_t cap);
 
 /* Counts n requests arriving for the pool (the request path's only duty). */
 void sb_adaptive_arrivals(sb_adaptive *a, uint32_t n);

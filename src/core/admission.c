@@ -188,9 +188,17 @@ void sb_admission_tick(sb_admission *a, sb_ns now)
     a->releasing = false;
 }
 
-void *sb_admission_take(sb_admission *a, uint32_t pool)
+void sb_admission_mark_released(const sb_admission *a, uint32_t pool, sb_sched_request *rr)
 {
-    return pool < a->n_pools ? sb_flow_next(a->flows[pool], UINT64_MAX) : NULL;
+    rr->profile = sb_router_pool_profile(a->router, pool);
+    rr->gated = true;
+    rr->gate_queue = a->gate_queue;
+    rr->gate_kv = a->gate_kv;
+}
+
+void *sb_admission_take(sb_admission *a, uint32_t pool, sb_ns now)
+{
+    return pool < a->n_pools ? sb_flow_next(a->flows[pool], now) : NULL;
 }
 
 size_t sb_admission_pool_count(const sb_admission *a) { return a->n_pools; }

@@ -100,9 +100,15 @@ bool sb_admission_remove(sb_admission *a, uint32_t pool, sb_flow_handle handle);
 void sb_admission_release(sb_admission *a, uint32_t pool, sb_ns now);
 /* sb_admission_release over every pool. */
 void sb_admission_tick(sb_admission *a, sb_ns now);
+/* Marks rr, a request pool's queue just released (from the dispatch op), the way every front
+ * end schedules one: with the pool's profile in force now (adaptive weights move while it
+ * waits), and gated: sent only where the gate saw room, with the gate's thresholds. */
+void sb_admission_mark_released(const sb_admission *a, uint32_t pool, sb_sched_request *rr);
+
 /* Takes the next queued request of pool regardless of capacity and deadlines (a shutdown or
- * flow control turned off), or NULL when none is left. */
-void *sb_admission_take(sb_admission *a, uint32_t pool);
+ * flow control turned off), or NULL when none is left. It counts as dispatched at now, after
+ * the wait it had (the queue statistics stay true if the module lives on). */
+void *sb_admission_take(sb_admission *a, uint32_t pool, sb_ns now);
 
 /* The refusal for `why` (the retry_after_s given, at least 1): the one table of statuses,
  * reasons and messages, also for callers that refuse without flow control. */

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* HAProxy's and the issue's default: 256 points per endpoint keep each endpoint's share of
+/* HAProxy's default: 256 points per endpoint keep each endpoint's share of
  * the keys within about 1/sqrt(256) = 6% (one standard deviation) of fair. */
 #define SB_CHASH_DEFAULT_VNODES 256
 /* The paper's and HAProxy's usual setting (hash-balance-factor 125). */

@@ -111,7 +111,7 @@ bool sb_endpoint_available(const sb_endpoint *ep, sb_ns now)
 
 const char *sb_health_name(enum sb_health h)
 {
-    static const char *names[] = {"healthy", "ejected", "half-open", "down", "draining"};
+    static const char *const names[] = {"healthy", "ejected", "half-open", "down", "draining"};
     return (unsigned)h < sizeof(names) / sizeof(names[0]) ? names[h] : "unknown";
 }
 

@@ -135,7 +135,7 @@ typedef struct sb_flow sb_flow;
 
 /* Defaults: critical 30 s, standard 10 s, sheddable 2 s of queue wait; 1024 requests and
  * 64 MiB per band, 2048 requests and 128 MiB in all; 1024 tenants; Retry-After up to 60 s.
- * Starting points, not measurements: the waits are the issue's examples; bookkeeping is
+ * Starting points, not measurements: the waits are round starting values; bookkeeping is
  * 76 bytes per queueable request and 88 per tenant (about 250 KiB per pool with these), the
  * bodies being the caller's. on_evict is NULL. */
 void sb_flow_config_default(sb_flow_config *cfg);

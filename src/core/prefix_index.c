@@ -8,7 +8,7 @@
 
 #define NIL UINT32_MAX
 
-/* One (block, endpoint) pair. Indices instead of pointers: 24 bytes, and the array can grow
+/* One (block, endpoint) pair. Indices instead of pointers: 32 bytes, and the array can grow
  * with realloc. `pending`: sent for prefill, not known computed yet (see insert_pending). */
 typedef struct entry {
     uint64_t key;          /* the keyed hash of the block hash (see the table below) */
@@ -17,6 +17,7 @@ typedef struct entry {
     uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
     uint32_t lru_prev;     /* towards the endpoint's most recently used */
     uint32_t lru_next;     /* towards its least recently used */
+    uint32_t stamp;        /* the owner's clock when last inserted or refreshed */
 } entry;
 
 typedef struct ep_state {
@@ -52,6 +53,8 @@ struct sb_prefix_index {
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
     uint64_t generation;
     uint64_t evictions;
+    uint64_t expired;
+    uint32_t clock;        /* stamp for entries inserted or refreshed now */
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
@@ -290,6 +293,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         if (k != NIL) {
             lru_unlink(ix, k);
             lru_push_mru(ix, k);
+            ix->entries[k].stamp = ix->clock;
             continue;
         }
         if (ix->eps[ep].count >= ix->eps[ep].capacity)
@@ -309,6 +313,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         en->key = kh[ahead];
         en->ep = ep & 0x7fffffffu;
         en->pending = 0;
+        en->stamp = ix->clock;
         lowest_new = k;
         *lowest = i;
         if (!sb_table_occupied(&ix->tab, s)) {
@@ -419,6 +424,27 @@ void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep)
     while (ix->eps[ep].lru != NIL)
         remove_entry(ix, ix->eps[ep].lru);
 }
+
+void sb_prefix_index_set_clock(sb_prefix_index *ix, uint32_t stamp) { ix->clock = stamp; }
+
+size_t sb_prefix_index_expire(sb_prefix_index *ix, uint32_t ep, uint32_t before)
+{
+    if (ep >= ix->n_eps)
+        return 0;
+    /* An endpoint's list runs from the newest stamp (MRU) to the oldest (LRU), since entries
+     * reach the MRU end only by an insert or refresh, stamped with a clock that never goes
+     * back: the expired entries are a run at the LRU end. */
+    size_t n = 0;
+    uint32_t k;
+    while ((k = ix->eps[ep].lru) != NIL && (int32_t)(ix->entries[k].stamp - before) < 0) {
+        remove_entry(ix, k);
+        n++;
+    }
+    ix->expired += n;
+    return n;
+}
+
+uint64_t sb_prefix_index_expired(const sb_prefix_index *ix) { return ix->expired; }
 
 size_t sb_prefix_index_entries(const sb_prefix_index *ix) { return ix->used; }
 

@@ -21,7 +21,12 @@
  * in, placement cannot be predicted; the secret changes where keys sit, never what any call
  * returns.
  *
- * Memory: 24 bytes per (block, endpoint) entry, plus the hash table (12 bytes per slot, at
+ * Ageing: entries carry the owner's clock (a 32-bit stamp, set by sb_prefix_index_set_clock;
+ * 0 unless the owner sets it) from their last insert or refresh, so an owner that has a better
+ * source for older knowledge (an endpoint whose engine reports its cache: core/kv_index.h)
+ * can keep only the recent entries (sb_prefix_index_expire).
+ *
+ * Memory: 32 bytes per (block, endpoint) entry, plus the hash table (12 bytes per slot, at
  * most 50% full). Pure: no I/O, no clock. Not thread-safe: one owner. */
 #ifndef SB_CORE_PREFIX_INDEX_H
 #define SB_CORE_PREFIX_INDEX_H
@@ -69,6 +74,15 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
 
 /* Forgets everything an endpoint holds (it left, restarted or was reported cleared). */
 void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep);
+
+/* The stamp given to entries inserted or refreshed from now on. Stamps compare by wrapping
+ * difference: the owner keeps the clock non-decreasing and ages under 2^31. */
+void sb_prefix_index_set_clock(sb_prefix_index *ix, uint32_t stamp);
+/* Forgets ep's entries last inserted or refreshed with a stamp before `before` (pending ones
+ * too: their settle is then ignored). Returns how many; O(that). */
+size_t sb_prefix_index_expire(sb_prefix_index *ix, uint32_t ep, uint32_t before);
+/* Entries forgotten by sb_prefix_index_expire so far (not counted as evictions). */
+uint64_t sb_prefix_index_expired(const sb_prefix_index *ix);
 
 size_t sb_prefix_index_entries(const sb_prefix_index *ix);
 size_t sb_prefix_index_endpoint_entries(const sb_prefix_index *ix, uint32_t ep);

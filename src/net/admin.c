@@ -15,6 +15,7 @@
 #include "core/admission.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
+#include "net/kv_feed.h"
 #include "net/probe.h"
 #include "net/stats.h"
 #include "proto/openai_error.h"
@@ -112,13 +113,13 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                    "# TYPE switchboard_rejected_total counter\n");
     for (int k = 4; k <= 5; k++)
         sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\"} %llu\n", k,
-                      (unsigned long long)gw->rejected_by_status[k]);
+                      (unsigned long long)gw->stats.rejected_by_status[k]);
     sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
                    "# TYPE switchboard_requests_total counter\n");
-    static const char *cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    static const char *const cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
-            const sb_ep_metrics *m = &gw->ep_metrics[gw->pool_first_up[p] + e];
+            const sb_ep_metrics *m = &gw->stats.ep_metrics[gw->pool_first_up[p] + e];
             for (int k = 0; k < 6; k++)
                 if (m->by_class[k] || k == 2)
                     sb_buf_printf(b, "switchboard_requests_total{pool=\"%s\",endpoint=\"%s\",code=\"%s\"} %llu\n",
@@ -134,11 +135,11 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
                    "# TYPE switchboard_request_duration_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->pool_metrics[p].duration);
+        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].duration);
     sb_buf_puts(b, "# HELP switchboard_time_to_first_byte_seconds Time from request to the first response byte.\n"
                    "# TYPE switchboard_time_to_first_byte_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->pool_metrics[p].ttfb);
+        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].ttfb);
     static const struct {
         const char *name, *help;
     } tok[] = {{"switchboard_prompt_tokens_total", "Prompt tokens reported by upstream usage."},
@@ -147,7 +148,7 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
     for (size_t t = 0; t < 3; t++) {
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", tok[t].name, tok[t].help, tok[t].name);
         for (size_t p = 0; p < cfg->n_pools; p++) {
-            const sb_pool_metrics *pm = &gw->pool_metrics[p];
+            const sb_pool_metrics *pm = &gw->stats.pool_metrics[p];
             uint64_t v = t == 0 ? pm->prompt_tokens : t == 1 ? pm->cached_tokens : pm->completion_tokens;
             sb_buf_printf(b, "%s{pool=\"%s\"} %llu\n", tok[t].name, cfg->pools[p].name, (unsigned long long)v);
         }
@@ -159,7 +160,7 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
     sb_ns now = uv_hrtime();
-    static const char *gauges[][2] = {
+    static const char *const gauges[][2] = {
         {"switchboard_endpoint_healthy", "1 if the endpoint takes new requests (healthy or half-open)."},
         {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
         {"switchboard_endpoint_in_flight", "Requests the gateway has in flight to the endpoint."},
@@ -226,7 +227,7 @@ static void render_queues(sb_gateway *gw, sb_buf *b)
                 sb_buf_printf(b, "switchboard_queue_length{pool=\"%s\",band=\"%s\"} %u\n", cfg->pools[p].name,
                               sb_band_name((enum sb_band)k), fs.band[k].queued);
         }
-        static const char *qc[][2] = {
+        static const char *const qc[][2] = {
             {"switchboard_queue_dispatched_total", "Requests dispatched from the admission queue."},
             {"switchboard_queue_refused_total", "Requests refused by flow control (reason: full, shed, evicted, timeout)."},
             {"switchboard_queue_removed_total", "Queued requests whose client disconnected (nothing sent upstream)."},
@@ -297,7 +298,7 @@ static void render_adaptive_metrics(sb_gateway *gw, sb_buf *b)
 static void render_probe_counters(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
-    static const char *probe_counters[][2] = {
+    static const char *const probe_counters[][2] = {
         {"switchboard_probe_scrapes_total", "Metrics scrapes attempted."},
         {"switchboard_probe_errors_total", "Metrics scrapes that failed (connect, timeout, status, parse)."},
         {"switchboard_health_check_failures_total", "Active health checks that failed."},
@@ -322,6 +323,60 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* Per endpoint subscribed to KV-cache events (net/kv_feed.h): the stream's counters. */
+static void render_kv_events(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    static const char *m[][3] = {
+        {"switchboard_kv_events_messages_total", "counter", "Event messages read from the endpoint's publisher."},
+        {"switchboard_kv_events_batches_total", "counter", "Event batches decoded and delivered (live and replayed)."},
+        {"switchboard_kv_events_events_total", "counter", "Events in the delivered batches."},
+        {"switchboard_kv_events_gaps_total", "counter", "Sequence gaps seen (batches the subscriber missed)."},
+        {"switchboard_kv_events_replays_total", "counter", "Replay requests sent to the endpoint's replay socket."},
+        {"switchboard_kv_events_replayed_batches_total", "counter", "Batches recovered by replays."},
+        {"switchboard_kv_events_replay_failures_total", "counter",
+         "Gaps not recovered (no replay socket, no answer in time, or the replay buffer no longer reached back)."},
+        {"switchboard_kv_events_restarts_total", "counter", "Publisher restarts seen (the sequence went back)."},
+        {"switchboard_kv_events_clears_total", "counter",
+         "Times the endpoint's cached state was cleared for lost events."},
+        {"switchboard_kv_events_decode_errors_total", "counter", "Event batches refused by the decoder."},
+        {"switchboard_kv_events_dropped_total", "counter",
+         "Malformed messages, other topics and stray replay answers dropped."},
+        {"switchboard_kv_events_stale_total", "counter", "Times the stream went silent for stale_after_ms."},
+        {"switchboard_kv_events_last_seq", "gauge", "Sequence number of the last batch delivered (-1: none yet)."},
+        {"switchboard_kv_events_lag_seconds", "gauge", "Gateway wall clock minus the last batch's timestamp."},
+        {"switchboard_kv_events_stale", "gauge", "1 while the stream has been silent for stale_after_ms."},
+    };
+    bool any = false;
+    for (size_t i = 0; gw->kv_subs && i < gw->pool_first_up[cfg->n_pools]; i++)
+        any |= gw->kv_subs[i] != NULL;
+    if (!any)
+        return;
+    for (size_t g = 0; g < sizeof m / sizeof m[0]; g++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", m[g][0], m[g][2], m[g][0], m[g][1]);
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+                const sb_kv_sub *ks = sb_gateway_kv_sub(gw, (uint32_t)p, (uint32_t)e);
+                if (!ks)
+                    continue;
+                const sb_kv_sub_stats *st = sb_kv_sub_stats_get(ks);
+                const uint64_t c[] = {st->messages,      st->batches,          st->events,          st->gaps,
+                                      st->replays_asked, st->replayed_batches, st->replay_failures, st->restarts,
+                                      st->clears,        st->decode_errors,    st->dropped,         st->stale_episodes};
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} ", m[g][0], cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address);
+                if (g < sizeof c / sizeof c[0])
+                    sb_buf_printf(b, "%llu\n", (unsigned long long)c[g]);
+                else if (g == 12)
+                    sb_buf_printf(b, "%lld\n", (long long)st->last_seq);
+                else if (g == 13)
+                    sb_buf_printf(b, "%.6f\n", st->lag_seconds);
+                else
+                    sb_buf_printf(b, "%d\n", st->stale ? 1 : 0);
+            }
+    }
+}
+
 /* GET /metrics: Prometheus text, sections in a fixed order. */
 static void render_metrics(sb_gateway *gw, sb_buf *b)
 {
@@ -332,6 +387,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_queues(gw, b);
     render_adaptive_metrics(gw, b);
     render_probe_counters(gw, b);
+    render_kv_events(gw, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)
@@ -348,7 +404,7 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
             sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e);
             const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
             const sb_endpoint_report *r = &ep->report;
-            static const char *src[] = {"none", "scrape", "orca", "agent"};
+            static const char *const src[] = {"none", "scrape", "orca", "agent"};
             sb_buf_printf(b,
                           "%s{\"address\":\"%s\",\"health\":\"%s\",\"available\":%s,\"stale\":%s,"
                           "\"report\":{\"source\":\"%s\",\"age_ms\":%.1f,\"running\":",
@@ -393,6 +449,26 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                               ps->interval_ms, (unsigned long long)ps->scrapes, (unsigned long long)ps->scrape_errors,
                               ps->last_status, (unsigned long long)ps->health_checks,
                               (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
+            const sb_kv_sub *ks = sb_gateway_kv_sub(gw, (uint32_t)p, (uint32_t)e);
+            if (ks) {
+                const sb_kv_sub_stats *st = sb_kv_sub_stats_get(ks);
+                sb_buf_puts(b, ",\"kv_events\":{\"publisher\":\"");
+                sb_buf_json_escape(b, sb_kv_sub_endpoint(ks), strlen(sb_kv_sub_endpoint(ks)));
+                sb_buf_printf(b,
+                              "\",\"last_seq\":%lld,\"lag_seconds\":%.6f,\"stale\":%s,\"replaying\":%s,"
+                              "\"silent_ms\":%llu,\"messages\":%llu,\"batches\":%llu,\"events\":%llu,\"gaps\":%llu,"
+                              "\"replays\":%llu,\"replays_answered\":%llu,\"replay_failures\":%llu,\"restarts\":%llu,"
+                              "\"clears\":%llu,\"decode_errors\":%llu,\"dropped\":%llu,\"unknown_events\":%llu}",
+                              (long long)st->last_seq, st->lag_seconds, st->stale ? "true" : "false",
+                              st->replaying ? "true" : "false",
+                              (unsigned long long)(uv_now(gw->loop) - st->last_message_ms),
+                              (unsigned long long)st->messages, (unsigned long long)st->batches,
+                              (unsigned long long)st->events, (unsigned long long)st->gaps,
+                              (unsigned long long)st->replays_asked, (unsigned long long)st->replays_answered,
+                              (unsigned long long)st->replay_failures, (unsigned long long)st->restarts,
+                              (unsigned long long)st->clears, (unsigned long long)st->decode_errors,
+                              (unsigned long long)st->dropped, (unsigned long long)st->unknown_events);
+            }
             sb_buf_puts(b, "}");
         }
         sb_buf_puts(b, "]}");

@@ -41,7 +41,7 @@ static void refuse(sb_gateway *gw, sb_http_req *req, const sb_admission_refusal 
     snprintf(headers, sizeof(headers), "Retry-After: %u\r\nx-switchboard-refusal: %s\r\n", r->retry_after_s,
              r->reason);
     gw->counters.refused[r->status == 429 ? 0 : 1]++;
-    sb_gateway_error_with(gw, req, r->status, r->message,
+    sb_errors_answer_with(&gw->stats, req, r->status, r->message,
                           r->status == 429 ? "rate_limit_exceeded" : "service_unavailable", r->reason, headers);
 }
 
@@ -89,11 +89,7 @@ static void start(sb_gateway *gw, queued *q)
     detach(q);
     q->t.model = q->model;
     q->rr.block_hashes = q->hashes;
-    /* Scheduled with the weights in force now, not those of its arrival. */
-    q->rr.profile = sb_router_pool_profile(gw->router, q->pool);
-    q->rr.gated = true;
-    q->rr.gate_queue = gw->cfg->flow_gate_queue;
-    q->rr.gate_kv = gw->cfg->flow_gate_kv;
+    sb_admission_mark_released(gw->adm, q->pool, &q->rr);
     sb_proxy_start(&gw->proxy, q->req, &q->t, &q->rr);
     free_queued(q);
 }
@@ -136,7 +132,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     if (!q || (rr->n_blocks && !hashes)) {
         sb_free(q);
         sb_free(hashes);
-        sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL);
+        sb_errors_answer(&gw->stats, req, 500, "out of memory", "server_error", NULL, NULL);
         return;
     }
     if (hashes)
@@ -226,8 +222,9 @@ int sb_gateway_admission_reconfigure(sb_gateway *gw)
 void sb_gateway_admission_flush(sb_gateway *gw)
 {
     void *q;
+    sb_ns now = uv_hrtime();
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
-        while ((q = sb_admission_take(gw->adm, (uint32_t)p)) != NULL)
+        while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL)
             start(gw, q);
 }
 
@@ -235,8 +232,9 @@ void sb_gateway_admission_stop(sb_gateway *gw)
 {
     /* Queued requests end with the gateway: their clients are being closed anyway. */
     void *q;
+    sb_ns now = uv_hrtime();
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
-        while ((q = sb_admission_take(gw->adm, (uint32_t)p)) != NULL) {
+        while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL) {
             detach(q);
             free_queued(q);
         }

@@ -4,17 +4,16 @@
 #include <stdio.h>
 
 #include "base/buf.h"
-#include "net/stats.h"
 #include "proto/openai_error.h"
 
-static void error_response(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+static void error_response(sb_stats *st, sb_http_req *req, int status, const char *message, const char *type,
                            const char *param, const char *code, const char *headers)
 {
     sb_buf b = {0};
     if (status < 500)
-        gw->counters.rejected++;
-    gw->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
-    if (gw->access_log) {
+        (*st->rejected)++;
+    st->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
+    if (st->access_log) {
         sb_exchange_log log = {.pool = -1,
                                .ep = -1,
                                .status = status,
@@ -23,7 +22,7 @@ static void error_response(sb_gateway *gw, sb_http_req *req, int status, const c
                                .t_start = req->start_ns,
                                .t_end = uv_hrtime()};
         log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
-        sb_gateway_record(gw, &log);
+        sb_stats_record(st, &log);
     }
     if (sb_openai_error(&b, message, type, param, code) < 0) {
         sb_buf_free(&b);
@@ -39,14 +38,14 @@ static void error_response(sb_gateway *gw, sb_http_req *req, int status, const c
     sb_buf_free(&b);
 }
 
-void sb_gateway_error(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+void sb_errors_answer(sb_stats *st, sb_http_req *req, int status, const char *message, const char *type,
                       const char *param, const char *code)
 {
-    error_response(gw, req, status, message, type, param, code, NULL);
+    error_response(st, req, status, message, type, param, code, NULL);
 }
 
-void sb_gateway_error_with(sb_gateway *gw, sb_http_req *req, int status, const char *message, const char *type,
+void sb_errors_answer_with(sb_stats *st, sb_http_req *req, int status, const char *message, const char *type,
                            const char *code, const char *headers)
 {
-    error_response(gw, req, status, message, type, NULL, code, headers);
+    error_response(st, req, status, message, type, NULL, code, headers);
 }

@@ -3,6 +3,7 @@
 #include "net/admission.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
+#include "net/kv_feed.h"
 #include "net/proxy.h"
 #include "net/routes.h"
 #include "net/stats.h"
@@ -120,10 +121,12 @@ static void gateway_free(sb_gateway *gw)
             if (gw->ups[i])
                 sb_upstream_free(gw->ups[i]);
     }
+    sb_gateway_kv_stop(gw); /* none left unless the build failed */
+    sb_free(gw->kv_subs);
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
-    sb_free(gw->pool_metrics);
-    sb_free(gw->ep_metrics);
+    sb_free(gw->stats.pool_metrics);
+    sb_free(gw->stats.ep_metrics);
     if (gw->adaptive && gw->cfg)
         for (size_t p = 0; p < gw->cfg->n_pools; p++)
             sb_adaptive_free(gw->adaptive[p]);
@@ -133,8 +136,8 @@ static void gateway_free(sb_gateway *gw)
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
     sb_free(gw->models_json);
-    if (gw->access_log && gw->access_log != stdout)
-        fclose(gw->access_log);
+    if (gw->stats.access_log && gw->stats.access_log != stdout)
+        fclose(gw->stats.access_log);
     while (gw->retired) {
         sb_snapshot *n = gw->retired->next;
         sb_config_free(gw->retired->cfg);
@@ -167,8 +170,6 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
     admin->max_connections = cfg->admin_max_connections;
 }
 
-/* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
- * otherwise it takes over the existing servers (a reload that changed pools or endpoints). */
 /* ---- the proxy's env: what an exchange may ask of its gateway ---- */
 
 static sb_upstream *proxy_upstream(void *owner, uint32_t pool, uint32_t ep)
@@ -196,13 +197,15 @@ static void proxy_end(void *owner, sb_snapshot *snap, uint32_t pool)
 
 static void proxy_record(void *owner, const sb_exchange_log *log)
 {
-    sb_gateway_record(owner, log);
+    sb_gateway *gw = owner;
+    sb_stats_record(&gw->stats, log);
 }
 
 static void proxy_error(void *owner, sb_http_req *req, int status, const char *message, const char *type,
                         const char *code)
 {
-    sb_gateway_error(owner, req, status, message, type, NULL, code);
+    sb_gateway *gw = owner;
+    sb_errors_answer(&gw->stats, req, status, message, type, NULL, code);
 }
 
 /* The proxy's view of gw (after gw->router is set). */
@@ -299,8 +302,11 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
     return 0;
 }
 
+/* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
+ * otherwise it takes over the existing servers (a reload that changed pools or endpoints).
+ * `old`: the gateway a reload replaces (its KV-event subscribers may move over), or NULL. */
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
-                         uint64_t hash_secret, sb_gateway **out)
+                         uint64_t hash_secret, sb_gateway *old, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -331,9 +337,13 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     }
     gw->pool_first_up[cfg->n_pools] = total;
     gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
-    gw->ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
-    gw->pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
-    if (!gw->ups || !gw->ep_metrics || !gw->pool_metrics)
+    gw->stats.ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
+    gw->stats.pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
+    gw->stats.cfg = cfg;
+    gw->stats.pool_first_up = gw->pool_first_up;
+    gw->stats.rejected = &gw->counters.rejected;
+    gw->kv_subs = sb_calloc(total ? total : 1, sizeof(sb_kv_sub *));
+    if (!gw->ups || !gw->stats.ep_metrics || !gw->stats.pool_metrics || !gw->kv_subs)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
                            .max_idle = cfg->max_idle_per_endpoint};
@@ -343,8 +353,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
     }
     if (cfg->access_log) {
-        gw->access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
-        if (!gw->access_log) {
+        gw->stats.access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
+        if (!gw->stats.access_log) {
             SB_ERROR("access log %s: cannot open", cfg->access_log);
             rc = UV_EACCES;
             goto fail;
@@ -367,6 +377,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
         goto fail_server;
     }
     start_adaptive(gw);
+    sb_gateway_kv_start(gw, old); /* last: nothing after it fails, so what moves from old stays moved */
     *out = gw;
     return 0;
 fail_server:
@@ -392,7 +403,7 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         sb_config_free(cfg);
         return rc;
     }
-    return gateway_build(loop, cfg, NULL, NULL, secret, out);
+    return gateway_build(loop, cfg, NULL, NULL, secret, NULL, out);
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -411,7 +422,7 @@ void sb_gateway_stop(sb_gateway *gw)
 {
     /* Stopping the server aborts in-flight exchanges (their upstream connections close);
      * an exchange still waiting for a write callback keeps the gateway alive until it is
-     * done (sb_gateway_exchange_done). Pools free themselves once their last connection
+     * done (its env.end, proxy_end). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
     /* Held while stopping: exchanges aborted below may end (and would free gw) before we
@@ -426,6 +437,7 @@ void sb_gateway_stop(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
+    sb_gateway_kv_stop(gw);
     sb_gateway_admission_stop(gw);
     sb_http_server_stop(gw->server);
     if (gw->admin_server)
@@ -518,6 +530,7 @@ static void gateway_retire(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
+    sb_gateway_kv_stop(gw); /* those the new gateway did not take over */
     sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */
     gw->admin_server = NULL;
@@ -532,7 +545,7 @@ static void gateway_retire(sb_gateway *gw)
 static void carry_state(sb_gateway *ngw, sb_gateway *old)
 {
     ngw->counters = old->counters;
-    memcpy(ngw->rejected_by_status, old->rejected_by_status, sizeof(ngw->rejected_by_status));
+    memcpy(ngw->stats.rejected_by_status, old->stats.rejected_by_status, sizeof(ngw->stats.rejected_by_status));
     ngw->reloads = old->reloads;
     for (size_t p = 0; p < ngw->cfg->n_pools; p++) {
         const sb_pool_config *np = &ngw->cfg->pools[p];
@@ -540,7 +553,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
             const sb_pool_config *op = &old->cfg->pools[q];
             if (strcmp(np->name, op->name))
                 continue;
-            ngw->pool_metrics[p] = old->pool_metrics[q];
+            ngw->stats.pool_metrics[p] = old->stats.pool_metrics[q];
             bool same = np->n_endpoints == op->n_endpoints;
             for (size_t e = 0; e < np->n_endpoints; e++) {
                 for (size_t f = 0; f < op->n_endpoints; f++) {
@@ -548,7 +561,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
                         continue;
                     sb_endpoint_adopt(sb_router_endpoint(ngw->router, (uint32_t)p, (uint32_t)e),
                                       sb_router_endpoint(old->router, (uint32_t)q, (uint32_t)f));
-                    ngw->ep_metrics[ngw->pool_first_up[p] + e] = old->ep_metrics[old->pool_first_up[q] + f];
+                    ngw->stats.ep_metrics[ngw->pool_first_up[p] + e] = old->stats.ep_metrics[old->pool_first_up[q] + f];
                 }
                 same = same && !strcmp(np->endpoints[e].address, op->endpoints[e].address);
             }
@@ -600,7 +613,7 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     sb_gateway *ngw = NULL;
     /* The same secret: the prefix indexes carried over keep their own key anyway, but one
      * secret per process is simpler to reason about. */
-    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, &ngw) < 0) {
+    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, gw, &ngw) < 0) {
         SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
         return -1;
     }
@@ -654,7 +667,9 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     gw->retired = old;
     gw->snap = ns;
     gw->cfg = cfg;
+    gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
+    sb_gateway_kv_reconfigure(gw);
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");
     snapshot_unref(gw, old);

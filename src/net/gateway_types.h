@@ -1,5 +1,6 @@
-/* gateway_types: the gateway's state, shared by net's own files (gateway.c, proxy.c,
- * admission.c, admin.c, errors.c, stats.c) and by nothing outside net/. cmd/ sees only the
+/* gateway_types: the gateway's state, shared by net's own files (gateway.c, routes.c,
+ * admission.c, admin.c; not proxy.c, which gets an sb_proxy_env, nor the leaves errors.c and
+ * stats.c, which get an sb_stats) and by nothing outside net/. cmd/ sees only the
  * opaque handle of net/gateway.h.
  *
  * Types only: gateway.c calls the other files of net/, and they never call back into it (the
@@ -16,33 +17,18 @@
 #include "net/exchange.h"
 #include "net/http_server.h"
 #include "net/proxy.h"
+#include "net/stats.h"
 #include "net/upstream.h"
 #include "proto/config.h"
 #include "proto/inspect.h"
 #include "proto/usage.h"
 
-/* Fixed-bucket latency histogram (seconds), Prometheus-style cumulative on output. */
-#define SB_HISTO_BUCKETS 15
-typedef struct sb_histo {
-    uint64_t counts[SB_HISTO_BUCKETS + 1]; /* last: above every bound (+Inf) */
-    double sum;
-    uint64_t n;
-} sb_histo;
-
-typedef struct sb_pool_metrics {
-    sb_histo duration; /* request start to end */
-    sb_histo ttfb;     /* request start to first response byte */
-    uint64_t prompt_tokens, cached_tokens, completion_tokens;
-} sb_pool_metrics;
-
-typedef struct sb_ep_metrics {
-    uint64_t by_class[6]; /* responses 1xx..5xx (index 1..5); [0]: no response */
-} sb_ep_metrics;
-
 typedef struct sb_gateway sb_gateway; /* also in net/gateway.h (C11 allows the repeat) */
 typedef struct sb_prober sb_prober;
 typedef struct sb_adaptive sb_adaptive;
 typedef struct sb_admission sb_admission;
+typedef struct sb_kv_hub sb_kv_hub;
+typedef struct sb_kv_sub sb_kv_sub;
 
 struct sb_gateway {
     uv_loop_t *loop;
@@ -60,7 +46,6 @@ struct sb_gateway {
     size_t hashes_cap;
     char *models_json; /* GET /v1/models body, built once from config */
     size_t models_json_len;
-    FILE *access_log;
     sb_gateway_counters counters;
     size_t in_flight; /* exchanges alive */
     sb_prober *prober;
@@ -68,14 +53,17 @@ struct sb_gateway {
     sb_admission *adm;         /* flow control (core/admission.h, net/admission.c); NULL: off */
     uv_timer_t adaptive_timer; /* ticks them on the probing cadence */
     bool adaptive_timer_open;
-    sb_pool_metrics *pool_metrics;
-    sb_ep_metrics *ep_metrics; /* parallel to ups */
-    uint64_t rejected_by_status[6];
+    sb_stats stats; /* metrics and access log (net/stats.h); its ep_metrics parallel ups */
     bool stopping;
     /* Keys the slots of every table holding client-derived keys (router, prefix indexes, flow
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
     uint64_t hash_secret;
     sb_proxy_env proxy; /* what the proxy gets instead of the gateway (gateway_build) */
+    /* KV-cache events (net/kv_feed.c): the hub (ZMQ context), NULL until a pool asks for events;
+     * subscribers parallel to ups, NULL for endpoints of pools without `kv_events:`. */
+    sb_kv_hub *kv_hub;
+    sb_kv_sub **kv_subs;
+    uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
 };
 
 #endif

@@ -19,8 +19,8 @@
  *   in progress are held up to 64 KiB (plus one read). Past that the connection is still
  *   read, so a client that leaves aborts its request at once, but its bytes are discarded
  *   (at most linger_bytes, else the connection is closed) and the connection closes after
- *   the current answer. Reads land in one static 64 KiB slab, consumed before the next
- *   read. Answers a client does not read are bounded too: past write_high_water queued, a
+ *   the current answer. Reads land in the server's 64 KiB read buffer, consumed before the
+ *   next read. Answers a client does not read are bounded too: past write_high_water queued, a
  *   keep-alive connection between requests stops being read and parsed until the client
  *   reads (idle_ms without progress closes it; no request, body or upstream is held
  *   meanwhile, and a client that resets is seen by the pending write), and a stream

@@ -482,8 +482,13 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
     uv_timer_again(&uc->timer);
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
     if (x->complete) {
-        if (n < (size_t)nread)
-            x->parser.flags &= ~F_CONNECTION_KEEP_ALIVE; /* junk after the response: don't reuse */
+        /* Junk after the response: don't reuse. For HTTP/1.1 http_should_keep_alive reads
+         * only F_CONNECTION_CLOSE (clearing KEEP_ALIVE alone left the connection pooled, the
+         * junk waiting to be read as the next request's answer). */
+        if (n < (size_t)nread) {
+            x->parser.flags &= ~F_CONNECTION_KEEP_ALIVE;
+            x->parser.flags |= F_CONNECTION_CLOSE;
+        }
         finish_complete(x);
         return;
     }

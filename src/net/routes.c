@@ -68,7 +68,7 @@ static caller caller_of(const sb_gateway *gw, const sb_http_req *req)
 static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token)
 {
     gw->counters.unauthorized[0]++;
-    sb_gateway_error_with(gw, req, 401,
+    sb_errors_answer_with(&gw->stats, req, 401,
                           had_token ? "Incorrect API key provided. You can find your API key with the operator of "
                                       "this gateway."
                                     : "You didn't provide an API key. You need to provide your API key in an "
@@ -143,19 +143,19 @@ static void refuse_inspected(sb_gateway *gw, sb_http_req *req, int rc, const sb_
     case SB_INSPECT_TOO_COMPLEX:
         snprintf(msg, sizeof(msg), "request body has more than %zu JSON values (limits.max_json_tokens)",
                  gw->cfg->max_json_tokens);
-        sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_large");
+        sb_errors_answer(&gw->stats, req, 400, msg, "invalid_request_error", NULL, "json_too_large");
         return;
     case SB_INSPECT_TOO_DEEP:
         snprintf(msg, sizeof(msg),
                  "request body nests JSON arrays and objects more than %zu levels deep "
                  "(limits.max_json_depth)",
                  gw->cfg->max_json_depth);
-        sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
+        sb_errors_answer(&gw->stats, req, 400, msg, "invalid_request_error", NULL, "json_too_deep");
         return;
-    case SB_INSPECT_NOMEM: sb_gateway_error(gw, req, 500, "out of memory", "server_error", NULL, NULL); return;
+    case SB_INSPECT_NOMEM: sb_errors_answer(&gw->stats, req, 500, "out of memory", "server_error", NULL, NULL); return;
     default: snprintf(msg, sizeof(msg), "request body is not valid JSON (an object is expected)");
     }
-    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", param, NULL);
+    sb_errors_answer(&gw->stats, req, 400, msg, "invalid_request_error", param, NULL);
 }
 
 static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
@@ -180,7 +180,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         inspector_trim(gw);
         char msg[SB_MODEL_NAME_MAX + 80];
         snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
-        sb_gateway_error(gw, req, 404, msg, "invalid_request_error", "model", "model_not_found");
+        sb_errors_answer(&gw->stats, req, 404, msg, "invalid_request_error", "model", "model_not_found");
         return;
     }
     if (gw->adaptive && gw->adaptive[m.pool])
@@ -236,7 +236,7 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
     char msg[160];
     snprintf(msg, sizeof(msg), "%.*s takes no request body", (int)(req->path_len > 100 ? 100 : req->path_len),
              req->path);
-    sb_gateway_error(gw, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
+    sb_errors_answer(&gw->stats, req, 400, msg, "invalid_request_error", NULL, "body_not_allowed");
     return true;
 }
 
@@ -245,7 +245,7 @@ static bool refuse_body(sb_gateway *gw, sb_http_req *req)
 static bool refuse_unless_get(sb_gateway *gw, sb_http_req *req)
 {
     if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
-        sb_gateway_error(gw, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
+        sb_errors_answer(&gw->stats, req, 405, "method not allowed: use GET", "invalid_request_error", NULL, NULL);
         return true;
     }
     return refuse_body(gw, req);
@@ -275,7 +275,7 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
     for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
         if (path_is(req, inference_routes[i].path)) {
             if (req->method != HTTP_POST) {
-                sb_gateway_error(gw, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
+                sb_errors_answer(&gw->stats, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
                 return true;
             }
             *route = (int)i;
@@ -290,7 +290,7 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
     }
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
-    sb_gateway_error(gw, req, 404, msg, "invalid_request_error", NULL, "not_found");
+    sb_errors_answer(&gw->stats, req, 404, msg, "invalid_request_error", NULL, "not_found");
     return true;
 }
 

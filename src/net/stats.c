@@ -19,12 +19,12 @@ static void histo_add(sb_histo *h, double v)
     h->n++;
 }
 
-void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
+void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
 {
     double total_s = (double)(log->t_end - log->t_start) / 1e9;
     double ttfb_s = log->t_first_byte ? (double)(log->t_first_byte - log->t_start) / 1e9 : -1;
-    if (log->pool >= 0 && (size_t)log->pool < gw->cfg->n_pools) {
-        sb_pool_metrics *pm = &gw->pool_metrics[log->pool];
+    if (log->pool >= 0 && (size_t)log->pool < st->cfg->n_pools) {
+        sb_pool_metrics *pm = &st->pool_metrics[log->pool];
         histo_add(&pm->duration, total_s);
         if (ttfb_s >= 0)
             histo_add(&pm->ttfb, ttfb_s);
@@ -36,10 +36,10 @@ void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
             pm->completion_tokens += (uint64_t)log->usage.completion_tokens;
         if (log->ep >= 0) {
             int cls = log->status >= 100 && log->status < 600 && log->status != 499 ? log->status / 100 : 0;
-            gw->ep_metrics[gw->pool_first_up[log->pool] + (size_t)log->ep].by_class[cls]++;
+            st->ep_metrics[st->pool_first_up[log->pool] + (size_t)log->ep].by_class[cls]++;
         }
     }
-    if (!gw->access_log)
+    if (!st->access_log)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -49,8 +49,8 @@ void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
     sb_buf_printf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"model\":\"", tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
     sb_buf_json_escape(&b, log->model ? log->model : "", log->model ? strlen(log->model) : 0);
-    const char *pool = log->pool >= 0 ? gw->cfg->pools[log->pool].name : "";
-    const char *ep = log->pool >= 0 && log->ep >= 0 ? gw->cfg->pools[log->pool].endpoints[log->ep].address : "";
+    const char *pool = log->pool >= 0 ? st->cfg->pools[log->pool].name : "";
+    const char *ep = log->pool >= 0 && log->ep >= 0 ? st->cfg->pools[log->pool].endpoints[log->ep].address : "";
     sb_buf_printf(&b,
                   "\",\"pool\":\"%s\",\"endpoint\":\"%s\",\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
                   "\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,\"prompt_tokens\":%lld,"
@@ -70,8 +70,8 @@ void sb_gateway_record(sb_gateway *gw, const sb_exchange_log *log)
     }
     sb_buf_puts(&b, "}\n");
     if (b.data) {
-        fwrite(b.data, 1, b.len, gw->access_log);
-        fflush(gw->access_log);
+        fwrite(b.data, 1, b.len, st->access_log);
+        fflush(st->access_log);
     }
     sb_buf_free(&b);
 }

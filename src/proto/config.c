@@ -610,7 +610,7 @@ static bool set_defaults(sb_config *cfg)
         .tokenize_wait_ms = 20,
         .tokenize_max_answer_bytes = (size_t)8 << 20,
         .flow_enabled = true,
-        /* issue 7's examples of band deadlines; 1024 queued per band */
+        /* starting points for band deadlines (critical waits longest); 1024 queued per band */
         .flow_max_wait_ms = {30000, 10000, 2000},
         .flow_gate_queue = 1,
         .flow_max_bytes = {64u << 20, 64u << 20, 64u << 20},
@@ -720,6 +720,12 @@ void sb_config_free(sb_config *cfg)
             OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
         sb_free(pc->upstream_auth_header);
         sb_free(pc->upstream_api_key_file);
+        if (pc->kv_events) {
+            sb_free(pc->kv_events->endpoint);
+            sb_free(pc->kv_events->replay_endpoint);
+            sb_free(pc->kv_events->topic);
+            sb_free(pc->kv_events);
+        }
     }
     sb_free(cfg->pools);
     /* The profiles' label strings are the config's (see parse_profile): const only to

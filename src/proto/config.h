@@ -15,6 +15,7 @@
 #include "core/adaptive.h"
 #include "core/sched.h"
 #include "proto/auth.h"
+#include "proto/kv_events.h"
 
 typedef struct sb_endpoint_config {
     char *host;        /* as written: IPv4/IPv6 literal (IPv6 without its brackets) or a name */
@@ -25,6 +26,27 @@ typedef struct sb_endpoint_config {
     size_t n_labels;
     bool draining;     /* start draining: takes no new requests; default false */
 } sb_endpoint_config;
+
+/* A pool's `kv_events:` (docs/configuration.md): where each endpoint's engine publishes its
+ * KV-cache events (net/kv_subscriber.h reads them). The addresses are patterns in which "{host}"
+ * stands for each endpoint's host (sb_config_kv_address). */
+typedef struct sb_kv_events_config {
+    /* Patterns. endpoint: default "tcp://{host}:5557" (vLLM's default port), `port: N` short for
+     * "tcp://{host}:N"; replay_endpoint: NULL for no replay (vLLM has none unless configured),
+     * `replay_port: N` short for "tcp://{host}:N". */
+    char *endpoint;
+    char *replay_endpoint;
+    char *topic;                    /* the exact topic accepted; "" (default): every topic */
+    uint32_t stale_after_ms;        /* silence counted as stale; default 10000 */
+    uint32_t replay_timeout_ms;     /* deadline of one replay; default 2000 */
+    uint32_t max_messages_per_turn; /* per endpoint, per loop turn; default 64 */
+    uint32_t reconnect_ms;          /* ZMQ reconnect interval, doubled up to reconnect_max_ms; 100 */
+    uint32_t reconnect_max_ms;      /* default 5000 */
+    uint32_t heartbeat_ms;          /* ZMTP heartbeat interval (timeout 3x); default 5000 */
+    bool replay_on_join;            /* met mid-stream, replay the publisher's buffer; default true */
+    uint32_t port, replay_port;     /* the shorthands as written; 0 when not given */
+    sb_kv_limits limits;            /* max_batch_bytes, max_events, ...: sb_kv_limits_default() */
+} sb_kv_events_config;
 
 typedef struct sb_pool_config {
     char *name;
@@ -61,6 +83,7 @@ typedef struct sb_pool_config {
      * Wiped when freed. With `upstream_api_key_file`, filled by the cmd layer from that file. */
     char *upstream_auth_header;
     char *upstream_api_key_file; /* as written; NULL if none */
+    sb_kv_events_config *kv_events; /* NULL: no event subscription (the approximate index alone) */
 } sb_pool_config;
 
 typedef struct sb_config {
@@ -175,6 +198,10 @@ int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t l
  * name, else NULL (never for a pool of a parsed config: the loader checks every name). The
  * result lives as long as cfg (a built-in, for ever). */
 const sb_profile *sb_config_profile(const sb_config *cfg, const char *name);
+
+/* Writes pattern with each "{host}" replaced by host (an IPv6 host gets brackets unless the
+ * pattern has them) into out, NUL-terminated. 0, or -1 if it does not fit in cap. */
+int sb_config_kv_address(const char *pattern, const char *host, char *out, size_t cap);
 
 /* Formats errors one per line as "FILE:LINE:COL: message" into buf (NUL-terminated). */
 void sb_config_errors_format(const sb_config_errors *errs, const char *file, char *buf, size_t cap);

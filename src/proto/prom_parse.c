@@ -92,82 +92,106 @@ static const double pow10_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1
  * "0.0", "148.0") are converted exactly with one IEEE operation (the classic Clinger fast
  * path: both operands are exact, so the result is correctly rounded); the rest go to strtod
  * after the grammar check, so strtod never sees hex, inf or nan forms. */
+/* "Inf", "+Infinity", "-inf", "NaN" (case-insensitive; NaN unsigned). sign_len is 0 or 1. */
+static bool parse_special(const char *s, size_t n, size_t sign_len, double *out)
+{
+    bool neg = sign_len && s[0] == '-';
+    if (ieq(s + sign_len, n - sign_len, "inf") || ieq(s + sign_len, n - sign_len, "infinity")) {
+        *out = neg ? -INFINITY : INFINITY;
+        return true;
+    }
+    if (sign_len == 0 && ieq(s, n, "nan")) {
+        *out = NAN;
+        return true;
+    }
+    return false;
+}
+
+/* A decimal being read: up to 19 significant digits, the rest as a power of ten. */
+typedef struct decimal {
+    uint64_t mant;
+    long exp10;
+    size_t sig, digits;
+} decimal;
+
+/* A decimal's significand from s[i]: up to 19 significant digits in d->mant, the others (and
+ * the fraction) as a power of ten in d->exp10. Returns the index past it. */
+static size_t scan_significand(const char *s, size_t i, size_t n, decimal *d)
+{
+    for (; i < n && is_digit((unsigned char)s[i]); i++, d->digits++) {
+        if (d->mant == 0 && s[i] == '0')
+            continue; /* leading zeros are not significant */
+        if (d->sig < 19)
+            d->mant = d->mant * 10 + (uint64_t)(s[i] - '0');
+        else
+            d->exp10++;
+        d->sig++;
+    }
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && is_digit((unsigned char)s[i]); i++, d->digits++) {
+            if (d->mant == 0 && s[i] == '0') {
+                d->exp10--;
+                continue;
+            }
+            if (d->sig < 19) {
+                d->mant = d->mant * 10 + (uint64_t)(s[i] - '0');
+                d->exp10--;
+            }
+            d->sig++;
+        }
+    }
+    return i;
+}
+
+/* An exponent "e[+-]digits" at s[i] (s[i] is 'e' or 'E') added to d->exp10. Returns the index
+ * past it, or 0 when it has no digits. */
+static size_t scan_exponent(const char *s, size_t i, size_t n, decimal *d)
+{
+    bool eneg = false;
+    size_t edigits = 0;
+    long e = 0;
+    i++;
+    if (i < n && (s[i] == '+' || s[i] == '-')) {
+        eneg = s[i] == '-';
+        i++;
+    }
+    for (; i < n && is_digit((unsigned char)s[i]); i++, edigits++)
+        if (e < 100000) /* far past any double's range; stops overflow */
+            e = e * 10 + (s[i] - '0');
+    if (edigits == 0)
+        return 0;
+    d->exp10 += eneg ? -e : e;
+    return i;
+}
+
 static bool parse_value(const char *s, size_t n, double *out)
 {
-    size_t i = 0, digits = 0, sig = 0;
-    bool neg = false;
-    uint64_t mant = 0;
-    long exp10 = 0;
+    size_t i = 0;
+    decimal d = {0};
     char tmp[128];
     char *end;
 
     if (n == 0)
         return false;
-    if (s[0] == '+' || s[0] == '-') {
-        neg = s[0] == '-';
+    bool neg = s[0] == '-';
+    if (s[0] == '+' || s[0] == '-')
         i = 1;
-    }
-    if (i < n && !is_digit((unsigned char)s[i]) && s[i] != '.') {
-        if (ieq(s + i, n - i, "inf") || ieq(s + i, n - i, "infinity")) {
-            *out = neg ? -INFINITY : INFINITY;
-            return true;
-        }
-        if (i == 0 && ieq(s, n, "nan")) {
-            *out = NAN;
-            return true;
-        }
+    if (i < n && !is_digit((unsigned char)s[i]) && s[i] != '.')
+        return parse_special(s, n, i, out);
+    i = scan_significand(s, i, n, &d);
+    if (d.digits == 0)
         return false;
-    }
-    for (; i < n && is_digit((unsigned char)s[i]); i++, digits++) {
-        if (mant == 0 && s[i] == '0')
-            continue; /* leading zeros are not significant */
-        if (sig < 19)
-            mant = mant * 10 + (uint64_t)(s[i] - '0');
-        else
-            exp10++;
-        sig++;
-    }
-    if (i < n && s[i] == '.') {
-        for (i++; i < n && is_digit((unsigned char)s[i]); i++, digits++) {
-            if (mant == 0 && s[i] == '0') {
-                exp10--;
-                continue;
-            }
-            if (sig < 19) {
-                mant = mant * 10 + (uint64_t)(s[i] - '0');
-                exp10--;
-            }
-            sig++;
-        }
-    }
-    if (digits == 0)
+    if (i < n && (s[i] == 'e' || s[i] == 'E') && (i = scan_exponent(s, i, n, &d)) == 0)
         return false;
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        bool eneg = false;
-        size_t edigits = 0;
-        long e = 0;
-
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-')) {
-            eneg = s[i] == '-';
-            i++;
-        }
-        for (; i < n && is_digit((unsigned char)s[i]); i++, edigits++)
-            if (e < 100000) /* far past any double's range; stops overflow */
-                e = e * 10 + (s[i] - '0');
-        if (edigits == 0)
-            return false;
-        exp10 += eneg ? -e : e;
-    }
     if (i != n)
         return false;
-    if (mant == 0) {
+    if (d.mant == 0) {
         *out = neg ? -0.0 : 0.0;
         return true;
     }
-    if (sig <= 15 && exp10 >= -22 && exp10 <= 22) {
-        double v = (double)mant;
-        v = exp10 >= 0 ? v * pow10_exact[exp10] : v / pow10_exact[-exp10];
+    if (d.sig <= 15 && d.exp10 >= -22 && d.exp10 <= 22) {
+        double v = (double)d.mant;
+        v = d.exp10 >= 0 ? v * pow10_exact[d.exp10] : v / pow10_exact[-d.exp10];
         *out = neg ? -v : v;
         return true;
     }

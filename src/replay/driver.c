@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "proto/prompt.h"
 #include "replay/latency.h"
+#include "sim/answer.h"
 
 void sb_replay_opts_default(sb_replay_opts *o)
 {
@@ -149,15 +150,45 @@ static size_t engine_hashes(driver *d, const sb_replay_request *r)
     return sb_engine_hash_blocks(d->tokens, r->n_prompt, ep->block_size, r->adapter, d->ehash);
 }
 
+/* What r generates, for the engine to cache as it caches generated tokens: the span that
+ * follows r's prompt in its follow-up's prompt (the conversation's history holds r's answer
+ * there), cut or padded to max_tokens with the simulator's answer; NULL (the simulator's answer
+ * throughout) without a follow-up that continues r's prompt, or if memory runs out. */
+static const uint32_t *answer_tokens(driver *d, const sb_replay_request *r)
+{
+    const sb_replay_workload *w = d->w;
+    if (r->followup == SB_REPLAY_NO_REQUEST || w->reqs[r->followup].n_spans <= r->n_spans)
+        return NULL;
+    const sb_replay_span *ps = &w->spans[r->first_span], *fs = &w->spans[w->reqs[r->followup].first_span];
+    for (uint32_t k = 0; k < r->n_spans; k++)
+        if (ps[k].id != fs[k].id || ps[k].len != fs[k].len)
+            return NULL;
+    if (r->max_tokens > d->cap_answer) {
+        uint32_t *a = sb_realloc(d->answer, r->max_tokens * sizeof(*a));
+        if (!a)
+            return NULL;
+        d->answer = a;
+        d->cap_answer = r->max_tokens;
+    }
+    const sb_replay_span *ans = &fs[r->n_spans];
+    for (uint32_t i = 0; i < r->max_tokens; i++)
+        d->answer[i] = i < ans->len ? sb_replay_token(ans->id, i) : sb_sim_answer_token(i);
+    return d->answer;
+}
+
 static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
 {
     const sb_replay_request *r = &d->w->reqs[idx];
     (void)n_ehash;
+    /* Tokens too (d->tokens holds r's): the engine continues the hash chain through the
+     * prompt's partial block into the generated blocks. */
     sb_engine_request er = {.id = idx,
+                            .tokens = d->tokens,
                             .block_hashes = d->ehash,
                             .n_prompt = r->n_prompt,
                             .max_tokens = r->max_tokens,
-                            .adapter = r->adapter};
+                            .adapter = r->adapter,
+                            .output_tokens = answer_tokens(d, r)};
     int rc = sb_engine_submit(d->engines[rep], &er, d->now);
     if (rc < 0) {
         fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
@@ -205,11 +236,10 @@ static void route(driver *d, uint32_t idx)
          * weights, the snapshot in force (for a queued request, the one in force when it
          * leaves the queue, as in the gateway). */
         .profile = d->p->profile ? sb_router_pool_profile(d->router, 0) : NULL,
-        /* Released by the gate (drain): as net/admission.c, it goes where the gate saw room. */
-        .gated = rt->queued,
-        .gate_queue = d->o->flow.gate_queue,
-        .gate_kv = d->o->flow.gate_kv,
     }, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(r), .stream = true};
+    /* Released by the gate (drain): as in the gateway, it goes where the gate saw room. */
+    if (rt->queued)
+        sb_admission_mark_released(d->adm, 0, &rq.sched);
     size_t ne = engine_hashes(d, r);
 
     int pick;
@@ -575,7 +605,8 @@ static uint64_t table_secret_of(uint64_t seed)
     return z ^ (z >> 31);
 }
 
-static int set_up(driver *d)
+/* The per-run arrays, the router and the engines. */
+static int alloc_state(driver *d, uint64_t secret)
 {
     const sb_replay_opts *o = d->o;
     const sb_replay_workload *w = d->w;
@@ -599,9 +630,6 @@ static int set_up(driver *d)
         out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
         out->n_records = w->n;
     }
-    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
-     * the seed, so runs repeat (and only placement depends on it: results do not). */
-    uint64_t secret = table_secret_of(o->seed);
     d->router = sb_router_new(o->seed, secret);
     if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
         !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records) || !d->router)
@@ -611,16 +639,21 @@ static int set_up(driver *d)
     for (uint32_t i = 0; i < d->n; i++)
         if (!(d->engines[i] = sb_engine_new(&ep)))
             return fail(d, -ENOMEM, "out of memory (engines)");
+    return 0;
+}
 
-    /* One pool, as a config with one pool of `replicas` endpoints would build it. A custom
-     * policy never runs the pool's profile; the pool still needs one. */
+/* One pool, as a config with one pool of `replicas` endpoints would build it. A custom policy
+ * never runs the pool's profile; the pool still needs one. */
+static int set_up_pool(driver *d)
+{
+    const sb_replay_opts *o = d->o;
     const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
     const char *model = o->model ? o->model : DEFAULT_MODEL;
     if (sb_router_add_pool(d->router, "replay", prof, d->n, &o->pool) != 0 ||
         sb_router_add_model(d->router, 0, model, SB_MODEL_SERVED) != 0)
         return fail(d, -ENOMEM, "out of memory (router)");
     d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);
-    for (uint32_t a = 1; a <= w->n_adapters; a++) {
+    for (uint32_t a = 1; a <= d->w->n_adapters; a++) {
         char name[32];
         int len = snprintf(name, sizeof(name), "adapter-%u", a);
         if (sb_router_add_model(d->router, 0, name, SB_MODEL_ADAPTER) != 0)
@@ -631,6 +664,19 @@ static int set_up(driver *d)
      * it; endpoints have no address here, so the ring names them "#<index>". */
     if (sb_router_build_ring(d->router, 0) < 0)
         return fail(d, -ENOMEM, "out of memory (router)");
+    return 0;
+}
+
+static int set_up(driver *d)
+{
+    const sb_replay_opts *o = d->o;
+    const sb_replay_workload *w = d->w;
+    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
+     * the seed, so runs repeat (and only placement depends on it: results do not). */
+    uint64_t secret = table_secret_of(o->seed);
+    int rc = alloc_state(d, secret);
+    if (rc < 0 || (rc = set_up_pool(d)) < 0)
+        return rc;
     d->prng = o->seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
     if (!d->prng)
         d->prng = 1;
@@ -643,7 +689,7 @@ static int set_up(driver *d)
     }
     for (size_t i = 0; i < w->n; i++)
         d->rt[i].band = SB_BAND_STANDARD;
-    if (out->have_bands)
+    if (d->out->have_bands)
         drv_assign_bands(d);
     /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot from
      * the start (generation 1: the base weights for a balanced pool), if it has weight to move. */
@@ -678,6 +724,7 @@ static void tear_down(driver *d)
     sb_free(d->ttft);
     sb_free(d->e2e);
     sb_free(d->tokens);
+    sb_free(d->answer);
     sb_free(d->rhash);
     sb_free(d->ehash);
     sb_adaptive_free(d->adaptive);

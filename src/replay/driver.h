@@ -91,7 +91,6 @@ typedef struct sb_replay_opts {
 /* Fills *o with the defaults above. */
 void sb_replay_opts_default(sb_replay_opts *o);
 
-
 /* Runs workload w under policy p on a fleet per o, and fills *out (zeroed first). Returns 0;
  * -EINVAL with a message in err for unusable options (zero replicas, engine parameters that
  * fail sb_engine_params_check, adapters while max_loras is 0, more than 64 adapters, adaptive
@@ -103,9 +102,5 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                   sb_replay_result *out, char *err, size_t errcap);
 
 void sb_replay_result_free(sb_replay_result *r);
-
-/* Percentile q in [0,1] of sorted values v[0..n), linearly interpolated between closest ranks
- * (numpy's default); 0 when n is 0. Pure. */
-double sb_replay_percentile(const sb_ns *v, size_t n, double q);
 
 #endif

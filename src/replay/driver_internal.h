@@ -74,6 +74,8 @@ typedef struct driver {
 
     uint64_t hash_seeds[MAX_ADAPTERS + 1]; /* router block-hash seed per engine adapter id */
     uint32_t *tokens;                      /* scratch, sized for the longest prompt */
+    uint32_t *answer;                      /* scratch for a request's output tokens, grown */
+    size_t cap_answer;
     uint64_t *rhash, *ehash;
     sb_engine_adapter adapters[MAX_ADAPTERS + 1];
     uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */

@@ -16,6 +16,10 @@
 #define SB_REPLAY_ITL_SUB 128
 #define SB_REPLAY_ITL_BUCKETS (56 * SB_REPLAY_ITL_SUB + 2 * SB_REPLAY_ITL_SUB)
 
+/* Percentile q in [0,1] of sorted values v[0..n), linearly interpolated between closest ranks
+ * (numpy's default); 0 when n is 0. Pure. */
+double sb_replay_percentile(const sb_ns *v, size_t n, double q);
+
 /* The bucket of a gap of v ns. */
 size_t sb_replay_itl_bucket(sb_ns v);
 

@@ -2,7 +2,7 @@
  *
  * A policy is one of three kinds:
  *   1. a core profile by name: the product's own (round-robin, least-request, load-only,
- *      default) or a user profile from --config. Run through sb_router_pick exactly as
+ *      default) or a user profile from --config. Run through sb_decide exactly as
  *      `switchboard serve` runs it.
  *   2. a profile assembled from core plug-ins (filters, scorers, a picker) that the product does
  *      not ship as a built-in, e.g. p2c = in-flight scorer + power-of-two-choices picker.

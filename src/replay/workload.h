@@ -119,16 +119,6 @@ typedef struct sb_replay_generator {
     int (*generate)(const double *values, const sb_replay_gen_opts *o, sb_replay_workload *w, char *err, size_t errcap);
 } sb_replay_generator;
 
-/* The registry (NULL-terminated), and look-up by name (NULL if unknown). */
-const sb_replay_generator *const *sb_replay_generators_all(void);
-const sb_replay_generator *sb_replay_generator_find(const char *name);
-
-/* Runs generator g with its defaults overridden by "k=v" strings. Returns 0; -EINVAL with a
- * message in err for an unknown key, a malformed or out-of-range value, or a generator error;
- * -ENOMEM. On failure *w is empty. One of o->requests and o->duration_ns must be set. */
-int sb_replay_generate(const sb_replay_generator *g, const char *const *kv, size_t n_kv, const sb_replay_gen_opts *o,
-                       sb_replay_workload *w, char *err, size_t errcap);
-
 /* Helpers for generators: seeded xorshift draws. */
 double sb_replay_exp(uint64_t *rng, double mean);    /* exponential with that mean */
 uint64_t sb_replay_below(uint64_t *rng, uint64_t n); /* uniform in [0, n), n >= 1 */

@@ -510,6 +510,22 @@ static void finish(sb_engine *e, req *r, sb_ns t)
     req_destroy(e, r);
 }
 
+/* Hashes the blocks that r's newly known (generated) tokens filled, continuing the chain:
+ * O(block_size) once per block. */
+static void extend_hashes(sb_engine *e, req *r)
+{
+    uint32_t bs = e->p.block_size, known = r->n_prompt + r->n_generated;
+    if (!r->can_extend)
+        return;
+    while (r->n_hashes < r->max_hashes && (r->n_hashes + 1) * bs <= known) {
+        uint32_t blk[bs];
+        for (uint32_t i = 0; i < bs; i++)
+            blk[i] = eng_token_at(r, r->n_hashes * bs + i);
+        r->chain = eng_hash_next(r->chain, blk, bs);
+        r->hashes[r->n_hashes++] = sb_table_tag_u64(&e->btab, r->chain);
+    }
+}
+
 static void complete_step(sb_engine *e)
 {
     sb_ns t = e->step.end_ns;
@@ -524,6 +540,7 @@ static void complete_step(sb_engine *e)
         if (r->n_computed < r->n_prompt + r->n_generated)
             continue;
         r->n_generated++;
+        extend_hashes(e, r);
         r->u.completion_tokens = r->n_generated;
         e->gen_tokens++;
         if (r->n_generated == 1) {
@@ -604,6 +621,9 @@ void sb_engine_free(sb_engine *e)
             sb_free(r);
         }
     ids_free(&e->ids);
+    sb_free(e->kv);
+    sb_free(e->kv_hashes);
+    sb_free(e->kv_tokens);
     sb_free(e->adapters);
     sb_free(e->ev);
     sb_table_free(&e->btab);
@@ -625,9 +645,18 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
     now = clamp_now(e, now);
     settle(e, now);
 
-    uint32_t n_hashes = q->n_prompt / p->block_size;
+    uint32_t bs = p->block_size, n_hashes = q->n_prompt / bs;
+    /* Every token but the last is computed, so that many full blocks can ever be cached. */
+    uint32_t max_hashes = (uint32_t)((total - 1) / bs);
     uint32_t max_blocks = blocks_for(e, (uint32_t)total);
-    req *r = sb_malloc(sizeof *r + n_hashes * sizeof(uint64_t) + max_blocks * sizeof(uint32_t));
+    /* Prompt tokens kept: all of them for STORED events, else the partial block's, which
+     * generated blocks continue. */
+    bool has_tokens = p->kv_events && q->tokens;
+    uint32_t tok_base = has_tokens ? 0 : n_hashes * bs;
+    uint32_t n_toks = q->tokens ? q->n_prompt - tok_base : 0;
+    uint32_t n_out = q->output_tokens ? q->max_tokens : 0;
+    req *r =
+        sb_malloc(sizeof *r + max_hashes * sizeof(uint64_t) + ((size_t)max_blocks + n_toks + n_out) * sizeof(uint32_t));
     if (!r)
         return -ENOMEM;
     *r = (req){
@@ -636,10 +665,20 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
         .n_prompt = q->n_prompt,
         .max_tokens = q->max_tokens,
         .n_hashes = n_hashes,
+        .max_hashes = max_hashes,
+        .can_extend = q->tokens || q->n_prompt % bs == 0,
+        .has_tokens = has_tokens,
+        .tok_base = tok_base,
         .u = {.arrival_ns = now, .prompt_tokens = q->n_prompt},
     };
     r->hashes = (uint64_t *)(r + 1);
-    r->table = (uint32_t *)(r->hashes + n_hashes);
+    r->table = (uint32_t *)(r->hashes + max_hashes);
+    r->toks = r->table + max_blocks;
+    r->out = n_out ? r->toks + n_toks : NULL;
+    if (n_toks)
+        memcpy(r->toks, q->tokens + tok_base, n_toks * sizeof *r->toks);
+    if (n_out)
+        memcpy(r->out, q->output_tokens, n_out * sizeof *r->out);
     if (ids_put(&e->ids, r) != 0 || (q->adapter && !adapter_get(e, q->adapter))) {
         if (ids_find(&e->ids, q->id))
             ids_remove(&e->ids, q->id);
@@ -650,6 +689,7 @@ int sb_engine_submit(sb_engine *e, const sb_engine_request *q, sb_ns now)
         memcpy(r->hashes, q->block_hashes, n_hashes * sizeof *r->hashes);
     else
         sb_engine_hash_blocks(q->tokens, q->n_prompt, p->block_size, q->adapter, r->hashes);
+    r->chain = n_hashes ? r->hashes[n_hashes - 1] : eng_hash_root(q->adapter);
     /* Keyed once here; the block table only ever sees these. */
     for (uint32_t i = 0; i < n_hashes; i++)
         r->hashes[i] = sb_table_tag_u64(&e->btab, r->hashes[i]);
@@ -712,6 +752,17 @@ sb_ns sb_engine_next_event(sb_engine *e)
         form_step(e, s);
     }
     return e->step.end_ns;
+}
+
+int sb_engine_reset_prefix_cache(sb_engine *e, sb_ns now)
+{
+    now = clamp_now(e, now);
+    settle(e, now);
+    if (e->n_used)
+        return -EBUSY;
+    eng_unhash_all(e);
+    eng_kv_record(e, SB_ENGINE_KV_CLEARED, now, NULL, 0, NULL, 0);
+    return 0;
 }
 
 bool sb_engine_current_step(const sb_engine *e, sb_engine_step *out)

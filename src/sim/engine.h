@@ -32,8 +32,28 @@
  * - A token is produced at the end of the step in which a sequence computes its last known
  *   token: first the step that completes its prefill (the first token), then one per decode
  *   step. A request finishes with its max_tokens-th token.
- * Each operation costs O(requests touched + blocks touched), never O(num_gpu_blocks); memory is
- * allocated up front for blocks and grown per request, through base/alloc.h.
+ * - Generated tokens are cached too, as vLLM caches every full block of a request's tokens: a
+ *   block filled partly or wholly by generated tokens is registered once the step that computes
+ *   its last token ends (the request's final token is never computed, as in vLLM). A request
+ *   generates output_tokens if given, else the simulator's answer (sim/answer.h), so the next
+ *   turn of a conversation, whose prompt holds the answer, hits those blocks.
+ * - KV usage (kv_cache_usage) counts the blocks held by running requests, as vLLM's
+ *   BlockPool.get_usage() does (1 - free / total, where cached blocks nobody holds are free:
+ *   they are reclaimable). vLLM also reserves one null block; the simulator does not.
+ * Each operation costs O(requests touched + blocks touched), never O(num_gpu_blocks) (except
+ * sb_engine_reset_prefix_cache); memory is allocated up front for blocks and grown per request,
+ * through base/alloc.h.
+ *
+ * KV-cache events (params.kv_events). The engine records, in order, what vLLM's BlockPool would
+ * publish for the same cache behaviour: STORED when a run of full blocks becomes cached (their
+ * chained hashes, the hash of the block before them, their token ids), REMOVED when a cached
+ * block is reused for new content (one event per block, as vLLM), CLEARED when the prefix cache
+ * is reset. A block whose hash another block already holds (two requests computed one prefix at
+ * once) is not cached again, so it splits a STORED run and is never announced. The hashes are
+ * the engine's own keyed block hashes (they cannot be recomputed outside the engine, like
+ * vLLM's), each event carries the index of the step it belongs to, and nothing touches a socket:
+ * the owner drains the record (sb_engine_kv_count / _event / _drain) after each call that may
+ * form or complete a step, and publishes it (sim/kv_publisher.h) or delays it (replay).
  *
  * Driving it. Time never goes backwards: every call takes `now`, and earlier values are treated
  * as the latest time seen.
@@ -80,6 +100,8 @@ typedef struct sb_engine_params {
      * on it. The live simulator draws it from the OS, replay derives it from its seed; the
      * default 0 is valid but guessable. */
     uint64_t hash_secret;
+    /* Record KV-cache events (see above). Costs a copy of each live request's prompt tokens. */
+    bool kv_events;
 } sb_engine_params;
 
 /* The defaults: vLLM's for the scheduler, Llama-3.1-8B on one H100-80GB for the rest (see
@@ -105,11 +127,17 @@ const sb_engine_params *sb_engine_params_get(const sb_engine *e);
 typedef struct sb_engine_request {
     uint64_t id;                  /* caller's id, unique among the engine's live requests */
     const uint32_t *tokens;       /* n_prompt prompt token ids, or NULL if block_hashes given */
-    const uint64_t *block_hashes; /* or the n_prompt / block_size full-block hashes, as
-                                   * sb_engine_hash_blocks() computes them (replay's fast path) */
+    const uint64_t *block_hashes; /* or (and) the n_prompt / block_size full-block hashes, as
+                                   * sb_engine_hash_blocks() computes them (replay's fast path:
+                                   * given, they are used instead of hashing tokens) */
     uint32_t n_prompt;            /* prompt length in tokens, >= 1 */
     uint32_t max_tokens;          /* tokens to generate, >= 1 (the request finishes then) */
     uint32_t adapter;             /* LoRA adapter id; 0 = base model */
+    /* The ids of the max_tokens tokens it generates, or NULL for the simulator's answer
+     * (sb_sim_answer_token). Without tokens, blocks holding generated tokens are cached only
+     * when n_prompt is a multiple of the block size (the prompt's partial block is unknown),
+     * and STORED events for prompt blocks carry no token ids. */
+    const uint32_t *output_tokens;
 } sb_engine_request;
 
 /* Computes the chained hashes of the n / block_size full blocks of `tokens`, as the engine does
@@ -220,6 +248,44 @@ typedef struct sb_engine_adapter {
 /* Writes up to cap adapters (ascending id) to out and returns how many there are in all
  * (which may exceed cap). vLLM's lora_requests_info lists those with running / waiting > 0. */
 size_t sb_engine_adapters(const sb_engine *e, sb_engine_adapter *out, size_t cap);
+
+/* ---- KV-cache events ----------------------------------------------------------------------- */
+
+typedef enum sb_engine_kv_kind {
+    SB_ENGINE_KV_STORED = 1, /* vLLM's BlockStored */
+    SB_ENGINE_KV_REMOVED,    /* BlockRemoved */
+    SB_ENGINE_KV_CLEARED,    /* AllBlocksCleared */
+} sb_engine_kv_kind;
+
+typedef struct sb_engine_kv_event {
+    sb_engine_kv_kind kind;
+    uint64_t step; /* index of the engine step it belongs to (0-based); CLEARED: steps so far */
+    sb_ns time_ns; /* STORED: end of the step that computed the blocks; REMOVED: start of the
+                    * step that reused the block; CLEARED: the reset */
+    uint32_t n_blocks;
+    const uint64_t *block_hashes; /* n_blocks, chained: block i's parent is block i-1 */
+    bool has_parent;              /* STORED: the run does not start the chain */
+    uint64_t parent_hash;         /* ... and this is the hash of the block before it */
+    const uint32_t *token_ids;    /* STORED: n_blocks * block_size ids, or NULL (see request) */
+    uint32_t block_size;
+    uint32_t adapter; /* LoRA adapter id; 0 = base model */
+} sb_engine_kv_event;
+
+/* Events recorded and not yet drained (0 unless params.kv_events). */
+size_t sb_engine_kv_count(const sb_engine *e);
+/* Fills *out with event i (< sb_engine_kv_count); its arrays stay valid until the next
+ * sb_engine_kv_drain or sb_engine_free. */
+void sb_engine_kv_event_at(const sb_engine *e, size_t i, sb_engine_kv_event *out);
+/* Forgets every recorded event. */
+void sb_engine_kv_drain(sb_engine *e);
+/* Events the engine could not record (memory ran out) since it was created: an owner that sees
+ * this grow must tell its consumers to forget the engine's blocks (CLEARED semantics). */
+uint64_t sb_engine_kv_lost(const sb_engine *e);
+
+/* vLLM's reset_prefix_cache: forgets every cached block (none stays shareable) and records
+ * CLEARED. Returns 0, or -EBUSY (nothing done) while running requests hold blocks, as vLLM
+ * refuses then. O(num_gpu_blocks). */
+int sb_engine_reset_prefix_cache(sb_engine *e, sb_ns now);
 
 /* Calibration: what the parameters imply, measured by driving a fresh engine in virtual time.
  * Prompts are unique (no cache hits). */

@@ -28,6 +28,17 @@ typedef struct block {
     bool hashed;         /* registered in the hash table: a reusable full prompt block */
 } block;
 
+/* One recorded KV event (engine.h's sb_engine_kv_event, with offsets for pointers). */
+typedef struct kv_rec {
+    uint8_t kind;
+    bool has_parent, has_tokens;
+    uint32_t n_blocks, adapter;
+    uint64_t step;
+    sb_ns time_ns;
+    uint64_t parent;
+    size_t hash_off, tok_off;
+} kv_rec;
+
 /* ---- requests ------------------------------------------------------------------------------- */
 
 enum { REQ_WAITING = 1, REQ_RUNNING };
@@ -41,15 +52,23 @@ typedef struct req {
     uint32_t n_generated;  /* tokens produced so far; known tokens = n_prompt + n_generated */
     uint32_t n_computed;   /* tokens whose KV is in the cache */
     uint32_t n_blocks;     /* entries of `table` held */
-    uint32_t n_registered; /* leading prompt blocks already hashed in the table */
-    uint32_t n_hashes;     /* full prompt blocks: n_prompt / block_size */
+    uint32_t n_registered; /* leading blocks already hashed in the table */
+    uint32_t n_hashes;     /* full blocks of known tokens hashed so far (prompt, then generated) */
+    uint32_t max_hashes;   /* room in `hashes`: full blocks of every token ever computed */
+    bool can_extend;       /* the tokens of the prompt's partial block are known */
+    uint64_t chain;        /* unkeyed hash of block n_hashes - 1 (the root before block 0) */
+    uint32_t tok_base;     /* position of toks[0] in the prompt */
+    uint32_t *toks;        /* prompt tokens from tok_base (all of them with kv_events, else the
+                            * partial block only), stored after the struct */
+    uint32_t *out;         /* output_tokens (max_tokens), stored after the struct; NULL: answer */
+    bool has_tokens;       /* toks holds the whole prompt (STORED events carry token ids) */
     uint32_t sched;        /* tokens computed by the step in flight */
     bool sched_decode;     /* ... counted as decode tokens (else prefill) */
     bool admitted_once;
     uint64_t sched_context; /* KV tokens its decode reads in the step in flight */
     sb_ns last_token_ns;
     sb_engine_usage u;
-    uint64_t *hashes; /* n_hashes, stored after the struct; keyed (the block table's tags) at submit */
+    uint64_t *hashes; /* max_hashes, stored after the struct; keyed (the block table's tags) */
     uint32_t *table;  /* block ids, room for every block the request can ever hold */
 } req;
 
@@ -110,6 +129,16 @@ struct sb_engine {
 
     uint64_t pc_queries, pc_hits, successes, aborts, prompt_tokens, gen_tokens, preemptions;
     uint64_t steps;
+
+    /* KV events not yet drained (params.kv_events): records, and the arrays they point into by
+     * offset (they grow, so pointers are resolved only when read). */
+    kv_rec *kv;
+    size_t n_kv, cap_kv;
+    uint64_t *kv_hashes;
+    size_t n_kv_hashes, cap_kv_hashes;
+    uint32_t *kv_tokens;
+    size_t n_kv_tokens, cap_kv_tokens;
+    uint64_t kv_lost;
 };
 
 /* ---- KV block cache (engine_cache.c) -------------------------------------------------------- */
@@ -124,7 +153,19 @@ uint32_t eng_take_block(sb_engine *e);
 void eng_touch_block(sb_engine *e, uint32_t b);
 /* Releases all of r's blocks, tail first, and resets its cache progress. */
 void eng_release_blocks(sb_engine *e, req *r);
-/* Registers r's newly computed full prompt blocks in the block table. */
+/* Registers r's newly computed full blocks in the block table (recording STORED events). */
 void eng_register_blocks(sb_engine *e, req *r);
+/* The unkeyed chain hash of the block of `tokens` (block_size of them) after `prev`, and the
+ * root of an adapter's chains. */
+uint64_t eng_hash_next(uint64_t prev, const uint32_t *tokens, uint32_t block_size);
+uint64_t eng_hash_root(uint32_t adapter);
+/* Token id at prompt-or-output position pos of r (pos >= tok_base). */
+uint32_t eng_token_at(const req *r, uint32_t pos);
+/* Records a KV event (a no-op unless kv_events): n hashes; STORED: the parent when the run
+ * starts after block 0 of r's chain, and r's tokens of blocks first_block.. if r has them. */
+void eng_kv_record(sb_engine *e, sb_engine_kv_kind kind, sb_ns t, const uint64_t *hashes, uint32_t n, const req *r,
+                   uint32_t first_block);
+/* Forgets every hashed free block (reset_prefix_cache). */
+void eng_unhash_all(sb_engine *e);
 
 #endif

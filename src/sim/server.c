@@ -20,11 +20,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <zmq.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "net/http_server.h"
+#include "sim/answer.h"
 #include "sim/sim_request.h"
 #include "sim/tokenizer.h"
 
@@ -33,10 +35,6 @@
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct"
 #define RESTART_DOWN_MIN_MS 10
 #define RESTART_DOWN_MAX_MS 1000
-
-static const char *filler[] = {" the",   " model", " server", " is",   " simulated", " and",   " this", " text",
-                               " fills", " each",  " token",  " with", " one",       " plain", " word", " here"};
-#define N_FILLER (sizeof(filler) / sizeof(filler[0]))
 
 static void on_step(uv_timer_t *t);
 static void rearm(replica *r);
@@ -199,7 +197,7 @@ static int send_event(sim_req *q, sb_buf *b)
 /* The chunk for token number i (0-based) of q. Returns < 0 if q is gone. */
 static int send_token(sim_req *q, uint32_t i, sb_buf *b)
 {
-    const char *word = i == 0 ? filler[0] + 1 : filler[i % N_FILLER];
+    const char *word = sb_sim_answer_word(i);
     const char *finish = i + 1 == q->max_tokens ? "\"length\"" : "null";
     if (q->chat && i == 0) {
         /* vLLM opens a chat stream with the role, sent along with the first token. */
@@ -288,7 +286,7 @@ static void finish_req(sim_req *q, const sb_engine_usage *u)
     put_head(&b, q, q->chat ? "chat.completion" : "text_completion");
     sb_buf text = {0};
     for (uint32_t i = 0; i < u->completion_tokens; i++)
-        sb_buf_puts(&text, i == 0 ? filler[0] + 1 : filler[i % N_FILLER]);
+        sb_buf_puts(&text, sb_sim_answer_word(i));
     if (q->chat)
         sb_buf_puts(&b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"");
     else
@@ -360,6 +358,10 @@ static void rearm(replica *r)
     if (r->in_advance || f->stopping || !r->engine)
         return;
     sb_ns next = sb_engine_next_event(r->engine);
+    /* After every change of the engine: completed steps' events, and the evictions of the
+     * step just formed (the publisher holds those until that step ends). */
+    if (r->kv)
+        sb_kv_pub_drain(r->kv, r->engine);
     if (next == SB_ENGINE_NEVER) {
         uv_timer_stop(&r->step_timer);
         return;
@@ -394,6 +396,79 @@ static void respond_unknown_model(sb_http_req *h, const char *model)
     srv_respond_error(h, 404, "NotFoundError", msg, NULL);
 }
 
+/* Parses a completion request and tokenizes its prompt: returns the prompt length, with the
+ * ids in *tokens (the caller frees them) and the engine adapter in *adapter; or 0 once the
+ * client has been answered (an error). */
+static size_t read_prompt(replica *r, sb_http_req *h, bool chat, sb_sim_request *pr, int *adapter, uint32_t **tokens)
+{
+    sb_sim_fleet *f = r->fleet;
+    sb_buf prompt = {0};
+    size_t n = 0;
+    *tokens = NULL;
+    int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, pr, &prompt);
+    if (rc == -EINVAL) {
+        srv_respond_error(h, 400, "BadRequestError", pr->error, NULL);
+    } else if (rc < 0) {
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    } else if ((*adapter = model_adapter(f, pr)) < 0) {
+        respond_unknown_model(h, pr->model);
+    } else if ((n = sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0)) == 0) {
+        srv_respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
+    } else if (n + pr->max_tokens > f->max_model_len) {
+        char msg[320];
+        snprintf(msg, sizeof(msg),
+                 "This model's maximum context length is %u tokens. However, you requested %zu tokens (%zu in the "
+                 "messages, %u in the completion). Please reduce the length of the messages or completion.",
+                 f->max_model_len, n + pr->max_tokens, n, pr->max_tokens);
+        srv_respond_error(h, 400, "BadRequestError", msg, NULL);
+        n = 0;
+    } else if (!(*tokens = sb_malloc(n * sizeof(**tokens)))) {
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        n = 0;
+    } else {
+        sb_tokenize(prompt.data, prompt.len, *tokens, n);
+    }
+    sb_buf_free(&prompt);
+    return n;
+}
+
+/* Fills q for a request the engine took, links it and, when streaming, opens the stream. */
+static void start_response(replica *r, sim_req *q, sb_http_req *h, const sb_sim_request *pr, bool chat)
+{
+    q->rep = r;
+    q->http = h;
+    q->chat = chat;
+    q->stream = pr->stream;
+    q->include_usage = pr->stream && pr->include_usage;
+    q->max_tokens = pr->max_tokens;
+    q->created = (uint64_t)time(NULL);
+    const sb_http_header *oh = sb_http_req_header(h, "endpoint-load-metrics-format");
+    q->orca = oh ? sb_sim_orca_format(oh->value, oh->value_len) : SB_SIM_ORCA_NONE;
+    snprintf(q->rid, sizeof(q->rid), "%s-%04x%012llx", chat ? "chatcmpl" : "cmpl", r->port,
+             (unsigned long long)(q->id >> 32));
+    memcpy(q->model, pr->model, strlen(pr->model) + 1);
+    link_req(r, q);
+    h->user = q;
+    h->on_abort = on_req_abort;
+    if (!q->stream)
+        return;
+    sb_buf hdr = {0};
+    sb_engine_metrics m;
+    sb_engine_metrics_get(r->engine, &m);
+    sb_buf_puts(&hdr, "Content-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n");
+    sb_sim_orca_header(&hdr, q->orca, &m);
+    if (!hdr.data) {
+        h->on_abort = NULL;
+        sb_engine_abort(r->engine, q->id, engine_now(r->fleet));
+        req_free(q);
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+    } else {
+        /* On failure the connection is closed and on_abort has freed q. */
+        sb_http_stream_begin(h, 200, hdr.data, hdr.len, -1);
+    }
+    sb_buf_free(&hdr);
+}
+
 static void handle_completion(replica *r, sb_http_req *h, bool chat)
 {
     sb_sim_fleet *f = r->fleet;
@@ -402,101 +477,38 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
         srv_respond_error(h, 500, "InternalServerError", "simulated failure (--fail-rate)", NULL);
         return;
     }
-    sb_buf prompt = {0};
     sb_sim_request pr;
-    uint32_t *tokens = NULL;
-    sim_req *q = NULL;
-    int rc = sb_sim_request_parse(h->body, h->body_len, chat ? SB_SIM_API_CHAT : SB_SIM_API_COMPLETIONS, &pr, &prompt);
-    if (rc == -EINVAL) {
-        srv_respond_error(h, 400, "BadRequestError", pr.error, NULL);
-        goto done;
+    uint32_t *tokens;
+    int adapter = 0;
+    size_t n = read_prompt(r, h, chat, &pr, &adapter, &tokens);
+    if (n == 0)
+        return;
+    sim_req *q = sb_calloc(1, sizeof(*q));
+    if (!q || slot_alloc(r, q) < 0) {
+        sb_free(q);
+        sb_free(tokens);
+        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
+        return;
     }
-    if (rc < 0)
-        goto nomem;
-    int adapter = model_adapter(f, &pr);
-    if (adapter < 0) {
-        respond_unknown_model(h, pr.model);
-        goto done;
-    }
-    size_t n = sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0);
-    if (n == 0) {
-        srv_respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
-        goto done;
-    }
-    if (n + pr.max_tokens > f->max_model_len) {
-        char msg[320];
-        snprintf(msg, sizeof(msg),
-                 "This model's maximum context length is %u tokens. However, you requested %zu tokens (%zu in the "
-                 "messages, %u in the completion). Please reduce the length of the messages or completion.",
-                 f->max_model_len, n + pr.max_tokens, n, pr.max_tokens);
-        srv_respond_error(h, 400, "BadRequestError", msg, NULL);
-        goto done;
-    }
-    tokens = sb_malloc(n * sizeof(*tokens));
-    q = sb_calloc(1, sizeof(*q));
-    if (!tokens || !q || slot_alloc(r, q) < 0)
-        goto nomem;
-    sb_tokenize(prompt.data, prompt.len, tokens, n);
+    /* The engine generates the simulator's answer (sim/answer.h), the text sent back. */
     sb_engine_request er = {.id = q->id,
                             .tokens = tokens,
                             .n_prompt = (uint32_t)n,
                             .max_tokens = pr.max_tokens,
                             .adapter = (uint32_t)adapter};
-    rc = sb_engine_submit(r->engine, &er, engine_now(f));
+    int rc = sb_engine_submit(r->engine, &er, engine_now(f));
+    sb_free(tokens);
     if (rc < 0) {
         slot_release(r, q->slot);
+        sb_free(q);
         if (rc == -E2BIG)
             srv_respond_error(h, 400, "BadRequestError", "The prompt and max_tokens do not fit in the KV cache.", NULL);
         else
             srv_respond_error(h, 500, "InternalServerError", "the engine refused the request", NULL);
-        sb_free(q);
-        q = NULL;
-        goto done;
+        return;
     }
-    q->rep = r;
-    q->http = h;
-    q->chat = chat;
-    q->stream = pr.stream;
-    q->include_usage = pr.stream && pr.include_usage;
-    q->max_tokens = pr.max_tokens;
-    q->created = (uint64_t)time(NULL);
-    const sb_http_header *oh = sb_http_req_header(h, "endpoint-load-metrics-format");
-    q->orca = oh ? sb_sim_orca_format(oh->value, oh->value_len) : SB_SIM_ORCA_NONE;
-    snprintf(q->rid, sizeof(q->rid), "%s-%04x%012llx", chat ? "chatcmpl" : "cmpl", r->port,
-             (unsigned long long)(q->id >> 32));
-    memcpy(q->model, pr.model, strlen(pr.model) + 1);
-    link_req(r, q);
-    h->user = q;
-    h->on_abort = on_req_abort;
-    if (q->stream) {
-        sb_buf hdr = {0};
-        sb_engine_metrics m;
-        sb_engine_metrics_get(r->engine, &m);
-        sb_buf_puts(&hdr, "Content-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n");
-        sb_sim_orca_header(&hdr, q->orca, &m);
-        if (!hdr.data) {
-            h->on_abort = NULL;
-            sb_engine_abort(r->engine, q->id, engine_now(f));
-            req_free(q);
-            srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-        } else {
-            /* On failure the connection is closed and on_abort has freed q. */
-            sb_http_stream_begin(h, 200, hdr.data, hdr.len, -1);
-        }
-        sb_buf_free(&hdr);
-    }
-    q = NULL;
+    start_response(r, q, h, &pr, chat);
     rearm(r);
-done:
-    sb_free(tokens);
-    sb_buf_free(&prompt);
-    return;
-nomem:
-    if (q && r->slots && r->slots[q->slot] == q)
-        slot_release(r, q->slot);
-    sb_free(q);
-    srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-    goto done;
 }
 
 static void handle_models(replica *r, sb_http_req *h)
@@ -559,6 +571,19 @@ done:
     sb_buf_free(&b);
 }
 
+/* vLLM's dev endpoint (POST /reset_prefix_cache); vLLM answers 200 and logs a refusal, the
+ * simulator says it with a status so tests can tell. */
+static void handle_reset_prefix_cache(replica *r, sb_http_req *h)
+{
+    if (sb_engine_reset_prefix_cache(r->engine, engine_now(r->fleet)) < 0) {
+        srv_respond_error(h, 409, "ConflictError", "running requests hold blocks: the prefix cache was not reset",
+                          NULL);
+        return;
+    }
+    rearm(r); /* publishes AllBlocksCleared */
+    sb_http_respond(h, 200, "application/json", NULL, "", 0);
+}
+
 static bool path_is(const sb_http_req *h, const char *path)
 {
     size_t n = strlen(path);
@@ -593,6 +618,7 @@ static const struct route {
     {"/v1/models", HTTP_GET, false, handle_models},
     {"/health", HTTP_GET, false, handle_health},
     {"/tokenize", HTTP_POST, false, handle_tokenize},
+    {"/reset_prefix_cache", HTTP_POST, false, handle_reset_prefix_cache},
     {"/metrics", HTTP_GET, false, srv_handle_metrics},
     {"/slots", HTTP_GET, true, srv_handle_slots},
 };
@@ -663,6 +689,8 @@ static void on_restart_timer(uv_timer_t *t)
             sb_engine_free(r->engine);
             r->engine = fresh;
             sb_sim_stats_init(&r->stats, f->opts.flavor);
+            if (r->kv)
+                sb_kv_pub_restart(r->kv); /* a new process: seq from 0, nothing to replay */
         }
         r->down = true;
         uv_timer_start(&r->restart_timer, on_restart_timer, restart_down_ms(fa), 0);
@@ -689,6 +717,7 @@ void sb_sim_opts_default(sb_sim_opts *o)
     o->speed = 1.0;
     o->engine = sb_engine_params_default();
     o->seed = 1;
+    sb_kv_pub_opts_default(&o->kv);
 }
 
 static void fleet_free(sb_sim_fleet *f)
@@ -701,6 +730,11 @@ static void fleet_free(sb_sim_fleet *f)
         sb_free(f->adapters ? f->adapters[i] : NULL);
     sb_free(f->adapters);
     sb_free(f->reps);
+    sb_free(f->kv_endpoint);
+    sb_free(f->kv_replay);
+    sb_free(f->kv_topic);
+    if (f->zctx)
+        zmq_ctx_term(f->zctx); /* every socket is closed, with linger 0: returns at once */
     sb_free(f->host);
     sb_free(f->model);
     sb_free(f);
@@ -711,6 +745,24 @@ static void on_timer_closed(uv_handle_t *h)
     sb_sim_fleet *f = ((replica *)h->data)->fleet;
     if (--f->handles_open == 0)
         fleet_free(f);
+}
+
+static void on_kv_closed(void *ud)
+{
+    sb_sim_fleet *f = ud;
+    if (--f->handles_open == 0)
+        fleet_free(f);
+}
+
+const char *sb_sim_fleet_kv_endpoint(const sb_sim_fleet *f, uint32_t i)
+{
+    return i < f->n && f->reps[i].kv ? sb_kv_pub_endpoint_bound(f->reps[i].kv) : NULL;
+}
+
+const char *sb_sim_fleet_kv_replay(const sb_sim_fleet *f, uint32_t i)
+{
+    const char *ep = i < f->n && f->reps[i].kv ? sb_kv_pub_replay_bound(f->reps[i].kv) : NULL;
+    return ep && *ep ? ep : NULL;
 }
 
 uint32_t sb_sim_fleet_size(const sb_sim_fleet *f)
@@ -738,6 +790,10 @@ void sb_sim_fleet_stop(sb_sim_fleet *f)
             uv_timer_stop(timers[k]);
             uv_close((uv_handle_t *)timers[k], on_timer_closed);
         }
+        if (r->kv) {
+            sb_kv_pub_close(r->kv, on_kv_closed, f);
+            r->kv = NULL;
+        }
     }
     if (f->handles_open == 0)
         fleet_free(f);
@@ -753,6 +809,9 @@ static int check_opts(const sb_sim_opts *o)
         return -EINVAL;
     if (o->n_adapters && !o->adapters)
         return -EINVAL;
+    if (o->kv_events && (!o->kv.endpoint || !o->kv.topic || o->kv.buffer_steps == 0 || o->kv.buffer_bytes == 0 ||
+                         o->kv.hwm == 0 || o->kv.hwm > INT32_MAX))
+        return -EINVAL;
     for (size_t i = 0; i < o->n_adapters; i++) {
         if (!o->adapters[i] || !*o->adapters[i] || strlen(o->adapters[i]) > SB_SIM_MODEL_MAX ||
             !strcmp(o->adapters[i], o->model))
@@ -761,6 +820,52 @@ static int check_opts(const sb_sim_opts *o)
             if (!strcmp(o->adapters[i], o->adapters[j]))
                 return -EINVAL;
     }
+    return 0;
+}
+
+/* Copies the KV-event strings into the fleet and opens the zmq context. -ENOMEM: the caller
+ * frees the fleet. */
+static int kv_setup(sb_sim_fleet *f)
+{
+    sb_kv_pub_opts *kv = &f->opts.kv;
+    f->opts.engine.kv_events = true;
+    f->kv_endpoint = sb_strdup(kv->endpoint);
+    f->kv_replay = kv->replay_endpoint ? sb_strdup(kv->replay_endpoint) : NULL;
+    f->kv_topic = sb_strdup(kv->topic);
+    f->zctx = zmq_ctx_new();
+    if (!f->kv_endpoint || (kv->replay_endpoint && !f->kv_replay) || !f->kv_topic || !f->zctx)
+        return -ENOMEM;
+    kv->endpoint = f->kv_endpoint;
+    kv->replay_endpoint = f->kv_replay;
+    kv->topic = f->kv_topic;
+    return 0;
+}
+
+/* Gives replica r its engine and publisher and starts listening (faults permitting). */
+static int start_replica(replica *r)
+{
+    sb_sim_fleet *f = r->fleet;
+    const sb_sim_faults *fa = &f->opts.faults;
+    int rc;
+    if (!(r->engine = sb_engine_new(&f->opts.engine)))
+        return -ENOMEM;
+    if (f->opts.kv_events) {
+        sb_kv_encode_opts enc = {.encoding = f->opts.kv.encoding,
+                                 .hashes = f->opts.kv.hashes,
+                                 .adapter_names = f->opts.adapters,
+                                 .n_adapter_names = f->opts.n_adapters};
+        if ((rc = sb_kv_pub_start(f->loop, f->zctx, &f->opts.kv, r->index, &enc, &r->kv)) < 0) {
+            r->kv = NULL;
+            return rc;
+        }
+        f->handles_open++;
+    }
+    if (r->faulty && fa->refuse)
+        return 0;
+    if ((rc = listen_replica(r)) < 0)
+        return rc;
+    if (r->faulty && fa->restart_every_ms)
+        uv_timer_start(&r->restart_timer, on_restart_timer, fa->restart_every_ms, 0);
     return 0;
 }
 
@@ -791,6 +896,10 @@ int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **
     f->opts.host = f->host;
     f->opts.model = f->model;
     f->opts.adapters = (const char *const *)f->adapters;
+    if (opts->kv_events && kv_setup(f) < 0) {
+        fleet_free(f);
+        return -ENOMEM;
+    }
     uint64_t cache_tokens = (uint64_t)opts->engine.num_gpu_blocks * opts->engine.block_size;
     f->max_model_len = opts->max_model_len
                            ? opts->max_model_len
@@ -820,20 +929,8 @@ int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **
         }
         sb_sim_stats_init(&r->stats, opts->flavor);
     }
-    for (uint32_t i = 0; i < f->n && rc == 0; i++) {
-        replica *r = &f->reps[i];
-        if (!(r->engine = sb_engine_new(&f->opts.engine))) {
-            rc = -ENOMEM;
-            break;
-        }
-        const sb_sim_faults *fa = &opts->faults;
-        if (r->faulty && fa->refuse)
-            continue;
-        if ((rc = listen_replica(r)) < 0)
-            break;
-        if (r->faulty && fa->restart_every_ms)
-            uv_timer_start(&r->restart_timer, on_restart_timer, fa->restart_every_ms, 0);
-    }
+    for (uint32_t i = 0; i < f->n && rc == 0; i++)
+        rc = start_replica(&f->reps[i]);
     if (rc < 0) {
         sb_sim_fleet_stop(f);
         return rc;

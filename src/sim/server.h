@@ -6,9 +6,16 @@
  * and one process: `switchboard sim` runs one, `switchboard demo` runs its own next to the
  * gateway. Each replica answers:
  *   POST /v1/chat/completions, POST /v1/completions  streaming (SSE) or not; the output is a
- *        deterministic filler of max_tokens tokens; errors shaped like vLLM's
- *   GET /v1/models, GET /health, POST /tokenize, GET /metrics (vLLM, SGLang or llama.cpp
- *        names), GET /slots (llama.cpp flavor only)
+ *        deterministic answer of max_tokens tokens (sim/answer.h); errors shaped like vLLM's
+ *   GET /v1/models, GET /health, GET /metrics (vLLM, SGLang or llama.cpp names), GET /slots
+ *        (llama.cpp flavor only)
+ *   POST /tokenize  vLLM's: {"model"?, "messages"} (the chat template applied exactly as for
+ *        /v1/chat/completions, generation prompt included) or {"model"?, "prompt"}; answers
+ *        {"count":N,"max_model_len":M,"tokens":[...],"token_strs":null}. The ids are the prompt
+ *        ids the engine caches for the same request, hence the token_ids of its BlockStored
+ *        events (the gateway's precise index relies on it)
+ *   POST /reset_prefix_cache  vLLM's: forgets every cached block (AllBlocksCleared); 200, or
+ *        409 while requests run (vLLM refuses then too)
  * and, when a request carries `endpoint-load-metrics-format: TEXT|JSON`, the ORCA response
  * header `endpoint-load-metrics`.
  *
@@ -30,6 +37,9 @@
  *                      in-flight requests, and listens again after M/10 ms (10 ms to 1 s) with
  *                      a new engine: empty cache, zeroed counters
  *
+ * KV-cache events (opts.kv_events): each replica publishes its engine's cache events as vLLM
+ * does (sim/kv_publisher.h), replica i on the configured endpoints' ports + i.
+ *
  * Not for: routing; real model output; TLS. One loop thread owns a fleet. */
 #ifndef SB_SIM_SERVER_H
 #define SB_SIM_SERVER_H
@@ -40,6 +50,7 @@
 #include <uv.h>
 
 #include "sim/engine.h"
+#include "sim/kv_publisher.h"
 #include "sim/sim_metrics.h"
 
 typedef struct sb_sim_faults {
@@ -66,11 +77,14 @@ typedef struct sb_sim_opts {
                               * num_gpu_blocks * block_size) */
     uint64_t seed;           /* for fault draws */
     sb_sim_faults faults;
+    bool kv_events;    /* publish KV-cache events (engine.kv_events is then set) */
+    sb_kv_pub_opts kv; /* their sockets and encodings (sb_kv_pub_opts_default) */
 } sb_sim_opts;
 
 /* Fills *o with the defaults: 127.0.0.1, port 8000, 1 replica, model
  * "meta-llama/Llama-3.1-8B-Instruct" (the model the engine defaults are fitted to), no
- * adapters, vLLM flavor, speed 1, sb_engine_params_default(), no faults. */
+ * adapters, vLLM flavor, speed 1, sb_engine_params_default(), no faults, no KV events
+ * (sb_kv_pub_opts_default for when they are turned on). */
 void sb_sim_opts_default(sb_sim_opts *o);
 
 typedef struct sb_sim_fleet sb_sim_fleet;
@@ -84,6 +98,10 @@ typedef struct sb_sim_fleet sb_sim_fleet;
 int sb_sim_fleet_start(uv_loop_t *loop, const sb_sim_opts *opts, sb_sim_fleet **out);
 
 uint32_t sb_sim_fleet_size(const sb_sim_fleet *f);
+/* The KV-event addresses replica i bound (PUB, replay ROUTER), or NULL without events (the
+ * replay one without replay). Valid until the fleet stops. */
+const char *sb_sim_fleet_kv_endpoint(const sb_sim_fleet *f, uint32_t i);
+const char *sb_sim_fleet_kv_replay(const sb_sim_fleet *f, uint32_t i);
 /* The port replica i listens on, or would if it is refusing or restarting (with opts.port 0,
  * a replica that never listened has no port: 0); 0 if i is out of range. */
 uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i);

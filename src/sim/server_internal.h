@@ -51,6 +51,7 @@ struct replica {
     bool down;           /* restart fault: between going down and listening again */
     sb_http_server *srv; /* NULL while not listening */
     sb_engine *engine;
+    sb_kv_pub *kv; /* NULL without KV events */
     sb_sim_stats stats;
     uv_timer_t step_timer, metrics_timer, restart_timer;
     sim_req *head, *tail;
@@ -66,6 +67,8 @@ struct sb_sim_fleet {
     sb_sim_opts opts; /* strings below are the fleet's copies */
     char *host, *model;
     char **adapters;
+    char *kv_endpoint, *kv_replay, *kv_topic; /* copies of opts.kv's strings */
+    void *zctx;                               /* zmq context of the publishers, or NULL */
     uint32_t max_model_len;
     uint64_t start_ns;
     uint64_t rng;

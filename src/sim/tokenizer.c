@@ -1,6 +1,7 @@
 /* tokenizer: see tokenizer.h for the rule. */
 #include "sim/tokenizer.h"
 
+#include <stdbool.h>
 #include <xxhash.h>
 
 /* Words up to WORD_WHOLE bytes are one token; longer ones are cut every WORD_CUT bytes. These
@@ -21,6 +22,14 @@ static int byte_class(unsigned char c)
     return PUNCT;
 }
 
+/* A line break never rides with the next word (as in Llama 3's and GPT-4's pre-tokenizers, where
+ * newlines are tokens of their own): text after a line break then tokenizes the same whatever
+ * came before it, so a chat turn's answer tokenizes back to the ids generated for it. */
+static bool is_line_break(unsigned char c)
+{
+    return c == '\n' || c == '\r';
+}
+
 static void emit(const char *p, size_t n, uint32_t *out, size_t cap, size_t *count)
 {
     if (*count < cap)
@@ -35,9 +44,9 @@ size_t sb_tokenize(const char *text, size_t len, uint32_t *out, size_t cap)
         size_t ws = i;
         while (i < len && byte_class((unsigned char)text[i]) == WS)
             i++;
-        /* Whitespace not attached to what follows: all of it at the end of the text, else all
-         * but its last byte. */
-        size_t lone_end = i < len && i > ws ? i - 1 : i;
+        /* Whitespace not attached to what follows: all of it at the end of the text or when it
+         * ends in a line break, else all but its last byte. */
+        size_t lone_end = i < len && i > ws && !is_line_break((unsigned char)text[i - 1]) ? i - 1 : i;
         for (size_t k = ws; k < lone_end; k += SPACE_CUT)
             emit(text + k, lone_end - k < SPACE_CUT ? lone_end - k : SPACE_CUT, out, cap, &count);
         if (i == len)

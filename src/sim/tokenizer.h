@@ -7,12 +7,15 @@
  * The rule. Bytes are whitespace (space, \t, \n, \v, \f, \r), word bytes (ASCII letters and
  * digits, '_', and every byte >= 0x80, so UTF-8 text stays in words), or punctuation (the rest).
  * Text is cut into pieces: a word (a maximal run of word bytes) or a single punctuation byte,
- * each with the last byte of the whitespace run before it attached in front. The rest of a
- * longer whitespace run is cut into pieces of up to 4 bytes on its own, as is whitespace at the
- * end of the text. A word longer than 6 bytes is cut every 4 bytes (the attached whitespace
- * rides with the first cut): short words are whole tokens, long ones several, as in BPE
- * vocabularies. Each piece is one token, whose id is the xxh3-64 hash of the piece's bytes
- * (seed 0) truncated to its low 31 bits. */
+ * each with the last byte of the whitespace run before it attached in front unless that byte is
+ * a line break (\n or \r). The rest of a longer whitespace run is cut into pieces of up to 4
+ * bytes on its own, as is a run that ends in a line break and whitespace at the end of the
+ * text. So text that follows a line break tokenizes alike whatever precedes it: the chat
+ * template's generation prompt ends in one, and an answer tokenizes back, inside the next
+ * turn's prompt, to the ids the engine generated for it (sim/answer.h). A word longer than 6
+ * bytes is cut every 4 bytes (the attached whitespace rides with the first cut): short words are
+ * whole tokens, long ones several, as in BPE vocabularies. Each piece is one token, whose id
+ * is the xxh3-64 hash of the piece's bytes (seed 0) truncated to its low 31 bits. */
 #ifndef SB_SIM_TOKENIZER_H
 #define SB_SIM_TOKENIZER_H
 

@@ -177,6 +177,9 @@ static void check_config(const sb_config *cfg)
     }
 }
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* An exact-size copy: the parser gets a length, not a terminator, and ASan sees any read

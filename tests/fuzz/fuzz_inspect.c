@@ -44,6 +44,9 @@ static void check_hashes(const sb_inspect_ctx *ctx, const char *body, const sb_i
     CHECK(none.n == 0);
 }
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const enum sb_api_kind kinds[] = {SB_API_CHAT, SB_API_COMPLETIONS, SB_API_EMBEDDINGS,

@@ -23,6 +23,9 @@
             abort();                                                                               \
     } while (0)
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static sb_json j = {.max_tokens = 1 << 16}; /* reused, as the callers do */

@@ -125,6 +125,9 @@ static void check_filter(const char *buf, size_t len)
     CHECK(memcmp(filtered.h, expect.h, expect.n * sizeof expect.h[0]) == 0);
 }
 
+/* libFuzzer's entry point (it declares none). */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *body = (const char *)data;

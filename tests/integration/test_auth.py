@@ -1,4 +1,4 @@
-"""Access control (issue 11, items 6 and 7): the admin listener apart from the client listener,
+"""Access control: the admin listener apart from the client listener,
 its bearer token, client API keys (inline and from a file reloaded on SIGHUP), a key's band
 and tenant reaching flow control, the per-pool upstream key, and no key ever written out."""
 import json

@@ -1,6 +1,6 @@
-"""Refusals decided by the request head are answered before the body is read (issue 11,
-follow-up): a client without a valid API key, a request for an unknown route or with the
-wrong method, and an admin request without the token cost the gateway their head only.
+"""Refusals decided by the request head are answered before the body is read: a client
+without a valid API key, a request for an unknown route or with the wrong method, and an
+admin request without the token cost the gateway their head only.
 Before, the whole body was read and buffered first (charged to the body budget that paying
 clients share) and `Expect: 100-continue` was answered 100 before the 401.
 

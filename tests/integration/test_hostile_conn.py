@@ -1,4 +1,4 @@
-"""Hostile connections against the live gateway (issue 11, items 3-5), on raw sockets where the
+"""Hostile connections against the live gateway, on raw sockets where the
 wire matters.
 
 - Early answers (413, 431, 400, 408) reach a client that writes its whole request before it

@@ -1,4 +1,4 @@
-"""Hostile JSON nesting through a real gateway and a real simulator (issue 11, item 1).
+"""Hostile JSON nesting through a real gateway and a real simulator.
 
 Before: a 200 KB body of 100,000 nested arrays took about 10 s of CPU in the request
 inspector, and every other request on the loop (a /healthz included) waited as long. Now the
@@ -19,7 +19,7 @@ from test_sim import Sim, post  # noqa: E402
 
 
 def nested_body(levels, model="m1"):
-    """The issue's shape: {"model":"m1","x":[[[...]]],"messages":[]}."""
+    """The shape of the reported attack: {"model":"m1","x":[[[...]]],"messages":[]}."""
     return (b'{"model":"%s","x":' % model.encode() + b"[" * levels + b"]" * levels +
             b',"messages":[{"role":"user","content":"hi"}]}')
 

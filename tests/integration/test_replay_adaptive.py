@@ -1,4 +1,4 @@
-"""`switchboard replay` with issue 7's options, end to end on the built binary: --adaptive and the
+"""`switchboard replay` with the adaptive and flow-control options, end to end on the built binary: --adaptive and the
 NAME+adaptive suffix (rows named so, adaptive columns filled, the bare profile unchanged),
 --flow-control with --priority-mix and --tenants on one overloaded replica (the 14 required
 columns first, per-band columns that add up, sheddable refused and critical served), a config

@@ -188,10 +188,12 @@ class SimBasicsTest(unittest.TestCase):
         u = j["usage"]
         self.assertEqual(u["completion_tokens"], 7)
         self.assertEqual(u["total_tokens"], u["prompt_tokens"] + 7)
-        self.assertEqual(u["prompt_tokens_details"]["cached_tokens"], 0)
+        # At most the first block is shared with earlier tests: the template and system prompt
+        # ("<|system|>\nYou are terse.\n<|user|>" is 16 tokens, line breaks standing alone).
+        self.assertLessEqual(u["prompt_tokens_details"]["cached_tokens"], 16)
         st, _, body = post(self.sim.port, chat(text, max_tokens=7))
         cached = json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"]
-        self.assertGreater(cached, 0, "a repeated prompt hits the prefix cache")
+        self.assertGreater(cached, 16, "a repeated prompt hits the prefix cache")
         self.assertEqual(cached % 16, 0, "whole blocks are cached")
         after = metrics(self.sim.port)
         self.assertGreaterEqual(metric(after, "vllm:prefix_cache_hits_total") -
@@ -229,9 +231,9 @@ class SimBasicsTest(unittest.TestCase):
             self.assertEqual(usage["usage"]["completion_tokens"], 9)
             cached = usage["usage"]["prompt_tokens_details"]["cached_tokens"]
             if attempt == 0:
-                self.assertEqual(cached, 0)
+                self.assertLessEqual(cached, 16, "at most the shared template and system block")
             else:
-                self.assertGreater(cached, 0, "the repeat streams from cache")
+                self.assertGreater(cached, 16, "the repeat streams from cache")
         # Without include_usage: no usage chunk; completions stream text_completion chunks.
         st, _, body = post(self.sim.port, {"model": MODEL, "prompt": "abc", "max_tokens": 3, "stream": True},
                            "/v1/completions")

@@ -1,4 +1,4 @@
-/* Hash-affinity scorers (affinity), the stateless policies of issue 5: the pool's consistent-
+/* Hash-affinity scorers (affinity), the stateless policies: the pool's consistent-
  * hash ring with bounded loads (core/chash.h) names one endpoint among the candidates, which
  * scores 1.0; the others score 0.
  *   session      key = the request's session key (header, `user`, API key or client address)

@@ -1,4 +1,4 @@
-/* default: the core's built-in profile "default" (core/plugins.c), run through sb_router_pick as
+/* default: the core's built-in profile "default" (core/plugins.c), run through sb_decide as
  * `switchboard serve` runs it. */
 #include "replay/policy.h"
 

@@ -1,4 +1,4 @@
-/* least-request: the core's built-in profile "least-request" (core/plugins.c), run through sb_router_pick as
+/* least-request: the core's built-in profile "least-request" (core/plugins.c), run through sb_decide as
  * `switchboard serve` runs it. */
 #include "replay/policy.h"
 

@@ -1,4 +1,4 @@
-/* load-only: the core's built-in profile "load-only" (core/plugins.c), run through sb_router_pick as
+/* load-only: the core's built-in profile "load-only" (core/plugins.c), run through sb_decide as
  * `switchboard serve` runs it. */
 #include "replay/policy.h"
 

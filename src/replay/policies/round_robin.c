@@ -1,4 +1,4 @@
-/* round-robin: the core's built-in profile "round-robin" (core/plugins.c), run through sb_router_pick as
+/* round-robin: the core's built-in profile "round-robin" (core/plugins.c), run through sb_decide as
  * `switchboard serve` runs it. */
 #include "replay/policy.h"
 

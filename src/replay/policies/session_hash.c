@@ -1,5 +1,5 @@
 /* session-hash: the core's built-in profile "session-hash" (core/plugins.c), run through
- * sb_router_pick as `switchboard serve` runs it: consistent hashing with bounded load on the
+ * sb_decide as `switchboard serve` runs it: consistent hashing with bounded load on the
  * session key (core/chash.h: 256 points per endpoint, load factor 1.25 on the router's own
  * in-flight counts; Mirrokni, Thorup and Zadimoghaddam 2018; HAProxy hash-balance-factor 125).
  * In replay the session key is the workload's conversation or user (docs/replay.md). */

@@ -882,7 +882,15 @@ static void test_set_params_applies_with_next_publication(void **state)
     assert_int_equal(q.detector[SB_DETECT_SATURATION].tau_ns, SB_MS(40));
     assert_int_equal(sb_adaptive_param_set(&q, "x1", 1), -1);
     assert_int_equal(sb_adaptive_param_set(&q, "min_publish_ms", -1), -2);
-    assert_non_null(strstr(sb_adaptive_param_list(), "share_saturated"));
+    char names[1024], small[16];
+    size_t len = sb_adaptive_param_list(names, sizeof(names));
+    assert_int_equal(len, strlen(names));
+    assert_non_null(strstr(names, "share_saturated"));
+    assert_non_null(strstr(names, "burst_min_rate")); /* the whole table, not a prefix */
+    /* A small buffer is truncated and says how much it needed. */
+    assert_int_equal(sb_adaptive_param_list(small, sizeof(small)), len);
+    assert_int_equal(strlen(small), sizeof(small) - 1);
+    assert_memory_equal(small, names, sizeof(small) - 1);
     sb_adaptive_free(a);
 }
 

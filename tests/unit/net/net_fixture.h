@@ -31,6 +31,7 @@ typedef struct netfx_client {
     size_t out_len, out_off;
     bool eof;             /* the peer closed (or reset) */
     bool reset;           /* the read failed with ECONNRESET */
+    bool hold_reads;      /* a slow reader: nothing is read while set (netfx_hold) */
 } netfx_client;
 
 static bool netfx_timed_out;
@@ -77,18 +78,22 @@ static inline void netfx_on_poll(uv_poll_t *p, int status, int events)
 /* Watches for reads until EOF, for writes while bytes are left. */
 static inline void netfx_client_events(netfx_client *c)
 {
-    int ev = (c->eof ? 0 : UV_READABLE) | (c->out_off < c->out_len ? UV_WRITABLE : 0);
+    int ev = (c->eof || c->hold_reads ? 0 : UV_READABLE) | (c->out_off < c->out_len ? UV_WRITABLE : 0);
     if (ev)
         uv_poll_start(&c->poll, ev, netfx_on_poll);
     else
         uv_poll_stop(&c->poll);
 }
 
-static inline void netfx_connect(uv_loop_t *loop, netfx_client *c, uint16_t port)
+/* Connects; rcvbuf_bytes > 0 sets a small receive buffer first (a slow reader whose kernel
+ * buffer fills soon), 0 keeps the system's. */
+static inline void netfx_connect_rcvbuf(uv_loop_t *loop, netfx_client *c, uint16_t port, int rcvbuf_bytes)
 {
     memset(c, 0, sizeof(*c));
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(c->fd >= 0);
+    if (rcvbuf_bytes > 0)
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf_bytes, sizeof(rcvbuf_bytes));
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     assert_int_equal(connect(c->fd, (struct sockaddr *)&a, sizeof(a)), 0);
     int one = 1;
@@ -96,6 +101,18 @@ static inline void netfx_connect(uv_loop_t *loop, netfx_client *c, uint16_t port
     assert_int_equal(uv_poll_init_socket(loop, &c->poll, c->fd), 0);
     c->poll.data = c;
     c->polling = true;
+    netfx_client_events(c);
+}
+
+static inline void netfx_connect(uv_loop_t *loop, netfx_client *c, uint16_t port)
+{
+    netfx_connect_rcvbuf(loop, c, port, 0);
+}
+
+/* Stops (hold) or resumes reading, as a client that reads slower than it is written to. */
+static inline void netfx_hold(netfx_client *c, bool hold)
+{
+    c->hold_reads = hold;
     netfx_client_events(c);
 }
 

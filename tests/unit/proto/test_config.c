@@ -1415,6 +1415,101 @@ static void test_example_switchboard(void **state)
 /* Every pool key goes through its handler (the pool key table), each wrong in its own way: the
  * messages, their positions and their order (keys in file order, then the checks made once
  * every key is read) are the contract operators see. */
+/* `kv_events:` per pool: defaults, the port shorthands, {host} expansion, and each bad value
+ * reported with its key's path. */
+static void test_kv_events(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* Without the key, no subscription. */
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->pools[0].kv_events);
+    sb_config_free(cfg);
+    /* An empty mapping: vLLM's defaults (port 5557, no replay, every topic). */
+    assert_int_equal(parse_str(POOL_OK "    kv_events: {}\n", &cfg, &errs), 0);
+    const sb_kv_events_config *kc = cfg->pools[0].kv_events;
+    assert_non_null(kc);
+    assert_string_equal(kc->endpoint, "tcp://{host}:5557");
+    assert_null(kc->replay_endpoint);
+    assert_string_equal(kc->topic, "");
+    assert_int_equal(kc->stale_after_ms, 10000);
+    assert_int_equal(kc->replay_timeout_ms, 2000);
+    assert_int_equal(kc->max_messages_per_turn, 64);
+    assert_int_equal(kc->heartbeat_ms, 5000);
+    assert_true(kc->replay_on_join);
+    sb_kv_limits def = sb_kv_limits_default();
+    assert_true(sb_kv_limits_equal(&kc->limits, &def));
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("pools:\n"
+                               "  - name: p\n"
+                               "    models: [m]\n"
+                               "    endpoints: [\"10.0.0.1:8000\", \"[fe80::1]:8000\"]\n"
+                               "    kv_events:\n"
+                               "      port: 6000\n"
+                               "      replay_endpoint: \"tcp://{host}:6001\"\n"
+                               "      topic: \"kv@pod@m\"\n"
+                               "      stale_after_ms: 500\n"
+                               "      replay_timeout_ms: 100\n"
+                               "      max_messages_per_turn: 8\n"
+                               "      heartbeat_ms: 1000\n"
+                               "      replay_on_join: false\n"
+                               "      max_batch_bytes: 1MiB\n"
+                               "      max_events: 100\n"
+                               "      max_hashes_per_event: 10\n"
+                               "      max_tokens_per_event: 160\n"
+                               "      max_batch_hashes: 1000\n"
+                               "      max_batch_tokens: 16000\n",
+                               &cfg, &errs),
+                     0);
+    kc = cfg->pools[0].kv_events;
+    assert_string_equal(kc->endpoint, "tcp://{host}:6000");
+    assert_string_equal(kc->replay_endpoint, "tcp://{host}:6001");
+    assert_string_equal(kc->topic, "kv@pod@m");
+    assert_int_equal(kc->heartbeat_ms, 1000);
+    assert_false(kc->replay_on_join);
+    assert_int_equal(kc->limits.max_payload_bytes, 1 << 20);
+    assert_int_equal(kc->limits.max_batch_tokens, 16000);
+    char addr[128];
+    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[0].host, addr, sizeof addr), 0);
+    assert_string_equal(addr, "tcp://10.0.0.1:6000");
+    assert_int_equal(sb_config_kv_address(kc->endpoint, cfg->pools[0].endpoints[1].host, addr, sizeof addr), 0);
+    assert_string_equal(addr, "tcp://[fe80::1]:6000");
+    assert_int_equal(sb_config_kv_address("tcp://[{host}]:1", "::1", addr, sizeof addr), 0);
+    assert_string_equal(addr, "tcp://[::1]:1");
+    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", addr, 19), -1); /* one byte short */
+    assert_int_equal(sb_config_kv_address(kc->endpoint, "10.0.0.1", addr, 20), 0);
+    sb_config_free(cfg);
+
+    expect_one_error(POOL_OK "    kv_events:\n      endpoint: \"http://{host}:5557\"\n", 6,
+                     "pool 'p': kv_events.endpoint 'http://{host}:5557' must start with tcp://, ipc:// or inproc://");
+    expect_one_error(POOL_OK "    kv_events:\n      endpoint: \"tcp://{host}\"\n", 6,
+                     "pool 'p': kv_events.endpoint 'tcp://{host}' must end in :PORT");
+    expect_one_error(POOL_OK "    kv_events:\n      endpoint: \"tcp://{pod}:5557\"\n", 6,
+                     "may hold no placeholder but {host}");
+    expect_one_error(POOL_OK "    kv_events:\n      replay_endpoint: \"tcp://{host}:99999\"\n", 6,
+                     "pool 'p': kv_events.replay_endpoint 'tcp://{host}:99999' must end in :PORT (1 to 65535)");
+    expect_one_error(POOL_OK "    kv_events:\n      endpoint: \"tcp://{host}:1\"\n      port: 2\n", 7,
+                     "pool 'p': kv_events: give endpoint or port, not both");
+    expect_one_error(POOL_OK "    kv_events:\n      port: 0\n", 6,
+                     "pool 'p': kv_events.port must be between 1 and 65535, got 0");
+    expect_one_error(POOL_OK "    kv_events:\n      max_batch_bytes: 10\n", 6,
+                     "pool 'p': kv_events.max_batch_bytes must be between 64 and 1073741824, got 10");
+    expect_one_error(POOL_OK "    kv_events:\n      max_events: 0\n", 6, "kv_events.max_events must be between 1");
+    expect_one_error(POOL_OK "    kv_events:\n      reconnect_ms: 9000\n", 6,
+                     "pool 'p': kv_events: reconnect_ms (9000) must not exceed reconnect_max_ms (5000)");
+    expect_one_error(POOL_OK "    kv_events:\n      max_tokens_per_event: 2000000\n", 6,
+                     "max_tokens_per_event (2000000) must not exceed max_batch_tokens (1048576)");
+    expect_one_error(POOL_OK "    kv_events:\n      topics: x\n", 6, "unknown key 'topics' in pool 'p': kv_events");
+    expect_one_error(POOL_OK "    kv_events: 5557\n", 5, "pool 'p': kv_events must be a mapping, got a scalar");
+    expect_one_error("pools:\n"
+                     "  - name: p\n"
+                     "    models: [m]\n"
+                     "    endpoints: [\"10.0.0.1:8000\", \"10.0.0.2:8000\"]\n"
+                     "    kv_events:\n"
+                     "      endpoint: \"tcp://10.0.0.1:5557\"\n",
+                     6, "kv_events.endpoint 'tcp://10.0.0.1:5557' has no {host}: all 2 endpoints would read the same");
+}
+
 static void test_pool_keys_each_reported_in_order(void **state)
 {
     (void)state;
@@ -1485,7 +1580,7 @@ static void test_flow_control(void **state)
     (void)state;
     sb_config *cfg;
     sb_config_errors errs;
-    /* Defaults: on, issue 7's deadlines, 1024 per band, no API keys. */
+    /* Defaults: on, the default band deadlines, 1024 per band, no API keys. */
     assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
     assert_true(cfg->flow_enabled);
     assert_int_equal(cfg->flow_max_wait_ms[0], 30000);
@@ -1687,6 +1782,7 @@ int main(void)
         cmocka_unit_test(test_errors_format),
         cmocka_unit_test(test_allocation_failure),
         cmocka_unit_test(test_example_switchboard),
+        cmocka_unit_test(test_kv_events),
         cmocka_unit_test(test_pool_keys_each_reported_in_order),
         cmocka_unit_test(test_example_demo),
         cmocka_unit_test(test_corpus_replay),

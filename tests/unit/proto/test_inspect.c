@@ -391,7 +391,7 @@ static void test_too_deep(void **state)
                              "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
                              "[{\"type\":\"image_url\",\"image_url\":{\"url\":[\"u\"]}}]}]}", &r),
                      SB_INSPECT_TOO_DEEP);
-    /* The body: 100,000 nested arrays, refused after reading the first levels only. */
+    /* The reported attack: 100,000 nested arrays, refused after reading the first levels only. */
     ctx.json.max_depth = 0;
     b.len = 0;
     assert_int_equal(sb_buf_puts(&b, "{\"model\":\"m1\",\"x\":"), 0);

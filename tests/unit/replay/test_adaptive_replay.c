@@ -12,6 +12,7 @@
 
 #include "replay/band_report.h"
 #include "replay/driver.h"
+#include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/report.h"
 #include "replay/workload.h"

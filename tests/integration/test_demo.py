@@ -1,0 +1,96 @@
+"""`switchboard demo`: the quick start's main job. It starts a simulated fleet and a gateway in
+one process; this checks the banner's promises (models, a streamed chat, an adapter, the admin
+listener) and a clean stop on Ctrl-C, against the built binary."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import unittest
+
+from fixtures import GATEWAY_BIN, free_port, http, wait_until
+
+
+def free_run(n):
+    """A base port with n consecutive free ports after it (the demo's replicas use P..P+3)."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of %d free ports" % n)
+
+
+class DemoTest(unittest.TestCase):
+    def setUp(self):
+        self.port, self.admin = free_port(), free_port()
+        self.sim = free_run(4)
+        self.dir = tempfile.mkdtemp(prefix="sb-demo-")
+        self.log_path = os.path.join(self.dir, "demo.log")
+        self.log = open(self.log_path, "w")
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        self.proc = subprocess.Popen([GATEWAY_BIN, "demo", "--port", str(self.port), "--admin-port", str(self.admin),
+                                      "--sim-port", str(self.sim), "--speed", "50"],
+                                     stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
+        first = self.proc.stdout.readline()
+        self.assertEqual(first.strip(), "switchboard demo", open(self.log_path).read())
+
+    def tearDown(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.assertEqual(self.proc.wait(15), 0)
+        self.log.close()
+        out = open(self.log_path).read()
+        for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
+            self.assertNotIn(bad, out)
+
+    def test_banner_promises(self):
+        st, _, body = http(self.port, "GET", "/v1/models")
+        self.assertEqual(st, 200)
+        ids = {m["id"] for m in json.loads(body)["data"]}
+        for want in ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", "sql-lora", "chat-lora", "qwen-7b"):
+            self.assertIn(want, ids)
+        chat = {"model": "llama-3.1-8b", "stream": True, "max_tokens": 5,
+                "messages": [{"role": "user", "content": "Hello!"}]}
+        st, _, body = http(self.port, "POST", "/v1/chat/completions", json.dumps(chat).encode(),
+                           {"Content-Type": "application/json"})
+        self.assertEqual(st, 200)
+        self.assertIn(b"data: [DONE]", body)
+        comp = {"model": "sql-lora", "prompt": "SELECT", "max_tokens": 3}
+        st, _, body = http(self.port, "POST", "/v1/completions", json.dumps(comp).encode(),
+                           {"Content-Type": "application/json"})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(json.loads(body)["model"], "sql-lora")
+        comp["model"] = "no-such-model"
+        st, _, _ = http(self.port, "POST", "/v1/completions", json.dumps(comp).encode(),
+                        {"Content-Type": "application/json"})
+        self.assertEqual(st, 404)
+        st, _, body = http(self.admin, "GET", "/metrics")
+        self.assertEqual(st, 200)
+        self.assertIn(b'switchboard_requests_total', body)
+        # The admin listener is where the banner says; the public one does not serve /metrics.
+        st, _, _ = http(self.port, "GET", "/debug/endpoints")
+        self.assertNotEqual(st, 200)
+        self.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

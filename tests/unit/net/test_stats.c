@@ -1,0 +1,136 @@
+/* stats is a leaf: an sb_stats filled in by hand (no gateway, no loop) records finished
+ * requests into its arrays and its access log. */
+#include "sb_test.h"
+
+#include <stdio.h>
+
+#include "net/stats.h"
+
+typedef struct fixture {
+    sb_config cfg;
+    sb_pool_config pools[2];
+    sb_endpoint_config eps[3];
+    size_t first_up[3];
+    sb_pool_metrics pm[2];
+    sb_ep_metrics em[3];
+    uint64_t rejected;
+    sb_stats st;
+    char *log_text;
+    size_t log_len;
+} fixture;
+
+/* Two pools: "a" with endpoints a0, a1, "b" with b0 (ep_metrics index 2). */
+static void setup_fixture(fixture *f, bool access_log)
+{
+    memset(f, 0, sizeof(*f));
+    f->eps[0].address = "a0:1";
+    f->eps[1].address = "a1:1";
+    f->eps[2].address = "b0:1";
+    f->pools[0] = (sb_pool_config){.name = "a", .endpoints = &f->eps[0], .n_endpoints = 2};
+    f->pools[1] = (sb_pool_config){.name = "b", .endpoints = &f->eps[2], .n_endpoints = 1};
+    f->cfg.pools = f->pools;
+    f->cfg.n_pools = 2;
+    f->first_up[0] = 0;
+    f->first_up[1] = 2;
+    f->first_up[2] = 3;
+    f->st = (sb_stats){.cfg = &f->cfg,
+                       .pool_first_up = f->first_up,
+                       .pool_metrics = f->pm,
+                       .ep_metrics = f->em,
+                       .rejected = &f->rejected};
+    if (access_log) {
+        f->st.access_log = open_memstream(&f->log_text, &f->log_len);
+        assert_non_null(f->st.access_log);
+    }
+}
+
+static void teardown_fixture(fixture *f)
+{
+    if (f->st.access_log)
+        fclose(f->st.access_log);
+    free(f->log_text);
+}
+
+static sb_exchange_log a_log(int pool, int ep, int status)
+{
+    sb_exchange_log log = {.pool = pool,
+                           .ep = ep,
+                           .status = status,
+                           .outcome = "ok",
+                           .model = "m\"q",
+                           .t_start = 1000000000,
+                           .t_first_byte = 1003000000, /* 3 ms */
+                           .t_end = 1200000000};       /* 200 ms */
+    log.usage.prompt_tokens = 10;
+    log.usage.cached_tokens = 4;
+    log.usage.completion_tokens = 7;
+    return log;
+}
+
+static void test_record_lands_in_its_pool_and_endpoint(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, false);
+    sb_exchange_log log = a_log(1, 0, 200);
+    sb_stats_record(&f->st, &log);
+    log = a_log(1, 0, 503);
+    sb_stats_record(&f->st, &log);
+    /* pool b's endpoint 0 is ep_metrics[first_up[1] + 0] */
+    assert_int_equal(f->em[2].by_class[2], 1);
+    assert_int_equal(f->em[2].by_class[5], 1);
+    assert_int_equal(f->em[0].by_class[2] + f->em[1].by_class[2], 0);
+    assert_int_equal(f->pm[1].duration.n, 2);
+    assert_int_equal(f->pm[0].duration.n, 0);
+    /* 200 ms falls in the 0.25 s bucket (index 5), 3 ms in the first */
+    assert_int_equal(f->pm[1].duration.counts[5], 2);
+    assert_int_equal(f->pm[1].ttfb.counts[0], 2);
+    assert_int_equal(f->pm[1].prompt_tokens, 20);
+    assert_int_equal(f->pm[1].cached_tokens, 8);
+    assert_int_equal(f->pm[1].completion_tokens, 14);
+    teardown_fixture(f);
+    free(f);
+}
+
+static void test_refused_before_a_pool_touches_no_metrics(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, true);
+    sb_exchange_log log = a_log(-1, -1, 429);
+    log.outcome = "rejected";
+    sb_stats_record(&f->st, &log);
+    for (int p = 0; p < 2; p++)
+        assert_int_equal(f->pm[p].duration.n, 0);
+    fflush(f->st.access_log);
+    assert_non_null(strstr(f->log_text, "\"pool\":\"\",\"endpoint\":\"\",\"status\":429,\"outcome\":\"rejected\""));
+    teardown_fixture(f);
+    free(f);
+}
+
+static void test_access_log_line_names_pool_and_endpoint(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, true);
+    sb_exchange_log log = a_log(0, 1, 200);
+    log.band = "critical";
+    log.tenant = "t1";
+    sb_stats_record(&f->st, &log);
+    fflush(f->st.access_log);
+    const char *l = f->log_text;
+    assert_non_null(strstr(l, "\"model\":\"m\\\"q\""));
+    assert_non_null(strstr(l, "\"pool\":\"a\",\"endpoint\":\"a1:1\",\"status\":200,\"outcome\":\"ok\""));
+    assert_non_null(strstr(l, "\"ttfb_ms\":3.000,\"total_ms\":200.000"));
+    assert_non_null(strstr(l, "\"band\":\"critical\",\"tenant\":\"t1\"}\n"));
+    assert_int_equal(l[f->log_len - 1], '\n');
+    teardown_fixture(f);
+    free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record_lands_in_its_pool_and_endpoint),
+        cmocka_unit_test(test_refused_before_a_pool_touches_no_metrics),
+        cmocka_unit_test(test_access_log_line_names_pool_and_endpoint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
