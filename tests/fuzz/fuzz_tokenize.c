@@ -23,6 +23,8 @@
 
 enum { CAP = 4096 };
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static uint32_t a[CAP], b[CAP];
