@@ -104,4 +104,12 @@ void cfg_parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, 
 void cfg_parse_admin(parse *p, const yaml_node_t *map);
 void cfg_parse_auth(parse *p, const yaml_node_t *map);
 
+/* ---- config_kv.c: a pool's kv_events ---- */
+
+/* Parses the `kv_events:` mapping v into pc->kv_events (allocated; defaults first). */
+void cfg_parse_kv_events(parse *p, sb_pool_config *pc, const yaml_node_t *v, const char *what);
+/* Once the endpoints are known: with more than one, a pattern naming no endpoint would have
+ * them all read one publisher (map: the mapping, for positions; NULL if none). */
+void cfg_check_kv_events(parse *p, const sb_pool_config *pc, const yaml_node_t *map, const char *label);
+
 #endif
