@@ -375,27 +375,6 @@ static void rearm(replica *r)
 
 /* ---- endpoints ---- */
 
-/* The engine adapter id for a model name: 0 for the base model, i + 1 for adapter i, -1 if
- * the replica does not serve it. */
-static int model_adapter(const sb_sim_fleet *f, const sb_sim_request *pr)
-{
-    if (pr->model_len > SB_SIM_MODEL_MAX)
-        return -1;
-    if (!strcmp(pr->model, f->model))
-        return 0;
-    for (size_t i = 0; i < f->opts.n_adapters; i++)
-        if (!strcmp(pr->model, f->adapters[i]))
-            return (int)i + 1;
-    return -1;
-}
-
-static void respond_unknown_model(sb_http_req *h, const char *model)
-{
-    char msg[SB_SIM_MODEL_MAX + 64];
-    snprintf(msg, sizeof(msg), "The model `%s` does not exist.", model);
-    srv_respond_error(h, 404, "NotFoundError", msg, NULL);
-}
-
 /* Parses a completion request and tokenizes its prompt: returns the prompt length, with the
  * ids in *tokens (the caller frees them) and the engine adapter in *adapter; or 0 once the
  * client has been answered (an error). */
@@ -410,8 +389,8 @@ static size_t read_prompt(replica *r, sb_http_req *h, bool chat, sb_sim_request 
         srv_respond_error(h, 400, "BadRequestError", pr->error, NULL);
     } else if (rc < 0) {
         srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-    } else if ((*adapter = model_adapter(f, pr)) < 0) {
-        respond_unknown_model(h, pr->model);
+    } else if ((*adapter = srv_model_adapter(f, pr)) < 0) {
+        srv_respond_unknown_model(h, pr->model);
     } else if ((n = sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0)) == 0) {
         srv_respond_error(h, 400, "BadRequestError", "The prompt is empty.", NULL);
     } else if (n + pr->max_tokens > f->max_model_len) {
@@ -511,66 +490,6 @@ static void handle_completion(replica *r, sb_http_req *h, bool chat)
     rearm(r);
 }
 
-static void handle_models(replica *r, sb_http_req *h)
-{
-    sb_sim_fleet *f = r->fleet;
-    const char *owner = sb_sim_flavor_name(f->opts.flavor);
-    unsigned long long created = (unsigned long long)time(NULL);
-    sb_buf b = {0};
-    sb_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":\"");
-    sb_buf_json_escape(&b, f->model, strlen(f->model));
-    sb_buf_printf(&b, "\",\"object\":\"model\",\"created\":%llu,\"owned_by\":\"%s\",\"root\":\"", created, owner);
-    sb_buf_json_escape(&b, f->model, strlen(f->model));
-    sb_buf_printf(&b, "\",\"parent\":null,\"max_model_len\":%u,\"permission\":[]}", f->max_model_len);
-    for (size_t i = 0; i < f->opts.n_adapters; i++) {
-        const char *a = f->adapters[i];
-        sb_buf_puts(&b, ",{\"id\":\"");
-        sb_buf_json_escape(&b, a, strlen(a));
-        sb_buf_printf(&b, "\",\"object\":\"model\",\"created\":%llu,\"owned_by\":\"%s\",\"root\":\"/adapters/", created,
-                      owner);
-        sb_buf_json_escape(&b, a, strlen(a));
-        sb_buf_puts(&b, "\",\"parent\":\"");
-        sb_buf_json_escape(&b, f->model, strlen(f->model));
-        sb_buf_puts(&b, "\",\"max_model_len\":null,\"permission\":[]}");
-    }
-    sb_buf_puts(&b, "]}");
-    srv_respond_json(h, 200, &b);
-    sb_buf_free(&b);
-}
-
-static void handle_tokenize(replica *r, sb_http_req *h)
-{
-    sb_sim_fleet *f = r->fleet;
-    sb_buf prompt = {0}, b = {0};
-    sb_sim_request pr;
-    uint32_t *tokens = NULL;
-    int rc = sb_sim_request_parse(h->body, h->body_len, SB_SIM_API_TOKENIZE, &pr, &prompt);
-    if (rc == -EINVAL) {
-        srv_respond_error(h, 400, "BadRequestError", pr.error, NULL);
-        goto done;
-    }
-    if (rc == 0 && pr.model_len && model_adapter(f, &pr) < 0) {
-        respond_unknown_model(h, pr.model);
-        goto done;
-    }
-    size_t n = rc == 0 ? sb_tokenize(prompt.data ? prompt.data : "", prompt.len, NULL, 0) : 0;
-    tokens = n ? sb_malloc(n * sizeof(*tokens)) : NULL;
-    if (rc < 0 || (n && !tokens)) {
-        srv_respond_error(h, 500, "InternalServerError", "out of memory", NULL);
-        goto done;
-    }
-    sb_tokenize(prompt.data, prompt.len, tokens, n);
-    sb_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%u,\"tokens\":[", n, f->max_model_len);
-    for (size_t i = 0; i < n; i++)
-        sb_buf_printf(&b, i ? ",%u" : "%u", tokens[i]);
-    sb_buf_puts(&b, "],\"token_strs\":null}");
-    srv_respond_json(h, 200, &b);
-done:
-    sb_free(tokens);
-    sb_buf_free(&prompt);
-    sb_buf_free(&b);
-}
-
 /* vLLM's dev endpoint (POST /reset_prefix_cache); vLLM answers 200 and logs a refusal, the
  * simulator says it with a status so tests can tell. */
 static void handle_reset_prefix_cache(replica *r, sb_http_req *h)
@@ -615,9 +534,9 @@ static const struct route {
 } routes[] = {
     {"/v1/chat/completions", HTTP_POST, false, handle_chat},
     {"/v1/completions", HTTP_POST, false, handle_completions},
-    {"/v1/models", HTTP_GET, false, handle_models},
+    {"/v1/models", HTTP_GET, false, srv_handle_models},
     {"/health", HTTP_GET, false, handle_health},
-    {"/tokenize", HTTP_POST, false, handle_tokenize},
+    {"/tokenize", HTTP_POST, false, srv_handle_tokenize},
     {"/reset_prefix_cache", HTTP_POST, false, handle_reset_prefix_cache},
     {"/metrics", HTTP_GET, false, srv_handle_metrics},
     {"/slots", HTTP_GET, true, srv_handle_slots},

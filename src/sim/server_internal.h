@@ -3,7 +3,8 @@
  *
  * server.c holds the fleet, the replicas' listeners and faults, and the OpenAI routes (requests
  * live from submission to the engine until their response ends); server_metrics.c the
- * /metrics route (with its delay and hang faults, which park the request) and /slots. */
+ * /metrics route (with its delay and hang faults, which park the request) and /slots;
+ * server_info.c /v1/models, /tokenize and the model-name check. */
 #ifndef SB_SIM_SERVER_INTERNAL_H
 #define SB_SIM_SERVER_INTERNAL_H
 
@@ -84,6 +85,18 @@ struct sb_sim_fleet {
 void srv_respond_error(sb_http_req *h, int status, const char *type, const char *message, const char *extra_headers);
 /* Answers b as JSON, or 500 if building b ran out of memory (b->data is NULL). */
 void srv_respond_json(sb_http_req *h, int status, sb_buf *b);
+
+/* ---- server_info.c ---- */
+
+/* The engine adapter id for a model name: 0 for the base model, i + 1 for adapter i, -1 if
+ * the replica does not serve it. */
+int srv_model_adapter(const sb_sim_fleet *f, const sb_sim_request *pr);
+/* 404 in vLLM's words. */
+void srv_respond_unknown_model(sb_http_req *h, const char *model);
+/* GET /v1/models: the model and its adapters. */
+void srv_handle_models(replica *r, sb_http_req *h);
+/* POST /tokenize: vLLM's answer shape, the same ids the engine caches for the request. */
+void srv_handle_tokenize(replica *r, sb_http_req *h);
 
 /* ---- server_metrics.c ---- */
 
