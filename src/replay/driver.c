@@ -1,39 +1,19 @@
-/* driver: the discrete-event loop, the request life cycle, simulated probing, and the summary
- * of a run. */
+/* driver: the discrete-event loop, the request life cycle, simulated probing, flow control in
+ * virtual time, and the summary of a run (set-up in driver_setup.c, fleet events in
+ * driver_fleet.c). */
 #include "replay/driver_internal.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
-#include "proto/prompt.h"
 #include "replay/latency.h"
 #include "sim/answer.h"
 
-void sb_replay_opts_default(sb_replay_opts *o)
-{
-    *o = (sb_replay_opts){
-        .replicas = 1,
-        .engine = sb_engine_params_default(),
-        .scrape_ns = SB_MS(100), /* proto/config.h: probe interval_ms default */
-        .time_scale = 1.0,
-        .seed = 1,
-        .model = DEFAULT_MODEL,
-        .max_prompt_blocks = 16384, /* proto/config.h max_prompt_blocks default */
-        .pool = sb_pool_params_default(),
-        .adaptive_params = sb_adaptive_params_default(),
-        .gateways = 1,
-        .event_lag_ns = SB_REPLAY_EVENT_LAG_DEFAULT_NS,
-        .kv_cover_ns = SB_MS(2000),
-    };
-    sb_flow_config_default(&o->flow);
-}
-
-static int fail(driver *d, int rc, const char *msg)
+int drv_fail(driver *d, int rc, const char *msg)
 {
     if (!d->error) {
         d->error = rc;
@@ -42,18 +22,10 @@ static int fail(driver *d, int rc, const char *msg)
     return rc;
 }
 
-static void push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b)
+void drv_push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b)
 {
     if (sb_replay_queue_push(&d->q, t, kind, a, b) < 0)
-        fail(d, -ENOMEM, "out of memory");
-}
-
-/* splitmix64's finaliser: the seeded draws of the fleet events. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+        drv_fail(d, -ENOMEM, "out of memory");
 }
 
 static void mark_dirty(driver *d, uint32_t rep)
@@ -76,7 +48,7 @@ static void flush_dirty(driver *d)
         sb_ns t = sb_engine_next_event(d->engines[rep]);
         if (t != SB_ENGINE_NEVER) {
             d->scheduled[rep] = true;
-            push(d, t, EV_STEP, rep, d->engine_gen[rep]);
+            drv_push(d, t, EV_STEP, rep, d->engine_gen[rep]);
         }
     }
     d->n_dirty = 0;
@@ -129,22 +101,19 @@ static void scrape(driver *d, gateway *g, uint32_t rep)
 
 /* ---- request life ---------------------------------------------------------------------------- */
 
-static void deliver(driver *d, uint32_t rep, uint32_t idx);
-static uint64_t table_secret_of(uint64_t seed);
-
 static gateway *gw_of(driver *d, uint32_t idx)
 {
     return &d->gw[d->rt[idx].gw];
 }
 
-static sb_replay_fleet_view fleet_view(driver *d, gateway *g)
+sb_replay_fleet_view drv_fleet_view(driver *d, gateway *g)
 {
     return (sb_replay_fleet_view){
         .now = d->now, .n_replicas = d->n, .router = g->router, .pool = 0, .engines = d->engines, .rng = &g->prng};
 }
 
 /* status: flow control's answer to this turn (429, 503), or 0 for any other shedding. */
-static void settle_shed(driver *d, uint32_t idx, uint16_t status)
+void drv_settle_shed(driver *d, uint32_t idx, uint16_t status)
 {
     d->rt[idx].status = status;
     /* A conversation whose turn is shed ends there: its later turns are shed too. */
@@ -218,7 +187,7 @@ static void submit(driver *d, uint32_t rep, uint32_t idx, size_t n_ehash)
                             .output_tokens = answer_tokens(d, r)};
     int rc = sb_engine_submit(d->engines[rep], &er, d->now);
     if (rc < 0) {
-        fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
+        drv_fail(d, rc, rc == -ENOMEM ? "out of memory" : "an engine refused a request it should take");
         return;
     }
     d->rt[idx].on_engine = true;
@@ -276,7 +245,7 @@ static void route(driver *d, uint32_t idx)
     sb_replay_fleet_view fv;
     sb_replay_request_view rv;
     if (d->p->custom) {
-        fv = fleet_view(d, g);
+        fv = drv_fleet_view(d, g);
         rv = (sb_replay_request_view){.id = idx,
                                       .sched = &rq.sched,
                                       .tokens = d->tokens,
@@ -287,7 +256,7 @@ static void route(driver *d, uint32_t idx)
                                       .max_tokens = r->max_tokens};
         pick = d->p->custom->pick(g->pstate, &fv, &rv);
         if (pick >= (int)d->n) {
-            fail(d, -EINVAL, "a custom policy picked a replica out of range");
+            drv_fail(d, -EINVAL, "a custom policy picked a replica out of range");
             return;
         }
     } else {
@@ -295,7 +264,7 @@ static void route(driver *d, uint32_t idx)
         pick = sb_decide(g->router, &rq, 1, d->now, &rk);
     }
     if (pick < 0) {
-        settle_shed(d, idx, 0);
+        drv_settle_shed(d, idx, 0);
         return;
     }
     rt->replica = (uint32_t)pick;
@@ -305,7 +274,7 @@ static void route(driver *d, uint32_t idx)
     if (d->p->custom && d->p->custom->on_dispatch)
         d->p->custom->on_dispatch(g->pstate, &fv, &rv, (uint32_t)pick);
     if (d->o->net_delay_ns)
-        push(d, d->now + d->o->net_delay_ns, EV_DELIVER, (uint32_t)pick, idx);
+        drv_push(d, d->now + d->o->net_delay_ns, EV_DELIVER, (uint32_t)pick, idx);
     else
         submit(d, (uint32_t)pick, idx, ne);
 }
@@ -323,7 +292,7 @@ static uint32_t index_of(void *user)
 }
 
 /* Released by the gate: scheduled now; a failure stops the release. */
-static bool on_admission_dispatch(void *ctx, void *user)
+bool drv_on_admission_dispatch(void *ctx, void *user)
 {
     driver *d = ((gateway *)ctx)->d;
     route(d, index_of(user));
@@ -331,9 +300,9 @@ static bool on_admission_dispatch(void *ctx, void *user)
 }
 
 /* Evicted (429) or expired (503) while queued. */
-static void on_admission_refuse(void *ctx, void *user, const sb_admission_refusal *r)
+void drv_on_admission_refuse(void *ctx, void *user, const sb_admission_refusal *r)
 {
-    settle_shed(((gateway *)ctx)->d, index_of(user), r->status);
+    drv_settle_shed(((gateway *)ctx)->d, index_of(user), r->status);
 }
 
 /* As the gateway (net/admission.c): refused (no endpoint available: 503; sheddable under
@@ -357,16 +326,16 @@ static void admit(driver *d, uint32_t idx)
             return;
         }
     }
-    settle_shed(d, idx, r.status);
+    drv_settle_shed(d, idx, r.status);
 }
 
 /* Re-examines the queue once at this instant, after whatever else happens at it (an answer
  * ends inside an engine's step: scheduling from there would submit to an engine mid-step). */
-static void want_drain(driver *d, gateway *g, sb_ns at)
+void drv_want_drain(driver *d, gateway *g, sb_ns at)
 {
     if (g->adm && !g->drain_pending) {
         g->drain_pending = true;
-        push(d, at, EV_DRAIN, g->index, 0);
+        drv_push(d, at, EV_DRAIN, g->index, 0);
     }
 }
 
@@ -386,19 +355,6 @@ static void tick(driver *d, gateway *g)
         sb_admission_tick(g->adm, d->now);
 }
 
-/* Past every gateway: a uniformly random replica per request (seeded by the request, so
- * every policy sees the same), nobody's accounting. */
-static void bypass(driver *d, uint32_t idx)
-{
-    uint64_t z = mix64((d->o->seed ^ 0x4259504153535250ULL) + (uint64_t)idx * 0x9E3779B97F4A7C15ULL); /* "BYPASSRP" */
-    uint32_t rep = (uint32_t)(z % d->n);
-    d->rt[idx].replica = rep; /* not in per_replica: that is the gateways' balance */
-    if (d->o->net_delay_ns)
-        push(d, d->now + d->o->net_delay_ns, EV_DELIVER, rep, idx);
-    else
-        deliver(d, rep, idx);
-}
-
 static void arrive(driver *d, uint32_t idx)
 {
     const sb_replay_request *r = &d->w->reqs[idx];
@@ -413,11 +369,11 @@ static void arrive(driver *d, uint32_t idx)
     if (g && g->adaptive)
         sb_adaptive_arrivals(g->adaptive, 1);
     if ((uint64_t)r->n_prompt + r->max_tokens > (uint64_t)ep->num_gpu_blocks * ep->block_size) {
-        settle_shed(d, idx, 0); /* no replica could ever hold it (the engine says -E2BIG) */
+        drv_settle_shed(d, idx, 0); /* no replica could ever hold it (the engine says -E2BIG) */
         return;
     }
     if (!g) {
-        bypass(d, idx);
+        drv_bypass(d, idx);
         return;
     }
     if (g->adm)
@@ -427,7 +383,7 @@ static void arrive(driver *d, uint32_t idx)
 }
 
 /* The request reaches its replica. */
-static void deliver(driver *d, uint32_t rep, uint32_t idx)
+void drv_deliver(driver *d, uint32_t rep, uint32_t idx)
 {
     /* The hashes were computed at arrival into scratch since reused: compute them again. */
     sb_replay_prompt_tokens(d->w, &d->w->reqs[idx], d->tokens);
@@ -442,7 +398,7 @@ static void first_byte(driver *d, uint32_t rep, uint32_t idx)
     sb_router_first_byte(g->router, 0, rep, &d->rt[idx].ticket, d->now);
     sb_router_first_token(g->router, 0, rep, &d->rt[idx].ticket);
     if (d->p->custom && d->p->custom->on_first_token) {
-        sb_replay_fleet_view fv = fleet_view(d, g);
+        sb_replay_fleet_view fv = drv_fleet_view(d, g);
         d->p->custom->on_first_token(g->pstate, &fv, idx, rep);
     }
 }
@@ -452,7 +408,7 @@ static void next_turn(driver *d, uint32_t idx)
 {
     uint32_t next = d->w->reqs[idx].followup;
     if (next != SB_REPLAY_NO_REQUEST)
-        push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
+        drv_push(d, d->now + d->w->reqs[next].think_ns, EV_ARRIVE, 0, next);
 }
 
 /* The gateway sees the answer end at `now`: release the accounting, start the next turn. */
@@ -473,7 +429,7 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
     /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
     sb_router_observe_ttft(g->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
     if (d->p->custom && d->p->custom->on_finish) {
-        sb_replay_fleet_view fv = fleet_view(d, g);
+        sb_replay_fleet_view fv = drv_fleet_view(d, g);
         d->p->custom->on_finish(g->pstate, &fv, idx, rep, true);
     }
     d->out->completed++;
@@ -481,73 +437,7 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
     d->last_answer = d->now > d->last_answer ? d->now : d->last_answer;
     next_turn(d, idx);
     /* Capacity freed: net/admission.c re-examines the queue when a request ends. */
-    want_drain(d, g, d->now);
-}
-
-/* The request was on a replica that restarted: the gateway sees the connection fail (no retry:
- * the answer may have begun), the conversation ends there. */
-static void lost(driver *d, uint32_t rep, uint32_t idx)
-{
-    req_rt *rt = &d->rt[idx];
-    rt->on_engine = false;
-    rt->outcome = SB_REPLAY_FAILED;
-    d->settled++;
-    if (d->out->records) {
-        sb_replay_record *rec = &d->out->records[idx];
-        *rec = (sb_replay_record){.arrival_ns = rt->arrival_ns,
-                                  .replica = rep,
-                                  .prompt_tokens = d->w->reqs[idx].n_prompt,
-                                  .outcome = SB_REPLAY_FAILED,
-                                  .band = rt->band,
-                                  .gateway = rt->gw,
-                                  .bypass = rt->bypass};
-    }
-    if (rt->bypass) {
-        d->out->bypass_failed++;
-        d->out->bypass_requests++;
-    } else {
-        gateway *g = &d->gw[rt->gw];
-        sb_router_finished(g->router, 0, rep, &rt->ticket, false, true, d->now);
-        if (d->p->custom && d->p->custom->on_finish) {
-            sb_replay_fleet_view fv = fleet_view(d, g);
-            d->p->custom->on_finish(g->pstate, &fv, idx, rep, false);
-        }
-        d->out->failed++;
-        d->out->requests++;
-        want_drain(d, g, d->now);
-    }
-    uint32_t next = d->w->reqs[idx].followup;
-    if (next != SB_REPLAY_NO_REQUEST)
-        settle_shed(d, next, 0);
-}
-
-/* The replica's process is replaced: a fresh engine (empty cache, counters at zero), and the
- * requests on the old one are lost. The old engine's counters are kept for the run's totals. */
-static void restart(driver *d, uint32_t rep)
-{
-    sb_engine_metrics m;
-    sb_engine_metrics_get(d->engines[rep], &m);
-    d->gone_hits += m.prefix_cache_hits_total;
-    d->gone_queries += m.prefix_cache_queries_total;
-    d->gone_steps += m.num_steps_total;
-    sb_engine_params ep = d->o->engine;
-    ep.hash_secret = table_secret_of(d->o->seed);
-    ep.kv_events = d->o->kv_events;
-    sb_engine *fresh = sb_engine_new(&ep);
-    if (!fresh) {
-        fail(d, -ENOMEM, "out of memory (engines)");
-        return;
-    }
-    sb_engine_free(d->engines[rep]);
-    d->engines[rep] = fresh;
-    d->engine_gen[rep]++;
-    drv_events_restart(d, rep);
-    d->scheduled[rep] = false;
-    d->out->restarts++;
-    /* O(requests) per restart: restarts are few. */
-    for (uint32_t i = 0; i < (uint32_t)d->w->n; i++)
-        if (d->rt[i].on_engine && d->rt[i].replica == rep)
-            lost(d, rep, i);
+    drv_want_drain(d, g, d->now);
 }
 
 /* The engine's final accounting of a request; client-side times add the delay both ways. */
@@ -607,7 +497,7 @@ static void on_engine_event(void *ud, const sb_engine_event *ev)
     switch (ev->kind) {
     case SB_ENGINE_EV_FIRST_TOKEN:
         if (delay)
-            push(d, ev->time_ns + delay, EV_FIRST, rep, idx);
+            drv_push(d, ev->time_ns + delay, EV_FIRST, rep, idx);
         else
             first_byte(d, rep, idx);
         break;
@@ -615,7 +505,7 @@ static void on_engine_event(void *ud, const sb_engine_event *ev)
     case SB_ENGINE_EV_FINISHED:
         account(d, idx, &ev->usage);
         if (delay) {
-            push(d, ev->time_ns + delay, EV_DONE, rep, idx);
+            drv_push(d, ev->time_ns + delay, EV_DONE, rep, idx);
         } else {
             sb_ns saved = d->now;
             d->now = ev->time_ns;
@@ -642,65 +532,35 @@ static void handle(driver *d, const sb_replay_event *ev)
         break;
     case EV_SCRAPE:
         scrape(d, &d->gw[ev->b], ev->a);
-        push(d, d->now + d->o->scrape_ns, EV_SCRAPE, ev->a, ev->b);
+        drv_push(d, d->now + d->o->scrape_ns, EV_SCRAPE, ev->a, ev->b);
         break;
     case EV_ARRIVE: arrive(d, (uint32_t)ev->b); break;
-    case EV_DELIVER: deliver(d, ev->a, (uint32_t)ev->b); break;
+    case EV_DELIVER: drv_deliver(d, ev->a, (uint32_t)ev->b); break;
     case EV_FIRST: first_byte(d, ev->a, (uint32_t)ev->b); break;
     case EV_DONE: answered(d, ev->a, (uint32_t)ev->b); break;
     case EV_TICK:
         tick(d, &d->gw[ev->a]);
-        push(d, d->now + d->tick_ns, EV_TICK, ev->a, 0);
+        drv_push(d, d->now + d->tick_ns, EV_TICK, ev->a, 0);
         break;
     case EV_DRAIN:
         d->gw[ev->a].drain_pending = false;
         sb_admission_release(d->gw[ev->a].adm, 0, d->now);
         break;
     case EV_RESTART:
-        restart(d, ev->a);
+        drv_restart(d, ev->a);
         if (d->o->restart_every_ns) {
             d->next_restart_replica = (ev->a + 1) % d->n;
-            push(d, d->now + d->o->restart_every_ns, EV_RESTART, d->next_restart_replica, 0);
+            drv_push(d, d->now + d->o->restart_every_ns, EV_RESTART, d->next_restart_replica, 0);
         }
         break;
     }
 }
 
-/* ---- set-up, loop, summary ------------------------------------------------------------------- */
+/* ---- loop, summary --------------------------------------------------------------------------- */
 
-static sb_ns scaled_arrival(const sb_replay_opts *o, const sb_replay_request *r)
+sb_ns drv_scaled_arrival(const sb_replay_opts *o, const sb_replay_request *r)
 {
     return o->time_scale == 1.0 ? r->arrival_ns : (sb_ns)((double)r->arrival_ns / o->time_scale);
-}
-
-/* The restarts: every restart_every_ns from a seeded phase, or `restarts` of them evenly over
- * the span of the run's root arrivals; replicas in turn from a seeded one. */
-static void schedule_restarts(driver *d, size_t roots)
-{
-    const sb_replay_opts *o = d->o;
-    if (!o->restart_every_ns && !o->restarts)
-        return;
-    uint64_t z = mix64(o->seed ^ 0x5245535441525453ULL); /* "RESTARTS" */
-    uint32_t first = (uint32_t)(z % d->n);
-    if (o->restart_every_ns) {
-        sb_ns phase = (sb_ns)(mix64(z) % o->restart_every_ns);
-        push(d, EPOCH_NS + phase, EV_RESTART, first, 0);
-        return;
-    }
-    sb_ns t0 = NEVER, t1 = 0;
-    size_t seen = 0;
-    for (size_t i = 0; i < d->w->n && seen < roots; i++) {
-        if (d->w->reqs[i].is_followup)
-            continue;
-        sb_ns t = scaled_arrival(o, &d->w->reqs[i]);
-        t0 = t < t0 ? t : t0;
-        t1 = t > t1 ? t : t1;
-        seen++;
-    }
-    if (!seen)
-        return;
-    for (uint32_t j = 0; j < o->restarts; j++)
-        push(d, EPOCH_NS + t0 + (t1 - t0) * (j + 1) / (o->restarts + 1), EV_RESTART, (first + j) % d->n, 0);
 }
 
 /* Counts the roots this run admits (and, through their chains, every request it settles). */
@@ -713,7 +573,7 @@ static size_t select_roots(const sb_replay_workload *w, const sb_replay_opts *o,
         if (r->is_followup)
             continue;
         if ((o->max_requests && roots >= o->max_requests) ||
-            (o->max_arrival_ns && scaled_arrival(o, r) >= o->max_arrival_ns))
+            (o->max_arrival_ns && drv_scaled_arrival(o, r) >= o->max_arrival_ns))
             break;
         roots++;
         for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = w->reqs[k].followup)
@@ -773,248 +633,6 @@ static void summarise(driver *d)
         out->share_mean = out->adaptive_ticks ? share_sum / (double)out->adaptive_ticks : 0;
 }
 
-static int check_opts(driver *d)
-{
-    const sb_replay_opts *o = d->o;
-    if (o->replicas == 0)
-        return fail(d, -EINVAL, "at least one replica is needed");
-    if (sb_engine_params_check(&o->engine) < 0)
-        return fail(d, -EINVAL,
-                    "engine parameters rejected (a zero size, a block size over 4096, or "
-                    "max_num_seqs above max_num_batched_tokens)");
-    if (d->w->n_adapters > MAX_ADAPTERS)
-        return fail(d, -EINVAL, "more than 64 LoRA adapters (the router's adapter masks hold 64)");
-    if (d->w->n_adapters && o->engine.max_loras == 0)
-        return fail(d, -EINVAL, "the workload uses LoRA adapters but max_loras is 0");
-    double bt = o->pool.bytes_per_token > 0 ? (double)o->pool.block_bytes / o->pool.bytes_per_token : 0;
-    if (!(bt >= 1) || bt > 65536 || !(o->time_scale > 0) || !isfinite(o->time_scale))
-        return fail(d, -EINVAL,
-                    "the router's block size (block_bytes / bytes_per_token) and time_scale must be "
-                    "positive");
-    d->block_tokens = (uint32_t)bt;
-    if (o->gateways < 1 || o->gateways > SB_REPLAY_MAX_GATEWAYS)
-        return fail(d, -EINVAL, "gateways must be 1 to 64");
-    if (!(o->bypass >= 0 && o->bypass <= 1))
-        return fail(d, -EINVAL, "the bypass fraction must be within 0..1");
-    if (o->restart_every_ns && o->restarts)
-        return fail(d, -EINVAL, "give restarts as an interval or a count, not both");
-    if (!d->p->profile && !d->p->custom)
-        return fail(d, -EINVAL, "the policy is not resolved");
-    if (o->adaptive && !d->p->profile)
-        return fail(d, -EINVAL, "adaptive weights need a profile policy (a custom rule runs no profile)");
-    const char *why = o->adaptive ? sb_adaptive_params_check(&o->adaptive_params) : NULL;
-    if (why)
-        return fail(d, -EINVAL, why);
-    double sum = 0;
-    for (int b = 0; b < SB_BAND_COUNT; b++) {
-        if (!(o->band_mix[b] >= 0) || !isfinite(o->band_mix[b]))
-            return fail(d, -EINVAL, "band mix fractions must be finite and >= 0");
-        sum += o->band_mix[b];
-    }
-    d->out->have_bands = o->flow_control || sum > 0;
-    return 0;
-}
-
-/* The secret keying the run's table slots: a function of the seed apart from the streams
- * the seed drives (the constant separates them), so a run repeats bit for bit. */
-static uint64_t table_secret_of(uint64_t seed)
-{
-    uint64_t z = seed ^ 0x53575441424c4553ULL; /* "SWTABLES" */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* The per-run arrays, the router and the engines. */
-static int alloc_state(driver *d, uint64_t secret)
-{
-    const sb_replay_opts *o = d->o;
-    const sb_replay_workload *w = d->w;
-    sb_replay_result *out = d->out;
-    d->n = o->replicas;
-    d->n_gw = o->gateways;
-    d->gw = sb_calloc(d->n_gw, sizeof(gateway));
-    d->engine_gen = sb_calloc(d->n, sizeof(uint32_t));
-    out->per_gateway = sb_calloc(d->n_gw, sizeof(uint64_t));
-    out->n_gateways = d->n_gw;
-    if (o->bypass > 0)
-        d->bypass_ttft = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
-    if (!d->gw || !d->engine_gen || !out->per_gateway || (o->bypass > 0 && !d->bypass_ttft))
-        return fail(d, -ENOMEM, "out of memory");
-    d->engines = sb_calloc(d->n, sizeof(*d->engines));
-    d->scheduled = sb_calloc(d->n, sizeof(bool));
-    d->is_dirty = sb_calloc(d->n, sizeof(bool));
-    d->dirty = sb_calloc(d->n, sizeof(uint32_t));
-    d->rt = sb_calloc(w->n ? w->n : 1, sizeof(req_rt));
-    d->itl_hist = sb_calloc(SB_REPLAY_ITL_BUCKETS, sizeof(uint64_t));
-    d->ttft = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
-    d->e2e = sb_malloc((w->n ? w->n : 1) * sizeof(sb_ns));
-    size_t maxp = w->max_prompt ? w->max_prompt : 1;
-    d->tokens = sb_malloc(maxp * sizeof(uint32_t));
-    d->rhash = sb_malloc((maxp / d->block_tokens + 1) * sizeof(uint64_t));
-    d->ehash = sb_malloc((maxp / o->engine.block_size + 1) * sizeof(uint64_t));
-    out->per_replica = sb_calloc(d->n, sizeof(uint64_t));
-    out->n_replicas = d->n;
-    if (o->keep_records) {
-        out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
-        out->n_records = w->n;
-    }
-    /* Gateway 0 is seeded as the single gateway always was; the others apart from it. */
-    for (uint32_t g = 0; g < d->n_gw; g++) {
-        d->gw[g].d = d;
-        d->gw[g].index = g;
-        if (!(d->gw[g].router = sb_router_new(o->seed + (uint64_t)g * 0x9E3779B97F4A7C15ULL, secret)))
-            return fail(d, -ENOMEM, "out of memory");
-    }
-    if (!d->engines || !d->scheduled || !d->is_dirty || !d->dirty || !d->rt || !d->itl_hist || !d->ttft || !d->e2e ||
-        !d->tokens || !d->rhash || !d->ehash || !out->per_replica || (o->keep_records && !out->records))
-        return fail(d, -ENOMEM, "out of memory");
-    sb_engine_params ep = o->engine;
-    ep.hash_secret = secret;
-    ep.kv_events = o->kv_events;
-    for (uint32_t i = 0; i < d->n; i++)
-        if (!(d->engines[i] = sb_engine_new(&ep)))
-            return fail(d, -ENOMEM, "out of memory (engines)");
-    return 0;
-}
-
-/* One pool, as a config with one pool of `replicas` endpoints would build it. A custom policy
- * never runs the pool's profile; the pool still needs one. */
-static int set_up_pool(driver *d, sb_router *router)
-{
-    const sb_replay_opts *o = d->o;
-    const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
-    const char *model = o->model ? o->model : DEFAULT_MODEL;
-    if (sb_router_add_pool(router, "replay", prof, d->n, &o->pool) != 0 ||
-        sb_router_add_model(router, 0, model, SB_MODEL_SERVED) != 0)
-        return fail(d, -ENOMEM, "out of memory (router)");
-    d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);
-    for (uint32_t a = 1; a <= d->w->n_adapters; a++) {
-        char name[32];
-        int len = snprintf(name, sizeof(name), "adapter-%u", a);
-        if (sb_router_add_model(router, 0, name, SB_MODEL_ADAPTER) != 0)
-            return fail(d, -ENOMEM, "out of memory (router)");
-        d->hash_seeds[a] = sb_prompt_seed(model, strlen(model), name, (size_t)len);
-    }
-    /* The consistent-hash ring of the session and prefix-hash scorers, as net/gateway.c builds
-     * it; endpoints have no address here, so the ring names them "#<index>". */
-    if (sb_router_build_ring(router, 0) < 0)
-        return fail(d, -ENOMEM, "out of memory (router)");
-    return 0;
-}
-
-/* Which gateway each request reaches, and which conversations bypass them all. An L4 balancer
- * spreads connections, not requests: a client with a session (a conversation, a user) keeps
- * its keep-alive connection, hence its gateway (a seeded hash of the session key); a request
- * without one comes on a connection of its own (a seeded hash of its index). Bypass is drawn
- * per conversation: a client either talks to the gateways or to the replicas. Both depend on
- * the seed and the workload only, so every policy sees the same split. */
-static void assign_gateways(driver *d)
-{
-    const sb_replay_workload *w = d->w;
-    const sb_replay_opts *o = d->o;
-    uint64_t gseed = mix64(o->seed ^ 0x4741544557415953ULL); /* "GATEWAYS" */
-    uint64_t bseed = mix64(o->seed ^ 0x4259504153534553ULL); /* "BYPASSES" */
-    for (size_t i = 0; i < w->n; i++) {
-        const sb_replay_request *r = &w->reqs[i];
-        if (d->n_gw > 1) {
-            uint64_t key = r->session ? mix64(gseed ^ mix64(r->session)) : mix64(gseed + i * 0x9E3779B97F4A7C15ULL);
-            d->rt[i].gw = (uint16_t)(key % d->n_gw);
-        }
-        if (o->bypass > 0 && !r->is_followup) {
-            double u = (double)(mix64(bseed + i * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
-            if (u < o->bypass)
-                for (uint32_t k = (uint32_t)i; k != SB_REPLAY_NO_REQUEST; k = w->reqs[k].followup)
-                    d->rt[k].bypass = true;
-        }
-    }
-}
-
-static int set_up(driver *d)
-{
-    const sb_replay_opts *o = d->o;
-    const sb_replay_workload *w = d->w;
-    /* Table slots are keyed by a secret the live gateway draws at random; here it comes from
-     * the seed, so runs repeat (and only placement depends on it: results do not). */
-    uint64_t secret = table_secret_of(o->seed);
-    int rc = alloc_state(d, secret);
-    if (rc < 0)
-        return rc;
-    for (uint32_t gi = 0; gi < d->n_gw; gi++) {
-        gateway *g = &d->gw[gi];
-        uint64_t seed = o->seed + (uint64_t)gi * 0x9E3779B97F4A7C15ULL; /* gateway 0: the run's seed */
-        if ((rc = set_up_pool(d, g->router)) < 0)
-            return rc;
-        g->prng = seed * 0x9E3779B97F4A7C15ULL ^ 0xD1B54A32D192ED03ULL;
-        if (!g->prng)
-            g->prng = 1;
-        if (d->p->custom && d->p->custom->create) {
-            sb_replay_policy_env env = {.n_replicas = d->n,
-                                        .engine = &o->engine,
-                                        .router_block_tokens = d->block_tokens,
-                                        .seed = seed,
-                                        .hash_secret = secret,
-                                        .event_lag_ns = o->event_lag_ns};
-            if (!(g->pstate = d->p->custom->create(&env)))
-                return fail(d, -ENOMEM, "out of memory (policy state)");
-        }
-        /* As net/gateway.c start_adaptive(): the pool routes with the configurator's snapshot
-         * from the start (generation 1: the base weights for a balanced pool), if it has weight
-         * to move. */
-        if (o->adaptive) {
-            if (!(g->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
-                return fail(d, -ENOMEM, "out of memory (adaptive)");
-            sb_control_publish(g->router, 0, g->adaptive, d->p->profile, true);
-        }
-        if (o->flow_control) {
-            static const sb_admission_ops ops = {.dispatch = on_admission_dispatch, .refuse = on_admission_refuse};
-            sb_flow_config fc = o->flow;
-            fc.hash_secret = secret;
-            if (!(g->adm = sb_admission_new(g->router, 1, &fc, &ops, g)))
-                return fail(d, -EINVAL, "flow control refused its bounds (or out of memory)");
-        }
-    }
-    for (size_t i = 0; i < w->n; i++)
-        d->rt[i].band = SB_BAND_STANDARD;
-    if (d->out->have_bands)
-        drv_assign_bands(d);
-    assign_gateways(d);
-    if (drv_events_set_up(d, secret) < 0)
-        return fail(d, -ENOMEM, "out of memory (precise index)");
-    d->tick_ns = o->scrape_ns && o->scrape_ns < TICK_MAX_NS ? o->scrape_ns : TICK_MAX_NS;
-    return 0;
-}
-
-static void tear_down(driver *d)
-{
-    drv_events_tear_down(d);
-    for (uint32_t g = 0; d->gw && g < d->n_gw; g++) {
-        if (d->gw[g].pstate && d->p->custom->destroy)
-            d->p->custom->destroy(d->gw[g].pstate);
-        sb_adaptive_free(d->gw[g].adaptive);
-        sb_admission_free(d->gw[g].adm);
-        sb_router_free(d->gw[g].router);
-    }
-    sb_free(d->gw);
-    sb_free(d->engine_gen);
-    sb_free(d->bypass_ttft);
-    for (uint32_t i = 0; d->engines && i < d->n; i++)
-        sb_engine_free(d->engines[i]);
-    sb_free(d->engines);
-    sb_free(d->scheduled);
-    sb_free(d->is_dirty);
-    sb_free(d->dirty);
-    sb_free(d->rt);
-    sb_free(d->itl_hist);
-    sb_free(d->ttft);
-    sb_free(d->e2e);
-    sb_free(d->tokens);
-    sb_free(d->answer);
-    sb_free(d->rhash);
-    sb_free(d->ehash);
-    sb_replay_queue_free(&d->q);
-}
-
 int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const sb_replay_opts *o,
                   sb_replay_result *out, char *err, size_t errcap)
 {
@@ -1028,7 +646,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                 .errcap = err ? errcap : 1,
                 .first_arrival = NEVER,
                 .now = EPOCH_NS};
-    if (check_opts(&d) == 0 && set_up(&d) == 0) {
+    if (drv_check_opts(&d) == 0 && drv_set_up(&d) == 0) {
         snprintf(out->policy, sizeof(out->policy), "%s", p->name);
         out->rate = w->rate * o->time_scale;
         size_t roots = select_roots(w, o, &d.total);
@@ -1039,17 +657,17 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                 scrape(&d, &d.gw[g], i);
                 sb_ns slot = o->scrape_ns * (i + 1) / d.n;
                 sb_ns lag = o->scrape_ns * g / ((sb_ns)d.n * d.n_gw);
-                push(&d, EPOCH_NS + slot + lag, EV_SCRAPE, i, g);
+                drv_push(&d, EPOCH_NS + slot + lag, EV_SCRAPE, i, g);
             }
         for (uint32_t g = 0; g < d.n_gw; g++)
             if (d.gw[g].adaptive || d.gw[g].adm)
-                push(&d, EPOCH_NS + d.tick_ns, EV_TICK, g, 0);
-        schedule_restarts(&d, roots);
+                drv_push(&d, EPOCH_NS + d.tick_ns, EV_TICK, g, 0);
+        drv_schedule_restarts(&d, roots);
         size_t cursor = 0, admitted = 0;
         while (d.settled < d.total && !d.error) {
             while (cursor < w->n && w->reqs[cursor].is_followup)
                 cursor++;
-            sb_ns t_root = admitted < roots ? EPOCH_NS + scaled_arrival(o, &w->reqs[cursor]) : NEVER;
+            sb_ns t_root = admitted < roots ? EPOCH_NS + drv_scaled_arrival(o, &w->reqs[cursor]) : NEVER;
             const sb_replay_event *top = sb_replay_queue_peek(&d.q);
             sb_ns t_ev = top ? top->time_ns : NEVER;
             sb_ns t = t_ev <= t_root ? t_ev : t_root;
@@ -1058,7 +676,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                 continue;
             }
             if (t == NEVER) {
-                fail(&d, -EINVAL, "internal: requests left unsettled with nothing to happen");
+                drv_fail(&d, -EINVAL, "internal: requests left unsettled with nothing to happen");
                 break;
             }
             d.now = t > d.now ? t : d.now;
@@ -1078,7 +696,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
                 drv_summarise_bands(&d);
         }
     }
-    tear_down(&d);
+    drv_tear_down(&d);
     if (d.error) {
         sb_replay_result_free(out);
         return d.error;

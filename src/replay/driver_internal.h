@@ -1,9 +1,12 @@
 /* driver_internal: what the files of the replay driver share, and nothing else.
  * Private to src/replay/driver*.c; the public contract is replay/driver.h.
  *
- * driver.c holds the discrete-event loop, the request life cycle, simulated probing and the
- * run's summary; driver_bands.c the flow-control bands and tenants: which conversation gets
- * which, and the per-band figures of the result. */
+ * driver.c holds the discrete-event loop, the request life cycle, simulated probing, flow
+ * control in virtual time and the run's summary; driver_setup.c the options' defaults and
+ * checks, the set-up and tear-down of a run; driver_fleet.c the fleet events: which gateway
+ * replica each request reaches, bypass traffic, replica restarts and the requests they lose;
+ * driver_bands.c the flow-control bands and tenants: which conversation gets which, and the
+ * per-band figures of the result; driver_events.c the product's precise index (KV events). */
 #ifndef SB_REPLAY_DRIVER_INTERNAL_H
 #define SB_REPLAY_DRIVER_INTERNAL_H
 
@@ -115,6 +118,50 @@ typedef struct driver {
     void *kv_rec;                /* scratch: one event as a lag-queue record */
     size_t kv_rec_cap;
 } driver;
+
+/* ---- driver.c ---- */
+
+/* Records the run's first error (rc, msg into d->err) and returns rc; later ones are dropped. */
+int drv_fail(driver *d, int rc, const char *msg);
+/* Queues an event of `kind` at t; out of memory fails the run. */
+void drv_push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b);
+/* What a custom policy's callbacks see of gateway g at d->now. */
+sb_replay_fleet_view drv_fleet_view(driver *d, gateway *g);
+/* Settles request idx and its conversation's later turns as shed; status: flow control's (or 0). */
+void drv_settle_shed(driver *d, uint32_t idx, uint16_t status);
+/* Submits request idx to replica rep's engine now (its hashes computed again). */
+void drv_deliver(driver *d, uint32_t rep, uint32_t idx);
+/* Flow control's callbacks (ctx: the gateway; user: the queued request): dispatch routes it
+ * now (false once the run has failed), refuse settles it as shed with the refusal's status. */
+bool drv_on_admission_dispatch(void *ctx, void *user);
+void drv_on_admission_refuse(void *ctx, void *user, const sb_admission_refusal *r);
+/* Queues one EV_DRAIN of g's flow-control queue at `at` (none without flow control, or if one is). */
+void drv_want_drain(driver *d, gateway *g, sb_ns at);
+/* The request's arrival on the run's clock (opts.time_scale applied), from the epoch. */
+sb_ns drv_scaled_arrival(const sb_replay_opts *o, const sb_replay_request *r);
+
+/* ---- driver_setup.c ---- */
+
+/* Validates d->o against the workload and policy; sets d->block_tokens and out->have_bands.
+ * 0, or -EINVAL with the reason in d->err. */
+int drv_check_opts(driver *d);
+/* Allocates and builds everything a checked run needs. 0, or the error (recorded by drv_fail). */
+int drv_set_up(driver *d);
+/* Frees what drv_set_up built, even partly (d zeroed where it did not get). */
+void drv_tear_down(driver *d);
+/* The secret keying the run's table slots (engines, routers): a function of the seed. */
+uint64_t drv_table_secret(uint64_t seed);
+
+/* ---- driver_fleet.c: gateway replicas, bypass, restarts ---- */
+
+/* Which gateway replica each request reaches, and which conversations bypass them all (d->rt). */
+void drv_assign_gateways(driver *d);
+/* Sends request idx past every gateway to a seeded replica (after the network delay). */
+void drv_bypass(driver *d, uint32_t idx);
+/* Replaces replica rep's engine with a fresh one; the requests on the old one are lost. */
+void drv_restart(driver *d, uint32_t rep);
+/* Queues the run's restarts (opts.restart_every_ns or opts.restarts over the `roots` arrivals). */
+void drv_schedule_restarts(driver *d, size_t roots);
 
 /* ---- driver_events.c: the product's precise index (opts.kv_events) ---- */
 
