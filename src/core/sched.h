@@ -63,11 +63,12 @@ enum sb_prefix_source {
 typedef struct sb_candidate {
     sb_endpoint *ep;
     bool stale;
+    uint8_t prefix_source;        /* enum sb_prefix_source (in stale's padding: 40 bytes in all,
+                                     as before it, since the scheduler copies candidates) */
+    uint32_t prefix_blocks;       /* leading blocks matched (filled by the router) */
     const char *removed_by;       /* filter name, NULL if still a candidate */
     double total;
     int32_t slot;                 /* index among live candidates (scores), -1 if removed */
-    uint32_t prefix_blocks;       /* leading blocks matched (filled by the router) */
-    uint8_t prefix_source;        /* enum sb_prefix_source */
 } sb_candidate;
 
 typedef struct sb_sched_ctx {
