@@ -34,3 +34,6 @@ bench/hostile_conn.py
 echo
 echo "== precise KV index: bytes per entry, BlockStored rate, match of a 32k-token prompt over 64 endpoints (bench/bench_kv_index.c) =="
 build/bench/bench_kv_index
+echo
+echo "== cache truth, live: the engines' hit ratio behind approximate and precise (KV events) gateways (bench/live_cache_truth.py) =="
+python3 bench/live_cache_truth.py --requests 1500
