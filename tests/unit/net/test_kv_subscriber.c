@@ -667,14 +667,21 @@ static void test_start_out_of_memory(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_in_order),           cmocka_unit_test(test_condition_met_before_blocking),
+        cmocka_unit_test(test_in_order),
         cmocka_unit_test(test_gap_replayed),
-        cmocka_unit_test(test_gap_replay_short),   cmocka_unit_test(test_gap_replay_timeout),
-        cmocka_unit_test(test_gap_without_replay), cmocka_unit_test(test_seq_back),
-        cmocka_unit_test(test_malformed),          cmocka_unit_test(test_join_replays_history),
-        cmocka_unit_test(test_join_buffer_short),  cmocka_unit_test(test_restart_joins),
-        cmocka_unit_test(test_bounded_per_turn),   cmocka_unit_test(test_stale),
-        cmocka_unit_test(test_bad_endpoint),       cmocka_unit_test(test_start_out_of_memory),
+        cmocka_unit_test(test_gap_replay_short),
+        cmocka_unit_test(test_gap_replay_timeout),
+        cmocka_unit_test(test_gap_without_replay),
+        cmocka_unit_test(test_seq_back),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_join_replays_history),
+        cmocka_unit_test(test_join_buffer_short),
+        cmocka_unit_test(test_restart_joins),
+        cmocka_unit_test(test_bounded_per_turn),
+        cmocka_unit_test(test_stale),
+        cmocka_unit_test(test_bad_endpoint),
+        cmocka_unit_test(test_start_out_of_memory),
+        cmocka_unit_test(test_condition_met_before_blocking),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
