@@ -211,16 +211,23 @@ static void on_safety(uv_timer_t *t)
 
 typedef bool cond_fn(void);
 
+/* Runs the loop until cond() holds. The publisher is served before every check: serving it can
+ * itself meet the condition (a subscription read from the XPUB), and its reads consume the
+ * descriptor's edge, so no wakeup would follow; blocking in uv_run after that waited for the
+ * safety timer. Only a condition still unmet when the safety timer fires fails the test. */
 static void run_until(cond_fn *cond)
 {
     timed_out = false;
     uv_timer_start(&safety, on_safety, SAFETY_MS, 0);
-    while (!cond() && !timed_out) {
+    for (;;) {
         serve_publisher();
+        if (cond() || timed_out)
+            break;
         uv_run(&loop, UV_RUN_ONCE);
     }
     uv_timer_stop(&safety);
-    assert_false(timed_out);
+    if (!cond())
+        fail_msg("timed out: the condition never held");
 }
 
 static int want_got;
@@ -248,6 +255,17 @@ static void wait_got(int n)
 }
 
 static bool opt_join; /* replay_on_join for the next start() */
+/* start() lets the subscription reach the XPUB before the loop first runs (the next test only). */
+static bool opt_queued_first;
+
+/* Blocks the test thread until sock has a message to read: an observable condition, bounded by
+ * the safety time. What it leaves is the ordering the loop must survive: the message already
+ * queued, its descriptor's edge consumed by zmq_poll, so no wakeup will ever announce it. */
+static void wait_queued(void *sock)
+{
+    zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+    assert_int_equal(zmq_poll(&it, 1, SAFETY_MS), 1);
+}
 
 static void start(bool with_replay, uint32_t replay_timeout_ms, uint32_t per_turn)
 {
@@ -274,9 +292,21 @@ static void start(bool with_replay, uint32_t replay_timeout_ms, uint32_t per_tur
                         .topic = "kv@test",
                         .replay_timeout_ms = replay_timeout_ms,
                         .max_messages_per_turn = per_turn,
-                        .replay_on_join = opt_join};
+                        .replay_on_join = opt_join,
+                        /* no stale checks to wake the loop by chance while the harness waits */
+                        .stale_after_ms = opt_queued_first ? 3600000 : 0};
     sb_kv_sub_cbs cbs = {.batch = on_batch, .clear = on_clear};
     assert_int_equal(sb_kv_sub_start(hub, &o, 3, 7, &cbs, &sub), 0);
+    if (opt_queued_first) {
+        /* The subscriber's first turn (it is idle afterwards), with the publisher unwatched so
+         * that the subscription stays queued; then it is awaited outside the loop. */
+        uv_poll_stop(&P.xpoll);
+        uv_poll_stop(&P.rpoll);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        wait_queued(P.xpub);
+        assert_int_equal(uv_poll_start(&P.xpoll, UV_READABLE, on_pub_poll), 0);
+        assert_int_equal(uv_poll_start(&P.rpoll, UV_READABLE, on_pub_poll), 0);
+    }
     run_until(subscribed);
 }
 
@@ -284,7 +314,7 @@ static void on_closed(uv_handle_t *h) {}
 
 static void finish(void)
 {
-    opt_join = false;
+    opt_join = opt_queued_first = false;
     sb_kv_sub_stop(sub);
     sb_kv_hub_unref(hub);
     uv_close((uv_handle_t *)&P.xpoll, on_closed);
@@ -324,6 +354,22 @@ static void test_in_order(void **st)
     assert_int_equal(stats()->gaps, 0);
     assert_int_equal(n_clears, 0);
     assert_true(stats()->lag_seconds != 0);
+    finish();
+}
+
+/* The harness itself: the subscription is already waiting at the XPUB when run_until starts, so
+ * serving the publisher is what meets the condition, and nothing else will wake the loop. The
+ * wait must notice that before it blocks (it used to block in uv_run until the safety timer:
+ * the flaky timeouts of every test's start(), whenever the subscription arrived while the loop
+ * was busy with something else). */
+static void test_condition_met_before_blocking(void **st)
+{
+    opt_queued_first = true;
+    start(false, 0, 64); /* no replay channel: its connection's events would wake the loop */
+    assert_true(P.subscribed);
+    publish(false);
+    wait_got(1);
+    assert_int_equal(got[0], 0);
     finish();
 }
 
@@ -621,13 +667,21 @@ static void test_start_out_of_memory(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_in_order),           cmocka_unit_test(test_gap_replayed),
-        cmocka_unit_test(test_gap_replay_short),   cmocka_unit_test(test_gap_replay_timeout),
-        cmocka_unit_test(test_gap_without_replay), cmocka_unit_test(test_seq_back),
-        cmocka_unit_test(test_malformed),          cmocka_unit_test(test_join_replays_history),
-        cmocka_unit_test(test_join_buffer_short),  cmocka_unit_test(test_restart_joins),
-        cmocka_unit_test(test_bounded_per_turn),   cmocka_unit_test(test_stale),
-        cmocka_unit_test(test_bad_endpoint),       cmocka_unit_test(test_start_out_of_memory),
+        cmocka_unit_test(test_in_order),
+        cmocka_unit_test(test_gap_replayed),
+        cmocka_unit_test(test_gap_replay_short),
+        cmocka_unit_test(test_gap_replay_timeout),
+        cmocka_unit_test(test_gap_without_replay),
+        cmocka_unit_test(test_seq_back),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_join_replays_history),
+        cmocka_unit_test(test_join_buffer_short),
+        cmocka_unit_test(test_restart_joins),
+        cmocka_unit_test(test_bounded_per_turn),
+        cmocka_unit_test(test_stale),
+        cmocka_unit_test(test_bad_endpoint),
+        cmocka_unit_test(test_start_out_of_memory),
+        cmocka_unit_test(test_condition_met_before_blocking),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
