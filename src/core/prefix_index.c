@@ -425,7 +425,10 @@ void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep)
         remove_entry(ix, ix->eps[ep].lru);
 }
 
-void sb_prefix_index_set_clock(sb_prefix_index *ix, uint32_t stamp) { ix->clock = stamp; }
+void sb_prefix_index_set_clock(sb_prefix_index *ix, uint32_t stamp)
+{
+    ix->clock = stamp;
+}
 
 size_t sb_prefix_index_expire(sb_prefix_index *ix, uint32_t ep, uint32_t before)
 {
@@ -444,7 +447,10 @@ size_t sb_prefix_index_expire(sb_prefix_index *ix, uint32_t ep, uint32_t before)
     return n;
 }
 
-uint64_t sb_prefix_index_expired(const sb_prefix_index *ix) { return ix->expired; }
+uint64_t sb_prefix_index_expired(const sb_prefix_index *ix)
+{
+    return ix->expired;
+}
 
 size_t sb_prefix_index_entries(const sb_prefix_index *ix) { return ix->used; }
 

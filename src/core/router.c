@@ -336,7 +336,10 @@ static void settle_due(pool *p, sb_ns now)
 
 /* The index's clock: about a millisecond per tick (2^20 ns), 32 bits: 50 days before the
  * wrap, far past any cover window. */
-static uint32_t mark_clock(sb_ns now) { return (uint32_t)(now >> 20); }
+static uint32_t mark_clock(sb_ns now)
+{
+    return (uint32_t)(now >> 20);
+}
 
 static void age_marks(pool *p, sb_ns now)
 {

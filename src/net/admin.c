@@ -137,7 +137,8 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
                    "# TYPE switchboard_request_duration_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].duration);
+        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name,
+                     &gw->stats.pool_metrics[p].duration);
     sb_buf_puts(b, "# HELP switchboard_time_to_first_byte_seconds Time from request to the first response byte.\n"
                    "# TYPE switchboard_time_to_first_byte_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
@@ -231,7 +232,8 @@ static void render_queues(sb_gateway *gw, sb_buf *b)
         }
         static const char *const qc[][2] = {
             {"switchboard_queue_dispatched_total", "Requests dispatched from the admission queue."},
-            {"switchboard_queue_refused_total", "Requests refused by flow control (reason: full, shed, evicted, timeout)."},
+            {"switchboard_queue_refused_total",
+             "Requests refused by flow control (reason: full, shed, evicted, timeout)."},
             {"switchboard_queue_removed_total", "Queued requests whose client disconnected (nothing sent upstream)."},
             {"switchboard_queue_wait_seconds_total", "Total time dispatched requests waited in the queue."},
         };
@@ -393,14 +395,13 @@ static void render_endpoint_kv(sb_gateway *gw, sb_buf *b, uint32_t p, uint32_t e
                       "\"replays\":%llu,\"replays_answered\":%llu,\"replay_failures\":%llu,\"restarts\":%llu,"
                       "\"clears\":%llu,\"decode_errors\":%llu,\"dropped\":%llu,\"unknown_events\":%llu}",
                       (long long)st->last_seq, st->lag_seconds, st->stale ? "true" : "false",
-                      st->replaying ? "true" : "false",
-                      (unsigned long long)(uv_now(gw->loop) - st->last_message_ms),
-                      (unsigned long long)st->messages, (unsigned long long)st->batches,
-                      (unsigned long long)st->events, (unsigned long long)st->gaps,
-                      (unsigned long long)st->replays_asked, (unsigned long long)st->replays_answered,
-                      (unsigned long long)st->replay_failures, (unsigned long long)st->restarts,
-                      (unsigned long long)st->clears, (unsigned long long)st->decode_errors,
-                      (unsigned long long)st->dropped, (unsigned long long)st->unknown_events);
+                      st->replaying ? "true" : "false", (unsigned long long)(uv_now(gw->loop) - st->last_message_ms),
+                      (unsigned long long)st->messages, (unsigned long long)st->batches, (unsigned long long)st->events,
+                      (unsigned long long)st->gaps, (unsigned long long)st->replays_asked,
+                      (unsigned long long)st->replays_answered, (unsigned long long)st->replay_failures,
+                      (unsigned long long)st->restarts, (unsigned long long)st->clears,
+                      (unsigned long long)st->decode_errors, (unsigned long long)st->dropped,
+                      (unsigned long long)st->unknown_events);
     }
     const sb_kv_index *kv = sb_router_kv_index(gw->router, p);
     if (kv) {
@@ -441,8 +442,8 @@ static void render_kv_indexes(sb_gateway *gw, sb_buf *b)
             const sb_kv_index *kv = sb_router_kv_index(gw->router, (uint32_t)p);
             for (size_t e = 0; kv && e < cfg->pools[p].n_endpoints; e++) {
                 sb_kv_index_ep_stats s = sb_kv_index_stats(kv, (uint32_t)e);
-                const uint64_t c[] = {s.blocks, s.stored, s.removed, s.unknown_removes, s.parent_misses, s.clears,
-                                      s.evictions};
+                const uint64_t c[] = {s.blocks,        s.stored, s.removed,  s.unknown_removes,
+                                      s.parent_misses, s.clears, s.evictions};
                 sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %llu\n", m[g][0], cfg->pools[p].name,
                               cfg->pools[p].endpoints[e].address, (unsigned long long)c[g]);
             }
@@ -466,10 +467,12 @@ static void render_precise(sb_gateway *gw, sb_buf *b)
         return;
     static const char *const m[][2] = {
         {"switchboard_tokenize_cache_exact_hits_total", "Requests whose token ids the cache had whole."},
-        {"switchboard_tokenize_cache_prefix_hits_total", "Requests whose leading token ids the cache had (a proven prefix)."},
+        {"switchboard_tokenize_cache_prefix_hits_total",
+         "Requests whose leading token ids the cache had (a proven prefix)."},
         {"switchboard_tokenize_cache_misses_total", "Requests whose token ids the cache did not have."},
         {"switchboard_tokenize_requests_total", "/tokenize requests sent to engines."},
-        {"switchboard_tokenize_failures_total", "/tokenize requests that gave no token ids (error, timeout, bad answer)."},
+        {"switchboard_tokenize_failures_total",
+         "/tokenize requests that gave no token ids (error, timeout, bad answer)."},
         {"switchboard_tokenize_waits_total", "Requests held for their token ids (up to tokenize.wait_ms)."},
         {"switchboard_tokenize_wait_timeouts_total", "Held requests routed before their ids came."},
         {"switchboard_tokenize_skipped_total", "Cache misses that asked no engine (too many /tokenize in flight)."},

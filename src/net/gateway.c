@@ -550,7 +550,7 @@ static void gateway_retire(sb_gateway *gw)
     if (gw->prober)
         sb_prober_stop(gw->prober);
     gw->prober = NULL;
-    sb_gateway_kv_stop(gw); /* those the new gateway did not take over */
+    sb_gateway_kv_stop(gw);      /* those the new gateway did not take over */
     sb_gateway_precise_stop(gw); /* requests waiting for their ids go on without, then: */
     sb_gateway_admission_flush(gw);
     gw->server = NULL; /* the new gateway's now, like the admin listener */

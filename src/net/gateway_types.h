@@ -65,7 +65,7 @@ struct sb_gateway {
     sb_kv_hub *kv_hub;
     sb_kv_sub **kv_subs;
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
-    sb_precise *precise; /* requests' precise keys (net/precise.c); NULL without a precise index */
+    sb_precise *precise;            /* requests' precise keys (net/precise.c); NULL without a precise index */
 };
 
 #endif

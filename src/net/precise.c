@@ -162,8 +162,8 @@ const sb_precise_stats *sb_gateway_precise_stats(const sb_gateway *gw)
 }
 
 /* The precise keys of tokens[0..n) into the scratch (NULL when it cannot grow). */
-static const uint64_t *keys_of(sb_precise *pr, const sb_kv_index *kv, const uint32_t *tokens, size_t n,
-                               uint64_t extra, size_t *n_keys)
+static const uint64_t *keys_of(sb_precise *pr, const sb_kv_index *kv, const uint32_t *tokens, size_t n, uint64_t extra,
+                               size_t *n_keys)
 {
     uint32_t bs = sb_kv_index_block_size(kv);
     size_t need = n / bs + 1;

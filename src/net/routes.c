@@ -7,8 +7,8 @@
 #include "core/adaptive.h"
 #include "core/kv_index.h"
 #include "net/admission.h"
-#include "net/precise.h"
 #include "net/errors.h"
+#include "net/precise.h"
 #include "proto/prompt.h"
 
 typedef struct route {
@@ -279,7 +279,8 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
     for (size_t i = 0; i < sizeof(inference_routes) / sizeof(inference_routes[0]); i++) {
         if (path_is(req, inference_routes[i].path)) {
             if (req->method != HTTP_POST) {
-                sb_errors_answer(&gw->stats, req, 405, "method not allowed: use POST", "invalid_request_error", NULL, NULL);
+                sb_errors_answer(&gw->stats, req, 405, "method not allowed: use POST", "invalid_request_error", NULL,
+                                 NULL);
                 return true;
             }
             *route = (int)i;

@@ -34,13 +34,13 @@ typedef struct sb_ep_metrics {
 /* Where finished requests are recorded. Its owner allocates the arrays and keeps every
  * pointer valid while requests can end (the gateway: for its own life). */
 typedef struct sb_stats {
-    const sb_config *cfg;         /* names pools (cfg->n_pools of them) and endpoints; the
-                                   * owner's current configuration (swapped by its reloads) */
-    const size_t *pool_first_up;  /* index in ep_metrics of each pool's first endpoint */
-    sb_pool_metrics *pool_metrics; /* cfg->n_pools entries */
-    sb_ep_metrics *ep_metrics;     /* one per endpoint, pool-major */
-    FILE *access_log;             /* NULL: none; written and flushed per line, never closed here */
-    uint64_t *rejected;           /* answers the gateway gave itself with a 4xx (net/errors.h) */
+    const sb_config *cfg;           /* names pools (cfg->n_pools of them) and endpoints; the
+                                     * owner's current configuration (swapped by its reloads) */
+    const size_t *pool_first_up;    /* index in ep_metrics of each pool's first endpoint */
+    sb_pool_metrics *pool_metrics;  /* cfg->n_pools entries */
+    sb_ep_metrics *ep_metrics;      /* one per endpoint, pool-major */
+    FILE *access_log;               /* NULL: none; written and flushed per line, never closed here */
+    uint64_t *rejected;             /* answers the gateway gave itself with a 4xx (net/errors.h) */
     uint64_t rejected_by_status[6]; /* the gateway's own error answers by status class */
 } sb_stats;
 

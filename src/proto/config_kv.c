@@ -232,4 +232,3 @@ void cfg_check_kv_events(parse *p, const sb_pool_config *pc, const yaml_node_t *
                        label, keys[i], pats[i], pc->n_endpoints);
     }
 }
-

@@ -48,7 +48,6 @@ static const field metrics_fields[] = {
 
 #undef PF
 
-
 static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
 static const section health_section = {"health", health_fields, ARRAY_LEN(health_fields)};
 static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};

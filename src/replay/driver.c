@@ -221,20 +221,25 @@ static void route(driver *d, uint32_t idx)
     for (size_t i = 0; i < nb; i++)
         d->rhash[i] = h = XXH3_64bits_withSeed(d->tokens + i * bt, (size_t)bt * sizeof(uint32_t), h);
     uint32_t pk = r->n_prompt < PREFIX_KEY_TOKENS ? r->n_prompt : PREFIX_KEY_TOKENS;
-    sb_request_desc rq = {.sched = {
-        .pool = 0,
-        .adapter = r->adapter ? (int)r->adapter - 1 : -1,
-        .block_hashes = d->rhash,
-        .n_blocks = nb,
-        .prompt_bytes = (size_t)r->n_prompt * 4,
-        .prompt_tokens = r->n_prompt,
-        .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
-        .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
-        /* The pool's current profile, as the gateway reads it per request: with adaptive
-         * weights, the snapshot in force (for a queued request, the one in force when it
-         * leaves the queue, as in the gateway). */
-        .profile = d->p->profile ? sb_router_pool_profile(g->router, 0) : NULL,
-    }, .band = (enum sb_band)rt->band, .tenant = rt->tenant, .body_bytes = body_bytes(r), .stream = true};
+    sb_request_desc rq = {.sched =
+                              {
+                                  .pool = 0,
+                                  .adapter = r->adapter ? (int)r->adapter - 1 : -1,
+                                  .block_hashes = d->rhash,
+                                  .n_blocks = nb,
+                                  .prompt_bytes = (size_t)r->n_prompt * 4,
+                                  .prompt_tokens = r->n_prompt,
+                                  .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
+                                  .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
+                                  /* The pool's current profile, as the gateway reads it per request: with adaptive
+                                   * weights, the snapshot in force (for a queued request, the one in force when it
+                                   * leaves the queue, as in the gateway). */
+                                  .profile = d->p->profile ? sb_router_pool_profile(g->router, 0) : NULL,
+                              },
+                          .band = (enum sb_band)rt->band,
+                          .tenant = rt->tenant,
+                          .body_bytes = body_bytes(r),
+                          .stream = true};
     /* Released by the gate (drain): as in the gateway, it goes where the gate saw room. */
     if (rt->queued)
         sb_admission_mark_released(g->adm, 0, &rq.sched);

@@ -61,7 +61,7 @@ static void test_expire_by_stamp(void **state)
     sb_prefix_index_set_clock(ix, 20);
     sb_prefix_index_insert(ix, 0, b, 3);
     assert_true(sb_prefix_index_insert_pending(ix, 0, b, 6, &h)); /* b[3..6) new, pending */
-    sb_prefix_index_insert(ix, 0, a, 2); /* refreshes a[0], a[1] at 20 */
+    sb_prefix_index_insert(ix, 0, a, 2);                          /* refreshes a[0], a[1] at 20 */
     uint32_t m[2];
     assert_int_equal(sb_prefix_index_expire(ix, 0, 10), 0); /* nothing older than 10 */
     assert_int_equal(sb_prefix_index_expire(ix, 0, 20), 4); /* a[2..6) */

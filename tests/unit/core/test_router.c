@@ -273,8 +273,13 @@ static void test_kv_fusion(void **state)
     for (int i = 0; i < 128; i++)
         tok[i] = (uint32_t)(1000 + i);
     assert_int_equal(sb_kv_keys_from_tokens(7, tok, 128, 16, 0, keys), 8);
-    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 128,
-                           .kv_keys = keys, .n_kv_keys = 8};
+    sb_sched_request rq = {.pool = 0,
+                           .adapter = -1,
+                           .block_hashes = h,
+                           .n_blocks = 8,
+                           .prompt_tokens = 128,
+                           .kv_keys = keys,
+                           .n_kv_keys = 8};
     /* Endpoint 3's engine reports the first 6 blocks (say another gateway's traffic). */
     for (int i = 0; i < 8; i++)
         eh[i] = 0xE000 + (uint64_t)i;

@@ -27,11 +27,11 @@ typedef struct harness harness;
 typedef struct up_conn {
     uv_tcp_t tcp;
     harness *h;
-    int ep, index;        /* endpoint, and order of acceptance there */
-    char in[8192];        /* the request being read */
+    int ep, index; /* endpoint, and order of acceptance there */
+    char in[8192]; /* the request being read */
     size_t in_len;
-    int requests;         /* whole requests read on this connection */
-    bool eof;             /* the proxy closed it (EOF or reset seen) */
+    int requests; /* whole requests read on this connection */
+    bool eof;     /* the proxy closed it (EOF or reset seen) */
     bool closing;
 } up_conn;
 
@@ -132,7 +132,10 @@ typedef struct up_write_req {
     char data[];
 } up_write_req;
 
-static void on_up_written(uv_write_t *w, int status) { free(w); }
+static void on_up_written(uv_write_t *w, int status)
+{
+    free(w);
+}
 
 /* Writes a copy of data (the copy lives until the write completes). */
 static void up_write(up_conn *c, const char *data, size_t len)
@@ -144,7 +147,10 @@ static void up_write(up_conn *c, const char *data, size_t len)
     assert_int_equal(uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_up_written), 0);
 }
 
-static void up_writes(up_conn *c, const char *s) { up_write(c, s, strlen(s)); }
+static void up_writes(up_conn *c, const char *s)
+{
+    up_write(c, s, strlen(s));
+}
 
 static void up_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
@@ -209,10 +215,10 @@ static void handler(sb_http_req *req, void *ctx)
 
 typedef struct setup {
     size_t n_eps;
-    unsigned dead;          /* bit i: endpoint i refuses connections */
-    uint32_t response_ms;   /* 0: 5000 */
+    unsigned dead;           /* bit i: endpoint i refuses connections */
+    uint32_t response_ms;    /* 0: 5000 */
     size_t write_high_water; /* 0: the server's default */
-    int client_rcvbuf;      /* 0: the system's */
+    int client_rcvbuf;       /* 0: the system's */
     void (*script)(harness *h, up_conn *c);
 } setup;
 
@@ -228,8 +234,7 @@ static harness *start(const setup *s)
     h->router = sb_router_new(1, 1);
     assert_non_null(h->router);
     sb_pool_params pp = {0};
-    assert_int_equal(sb_router_add_pool(h->router, "p", sb_profile_builtin("round-robin"), (uint32_t)s->n_eps, &pp),
-                     0);
+    assert_int_equal(sb_router_add_pool(h->router, "p", sb_profile_builtin("round-robin"), (uint32_t)s->n_eps, &pp), 0);
     static const char *const names[MAX_EPS] = {"ep0", "ep1"};
     for (size_t i = 0; i < s->n_eps; i++)
         sb_router_endpoint(h->router, 0, (uint32_t)i)->address = names[i];
@@ -286,11 +291,20 @@ static bool exchanges_ended(void *arg)
     return h->ended == h->begun && h->begun > 0;
 }
 
-static bool up_conn_eof(void *arg) { return ((up_conn *)arg)->eof; }
+static bool up_conn_eof(void *arg)
+{
+    return ((up_conn *)arg)->eof;
+}
 
-static bool up_got_request(void *arg) { return ((up_conn *)arg)->requests > 0; }
+static bool up_got_request(void *arg)
+{
+    return ((up_conn *)arg)->requests > 0;
+}
 
-static void wait_ended(harness *h) { netfx_run_until(&h->loop, exchanges_ended, h, "the exchange's end"); }
+static void wait_ended(harness *h)
+{
+    netfx_run_until(&h->loop, exchanges_ended, h, "the exchange's end");
+}
 
 /* Starts, sends one request and runs until the client has read `until` (NULL: until the
  * server closed the connection) and the exchange has ended. */
@@ -335,11 +349,17 @@ static void assert_released_once(harness *h, uint32_t ep)
 
 /* ---- scripts ---- */
 
-static void answer_ok(harness *h, up_conn *c) { up_writes(c, ANSWER); }
+static void answer_ok(harness *h, up_conn *c)
+{
+    up_writes(c, ANSWER);
+}
 
 static void never_answer(harness *h, up_conn *c) {}
 
-static void reset_at_once(harness *h, up_conn *c) { up_close(c, true); }
+static void reset_at_once(harness *h, up_conn *c)
+{
+    up_close(c, true);
+}
 
 /* The first connection answers its first request and resets on the second (a keep-alive
  * connection the server dropped); later connections answer. */
@@ -363,7 +383,10 @@ static void sse_then_reset(harness *h, up_conn *c)
     up_close(c, true);
 }
 
-static void sse_then_hold(harness *h, up_conn *c) { up_writes(c, SSE_HEAD SSE_CHUNK); }
+static void sse_then_hold(harness *h, up_conn *c)
+{
+    up_writes(c, SSE_HEAD SSE_CHUNK);
+}
 
 static void json_cut_short(harness *h, up_conn *c)
 {
@@ -372,10 +395,16 @@ static void json_cut_short(harness *h, up_conn *c)
 }
 
 /* An interim 100 Continue before the answer (a server honouring Expect on its own). */
-static void interim_then_answer(harness *h, up_conn *c) { up_writes(c, "HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" ANSWER); }
+static void interim_then_answer(harness *h, up_conn *c)
+{
+    up_writes(c, "HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" ANSWER);
+}
 
 /* The answer, then bytes no request asked for: the connection cannot be trusted again. */
-static void answer_then_junk(harness *h, up_conn *c) { up_writes(c, ANSWER "HTTP/1.1 200 OK\r\n"); }
+static void answer_then_junk(harness *h, up_conn *c)
+{
+    up_writes(c, ANSWER "HTTP/1.1 200 OK\r\n");
+}
 
 /* A response head past http-parser's header limit (80 KiB): many ordinary header lines. */
 static void oversized_head(harness *h, up_conn *c)
@@ -491,8 +520,9 @@ static void test_stale_pooled_connection_is_replaced_on_the_same_endpoint(void *
     /* round robin would pick endpoint 1 next: put both requests on endpoint 0 */
     sb_router_endpoint(h->router, 0, 1)->draining = true;
     send_request(h);
-    netfx_wait_for(&h->loop, &h->client, "{\"ok\":true}HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                         "Content-Length: 11\r\n\r\n{\"ok\":true}");
+    netfx_wait_for(&h->loop, &h->client,
+                   "{\"ok\":true}HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 11\r\n\r\n{\"ok\":true}");
     wait_ended(h);
     assert_int_equal(h->begun, 2);
     assert_int_equal(h->errors, 0);
@@ -652,8 +682,10 @@ static void big_answer(harness *h, up_conn *c)
     int sndbuf = 64 * 1024;
     uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
     static char head[128];
-    int n = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                                         "Content-Length: %llu\r\n\r\n", (unsigned long long)SLAB * BIG_SLABS);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                     "Content-Length: %llu\r\n\r\n",
+                     (unsigned long long)SLAB * BIG_SLABS);
     uv_buf_t bufs[BIG_SLABS + 1];
     bufs[0] = uv_buf_init(head, (unsigned)n);
     for (int i = 1; i <= BIG_SLABS; i++)
@@ -663,7 +695,7 @@ static void big_answer(harness *h, up_conn *c)
 
 typedef struct drain {
     harness *h;
-    uint64_t total;   /* bytes the client read */
+    uint64_t total; /* bytes the client read */
     bool head_ok;
 } drain;
 
@@ -686,8 +718,8 @@ static bool drained_all(void *arg)
 static void test_slow_client_pauses_the_upstream_and_resumes(void **state)
 {
     memset(big_slab, 'x', sizeof(big_slab));
-    harness *h = start(&(setup){.n_eps = 1, .write_high_water = 64 * 1024, .client_rcvbuf = 16 * 1024,
-                                .script = big_answer});
+    harness *h =
+        start(&(setup){.n_eps = 1, .write_high_water = 64 * 1024, .client_rcvbuf = 16 * 1024, .script = big_answer});
     netfx_hold(&h->client, true);
     send_request(h);
     up_conn *c = &h->eps[0].conns[0];

@@ -1513,7 +1513,9 @@ static void test_kv_events(void **state)
                      "    endpoints: [\"10.0.0.1:8000\", \"10.0.0.2:8000\"]\n"
                      "    kv_events:\n"
                      "      endpoint: \"tcp://10.0.0.1:5557\"\n",
-                     6, "kv_events.endpoint 'tcp://10.0.0.1:5557' has neither {host} nor {port...}: all 2 endpoints would read the same");
+                     6,
+                     "kv_events.endpoint 'tcp://10.0.0.1:5557' has neither {host} nor {port...}: all 2 endpoints would "
+                     "read the same");
 }
 
 static void test_pool_keys_each_reported_in_order(void **state)

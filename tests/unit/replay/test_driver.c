@@ -10,8 +10,8 @@
 
 #include "base/alloc.h"
 #include "replay/driver.h"
-#include "replay/generators.h"
 #include "replay/event_queue.h"
+#include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/report.h"
 #include "replay/trace.h"

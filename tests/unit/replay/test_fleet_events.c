@@ -9,8 +9,8 @@
 
 #include "base/alloc.h"
 #include "replay/driver.h"
-#include "replay/generators.h"
 #include "replay/fleet_report.h"
+#include "replay/generators.h"
 #include "replay/policy.h"
 #include "replay/workload.h"
 
