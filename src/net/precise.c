@@ -4,7 +4,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -296,6 +295,19 @@ static bool park(sb_precise *pr, flight *f, sb_http_req *req, const sb_proxy_tar
     return true;
 }
 
+/* The /tokenize body for req into pr->body; false on ENOMEM or no prompt. */
+static bool build_body(sb_precise *pr, const sb_http_req *req, const sb_json_tok *tok, int n_tok, const char *model,
+                       size_t model_len)
+{
+    sb_buf_reset(&pr->body);
+    long need = sb_tokenize_build_body(req->body, tok, n_tok, model, model_len, NULL, 0);
+    if (need < 0 || sb_buf_reserve(&pr->body, (size_t)need + 1) < 0 ||
+        sb_tokenize_build_body(req->body, tok, n_tok, model, model_len, pr->body.data, (size_t)need + 1) != need)
+        return false;
+    pr->body.len = (size_t)need;
+    return true;
+}
+
 void sb_gateway_admit_precise(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, sb_sched_request *rr,
                               const sb_json_tok *tok, int n_tok, const char *model, size_t model_len, uint64_t extra)
 {
@@ -305,19 +317,14 @@ void sb_gateway_admit_precise(sb_gateway *gw, sb_http_req *req, const sb_proxy_t
         sb_gateway_admit(gw, req, t, rr);
         return;
     }
-    /* The body the engine would be asked with identifies the prompt (its tail block too). */
-    sb_buf_reset(&pr->body);
-    long need = sb_tokenize_build_body(req->body, tok, n_tok, model, model_len, NULL, 0);
-    if (need < 0 || sb_buf_reserve(&pr->body, (size_t)need + 1) < 0 ||
-        sb_tokenize_build_body(req->body, tok, n_tok, model, model_len, pr->body.data, (size_t)need + 1) != need) {
-        sb_gateway_admit(gw, req, t, rr); /* no prompt to tokenize (or ENOMEM): as it is */
+    /* The prompt's identity, its tail block too, without copying it: the body is built only
+     * for a round trip. */
+    sb_tok_key key = {.chain = rr->block_hashes, .n_blocks = rr->n_blocks};
+    if (sb_tokenize_prompt_key(req->body, tok, n_tok, &key.prompt_key) != SB_TOKENIZE_OK) {
+        sb_gateway_admit(gw, req, t, rr); /* no prompt to tokenize: as it is */
         return;
     }
-    pr->body.len = (size_t)need;
-    sb_tok_key key = {.ctx = sb_tokenize_context_key(req->body, tok, n_tok, model, model_len),
-                      .prompt_key = XXH3_64bits(pr->body.data, pr->body.len),
-                      .chain = rr->block_hashes,
-                      .n_blocks = rr->n_blocks};
+    key.ctx = sb_tokenize_context_key(req->body, tok, n_tok, model, model_len);
     sb_tok_hit hit = sb_tok_cache_lookup(pr->caches[t->pool], &key);
     if (hit.tokens) {
         hit.exact ? pr->st.exact_hits++ : pr->st.prefix_hits++;
@@ -325,13 +332,13 @@ void sb_gateway_admit_precise(sb_gateway *gw, sb_http_req *req, const sb_proxy_t
         const uint64_t *k = keys_of(pr, kv, hit.tokens, hit.n_tokens, extra, &nk);
         rr->kv_keys = k;
         rr->n_kv_keys = k ? nk : 0;
-        if (!hit.exact)
+        if (!hit.exact && build_body(pr, req, tok, n_tok, model, model_len))
             fly(pr, t->pool, &key, extra); /* another witness: the whole prompt's ids */
         sb_gateway_admit(gw, req, t, rr);
         return;
     }
     pr->st.misses++;
-    flight *f = fly(pr, t->pool, &key, extra);
+    flight *f = build_body(pr, req, tok, n_tok, model, model_len) ? fly(pr, t->pool, &key, extra) : NULL;
     if (f && gw->cfg->tokenize_wait_ms > 0 && park(pr, f, req, t, rr))
         return;
     sb_gateway_admit(gw, req, t, rr);

@@ -122,19 +122,21 @@ static void put_raw(writer *w, const char *body, const sb_json_tok *t)
 
 enum { K_MESSAGES, K_PROMPT, K_TOOLS, K_TEMPLATE, K_TEMPLATE_KW, K_GEN_PROMPT, K_CONTINUE, K_SPECIAL, K_N };
 
+/* The request fields the body builder, the context key and the prompt key read. */
+static const sb_json_key keys[K_N] = {
+    [K_MESSAGES] = KEY("messages"),
+    [K_PROMPT] = KEY("prompt"),
+    [K_TOOLS] = KEY("tools"),
+    [K_TEMPLATE] = KEY("chat_template"),
+    [K_TEMPLATE_KW] = KEY("chat_template_kwargs"),
+    [K_GEN_PROMPT] = KEY("add_generation_prompt"),
+    [K_CONTINUE] = KEY("continue_final_message"),
+    [K_SPECIAL] = KEY("add_special_tokens"),
+};
+
 long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len,
                             char *out, size_t cap)
 {
-    static const sb_json_key keys[K_N] = {
-        [K_MESSAGES] = KEY("messages"),
-        [K_PROMPT] = KEY("prompt"),
-        [K_TOOLS] = KEY("tools"),
-        [K_TEMPLATE] = KEY("chat_template"),
-        [K_TEMPLATE_KW] = KEY("chat_template_kwargs"),
-        [K_GEN_PROMPT] = KEY("add_generation_prompt"),
-        [K_CONTINUE] = KEY("continue_final_message"),
-        [K_SPECIAL] = KEY("add_special_tokens"),
-    };
     static const char *const names[K_N] = {"messages",
                                            "prompt",
                                            "tools",
@@ -178,16 +180,6 @@ long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const
 
 uint64_t sb_tokenize_context_key(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len)
 {
-    static const sb_json_key keys[K_N] = {
-        [K_MESSAGES] = KEY("messages"),
-        [K_PROMPT] = KEY("prompt"),
-        [K_TOOLS] = KEY("tools"),
-        [K_TEMPLATE] = KEY("chat_template"),
-        [K_TEMPLATE_KW] = KEY("chat_template_kwargs"),
-        [K_GEN_PROMPT] = KEY("add_generation_prompt"),
-        [K_CONTINUE] = KEY("continue_final_message"),
-        [K_SPECIAL] = KEY("add_special_tokens"),
-    };
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, model, model_len);
@@ -219,3 +211,22 @@ uint64_t sb_tokenize_context_key(const char *body, const sb_json_tok *t, int n, 
     }
     return XXH3_64bits_digest(&st);
 }
+
+int sb_tokenize_prompt_key(const char *body, const sb_json_tok *t, int n, uint64_t *out)
+{
+    if (n < 1 || t[0].type != SB_JSON_OBJECT)
+        return SB_TOKENIZE_NO_PROMPT;
+    int v[K_N];
+    sb_json_find_keys(t, n, body, 0, keys, K_N, v);
+    const sb_json_tok *p;
+    if (v[K_MESSAGES] >= 0 && t[v[K_MESSAGES]].type == SB_JSON_ARRAY)
+        p = &t[v[K_MESSAGES]];
+    else if (v[K_PROMPT] >= 0 && t[v[K_PROMPT]].type == SB_JSON_STRING)
+        p = &t[v[K_PROMPT]];
+    else
+        return SB_TOKENIZE_NO_PROMPT;
+    /* The bytes the builder copies verbatim: with the context key they identify its body. */
+    *out = XXH3_64bits(body + p->start, (size_t)(p->end - p->start));
+    return SB_TOKENIZE_OK;
+}
+

@@ -55,5 +55,10 @@ long sb_tokenize_build_body(const char *body, const sb_json_tok *t, int n, const
  * Two requests whose /tokenize bodies differ only in their messages or prompt have the same
  * context. Pure; never fails (a request with no prompt gets a key all the same). */
 uint64_t sb_tokenize_context_key(const char *body, const sb_json_tok *t, int n, const char *model, size_t model_len);
+/* The cache's prompt key for the same request, without building its body: XXH3-64 of the
+ * `messages` array (or the `prompt` string) as the client wrote it, the part the builder copies
+ * verbatim; with the context key it names the body. SB_TOKENIZE_OK with *out set, or
+ * SB_TOKENIZE_NO_PROMPT as sb_tokenize_build_body. Linear in that value's length. */
+int sb_tokenize_prompt_key(const char *body, const sb_json_tok *t, int n, uint64_t *out);
 
 #endif

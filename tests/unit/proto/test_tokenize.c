@@ -211,6 +211,39 @@ static void test_context_key(void **state)
     assert_true(ctx_of(q, "m") != ctx_of(f, "m"));
 }
 
+static int prompt_key_of(const char *req, uint64_t *k)
+{
+    sb_json j = {0};
+    int n = sb_json_parse(&j, req, strlen(req));
+    assert_true(n > 0);
+    int rc = sb_tokenize_prompt_key(req, j.tokens, n, k);
+    sb_json_free(&j);
+    return rc;
+}
+
+/* The prompt key names what the body builder copies verbatim: the messages (or the prompt)
+ * as written; the rest is the context key's. */
+static void test_prompt_key(void **state)
+{
+    (void)state;
+    uint64_t a, b, c, p, q;
+    assert_int_equal(prompt_key_of("{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                                   "\"max_tokens\":3}",
+                                   &a),
+                     SB_TOKENIZE_OK);
+    assert_int_equal(prompt_key_of("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"model\":\"y\"}", &b),
+                     SB_TOKENIZE_OK);
+    assert_int_equal(prompt_key_of("{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}", &c),
+                     SB_TOKENIZE_OK);
+    assert_true(a == b);
+    assert_true(a != c);
+    assert_int_equal(prompt_key_of("{\"model\":\"x\",\"prompt\":\"a\"}", &p), SB_TOKENIZE_OK);
+    assert_int_equal(prompt_key_of("{\"model\":\"x\",\"prompt\":\"b\"}", &q), SB_TOKENIZE_OK);
+    assert_true(p != q);
+    assert_int_equal(prompt_key_of("{\"model\":\"x\",\"prompt\":[1,2]}", &q), SB_TOKENIZE_NO_PROMPT);
+    assert_int_equal(prompt_key_of("[1]", &q), SB_TOKENIZE_NO_PROMPT);
+}
+
 int main(void)
 {
     /* clang-format off: one test a line */
@@ -218,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_answer_vllm),          cmocka_unit_test(test_answer_hostile),
         cmocka_unit_test(test_answer_corpus),        cmocka_unit_test(test_body_chat),
         cmocka_unit_test(test_body_prompt_and_room), cmocka_unit_test(test_context_key),
+        cmocka_unit_test(test_prompt_key),
     };
     /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
