@@ -229,4 +229,3 @@ int sb_tokenize_prompt_key(const char *body, const sb_json_tok *t, int n, uint64
     *out = XXH3_64bits(body + p->start, (size_t)(p->end - p->start));
     return SB_TOKENIZE_OK;
 }
-
