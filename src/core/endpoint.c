@@ -1,3 +1,5 @@
+#include <math.h>
+
 #include "core/endpoint.h"
 
 #include <math.h>
@@ -128,6 +130,21 @@ sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns n
         t.trial = true;
     }
     return t;
+}
+
+double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now)
+{
+    /* A clock that went back (never on a monotonic one) reads as no time passed. */
+    if (now <= ep->sent_tokens_ns)
+        return ep->sent_tokens;
+    return ep->sent_tokens * exp(-(double)(now - ep->sent_tokens_ns) / (double)SB_SENT_TOKENS_TAU_NS);
+}
+
+void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now)
+{
+    ep->sent_tokens = sb_endpoint_sent_tokens(ep, now) + tokens;
+    if (now > ep->sent_tokens_ns)
+        ep->sent_tokens_ns = now;
 }
 
 static void release_prefill(sb_endpoint *ep, sb_ticket *t)

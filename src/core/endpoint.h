@@ -84,6 +84,9 @@ typedef struct sb_endpoint {
     sb_ns ejected_until;
     bool trial_in_flight;
     sb_ns last_dispatch_ns;
+    /* uncached prompt tokens sent, decayed (sb_endpoint_sent_tokens), as of sent_tokens_ns */
+    double sent_tokens;
+    sb_ns sent_tokens_ns;
     /* learned online (sb_endpoint_observe_ttft): prefill speed, tokens per second; 0 until
      * the first observation */
     double prefill_tps;
@@ -126,6 +129,18 @@ bool sb_endpoint_available(const sb_endpoint *ep, sb_ns now);
 /* Current health, advancing EJECTED to HALF_OPEN when the backoff has passed. */
 enum sb_health sb_endpoint_health(sb_endpoint *ep, sb_ns now);
 const char *sb_health_name(enum sb_health h);
+
+/* The prefill work the router has sent the endpoint lately: uncached prompt tokens (the
+ * prompt less what the prefix index says the endpoint holds), each decaying exponentially
+ * with time constant SB_SENT_TOKENS_TAU_NS from its dispatch. Unlike pending prefill it does
+ * not drop to zero at the first byte: a request that just finished its prefill still decodes
+ * there, and its weight fades over the next seconds instead of vanishing. The constant was
+ * chosen in replay over the routing matrix (docs/benchmarks.md section 10: time constants of
+ * 0.5, 1, 1.5, 3, 10 and 30 s; 1.5 s had the fewest cells behind the best peer and the lowest
+ * geometric mean of p90 against it). Our own accounting: never stale. */
+#define SB_SENT_TOKENS_TAU_NS ((sb_ns)1500 * 1000 * 1000)
+void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now);
+double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now);
 
 /* Request lifecycle. */
 sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now);

@@ -5,21 +5,28 @@
 
 #include "core/sched.h"
 
-extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels;
+extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels, sb_filter_gate;
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
     sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens,
-    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash;
+    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
 static const sb_filter_def *const filters[] = {&sb_filter_healthy, &sb_filter_lora, &sb_filter_saturation,
-                                               &sb_filter_labels, NULL};
-static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,     &sb_scorer_running,
-                                               &sb_scorer_kv_cache,  &sb_scorer_in_flight,
-                                               &sb_scorer_pending_prefill, &sb_scorer_lora_affinity,
-                                               &sb_scorer_prefix,    &sb_scorer_prefix_tokens,
-                                               &sb_scorer_predicted_latency, &sb_scorer_session,
-                                               &sb_scorer_prefix_hash, NULL};
+                                               &sb_filter_labels,  &sb_filter_gate, NULL};
+static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,
+                                               &sb_scorer_running,
+                                               &sb_scorer_kv_cache,
+                                               &sb_scorer_in_flight,
+                                               &sb_scorer_pending_prefill,
+                                               &sb_scorer_lora_affinity,
+                                               &sb_scorer_prefix,
+                                               &sb_scorer_prefix_tokens,
+                                               &sb_scorer_predicted_latency,
+                                               &sb_scorer_session,
+                                               &sb_scorer_prefix_hash,
+                                               &sb_scorer_sent_tokens,
+                                               NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};
 
@@ -88,18 +95,26 @@ static const sb_profile builtins[] = {
             SCORERS(W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
                     W(sb_scorer_pending_prefill, 1))),
     /* default: what a pool gets when it names no profile. Its composition changes as the
-     * project measures (docs/benchmarks.md). Load weights start from GIE's default (queue 2,
-     * KV 2) plus our own accounting, which is never stale. Prefix 5 (GIE has 3) is chosen for
-     * the adaptive configurator, on by default, which starts from these weights and moves
-     * weight to distribution when the pool becomes uneven: with that guard a balanced pool
-     * can afford more affinity than a static profile can (replay sweep, docs/benchmarks.md
-     * section 2: statically prefix 3 is better on shared-prefix and 5 on multi-turn; with
-     * the configurator, prefix 5 is within 3% of the best static weight on each). A holder
-     * still yields once a queue forms there and not elsewhere and it is busier
-     * (5 + 0 < 2 + 2 + 1 + 1). */
-    BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_saturation),
-            SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 2), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
-                    W(sb_scorer_pending_prefill, 1), W(sb_scorer_lora_affinity, 1))),
+     * project measures: this one was chosen over the routing matrix (bench/routing_matrix.py,
+     * docs/benchmarks.md section 10: seven workloads x three cache sizes x three loads x one
+     * and three gateways, against every peer's policy). Against the profile it replaced
+     * (prefix 5, queue 2, kv-cache 2, in-flight 1, pending-prefill 1, lora-affinity 1 behind
+     * healthy, lora and saturation filters):
+     *   - the gate filter instead of saturation (only what flow control's gate released is
+     *     kept off saturated replicas): saturation on every request: its KV threshold sent traffic away from the
+     * replicas holding its prefix as soon as a few long prompts filled their caches (the hit rate fell from 0.88 to
+     * 0.80 with three gateways at a quarter cache), and its queue threshold cost more cells than it saved. Overload is
+     * flow control's job (core/flow.h);
+     *   - sent-tokens 2: the uncached prompt tokens sent in the last seconds, the signal that
+     *     balances prefill work where requests differ in length (no-sharing past capacity:
+     *     p90 87 -> 80 ms; the best peer, sglang's, balances cumulative characters);
+     *   - prefix 6 (was 5) and pending-prefill 2, queue 1 (were 1, 2): with sent-tokens beside
+     *     it, the scraped queue is the least timely signal.
+     * The adaptive configurator is off by default (config: `adaptive: false`): over the matrix
+     * it cost the shared-prefix and multi-turn cells more than it gained on the others. */
+    BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
+            SCORERS(W(sb_scorer_prefix, 6), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 2), W(sb_scorer_in_flight, 1),
+                    W(sb_scorer_pending_prefill, 2), W(sb_scorer_sent_tokens, 2), W(sb_scorer_lora_affinity, 1))),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
     BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,

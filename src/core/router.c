@@ -38,6 +38,10 @@ typedef struct pool {
     bool pick_pending;
     uint32_t pick_pending_ep;
     uint64_t pick_pending_hash;
+    /* The last pick's endpoint and the prompt tokens its index says that endpoint holds, for
+     * the dispatch that follows: only the rest is prefill work (sb_router_dispatched). */
+    int pick_ep;
+    double pick_matched_tokens;
     /* Pending marks of answers whose first token the caller cannot see (non-streamed):
      * settled when their predicted prefill is over. A min-heap on `at`, at most
      * params.timed_settle_max entries. */
@@ -415,6 +419,8 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         explain_prefix(p, precise);
     p->rr_cursor = ctx.rr_cursor;
     p->have_last = true;
+    p->pick_ep = ep;
+    p->pick_matched_tokens = ep >= 0 && blocks ? (double)p->prefix_match[ep] * ctx.block_tokens : 0.0;
     p->last_profile = *ctx.profile;
     p->last.profile = &p->last_profile;
     /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index), but
@@ -447,8 +453,16 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (!e)
         return (sb_ticket){0};
-    sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
     pool *p = &r->pools[pool_idx];
+    /* The work this request brings: its prompt less what the pick's index says the endpoint
+     * holds (sent elsewhere than picked: the whole prompt). */
+    uint32_t uncached = prompt_tokens;
+    if (p->pick_ep == (int)ep && p->pick_matched_tokens > 0)
+        uncached =
+            p->pick_matched_tokens >= (double)prompt_tokens ? 1 : prompt_tokens - (uint32_t)p->pick_matched_tokens;
+    p->pick_ep = -1;
+    sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
+    sb_endpoint_sent_tokens_add(e, uncached, now);
     if (p->pick_pending && p->pick_pending_ep == ep) {
         t.has_prefix_pending = true;
         t.prefix_pending = p->pick_pending_hash;
@@ -617,8 +631,15 @@ void sb_router_kv_live(sb_router *r, uint32_t pool_idx, uint32_t ep, bool live)
 
 void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)
 {
-    if (pool_idx < r->n_pools)
-        sb_prefix_index_clear_endpoint(r->pools[pool_idx].prefix, ep);
+    if (pool_idx >= r->n_pools)
+        return;
+    pool *p = &r->pools[pool_idx];
+    sb_prefix_index_clear_endpoint(p->prefix, ep);
+    /* The engine's reports too, unless its stream is heard: a live stream saw the restart
+     * itself (its sequence went back, net/kv_subscriber.c) and what it has reported since
+     * is the new engine's, which a scrape noticing the restart later must not erase. */
+    if (p->kv && ep < p->n_eps && !p->kv_live[ep])
+        sb_kv_index_clear(p->kv, ep);
 }
 
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool_idx)

@@ -113,7 +113,9 @@ bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshol
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
 
 /* Prefix index upkeep, from what the engines report: capacity in tokens (0 = unknown: keep
- * the current one), and a restart or departure forgetting everything the endpoint held. */
+ * the current one), and a restart or departure forgetting everything the endpoint held (the
+ * router's marks, and the precise index's reports unless the endpoint's event stream is
+ * live: that stream clears on the restart itself and then carries the new engine's state). */
 void sb_router_prefix_capacity(sb_router *r, uint32_t pool, uint32_t ep, uint64_t capacity_tokens);
 void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep);
 /* Moves src's pool index to dst's pool (a reload that kept the pool's endpoints as they

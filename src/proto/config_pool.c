@@ -636,9 +636,11 @@ static const struct {
 static void pool_defaults(sb_pool_config *pc)
 {
     pc->probe_interval_ms = 100;
-    /* On by default: replay shows the configurator within 2% of the static weights on balanced
-     * workloads and far better under a hot prefix (docs/benchmarks.md). */
-    pc->adaptive = true;
+    /* Off by default: over the routing matrix (docs/benchmarks.md section 10) the configurator
+     * on the default profile cost the shared-prefix and multi-turn cells (p90 against the best
+     * peer, geometric mean: 1.03 -> 1.21 and 0.92 -> 1.14) more than it gained elsewhere. The
+     * detectors run and are exported either way. */
+    pc->adaptive = false;
     pc->adaptive_params = sb_adaptive_params_default();
     pc->probe_min_interval_ms = 50;
     pc->probe_max_interval_ms = 1000;

@@ -2,10 +2,16 @@
  * sent since the report) is over queue_threshold or whose KV utilisation is over
  * kv_threshold, and stale ones. Soft: when every endpoint is saturated, all stay, and the
  * scorers choose among them. Thresholds follow GIE's defaults (queue 5, KV 0.8); a request
- * released by flow control's gate uses the gate's where tighter. */
+ * released by flow control's gate uses the gate's where tighter.
+ *
+ * gate filter: the same test for the requests flow control's gate released, and no other: what
+ * the gate releases goes where it saw room, while ordinary traffic is left to the scorers (the
+ * default profile's choice: the saturation filter on every request sent traffic away from the
+ * replicas holding its prefix, docs/benchmarks.md section 10). */
 #include "core/sched.h"
 
-static void run(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n)
+static void drop_saturated(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n,
+                           const char *name)
 {
     const sb_profile *p = ctx->profile;
     double q = p->queue_threshold, kv = p->kv_threshold;
@@ -18,8 +24,21 @@ static void run(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candida
         if (c[i].removed_by)
             continue;
         if (c[i].stale || sb_endpoint_waiting(c[i].ep) > q || sb_endpoint_kv_usage(c[i].ep) > kv)
-            c[i].removed_by = "saturation";
+            c[i].removed_by = name;
     }
 }
 
+static void run(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n)
+{
+    drop_saturated(ctx, req, c, n, "saturation");
+}
+
 const sb_filter_def sb_filter_saturation = {.name = "saturation", .soft = true, .run = run};
+
+static void run_gate(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n)
+{
+    if (req->gated)
+        drop_saturated(ctx, req, c, n, "gate");
+}
+
+const sb_filter_def sb_filter_gate = {.name = "gate", .soft = true, .run = run_gate};

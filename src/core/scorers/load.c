@@ -8,7 +8,8 @@
  *                    turn a 0.1% difference into the whole score range and undo prefix affinity
  *   in-flight        the router's own in-flight requests (never stale: it is ours)
  *   pending-prefill  the router's estimate of prompt tokens sent whose first byte has not come
- * One file for the five because each is one line of signal over a shared normalisation. */
+ *   sent-tokens      uncached prompt tokens sent lately, decayed (sb_endpoint_sent_tokens)
+ * One file for the six because each is one line of signal over a shared normalisation. */
 #include "core/sched.h"
 
 typedef double (*signal_fn)(const sb_endpoint *ep);
@@ -50,5 +51,17 @@ static void kv_cache_score(const sb_sched_ctx *ctx, const sb_sched_request *req,
         out[i] = c[i].stale ? 0.0 : 1.0 - kv_signal(c[i].ep);
 }
 const sb_scorer_def sb_scorer_kv_cache = {.name = "kv-cache", .category = SB_DISTRIBUTION, .score = kv_cache_score};
+/* sent-tokens reads the clock (its signal decays), so it is written out rather than made
+ * with LOAD_SCORER. Minimum range as pending-prefill's. */
+static void sent_tokens_score(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                              double *out)
+{
+    (void)req;
+    for (size_t i = 0; i < n; i++)
+        out[i] = sb_endpoint_sent_tokens(c[i].ep, ctx->now);
+    sb_score_lower_is_better(c, n, out, 4096, false, out);
+}
+const sb_scorer_def sb_scorer_sent_tokens = {
+    .name = "sent-tokens", .category = SB_DISTRIBUTION, .score = sent_tokens_score};
 LOAD_SCORER(in_flight, "in-flight", inflight_signal, true, 4)
 LOAD_SCORER(pending_prefill, "pending-prefill", prefill_signal, true, 4096)

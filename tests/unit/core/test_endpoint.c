@@ -104,6 +104,24 @@ static void test_pending_prefill(void **state)
     assert_int_equal(ep.pending_prefill_tokens, 0);
 }
 
+/* sent-tokens: tokens add at once and decay by e per time constant; a clock read out of order
+ * neither grows nor moves the stamp back. */
+static void test_sent_tokens_decay(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    sb_endpoint_sent_tokens_add(&ep, 1000, T0);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, T0), 1000.0, 1e-9);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, T0 + SB_SENT_TOKENS_TAU_NS), 1000.0 / M_E, 1e-6);
+    sb_endpoint_sent_tokens_add(&ep, 500, T0 + SB_SENT_TOKENS_TAU_NS);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, T0 + SB_SENT_TOKENS_TAU_NS), 1000.0 / M_E + 500.0, 1e-6);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, T0), 1000.0 / M_E + 500.0, 1e-6);
+    sb_endpoint_sent_tokens_add(&ep, 1, T0);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, T0 + SB_SENT_TOKENS_TAU_NS), 1000.0 / M_E + 501.0, 1e-6);
+    /* Long idle: it fades to nothing. */
+    assert_true(sb_endpoint_sent_tokens(&ep, T0 + 100 * SB_SENT_TOKENS_TAU_NS) < 1e-30);
+}
+
 static void test_kv_usage_correction(void **state)
 {
     (void)state;
@@ -428,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_waiting_is_report_plus_sent_since),
         cmocka_unit_test(test_finish_before_and_after_report),
         cmocka_unit_test(test_pending_prefill),
+        cmocka_unit_test(test_sent_tokens_decay),
         cmocka_unit_test(test_kv_usage_correction),
         cmocka_unit_test(test_staleness_boundary),
         cmocka_unit_test(test_restart_detection),

@@ -56,12 +56,12 @@ static const sb_sched_request base_req = {.adapter = -1};
 static void test_registry(void **state)
 {
     (void)state;
-    const char *f[] = {"healthy", "lora", "saturation", "labels"};
-    const char *s[] = {"queue", "running", "kv-cache", "in-flight", "pending-prefill", "lora-affinity"};
+    const char *f[] = {"healthy", "lora", "saturation", "labels", "gate"};
+    const char *s[] = {"queue", "running", "kv-cache", "in-flight", "pending-prefill", "lora-affinity", "sent-tokens"};
     const char *p[] = {"max-score", "weighted-random", "p2c", "softmax", "round-robin"};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 5; i++)
         assert_string_equal(filter(f[i])->name, f[i]);
-    for (size_t i = 0; i < 6; i++) {
+    for (size_t i = 0; i < 7; i++) {
         const sb_scorer_def *d = sb_scorer_find(s[i]);
         assert_non_null(d);
         assert_int_equal(d->category, !strcmp(s[i], "lora-affinity") ? SB_AFFINITY : SB_DISTRIBUTION);
@@ -74,11 +74,11 @@ static void test_registry(void **state)
     size_t n = 0;
     for (const sb_filter_def *const *it = sb_filters_all(); *it; it++)
         n++;
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     n = 0;
     for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
         n++;
-    assert_int_equal(n, 11);
+    assert_int_equal(n, 12);
     n = 0;
     for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
         n++;
@@ -126,11 +126,13 @@ static void test_builtin_profiles(void **state)
         assert_int_equal(lo->scorers[i].def->category, SB_DISTRIBUTION);
 
     const sb_profile *d = sb_profile_builtin("default");
+    /* The gate filter, not saturation (docs/benchmarks.md section 10). */
     assert_int_equal(d->n_filters, 3);
     assert_string_equal(d->filters[1]->name, "lora");
-    assert_string_equal(d->filters[2]->name, "saturation");
-    assert_true(weight_of(d, "queue") == 2 && weight_of(d, "kv-cache") == 2);
+    assert_string_equal(d->filters[2]->name, "gate");
+    assert_true(weight_of(d, "prefix") == 6 && weight_of(d, "queue") == 1 && weight_of(d, "kv-cache") == 2);
     assert_true(weight_of(d, "in-flight") > 0 && weight_of(d, "pending-prefill") > 0);
+    assert_true(weight_of(d, "sent-tokens") == 2);
     assert_true(weight_of(d, "lora-affinity") > 0);
     assert_string_equal(d->picker->name, "max-score");
     assert_true(d->queue_threshold == 5 && d->kv_threshold == 0.8);
@@ -416,6 +418,11 @@ static void test_scorers_own_accounting_never_stale(void **state)
     assert_true(out[0] == 1.0 && out[1] == 1.0);
     score("pending-prefill", &base_req, 2, out);
     assert_true(out[0] == 1.0 && out[1] == 1.0);
+    /* sent-tokens: 0 and 2048 tokens, read at the time of sending (the scorer's ctx.now):
+     * half the minimum range. */
+    sb_endpoint_sent_tokens_add(&eps[1], 2048, T0);
+    score("sent-tokens", &base_req, 2, out);
+    assert_true(out[0] == 1.0 && fabs(out[1] - 0.5) < 1e-12);
 }
 
 static void test_scorer_lora_affinity_ladder(void **state)

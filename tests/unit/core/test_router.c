@@ -341,6 +341,63 @@ static void test_kv_fusion(void **state)
     sb_router_free(r);
 }
 
+/* A restart the prober notices (sb_router_prefix_clear) drops the endpoint's reported blocks
+ * when its event stream is not heard, and keeps them when it is (the stream saw the restart
+ * first and what it reported since is the new engine's). */
+static void test_restart_clears_unheard_reports(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
+    sb_kv_index_config kc = {.block_size = 16, .key_seed = 7, .hash_secret = 0x5ec7e7};
+    assert_int_equal(sb_router_kv_enable(r, 0, &kc, SB_MS(1000)), 0);
+    sb_kv_index *kv = sb_router_kv_index(r, 0);
+    uint32_t tok[64];
+    uint64_t eh[4];
+    for (int i = 0; i < 64; i++)
+        tok[i] = (uint32_t)(7 + i);
+    for (int i = 0; i < 4; i++)
+        eh[i] = 0xA000 + (uint64_t)i;
+    sb_kv_stored ev = {.engine_hashes = eh, .n = 4, .token_ids = tok, .n_tokens = 64, .block_size = 16};
+    for (uint32_t e = 0; e < 2; e++)
+        assert_int_equal(sb_kv_index_block_stored(kv, e, &ev), SB_KV_OK);
+    sb_router_kv_live(r, 0, 1, true);
+    sb_router_prefix_clear(r, 0, 0);
+    sb_router_prefix_clear(r, 0, 1);
+    assert_int_equal(sb_kv_index_stats(kv, 0).blocks, 0);
+    assert_int_equal(sb_kv_index_stats(kv, 1).blocks, 4);
+    sb_router_free(r);
+}
+
+/* The router's sent-tokens accounting: a dispatch to the endpoint the pick chose counts only
+ * the prompt tokens its index does not already hold there; elsewhere, the whole prompt. */
+static void test_sent_tokens_count_uncached(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
+    uint64_t h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = 0x9999ULL * (uint64_t)(i + 1);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 128};
+    int a = sb_router_pick(r, &rq, 0);
+    assert_true(a >= 0);
+    sb_ticket t = sb_router_dispatched(r, 0, (uint32_t)a, 128, 0);
+    sb_router_first_token(r, 0, (uint32_t)a, &t);
+    sb_router_finished(r, 0, (uint32_t)a, &t, true, true, 0);
+    sb_endpoint *ea = sb_router_endpoint(r, 0, (uint32_t)a), *eb = sb_router_endpoint(r, 0, (uint32_t)(1 - a));
+    assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0);
+    /* The same prompt again, longer by 32 tokens: the holder is picked and only the new tokens
+     * count (8 blocks of 16 estimated tokens held). */
+    rq.prompt_tokens = 160;
+    assert_int_equal(sb_router_pick(r, &rq, 0), a);
+    t = sb_router_dispatched(r, 0, (uint32_t)a, 160, 0);
+    assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0 + 32.0);
+    /* Picked a, sent to b (the caller chose): b takes the whole prompt. */
+    sb_router_pick(r, &rq, 0);
+    sb_router_dispatched(r, 0, (uint32_t)(1 - a), 160, 0);
+    assert_true(sb_endpoint_sent_tokens(eb, 0) == 160.0);
+    sb_router_free(r);
+}
+
 /* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
  * it goes where the gate saw room, not behind a queue the profile would tolerate. */
 static void test_gated_request_uses_gate_threshold(void **state)
@@ -352,21 +409,26 @@ static void test_gated_request_uses_gate_threshold(void **state)
     report_waiting(r, 1, 3, t);
     report_waiting(r, 2, 3, t);
     sb_sched_request rq = {.pool = 0, .adapter = -1, .prompt_tokens = 100};
+    report_waiting(r, 1, 7, t);
     sb_router_pick(r, &rq, t);
     const sb_decision *d = sb_router_last_decision(r, 0);
-    assert_null(d->cands[1].removed_by); /* 3 waiting is under the profile's 5 */
+    /* Not gated: the default profile's gate filter lets everything through, past the profile's
+     * queue threshold (5) too: the scorers decide. */
+    assert_null(d->cands[1].removed_by);
+    assert_null(d->cands[2].removed_by);
+    report_waiting(r, 1, 3, t);
     rq.gated = true;
     rq.gate_queue = 1;
     rq.gate_kv = -1;
     assert_int_equal(sb_router_pick(r, &rq, t), 0);
     d = sb_router_last_decision(r, 0);
-    assert_string_equal(d->cands[1].removed_by, "saturation");
-    assert_string_equal(d->cands[2].removed_by, "saturation");
+    assert_string_equal(d->cands[1].removed_by, "gate");
+    assert_string_equal(d->cands[2].removed_by, "gate");
     /* A gate looser than the profile does not loosen the filter. */
     report_waiting(r, 1, 7, t);
     rq.gate_queue = 10;
     sb_router_pick(r, &rq, t);
-    assert_string_equal(sb_router_last_decision(r, 0)->cands[1].removed_by, "saturation");
+    assert_string_equal(sb_router_last_decision(r, 0)->cands[1].removed_by, "gate");
     sb_router_free(r);
 }
 
@@ -523,6 +585,8 @@ int main(void)
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_kv_fusion),
+        cmocka_unit_test(test_restart_clears_unheard_reports),
+        cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_secret_changes_placement_only),

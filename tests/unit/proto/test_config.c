@@ -282,7 +282,7 @@ static void test_defaults(void **state)
     assert_int_equal(pc->probe_timeout_ms, 500);
     /* Stale only past twice the slowest (idle) scrape interval. */
     assert_int_equal(pc->stale_ms, 2 * pc->probe_max_interval_ms);
-    assert_true(pc->adaptive);
+    assert_false(pc->adaptive); /* off by default: docs/benchmarks.md section 10 */
     assert_string_equal(pc->probe_path, "/metrics");
     assert_string_equal(pc->health_path, "/health");
     assert_int_equal(pc->health_interval_ms, 2000);
@@ -805,8 +805,9 @@ static void test_error_profiles(void **state)
     /* filters */
     expect_one_error(POOL_OK "profiles:\n  x:\n    filters: healthy\n", 7,
                      "profile 'x': filters must be a list, got a scalar");
-    expect_one_error(POOL_OK "profiles:\n  x:\n    filters:\n      - healthy\n      - healty\n", 9,
-                     "profile 'x': filters[1]: unknown filter 'healty' (known: healthy, lora, saturation, labels)");
+    expect_one_error(
+        POOL_OK "profiles:\n  x:\n    filters:\n      - healthy\n      - healty\n", 9,
+        "profile 'x': filters[1]: unknown filter 'healty' (known: healthy, lora, saturation, labels, gate)");
     expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, lora, healthy]\n", 7,
                      "filters[2]: filter 'healthy' is listed twice");
     expect_one_error(POOL_OK "profiles:\n  x:\n    filters: [healthy, lora, saturation, healthy, lora, saturation,"
