@@ -1,6 +1,9 @@
 /* switchboard demo: the embedded default. A simulated fleet (three replicas of a Llama model
  * with two LoRA adapters, one replica of a Qwen model) and a gateway in front of it, in one
- * process on one loop, on loopback. Prints what to try; Ctrl-C stops everything. */
+ * process on one loop, on loopback. The Llama replicas publish their KV-cache events as vLLM
+ * does and the gateway's llama pool subscribes (kv_events), so its precise index and the
+ * fusion with its own marks are on show in /debug/endpoints and the decisions. Prints what to
+ * try; Ctrl-C stops everything. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,17 +40,20 @@ static void on_signal(uv_signal_t *h, int signum)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: switchboard demo [--port P] [--admin-port P] [--sim-port P] [--speed X] [--access-log]\n"
+    fprintf(stderr, "usage: switchboard demo [--port P] [--admin-port P] [--sim-port P] [--kv-port P] [--speed X]\n"
+                    "                        [--access-log]\n"
                     "  --port P       gateway port (default 8080)\n"
                     "  --admin-port P admin port: /metrics, /debug/* (default 8081)\n"
                     "  --sim-port P   first simulated replica's port (default 8101; uses P..P+3)\n"
+                    "  --kv-port P    first Llama replica's KV-event publisher (default sim port + 1000;\n"
+                    "                 uses P..P+2)\n"
                     "  --speed X      simulated engine clock speed (default 1: real time)\n"
                     "  --access-log   print one JSON line per request\n");
     return 2;
 }
 
 typedef struct demo_args {
-    unsigned port, admin_port, sim_port;
+    unsigned port, admin_port, sim_port, kv_port; /* kv_port 0: sim_port + 1000 */
     double speed;
     bool access_log;
 } demo_args;
@@ -63,6 +69,8 @@ static int parse_args(int argc, char **argv, demo_args *a)
             a->admin_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sim-port") && i + 1 < argc)
             a->sim_port = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-port") && i + 1 < argc)
+            a->kv_port = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--speed") && i + 1 < argc)
             a->speed = atof(argv[++i]);
         else if (!strcmp(argv[i], "--access-log"))
@@ -72,6 +80,11 @@ static int parse_args(int argc, char **argv, demo_args *a)
     }
     if (a->port == 0 || a->port > 65535 || a->admin_port == 0 || a->admin_port > 65535 || a->admin_port == a->port ||
         a->sim_port == 0 || a->sim_port > 65532 || a->speed <= 0)
+        return usage();
+    if (a->kv_port == 0)
+        a->kv_port = a->sim_port + 1000;
+    /* The publishers' ports must not meet the replicas' HTTP ports. */
+    if (a->kv_port > 65533 || (a->kv_port + 2 >= a->sim_port && a->kv_port <= a->sim_port + 3))
         return usage();
     return 0;
 }
@@ -88,6 +101,11 @@ static int start_fleets(uv_loop_t *loop, const demo_args *a, demo *d)
     so.adapters = adapters;
     so.n_adapters = 2;
     so.speed = a->speed;
+    char kv_endpoint[64];
+    snprintf(kv_endpoint, sizeof kv_endpoint, "tcp://127.0.0.1:%u", a->kv_port);
+    so.kv_events = true;
+    so.kv.endpoint = kv_endpoint; /* replica i publishes on kv_port + i, as vLLM's ranks */
+    so.kv.bind = true;            /* on loopback only (vLLM would connect to this address) */
     int rc = sb_sim_fleet_start(loop, &so, &d->llama);
     if (rc == 0) {
         sb_sim_opts_default(&so);
@@ -117,12 +135,13 @@ static sb_config *demo_config(const demo_args *a)
                   "    adapters: [\"sql-lora\", \"chat-lora\"]\n"
                   "    engine: vllm\n"
                   "    endpoints: [\"127.0.0.1:%u\", \"127.0.0.1:%u\", \"127.0.0.1:%u\"]\n"
+                  "    kv_events: { endpoint: \"tcp://{host}:{port%+d}\" }\n"
                   "  - name: qwen\n"
                   "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
                   "    engine: vllm\n"
                   "    endpoints: [\"127.0.0.1:%u\"]\n",
                   a->port, a->access_log ? "access_log: \"-\"\n" : "", a->admin_port, a->sim_port, a->sim_port + 1,
-                  a->sim_port + 2, a->sim_port + 3);
+                  a->sim_port + 2, (int)a->kv_port - (int)a->sim_port, a->sim_port + 3);
     sb_config *cfg = NULL;
     sb_config_errors errs = {0};
     if (!y.data || sb_config_parse(y.data, y.len, &cfg, &errs) < 0) {
@@ -141,7 +160,8 @@ static void print_banner(const demo_args *a, unsigned admin_port)
     printf("switchboard demo\n"
            "  gateway    http://127.0.0.1:%u  (pools: llama x3 replicas with LoRA sql-lora, chat-lora; qwen x1)\n"
            "  admin      http://127.0.0.1:%u  (/metrics, /debug/*; loopback only)\n"
-           "  replicas   http://127.0.0.1:%u-%u  (simulated vLLM, Llama-3.1-8B on H100 timing, speed %gx)\n\n"
+           "  replicas   http://127.0.0.1:%u-%u  (simulated vLLM, Llama-3.1-8B on H100 timing, speed %gx)\n"
+           "  kv events  tcp://127.0.0.1:%u-%u  (the Llama replicas' KV-cache events; the llama pool subscribes)\n\n"
            "Try:\n"
            "  curl -s localhost:%u/v1/models\n"
            "  curl -sN localhost:%u/v1/chat/completions -H 'Content-Type: application/json' \\\n"
@@ -149,10 +169,12 @@ static void print_banner(const demo_args *a, unsigned admin_port)
            "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n"
            "  curl -s localhost:%u/v1/completions -H 'Content-Type: application/json' \\\n"
            "    -d '{\"model\":\"sql-lora\",\"prompt\":\"SELECT\",\"max_tokens\":8}'\n"
-           "  curl -s localhost:%u/debug/endpoints      # what the gateway knows of each replica\n"
+           "  curl -s localhost:%u/debug/endpoints      # each replica's load, and what its cache reports\n"
+           "  curl -s localhost:%u/debug/decisions      # recent picks with every score and its source\n"
            "  curl -s localhost:%u/metrics              # Prometheus metrics\n\n"
            "Ctrl-C stops everything.\n",
-           port, admin_port, a->sim_port, a->sim_port + 3, a->speed, port, port, port, admin_port, admin_port);
+           port, admin_port, a->sim_port, a->sim_port + 3, a->speed, a->kv_port, a->kv_port + 2, port, port, port,
+           admin_port, admin_port, admin_port);
     fflush(stdout);
 }
 

@@ -345,7 +345,7 @@ int sb_kv_pub_start(uv_loop_t *loop, void *zctx, const sb_kv_pub_opts *o, uint32
     if (rc == 0 && o->replay_endpoint)
         rc = sb_kv_pub_endpoint(o->replay_endpoint, offset, rep, sizeof rep);
     if (rc == 0)
-        rc = open_socket(zctx, ZMQ_PUB, ep, wants_bind(ep), (int)o->hwm, p->ep, sizeof p->ep, &p->pub);
+        rc = open_socket(zctx, ZMQ_PUB, ep, o->bind || wants_bind(ep), (int)o->hwm, p->ep, sizeof p->ep, &p->pub);
     /* Room for one whole replay answer per peer: a ROUTER drops what passes its mark. */
     int rhwm = o->buffer_steps > INT32_MAX - 2 ? INT32_MAX : (int)o->buffer_steps + 2;
     if (rc == 0 && o->replay_endpoint)

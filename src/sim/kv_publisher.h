@@ -40,6 +40,8 @@ typedef struct sb_kv_pub_opts {
     uint64_t buffer_bytes; /* payload bytes kept for replay at most; default 64 MiB */
     uint32_t hwm;          /* PUB high-water mark, messages; vLLM's default 100000 */
     uint32_t drop_every;   /* fault: 0 off, else every Nth batch skips the live stream */
+    bool bind;             /* bind the PUB address even where vLLM's rule would connect (a
+                            * loopback address such as the demo's); false: vLLM's rule */
 } sb_kv_pub_opts;
 
 /* vLLM's defaults (PUB bound on port 5557 of every address, no replay, topic "", buffer_steps

@@ -1,6 +1,7 @@
 """`switchboard demo`: the quick start's main job. It starts a simulated fleet and a gateway in
 one process; this checks the banner's promises (models, a streamed chat, an adapter, the admin
-listener) and a clean stop on Ctrl-C, against the built binary."""
+listener, the Llama replicas' KV-cache events reaching the gateway's precise index) and a clean
+stop on Ctrl-C, against the built binary."""
 import json
 import os
 import signal
@@ -37,13 +38,17 @@ class DemoTest(unittest.TestCase):
     def setUp(self):
         self.port, self.admin = free_port(), free_port()
         self.sim = free_run(4)
+        self.kv = free_run(3)
+        while self.sim <= self.kv + 2 and self.kv <= self.sim + 3:  # the two runs must not meet
+            self.kv = free_run(3)
         self.dir = tempfile.mkdtemp(prefix="sb-demo-")
         self.log_path = os.path.join(self.dir, "demo.log")
         self.log = open(self.log_path, "w")
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         self.proc = subprocess.Popen([GATEWAY_BIN, "demo", "--port", str(self.port), "--admin-port", str(self.admin),
-                                      "--sim-port", str(self.sim), "--speed", "50"],
+                                      "--sim-port", str(self.sim), "--kv-port", str(self.kv),
+                                      "--speed", "50"],
                                      stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
         first = self.proc.stdout.readline()
         self.assertEqual(first.strip(), "switchboard demo", open(self.log_path).read())
@@ -86,6 +91,19 @@ class DemoTest(unittest.TestCase):
         st, _, body = http(self.admin, "GET", "/metrics")
         self.assertEqual(st, 200)
         self.assertIn(b'switchboard_requests_total', body)
+        # The Llama replicas publish their cache events and the llama pool hears them: a long
+        # shared system prompt lands in the precise index (ZMQ drops what is published before
+        # a subscription is up, so the prompt is sent until it shows).
+        system = "You are a careful assistant for the billing team. " * 24
+        chat2 = {"model": "llama-3.1-8b", "max_tokens": 3,
+                 "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]}
+
+        def reported():
+            http(self.port, "POST", "/v1/chat/completions", json.dumps(chat2).encode(),
+                 {"Content-Type": "application/json"})
+            eps = json.loads(http(self.admin, "GET", "/debug/endpoints")[2])["pools"][0]["endpoints"]
+            return any(e["kv_events"]["batches"] > 0 and e["kv_index"]["blocks"] > 0 for e in eps)
+        wait_until(reported, 20, "the demo's llama pool to hear its replicas' KV events")
         # The admin listener is where the banner says; the public one does not serve /metrics.
         st, _, _ = http(self.port, "GET", "/debug/endpoints")
         self.assertNotEqual(st, 200)
