@@ -11,10 +11,10 @@ virtual time and is deterministic: the same build, cell and seed give the same f
 How the cells are derived (printed with the table):
   - working set: `replay --working-set` counts the distinct full engine blocks of every prompt
     the run sends (16-token blocks). --num-gpu-blocks is per replica: ample = the whole working
-    set (+ the largest request), so no replica ever evicts; half and quarter = that fraction of
-    the working set on each replica (at least the largest request): the fleet as a whole can
-    hold it only if the router partitions it (the issue's pressure regime: long shared prompts,
-    caches holding part of the working set).
+    set (+ the largest request), so no replica ever evicts; half, quarter and eighth = that
+    fraction of the working set on each replica (at least the largest request): the fleet of 8
+    holds it four times, twice, or once over, and only if the router partitions it (eighth is
+    the issue's pressure regime: long shared prompts, caches holding part of the working set).
   - capacity: a probe per workload and cache size (hits raise capacity, so it is not one
     number): least-request with every request arriving at once (a multi-turn workload without
     think time); capacity = completed / makespan (requests/s). Loads: light = 0.3, near = 0.85,
@@ -29,7 +29,7 @@ Verdict per figure (p90, p99): with m the median over seeds and s half its range
 "WORSE" if either is worse, else "level". Peers exclude the reference min-predicted-ttft.
 
 usage: bench/routing_matrix.py [--quick] [--seeds 1,2,3,4,5] [--requests N] [--replicas R]
-                               [--jobs J] [--out DIR] [--only WORKLOAD,...]
+                               [--jobs J] [--out DIR] [--only WORKLOAD,...] [--caches C,...]
 --quick: cache ample and quarter, load near, 2 seeds, 400 requests (about 4 minutes on one
 core). The full run: every cell, 5 seeds, 800 requests (measured: see docs/benchmarks.md).
 Needs build/switchboard (make), or the binary named by $SB_BIN.
@@ -78,7 +78,9 @@ WORKLOADS = {
     "mooncake": ["--trace", os.path.join(TRACES, "mooncake", "conversation_trace.jsonl")],
     "azure": ["--trace", os.path.join(TRACES, "azure", "AzureLLMInferenceTrace_conv.csv")],
 }
-CACHES = [("ample", None), ("half", 0.5), ("quarter", 0.25)]
+# eighth: the fleet of 8 holds the working set once, and only if the router partitions it
+# perfectly (quarter and half hold it two and four times over): the pressure regime.
+CACHES = [("ample", None), ("half", 0.5), ("quarter", 0.25), ("eighth", 0.125)]
 LOADS = [("light", 0.3), ("near", 0.85), ("past", 1.2)]
 GATEWAYS = [1, 3]
 
@@ -152,12 +154,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", help="directory for matrix.csv (every policy's medians per cell)")
     ap.add_argument("--only", help="comma-separated workloads")
+    ap.add_argument("--caches", help="comma-separated cache sizes (ample, half, quarter, eighth)")
     a = ap.parse_args()
     if not os.access(BIN, os.X_OK):
         sys.exit("build/switchboard not found: run make first")
     seeds = [int(s) for s in (a.seeds or ("1,2" if a.quick else "1,2,3,4,5")).split(",")]
     requests = a.requests or (400 if a.quick else 800)
-    caches = [c for c in CACHES if not a.quick or c[0] in ("ample", "quarter")]
+    caches = [c for c in CACHES if (not a.quick or c[0] in ("ample", "quarter"))
+              and (not a.caches or c[0] in a.caches.split(","))]
     loads = [l for l in LOADS if not a.quick or l[0] == "near"]
     workloads = a.only.split(",") if a.only else list(WORKLOADS)
     t0 = time.time()

@@ -45,8 +45,8 @@ static int usage(void)
                     "  --port P       gateway port (default 8080)\n"
                     "  --admin-port P admin port: /metrics, /debug/* (default 8081)\n"
                     "  --sim-port P   first simulated replica's port (default 8101; uses P..P+3)\n"
-                    "  --kv-port P    first Llama replica's KV-event publisher (default sim port + 1000;\n"
-                    "                 uses P..P+2)\n"
+                    "  --kv-port P    first Llama replica's KV-event publisher (default sim port + 1000,\n"
+                    "                 or - 1000 near the top of the range; uses P..P+2)\n"
                     "  --speed X      simulated engine clock speed (default 1: real time)\n"
                     "  --access-log   print one JSON line per request\n");
     return 2;
@@ -82,10 +82,17 @@ static int parse_args(int argc, char **argv, demo_args *a)
         a->sim_port == 0 || a->sim_port > 65532 || a->speed <= 0)
         return usage();
     if (a->kv_port == 0)
-        a->kv_port = a->sim_port + 1000;
-    /* The publishers' ports must not meet the replicas' HTTP ports. */
-    if (a->kv_port > 65533 || (a->kv_port + 2 >= a->sim_port && a->kv_port <= a->sim_port + 3))
+        a->kv_port = a->sim_port + 1002 <= 65535 ? a->sim_port + 1000 : a->sim_port - 1000;
+    /* The publishers' ports (kv_port..+2) must not meet the replicas' HTTP ports nor the
+     * gateway's two. */
+    bool meets = a->kv_port + 2 >= a->sim_port && a->kv_port <= a->sim_port + 3;
+    meets = meets || (a->port >= a->kv_port && a->port <= a->kv_port + 2);
+    meets = meets || (a->admin_port >= a->kv_port && a->admin_port <= a->kv_port + 2);
+    if (a->kv_port == 0 || a->kv_port > 65533 || meets) {
+        fprintf(stderr, "demo: the KV-event ports %u-%u are out of range or meet another port\n", a->kv_port,
+                a->kv_port + 2);
         return usage();
+    }
     return 0;
 }
 

@@ -1,5 +1,3 @@
-#include <math.h>
-
 #include "core/endpoint.h"
 
 #include <math.h>
@@ -147,6 +145,15 @@ void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now)
         ep->sent_tokens_ns = now;
 }
 
+void sb_endpoint_sent_tokens_withdraw(sb_endpoint *ep, uint32_t tokens, sb_ns at, sb_ns now)
+{
+    double left = now > at ? (double)tokens * exp(-(double)(now - at) / (double)SB_SENT_TOKENS_TAU_NS) : tokens;
+    double v = sb_endpoint_sent_tokens(ep, now) - left;
+    ep->sent_tokens = v > 0 ? v : 0;
+    if (now > ep->sent_tokens_ns)
+        ep->sent_tokens_ns = now;
+}
+
 static void release_prefill(sb_endpoint *ep, sb_ticket *t)
 {
     if (!t->first_byte_seen) {
@@ -237,6 +244,10 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->ejections_total = src->ejections_total;
     dst->ejected_until = src->ejected_until;
     dst->last_dispatch_ns = src->last_dispatch_ns;
+    /* Recent work is history, as the last dispatch is: without it the signal would be blank
+     * across the pool for seconds after every reload. */
+    dst->sent_tokens = src->sent_tokens;
+    dst->sent_tokens_ns = src->sent_tokens_ns;
     dst->prefill_tps = src->prefill_tps;
     dst->ttft_observations = src->ttft_observations;
 }

@@ -103,6 +103,10 @@ typedef struct sb_ticket {
      * pending until its first token; prefix_pending is the hash to settle them with. */
     bool has_prefix_pending;
     uint64_t prefix_pending;
+    /* Set by the router: what this dispatch added to the endpoint's sent tokens, and when, so
+     * a request that never reached it can withdraw it (sb_router_withdraw_sent). */
+    uint32_t sent_tokens;
+    sb_ns sent_ns;
 } sb_ticket;
 
 sb_health_params sb_health_params_default(void);
@@ -140,6 +144,8 @@ const char *sb_health_name(enum sb_health h);
  * geometric mean of p90 against it). Our own accounting: never stale. */
 #define SB_SENT_TOKENS_TAU_NS ((sb_ns)1500 * 1000 * 1000)
 void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now);
+/* Takes back `tokens` added at `at` (what is left of them by now; the sum never goes below 0). */
+void sb_endpoint_sent_tokens_withdraw(sb_endpoint *ep, uint32_t tokens, sb_ns at, sb_ns now);
 double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now);
 
 /* Request lifecycle. */

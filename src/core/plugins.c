@@ -100,11 +100,12 @@ static const sb_profile builtins[] = {
      * and three gateways, against every peer's policy). Against the profile it replaced
      * (prefix 5, queue 2, kv-cache 2, in-flight 1, pending-prefill 1, lora-affinity 1 behind
      * healthy, lora and saturation filters):
-     *   - the gate filter instead of saturation (only what flow control's gate released is
-     *     kept off saturated replicas): saturation on every request: its KV threshold sent traffic away from the
-     * replicas holding its prefix as soon as a few long prompts filled their caches (the hit rate fell from 0.88 to
-     * 0.80 with three gateways at a quarter cache), and its queue threshold cost more cells than it saved. Overload is
-     * flow control's job (core/flow.h);
+     *   - the gate filter instead of saturation: stale endpoints still go for every request,
+     *     and the saturation test still applies to what flow control's gate releases, but not
+     *     to ordinary traffic: its KV threshold sent that away from the replicas holding its
+     *     prefix as soon as a few long prompts filled their caches (the hit rate fell from 0.88
+     *     to 0.80 with three gateways at a quarter cache), and its queue threshold cost more
+     *     cells than it saved. Overload is flow control's job (core/flow.h);
      *   - sent-tokens 2: the uncached prompt tokens sent in the last seconds, the signal that
      *     balances prefill work where requests differ in length (no-sharing past capacity:
      *     p90 87 -> 80 ms; the best peer, sglang's, balances cumulative characters);

@@ -53,6 +53,7 @@ typedef struct pool {
     sb_kv_index *kv;
     uint32_t *kv_match;
     uint8_t *kv_live;
+    sb_ns *kv_cleared; /* when the stream last cleared an endpoint itself (sb_router_kv_cleared) */
     sb_ns kv_cover_ns;
 } pool;
 
@@ -139,6 +140,7 @@ void sb_router_free(sb_router *r)
         sb_kv_index_free(r->pools[i].kv);
         sb_free(r->pools[i].kv_match);
         sb_free(r->pools[i].kv_live);
+        sb_free(r->pools[i].kv_cleared);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->n_models; i++)
@@ -167,6 +169,7 @@ int sb_router_add_pool(sb_router *r, const char *name, const sb_profile *profile
     p->prefix = sb_prefix_index_new((uint32_t)n_endpoints, p->params.prefix_max_entries,
                                     p->params.prefix_default_blocks, r->hash_secret);
     p->prefix_match = sb_calloc(n, sizeof(uint32_t));
+    p->pick_ep = -1;
     if (!p->name || !p->eps || !p->last.cands || !p->last.live || !p->last.scores || !p->prefix ||
         !p->prefix_match) {
         sb_free(p->name);
@@ -463,6 +466,8 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     p->pick_ep = -1;
     sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
     sb_endpoint_sent_tokens_add(e, uncached, now);
+    t.sent_tokens = uncached;
+    t.sent_ns = now;
     if (p->pick_pending && p->pick_pending_ep == ep) {
         t.has_prefix_pending = true;
         t.prefix_pending = p->pick_pending_hash;
@@ -472,6 +477,26 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     }
     p->pick_pending = false;
     return t;
+}
+
+sb_ticket sb_router_redispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, const sb_ticket *prev, sb_ns now)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e)
+        return (sb_ticket){0};
+    /* The same request again: counted in flight again, but its work was charged once. */
+    sb_ticket t = sb_endpoint_dispatch(e, prev->prefill_tokens, now);
+    t.sent_tokens = prev->sent_tokens;
+    t.sent_ns = prev->sent_ns;
+    return t;
+}
+
+void sb_router_withdraw_sent(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, sb_ns now)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (e && t->sent_tokens)
+        sb_endpoint_sent_tokens_withdraw(e, t->sent_tokens, t->sent_ns, now);
+    t->sent_tokens = 0;
 }
 
 static void settle_prefix(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, bool computed)
@@ -586,6 +611,9 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
         uint8_t *l = d->kv_live;
         d->kv_live = s->kv_live;
         s->kv_live = l;
+        sb_ns *c = d->kv_cleared;
+        d->kv_cleared = s->kv_cleared;
+        s->kv_cleared = c;
     }
     /* Requests in flight settle against src's router, which no longer has these entries:
      * count what they were computing as computed rather than leave it pending for ever. */
@@ -605,13 +633,16 @@ int sb_router_kv_enable(sb_router *r, uint32_t pool_idx, const sb_kv_index_confi
     p->kv = sb_kv_index_new(&c);
     p->kv_match = sb_calloc(n, sizeof(uint32_t));
     p->kv_live = sb_calloc(n, 1);
-    if (!p->kv || !p->kv_match || !p->kv_live) {
+    p->kv_cleared = sb_calloc(n, sizeof(sb_ns));
+    if (!p->kv || !p->kv_match || !p->kv_live || !p->kv_cleared) {
         sb_kv_index_free(p->kv);
         sb_free(p->kv_match);
         sb_free(p->kv_live);
+        sb_free(p->kv_cleared);
         p->kv = NULL;
         p->kv_match = NULL;
         p->kv_live = NULL;
+        p->kv_cleared = NULL;
         return -1;
     }
     p->kv_cover_ns = cover_ns;
@@ -629,17 +660,28 @@ void sb_router_kv_live(sb_router *r, uint32_t pool_idx, uint32_t ep, bool live)
         r->pools[pool_idx].kv_live[ep] = live;
 }
 
-void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep)
+void sb_router_prefix_clear(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ns since)
 {
     if (pool_idx >= r->n_pools)
         return;
     pool *p = &r->pools[pool_idx];
     sb_prefix_index_clear_endpoint(p->prefix, ep);
-    /* The engine's reports too, unless its stream is heard: a live stream saw the restart
-     * itself (its sequence went back, net/kv_subscriber.c) and what it has reported since
-     * is the new engine's, which a scrape noticing the restart later must not erase. */
-    if (p->kv && ep < p->n_eps && !p->kv_live[ep])
+    /* The engine's reports too, unless its stream cleared them itself since `since` (the
+     * report before the one that showed the restart): then it saw this restart (its sequence
+     * went back, net/kv_subscriber.c) and what it reported after is the new engine's, which
+     * must not be erased. Otherwise the old engine's blocks would stand as truth until the new
+     * one publishes (an idle engine never does). */
+    if (p->kv && ep < p->n_eps && !(p->kv_cleared[ep] > since))
         sb_kv_index_clear(p->kv, ep);
+}
+
+void sb_router_kv_cleared(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ns now)
+{
+    if (pool_idx >= r->n_pools || !r->pools[pool_idx].kv || ep >= r->pools[pool_idx].n_eps)
+        return;
+    pool *p = &r->pools[pool_idx];
+    sb_kv_index_clear(p->kv, ep);
+    p->kv_cleared[ep] = now;
 }
 
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool_idx)

@@ -83,6 +83,12 @@ const sb_decision *sb_router_last_decision(const sb_router *r, uint32_t pool);
 
 /* Request lifecycle (see core/endpoint.h). The ticket is the caller's to keep. */
 sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
+/* The same request sent again to the same endpoint without a new pick (the proxy's retry on a
+ * fresh connection after a pooled one turned out closed): dispatched again, its sent tokens
+ * carried over from prev instead of charged twice. */
+sb_ticket sb_router_redispatched(sb_router *r, uint32_t pool, uint32_t ep, const sb_ticket *prev, sb_ns now);
+/* The request never reached ep (a connect failure): the work it was charged is taken back. */
+void sb_router_withdraw_sent(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, sb_ns now);
 void sb_router_first_byte(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, sb_ns now);
 /* The first token arrived (a stream's first body bytes; replay's time to first token): the
  * prefix blocks the request's pick added to the index stop being pending and start matching.
@@ -113,11 +119,13 @@ bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshol
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
 
 /* Prefix index upkeep, from what the engines report: capacity in tokens (0 = unknown: keep
- * the current one), and a restart or departure forgetting everything the endpoint held (the
- * router's marks, and the precise index's reports unless the endpoint's event stream is
- * live: that stream clears on the restart itself and then carries the new engine's state). */
+ * the current one), and a restart or departure forgetting everything the endpoint held: the
+ * router's marks, and the precise index's reports unless the endpoint's event stream cleared
+ * them itself after `since` (the time of the last report before the one that showed the
+ * restart; sb_router_kv_cleared): that stream saw the restart and carries the new engine's
+ * state since. */
 void sb_router_prefix_capacity(sb_router *r, uint32_t pool, uint32_t ep, uint64_t capacity_tokens);
-void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep);
+void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep, sb_ns since);
 /* Moves src's pool index to dst's pool (a reload that kept the pool's endpoints as they
  * were); src's pool gets an empty one. Both pools must have the same endpoint count. */
 void sb_router_move_prefix_index(sb_router *dst, uint32_t dst_pool, sb_router *src, uint32_t src_pool);
@@ -138,6 +146,9 @@ int sb_router_kv_enable(sb_router *r, uint32_t pool, const struct sb_kv_index_co
 struct sb_kv_index *sb_router_kv_index(sb_router *r, uint32_t pool);
 /* Whether ep's event stream is heard (its reports can replace the router's older marks). */
 void sb_router_kv_live(sb_router *r, uint32_t pool, uint32_t ep, bool live);
+/* ep's event stream lost its thread (a gap nothing could fill, or the publisher restarted):
+ * its reports are dropped, and the time is kept for sb_router_prefix_clear. */
+void sb_router_kv_cleared(sb_router *r, uint32_t pool, uint32_t ep, sb_ns now);
 
 /* An answered request's time to first token and usage, to learn the endpoint's prefill
  * speed (core/endpoint.h). */

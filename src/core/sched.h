@@ -123,8 +123,8 @@ typedef struct sb_profile {
     size_t n_scorers;
     const sb_picker_def *picker;
     /* plug-in parameters */
-    double queue_threshold;   /* saturation filter: waiting requests; default 5 (GIE's) */
-    double kv_threshold;      /* saturation filter: KV utilisation; default 0.8 (GIE's) */
+    double queue_threshold;   /* saturation and gate filters: waiting requests; default 5 (GIE's) */
+    double kv_threshold;      /* saturation and gate filters: KV utilisation; default 0.8 (GIE's) */
     double temperature;       /* softmax picker; default 0.1 */
     const char *label_keys[4]; /* label selector filter */
     const char *label_values[4];

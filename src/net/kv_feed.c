@@ -2,6 +2,7 @@
 #include "net/kv_feed.h"
 
 #include <string.h>
+#include <uv.h>
 
 #include "base/log.h"
 #include "core/kv_index.h"
@@ -54,9 +55,7 @@ static void on_kv_clear(void *ud, uint32_t pool, uint32_t ep)
 {
     sb_gateway *gw = ud;
     gw->kv_clears++;
-    sb_kv_index *kv = sb_router_kv_index(gw->router, pool);
-    if (kv)
-        sb_kv_index_clear(kv, ep);
+    sb_router_kv_cleared(gw->router, pool, ep, uv_hrtime());
 }
 
 static size_t slot(const sb_gateway *gw, size_t p, size_t e)

@@ -103,11 +103,12 @@ static void apply_report(probe *pr, const sb_engine_report *er)
         rep.lora_waiting_mask = adapter_mask(r, pr->pool, &er->waiting_adapters);
     }
     bool restarted = pr->have_prev && sb_engine_report_restarted(&pr->prev, er);
+    sb_ns before = ep->report_ns;
     sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now_ns());
     if (restarted) {
         /* A restarted engine has an empty cache: what the index believed is gone. */
         pr->stats.restarts++;
-        sb_router_prefix_clear(r, pr->pool, pr->ep);
+        sb_router_prefix_clear(r, pr->pool, pr->ep, before);
         SB_INFO("endpoint %s restarted (counters went back): prefix index entries dropped",
                 ep->address ? ep->address : "?");
     }

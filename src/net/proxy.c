@@ -244,6 +244,9 @@ static void retry_or_fail(exchange *x, int err, bool connect_failure)
         attempt(x);
         return;
     }
+    /* Never reached the endpoint: the work charged to it goes back. */
+    if (connect_failure)
+        sb_router_withdraw_sent(x->env->router, x->t.pool, x->ep, &x->ticket, now_ns());
     report_end(x, false, 0);
     if (connect_failure && x->attempts < MAX_ATTEMPTS) {
         x->env->counters->retries++;
@@ -658,6 +661,7 @@ static void attempt(exchange *x)
     const sb_proxy_env *env = x->env;
     sb_ns now = now_ns();
     int ep;
+    bool same = x->retry_same_ep;
     if (x->retry_same_ep) {
         x->retry_same_ep = false;
         ep = (int)x->ep;
@@ -688,8 +692,15 @@ static void attempt(exchange *x)
         }
         x->attempts++;
     }
-    x->ep = (uint32_t)ep;
-    x->ticket = sb_router_dispatched(env->router, x->t.pool, x->ep, x->prompt_tokens, now);
+    if (same) {
+        /* The same endpoint again (a pooled connection was found closed): its work was
+         * charged with the first dispatch. */
+        sb_ticket prev = x->ticket;
+        x->ticket = sb_router_redispatched(env->router, x->t.pool, x->ep, &prev, now);
+    } else {
+        x->ep = (uint32_t)ep;
+        x->ticket = sb_router_dispatched(env->router, x->t.pool, x->ep, x->prompt_tokens, now);
+    }
     x->dispatched = true;
     if (x->carry_pending) {
         x->carry_pending = false;

@@ -58,7 +58,7 @@ typedef struct sb_pool_config {
     size_t n_adapters;
     char *engine;         /* "vllm" (default), "sglang", "llamacpp", "trtllm", "custom" */
     char *profile;        /* scheduling profile name; "default" when not given */
-    bool adaptive;        /* adaptive weights (core/adaptive.h); default true */
+    bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
     size_t n_endpoints;   /* >= 1 */

@@ -448,11 +448,15 @@ static void check_metrics(parse *p, const sb_pool_config *pc, const char *label,
                        missing[i]);
 }
 
-/* `adaptive:` as a mapping: `enabled` plus any parameter core/adaptive.h names (x0: 0.1,
- * share_saturated: 0.2, imbalance_tau_ms: 1000, ...), checked as a whole. */
+/* `adaptive:` as a mapping: `enabled` (default true in the mapping form) plus any parameter
+ * core/adaptive.h names (x0: 0.1, share_saturated: 0.2, imbalance_tau_ms: 1000, ...), checked
+ * as a whole. */
 static void parse_adaptive(parse *p, const yaml_node_t *map, sb_pool_config *pc, const char *what)
 {
     size_t before = p->errs->total;
+    /* A mapping turns it on (the default is off) unless it says `enabled: false`: parameters
+     * tuned for a loop that never runs would be a silent no-op. */
+    pc->adaptive = true;
     for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
         const yaml_node_t *k = cfg_node_at(p, q->key), *v = cfg_node_at(p, q->value);
         /* As in every other mapping: a non-string or repeated key is reported and skipped

@@ -94,8 +94,10 @@ static void scrape(driver *d, gateway *g, uint32_t rep)
     }
     /* As net/probe.c: counters that went backwards mean the engine restarted, and what the
      * prefix index believed it held is dropped; its cache size bounds the index. */
-    if (sb_endpoint_report_set(sb_router_endpoint(g->router, 0, rep), &r, SB_REPORT_SCRAPE, d->now))
-        sb_router_prefix_clear(g->router, 0, rep);
+    sb_endpoint *e = sb_router_endpoint(g->router, 0, rep);
+    sb_ns before = e->report_ns;
+    if (sb_endpoint_report_set(e, &r, SB_REPORT_SCRAPE, d->now))
+        sb_router_prefix_clear(g->router, 0, rep, before);
     sb_router_prefix_capacity(g->router, 0, rep, (uint64_t)m.num_gpu_blocks * m.block_size);
 }
 

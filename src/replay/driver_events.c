@@ -47,7 +47,9 @@ static void apply(void *ctx, uint32_t kind, uint64_t rep, const void *payload, s
         if (!kv)
             continue;
         if (kind == SB_ENGINE_KV_CLEARED) {
-            sb_kv_index_clear(kv, (uint32_t)rep);
+            /* As the live subscriber's clear on a restart: stamped, so a scrape noticing the
+             * same restart later keeps what the new engine reported since. */
+            sb_router_kv_cleared(d->gw[g].router, 0, (uint32_t)rep, d->now);
         } else if (kind == SB_ENGINE_KV_REMOVED) {
             sb_kv_index_block_removed(kv, (uint32_t)rep, hashes, h.n_blocks, false);
         } else {

@@ -39,7 +39,9 @@ class DemoTest(unittest.TestCase):
         self.port, self.admin = free_port(), free_port()
         self.sim = free_run(4)
         self.kv = free_run(3)
-        while self.sim <= self.kv + 2 and self.kv <= self.sim + 3:  # the two runs must not meet
+        # the runs must not meet each other nor the gateway's ports (all were released)
+        while (self.sim <= self.kv + 2 and self.kv <= self.sim + 3) or \
+                any(self.kv <= p <= self.kv + 2 for p in (self.port, self.admin)):
             self.kv = free_run(3)
         self.dir = tempfile.mkdtemp(prefix="sb-demo-")
         self.log_path = os.path.join(self.dir, "demo.log")

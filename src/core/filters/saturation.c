@@ -4,10 +4,11 @@
  * scorers choose among them. Thresholds follow GIE's defaults (queue 5, KV 0.8); a request
  * released by flow control's gate uses the gate's where tighter.
  *
- * gate filter: the same test for the requests flow control's gate released, and no other: what
- * the gate releases goes where it saw room, while ordinary traffic is left to the scorers (the
- * default profile's choice: the saturation filter on every request sent traffic away from the
- * replicas holding its prefix, docs/benchmarks.md section 10). */
+ * gate filter: the same test for the requests flow control's gate released; for every other
+ * request only the stale endpoints go. What the gate releases goes where it saw room, while
+ * ordinary traffic is left to the scorers (the default profile's choice: the saturation
+ * filter's thresholds on every request sent traffic away from the replicas holding its prefix,
+ * docs/benchmarks.md section 10). */
 #include "core/sched.h"
 
 static void drop_saturated(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n,
@@ -37,8 +38,16 @@ const sb_filter_def sb_filter_saturation = {.name = "saturation", .soft = true, 
 
 static void run_gate(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candidate *c, size_t n)
 {
-    if (req->gated)
+    if (req->gated) {
         drop_saturated(ctx, req, c, n, "gate");
+        return;
+    }
+    /* Stale endpoints go for every request, as saturation drops them: an endpoint whose
+     * reports stopped may be gone, and its prefix score and our own counters would still
+     * make it win. */
+    for (size_t i = 0; i < n; i++)
+        if (!c[i].removed_by && c[i].stale)
+            c[i].removed_by = "gate";
 }
 
 const sb_filter_def sb_filter_gate = {.name = "gate", .soft = true, .run = run_gate};

@@ -2,6 +2,8 @@
  * that the hash secret changes no result. */
 #include "sb_test.h"
 
+#include <math.h>
+
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "core/router.h"
@@ -341,10 +343,11 @@ static void test_kv_fusion(void **state)
     sb_router_free(r);
 }
 
-/* A restart the prober notices (sb_router_prefix_clear) drops the endpoint's reported blocks
- * when its event stream is not heard, and keeps them when it is (the stream saw the restart
- * first and what it reported since is the new engine's). */
-static void test_restart_clears_unheard_reports(void **state)
+/* A restart the prober notices (sb_router_prefix_clear, given the time of the report before
+ * the one that showed it) drops the endpoint's reported blocks, unless its stream cleared them
+ * itself since (sb_router_kv_cleared: it saw the same restart, and what it reported after is
+ * the new engine's). Both endpoints' streams are heard, as in production. */
+static void test_restart_clears_reports_unless_stream_did(void **state)
 {
     (void)state;
     sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
@@ -358,13 +361,24 @@ static void test_restart_clears_unheard_reports(void **state)
     for (int i = 0; i < 4; i++)
         eh[i] = 0xA000 + (uint64_t)i;
     sb_kv_stored ev = {.engine_hashes = eh, .n = 4, .token_ids = tok, .n_tokens = 64, .block_size = 16};
-    for (uint32_t e = 0; e < 2; e++)
+    for (uint32_t e = 0; e < 2; e++) {
         assert_int_equal(sb_kv_index_block_stored(kv, e, &ev), SB_KV_OK);
-    sb_router_kv_live(r, 0, 1, true);
-    sb_router_prefix_clear(r, 0, 0);
-    sb_router_prefix_clear(r, 0, 1);
+        sb_router_kv_live(r, 0, e, true);
+    }
+    /* Endpoint 1's stream saw its restart at t=150 ms and heard the new engine store blocks;
+     * endpoint 0's engine restarted idle (its stream says nothing). The scrape at 200 ms (the
+     * one before at 100 ms) shows both restarts. */
+    sb_router_kv_cleared(r, 0, 1, SB_MS(150));
+    assert_int_equal(sb_kv_index_stats(kv, 1).blocks, 0);
+    assert_int_equal(sb_kv_index_block_stored(kv, 1, &ev), SB_KV_OK);
+    sb_router_prefix_clear(r, 0, 0, SB_MS(100));
+    sb_router_prefix_clear(r, 0, 1, SB_MS(100));
     assert_int_equal(sb_kv_index_stats(kv, 0).blocks, 0);
     assert_int_equal(sb_kv_index_stats(kv, 1).blocks, 4);
+    /* A later restart of endpoint 1 the stream has not seen (its clear is older than the
+     * previous report) drops its reports. */
+    sb_router_prefix_clear(r, 0, 1, SB_MS(300));
+    assert_int_equal(sb_kv_index_stats(kv, 1).blocks, 0);
     sb_router_free(r);
 }
 
@@ -391,10 +405,22 @@ static void test_sent_tokens_count_uncached(void **state)
     assert_int_equal(sb_router_pick(r, &rq, 0), a);
     t = sb_router_dispatched(r, 0, (uint32_t)a, 160, 0);
     assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0 + 32.0);
-    /* Picked a, sent to b (the caller chose): b takes the whole prompt. */
+    /* The same request again on a fresh connection (no new pick): in flight again, charged once. */
+    uint32_t before = ea->in_flight;
+    sb_ticket again = sb_router_redispatched(r, 0, (uint32_t)a, &t, 0);
+    assert_int_equal(ea->in_flight, before + 1);
+    assert_int_equal(again.sent_tokens, 32);
+    assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0 + 32.0);
+    /* Picked a, sent to b (the caller chose): b takes the whole prompt; if it never reached b
+     * (a connect failure), the charge goes back, what is left of it after a time constant. */
     sb_router_pick(r, &rq, 0);
-    sb_router_dispatched(r, 0, (uint32_t)(1 - a), 160, 0);
+    sb_ticket tb = sb_router_dispatched(r, 0, (uint32_t)(1 - a), 160, 0);
     assert_true(sb_endpoint_sent_tokens(eb, 0) == 160.0);
+    sb_router_withdraw_sent(r, 0, (uint32_t)(1 - a), &tb, SB_SENT_TOKENS_TAU_NS);
+    assert_true(fabs(sb_endpoint_sent_tokens(eb, SB_SENT_TOKENS_TAU_NS)) < 1e-9);
+    assert_int_equal(tb.sent_tokens, 0);
+    sb_router_withdraw_sent(r, 0, (uint32_t)(1 - a), &tb, SB_SENT_TOKENS_TAU_NS); /* once only */
+    assert_true(sb_endpoint_sent_tokens(eb, SB_SENT_TOKENS_TAU_NS) == 0.0);
     sb_router_free(r);
 }
 
@@ -416,6 +442,11 @@ static void test_gated_request_uses_gate_threshold(void **state)
      * queue threshold (5) too: the scorers decide. */
     assert_null(d->cands[1].removed_by);
     assert_null(d->cands[2].removed_by);
+    /* ... except a stale endpoint, for every request. */
+    report_waiting(r, 2, 0, t - 2 * sb_pool_params_default().stale_ns);
+    sb_router_pick(r, &rq, t);
+    assert_string_equal(sb_router_last_decision(r, 0)->cands[2].removed_by, "gate");
+    report_waiting(r, 2, 3, t);
     report_waiting(r, 1, 3, t);
     rq.gated = true;
     rq.gate_queue = 1;
@@ -585,7 +616,7 @@ int main(void)
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_kv_fusion),
-        cmocka_unit_test(test_restart_clears_unheard_reports),
+        cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),

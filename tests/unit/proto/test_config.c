@@ -438,6 +438,12 @@ static void test_adaptive_mapping(void **state)
     assert_int_equal(parse_str(POOL_OK "    adaptive: { enabled: false }\n", &cfg, &errs), 0);
     assert_false(cfg->pools[0].adaptive);
     sb_config_free(cfg);
+    /* Parameters without `enabled` turn it on (the pool default is off): tuning a loop that
+     * never runs would be a silent no-op. */
+    assert_int_equal(parse_str(POOL_OK "    adaptive: { x0: 0.3 }\n", &cfg, &errs), 0);
+    assert_true(cfg->pools[0].adaptive);
+    assert_float_equal(cfg->pools[0].adaptive_params.x0, 0.3, 1e-12);
+    sb_config_free(cfg);
     assert_int_equal(parse_str(POOL_OK "flow_control: { queue_threshold: 2, kv_threshold: 0.9 }\n", &cfg, &errs), 0);
     assert_float_equal(cfg->flow_gate_queue, 2, 0);
     assert_float_equal(cfg->flow_gate_kv, 0.9, 0);
