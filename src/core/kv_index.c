@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "base/ilist.h"
 #include "base/table.h"
 
 #define NIL UINT32_MAX
@@ -28,8 +29,7 @@ typedef struct entry {
     uint32_t used : 1;    /* a match used it since it was last stored or passed over */
     uint32_t next_holder; /* next entry with the same own key; free-list link when unused */
     uint32_t prev_holder; /* previous one; NIL for the list head (the table points at it) */
-    uint32_t lru_prev;    /* towards the endpoint's most recently stored */
-    uint32_t lru_next;    /* towards its least recently stored */
+    sb_ilist_link lru;    /* on its endpoint's LRU list */
     uint32_t epoch;       /* the endpoint's epoch when stored: an older one means cleared since */
 } entry;
 
@@ -38,7 +38,7 @@ typedef struct entry {
  * first, at the memory bound). A restart of an engine holding a million blocks does not stall
  * the loop. Stale entries are the oldest of their endpoint, so they sit at its LRU end. */
 typedef struct ep_state {
-    uint32_t mru, lru;
+    sb_ilist lru; /* most recently stored (or saved by a second chance) at the front */
     uint32_t epoch;
     uint64_t stale; /* entries of older epochs still in memory */
     sb_kv_index_ep_stats st;
@@ -188,7 +188,7 @@ sb_kv_index *sb_kv_index_new(const sb_kv_index_config *cfg)
         return NULL;
     }
     for (uint32_t e = 0; e < ix->n_eps; e++)
-        ix->eps[e].mru = ix->eps[e].lru = NIL;
+        ix->eps[e].lru = SB_ILIST_EMPTY;
     return ix;
 }
 
@@ -208,32 +208,12 @@ void sb_kv_index_free(sb_kv_index *ix)
 
 /* ---- entries ---- */
 
-static void lru_unlink(sb_kv_index *ix, uint32_t k)
+/* Entry k's endpoint's LRU list, and the entries as its nodes (base/ilist.h). */
+static sb_ilist *lru_of(sb_kv_index *ix, uint32_t k)
 {
-    entry *en = &ix->entries[k];
-    ep_state *es = &ix->eps[en->ep];
-    if (en->lru_prev != NIL)
-        ix->entries[en->lru_prev].lru_next = en->lru_next;
-    else
-        es->mru = en->lru_next;
-    if (en->lru_next != NIL)
-        ix->entries[en->lru_next].lru_prev = en->lru_prev;
-    else
-        es->lru = en->lru_prev;
+    return &ix->eps[ix->entries[k].ep].lru;
 }
-
-static void lru_push_mru(sb_kv_index *ix, uint32_t k)
-{
-    entry *en = &ix->entries[k];
-    ep_state *es = &ix->eps[en->ep];
-    en->lru_prev = NIL;
-    en->lru_next = es->mru;
-    if (es->mru != NIL)
-        ix->entries[es->mru].lru_prev = k;
-    es->mru = k;
-    if (es->lru == NIL)
-        es->lru = k;
-}
+#define LRU_NODES(ix) SB_ILIST_NODES((ix)->entries, entry, lru)
 
 /* Unlinks entry k from its own key's holder list: O(1). */
 static void unlink_holder(sb_kv_index *ix, uint32_t k)
@@ -282,7 +262,7 @@ static void remove_entry(sb_kv_index *ix, uint32_t k)
     (void)find_engine(ix, en->engine, en->ep, eng_tag(ix, en->engine, en->ep), &s);
     sb_table_delete(&ix->eng_tab, s);
     unlink_holder(ix, k);
-    lru_unlink(ix, k);
+    sb_ilist_remove(lru_of(ix, k), LRU_NODES(ix), k);
     if (live(ix, en)) {
         ix->eps[en->ep].st.blocks--;
     } else {
@@ -299,8 +279,8 @@ static void remove_entry(sb_kv_index *ix, uint32_t k)
 static void reclaim_ep(sb_kv_index *ix, uint32_t ep, size_t budget)
 {
     ep_state *es = &ix->eps[ep];
-    while (budget-- && es->stale && es->lru != NIL)
-        remove_entry(ix, es->lru);
+    while (budget-- && es->stale && es->lru.back != NIL)
+        remove_entry(ix, es->lru.back);
 }
 
 /* Frees up to budget stale entries, from whichever endpoints have them (round-robin). */
@@ -323,14 +303,13 @@ static void reclaim(sb_kv_index *ix, size_t budget)
 static void evict_one(sb_kv_index *ix, uint32_t ep)
 {
     ep_state *es = &ix->eps[ep];
-    for (int c = 0; c < MAX_SECOND_CHANCES && es->lru != NIL && ix->entries[es->lru].used; c++) {
-        uint32_t k = es->lru;
+    for (int c = 0; c < MAX_SECOND_CHANCES && es->lru.back != NIL && ix->entries[es->lru.back].used; c++) {
+        uint32_t k = es->lru.back;
         ix->entries[k].used = 0;
-        lru_unlink(ix, k);
-        lru_push_mru(ix, k);
+        sb_ilist_move_to_front(lru_of(ix, k), LRU_NODES(ix), k);
     }
-    if (es->lru != NIL) {
-        remove_entry(ix, es->lru);
+    if (es->lru.back != NIL) {
+        remove_entry(ix, es->lru.back);
         es->st.evictions++;
     }
 }
@@ -402,8 +381,7 @@ static bool record(sb_kv_index *ix, uint32_t ep, uint64_t engine, uint64_t own)
             link_holder(ix, k);
         }
         en->used = 0;
-        lru_unlink(ix, k);
-        lru_push_mru(ix, k);
+        sb_ilist_move_to_front(lru_of(ix, k), LRU_NODES(ix), k);
         return true;
     }
     k = alloc_entry(ix, ep);
@@ -422,7 +400,7 @@ static bool record(sb_kv_index *ix, uint32_t ep, uint64_t engine, uint64_t own)
     (void)find_engine(ix, engine, ep, etag, &s);
     sb_table_put(&ix->eng_tab, s, etag, k);
     link_holder(ix, k);
-    lru_push_mru(ix, k);
+    sb_ilist_push_front(lru_of(ix, k), LRU_NODES(ix), k);
     ix->eps[ep].st.blocks++;
     ix->used++;
     return true;

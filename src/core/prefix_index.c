@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/ilist.h"
 #include "base/table.h"
 
 #define NIL UINT32_MAX
@@ -15,13 +16,12 @@ typedef struct entry {
     uint32_t ep : 31;
     uint32_t pending : 1;
     uint32_t next_holder;  /* next entry with the same hash; free-list link when unused */
-    uint32_t lru_prev;     /* towards the endpoint's most recently used */
-    uint32_t lru_next;     /* towards its least recently used */
+    sb_ilist_link lru;     /* on its endpoint's LRU list */
     uint32_t stamp;        /* the owner's clock when last inserted or refreshed */
 } entry;
 
 typedef struct ep_state {
-    uint32_t mru, lru;     /* list ends, NIL when empty */
+    sb_ilist lru; /* most recently used at the front */
     uint32_t count;
     uint32_t capacity;
     uint32_t pending;      /* entries marked pending */
@@ -136,7 +136,7 @@ sb_prefix_index *sb_prefix_index_new(uint32_t n_endpoints, size_t max_entries, u
         return NULL;
     }
     for (uint32_t e = 0; e < n_endpoints; e++)
-        ix->eps[e] = (ep_state){.mru = NIL, .lru = NIL, .capacity = default_capacity};
+        ix->eps[e] = (ep_state){.lru = SB_ILIST_EMPTY, .capacity = default_capacity};
     return ix;
 }
 
@@ -153,38 +153,18 @@ void sb_prefix_index_free(sb_prefix_index *ix)
     sb_free(ix);
 }
 
-static void lru_unlink(sb_prefix_index *ix, uint32_t k)
+/* Entry k's endpoint's LRU list, and the entries as its nodes (base/ilist.h). */
+static sb_ilist *lru_of(sb_prefix_index *ix, uint32_t k)
 {
-    entry *en = &ix->entries[k];
-    ep_state *es = &ix->eps[en->ep];
-    if (en->lru_prev != NIL)
-        ix->entries[en->lru_prev].lru_next = en->lru_next;
-    else
-        es->mru = en->lru_next;
-    if (en->lru_next != NIL)
-        ix->entries[en->lru_next].lru_prev = en->lru_prev;
-    else
-        es->lru = en->lru_prev;
+    return &ix->eps[ix->entries[k].ep].lru;
 }
-
-static void lru_push_mru(sb_prefix_index *ix, uint32_t k)
-{
-    entry *en = &ix->entries[k];
-    ep_state *es = &ix->eps[en->ep];
-    en->lru_prev = NIL;
-    en->lru_next = es->mru;
-    if (es->mru != NIL)
-        ix->entries[es->mru].lru_prev = k;
-    es->mru = k;
-    if (es->lru == NIL)
-        es->lru = k;
-}
+#define LRU_NODES(ix) SB_ILIST_NODES((ix)->entries, entry, lru)
 
 /* Removes entry k from everything and puts it on the free list. */
 static void remove_entry(sb_prefix_index *ix, uint32_t k)
 {
     entry *en = &ix->entries[k];
-    lru_unlink(ix, k);
+    sb_ilist_remove(lru_of(ix, k), LRU_NODES(ix), k);
     ix->eps[en->ep].count--;
     if (en->pending) {
         ix->eps[en->ep].pending--;
@@ -209,8 +189,8 @@ static void remove_entry(sb_prefix_index *ix, uint32_t k)
 
 static void evict_lru(sb_prefix_index *ix, uint32_t ep)
 {
-    if (ix->eps[ep].lru != NIL) {
-        remove_entry(ix, ix->eps[ep].lru);
+    if (ix->eps[ep].lru.back != NIL) {
+        remove_entry(ix, ix->eps[ep].lru.back);
         ix->evictions++;
     }
 }
@@ -291,8 +271,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         while (k != NIL && ix->entries[k].ep != ep)
             k = ix->entries[k].next_holder;
         if (k != NIL) {
-            lru_unlink(ix, k);
-            lru_push_mru(ix, k);
+            sb_ilist_move_to_front(lru_of(ix, k), LRU_NODES(ix), k);
             ix->entries[k].stamp = ix->clock;
             continue;
         }
@@ -325,7 +304,7 @@ static uint32_t insert(sb_prefix_index *ix, uint32_t ep, const uint64_t *hashes,
         }
         ix->eps[ep].count++;
         ix->used++;
-        lru_push_mru(ix, k);
+        sb_ilist_push_front(lru_of(ix, k), LRU_NODES(ix), k);
     }
     return lowest_new;
 }
@@ -421,8 +400,8 @@ void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep)
 {
     if (ep >= ix->n_eps)
         return;
-    while (ix->eps[ep].lru != NIL)
-        remove_entry(ix, ix->eps[ep].lru);
+    while (ix->eps[ep].lru.back != NIL)
+        remove_entry(ix, ix->eps[ep].lru.back);
 }
 
 void sb_prefix_index_set_clock(sb_prefix_index *ix, uint32_t stamp)
@@ -439,7 +418,7 @@ size_t sb_prefix_index_expire(sb_prefix_index *ix, uint32_t ep, uint32_t before)
      * back: the expired entries are a run at the LRU end. */
     size_t n = 0;
     uint32_t k;
-    while ((k = ix->eps[ep].lru) != NIL && (int32_t)(ix->entries[k].stamp - before) < 0) {
+    while ((k = ix->eps[ep].lru.back) != NIL && (int32_t)(ix->entries[k].stamp - before) < 0) {
         remove_entry(ix, k);
         n++;
     }

@@ -24,52 +24,30 @@
  * The cache side (overlap, tree size) is heard through KV events, so it lags: kv_shadow.h's
  * sb_kv_view shows the caches as they were --event-lag-ms ago (default one engine step,
  * replay/driver.h); the active side (Dynamo's ActiveSequences) is the router's own and exact. */
-#include "base/alloc.h"
-#include "replay/policies/kv_shadow.h"
-#include "replay/policy.h"
+#include "replay/policies/kv_policy.h"
 
 #define OVERLAP_SCORE_WEIGHT 1.0 /* KvRouterConfig default */
 
 typedef struct state {
-    uint32_t n, block_size;
-    sb_kv_view *view;
-    uint32_t *ties;
+    sb_kv_policy kv; /* first: its hooks are this policy's */
+    uint32_t block_size;
 } state;
-
-static void destroy(void *st)
-{
-    state *s = st;
-    if (!s)
-        return;
-    sb_kv_view_free(s->view);
-    sb_free(s->ties);
-    sb_free(s);
-}
 
 static void *create(const sb_replay_policy_env *env)
 {
-    state *s = sb_calloc(1, sizeof(*s));
-    if (!s)
-        return NULL;
-    s->n = env->n_replicas;
-    s->block_size = env->engine->block_size;
-    s->view = sb_kv_view_new(s->n, env->engine, env->event_lag_ns);
-    s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
-    if (!s->view || !s->ties) {
-        destroy(s);
-        return NULL;
-    }
+    state *s = sb_kv_policy_new(sizeof(*s), env, env->event_lag_ns);
+    if (s)
+        s->block_size = env->engine->block_size;
     return s;
 }
 
 static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r)
 {
     state *s = st;
-    double best = 0;
-    uint32_t best_tree = 0, nt = 0;
     uint32_t partial = r->n_tokens % s->block_size ? 1 : 0;
-    const sb_kv_shadow *cache = sb_kv_view_cache(s->view, f->now), *active = sb_kv_view_active(s->view);
-    for (uint32_t i = 0; i < s->n; i++) {
+    const sb_kv_shadow *cache = sb_kv_view_cache(s->kv.view, f->now), *active = sb_kv_view_active(s->kv.view);
+    sb_kv_policy_pick_begin(&s->kv);
+    for (uint32_t i = 0; i < s->kv.n; i++) {
         const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
         uint32_t overlap = sb_kv_shadow_cached_blocks(cache, i, r->engine_hashes, r->n_engine_hashes);
         uint64_t cached = (uint64_t)overlap * s->block_size;
@@ -80,32 +58,12 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
                                sb_kv_shadow_new_active_blocks(active, i, r->engine_hashes, r->n_engine_hashes) +
                                partial;
         double logit = OVERLAP_SCORE_WEIGHT * prefill_blocks + decode_blocks;
-        uint32_t tree = sb_kv_shadow_cached_total(cache, i);
-        if (nt == 0 || logit < best || (logit == best && tree < best_tree)) {
-            best = logit;
-            best_tree = tree;
-            nt = 0;
-        }
-        if (logit == best && tree == best_tree)
-            s->ties[nt++] = i;
+        sb_kv_policy_offer(&s->kv, i, logit, sb_kv_shadow_cached_total(cache, i));
     }
-    return (int)s->ties[nt == 1 ? 0 : sb_rand_next(f->rng) % nt];
+    return (int)sb_kv_policy_pick_end(&s->kv, f->rng);
 }
 
-static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
-{
-    sb_kv_view_record(((state *)st)->view, f->now, replica, r);
-}
-
-static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
-{
-    (void)replica;
-    (void)ok;
-    sb_kv_view_finish(((state *)st)->view, f->now, id);
-}
-
-static const sb_replay_custom_ops ops = {
-    .create = create, .destroy = destroy, .pick = pick, .on_dispatch = on_dispatch, .on_finish = on_finish};
+static const sb_replay_custom_ops ops = SB_KV_POLICY_OPS(create, pick);
 
 const sb_replay_policy_def sb_policy_dynamo_kv = {
     .name = "dynamo-kv",

@@ -27,8 +27,7 @@
  * uncorrected, as llm-d reads them. */
 #include "base/alloc.h"
 #include "replay/policies/block_lru.h"
-#include "replay/policies/kv_shadow.h"
-#include "replay/policy.h"
+#include "replay/policies/kv_policy.h"
 
 #define W_PREFIX 3.0
 #define W_KV 2.0
@@ -46,11 +45,10 @@ typedef struct spec {
 } spec;
 
 typedef struct state {
-    uint32_t n;
-    sb_kv_view *view;
+    sb_kv_policy kv;            /* first: its on_finish is this policy's */
     sb_block_lru **speculative; /* per endpoint: pinned while a speculative mark lives */
     spec *oldest, *newest;
-    uint32_t *match, *ties, *lru; /* lru: endpoints that took cold requests, least recent first */
+    uint32_t *match, *lru; /* lru: endpoints that took cold requests, least recent first */
     uint32_t n_lru;
     double *score;
     bool cold; /* the request just picked was cold */
@@ -61,37 +59,32 @@ static void destroy(void *st)
     state *s = st;
     if (!s)
         return;
-    sb_kv_view_free(s->view);
     for (spec *p = s->oldest, *next; p; p = next) {
         next = p->next;
         sb_free(p);
     }
-    for (uint32_t i = 0; s->speculative && i < s->n; i++)
+    for (uint32_t i = 0; s->speculative && i < s->kv.n; i++)
         sb_block_lru_free(s->speculative[i]);
     sb_free(s->speculative);
     sb_free(s->match);
-    sb_free(s->ties);
     sb_free(s->lru);
     sb_free(s->score);
-    sb_free(s);
+    sb_kv_policy_free(s);
 }
 
 static void *create(const sb_replay_policy_env *env)
 {
-    state *s = sb_calloc(1, sizeof(*s));
+    state *s = sb_kv_policy_new(sizeof(*s), env, env->event_lag_ns);
     if (!s)
         return NULL;
-    s->n = env->n_replicas;
-    size_t n = s->n ? s->n : 1;
-    s->view = sb_kv_view_new(s->n, env->engine, env->event_lag_ns);
+    size_t n = s->kv.n ? s->kv.n : 1;
     s->speculative = sb_calloc(n, sizeof(sb_block_lru *));
     s->match = sb_calloc(n, sizeof(uint32_t));
-    s->ties = sb_calloc(n, sizeof(uint32_t));
     s->lru = sb_calloc(n, sizeof(uint32_t));
     s->score = sb_calloc(n, sizeof(double));
-    if (!s->view || !s->speculative || !s->match || !s->ties || !s->lru || !s->score)
+    if (!s->speculative || !s->match || !s->lru || !s->score)
         goto fail;
-    for (uint32_t i = 0; i < s->n; i++)
+    for (uint32_t i = 0; i < s->kv.n; i++)
         if (!(s->speculative[i] = sb_block_lru_new(0)))
             goto fail;
     return s;
@@ -121,10 +114,10 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
 {
     state *s = st;
     expire(s, f->now);
-    const sb_kv_shadow *cache = sb_kv_view_cache(s->view, f->now);
+    const sb_kv_shadow *cache = sb_kv_view_cache(s->kv.view, f->now);
     bool cold = true;
     double qmin = 0, qmax = 0;
-    for (uint32_t i = 0; i < s->n; i++) {
+    for (uint32_t i = 0; i < s->kv.n; i++) {
         uint32_t k = 0;
         while (k < r->n_engine_hashes &&
                (sb_kv_shadow_holds(cache, i, r->engine_hashes[k]) ||
@@ -137,7 +130,7 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
         qmax = i == 0 || q > qmax ? q : qmax;
     }
     s->cold = cold;
-    for (uint32_t i = 0; i < s->n; i++) {
+    for (uint32_t i = 0; i < s->kv.n; i++) {
         const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
         double prefix = r->n_engine_hashes ? (double)s->match[i] / (double)r->n_engine_hashes : 0;
         double kv = 1.0 - ep->report.kv_usage;
@@ -145,38 +138,32 @@ static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request
         double queue = qmax == qmin ? 1.0 : (qmax - ep->report.waiting) / (qmax - qmin);
         s->score[i] = W_PREFIX * prefix + W_KV * kv + W_QUEUE * queue + W_NO_HIT_LRU * 0.5;
     }
-    if (cold && s->n > 1) {
+    if (cold && s->kv.n > 1) {
         /* never-used endpoints first, in pool order, then the used ones least recent first */
         uint32_t rank = 0;
-        for (uint32_t i = 0; i < s->n; i++) {
+        for (uint32_t i = 0; i < s->kv.n; i++) {
             bool used = false;
             for (uint32_t k = 0; k < s->n_lru && !used; k++)
                 used = s->lru[k] == i;
             if (!used)
-                s->score[i] += W_NO_HIT_LRU * (1.0 - (double)rank++ / (double)(s->n - 1) - 0.5);
+                s->score[i] += W_NO_HIT_LRU * (1.0 - (double)rank++ / (double)(s->kv.n - 1) - 0.5);
         }
         for (uint32_t k = 0; k < s->n_lru; k++) {
-            double v = 1.0 - (double)(rank + k) / (double)(s->n - 1);
+            double v = 1.0 - (double)(rank + k) / (double)(s->kv.n - 1);
             s->score[s->lru[k]] += W_NO_HIT_LRU * ((v < 0 ? 0 : v) - 0.5);
         }
     }
-    double best = -1;
-    uint32_t nt = 0;
-    for (uint32_t i = 0; i < s->n; i++) {
-        if (s->score[i] > best) {
-            best = s->score[i];
-            nt = 0;
-        }
-        if (s->score[i] == best)
-            s->ties[nt++] = i;
-    }
-    return (int)s->ties[nt == 1 ? 0 : sb_rand_next(f->rng) % nt];
+    /* The highest score is the lowest cost: negation is exact, so the same ones tie. */
+    sb_kv_policy_pick_begin(&s->kv);
+    for (uint32_t i = 0; i < s->kv.n; i++)
+        sb_kv_policy_offer(&s->kv, i, -s->score[i], 0);
+    return (int)sb_kv_policy_pick_end(&s->kv, f->rng);
 }
 
 static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
 {
     state *s = st;
-    sb_kv_view_record(s->view, f->now, replica, r);
+    sb_kv_policy_on_dispatch(s, f, r, replica);
     if (s->cold) { /* the chosen endpoint becomes the most recent cold one */
         uint32_t k = 0;
         while (k < s->n_lru && s->lru[k] != replica)
@@ -208,15 +195,11 @@ static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay
     s->newest = p;
 }
 
-static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
-{
-    (void)replica;
-    (void)ok;
-    sb_kv_view_finish(((state *)st)->view, f->now, id);
-}
-
-static const sb_replay_custom_ops ops = {
-    .create = create, .destroy = destroy, .pick = pick, .on_dispatch = on_dispatch, .on_finish = on_finish};
+static const sb_replay_custom_ops ops = {.create = create,
+                                         .destroy = destroy,
+                                         .pick = pick,
+                                         .on_dispatch = on_dispatch,
+                                         .on_finish = sb_kv_policy_on_finish};
 
 const sb_replay_policy_def sb_policy_llm_d_precise = {
     .name = "llm-d-precise",

@@ -29,40 +29,18 @@
  * the oldest queued request, decode sequences finishing while the request waits. */
 #include <math.h>
 
-#include "base/alloc.h"
-#include "replay/policies/kv_shadow.h"
-#include "replay/policy.h"
+#include "replay/policies/kv_policy.h"
 
 typedef struct state {
-    uint32_t n;
+    sb_kv_policy kv; /* first: its hooks are this policy's. No lag: the caches at once */
     sb_engine_params p;
-    sb_kv_shadow *shadow;
-    uint32_t *ties;
 } state;
-
-static void destroy(void *st)
-{
-    state *s = st;
-    if (!s)
-        return;
-    sb_kv_shadow_free(s->shadow);
-    sb_free(s->ties);
-    sb_free(s);
-}
 
 static void *create(const sb_replay_policy_env *env)
 {
-    state *s = sb_calloc(1, sizeof(*s));
-    if (!s)
-        return NULL;
-    s->n = env->n_replicas;
-    s->p = *env->engine;
-    s->shadow = sb_kv_shadow_new(s->n, env->engine);
-    s->ties = sb_calloc(s->n ? s->n : 1, sizeof(uint32_t));
-    if (!s->shadow || !s->ties) {
-        destroy(s);
-        return NULL;
-    }
+    state *s = sb_kv_policy_new(sizeof(*s), env, 0);
+    if (s)
+        s->p = *env->engine;
     return s;
 }
 
@@ -71,13 +49,14 @@ static double predict(const state *s, const sb_replay_fleet_view *f, const sb_re
                       uint32_t *load)
 {
     const sb_engine_params *p = &s->p;
+    const sb_kv_shadow *shadow = sb_kv_view_active(s->kv.view); /* the caches too, at lag 0 */
     sb_engine_metrics m;
     sb_engine_metrics_get(f->engines[i], &m);
-    uint32_t cached_blocks = sb_kv_shadow_cached_blocks(s->shadow, i, r->engine_hashes, r->n_engine_hashes);
-    double u = (double)(r->n_tokens - sb_kv_shadow_cached_tokens(s->shadow, cached_blocks, r->n_tokens));
+    uint32_t cached_blocks = sb_kv_shadow_cached_blocks(shadow, i, r->engine_hashes, r->n_engine_hashes);
+    double u = (double)(r->n_tokens - sb_kv_shadow_cached_tokens(shadow, cached_blocks, r->n_tokens));
     const sb_endpoint *ep = sb_router_endpoint(f->router, f->pool, i);
     uint32_t prefilling = 0;
-    double q = (double)sb_kv_shadow_pending_uncached(s->shadow, i, ep->pending_prefill_tokens, &prefilling);
+    double q = (double)sb_kv_shadow_pending_uncached(shadow, i, ep->pending_prefill_tokens, &prefilling);
     uint32_t live = m.num_requests_running + m.num_requests_waiting;
     double d = live > prefilling ? (double)(live - prefilling) : 0.0;
     double ctx = (double)m.num_blocks_used * m.block_size;
@@ -95,38 +74,16 @@ static double predict(const state *s, const sb_replay_fleet_view *f, const sb_re
 static int pick(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r)
 {
     state *s = st;
-    double best = 0;
-    uint32_t best_load = 0, nt = 0;
-    for (uint32_t i = 0; i < s->n; i++) {
+    sb_kv_policy_pick_begin(&s->kv);
+    for (uint32_t i = 0; i < s->kv.n; i++) {
         uint32_t load;
         double t = predict(s, f, r, i, &load);
-        if (nt == 0 || t < best || (t == best && load < best_load)) {
-            best = t;
-            best_load = load;
-            nt = 0;
-        }
-        if (t == best && load == best_load)
-            s->ties[nt++] = i;
+        sb_kv_policy_offer(&s->kv, i, t, load);
     }
-    return (int)s->ties[nt == 1 ? 0 : sb_rand_next(f->rng) % nt];
+    return (int)sb_kv_policy_pick_end(&s->kv, f->rng);
 }
 
-static void on_dispatch(void *st, const sb_replay_fleet_view *f, const sb_replay_request_view *r, uint32_t replica)
-{
-    (void)f;
-    sb_kv_shadow_record(((state *)st)->shadow, replica, r);
-}
-
-static void on_finish(void *st, const sb_replay_fleet_view *f, uint64_t id, uint32_t replica, bool ok)
-{
-    (void)f;
-    (void)replica;
-    (void)ok;
-    sb_kv_shadow_finish(((state *)st)->shadow, id);
-}
-
-static const sb_replay_custom_ops ops = {
-    .create = create, .destroy = destroy, .pick = pick, .on_dispatch = on_dispatch, .on_finish = on_finish};
+static const sb_replay_custom_ops ops = SB_KV_POLICY_OPS(create, pick);
 
 const sb_replay_policy_def sb_policy_min_predicted_ttft = {
     .name = "min-predicted-ttft",
