@@ -130,28 +130,35 @@ sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns n
     return t;
 }
 
+/* What is left at `now` of v counted at `at` (no time passed when the clock reads earlier:
+ * never on a monotonic one). */
+static double decayed(double v, sb_ns at, sb_ns now)
+{
+    return now > at ? v * exp(-(double)(now - at) / (double)SB_SENT_TOKENS_TAU_NS) : v;
+}
+
 double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now)
 {
-    /* A clock that went back (never on a monotonic one) reads as no time passed. */
-    if (now <= ep->sent_tokens_ns)
-        return ep->sent_tokens;
-    return ep->sent_tokens * exp(-(double)(now - ep->sent_tokens_ns) / (double)SB_SENT_TOKENS_TAU_NS);
+    return decayed(ep->sent_tokens, ep->sent_tokens_ns, now);
+}
+
+/* Folds the decay into the sum at now (the stamp never goes back) and adds delta, at least 0. */
+static void sent_tokens_change(sb_endpoint *ep, double delta, sb_ns now)
+{
+    double v = sb_endpoint_sent_tokens(ep, now) + delta;
+    ep->sent_tokens = v > 0 ? v : 0;
+    if (now > ep->sent_tokens_ns)
+        ep->sent_tokens_ns = now;
 }
 
 void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now)
 {
-    ep->sent_tokens = sb_endpoint_sent_tokens(ep, now) + tokens;
-    if (now > ep->sent_tokens_ns)
-        ep->sent_tokens_ns = now;
+    sent_tokens_change(ep, tokens, now);
 }
 
 void sb_endpoint_sent_tokens_withdraw(sb_endpoint *ep, uint32_t tokens, sb_ns at, sb_ns now)
 {
-    double left = now > at ? (double)tokens * exp(-(double)(now - at) / (double)SB_SENT_TOKENS_TAU_NS) : tokens;
-    double v = sb_endpoint_sent_tokens(ep, now) - left;
-    ep->sent_tokens = v > 0 ? v : 0;
-    if (now > ep->sent_tokens_ns)
-        ep->sent_tokens_ns = now;
+    sent_tokens_change(ep, -decayed(tokens, at, now), now);
 }
 
 static void release_prefill(sb_endpoint *ep, sb_ticket *t)

@@ -31,6 +31,28 @@ def free_port():
     return port
 
 
+def free_run(n):
+    """A base port with n consecutive free ports after it (a simulated fleet's replicas, its
+    KV-event publishers)."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of %d free ports" % n)
+
+
 def wait_until(pred, timeout=10.0, what="condition"):
     """Polls pred() until true. Waits for an event, not for time: the deadline only bounds
     a broken run."""

@@ -5,33 +5,11 @@ stop on Ctrl-C, against the built binary."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, free_port, http, wait_until
-
-
-def free_run(n):
-    """A base port with n consecutive free ports after it (the demo's replicas use P..P+3)."""
-    for _ in range(50):
-        base = free_port()
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of %d free ports" % n)
+from fixtures import GATEWAY_BIN, free_port, free_run, http, wait_until
 
 
 class DemoTest(unittest.TestCase):

@@ -12,8 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, Gateway, http, wait_until
-from test_demo import free_run
+from fixtures import GATEWAY_BIN, Gateway, free_run, http, wait_until
 from test_sim import MODEL
 
 try:
