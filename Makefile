@@ -43,7 +43,7 @@ FORMAT_BASE ?= main
 # run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
 PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all deps test call-graph unit integration bench demo clean check-format fuzz fuzz-build
+.PHONY: all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -105,6 +105,11 @@ call-graph: build/san/libsb.a
 bench: all $(BENCH_BIN)
 	@scripts/deps.sh bench
 	@bench/run.sh
+
+# A bounded soak (SOAK_SECONDS, default 180): mixed load, faults on and off, RSS and
+# descriptors sampled; prints its verdict (bench/soak.py).
+soak: all
+	@python3 bench/soak.py
 
 demo: all
 	@build/switchboard demo
