@@ -49,6 +49,10 @@ static const char usage_text[] =
     "  --scrape-ms M          metrics scrape interval per replica (default 100; 0 = none)\n"
     "  --stale-ms M           reports older than this are stale (default 1000)\n"
     "  --net-delay-ms D       one-way gateway-replica latency (default 0)\n"
+    "  --sync-probe-ms A      synchronous probe: when a best-ranked candidate's report is older\n"
+    "                         than A ms, scrape it before committing (default off)\n"
+    "  --sync-probe-rtt-ms R  the probe's round trip, added to the request's wait (default 1)\n"
+    "  --sync-probe-candidates K  best-ranked candidates checked and probed (1-8, default 2)\n"
     "  --prefix-max-entries N the router's prefix index bound, entries (default the router's, 1M)\n"
     "  --model NAME           served model name, seeds prefix hashes (default the sim's)\n"
     "  --seed S               seed of generators, router and policies (default 1)\n"
@@ -124,6 +128,9 @@ enum {
     O_EVENT_LAG,
     O_KV_COVER,
     O_WORKING_SET,
+    O_SYNC_PROBE,
+    O_SYNC_PROBE_RTT,
+    O_SYNC_PROBE_K,
     O_HELP,
 };
 
@@ -141,6 +148,9 @@ static const struct option long_opts[] = {
     {"scrape-ms", required_argument, NULL, O_SCRAPE},
     {"stale-ms", required_argument, NULL, O_STALE},
     {"net-delay-ms", required_argument, NULL, O_NET_DELAY},
+    {"sync-probe-ms", required_argument, NULL, O_SYNC_PROBE},
+    {"sync-probe-rtt-ms", required_argument, NULL, O_SYNC_PROBE_RTT},
+    {"sync-probe-candidates", required_argument, NULL, O_SYNC_PROBE_K},
     {"prefix-max-entries", required_argument, NULL, O_PREFIX_MAX},
     {"model", required_argument, NULL, O_MODEL},
     {"seed", required_argument, NULL, O_SEED},
@@ -330,6 +340,9 @@ static int parse_args(int argc, char **argv, args *a)
         case O_SCRAPE: rc = parse_ms("scrape-ms", v, 3.6e6, &o->scrape_ns); break;
         case O_STALE: rc = parse_ms("stale-ms", v, 3.6e6, &o->pool.stale_ns); break;
         case O_NET_DELAY: rc = parse_ms("net-delay-ms", v, 6e4, &o->net_delay_ns); break;
+        case O_SYNC_PROBE: rc = parse_ms("sync-probe-ms", v, 3.6e6, &o->sync_probe_age_ns); break;
+        case O_SYNC_PROBE_RTT: rc = parse_ms("sync-probe-rtt-ms", v, 6e4, &o->sync_probe_rtt_ns); break;
+        case O_SYNC_PROBE_K: rc = parse_u32("sync-probe-candidates", v, 1, 8, &o->sync_probe_candidates); break;
         case O_PREFIX_MAX:
             if ((rc = parse_u64("prefix-max-entries", v, 1, UINT32_MAX - 1, &u)) == 0)
                 o->pool.prefix_max_entries = (size_t)u;
@@ -692,6 +705,9 @@ static int run_policies(const args *a, const sb_replay_workload *w, const sb_rep
         }
         fprintf(stderr, "replay: %-16s %llu requests, %llu events in %.2f s wall\n", pols[pi].name,
                 (unsigned long long)r->requests, (unsigned long long)r->events, wall_s() - t0);
+        if (r->sync_probes)
+            fprintf(stderr, "replay: %-16s %llu requests waited for a synchronous probe (%llu endpoints scraped)\n",
+                    pols[pi].name, (unsigned long long)r->sync_probes, (unsigned long long)r->sync_probed);
         if (r->completed == 0 && r->shed > 0)
             fprintf(stderr,
                     "replay: note: %s shed every request (a labels filter? replay's endpoints carry "

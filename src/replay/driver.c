@@ -203,6 +203,45 @@ static uint64_t body_bytes(const sb_replay_request *r)
     return (uint64_t)r->n_prompt * 4;
 }
 
+static void route(driver *d, uint32_t idx);
+
+/* The synchronous probe (opts.sync_probe_age_ns): when a ranked candidate's report is older
+ * than the bound, the request waits one probe round trip and is decided again with those
+ * candidates scraped at the end of the wait (EV_PROBED). Which ones: a bitmask of the pool's
+ * first 64 replicas in the event (the replay's fleets are smaller). The pick just made is
+ * not dispatched; the router settles its pending mark at the next pick. */
+static bool sync_probe(driver *d, gateway *g, uint32_t idx, const sb_ranking *rk)
+{
+    uint64_t mask = 0;
+    for (size_t i = 0; i < rk->n; i++) {
+        const sb_endpoint *e = sb_router_endpoint(g->router, 0, rk->ep[i]);
+        if (rk->ep[i] < 64 && d->now - e->report_ns > d->o->sync_probe_age_ns)
+            mask |= 1ULL << rk->ep[i];
+    }
+    if (!mask)
+        return false;
+    d->rt[idx].probed = true;
+    d->out->sync_probes++;
+    drv_push(d, d->now + d->o->sync_probe_rtt_ns, EV_PROBED, idx, mask);
+    return true;
+}
+
+static void probed(driver *d, uint32_t idx, uint64_t mask)
+{
+    req_rt *rt = &d->rt[idx];
+    gateway *g = &d->gw[rt->gw];
+    for (uint32_t rep = 0; rep < d->n && rep < 64; rep++) {
+        if (mask & (1ULL << rep)) {
+            scrape(d, g, rep);
+            d->out->sync_probed++;
+        }
+    }
+    /* The wait counts as the gateway's: the request left for a replica when first decided. */
+    sb_ns first = rt->dispatch_ns;
+    route(d, idx);
+    rt->dispatch_ns = first;
+}
+
 /* Schedules a request now: builds its descriptor, asks the policy, dispatches it. */
 static void route(driver *d, uint32_t idx)
 {
@@ -268,7 +307,10 @@ static void route(driver *d, uint32_t idx)
         }
     } else {
         sb_ranking rk;
-        pick = sb_decide(g->router, &rq, 1, d->now, &rk);
+        bool probe = d->o->sync_probe_age_ns && !rt->probed;
+        pick = sb_decide(g->router, &rq, probe ? d->o->sync_probe_candidates : 1, d->now, &rk);
+        if (probe && pick >= 0 && sync_probe(d, g, idx, &rk))
+            return;
     }
     if (pick < 0) {
         drv_settle_shed(d, idx, 0);
@@ -553,6 +595,7 @@ static void handle(driver *d, const sb_replay_event *ev)
         d->gw[ev->a].drain_pending = false;
         sb_admission_release(d->gw[ev->a].adm, 0, d->now);
         break;
+    case EV_PROBED: probed(d, ev->a, ev->b); break;
     case EV_RESTART:
         drv_restart(d, ev->a);
         if (d->o->restart_every_ns) {

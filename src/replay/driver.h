@@ -120,6 +120,15 @@ typedef struct sb_replay_opts {
      * the token ids). kv_cover_ns: kv_events.cover_ms (default 2 s). */
     bool kv_events;
     sb_ns kv_cover_ns;
+    /* The synchronous probe (issue 14, the probing discussion's solution 1.3), off when
+     * sync_probe_age_ns is 0: when one of the `sync_probe_candidates` best-ranked endpoints
+     * has a report older than sync_probe_age_ns, the gateway scrapes those before committing:
+     * the request waits sync_probe_rtt_ns (the probe's round trip), the probed reports are
+     * taken at the end of that wait, and the decision is made again (once; no second probe).
+     * The built-in policies only (a custom policy keeps its own state). */
+    sb_ns sync_probe_age_ns;
+    sb_ns sync_probe_rtt_ns;        /* default 1 ms */
+    uint32_t sync_probe_candidates; /* 1..SB_DECIDE_MAX_RANKED; default 2 */
 } sb_replay_opts;
 
 /* The default KV-event lag: vLLM publishes a step's events when the step ends

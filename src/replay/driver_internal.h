@@ -29,7 +29,7 @@
 #define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/prompt.h) */
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
 
-enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN, EV_RESTART };
+enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN, EV_RESTART, EV_PROBED };
 
 /* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
 #define TICK_MAX_NS SB_MS(100)
@@ -49,6 +49,7 @@ typedef struct req_rt {
     bool queued;
     bool bypass;    /* past every gateway (opts.bypass) */
     bool on_engine; /* submitted to its replica's engine, not finished there */
+    bool probed;    /* the synchronous probe ran for it (opts.sync_probe_age_ns) */
     uint16_t gw;    /* the gateway replica that routes it */
 } req_rt;
 

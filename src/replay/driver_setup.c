@@ -27,6 +27,8 @@ void sb_replay_opts_default(sb_replay_opts *o)
         .gateways = 1,
         .event_lag_ns = SB_REPLAY_EVENT_LAG_DEFAULT_NS,
         .kv_cover_ns = SB_MS(2000),
+        .sync_probe_rtt_ns = SB_MS(1),
+        .sync_probe_candidates = 2,
     };
     sb_flow_config_default(&o->flow);
 }
@@ -56,6 +58,8 @@ int drv_check_opts(driver *d)
         return drv_fail(d, -EINVAL, "the bypass fraction must be within 0..1");
     if (o->restart_every_ns && o->restarts)
         return drv_fail(d, -EINVAL, "give restarts as an interval or a count, not both");
+    if (o->sync_probe_age_ns && (o->sync_probe_candidates < 1 || o->sync_probe_candidates > SB_DECIDE_MAX_RANKED))
+        return drv_fail(d, -EINVAL, "sync probe candidates must be 1 to 8");
     if (!d->p->profile && !d->p->custom)
         return drv_fail(d, -EINVAL, "the policy is not resolved");
     if (o->adaptive && !d->p->profile)

@@ -74,6 +74,8 @@ typedef struct sb_replay_result {
     uint64_t *per_gateway; /* owned: requests each gateway dispatched */
     uint64_t failed;       /* gateway requests lost to a restart */
     uint64_t restarts;     /* replica restarts during the run */
+    uint64_t sync_probes;  /* requests that waited for a synchronous probe (opts.sync_probe_age_ns) */
+    uint64_t sync_probed;  /* endpoints those probes scraped */
     uint64_t bypass_requests, bypass_completed, bypass_failed, bypass_shed;
     double bypass_ttft_p50_ms, bypass_ttft_p90_ms, bypass_ttft_p99_ms;
     /* Owned; freed by sb_replay_result_free. */

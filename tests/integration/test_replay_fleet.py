@@ -105,3 +105,46 @@ class ReplayFleetTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SyncProbeTest(unittest.TestCase):
+    """--sync-probe-ms: only requests whose best candidates' reports are older than the bound
+    wait for a probe; with fresh reports nothing changes; with reports going stale between slow
+    scrapes the probe keeps routing on fresh figures."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sb-replay-probe-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_one(self, name, *extra):
+        out = os.path.join(self.dir, name)
+        res = replay(*SMALL, "--policies", "default", "--out", out, *extra)
+        _, rows = read_csv(os.path.join(out, "results.csv"))
+        probes = [line for line in res.stderr.splitlines() if "synchronous probe" in line]
+        return rows[0], probes
+
+    def test_fresh_reports_are_never_probed(self):
+        base, none = self.run_one("base", "--scrape-ms", "100")
+        same, probes = self.run_one("probe", "--scrape-ms", "100", "--sync-probe-ms", "900")
+        self.assertEqual(none, [])
+        self.assertEqual(probes, [], "reports 100 ms old are under the 900 ms bound")
+        self.assertEqual(base, same)
+
+    def test_stale_candidates_are_probed_and_routing_recovers(self):
+        stale, none = self.run_one("stale", "--scrape-ms", "3000")
+        probed, probes = self.run_one("probed", "--scrape-ms", "3000", "--sync-probe-ms", "900",
+                                      "--sync-probe-rtt-ms", "2")
+        self.assertEqual(none, [])
+        self.assertEqual(len(probes), 1)
+        n = int(probes[0].split()[2])
+        self.assertGreater(n, 0)
+        self.assertLess(n, int(probed["requests"]))
+        # Routing on fresh figures: a lower p90 TTFT than on reports up to 3 s old.
+        self.assertLess(float(probed["ttft_p90_ms"]), float(stale["ttft_p90_ms"]))
+
+    def test_bad_candidates_refused(self):
+        res = replay(*SMALL, "--policies", "default", "--sync-probe-ms", "50", "--sync-probe-candidates", "9",
+                     check=False)
+        self.assertNotEqual(res.returncode, 0)
