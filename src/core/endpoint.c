@@ -130,35 +130,49 @@ sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns n
     return t;
 }
 
-/* What is left at `now` of v counted at `at` (no time passed when the clock reads earlier:
- * never on a monotonic one). */
-static double decayed(double v, sb_ns at, sb_ns now)
+/* exp(-(now - epoch) / tau): what is left at now of one unit counted at epoch (an epoch after
+ * now, as a reading of a clock that went back, scales up: the stored sum stays exact). */
+double sb_sent_epoch_factor(sb_ns epoch, sb_ns now)
 {
-    return now > at ? v * exp(-(double)(now - at) / (double)SB_SENT_TOKENS_TAU_NS) : v;
+    double d = now >= epoch ? (double)(now - epoch) : -(double)(epoch - now);
+    return exp(-d / (double)SB_SENT_TOKENS_TAU_NS);
 }
 
+/* A clock read before the last change reads the sum as of that change: it neither grows nor
+ * moves the stamp back. */
 double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now)
 {
-    return decayed(ep->sent_tokens, ep->sent_tokens_ns, now);
+    if (!ep->sent_scaled)
+        return 0.0;
+    return ep->sent_scaled * sb_sent_epoch_factor(ep->sent_epoch_ns, now > ep->sent_last_ns ? now : ep->sent_last_ns);
 }
 
-/* Folds the decay into the sum at now (the stamp never goes back) and adds delta, at least 0. */
-static void sent_tokens_change(sb_endpoint *ep, double delta, sb_ns now)
+/* Adds delta tokens counted at `at` to the sum (never below 0), first moving the sum to the
+ * epoch of now's window if it is older. A change read out of order counts at the last one. */
+static void sent_tokens_change(sb_endpoint *ep, double delta, sb_ns at, sb_ns now)
 {
-    double v = sb_endpoint_sent_tokens(ep, now) + delta;
-    ep->sent_tokens = v > 0 ? v : 0;
-    if (now > ep->sent_tokens_ns)
-        ep->sent_tokens_ns = now;
+    if (now < ep->sent_last_ns)
+        now = ep->sent_last_ns;
+    if (at > now)
+        at = now;
+    sb_ns epoch = now - now % SB_SENT_EPOCH_NS;
+    if (ep->sent_epoch_ns != epoch) {
+        ep->sent_scaled = sb_endpoint_sent_tokens(ep, epoch);
+        ep->sent_epoch_ns = epoch;
+    }
+    double v = ep->sent_scaled + delta / sb_sent_epoch_factor(epoch, at);
+    ep->sent_scaled = v > 0 ? v : 0;
+    ep->sent_last_ns = now;
 }
 
 void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now)
 {
-    sent_tokens_change(ep, tokens, now);
+    sent_tokens_change(ep, tokens, now > ep->sent_last_ns ? now : ep->sent_last_ns, now);
 }
 
 void sb_endpoint_sent_tokens_withdraw(sb_endpoint *ep, uint32_t tokens, sb_ns at, sb_ns now)
 {
-    sent_tokens_change(ep, -decayed(tokens, at, now), now);
+    sent_tokens_change(ep, -(double)tokens, at, now);
 }
 
 static void release_prefill(sb_endpoint *ep, sb_ticket *t)
@@ -253,8 +267,9 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->last_dispatch_ns = src->last_dispatch_ns;
     /* Recent work is history, as the last dispatch is: without it the signal would be blank
      * across the pool for seconds after every reload. */
-    dst->sent_tokens = src->sent_tokens;
-    dst->sent_tokens_ns = src->sent_tokens_ns;
+    dst->sent_scaled = src->sent_scaled;
+    dst->sent_epoch_ns = src->sent_epoch_ns;
+    dst->sent_last_ns = src->sent_last_ns;
     dst->prefill_tps = src->prefill_tps;
     dst->ttft_observations = src->ttft_observations;
 }

@@ -84,9 +84,12 @@ typedef struct sb_endpoint {
     sb_ns ejected_until;
     bool trial_in_flight;
     sb_ns last_dispatch_ns;
-    /* uncached prompt tokens sent, decayed (sb_endpoint_sent_tokens), as of sent_tokens_ns */
-    double sent_tokens;
-    sb_ns sent_tokens_ns;
+    /* uncached prompt tokens sent, decayed (sb_endpoint_sent_tokens): the sum scaled to its
+     * epoch, sent_scaled * exp(-(now - sent_epoch_ns) / tau) at now; sent_last_ns: the last
+     * change (a clock read before it reads the sum as of then) */
+    double sent_scaled;
+    sb_ns sent_epoch_ns;
+    sb_ns sent_last_ns;
     /* learned online (sb_endpoint_observe_ttft): prefill speed, tokens per second; 0 until
      * the first observation */
     double prefill_tps;
@@ -143,6 +146,14 @@ const char *sb_health_name(enum sb_health h);
  * 0.5, 1, 1.5, 3, 10 and 30 s; 1.5 s had the fewest cells behind the best peer and the lowest
  * geometric mean of p90 against it). Our own accounting: never stale. */
 #define SB_SENT_TOKENS_TAU_NS ((sb_ns)1500 * 1000 * 1000)
+/* The sum is kept scaled to an epoch (a multiple of SB_SENT_EPOCH_NS, moved forward on the next
+ * change once it is a window old): its value at now is sent_scaled times
+ * sb_sent_epoch_factor(sent_epoch_ns, now). Endpoints changed within the same window share the
+ * epoch, so a scorer computes one exp() per pick instead of one per candidate (bench_sched:
+ * the per-candidate exp() was most of the default profile's extra cost). 16 time constants:
+ * the scale stays below e^16 (about 9e6), far inside a double's precision. */
+#define SB_SENT_EPOCH_NS (16 * SB_SENT_TOKENS_TAU_NS)
+double sb_sent_epoch_factor(sb_ns epoch, sb_ns now);
 void sb_endpoint_sent_tokens_add(sb_endpoint *ep, uint32_t tokens, sb_ns now);
 /* Takes back `tokens` added at `at` (what is left of them by now; the sum never goes below 0). */
 void sb_endpoint_sent_tokens_withdraw(sb_endpoint *ep, uint32_t tokens, sb_ns at, sb_ns now);

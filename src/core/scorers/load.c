@@ -52,13 +52,32 @@ static void kv_cache_score(const sb_sched_ctx *ctx, const sb_sched_request *req,
 }
 const sb_scorer_def sb_scorer_kv_cache = {.name = "kv-cache", .category = SB_DISTRIBUTION, .score = kv_cache_score};
 /* sent-tokens reads the clock (its signal decays), so it is written out rather than made
- * with LOAD_SCORER. Minimum range as pending-prefill's. */
+ * with LOAD_SCORER: one decay factor per epoch met (endpoints share their epoch, so usually
+ * one exp() per pick; sb_sent_epoch_factor). Minimum range as pending-prefill's. */
 static void sent_tokens_score(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
                               double *out)
 {
     (void)req;
-    for (size_t i = 0; i < n; i++)
-        out[i] = sb_endpoint_sent_tokens(c[i].ep, ctx->now);
+    sb_ns epoch = 0;
+    double f = 0.0;
+    bool have = false;
+    for (size_t i = 0; i < n; i++) {
+        const sb_endpoint *ep = c[i].ep;
+        if (!ep->sent_scaled) {
+            out[i] = 0.0;
+            continue;
+        }
+        if (ctx->now < ep->sent_last_ns) { /* a clock read out of order: rare */
+            out[i] = sb_endpoint_sent_tokens(ep, ctx->now);
+            continue;
+        }
+        if (!have || ep->sent_epoch_ns != epoch) {
+            epoch = ep->sent_epoch_ns;
+            f = sb_sent_epoch_factor(epoch, ctx->now);
+            have = true;
+        }
+        out[i] = ep->sent_scaled * f;
+    }
     sb_score_lower_is_better(c, n, out, 4096, false, out);
 }
 const sb_scorer_def sb_scorer_sent_tokens = {

@@ -122,6 +122,30 @@ static void test_sent_tokens_decay(void **state)
     assert_true(sb_endpoint_sent_tokens(&ep, T0 + 100 * SB_SENT_TOKENS_TAU_NS) < 1e-30);
 }
 
+/* The sum is kept scaled to an epoch that moves forward every SB_SENT_EPOCH_NS: crossing one
+ * changes nothing of the value, a withdrawal of tokens added in an older epoch takes back what
+ * is left of them, and a long idle gap (many epochs) starts from nothing without overflow. */
+static void test_sent_tokens_epochs(void **state)
+{
+    (void)state;
+    const sb_ns tau = SB_SENT_TOKENS_TAU_NS;
+    sb_ns t = 3 * SB_SENT_EPOCH_NS - tau; /* one time constant before an epoch boundary */
+    sb_endpoint ep = {0};
+    sb_endpoint_sent_tokens_add(&ep, 1000, t);
+    sb_ns epoch0 = ep.sent_epoch_ns;
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, t + 2 * tau), 1000.0 * exp(-2.0), 1e-6);
+    sb_endpoint_sent_tokens_add(&ep, 500, t + 2 * tau);
+    assert_true(ep.sent_epoch_ns > epoch0); /* moved to the new window */
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, t + 2 * tau), 1000.0 * exp(-2.0) + 500.0, 1e-6);
+    sb_endpoint_sent_tokens_withdraw(&ep, 1000, t, t + 3 * tau);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, t + 3 * tau), 500.0 * exp(-1.0), 1e-6);
+    /* A thousand epochs later: the old sum is gone, the new one exact. */
+    sb_ns later = t + 1000 * SB_SENT_EPOCH_NS;
+    sb_endpoint_sent_tokens_add(&ep, 7, later);
+    assert_float_equal(sb_endpoint_sent_tokens(&ep, later), 7.0, 1e-9);
+    assert_true(isfinite(ep.sent_scaled));
+}
+
 static void test_kv_usage_correction(void **state)
 {
     (void)state;
@@ -447,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_finish_before_and_after_report),
         cmocka_unit_test(test_pending_prefill),
         cmocka_unit_test(test_sent_tokens_decay),
+        cmocka_unit_test(test_sent_tokens_epochs),
         cmocka_unit_test(test_kv_usage_correction),
         cmocka_unit_test(test_staleness_boundary),
         cmocka_unit_test(test_restart_detection),

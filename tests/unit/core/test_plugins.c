@@ -344,6 +344,33 @@ static void test_scorer_queue_min_max(void **state)
         assert_true(out[i] == 1.0);
 }
 
+/* sent-tokens: endpoints in different epochs (one idle for a long time, one changed just
+ * before the window moved, one just after) score as their decayed sums say: the per-epoch
+ * factor the scorer shares is the same number sb_endpoint_sent_tokens computes. */
+static void test_scorer_sent_tokens_epochs(void **state)
+{
+    (void)state;
+    setup(3);
+    double out[MAXN];
+    sb_ns tau = SB_SENT_TOKENS_TAU_NS, boundary = 30 * SB_SENT_EPOCH_NS;
+    sb_endpoint_sent_tokens_add(&eps[0], 9000, boundary - 20 * SB_SENT_EPOCH_NS);
+    sb_endpoint_sent_tokens_add(&eps[1], 20000, boundary - tau);
+    sb_endpoint_sent_tokens_add(&eps[2], 12000, boundary + tau / 2);
+    assert_true(eps[1].sent_epoch_ns != eps[2].sent_epoch_ns);
+    sb_ns saved = ctx.now;
+    ctx.now = boundary + tau;
+    score("sent-tokens", &base_req, 3, out);
+    double v[3], lo = 1e300, hi = 0;
+    for (size_t i = 0; i < 3; i++) {
+        v[i] = sb_endpoint_sent_tokens(&eps[i], ctx.now);
+        lo = fmin(lo, v[i]), hi = fmax(hi, v[i]);
+    }
+    assert_true(v[0] < 1e-6);      /* long gone */
+    for (size_t i = 0; i < 3; i++) /* min-max, lower is better (the range exceeds the minimum) */
+        assert_float_equal(out[i], (hi - v[i]) / (hi - lo), 1e-9);
+    ctx.now = saved;
+}
+
 static void test_scorers_stale_zeroed(void **state)
 {
     (void)state;
@@ -604,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_filter_saturation),
         cmocka_unit_test(test_filter_labels),
         cmocka_unit_test(test_scorer_queue_min_max),
+        cmocka_unit_test(test_scorer_sent_tokens_epochs),
         cmocka_unit_test(test_scorers_stale_zeroed),
         cmocka_unit_test(test_scorer_running_and_kv),
         cmocka_unit_test(test_scorers_own_accounting_never_stale),
