@@ -12,6 +12,20 @@
 #define MAX_METRICS_BYTES (4u << 20)
 #define SLOTS_SCRATCH_BYTES (256u << 10)
 
+struct probe;
+
+/* One request's wait (sb_prober_sync): the probes it waits for, its deadline timer. In the
+ * prober's list of waits until it completes or is cancelled; freed when its timer closes. */
+struct sb_probe_wait {
+    sb_prober *owner;
+    struct sb_probe_wait *prev, *next;
+    uv_timer_t timer;
+    struct probe *on[SB_PROBE_SYNC_MAX_EPS];
+    size_t n_on;
+    sb_probe_wait_cb cb;
+    void *ud;
+};
+
 typedef struct probe {
     sb_prober *owner;
     uint32_t pool, ep;
@@ -33,9 +47,13 @@ struct sb_prober {
     probe *probes;
     size_t n;
     size_t *first;               /* index of each pool's first probe */
+    size_t n_pools;
     int handles_open;
     bool stopping;
     void *slots_scratch;
+    sb_probe_wait *waits; /* synchronous probes out, a doubly linked list */
+    size_t n_waits;
+    uint64_t sync_waits, sync_timeouts;
 };
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
@@ -119,6 +137,8 @@ static void apply_report(probe *pr, const sb_engine_report *er)
 }
 
 static void on_scrape_timer(uv_timer_t *t);
+static void wait_scrape_ended(sb_prober *p, probe *pr);
+static void wait_end(sb_probe_wait *w, bool call);
 
 static void on_scrape_done(void *ud, int status, const char *body, size_t len)
 {
@@ -148,6 +168,7 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
         pr->stats.interval_ms = next_interval(pr);
         uv_timer_start(&pr->scrape_timer, on_scrape_timer, pr->stats.interval_ms, 0);
     }
+    wait_scrape_ended(pr->owner, pr);
 }
 
 static void on_scrape_timer(uv_timer_t *t)
@@ -195,9 +216,9 @@ static void on_health_timer(uv_timer_t *t)
     }
 }
 
-static void on_closed(uv_handle_t *h)
+/* One handle of the prober's closed (a probe's timers, a wait's timer): the last frees it. */
+static void on_closed_count(sb_prober *p)
 {
-    sb_prober *p = ((probe *)h->data)->owner;
     if (--p->handles_open > 0)
         return;
     for (size_t i = 0; i < p->n; i++)
@@ -207,6 +228,11 @@ static void on_closed(uv_handle_t *h)
     sb_free(p->first);
     sb_free(p->slots_scratch);
     sb_free(p);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    on_closed_count(((probe *)h->data)->owner);
 }
 
 int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb_prober **out)
@@ -255,6 +281,7 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
     }
     p->n = k;
     p->first[cfg->n_pools] = k;
+    p->n_pools = cfg->n_pools;
     *out = p;
     return 0;
 }
@@ -262,6 +289,9 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
 void sb_prober_stop(sb_prober *p)
 {
     p->stopping = true;
+    /* Requests waiting for a synchronous probe go on without it. */
+    while (p->waits)
+        wait_end(p->waits, true);
     if (p->n == 0) {
         sb_free(p->probes);
         sb_free(p->first);
@@ -279,6 +309,132 @@ void sb_prober_stop(sb_prober *p)
         uv_close((uv_handle_t *)&pr->scrape_timer, on_closed);
         uv_close((uv_handle_t *)&pr->health_timer, on_closed);
     }
+}
+
+/* ---- the synchronous probe ---- */
+
+static void wait_unlink(sb_probe_wait *w)
+{
+    sb_prober *p = w->owner;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        p->waits = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    p->n_waits--;
+}
+
+static void on_wait_closed(uv_handle_t *h)
+{
+    sb_probe_wait *w = h->data;
+    sb_prober *p = w->owner;
+    sb_free(w);
+    on_closed_count(p);
+}
+
+/* Ends a wait: out of the list, cb called (unless cancelled), timer closed (frees it). */
+static void wait_end(sb_probe_wait *w, bool call)
+{
+    wait_unlink(w);
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, on_wait_closed);
+    if (call)
+        w->cb(w->ud);
+}
+
+static void on_wait_deadline(uv_timer_t *t)
+{
+    sb_probe_wait *w = t->data;
+    w->owner->sync_timeouts++;
+    wait_end(w, true);
+}
+
+/* A scrape of pr ended (answer, error or timeout): every wait on it has one fewer to wait for.
+ * Waits whose last probe ended complete; the list is walked from a saved next, since a
+ * completed wait leaves it (and its callback may start another wait, which goes to the head). */
+static void wait_scrape_ended(sb_prober *p, probe *pr)
+{
+    for (sb_probe_wait *w = p->waits, *next; w; w = next) {
+        next = w->next;
+        for (size_t i = 0; i < w->n_on; i++) {
+            if (w->on[i] == pr) {
+                w->on[i] = w->on[--w->n_on];
+                break;
+            }
+        }
+        if (w->n_on == 0)
+            wait_end(w, true);
+    }
+}
+
+sb_probe_wait *sb_prober_sync(sb_prober *p, uint32_t pool, const uint32_t *eps, size_t n, uint32_t timeout_ms,
+                              sb_probe_wait_cb cb, void *ud)
+{
+    if (p->stopping || p->n_waits >= SB_PROBE_MAX_WAITS || pool >= p->n_pools)
+        return NULL;
+    probe *on[SB_PROBE_SYNC_MAX_EPS];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < SB_PROBE_SYNC_MAX_EPS; i++) {
+        size_t idx = p->first[pool] + eps[i];
+        if (idx >= p->first[pool + 1])
+            continue;
+        probe *pr = &p->probes[idx];
+        /* Nothing to learn from an endpoint we cannot scrape or whose last scrape failed. */
+        if (!pr->up || !pr->pc->probe_enabled || (pr->stats.scrapes && pr->stats.last_status != 200))
+            continue;
+        on[k++] = pr;
+    }
+    if (k == 0)
+        return NULL;
+    sb_probe_wait *w = sb_calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->owner = p;
+    w->cb = cb;
+    w->ud = ud;
+    memcpy(w->on, on, k * sizeof(on[0]));
+    w->n_on = k;
+    uv_timer_init(p->loop, &w->timer);
+    w->timer.data = w;
+    p->handles_open++;
+    uv_timer_start(&w->timer, on_wait_deadline, timeout_ms ? timeout_ms : 1, 0);
+    w->next = p->waits;
+    if (p->waits)
+        p->waits->prev = w;
+    p->waits = w;
+    p->n_waits++;
+    p->sync_waits++;
+    /* Start the scrapes not already in flight (the regular timer is re-armed when each ends).
+     * A start that fails is not reported from here (cb must not run inside this call): the
+     * regular timer, armed to fire at once, tries again on the next loop turn and its end,
+     * success or failure, counts for this wait. */
+    for (size_t i = 0; i < k; i++) {
+        probe *pr = on[i];
+        if (pr->scrape)
+            continue;
+        uv_timer_stop(&pr->scrape_timer);
+        const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
+        if (sb_http_get_start(pr->up, path, pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms, MAX_METRICS_BYTES,
+                              on_scrape_done, pr, &pr->scrape) < 0) {
+            pr->scrape = NULL;
+            uv_timer_start(&pr->scrape_timer, on_scrape_timer, 0, 0); /* the regular path reports it */
+        }
+    }
+    return w;
+}
+
+void sb_prober_sync_cancel(sb_probe_wait *w)
+{
+    if (w)
+        wait_end(w, false);
+}
+
+void sb_prober_sync_stats(const sb_prober *p, uint64_t *waits, uint64_t *timeouts)
+{
+    *waits = p->sync_waits;
+    *timeouts = p->sync_timeouts;
 }
 
 const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_t ep)

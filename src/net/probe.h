@@ -38,6 +38,26 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
 /* Stops every timer and request; frees once handles are closed. */
 void sb_prober_stop(sb_prober *p);
 const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_t ep);
+/* The synchronous probe (a pool's probe.sync_max_age_ms; off by default): a request about to
+ * commit to endpoints whose reports are old asks for a scrape of each now and waits for them.
+ * sb_prober_sync starts a scrape of each listed endpoint of `pool` (or joins the one in
+ * flight) and calls cb(ud) exactly once: when every one has answered or failed, or at
+ * timeout_ms, whichever comes first (never from inside sb_prober_sync). It returns NULL, and
+ * never calls cb, when there is nothing to wait for: no listed endpoint can be scraped (probing
+ * off, no address) or the last scrape of each failed (a hung /metrics must not cost every
+ * request the timeout: the regular scrapes find out when it answers again), or when
+ * SB_PROBE_MAX_WAITS waits are out already. sb_prober_sync_cancel (the client left) ends a wait
+ * without calling cb. Stopping the prober calls cb of every wait still out. */
+#define SB_PROBE_MAX_WAITS 1024
+#define SB_PROBE_SYNC_MAX_EPS 8
+typedef struct sb_probe_wait sb_probe_wait;
+typedef void (*sb_probe_wait_cb)(void *ud);
+sb_probe_wait *sb_prober_sync(sb_prober *p, uint32_t pool, const uint32_t *eps, size_t n, uint32_t timeout_ms,
+                              sb_probe_wait_cb cb, void *ud);
+void sb_prober_sync_cancel(sb_probe_wait *w);
+/* Requests that waited for a synchronous probe, and waits that ended at their deadline. */
+void sb_prober_sync_stats(const sb_prober *p, uint64_t *waits, uint64_t *timeouts);
+
 /* After a reload with the same pools and endpoints: probe settings (intervals, paths,
  * timeouts, custom metric names) come from cfg from now on; cfg must outlive the prober or
  * the next reconfigure. */

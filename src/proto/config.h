@@ -72,6 +72,12 @@ typedef struct sb_pool_config {
     char *health_path;              /* default "/health" */
     uint32_t health_interval_ms;    /* active health checks; 0 = none; default 2000 */
     bool probe_enabled;             /* false: no scraping (ORCA headers still count); default true */
+    /* The synchronous probe: when one of the sync_candidates best-ranked endpoints has a report
+     * older than sync_max_age_ms, scrape them and decide again, waiting at most
+     * sync_timeout_ms (net/probe.h). 0 = off (default); timeout default 50; candidates 2 (1-8). */
+    uint32_t probe_sync_max_age_ms;
+    uint32_t probe_sync_timeout_ms;
+    uint32_t probe_sync_candidates;
     /* passive health (`health:`); base_eject_ms <= max_eject_ms */
     uint32_t max_failures;          /* consecutive failures that eject; default 3 */
     uint32_t base_eject_ms;         /* first ejection, doubled per ejection; default 1000 */

@@ -32,6 +32,10 @@ static const field probe_fields[] = {
     PF("health_path", health_path, K_PATH, 0, 0),
     PF("health_interval_ms", health_interval_ms, K_MS, 0, UINT32_MAX),
     PF("enabled", probe_enabled, K_BOOL, 0, 1),
+    /* The synchronous probe (net/probe.h sb_prober_sync); sync_max_age_ms 0 = off. */
+    PF("sync_max_age_ms", probe_sync_max_age_ms, K_MS, 0, UINT32_MAX),
+    PF("sync_timeout_ms", probe_sync_timeout_ms, K_MS, 1, 60000),
+    PF("sync_candidates", probe_sync_candidates, K_COUNT32, 1, 8),
 };
 
 static const field health_fields[] = {
@@ -652,6 +656,8 @@ static void pool_defaults(sb_pool_config *pc)
     pc->stale_ms = 2000; /* twice the slowest (idle) scrape interval: an idle endpoint never goes stale */
     pc->health_interval_ms = 2000;
     pc->probe_enabled = true;
+    pc->probe_sync_timeout_ms = 50;
+    pc->probe_sync_candidates = 2;
     pc->max_failures = 3;
     pc->base_eject_ms = 1000;
     pc->max_eject_ms = 30000;
