@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "proto/json.h"
 
 /* Root object, slots object, models array: three levels; one more leaves room for an unknown
@@ -181,4 +182,70 @@ int sb_agent_report_parse(const char *body, size_t len, void *scratch, size_t sc
         r->interval_ms = (uint32_t)d;
     }
     return 0;
+}
+
+/* ,"key":"escaped value" (first: without the comma). */
+static int put_string(sb_buf *b, const char *key, const char *v, bool first)
+{
+    if (sb_buf_printf(b, "%s\"%s\":\"", first ? "" : ",", key) < 0 || sb_buf_json_escape(b, v, strlen(v)) < 0)
+        return -1;
+    return sb_buf_puts(b, "\"");
+}
+
+int sb_agent_report_render(const sb_agent_report *r, sb_buf *b)
+{
+    int rc = sb_buf_puts(b, "{");
+    rc |= put_string(b, "address", r->address, true);
+    if (r->agent[0])
+        rc |= put_string(b, "agent", r->agent, false);
+    if (r->engine[0])
+        rc |= put_string(b, "engine", r->engine, false);
+    rc |= sb_buf_puts(b, ",\"models\":[");
+    for (uint32_t i = 0; i < r->n_models && i < SB_AGENT_MAX_MODELS; i++) {
+        rc |= sb_buf_puts(b, i ? ",\"" : "\"");
+        rc |= sb_buf_json_escape(b, r->models[i], strlen(r->models[i]));
+        rc |= sb_buf_puts(b, "\"");
+    }
+    rc |= sb_buf_puts(b, "]");
+    if (r->have_slots)
+        rc |= sb_buf_printf(b, ",\"slots\":{\"total\":%u,\"idle\":%u}", r->slots_total, r->slots_idle);
+    if (r->have_queue)
+        rc |= sb_buf_printf(b, ",\"queue\":%u", r->queue);
+    if (r->have_running)
+        rc |= sb_buf_printf(b, ",\"running\":%u", r->running);
+    if (r->have_kv)
+        rc |= sb_buf_printf(b, ",\"kv_usage\":%.6f", r->kv_usage);
+    if (r->have_seq)
+        rc |= sb_buf_printf(b, ",\"seq\":%llu", (unsigned long long)r->seq);
+    if (r->interval_ms)
+        rc |= sb_buf_printf(b, ",\"interval_ms\":%u", r->interval_ms);
+    rc |= sb_buf_puts(b, "}");
+    return rc < 0 ? -1 : 0;
+}
+
+int sb_agent_models_parse(const char *body, size_t len, void *scratch, size_t scratch_bytes, sb_agent_report *r)
+{
+    static const sb_json_key data_key[1] = {{"data", 4}}, id_key[1] = {{"id", 2}};
+    sb_json j = {.max_depth = 8};
+    sb_json_lend(&j, scratch, scratch_bytes);
+    int n = sb_json_parse(&j, body, len);
+    if (n < 0 || j.tokens[0].type != SB_JSON_OBJECT)
+        return SB_AGENT_REPORT_BAD;
+    const sb_json_tok *t = j.tokens;
+    int data;
+    sb_json_find_keys(t, n, body, 0, data_key, 1, &data);
+    if (data < 0 || t[data].type != SB_JSON_ARRAY)
+        return SB_AGENT_REPORT_BAD;
+    r->n_models = 0;
+    for (int i = 0, m = data + 1; i < t[data].size && r->n_models < SB_AGENT_MAX_MODELS;
+         i++, m = sb_json_skip(t, n, m)) {
+        int id;
+        if (t[m].type != SB_JSON_OBJECT)
+            continue;
+        sb_json_find_keys(t, n, body, m, id_key, 1, &id);
+        if (id >= 0 && copy_string(body, &t[id], r->models[r->n_models], SB_AGENT_MODEL_MAX) == 0 &&
+            r->models[r->n_models][0])
+            r->n_models++;
+    }
+    return (int)r->n_models;
 }

@@ -61,4 +61,16 @@ enum { SB_AGENT_REPORT_BAD = -1 };
 int sb_agent_report_parse(const char *body, size_t len, void *scratch, size_t scratch_bytes, sb_agent_report *out,
                           char *err, size_t err_cap);
 
+/* Writes r as a report body (the contract above; absent fields left out, strings escaped)
+ * to b. Returns 0, or -1 when b could not grow. What it writes, sb_agent_report_parse reads
+ * back to the same fields. */
+struct sb_buf;
+int sb_agent_report_render(const sb_agent_report *r, struct sb_buf *b);
+
+/* Reads the served model ids from an OpenAI GET /v1/models body ({"data":[{"id":..},..]})
+ * into r->models (the first SB_AGENT_MAX_MODELS; an id too long or with control characters
+ * is skipped). scratch as for the parser; a body whose tokens do not fit it is refused.
+ * Returns the number of models read (>= 0; r->n_models), or SB_AGENT_REPORT_BAD. */
+int sb_agent_models_parse(const char *body, size_t len, void *scratch, size_t scratch_bytes, sb_agent_report *r);
+
 #endif
