@@ -1,7 +1,7 @@
 /* agent_report: the body of POST /admin/agents/report, the state an agent beside a model
  * server (`switchboard agent`) pushes to the gateway, read into one fixed-size struct.
  *
- * The contract (docs/operations.md, "Agents"):
+ * The contract (docs/agents.md):
  *   {"agent":"id", "address":"host:port", "engine":"llama.cpp", "models":["m", ...],
  *    "slots":{"total":N,"idle":N}, "queue":N, "running":N, "kv_usage":0..1, "seq":N,
  *    "interval_ms":N}

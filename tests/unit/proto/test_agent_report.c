@@ -1,6 +1,10 @@
 /* Tests proto/agent_report: the agent's report body, well formed and hostile. */
 #include "sb_test.h"
 
+#include <dirent.h>
+
+#include "base/buf.h"
+
 #include "proto/agent_report.h"
 
 static _Alignas(int) char scratch[SB_AGENT_SCRATCH_BYTES];
@@ -115,6 +119,67 @@ static void test_bounds(void **state)
     assert_non_null(strstr(err, "more than"));
 }
 
+/* Rendered reports parse back to the same fields (the agent writes what the gateway reads). */
+static void test_render_round_trip(void **state)
+{
+    (void)state;
+    static sb_agent_report r, back;
+    assert_int_equal(parse("{\"agent\":\"a \\\"q\\\"\",\"address\":\"[::1]:8000\",\"models\":[\"m\\u00e9\"],"
+                           "\"slots\":{\"total\":8,\"idle\":8},\"kv_usage\":0.5,\"seq\":3}",
+                           &r),
+                     0);
+    sb_buf b = {0};
+    assert_int_equal(sb_agent_report_render(&r, &b), 0);
+    assert_int_equal(sb_agent_report_parse(b.data, b.len, scratch, sizeof scratch, &back, err, sizeof err), 0);
+    assert_string_equal(back.agent, "a \"q\"");
+    assert_string_equal(back.models[0], "m\xc3\xa9");
+    assert_true(back.have_slots && back.slots_idle == 8 && back.kv_usage == 0.5 && back.seq == 3);
+    assert_false(back.have_queue);
+    sb_buf_free(&b);
+}
+
+static void test_models_list(void **state)
+{
+    (void)state;
+    static sb_agent_report r;
+    const char *body = "{\"object\":\"list\",\"data\":[{\"id\":\"a\"},7,{\"id\":\"\"},{\"id\":\"b\"}]}";
+    assert_int_equal(sb_agent_models_parse(body, strlen(body), scratch, sizeof scratch, &r), 2);
+    assert_string_equal(r.models[0], "a");
+    assert_string_equal(r.models[1], "b");
+    assert_int_equal(sb_agent_models_parse("{\"data\":{}}", 11, scratch, sizeof scratch, &r), SB_AGENT_REPORT_BAD);
+    assert_int_equal(sb_agent_models_parse("nope", 4, scratch, sizeof scratch, &r), SB_AGENT_REPORT_BAD);
+}
+
+/* The fuzz corpus, replayed: no crash, and what is accepted keeps its bounds. */
+static void test_corpus(void **state)
+{
+    (void)state;
+    static sb_agent_report r;
+    static char data[8192];
+    char path[1024];
+    int files = 0;
+    DIR *dir = opendir("tests/fuzz/corpus/agent_report");
+    if (!dir)
+        fail_msg("cannot open tests/fuzz/corpus/agent_report (run from the repository root)");
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "tests/fuzz/corpus/agent_report/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        size_t len = fread(data, 1, sizeof data, f);
+        fclose(f);
+        files++;
+        sb_agent_models_parse(data, len, scratch, sizeof scratch, &r);
+        assert_true(r.n_models <= SB_AGENT_MAX_MODELS);
+        if (sb_agent_report_parse(data, len, scratch, sizeof scratch, &r, err, sizeof err) == 0)
+            assert_true(!r.have_slots || r.slots_idle <= r.slots_total);
+    }
+    closedir(dir);
+    assert_true(files >= 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -122,6 +187,9 @@ int main(void)
         cmocka_unit_test(test_minimal_and_nulls),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_render_round_trip),
+        cmocka_unit_test(test_models_list),
+        cmocka_unit_test(test_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
