@@ -62,8 +62,8 @@ typedef struct gateway {
     agent *a;
     char url[256];
     sb_upstream *up;
-    sb_http_get *req;   /* the request in flight, NULL when idle */
-    int step;           /* 0: registration in flight, 1: report in flight */
+    sb_http_get *req; /* the request in flight, NULL when idle */
+    int step;         /* 0: registration in flight, 1: report in flight */
     uint32_t backoff_ms;
     uint64_t retry_at_ms; /* no push before this (loop time) */
     bool warned_register, warned_report;
@@ -91,8 +91,8 @@ struct agent {
     sb_engine_map map;
     void *scratch;
     /* what to report */
-    sb_agent_report cur;       /* the state read last */
-    sb_agent_report pushed;    /* the state last pushed (to compare) */
+    sb_agent_report cur;    /* the state read last */
+    sb_agent_report pushed; /* the state last pushed (to compare) */
     bool have_state, have_pushed;
     uint64_t seq;
     uint64_t last_push_ms;
@@ -105,13 +105,20 @@ struct agent {
 };
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'},    {"engine", required_argument, NULL, 'e'},
-    {"gateway", required_argument, NULL, 'g'},   {"token", required_argument, NULL, 't'},
-    {"token-file", required_argument, NULL, 'T'}, {"interval-ms", required_argument, NULL, 'i'},
-    {"poll-ms", required_argument, NULL, 'p'},   {"timeout-ms", required_argument, NULL, 'o'},
-    {"ttl-ms", required_argument, NULL, 'l'},    {"address", required_argument, NULL, 'a'},
-    {"id", required_argument, NULL, 'n'},        {"log-level", required_argument, NULL, 'L'},
-    {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+    {"server", required_argument, NULL, 's'},
+    {"engine", required_argument, NULL, 'e'},
+    {"gateway", required_argument, NULL, 'g'},
+    {"token", required_argument, NULL, 't'},
+    {"token-file", required_argument, NULL, 'T'},
+    {"interval-ms", required_argument, NULL, 'i'},
+    {"poll-ms", required_argument, NULL, 'p'},
+    {"timeout-ms", required_argument, NULL, 'o'},
+    {"ttl-ms", required_argument, NULL, 'l'},
+    {"address", required_argument, NULL, 'a'},
+    {"id", required_argument, NULL, 'n'},
+    {"log-level", required_argument, NULL, 'L'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 static void usage(FILE *f)
@@ -168,7 +175,10 @@ static int parse_url(const char *url, char *host, size_t cap, uint16_t *port)
     return 0;
 }
 
-static uint64_t now_ms(agent *a) { return uv_now(a->loop); }
+static uint64_t now_ms(agent *a)
+{
+    return uv_now(a->loop);
+}
 
 /* ---- pushing to the gateways ---- */
 
@@ -361,8 +371,10 @@ static void set_engine(agent *a, enum engine e)
 {
     a->engine = e;
     snprintf(a->cur.engine, sizeof a->cur.engine, "%s", engine_names[e]);
-    sb_engine_map_init(&a->map, e == ENGINE_SGLANG ? SB_ENGINE_SGLANG : e == ENGINE_LLAMACPP ? SB_ENGINE_LLAMACPP
-                                                                                              : SB_ENGINE_VLLM,
+    sb_engine_map_init(&a->map,
+                       e == ENGINE_SGLANG     ? SB_ENGINE_SGLANG
+                       : e == ENGINE_LLAMACPP ? SB_ENGINE_LLAMACPP
+                                              : SB_ENGINE_VLLM,
                        NULL);
 }
 
@@ -409,7 +421,9 @@ static void on_poll_done(void *ud, int status, const char *body, size_t len)
         a->have_state = read_state(a, body, len, false) && a->models_known;
     } else {
         SB_WARN("agent: %s:%u: state not read (%s)", a->server_host, a->server_port,
-                status < 0 ? uv_strerror(status) : status == 200 ? "unreadable answer" : "bad status");
+                status < 0      ? uv_strerror(status)
+                : status == 200 ? "unreadable answer"
+                                : "bad status");
         if (a->poll_step == 2)
             a->engine = ENGINE_AUTO;
         /* The server is not answering: say nothing rather than something stale. The gateway
@@ -444,11 +458,16 @@ static void poll_start(agent *a)
     a->poll_step = need_models ? 0 : 1;
     bool slots;
     const char *state = state_path(a, &slots);
-    poll_get(a, need_models ? "/v1/models" : state, need_models ? MAX_MODELS_BYTES : slots ? MAX_SLOTS_BYTES
-                                                                                            : MAX_METRICS_BYTES);
+    poll_get(a, need_models ? "/v1/models" : state,
+             need_models ? MAX_MODELS_BYTES
+             : slots     ? MAX_SLOTS_BYTES
+                         : MAX_METRICS_BYTES);
 }
 
-static void on_poll_timer(uv_timer_t *t) { poll_start(t->data); }
+static void on_poll_timer(uv_timer_t *t)
+{
+    poll_start(t->data);
+}
 
 /* ---- stopping ---- */
 

@@ -57,20 +57,20 @@ enum sb_health {
  * sent_since_report corrects the queue: a request dispatched after the report holds a slot it
  * does not show, and one dispatched before it frees a slot it showed busy when it ends. */
 typedef struct sb_endpoint_slots {
-    uint32_t total, idle;  /* as reported */
-    sb_ns at;              /* when reported; 0 = never */
-    sb_ns ttl_ns;          /* older than this: stale (the reporter's own staleness) */
-    uint64_t seq;          /* increments with every slots report */
-    uint32_t sent_since;   /* dispatched after the report and still in flight */
-    uint32_t freed_since;  /* dispatched before the report, ended after it */
+    uint32_t total, idle; /* as reported */
+    sb_ns at;             /* when reported; 0 = never */
+    sb_ns ttl_ns;         /* older than this: stale (the reporter's own staleness) */
+    uint64_t seq;         /* increments with every slots report */
+    uint32_t sent_since;  /* dispatched after the report and still in flight */
+    uint32_t freed_since; /* dispatched before the report, ended after it */
 } sb_endpoint_slots;
 
 /* What the last agent report said about itself (the state is in report and slots). */
 typedef struct sb_endpoint_agent {
     char id[64];
-    sb_ns at;              /* last report; 0 = never */
-    uint64_t seq;          /* the agent's own sequence number */
-    uint64_t reports;      /* agent reports applied to this endpoint */
+    sb_ns at;         /* last report; 0 = never */
+    uint64_t seq;     /* the agent's own sequence number */
+    uint64_t reports; /* agent reports applied to this endpoint */
     uint32_t interval_ms;
 } sb_endpoint_agent;
 
@@ -132,7 +132,7 @@ typedef struct sb_ticket {
      * a request that never reached it can withdraw it (sb_router_withdraw_sent). */
     uint32_t sent_tokens;
     sb_ns sent_ns;
-    uint64_t slots_seq;      /* slots report current at dispatch */
+    uint64_t slots_seq; /* slots report current at dispatch */
 } sb_ticket;
 
 sb_health_params sb_health_params_default(void);

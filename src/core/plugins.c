@@ -151,9 +151,9 @@ static const sb_profile builtins[] = {
 #undef W
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
-static const char *const builtin_names[N_BUILTINS + 1] = {
-    "round-robin", "least-request", "load-only", "default", "prefix-only", "session-hash", "prefix-hash", "paddler",
-    NULL};
+static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",
+                                                          "default",     "prefix-only",   "session-hash",
+                                                          "prefix-hash", "paddler",       NULL};
 
 const sb_profile *sb_profile_builtin(const char *name)
 {

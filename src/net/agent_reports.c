@@ -56,8 +56,7 @@ static void apply(sb_endpoint *ep, const sb_agent_report *r, sb_ns now)
     sb_endpoint_report_merge(ep, &rep, SB_REPORT_AGENT, now);
     uint32_t interval = r->interval_ms ? r->interval_ms : DEFAULT_INTERVAL_MS;
     if (r->have_slots)
-        sb_endpoint_slots_set(ep, r->slots_total, r->slots_idle, (sb_ns)interval * STALE_INTERVALS * SB_NS_PER_MS,
-                              now);
+        sb_endpoint_slots_set(ep, r->slots_total, r->slots_idle, (sb_ns)interval * STALE_INTERVALS * SB_NS_PER_MS, now);
     sb_endpoint_agent *a = &ep->agent;
     snprintf(a->id, sizeof a->id, "%s", r->agent);
     a->at = now;

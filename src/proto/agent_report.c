@@ -76,14 +76,13 @@ static int read_count(const char *b, const sb_json_tok *v, uint32_t *out)
 enum { K_AGENT, K_ADDRESS, K_ENGINE, K_MODELS, K_SLOTS, K_QUEUE, K_RUNNING, K_KV, K_SEQ, K_INTERVAL, N_KEYS };
 
 static const sb_json_key keys[N_KEYS] = {
-    [K_AGENT] = {"agent", 5},     [K_ADDRESS] = {"address", 7}, [K_ENGINE] = {"engine", 6},
-    [K_MODELS] = {"models", 6},   [K_SLOTS] = {"slots", 5},     [K_QUEUE] = {"queue", 5},
-    [K_RUNNING] = {"running", 7}, [K_KV] = {"kv_usage", 8},     [K_SEQ] = {"seq", 3},
+    [K_AGENT] = {"agent", 5},           [K_ADDRESS] = {"address", 7}, [K_ENGINE] = {"engine", 6},
+    [K_MODELS] = {"models", 6},         [K_SLOTS] = {"slots", 5},     [K_QUEUE] = {"queue", 5},
+    [K_RUNNING] = {"running", 7},       [K_KV] = {"kv_usage", 8},     [K_SEQ] = {"seq", 3},
     [K_INTERVAL] = {"interval_ms", 11},
 };
 
-static int parse_slots(const char *b, const sb_json_tok *t, int n, int obj, sb_agent_report *r, char *err,
-                       size_t cap)
+static int parse_slots(const char *b, const sb_json_tok *t, int n, int obj, sb_agent_report *r, char *err, size_t cap)
 {
     static const sb_json_key sk[2] = {{"total", 5}, {"idle", 4}};
     int v[2];
@@ -100,8 +99,7 @@ static int parse_slots(const char *b, const sb_json_tok *t, int n, int obj, sb_a
     return 0;
 }
 
-static int parse_models(const char *b, const sb_json_tok *t, int n, int arr, sb_agent_report *r, char *err,
-                        size_t cap)
+static int parse_models(const char *b, const sb_json_tok *t, int n, int arr, sb_agent_report *r, char *err, size_t cap)
 {
     if (t[arr].type != SB_JSON_ARRAY)
         return fail(err, cap, "models must be an array of strings");
@@ -109,8 +107,9 @@ static int parse_models(const char *b, const sb_json_tok *t, int n, int arr, sb_
         return fail(err, cap, "models lists %d names; at most %d", t[arr].size, SB_AGENT_MAX_MODELS);
     for (int i = 0, v = arr + 1; i < t[arr].size; i++, v = sb_json_skip(t, n, v)) {
         if (copy_string(b, &t[v], r->models[i], SB_AGENT_MODEL_MAX) < 0 || !r->models[i][0])
-            return fail(err, cap, "models[%d] must be a non-empty string of at most %d bytes without control characters",
-                        i, SB_AGENT_MODEL_MAX - 1);
+            return fail(err, cap,
+                        "models[%d] must be a non-empty string of at most %d bytes without control characters", i,
+                        SB_AGENT_MODEL_MAX - 1);
         r->n_models = (uint32_t)i + 1;
     }
     return 0;

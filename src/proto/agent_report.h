@@ -39,9 +39,9 @@
 #define SB_AGENT_SCRATCH_BYTES (SB_AGENT_MAX_TOKENS * 20)
 
 typedef struct sb_agent_report {
-    char agent[SB_AGENT_ID_MAX];       /* "" when absent */
+    char agent[SB_AGENT_ID_MAX]; /* "" when absent */
     char address[SB_AGENT_ADDRESS_MAX];
-    char engine[SB_AGENT_ENGINE_MAX];  /* "" when absent */
+    char engine[SB_AGENT_ENGINE_MAX]; /* "" when absent */
     uint32_t n_models;
     char models[SB_AGENT_MAX_MODELS][SB_AGENT_MODEL_MAX];
     bool have_slots, have_queue, have_running, have_kv, have_seq;
