@@ -16,7 +16,6 @@ import os
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 
 from fixtures import GATEWAY_BIN, Gateway, chat_body, http, wait_until
