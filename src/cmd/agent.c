@@ -88,6 +88,7 @@ struct agent {
     int poll_step; /* 0: models, 1: state */
     uint32_t polls;
     bool models_known;
+    bool llama_metrics_off; /* llama.cpp without --metrics: /slots alone */
     sb_engine_map map;
     void *scratch;
     /* what to report */
@@ -321,7 +322,25 @@ static void poll_finished(agent *a)
         push_all(a, false);
 }
 
-/* llama.cpp /slots, or /metrics of the engine; returns whether the state was read. */
+/* Copies the load figures of an engine report into the report to push (those present). */
+static void take_load(sb_agent_report *r, const sb_engine_report *er)
+{
+    if (er->have_running && er->running >= 0 && er->running <= SB_AGENT_MAX_COUNT) {
+        r->have_running = true;
+        r->running = (uint32_t)er->running;
+    }
+    if (er->have_waiting && er->waiting >= 0 && er->waiting <= SB_AGENT_MAX_COUNT) {
+        r->have_queue = true;
+        r->queue = (uint32_t)er->waiting;
+    }
+    if (er->have_kv && er->kv_usage >= 0 && er->kv_usage <= 1) {
+        r->have_kv = true;
+        r->kv_usage = er->kv_usage;
+    }
+}
+
+/* The state from llama.cpp's /slots (slots) or an engine's /metrics, replacing the last one;
+ * false when the body could not be read. */
 static bool read_state(agent *a, const char *body, size_t len, bool slots)
 {
     sb_engine_report er;
@@ -340,18 +359,7 @@ static bool read_state(agent *a, const char *body, size_t len, bool slots)
         if (er.n_samples == 0)
             return false;
     }
-    if (er.have_running && er.running >= 0 && er.running <= SB_AGENT_MAX_COUNT) {
-        r->have_running = true;
-        r->running = (uint32_t)er.running;
-    }
-    if (er.have_waiting && er.waiting >= 0 && er.waiting <= SB_AGENT_MAX_COUNT) {
-        r->have_queue = true;
-        r->queue = (uint32_t)er.waiting;
-    }
-    if (er.have_kv && er.kv_usage >= 0 && er.kv_usage <= 1) {
-        r->have_kv = true;
-        r->kv_usage = er.kv_usage;
-    }
+    take_load(r, &er);
     return true;
 }
 
@@ -387,48 +395,75 @@ static const char *state_path(const agent *a, bool *slots)
 
 static void poll_get(agent *a, const char *path, size_t max_body);
 
+/* A poll is a chain of GETs on the server, one at a time: 0 /v1/models (at start and every
+ * MODELS_EVERY_POLLS), 1 the state (/slots or /metrics), 2 /metrics to name the engine when
+ * auto found no /slots, 3 llama.cpp's /metrics after its /slots (the queue and KV use /slots
+ * does not give; skipped for good once the server shows it has none: run without --metrics). */
 static void on_poll_done(void *ud, int status, const char *body, size_t len)
 {
     agent *a = ud;
     a->poll_req = NULL;
-    if (a->poll_step == 0) {
+    bool slots;
+    const char *path;
+    switch (a->poll_step) {
+    case 0:
         if (status == 200 && sb_agent_models_parse(body, len, a->scratch, SCRATCH_BYTES, &a->cur) >= 0)
             a->models_known = true;
         else
             SB_WARN("agent: %s:%u/v1/models: %s", a->server_host, a->server_port,
                     status < 0 ? uv_strerror(status) : "not an OpenAI model list");
         a->poll_step = 1;
-        bool slots;
-        const char *path = state_path(a, &slots);
+        path = state_path(a, &slots);
         poll_get(a, path, slots ? MAX_SLOTS_BYTES : MAX_METRICS_BYTES);
         return;
+    case 1:
+        state_path(a, &slots);
+        if (status == 200 && read_state(a, body, len, slots)) {
+            if (a->engine == ENGINE_AUTO)
+                set_engine(a, ENGINE_LLAMACPP);
+            a->have_state = a->models_known;
+            if (slots && !a->llama_metrics_off) {
+                a->poll_step = 3;
+                poll_get(a, "/metrics", MAX_METRICS_BYTES);
+                return;
+            }
+        } else if (a->engine == ENGINE_AUTO && slots) {
+            a->poll_step = 2;
+            poll_get(a, "/metrics", MAX_METRICS_BYTES);
+            return;
+        } else {
+            SB_WARN("agent: %s:%u: state not read (%s)", a->server_host, a->server_port,
+                    status < 0 ? uv_strerror(status) : status == 200 ? "unreadable answer" : "bad status");
+            /* The server is not answering: say nothing rather than something stale. The
+             * gateway distrusts the last report once it is older than three beats. */
+            a->have_state = false;
+        }
+        break;
+    case 2: {
+        enum engine e = status == 200 ? sniff_metrics(body, len) : ENGINE_AUTO;
+        if (e != ENGINE_AUTO) {
+            set_engine(a, e);
+            a->have_state = read_state(a, body, len, false) && a->models_known;
+        } else {
+            SB_WARN("agent: %s:%u: neither /slots nor a known engine's /metrics", a->server_host, a->server_port);
+            a->have_state = false;
+        }
+        break;
     }
-    bool slots;
-    state_path(a, &slots);
-    if (status == 200 && read_state(a, body, len, slots)) {
-        if (a->engine == ENGINE_AUTO)
-            set_engine(a, ENGINE_LLAMACPP);
-        a->have_state = a->models_known;
-    } else if (a->engine == ENGINE_AUTO && slots) {
-        /* No /slots: a server with /metrics. Name the engine from them, then read them. */
-        a->engine = ENGINE_VLLM; /* provisional, so state_path asks for /metrics */
-        a->poll_step = 2;
-        poll_get(a, "/metrics", MAX_METRICS_BYTES);
-        return;
-    } else if (a->poll_step == 2 && status == 200) {
-        enum engine e = sniff_metrics(body, len);
-        set_engine(a, e == ENGINE_AUTO ? ENGINE_VLLM : e);
-        a->have_state = read_state(a, body, len, false) && a->models_known;
-    } else {
-        SB_WARN("agent: %s:%u: state not read (%s)", a->server_host, a->server_port,
-                status < 0      ? uv_strerror(status)
-                : status == 200 ? "unreadable answer"
-                                : "bad status");
-        if (a->poll_step == 2)
-            a->engine = ENGINE_AUTO;
-        /* The server is not answering: say nothing rather than something stale. The gateway
-         * distrusts the last report once it is older than three beats. */
-        a->have_state = false;
+    case 3: {
+        sb_engine_report er;
+        sb_engine_report_init(&er);
+        if (status == 200)
+            sb_engine_metrics_parse(&a->map, body, len, &er);
+        if (status == 200 && er.n_samples > 0) {
+            take_load(&a->cur, &er);
+        } else if (status >= 400 || (status == 200 && er.n_samples == 0)) {
+            a->llama_metrics_off = true;
+            SB_INFO("agent: %s:%u has no llama.cpp /metrics (run without --metrics): reporting slots alone",
+                    a->server_host, a->server_port);
+        }
+        break;
+    }
     }
     poll_finished(a);
 }
