@@ -3,7 +3,8 @@
  * as Paddler's agents do for its balancer.
  *
  * Every --poll-ms it reads the server's state: llama.cpp's GET /slots (slots total and idle,
- * running), or GET /metrics for vLLM and SGLang (queue, running, KV use; proto/engine_metrics.h),
+ * running) then its /metrics (queue, KV use) when it has them, or GET /metrics for vLLM and
+ * SGLang (queue, running, KV use; proto/engine_metrics.h),
  * and GET /v1/models on start and every 30 polls (the served models). It pushes a report to
  * each gateway at once when the state changed, and every --interval-ms regardless (the
  * heartbeat): POST /admin/endpoints (registration: address, model, engine, ttl_ms, so a
