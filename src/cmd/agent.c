@@ -434,7 +434,9 @@ static void on_poll_done(void *ud, int status, const char *body, size_t len)
             return;
         } else {
             SB_WARN("agent: %s:%u: state not read (%s)", a->server_host, a->server_port,
-                    status < 0 ? uv_strerror(status) : status == 200 ? "unreadable answer" : "bad status");
+                    status < 0      ? uv_strerror(status)
+                    : status == 200 ? "unreadable answer"
+                                    : "bad status");
             /* The server is not answering: say nothing rather than something stale. The
              * gateway distrusts the last report once it is older than three beats. */
             a->have_state = false;
