@@ -7,7 +7,8 @@ each reporting to a gateway whose pool lists them statically with `profile: padd
 - all slots busy: the next request waits in flow control and is served when a slot frees;
 - the buffer (30) full: 503; a request that waited past 10 s: 504;
 - the report route refuses bad bodies, unknown addresses and missing tokens;
-- an agent stopped with SIGTERM sends its last report and exits 0.
+- an agent stopped with SIGTERM sends its last report and exits 0;
+- without agents, a /slots scrape feeds the same slots.
 
 Waits are for observable state (reports, counters), never for time; the one exception is the
 504, which is the product's 10 s bound itself."""
@@ -215,6 +216,27 @@ class PaddlerBufferTest(unittest.TestCase):
         self.assertGreaterEqual(metric(self.gw, "switchboard_agent_reports_refused_total", 'reason="bad_body"'), 5)
         self.assertGreaterEqual(metric(self.gw, "switchboard_agent_reports_refused_total",
                                        'reason="unknown_address"'), 1)
+
+
+class ScrapedSlotsTest(unittest.TestCase):
+    """Without agents, the prober's /slots scrape feeds the same slots (their staleness is the
+    pool's stale_ms)."""
+
+    def test_probe_slots(self):
+        sim, ports = start_sims(1)
+        addr = "127.0.0.1:%d" % ports[0]
+        gw = Gateway([{"name": "llama", "models": [MODEL], "profile": "paddler", "endpoints": [addr],
+                       "yaml": ["engine: llamacpp", "probe: { path: /slots }"]}], admin="token: %s" % TOKEN)
+        try:
+            wait_until(lambda: "slots" in endpoints(gw)[addr], 10, "scraped slots")
+            e = endpoints(gw)[addr]
+            self.assertEqual(e["slots"]["total"], 1)
+            self.assertNotIn("agent", e)
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", body=chat_body(MODEL, "hi"))
+            self.assertEqual(st, 200, body)
+        finally:
+            gw.close()
+            sim.stop()
 
 
 class AgentStopTest(unittest.TestCase):
