@@ -12,6 +12,7 @@ int sb_cmd_check(int argc, char **argv);
 int sb_cmd_sim(int argc, char **argv);
 int sb_cmd_demo(int argc, char **argv);
 int sb_cmd_replay(int argc, char **argv);
+int sb_cmd_agent(int argc, char **argv);
 
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with errno set on failure. */
 char *sb_read_file(const char *path, size_t *len);

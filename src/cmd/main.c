@@ -25,6 +25,7 @@ static const struct {
     {"check", sb_cmd_check, "check -c FILE       validate a config file"},
     {"sim", sb_cmd_sim, "sim [options]       run simulated vLLM-compatible model servers"},
     {"demo", sb_cmd_demo, "demo                a gateway in front of a simulated fleet"},
+    {"agent", sb_cmd_agent, "agent [options]     report a model server's models and load to gateways"},
     {"replay", sb_cmd_replay, "replay [options]    compare routing policies on a simulated fleet, offline"},
     {"version", cmd_version, "version             print the version"},
 };

@@ -21,6 +21,9 @@ struct sb_admission {
     sb_admission_ops ops;
     void *ctx;
     bool releasing; /* no nested release: see the header */
+    /* per pool: the statuses of a full queue and of a wait too long (a profile's buffer, else
+     * the table's 429 and 503) */
+    uint16_t *full_status, *timeout_status;
     /* flow's eviction callback and context are set once at sb_flow_new, so the context stays
      * here; the enqueue in progress fills its pool and time. */
     drop_ctx evict;
@@ -53,14 +56,29 @@ static void on_drop(void *ctx, void *user, enum sb_band band, int reason)
     uint32_t ra = sb_flow_retry_after_s(a->flows[dc->pool], band, dc->now);
     sb_admission_refusal r =
         sb_admission_refusal_of(reason == SB_FLOW_EXPIRED ? SB_REFUSE_QUEUE_TIMEOUT : SB_REFUSE_EVICTED, ra);
+    if (reason == SB_FLOW_EXPIRED)
+        r.status = a->timeout_status[dc->pool];
     a->ops.refuse(a->ctx, user, &r);
 }
 
-static sb_flow_config flow_config(sb_admission *a, const sb_flow_config *fc)
+/* Pool p's flow config: fc, or the pool profile's buffer in place of its bounds (sched.h). */
+static sb_flow_config flow_config(sb_admission *a, const sb_flow_config *fc, size_t p)
 {
     sb_flow_config c = *fc;
     c.on_evict = on_drop;
     c.evict_ctx = &a->evict;
+    const sb_profile *prof = sb_router_pool_profile(a->router, (uint32_t)p);
+    a->full_status[p] = 429;
+    a->timeout_status[p] = 503;
+    if (prof && prof->buffer_max_queued) {
+        for (size_t b = 0; b < SB_BAND_COUNT; b++) {
+            c.band[b].max_queued = prof->buffer_max_queued;
+            c.band[b].max_wait_ns = (sb_ns)prof->buffer_max_wait_ms * SB_NS_PER_MS;
+        }
+        c.max_queued_total = prof->buffer_max_queued;
+        a->full_status[p] = prof->buffer_full_status ? prof->buffer_full_status : 429;
+        a->timeout_status[p] = prof->buffer_timeout_status ? prof->buffer_timeout_status : 503;
+    }
     return c;
 }
 
@@ -74,12 +92,15 @@ sb_admission *sb_admission_new(sb_router *router, size_t n_pools, const sb_flow_
                         .ops = *ops, .ctx = ctx};
     a->evict.a = a;
     a->flows = sb_calloc(n_pools ? n_pools : 1, sizeof(sb_flow *));
-    if (!a->flows)
+    a->full_status = sb_calloc(n_pools ? n_pools : 1, sizeof(uint16_t));
+    a->timeout_status = sb_calloc(n_pools ? n_pools : 1, sizeof(uint16_t));
+    if (!a->flows || !a->full_status || !a->timeout_status)
         goto fail;
-    sb_flow_config c = flow_config(a, fc);
-    for (size_t p = 0; p < n_pools; p++)
+    for (size_t p = 0; p < n_pools; p++) {
+        sb_flow_config c = flow_config(a, fc, p);
         if (!(a->flows[p] = sb_flow_new(&c)))
             goto fail;
+    }
     return a;
 fail:
     sb_admission_free(a);
@@ -93,16 +114,19 @@ void sb_admission_free(sb_admission *a)
     for (size_t p = 0; a->flows && p < a->n_pools; p++)
         sb_flow_free(a->flows[p]);
     sb_free(a->flows);
+    sb_free(a->full_status);
+    sb_free(a->timeout_status);
     sb_free(a);
 }
 
 int sb_admission_reconfigure(sb_admission *a, const sb_flow_config *fc)
 {
-    sb_flow_config c = flow_config(a, fc);
     int rc = 0;
-    for (size_t p = 0; p < a->n_pools; p++)
+    for (size_t p = 0; p < a->n_pools; p++) {
+        sb_flow_config c = flow_config(a, fc, p);
         if (sb_flow_reconfigure(a->flows[p], &c) < 0)
             rc = -1; /* that pool keeps its bounds */
+    }
     a->gate_queue = fc->gate_queue;
     a->gate_kv = fc->gate_kv;
     return rc;
@@ -149,6 +173,7 @@ int sb_admission_enqueue(sb_admission *a, const sb_request_desc *req, void *user
     if (sb_flow_enqueue(f, &item, now, handle) == SB_FLOW_QUEUED)
         return SB_ADMIT_QUEUED;
     *out = sb_admission_refusal_of(SB_REFUSE_QUEUE_FULL, sb_flow_retry_after_s(f, req->band, now));
+    out->status = a->full_status[pool];
     return SB_ADMIT_REFUSED;
 }
 

@@ -8,7 +8,9 @@
  * tenants as capacity returns. A full queue is refused (429), sheddable requests are refused
  * first (429), one that waited past its band's deadline is dropped (503), and a queued
  * sheddable request may be evicted for a higher band (429). Every refusal carries its status,
- * a reason token, a message and a Retry-After.
+ * a reason token, a message and a Retry-After. A pool whose profile carries a buffer
+ * (sb_profile.buffer_max_queued: paddler) uses its bounds, wait and statuses instead of the
+ * flow config's, per pool.
  *
  * Driven by the caller with the request's descriptor (core/decide.h: pool, band, tenant, body
  * bytes): sb_admission_admit decides at arrival (dispatch now, wait, refused); a waiting
@@ -49,7 +51,9 @@ enum sb_refusal {
 
 typedef struct sb_admission_refusal {
     enum sb_refusal why;
-    uint16_t status;        /* 429 or 503 */
+    uint16_t status;        /* 429 or 503; a pool whose profile has a buffer (core/sched.h,
+                               paddler) answers a full queue and a wait too long with the
+                               profile's statuses (503 and 504) */
     const char *reason;     /* a token for headers and error codes: "no_healthy_endpoint", "shed",
                                "queue_full", "queue_timeout" (static) */
     const char *message;    /* a sentence for the error body (static) */

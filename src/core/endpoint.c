@@ -70,6 +70,30 @@ bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now)
     return ep->report_ns == 0 || (now > ep->report_ns && now - ep->report_ns > stale_ns);
 }
 
+void sb_endpoint_slots_set(sb_endpoint *ep, uint32_t total, uint32_t idle, sb_ns ttl_ns, sb_ns now)
+{
+    sb_endpoint_slots *s = &ep->slots;
+    s->total = total;
+    s->idle = idle < total ? idle : total;
+    s->at = now;
+    s->ttl_ns = ttl_ns;
+    s->seq++;
+    s->sent_since = s->freed_since = 0;
+}
+
+bool sb_endpoint_slots_fresh(const sb_endpoint *ep, sb_ns now)
+{
+    const sb_endpoint_slots *s = &ep->slots;
+    return s->at != 0 && s->total > 0 && (now <= s->at || now - s->at <= s->ttl_ns);
+}
+
+uint32_t sb_endpoint_slots_idle(const sb_endpoint *ep)
+{
+    const sb_endpoint_slots *s = &ep->slots;
+    int64_t v = (int64_t)s->idle + s->freed_since - s->sent_since;
+    return v <= 0 ? 0 : v >= s->total ? s->total : (uint32_t)v;
+}
+
 double sb_endpoint_waiting(const sb_endpoint *ep)
 {
     return (ep->report.have_waiting ? ep->report.waiting : 0) + ep->sent_since_report;
@@ -117,8 +141,9 @@ const char *sb_health_name(enum sb_health h)
 
 sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now)
 {
-    sb_ticket t = {.report_seq = ep->report_seq, .prefill_tokens = prefill_tokens};
+    sb_ticket t = {.report_seq = ep->report_seq, .prefill_tokens = prefill_tokens, .slots_seq = ep->slots.seq};
     ep->in_flight++;
+    ep->slots.sent_since++;
     ep->sent_since_report++;
     ep->pending_prefill_tokens += prefill_tokens;
     ep->dispatched++;
@@ -200,6 +225,14 @@ void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_
     /* Still counted as "sent since report" only if no report came after its dispatch. */
     if (t->report_seq == ep->report_seq && ep->sent_since_report)
         ep->sent_since_report--;
+    /* Sent after the slots report: it no longer holds a slot the report did not show. Sent
+     * before it: the report showed its slot busy, and that slot is free now. */
+    if (t->slots_seq == ep->slots.seq) {
+        if (ep->slots.sent_since)
+            ep->slots.sent_since--;
+    } else if (ep->slots.at) {
+        ep->slots.freed_since++;
+    }
     if (ok)
         ep->completed++;
     else
@@ -272,4 +305,9 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->sent_last_ns = src->sent_last_ns;
     dst->prefill_tps = src->prefill_tps;
     dst->ttft_observations = src->ttft_observations;
+    /* The slots as reported; the counts of traffic since belong to the requests in flight,
+     * which finish on the old router. */
+    dst->slots = src->slots;
+    dst->slots.sent_since = dst->slots.freed_since = 0;
+    dst->agent = src->agent;
 }

@@ -51,6 +51,29 @@ enum sb_health {
     SB_HEALTH_DRAINING,    /* operator asked: no new requests */
 };
 
+/* llama.cpp's slots (an agent's report, or the prober's /slots scrape), kept apart from the
+ * load report: they have their own source, age and staleness, and a /metrics scrape carrying
+ * no slots must not erase what an agent said. The gateway's own traffic corrects them the way
+ * sent_since_report corrects the queue: a request dispatched after the report holds a slot it
+ * does not show, and one dispatched before it frees a slot it showed busy when it ends. */
+typedef struct sb_endpoint_slots {
+    uint32_t total, idle; /* as reported */
+    sb_ns at;             /* when reported; 0 = never */
+    sb_ns ttl_ns;         /* older than this: stale (the reporter's own staleness) */
+    uint64_t seq;         /* increments with every slots report */
+    uint32_t sent_since;  /* dispatched after the report and still in flight */
+    uint32_t freed_since; /* dispatched before the report, ended after it */
+} sb_endpoint_slots;
+
+/* What the last agent report said about itself (the state is in report and slots). */
+typedef struct sb_endpoint_agent {
+    char id[64];
+    sb_ns at;         /* last report; 0 = never */
+    uint64_t seq;     /* the agent's own sequence number */
+    uint64_t reports; /* agent reports applied to this endpoint */
+    uint32_t interval_ms;
+} sb_endpoint_agent;
+
 typedef struct sb_health_params {
     uint32_t max_failures;   /* consecutive failures that eject; default 3 */
     sb_ns base_eject_ns;     /* first ejection; default 1 s */
@@ -94,6 +117,8 @@ typedef struct sb_endpoint {
      * the first observation */
     double prefill_tps;
     uint64_t ttft_observations;
+    sb_endpoint_slots slots;
+    sb_endpoint_agent agent;
 } sb_endpoint;
 
 /* What a dispatch hands back to the caller, to be returned on completion or failure. */
@@ -110,6 +135,7 @@ typedef struct sb_ticket {
      * a request that never reached it can withdraw it (sb_router_withdraw_sent). */
     uint32_t sent_tokens;
     sb_ns sent_ns;
+    uint64_t slots_seq; /* slots report current at dispatch */
 } sb_ticket;
 
 sb_health_params sb_health_params_default(void);
@@ -125,6 +151,16 @@ bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *r, enum s
 void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
 
 bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now);
+
+/* Records a slots report received at now (idle is clamped to total), stale once older than
+ * ttl_ns. Resets the counts of traffic since the last one. */
+void sb_endpoint_slots_set(sb_endpoint *ep, uint32_t total, uint32_t idle, sb_ns ttl_ns, sb_ns now);
+/* Whether the endpoint has slots reported no longer ago than their ttl. */
+bool sb_endpoint_slots_fresh(const sb_endpoint *ep, sb_ns now);
+/* Idle slots as the gateway sees them now: reported idle, less requests dispatched since the
+ * report, plus requests the report showed busy that have ended since; within [0, total].
+ * Meaningful only when sb_endpoint_slots_fresh. */
+uint32_t sb_endpoint_slots_idle(const sb_endpoint *ep);
 
 /* The state used for scoring: the report corrected by traffic since. */
 double sb_endpoint_waiting(const sb_endpoint *ep);

@@ -8,7 +8,7 @@
 extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels, sb_filter_gate;
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
     sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens,
-    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens;
+    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens, sb_scorer_slots;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
@@ -26,6 +26,7 @@ static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,
                                                &sb_scorer_session,
                                                &sb_scorer_prefix_hash,
                                                &sb_scorer_sent_tokens,
+                                               &sb_scorer_slots,
                                                NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};
@@ -56,6 +57,14 @@ const sb_picker_def *sb_picker_find(const char *name)
         if (!strcmp(pickers[i]->name, name))
             return pickers[i];
     return NULL;
+}
+
+bool sb_profile_slots_gate(const sb_profile *p)
+{
+    for (size_t i = 0; p && i < p->n_scorers; i++)
+        if (p->scorers[i].def == &sb_scorer_slots && p->scorers[i].weight > 0)
+            return true;
+    return false;
 }
 
 void sb_profile_init(sb_profile *p, const char *name)
@@ -124,6 +133,15 @@ static const sb_profile builtins[] = {
     BUILTIN("session-hash", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_session, 10), W(sb_scorer_in_flight, 1))),
     BUILTIN("prefix-hash", FILTERS(&sb_filter_healthy),
             SCORERS(W(sb_scorer_prefix_hash, 10), W(sb_scorer_in_flight, 1))),
+    /* paddler: Paddler's balancer for llama.cpp fleets. The replica with the most free slots
+     * (slots 10; in-flight 1 only breaks ties among equals), and when no replica has a free
+     * slot, requests wait in flow control's buffer (the slots gate, sb_profile_slots_gate)
+     * with Paddler's defaults: 30 buffered, 10 s at most, 503 when the buffer is full, 504
+     * when a request waited too long (paddler's --max-buffered-requests and
+     * --buffered-request-timeout). */
+    BUILTIN("paddler", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_slots, 10), W(sb_scorer_in_flight, 1)),
+            .buffer_max_queued = 30, .buffer_max_wait_ms = 10000, .buffer_full_status = 503,
+            .buffer_timeout_status = 504),
 };
 
 #undef BUILTIN
@@ -133,8 +151,9 @@ static const sb_profile builtins[] = {
 #undef W
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
-static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",   "default",
-                                                          "prefix-only", "session-hash",  "prefix-hash", NULL};
+static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",
+                                                          "default",     "prefix-only",   "session-hash",
+                                                          "prefix-hash", "paddler",       NULL};
 
 const sb_profile *sb_profile_builtin(const char *name)
 {

@@ -734,6 +734,19 @@ bool sb_router_pool_saturated(sb_router *r, uint32_t pool_idx, double queue_thre
     if (kv_threshold >= 0)
         kv = kv_threshold;
     size_t evidence = 0;
+    if (sb_profile_slots_gate(p->profile)) {
+        /* A slots pool is saturated when no endpoint has a free slot by its fresh slots report
+         * and the gateway's own traffic since; an endpoint without one is no evidence. */
+        for (size_t i = 0; i < p->n_eps; i++) {
+            sb_endpoint *ep = &p->eps[i];
+            if (!sb_endpoint_available(ep, now) || !sb_endpoint_slots_fresh(ep, now))
+                continue;
+            if (sb_endpoint_slots_idle(ep) > 0)
+                return false;
+            evidence++;
+        }
+        return evidence > 0;
+    }
     for (size_t i = 0; i < p->n_eps; i++) {
         sb_endpoint *ep = &p->eps[i];
         if (!sb_endpoint_available(ep, now) || sb_endpoint_is_stale(ep, p->params.stale_ns, now))

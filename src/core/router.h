@@ -113,7 +113,11 @@ void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, 
  * endpoint is over the queue or KV threshold (negative: the pool profile's; effective queue:
  * report plus requests sent since); stale endpoints are skipped, and at least one fresh report
  * must say so. A pool whose endpoints never report load is never saturated: there is no
- * evidence to queue on, and the router's own accounting spreads the load. Pure. */
+ * evidence to queue on, and the router's own accounting spreads the load. For a pool whose
+ * profile gates on slots (sb_profile_slots_gate: paddler), the test is instead that no
+ * available endpoint has a free slot (sb_endpoint_slots_idle: its fresh slots report
+ * corrected by requests sent and ended since); endpoints without fresh slots are skipped, and
+ * at least one must have them; the thresholds are not used. Pure. */
 bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshold, double kv_threshold, sb_ns now);
 /* Whether any endpoint of the pool may take a request now (healthy or half-open). */
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);

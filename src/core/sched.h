@@ -129,6 +129,14 @@ typedef struct sb_profile {
     const char *label_keys[4]; /* label selector filter */
     const char *label_values[4];
     size_t n_labels;
+    /* Flow control of the pools using this profile, in place of flow_control's bounds when
+     * buffer_max_queued > 0 (the paddler profile: Paddler's request buffer). Every band
+     * queues up to buffer_max_queued requests in all, each for buffer_max_wait_ms at most; a
+     * full buffer answers buffer_full_status, a request that waited too long
+     * buffer_timeout_status. 0: flow_control's own bounds and statuses. */
+    uint32_t buffer_max_queued;
+    uint32_t buffer_max_wait_ms;
+    uint16_t buffer_full_status, buffer_timeout_status;
 } sb_profile;
 
 /* Registry look-ups (core/plugins.c); NULL when unknown. */
@@ -143,6 +151,9 @@ const sb_picker_def *const *sb_pickers_all(void);
 /* Built-in profiles by name: round-robin, least-request, default, load-only. NULL if unknown. */
 const sb_profile *sb_profile_builtin(const char *name);
 const char *const *sb_profile_builtin_names(void);
+/* Whether flow control's gate counts slots for pools of this profile: it weighs the slots
+ * scorer (core/router.h, sb_router_pool_saturated). False for NULL. */
+bool sb_profile_slots_gate(const sb_profile *p);
 /* A profile with every parameter at its default and nothing else. */
 void sb_profile_init(sb_profile *p, const char *name);
 

@@ -16,6 +16,7 @@
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
+#include "net/agent_reports.h"
 #include "net/kv_feed.h"
 #include "net/precise.h"
 #include "net/probe.h"
@@ -494,6 +495,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_queues(gw, b);
     render_adaptive_metrics(gw, b);
     render_probe_counters(gw, b);
+    sb_gateway_agent_metrics(gw, b);
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);
@@ -559,6 +561,7 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                               ps->last_status, (unsigned long long)ps->health_checks,
                               (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
             render_endpoint_kv(gw, b, (uint32_t)p, (uint32_t)e);
+            sb_gateway_agent_render(ep, now, b);
             sb_buf_puts(b, "}");
         }
         sb_buf_puts(b, "]}");
@@ -627,7 +630,7 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
-enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE };
+enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE, PAGE_AGENT_REPORT };
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
  * handler. Answers and returns true if one fails; else sets *page. */
@@ -642,6 +645,15 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
         admin_error(req, 401, "this admin endpoint needs Authorization: Bearer <admin.token>", "invalid_admin_token",
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
         return true;
+    }
+    /* The one route that takes a body (net/agent_reports.h), bounded from the head. */
+    if (path_eq(req, "/admin/agents/report")) {
+        if (req->method != HTTP_POST) {
+            admin_error(req, 405, "method not allowed: use POST", NULL, "Allow: POST\r\n");
+            return true;
+        }
+        *page = PAGE_AGENT_REPORT;
+        return sb_gateway_agent_report_too_long(req);
     }
     if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
         admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
@@ -693,6 +705,7 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     case PAGE_ENDPOINTS: render_endpoints(gw, &b); break;
     case PAGE_DECISIONS: render_decisions(gw, &b); break;
     case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
+    case PAGE_AGENT_REPORT: sb_gateway_agent_report(gw, req); return;
     }
     if (!b.data) {
         admin_error(req, 500, "out of memory", NULL, NULL);

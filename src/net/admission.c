@@ -42,7 +42,10 @@ static void refuse(sb_gateway *gw, sb_http_req *req, const sb_admission_refusal 
              r->reason);
     gw->counters.refused[r->status == 429 ? 0 : 1]++;
     sb_errors_answer_with(&gw->stats, req, r->status, r->message,
-                          r->status == 429 ? "rate_limit_exceeded" : "service_unavailable", r->reason, headers);
+                          r->status == 429   ? "rate_limit_exceeded"
+                          : r->status == 504 ? "timeout"
+                                             : "service_unavailable",
+                          r->reason, headers);
 }
 
 /* The request's band: its API key's (auth.api_keys, flow_control.api_keys) when the key names

@@ -66,6 +66,7 @@ struct sb_gateway {
     sb_kv_sub **kv_subs;
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
     sb_precise *precise;            /* requests' precise keys (net/precise.c); NULL without a precise index */
+    uint64_t agent_refused[3];      /* agent reports refused, by reason (net/agent_reports.c) */
 };
 
 #endif

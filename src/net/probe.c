@@ -130,6 +130,9 @@ static void apply_report(probe *pr, const sb_engine_report *er)
         SB_INFO("endpoint %s restarted (counters went back): prefix index entries dropped",
                 ep->address ? ep->address : "?");
     }
+    if (er->have_slots)
+        sb_endpoint_slots_set(ep, er->slots_total, er->slots_total - er->slots_busy,
+                              sb_router_pool_params(r, pr->pool)->stale_ns, now_ns());
     if (rep.have_capacity)
         sb_router_prefix_capacity(r, pr->pool, pr->ep, (uint64_t)rep.num_gpu_blocks * rep.block_size);
     pr->prev = *er;

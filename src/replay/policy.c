@@ -104,6 +104,10 @@ size_t sb_replay_policy_names(const sb_profile *user, size_t n_user, const char 
                                            : user[i].name;
             if (!name)
                 break;
+            /* Slot-gated profiles (paddler) need llama.cpp slot reports, which replay's
+             * engines do not give: in replay they would pick at random. Named, they still run. */
+            if (pass == 1 && sb_profile_slots_gate(sb_profile_builtin(name)))
+                continue;
             if (listed(seen, n, name))
                 continue;
             if (n < sizeof(seen) / sizeof(seen[0]))

@@ -78,7 +78,7 @@ static void test_registry(void **state)
     n = 0;
     for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
         n++;
-    assert_int_equal(n, 12);
+    assert_int_equal(n, 13);
     n = 0;
     for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
         n++;
@@ -107,8 +107,21 @@ static void test_builtin_profiles(void **state)
         assert_true(p->n_filters >= 1);
         assert_string_equal(p->filters[0]->name, "healthy");
     }
-    assert_int_equal(n, 7);
+    assert_int_equal(n, 8);
     assert_null(sb_profile_builtin("prefix-only-typo"));
+
+    /* paddler: the most free slots, with Paddler's buffer (30, 10 s, 503, 504) and the slots
+     * gate; the others carry no buffer. */
+    const sb_profile *pd = sb_profile_builtin("paddler");
+    assert_true(weight_of(pd, "slots") > weight_of(pd, "in-flight"));
+    assert_true(sb_profile_slots_gate(pd));
+    assert_int_equal(pd->buffer_max_queued, 30);
+    assert_int_equal(pd->buffer_max_wait_ms, 10000);
+    assert_int_equal(pd->buffer_full_status, 503);
+    assert_int_equal(pd->buffer_timeout_status, 504);
+    for (size_t i = 0; names[i]; i++)
+        if (strcmp(names[i], "paddler") != 0)
+            assert_int_equal(sb_profile_builtin(names[i])->buffer_max_queued, 0);
 
     const sb_profile *rr = sb_profile_builtin("round-robin");
     assert_string_equal(rr->picker->name, "round-robin");
