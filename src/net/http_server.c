@@ -426,6 +426,38 @@ void sb_http_server_stop(sb_http_server *s)
     s->stopping = true;
     while (s->conns)
         hs_conn_close(s->conns);
-    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    if (!s->draining) /* a drain closed the listener already */
+        uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+}
+
+/* Whether c waits for a request with nothing of its own in progress: no request bytes read, no
+ * answer still leaving. Closing it loses nothing. */
+static bool conn_idle(const conn *c)
+{
+    return c->state == CONN_IDLE && !c->close_after && !c->queued && !c->out.len && !c->write_paused && !c->pending.len;
+}
+
+void sb_http_server_drain(sb_http_server *s)
+{
+    if (s->stopping || s->draining)
+        return;
+    s->draining = true;
+    /* Closed, not paused: the kernel then refuses new connections at once, so a client or
+     * load balancer tries another gateway instead of waiting in an accept queue. */
+    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (conn_idle(c))
+            hs_conn_close(c);
+    }
+}
+
+void sb_http_server_cut(sb_http_server *s)
+{
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->state != CONN_LINGERING)
+            hs_conn_close(c);
+    }
 }
