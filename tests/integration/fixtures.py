@@ -8,6 +8,7 @@ behaviour is chosen by headers the test sends through the gateway (forwarded unt
   x-fixture-events: N       (sse/die: number of events)
   x-fixture-delay-ms: D     (sse/die: delay between events)
   x-fixture-status: S       (status mode)
+  x-fixture-head-delay-ms: D (any mode: wait D ms before the response head)
 The fixture records what it saw (connections, requests, closes) for assertions.
 """
 import json
@@ -174,6 +175,8 @@ class Upstream:
 
     def _answer(self, c, headers, body):
         mode = headers.get("x-fixture-mode", "json")
+        if headers.get("x-fixture-head-delay-ms"):  # think before answering at all
+            time.sleep(int(headers["x-fixture-head-delay-ms"]) / 1000.0)
         events = int(headers.get("x-fixture-events", "3"))
         delay = int(headers.get("x-fixture-delay-ms", "0")) / 1000.0
         try:
