@@ -185,11 +185,13 @@ void hs_fail_request(conn *c, int status, const char *code, const char *message,
     sb_buf b = {0};
     sb_buf json = {0};
     const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
+    /* A request the head hook gave an id (then refused by the body's limits) keeps it. */
     if (sb_openai_error(&json, message, type, NULL, code) < 0 ||
         sb_buf_printf(&b,
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                      "%sConnection: close\r\n\r\n",
-                      status, sb_http_status_text(status), json.len, headers ? headers : "") < 0 ||
+                      "%s%s%s%sConnection: close\r\n\r\n",
+                      status, sb_http_status_text(status), json.len, headers ? headers : "",
+                      c->req.id[0] ? "x-request-id: " : "", c->req.id, c->req.id[0] ? "\r\n" : "") < 0 ||
         sb_buf_append(&b, json.data, json.len) < 0 || hs_conn_write(c, b.data, b.len) < 0) {
         sb_buf_free(&b);
         sb_buf_free(&json);

@@ -86,6 +86,13 @@ class AccessLogTest(unittest.TestCase):
         ids = [l["request_id"] for l in self.lines()]
         self.assertEqual(len(ids), len(set(ids)), "one line per request, ids unique")
 
+    def test_request_id_on_the_servers_own_refusal_after_the_head(self):
+        # The head passes the gateway's checks (it gets its id there); the body then breaks the
+        # server's limit: the 413 the HTTP layer answers still carries the id.
+        self.start([self.up.address], extra="limits: { max_body_bytes: 1000 }\n")
+        st, h, _ = http(self.gw.port, "POST", "/v1/chat/completions", b"x" * 5000, {"x-request-id": "big-1"})
+        self.assertEqual((st, h.get("x-request-id")), (413, "big-1"))
+
     def test_gateway_502_logged_once_and_not_counted_as_rejected(self):
         dead = "127.0.0.1:%d" % free_port()
         self.start([dead])
