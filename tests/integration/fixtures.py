@@ -379,6 +379,19 @@ def read_response(s, buf=b"", leftover=None):
         body += chunk
 
 
+def read_until_eof(s):
+    """Everything s still delivers until the peer closes (a reset counts as the close)."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
 def chat_body(model="m1", text="hello", stream=False, extra=None):
     b = {"model": model, "messages": [{"role": "system", "content": "You are terse."},
                                       {"role": "user", "content": text}], "stream": stream}

@@ -20,7 +20,9 @@ def metric_lines(gw, prefix):
     return [l for l in text.splitlines() if l.startswith(prefix)]
 
 
-class AccessLogTest(unittest.TestCase):
+class LoggedGateway(unittest.TestCase):
+    """A gateway with an access log in front of one scriptable upstream (self.up)."""
+
     def start(self, endpoints, extra="", pool_yaml=None):
         def files(d):
             self.access_log = os.path.join(d, "access.log")
@@ -43,6 +45,8 @@ class AccessLogTest(unittest.TestCase):
         with open(self.access_log) as f:
             return [json.loads(l) for l in f if l.strip()]
 
+
+class AccessLogTest(LoggedGateway):
     def line_for(self, request_id):
         """The one line of a request (fails if there are none or several)."""
         wait_until(lambda: any(l["request_id"] == request_id for l in self.lines()), 10, "the log line")

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, free_port, free_run, http, read_head, send_request, wait_until
+from fixtures import GATEWAY_BIN, free_port, free_run, http, read_head, read_until_eof, send_request, wait_until
 
 
 class DemoTest(unittest.TestCase):
@@ -99,12 +99,7 @@ class DemoTest(unittest.TestCase):
         line, _, rest = read_head(s)
         self.assertIn(" 200 ", line)
         self.proc.send_signal(signal.SIGTERM)
-        data = rest
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = rest + read_until_eof(s)
         s.close()
         self.assertIn(b"data: [DONE]", data)
         self.assertTrue(data.endswith(b"0\r\n\r\n"))

@@ -4,15 +4,13 @@ what is still running at the deadline is cut, queued requests are refused 503 dr
 process exits 0. A second SIGTERM, SIGINT or SIGQUIT exits at once. The simulator drains the same
 way (its generations in flight finish)."""
 import json
-import os
 import signal
 import socket
 import subprocess
 import unittest
 
-from fixtures import GATEWAY_BIN, Gateway, Upstream, chat_body, http, read_head, read_response, send_request, \
-    wait_until
-from test_access_log import SATURATED
+from fixtures import chat_body, http, read_head, read_response, read_until_eof, send_request, wait_until
+from test_access_log import SATURATED, LoggedGateway
 from test_sim import MODEL, Sim
 
 
@@ -24,41 +22,9 @@ def connect_refused(port):
         return True
 
 
-def read_until_eof(s):
-    data = b""
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
-class GatewayDrainTest(unittest.TestCase):
+class GatewayDrainTest(LoggedGateway):
     def start(self, drain_ms, extra="", pool_yaml=None):
-        def files(d):
-            self.access_log = os.path.join(d, "access.log")
-            return {"access_log": self.access_log}
-        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address], "yaml": pool_yaml or []}],
-                          extra="access_log: {access_log}\nshutdown: { drain_ms: %d }\n%s" % (drain_ms, extra),
-                          pre_start=files)
-
-    def setUp(self):
-        self.up = Upstream("u")
-        self.gw = None
-
-    def tearDown(self):
-        try:
-            if self.gw:
-                self.gw.close()
-        finally:
-            self.up.close()
-
-    def lines(self):
-        with open(self.access_log) as f:
-            return [json.loads(l) for l in f if l.strip()]
+        super().start([self.up.address], "shutdown: { drain_ms: %d }\n%s" % (drain_ms, extra), pool_yaml)
 
     def exited(self, timeout):
         try:
