@@ -3,8 +3,11 @@
  * process on one loop, on loopback. The Llama replicas publish their KV-cache events as vLLM
  * does and the gateway's llama pool subscribes (kv_events), so its precise index and the
  * fusion with its own marks are on show in /debug/endpoints and the decisions. Prints what to
- * try; Ctrl-C stops everything. */
+ * try; Ctrl-C stops everything. SIGTERM drains as `serve` does: the gateway first (its requests
+ * and streams finish, up to shutdown.drain_ms), then the simulated fleet, which by then has no
+ * request of the gateway's left in flight. */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +22,12 @@
 typedef struct demo {
     sb_gateway *gw;
     sb_sim_fleet *llama, *qwen;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sigquit;
+    bool draining;
 } demo;
 
-static void on_signal(uv_signal_t *h, int signum)
+static void stop_all(demo *d)
 {
-    demo *d = h->data;
-    fprintf(stderr, "\nstopping (signal %d)\n", signum);
     if (d->gw)
         sb_gateway_stop(d->gw);
     if (d->llama)
@@ -34,8 +36,29 @@ static void on_signal(uv_signal_t *h, int signum)
         sb_sim_fleet_stop(d->qwen);
     d->gw = NULL;
     d->llama = d->qwen = NULL;
-    uv_close((uv_handle_t *)&d->sigint, NULL);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    if (!uv_is_closing((uv_handle_t *)&d->sigint)) {
+        uv_close((uv_handle_t *)&d->sigint, NULL);
+        uv_close((uv_handle_t *)&d->sigterm, NULL);
+        uv_close((uv_handle_t *)&d->sigquit, NULL);
+    }
+}
+
+static void on_drained(void *arg)
+{
+    stop_all(arg);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    demo *d = h->data;
+    if (signum == SIGTERM && !d->draining && d->gw) {
+        fprintf(stderr, "\ndraining (signal %d; again, or Ctrl-C, to stop at once)\n", signum);
+        d->draining = true;
+        sb_gateway_drain(d->gw, on_drained, d);
+        return;
+    }
+    fprintf(stderr, "\nstopping (signal %d)\n", signum);
+    stop_all(d);
 }
 
 static int usage(void)
@@ -209,9 +232,11 @@ int sb_cmd_demo(int argc, char **argv)
     print_banner(&a, sb_gateway_admin_port(d.gw));
     uv_signal_init(loop, &d.sigint);
     uv_signal_init(loop, &d.sigterm);
-    d.sigint.data = d.sigterm.data = &d;
+    uv_signal_init(loop, &d.sigquit);
+    d.sigint.data = d.sigterm.data = d.sigquit.data = &d;
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sigquit, on_signal, SIGQUIT);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     return 0;

@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <uv.h>
@@ -7,10 +8,14 @@
 #include "cmd/cmd.h"
 #include "net/gateway.h"
 
+/* Signals: SIGTERM drains (what orchestrators send before they kill: Kubernetes, systemd,
+ * docker stop); a second SIGTERM, SIGINT (Ctrl-C: someone at a terminal wants it gone now) or
+ * SIGQUIT stops at once. SIGHUP reloads, except while draining. */
 typedef struct serve_state {
     sb_gateway *gw;
     const char *path;
-    uv_signal_t sigint, sigterm, sighup;
+    bool draining;
+    uv_signal_t sigint, sigterm, sighup, sigquit;
 } serve_state;
 
 /* SIGHUP: read the file again; a bad file is refused and the running config stays. */
@@ -20,6 +25,10 @@ static void on_reload_signal(uv_signal_t *h, int signum)
     serve_state *st = h->data;
     if (!st->gw)
         return;
+    if (st->draining) {
+        SB_WARN("reload: ignored while draining");
+        return;
+    }
     sb_config *cfg = sb_load_config(st->path);
     if (!cfg) {
         SB_WARN("reload: %s has errors; keeping the running configuration", st->path);
@@ -28,17 +37,39 @@ static void on_reload_signal(uv_signal_t *h, int signum)
     sb_gateway_reload(&st->gw, cfg);
 }
 
-static void on_stop_signal(uv_signal_t *h, int signum)
+static void close_signals(serve_state *st)
 {
-    serve_state *st = h->data;
-    SB_INFO("signal %d: stopping", signum);
-    if (st->gw) {
-        sb_gateway_stop(st->gw);
-        st->gw = NULL;
-    }
     uv_close((uv_handle_t *)&st->sigint, NULL);
     uv_close((uv_handle_t *)&st->sigterm, NULL);
     uv_close((uv_handle_t *)&st->sighup, NULL);
+    uv_close((uv_handle_t *)&st->sigquit, NULL);
+}
+
+static void stop_now(serve_state *st)
+{
+    if (st->gw) {
+        sb_gateway_stop(st->gw);
+        st->gw = NULL;
+        close_signals(st);
+    }
+}
+
+static void on_drained(void *arg)
+{
+    stop_now(arg);
+}
+
+static void on_stop_signal(uv_signal_t *h, int signum)
+{
+    serve_state *st = h->data;
+    if (signum == SIGTERM && !st->draining && st->gw) {
+        SB_INFO("signal %d: draining (again, or SIGINT/SIGQUIT, to stop at once)", signum);
+        st->draining = true;
+        sb_gateway_drain(st->gw, on_drained, st);
+        return;
+    }
+    SB_INFO("signal %d: stopping", signum);
+    stop_now(st);
 }
 
 int sb_cmd_serve(int argc, char **argv)
@@ -70,15 +101,15 @@ int sb_cmd_serve(int argc, char **argv)
     uv_signal_init(loop, &st.sigint);
     uv_signal_init(loop, &st.sigterm);
     uv_signal_init(loop, &st.sighup);
-    st.sigint.data = st.sigterm.data = st.sighup.data = &st;
+    uv_signal_init(loop, &st.sigquit);
+    st.sigint.data = st.sigterm.data = st.sighup.data = st.sigquit.data = &st;
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&st.sigquit, on_stop_signal, SIGQUIT);
     uv_signal_start(&st.sighup, on_reload_signal, SIGHUP);
     int rc = sb_gateway_start(loop, cfg, &st.gw);
     if (rc < 0) {
-        uv_close((uv_handle_t *)&st.sigint, NULL);
-        uv_close((uv_handle_t *)&st.sigterm, NULL);
-        uv_close((uv_handle_t *)&st.sighup, NULL);
+        close_signals(&st);
         uv_run(loop, UV_RUN_DEFAULT);
         return 1;
     }

@@ -56,6 +56,8 @@ static const char usage_text[] =
     "  --kv-events-hashes int|bytes    uint64 hashes or 32-byte bins (default int)\n"
     "  --kv-events-buffer-steps N   batches kept for replay (default 10000)\n"
     "  --kv-events-drop-every N     fault: leave every Nth batch out of the live stream\n"
+    "  --drain-ms D                 on SIGTERM, let generations in flight finish for up to D ms\n"
+    "                               (default 30000; a second SIGTERM, SIGINT or SIGQUIT stops at once)\n"
     "  --log-level debug|info|warn|error\n";
 
 enum {
@@ -77,6 +79,7 @@ enum {
     O_FAULT_REPLICAS,
     O_SEED,
     O_LOG_LEVEL,
+    O_DRAIN_MS,
     O_HELP,
     O_KV_CONFIG,
     O_KV_ON,
@@ -109,6 +112,7 @@ static const struct option long_opts[] = {
     {"fault-replicas", required_argument, NULL, O_FAULT_REPLICAS},
     {"seed", required_argument, NULL, O_SEED},
     {"log-level", required_argument, NULL, O_LOG_LEVEL},
+    {"drain-ms", required_argument, NULL, O_DRAIN_MS},
     {"help", no_argument, NULL, O_HELP},
     {"kv-events-config", required_argument, NULL, O_KV_CONFIG},
     {"kv-events", no_argument, NULL, O_KV_ON},
@@ -122,21 +126,54 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* Signals as `serve` takes them: SIGTERM drains (listeners closed, generations in flight
+ * finish, up to --drain-ms), a second SIGTERM, SIGINT or SIGQUIT stops at once. */
 typedef struct sim_state {
     sb_sim_fleet *fleet;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sigquit;
+    uv_timer_t drain_timer;
+    bool draining;
+    uint32_t drain_ms;
+    uint64_t drain_deadline_ns;
 } sim_state;
+
+static void stop_fleet(sim_state *st)
+{
+    if (!st->fleet)
+        return;
+    sb_sim_fleet_stop(st->fleet);
+    st->fleet = NULL;
+    uv_close((uv_handle_t *)&st->sigint, NULL);
+    uv_close((uv_handle_t *)&st->sigterm, NULL);
+    uv_close((uv_handle_t *)&st->sigquit, NULL);
+    uv_close((uv_handle_t *)&st->drain_timer, NULL);
+}
+
+/* Polled: the fleet's connections are few, and a drain ends at most one period late. */
+static void on_drain_tick(uv_timer_t *t)
+{
+    sim_state *st = t->data;
+    bool over = uv_hrtime() >= st->drain_deadline_ns;
+    if (st->fleet && (sb_sim_fleet_connections(st->fleet) == 0 || over)) {
+        if (over)
+            SB_WARN("sim: --drain-ms passed with connections open; stopping");
+        stop_fleet(st);
+    }
+}
 
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     sim_state *st = h->data;
-    SB_INFO("sim: signal %d, stopping", signum);
-    if (st->fleet) {
-        sb_sim_fleet_stop(st->fleet);
-        st->fleet = NULL;
+    if (signum == SIGTERM && !st->draining && st->fleet) {
+        SB_INFO("sim: signal %d, draining (again, or SIGINT/SIGQUIT, to stop at once)", signum);
+        st->draining = true;
+        st->drain_deadline_ns = uv_hrtime() + (uint64_t)st->drain_ms * 1000000u;
+        sb_sim_fleet_drain(st->fleet);
+        uv_timer_start(&st->drain_timer, on_drain_tick, 0, 20);
+        return;
     }
-    uv_close((uv_handle_t *)&st->sigint, NULL);
-    uv_close((uv_handle_t *)&st->sigterm, NULL);
+    SB_INFO("sim: signal %d, stopping", signum);
+    stop_fleet(st);
 }
 
 static int parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max, uint32_t *out)
@@ -382,6 +419,7 @@ typedef struct sim_args {
     long n_adapters;
     kv_strings kvs;
     bool calibrate, help;
+    uint32_t drain_ms;
 } sim_args;
 
 static void args_free(sim_args *a)
@@ -433,6 +471,7 @@ static int parse_option(int c, const char *a, sim_args *s)
             o->seed = u;
         return rc;
     case O_LOG_LEVEL: return parse_log_level(a);
+    case O_DRAIN_MS: return parse_u32("drain-ms", a, 0, 3600000, &s->drain_ms);
     case 'h':
     case O_HELP: s->help = true; return 0;
     default:
@@ -481,7 +520,7 @@ static void print_banner(const sb_sim_opts *o, const sb_sim_fleet *f)
 
 int sb_cmd_sim(int argc, char **argv)
 {
-    sim_args s = {0};
+    sim_args s = {.drain_ms = 30000};
     sb_sim_opts_default(&s.o);
     if (parse_args(argc, argv, &s) < 0) {
         fputs(usage_text, stderr);
@@ -500,6 +539,7 @@ int sb_cmd_sim(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     sim_state st = {0};
     int rc = sb_sim_fleet_start(loop, &s.o, &st.fleet);
+    uint32_t drain_ms = s.drain_ms;
     args_free(&s); /* the fleet has its copies */
     if (rc < 0) {
         fprintf(stderr, "switchboard sim: cannot start: %s\n",
@@ -512,9 +552,13 @@ int sb_cmd_sim(int argc, char **argv)
     /* Handlers before the banner: whoever reads the banner may signal at once. */
     uv_signal_init(loop, &st.sigint);
     uv_signal_init(loop, &st.sigterm);
-    st.sigint.data = st.sigterm.data = &st;
+    uv_signal_init(loop, &st.sigquit);
+    uv_timer_init(loop, &st.drain_timer);
+    st.sigint.data = st.sigterm.data = st.sigquit.data = st.drain_timer.data = &st;
+    st.drain_ms = drain_ms;
     uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&st.sigquit, on_stop_signal, SIGQUIT);
     print_banner(&s.o, st.fleet);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);

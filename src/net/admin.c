@@ -94,11 +94,13 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# HELP switchboard_config_reloads_total Configuration reloads applied.\n"
                   "# TYPE switchboard_config_reloads_total counter\nswitchboard_config_reloads_total %llu\n"
                   "# HELP switchboard_in_flight_requests Requests being proxied now.\n"
-                  "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n",
+                  "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n"
+                  "# HELP switchboard_draining 1 while a graceful drain (SIGTERM) runs, else 0.\n"
+                  "# TYPE switchboard_draining gauge\nswitchboard_draining %d\n",
                   (unsigned long long)c->requests, (unsigned long long)c->retries,
                   (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
                   (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
-                  (unsigned long long)gw->reloads, gw->in_flight);
+                  (unsigned long long)gw->reloads, gw->in_flight, gw->draining ? 1 : 0);
     render_listener_stats(gw, b);
     sb_buf_printf(b,
                   "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
@@ -119,11 +121,12 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                       (unsigned long long)gw->stats.rejected_by_status[k]);
     sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
                    "# TYPE switchboard_requests_total counter\n");
-    static const char *const cls[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    /* "cut": a response that began and did not finish (net/stats.h), not the 2xx it began as. */
+    static const char *const cls[SB_CLASS_COUNT] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx", "cut"};
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
             const sb_ep_metrics *m = &gw->stats.ep_metrics[gw->pool_first_up[p] + e];
-            for (int k = 0; k < 6; k++)
+            for (int k = 0; k < SB_CLASS_COUNT; k++)
                 if (m->by_class[k] || k == 2)
                     sb_buf_printf(b, "switchboard_requests_total{pool=\"%s\",endpoint=\"%s\",code=\"%s\"} %llu\n",
                                   cfg->pools[p].name, cfg->pools[p].endpoints[e].address, cls[k],
@@ -630,7 +633,7 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
-enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE, PAGE_AGENT_REPORT };
+enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE, PAGE_AGENT_REPORT, PAGE_HEALTHZ };
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
  * handler. Answers and returns true if one fails; else sets *page. */
@@ -638,9 +641,12 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
 {
     const sb_config *cfg = gw->cfg;
     bool metrics = path_eq(req, "/metrics");
+    /* /healthz is open: a load balancer's probe carries no token, and it tells only ok or
+     * draining (the client listener's is closed while draining; this one answers until exit). */
+    bool healthz = path_eq(req, "/healthz");
     /* Every path but an open /metrics needs the token, unknown ones included: a caller
      * without it learns nothing of what is served here. */
-    if (cfg->admin_has_token && (!metrics || cfg->admin_metrics_auth) && !admin_authorized(cfg, req)) {
+    if (cfg->admin_has_token && !healthz && (!metrics || cfg->admin_metrics_auth) && !admin_authorized(cfg, req)) {
         gw->counters.unauthorized[1]++;
         admin_error(req, 401, "this admin endpoint needs Authorization: Bearer <admin.token>", "invalid_admin_token",
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
@@ -661,6 +667,8 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
     }
     if (metrics) {
         *page = PAGE_METRICS;
+    } else if (healthz) {
+        *page = PAGE_HEALTHZ;
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/endpoints")) {
         *page = PAGE_ENDPOINTS;
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/decisions")) {
@@ -695,6 +703,13 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     enum admin_page page;
     if (admin_refuse(gw, req, &page))
         return;
+    if (page == PAGE_HEALTHZ) {
+        if (gw->draining)
+            sb_http_respond(req, 503, "application/json", NULL, "{\"status\":\"draining\"}", 21);
+        else
+            sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        return;
+    }
     sb_buf b = {0};
     const char *ct = "application/json";
     switch (page) {
@@ -706,6 +721,7 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     case PAGE_DECISIONS: render_decisions(gw, &b); break;
     case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
     case PAGE_AGENT_REPORT: sb_gateway_agent_report(gw, req); return;
+    case PAGE_HEALTHZ: break; /* answered above */
     }
     if (!b.data) {
         admin_error(req, 500, "out of memory", NULL, NULL);

@@ -34,18 +34,34 @@ typedef struct queued {
     uint32_t pool;
 } queued;
 
-/* Answers a refusal: its status, its reason in the body's code and in x-switchboard-refusal. */
-static void refuse(sb_gateway *gw, sb_http_req *req, const sb_admission_refusal *r)
+/* What the access log knows of a request flow control holds or refuses. */
+static sb_exchange_log known_of(const sb_proxy_target *t, const char *model)
+{
+    return (sb_exchange_log){.pool = (int)t->pool,
+                             .ep = -1,
+                             .model = model,
+                             .stream = t->stream,
+                             .band = t->band >= 0 ? sb_band_name((enum sb_band)t->band) : NULL,
+                             .tenant = t->tenant,
+                             .ident = &t->ident};
+}
+
+/* Answers a refusal: its status, its reason in the body's code and in x-switchboard-refusal;
+ * logged with what flow control knew (pool, model, band, tenant). */
+static void refuse(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const char *model,
+                   const sb_admission_refusal *r)
 {
     char headers[160];
     snprintf(headers, sizeof(headers), "Retry-After: %u\r\nx-switchboard-refusal: %s\r\n", r->retry_after_s,
              r->reason);
     gw->counters.refused[r->status == 429 ? 0 : 1]++;
-    sb_errors_answer_with(&gw->stats, req, r->status, r->message,
-                          r->status == 429   ? "rate_limit_exceeded"
-                          : r->status == 504 ? "timeout"
-                                             : "service_unavailable",
-                          r->reason, headers);
+    sb_exchange_log known = known_of(t, model);
+    known.outcome = "refused";
+    sb_errors_refuse(&gw->stats, req, &known, r->status, r->message,
+                     r->status == 429   ? "rate_limit_exceeded"
+                     : r->status == 504 ? "timeout"
+                                        : "service_unavailable",
+                     r->reason, headers);
 }
 
 /* The request's band: its API key's (auth.api_keys, flow_control.api_keys) when the key names
@@ -84,6 +100,16 @@ static void on_queued_abort(sb_http_req *req)
     queued *q = req->user;
     sb_admission_remove(q->gw->adm, q->pool, q->handle);
     q->gw->counters.client_aborts++;
+    /* Never dispatched, never answered: still one line, so the log accounts for it. */
+    sb_exchange_log log = known_of(&q->t, q->model);
+    log.status = 499;
+    log.outcome = "client_abort";
+    log.reason = "queued";
+    log.t_start = req->start_ns;
+    log.t_end = uv_hrtime();
+    log.gateway_answer = true;
+    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+    sb_stats_record(&q->gw->stats, &log);
     free_queued(q);
 }
 
@@ -109,7 +135,7 @@ static void on_refuse(void *ctx, void *user, const sb_admission_refusal *r)
 {
     queued *q = user;
     detach(q);
-    refuse(ctx, q->req, r);
+    refuse(ctx, q->req, &q->t, q->model, r);
     free_queued(q);
 }
 
@@ -150,7 +176,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     sb_admission_refusal r;
     if (sb_admission_enqueue(gw->adm, desc, q, now, &q->handle, &r) != SB_ADMIT_QUEUED) {
         free_queued(q);
-        refuse(gw, req, &r);
+        refuse(gw, req, t, t->model, &r);
         return;
     }
     req->user = q;
@@ -168,7 +194,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
             sb_proxy_start(&gw->proxy, req, t, rr);
         } else {
             r = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
-            refuse(gw, req, &r);
+            refuse(gw, req, t, t->model, &r);
         }
         return;
     }
@@ -181,7 +207,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);
         break;
-    default: refuse(gw, req, &r);
+    default: refuse(gw, req, &tb, t->model, &r);
     }
 }
 
@@ -233,6 +259,25 @@ void sb_gateway_admission_flush(sb_gateway *gw)
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
         while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL)
             start(gw, q);
+}
+
+void sb_gateway_admission_refuse_draining(sb_gateway *gw)
+{
+    /* Not a core refusal: the gateway is going away, not the fleet full. Retry-After 1: another
+     * gateway replica (or this one's successor) takes the retry. */
+    static const sb_admission_refusal r = {.status = 503,
+                                           .reason = "draining",
+                                           .message = "the gateway is shutting down; retry on another replica",
+                                           .retry_after_s = 1};
+    void *v;
+    sb_ns now = uv_hrtime();
+    for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
+        while ((v = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL) {
+            queued *q = v;
+            detach(q);
+            refuse(gw, q->req, &q->t, q->model, &r);
+            free_queued(q);
+        }
 }
 
 void sb_gateway_admission_stop(sb_gateway *gw)

@@ -11,6 +11,8 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
 void sb_gateway_admission_done(sb_gateway *gw, uint32_t pool);
 void sb_gateway_admission_tick(sb_gateway *gw, sb_ns now);
 void sb_gateway_admission_stop(sb_gateway *gw);
+/* Answers every queued request 503 (reason draining, Retry-After: 1): the end of a drain window. */
+void sb_gateway_admission_refuse_draining(sb_gateway *gw);
 /* Dispatches every queued request now (a gateway being retired by a reload). */
 void sb_gateway_admission_flush(sb_gateway *gw);
 /* A reload that kept the shape (gw->cfg is the new configuration): flow control turned on or

@@ -33,6 +33,17 @@ typedef struct sb_snapshot {
     struct sb_snapshot *next; /* retired snapshots */
 } sb_snapshot;
 
+/* Who asked, and how: the request's identity in the access log. The gateway fills it from
+ * the request (net/routes.c) and the exchange keeps a copy for when the client is gone. */
+#define SB_REQUEST_ID_MAX 128 /* longest x-request-id kept from a client (a UUID is 36) */
+#define SB_LOG_PATH_MAX 128   /* a longer path is cut in the log line */
+typedef struct sb_request_ident {
+    char id[SB_REQUEST_ID_MAX + 1]; /* x-request-id: the client's if sane, else generated */
+    char peer[64];                  /* client address "ip:port" */
+    char path[SB_LOG_PATH_MAX + 1]; /* URL path, cut at SB_LOG_PATH_MAX bytes */
+    int method;                     /* enum http_method */
+} sb_request_ident;
+
 /* A routed request, as the gateway hands it to admission and the proxy. */
 typedef struct sb_proxy_target {
     uint32_t pool;
@@ -49,23 +60,41 @@ typedef struct sb_proxy_target {
     int key_band;                        /* the matched key's band (enum sb_band); -1: none named */
     char tenant[SB_AUTH_TENANT_MAX + 1]; /* the key's tenant; "" if none named */
     int band;                            /* set by admission: the band it queued the request in; -1 */
+    sb_request_ident ident;              /* for the access log and the upstream request's head */
 } sb_proxy_target;
 
-/* What the access log and metrics learn of one request when it ends. */
+/* What the access log and metrics learn of one request when it ends. Every request the client
+ * listener reads leaves exactly one of these (docs/observability.md lists the log fields).
+ * outcome (with reason, a code naming why, or NULL):
+ *   ok               answered 1xx-3xx by an endpoint
+ *   upstream_4xx     an endpoint's 4xx passed through
+ *   upstream_5xx     an endpoint's 5xx passed through (reason: none; upstream_status says which)
+ *   rejected         the gateway answered 4xx itself (reason: the error code)
+ *   refused          flow control or availability refused it (429/503; reason: queue_full, ...)
+ *   gateway_error    the gateway answered 5xx itself (out of memory)
+ *   upstream_error   failed before the response started: 502/504 (reason: the error code)
+ *   midstream_error  the endpoint failed after the response started (counted apart from 2xx)
+ *   client_abort     the client left (reason: queued, in_flight)
+ *   drain_cut        still running at the end of the drain window (shutdown.drain_ms) */
 typedef struct sb_exchange_log {
     int pool;            /* -1: refused before a pool was chosen */
     int ep;              /* -1: never dispatched */
     int status;          /* sent to the client; 499 if it left before the answer */
-    const char *outcome; /* ok, rejected, upstream_error, midstream_error, client_abort */
+    int upstream_status; /* the endpoint's status; 0: no response head was read */
+    const char *outcome; /* see above */
+    const char *reason;  /* NULL: none */
     const char *model;
     bool stream;
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte, t_end;
-    int retries;
+    int retries; /* attempts after the first on another endpoint */
     sb_usage usage;
-    const char *decision; /* JSON of the pick, or NULL */
-    const char *band;     /* flow-control band's name, NULL if none was decided */
-    const char *tenant;   /* the API key's tenant, or NULL */
+    const char *decision;          /* JSON of the pick, or NULL */
+    const char *band;              /* flow-control band's name, NULL if none was decided */
+    const char *tenant;            /* the API key's tenant, or NULL */
+    const sb_request_ident *ident; /* NULL: unknown (logged as empty strings) */
+    bool gateway_answer;           /* answered by the gateway, never dispatched: a log line, no
+                                    * pool or endpoint metrics */
 } sb_exchange_log;
 
 #endif

@@ -207,8 +207,8 @@ static void proxy_record(void *owner, const sb_exchange_log *log)
 static void proxy_error(void *owner, sb_http_req *req, int status, const char *message, const char *type,
                         const char *code)
 {
-    sb_gateway *gw = owner;
-    sb_errors_answer(&gw->stats, req, status, message, type, NULL, code);
+    (void)owner; /* the exchange records itself: one line, not counted as the gateway's own error */
+    sb_errors_reply(req, status, message, type, code);
 }
 
 /* The proxy's view of gw (after gw->router is set). */
@@ -415,14 +415,17 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     /* getrandom(2), or /dev/urandom where it is missing. Refusing to start beats running with
      * a guessable table secret; on Linux this fails only before the kernel's pool is seeded
      * at boot, where getrandom waits rather than fails. */
-    uint64_t secret;
-    int rc = uv_random(NULL, NULL, &secret, sizeof(secret), 0, NULL);
+    uint64_t secret[2]; /* the tables' secret; the request ids' key */
+    int rc = uv_random(NULL, NULL, secret, sizeof(secret), 0, NULL);
     if (rc < 0) {
         SB_ERROR("cannot draw the hash-table secret from the OS: %s", uv_strerror(rc));
         sb_config_free(cfg);
         return rc;
     }
-    return gateway_build(loop, cfg, NULL, NULL, secret, NULL, out);
+    rc = gateway_build(loop, cfg, NULL, NULL, secret[0], NULL, out);
+    if (rc == 0)
+        (*out)->id_secret = secret[1];
+    return rc;
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -447,6 +450,13 @@ void sb_gateway_stop(sb_gateway *gw)
     /* Held while stopping: exchanges aborted below may end (and would free gw) before we
      * are done with it. */
     gw->in_flight++;
+    gw->proxy.cutting = gw->draining; /* what a drain left running is cut, not abandoned */
+    if (gw->drain_timer_open) {
+        uv_timer_stop(&gw->drain_timer);
+        uv_close((uv_handle_t *)&gw->drain_timer, on_adaptive_timer_closed);
+        gw->drain_timer_open = false;
+        gw->in_flight++;
+    }
     if (gw->adaptive_timer_open) {
         uv_timer_stop(&gw->adaptive_timer);
         uv_close((uv_handle_t *)&gw->adaptive_timer, on_adaptive_timer_closed);
@@ -466,9 +476,63 @@ void sb_gateway_stop(sb_gateway *gw)
     exchange_done(gw);
 }
 
+/* The gateway's own timers (adaptive, drain): gw is freed only once they are closed. */
 static void on_adaptive_timer_closed(uv_handle_t *h)
 {
     exchange_done(((uv_timer_t *)h)->data);
+}
+
+/* ---- graceful drain ---- */
+
+/* What is left after the cut (lingering answers: refusals on their way out) gets this long:
+ * the answers are already written, this only lets them leave before the process exits. */
+#define DRAIN_GRACE_MS 1000
+/* How often the drain looks at what is left: it ends at most this late. */
+#define DRAIN_POLL_MS 20
+
+static void on_drain_tick(uv_timer_t *t)
+{
+    sb_gateway *gw = t->data;
+    sb_ns now = uv_hrtime();
+    bool done = sb_http_server_connections(gw->server) == 0;
+    if (!done && !gw->drain_cut_at && now >= gw->drain_deadline) {
+        /* The window is over: queued requests are refused (they go out with Connection: close,
+         * lingering), what still runs is cut (logged drain_cut), then a short grace. */
+        SB_WARN("drain: shutdown.drain_ms (%u ms) passed with %zu connections open; cutting them", gw->cfg->drain_ms,
+                sb_http_server_connections(gw->server));
+        sb_gateway_admission_refuse_draining(gw);
+        gw->proxy.cutting = true;
+        sb_http_server_cut(gw->server);
+        gw->drain_cut_at = now;
+        done = sb_http_server_connections(gw->server) == 0;
+    }
+    if (!done && !(gw->drain_cut_at && now >= gw->drain_cut_at + SB_MS(DRAIN_GRACE_MS)))
+        return;
+    uv_timer_stop(t);
+    if (gw->on_drained) {
+        void (*cb)(void *) = gw->on_drained;
+        gw->on_drained = NULL;
+        SB_INFO("drain: done");
+        cb(gw->drained_arg); /* may stop (and free) gw */
+    }
+}
+
+void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg)
+{
+    if (gw->draining || gw->stopping)
+        return;
+    gw->draining = true;
+    gw->on_drained = on_drained;
+    gw->drained_arg = arg;
+    gw->drain_deadline = uv_hrtime() + SB_MS(gw->cfg->drain_ms);
+    SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish",
+            sb_http_server_connections(gw->server), gw->cfg->drain_ms);
+    sb_http_server_drain(gw->server);
+    uv_timer_init(gw->loop, &gw->drain_timer);
+    gw->drain_timer.data = gw;
+    gw->drain_timer_open = true;
+    /* First look at once: with nothing in flight the drain ends on the next loop turn. */
+    uv_timer_start(&gw->drain_timer, on_drain_tick, 0, DRAIN_POLL_MS);
 }
 
 static void exchange_done(sb_gateway *gw)
@@ -566,6 +630,8 @@ static void gateway_retire(sb_gateway *gw)
 static void carry_state(sb_gateway *ngw, sb_gateway *old)
 {
     ngw->counters = old->counters;
+    ngw->id_secret = old->id_secret;
+    ngw->id_seq = old->id_seq;
     memcpy(ngw->stats.rejected_by_status, old->stats.rejected_by_status, sizeof(ngw->stats.rejected_by_status));
     ngw->reloads = old->reloads;
     for (size_t p = 0; p < ngw->cfg->n_pools; p++) {

@@ -35,6 +35,16 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
 /* Stops listening, aborts in-flight exchanges, and frees the gateway (handles close on the
  * loop's next turns). */
 void sb_gateway_stop(sb_gateway *gw);
+/* Begins a graceful drain (SIGTERM): the client listener closes (new connections are refused),
+ * /healthz answers 503 draining, idle keep-alive connections close at once, and every answer
+ * from now on closes its connection. Requests in flight and streams go on; queued requests are
+ * dispatched as capacity frees. After shutdown.drain_ms, queued requests are refused 503
+ * (reason draining) and what still runs is cut. on_drained(arg) is called once, from the loop,
+ * when no client connection is left (at most about a second after the deadline); the caller
+ * then calls sb_gateway_stop. The admin listener keeps answering (/metrics shows
+ * switchboard_draining 1) until the stop. A second call does nothing; reloads are the
+ * caller's to refuse meanwhile. */
+void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg);
 uint16_t sb_gateway_port(const sb_gateway *gw);
 /* The admin listener's port; 0 when there is none. */
 uint16_t sb_gateway_admin_port(const sb_gateway *gw);

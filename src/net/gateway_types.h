@@ -56,6 +56,18 @@ struct sb_gateway {
     bool adaptive_timer_open;
     sb_stats stats; /* metrics and access log (net/stats.h); its ep_metrics parallel ups */
     bool stopping;
+    /* Graceful drain (sb_gateway_drain): the listener is closed, /healthz says 503, requests in
+     * flight finish until drain_deadline; then what is left is cut (drain_cut_at set), and
+     * on_drained runs once the last connection is gone or a short grace has passed. */
+    bool draining;
+    uv_timer_t drain_timer;
+    bool drain_timer_open;
+    sb_ns drain_deadline, drain_cut_at;
+    void (*on_drained)(void *arg);
+    void *drained_arg;
+    /* x-request-id for requests that bring none (net/routes.c): a per-process key over a
+     * counter. Drawn at start, carried by reloads. */
+    uint64_t id_secret, id_seq;
     /* Keys the slots of every table holding client-derived keys (router, prefix indexes, flow
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
     uint64_t hash_secret;

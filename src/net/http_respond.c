@@ -173,7 +173,7 @@ static void finish_response(conn *c)
         hs_conn_close(c);
         return;
     }
-    if (!c->keep_alive_resp || c->srv->stopping || c->discarding) {
+    if (!c->keep_alive_resp || c->srv->stopping || c->srv->draining || c->discarding) {
         /* Bytes the client pipelined behind a Connection: close must not reset the answer.
          * The response may be long and the client slow: idle_ms to drain it, as on a stream. */
         hs_conn_linger(c, c->srv->opts.idle_ms);
@@ -232,7 +232,7 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     bool bodiless = status < 200 || status == 204 || status == 304;
     c->head_only = req->method == HTTP_HEAD || bodiless;
     /* An answer from the head hook leaves the body unread: the connection cannot be reused. */
-    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->at_head && !c->discarding &&
+    c->keep_alive_resp = req->keep_alive && !c->srv->stopping && !c->srv->draining && !c->at_head && !c->discarding &&
                          (content_length >= 0 || http11 || c->head_only);
     c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
@@ -248,9 +248,11 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
     else
         m = snprintf(framing, sizeof(framing), "%s%s\r\n", c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
                      c->keep_alive_resp ? "" : "Connection: close\r\n");
-    uv_buf_t bufs[3] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
-                        uv_buf_init(framing, (unsigned)m)};
-    if (conn_append(c, bufs, 3) < 0) {
+    char rid[SB_HTTP_REQ_ID_MAX + 24] = "";
+    int k = req->id[0] ? snprintf(rid, sizeof(rid), "x-request-id: %s\r\n", req->id) : 0;
+    uv_buf_t bufs[4] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
+                        uv_buf_init(rid, (unsigned)k), uv_buf_init(framing, (unsigned)m)};
+    if (conn_append(c, bufs, 4) < 0) {
         hs_conn_close(c);
         return -1;
     }

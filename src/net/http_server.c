@@ -185,11 +185,13 @@ void hs_fail_request(conn *c, int status, const char *code, const char *message,
     sb_buf b = {0};
     sb_buf json = {0};
     const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
+    /* A request the head hook gave an id (then refused by the body's limits) keeps it. */
     if (sb_openai_error(&json, message, type, NULL, code) < 0 ||
         sb_buf_printf(&b,
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                      "%sConnection: close\r\n\r\n",
-                      status, sb_http_status_text(status), json.len, headers ? headers : "") < 0 ||
+                      "%s%s%s%sConnection: close\r\n\r\n",
+                      status, sb_http_status_text(status), json.len, headers ? headers : "",
+                      c->req.id[0] ? "x-request-id: " : "", c->req.id, c->req.id[0] ? "\r\n" : "") < 0 ||
         sb_buf_append(&b, json.data, json.len) < 0 || hs_conn_write(c, b.data, b.len) < 0) {
         sb_buf_free(&b);
         sb_buf_free(&json);
@@ -426,6 +428,38 @@ void sb_http_server_stop(sb_http_server *s)
     s->stopping = true;
     while (s->conns)
         hs_conn_close(s->conns);
-    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    if (!s->draining) /* a drain closed the listener already */
+        uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+}
+
+/* Whether c waits for a request with nothing of its own in progress: no request bytes read, no
+ * answer still leaving. Closing it loses nothing. */
+static bool conn_idle(const conn *c)
+{
+    return c->state == CONN_IDLE && !c->close_after && !c->queued && !c->out.len && !c->write_paused && !c->pending.len;
+}
+
+void sb_http_server_drain(sb_http_server *s)
+{
+    if (s->stopping || s->draining)
+        return;
+    s->draining = true;
+    /* Closed, not paused: the kernel then refuses new connections at once, so a client or
+     * load balancer tries another gateway instead of waiting in an accept queue. */
+    uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (conn_idle(c))
+            hs_conn_close(c);
+    }
+}
+
+void sb_http_server_cut(sb_http_server *s)
+{
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->state != CONN_LINGERING)
+            hs_conn_close(c);
+    }
 }

@@ -55,6 +55,9 @@
 typedef struct sb_http_server sb_http_server;
 typedef struct sb_http_req sb_http_req;
 
+/* Longest request id a request carries (sb_http_req.id). */
+#define SB_HTTP_REQ_ID_MAX 128
+
 typedef struct sb_http_header {
     const char *name;
     size_t name_len;
@@ -82,6 +85,10 @@ struct sb_http_req {
     uint64_t start_ns;           /* uv_hrtime when the head began arriving */
     /* public, set by the handler */
     void *user;
+    /* The request's id (NUL-terminated; "" for none), set by the head hook or the handler:
+     * every answer to this request carries it as `x-request-id`, the server's own answers
+     * given after the hook ran included. */
+    char id[SB_HTTP_REQ_ID_MAX + 1];
     /* Called once if the client disconnects (or the connection fails) while the handler
      * owns this request. After it returns, the handler must not touch the request. */
     void (*on_abort)(sb_http_req *req);
@@ -156,6 +163,16 @@ uint16_t sb_http_server_port(const sb_http_server *s);
 /* Stops listening and closes every connection (in-flight requests get on_abort). The
  * server is freed once libuv has closed all handles. */
 void sb_http_server_stop(sb_http_server *s);
+/* Begins a graceful shutdown: closes the listening socket (new connections are refused by the
+ * kernel), closes at once every keep-alive connection waiting for a request, and from now on
+ * every answer carries Connection: close and closes its connection once it has left (a
+ * lingering close), pipelined requests behind it unread. Requests in progress go on. The
+ * caller watches sb_http_server_connections fall to 0, then stops the server. Idempotent. */
+void sb_http_server_drain(sb_http_server *s);
+/* Closes every connection but those lingering after a complete answer: requests in progress
+ * get on_abort, streams end without their terminator (the end of a drain window). */
+void sb_http_server_cut(sb_http_server *s);
+/* Open connections (lingering ones included, refused ones not). */
 size_t sb_http_server_connections(const sb_http_server *s);
 /* Fills *out with the server's current gauges and counters. */
 void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out);

@@ -117,6 +117,7 @@ struct sb_http_server {
     size_t body_bytes;    /* sum of the body buffers' capacity over all connections */
     uint64_t refused_total, reset_total, body_budget_refusals;
     bool stopping;
+    bool draining; /* listener closed, answers close their connection (sb_http_server_drain) */
     bool listener_closed;
     uint16_t port;
     /* Writes made during one loop iteration are coalesced per connection and flushed by a

@@ -190,6 +190,22 @@ static void on_parked_abort(sb_http_req *req)
     if (w->flight)
         w->flight->waiter = NULL;
     uv_timer_stop(&w->timer);
+    /* Never admitted, never answered: its one access-log line says so. */
+    sb_exchange_log log = {.pool = (int)w->t.pool,
+                           .ep = -1,
+                           .status = 499,
+                           .outcome = "client_abort",
+                           .reason = "waiting_for_token_ids",
+                           .model = w->model,
+                           .stream = w->t.stream,
+                           .t_start = req->start_ns,
+                           .t_end = uv_hrtime(),
+                           .tenant = w->t.tenant,
+                           .ident = &w->t.ident,
+                           .gateway_answer = true};
+    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+    sb_stats_record(&w->pr->gw->stats, &log);
+    w->pr->gw->counters.client_aborts++;
     req->user = NULL;
     req->on_abort = NULL;
     uv_close((uv_handle_t *)&w->timer, on_parked_closed);

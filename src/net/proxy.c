@@ -39,6 +39,7 @@ typedef struct exchange {
     uint32_t excluded[MAX_ATTEMPTS];
     size_t n_excluded;
     int attempts;
+    int retries; /* attempts on another endpoint after a failure (the log's retries) */
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
     bool dispatched;           /* router was told; must be told how it ended */
@@ -72,7 +73,8 @@ typedef struct exchange {
     uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
     int final_status;          /* what the client got (499: it left first) */
-    const char *outcome;
+    const char *outcome;       /* NULL: decided from final_status at the end (record) */
+    const char *reason;
     char tail[2048];           /* last bytes of the response body: usage comes last */
     size_t tail_len;
     char model[SB_MODEL_NAME_MAX + 1];
@@ -88,20 +90,30 @@ static void on_response_timeout(uv_timer_t *t);
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
 
+/* An answer passed through from the endpoint: ok, or which class of error it was (a 500
+ * relayed is not a success, even though the gateway did its part). */
+static const char *relayed_outcome(int status)
+{
+    return status >= 500 ? "upstream_5xx" : status >= 400 ? "upstream_4xx" : "ok";
+}
+
 static void record(exchange *x)
 {
     sb_exchange_log log = {
         .pool = x->t.pool,
         .ep = x->dispatched || x->attempts ? (int)x->ep : -1,
         .status = x->final_status,
-        .outcome = x->outcome ? x->outcome : "ok",
+        .upstream_status = x->status >= 200 ? x->status : 0,
+        .outcome = x->outcome ? x->outcome : relayed_outcome(x->final_status),
+        .reason = x->reason,
+        .ident = &x->t.ident,
         .model = x->model,
         .stream = x->t.stream,
         .bytes_out = x->bytes_out,
         .t_start = x->t_start,
         .t_first_byte = x->t_first_byte,
         .t_end = now_ns(),
-        .retries = x->attempts > 1 ? x->attempts - 1 : 0,
+        .retries = x->retries,
         .decision = x->decision.data,
         .band = x->t.band >= 0 ? sb_band_name((enum sb_band)x->t.band) : NULL,
         .tenant = x->t.tenant,
@@ -180,7 +192,9 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     x->env->counters->upstream_errors++;
     if (x->req) {
         x->final_status = status;
-        x->outcome = "upstream_error";
+        /* 503 before any attempt: nothing to route to (the gateway's answer, not a failure). */
+        x->outcome = status == 503 && !x->attempts ? "refused" : status == 500 ? "gateway_error" : "upstream_error";
+        x->reason = code;
     }
     if (x->req) {
         sb_http_req *req = x->req;
@@ -190,14 +204,17 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     exchange_maybe_free(x);
 }
 
-/* The upstream failed after the response started: end the client's stream visibly. */
-static void fail_midstream(exchange *x, const char *why)
+/* The upstream failed after the response started: end the client's stream visibly. `code`
+ * names the failure in the access log (reason). */
+static void fail_midstream(exchange *x, const char *why, const char *code)
 {
     drop_upstream(x, false);
     report_end(x, false, 502);
     x->env->counters->midstream_errors++;
-    if (x->req)
+    if (x->req) {
         x->outcome = "midstream_error";
+        x->reason = code;
+    }
     if (x->req) {
         sb_http_req *req = x->req;
         detach_client(x);
@@ -250,6 +267,7 @@ static void retry_or_fail(exchange *x, int err, bool connect_failure)
     report_end(x, false, 0);
     if (connect_failure && x->attempts < MAX_ATTEMPTS) {
         x->env->counters->retries++;
+        x->retries++;
         x->excluded[x->n_excluded++] = x->ep;
         attempt(x);
         return;
@@ -272,10 +290,19 @@ static void on_client_abort(sb_http_req *req)
         sb_upstream_close(x->connecting);
         x->connecting = NULL;
     }
-    x->env->counters->client_aborts++;
-    x->outcome = "client_abort";
-    if (!x->started)
-        x->final_status = 499;
+    if (x->env->cutting) {
+        /* The drain window ended with this request still running: the gateway closed it. */
+        x->outcome = "drain_cut";
+        x->reason = x->started ? "drain_deadline" : "drain_deadline_before_response";
+        if (!x->started)
+            x->final_status = 503;
+    } else {
+        x->env->counters->client_aborts++;
+        x->outcome = "client_abort";
+        x->reason = "in_flight";
+        if (!x->started)
+            x->final_status = 499;
+    }
     /* Closing the upstream connection is how a model server learns to stop generating. */
     drop_upstream(x, false);
     report_end(x, true, 499);
@@ -318,6 +345,9 @@ static void classify_header(exchange *x)
     for (int i = 0; hop_by_hop[i]; i++)
         if (strlen(hop_by_hop[i]) == n && strncasecmp(name, hop_by_hop[i], n) == 0)
             x->skip_header = true;
+    /* The client gets the gateway's id (added by the server for every answer), not a second one. */
+    if (n == 12 && strncasecmp(name, "x-request-id", 12) == 0)
+        x->skip_header = true;
     x->orca_header = n == 21 && strncasecmp(name, "endpoint-load-metrics", 21) == 0;
 }
 
@@ -450,7 +480,7 @@ static void on_response_timeout(uv_timer_t *t)
 {
     exchange *x = ((sb_upstream_conn *)t->data)->owner;
     if (x->started)
-        fail_midstream(x, "upstream response timed out");
+        fail_midstream(x, "upstream response timed out", "upstream_timeout");
     else
         retry_or_fail(x, UV_ETIMEDOUT, false);
 }
@@ -472,7 +502,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         if (!x->got_bytes)
             retry_or_fail(x, nread == UV_EOF ? UV_ECONNRESET : (int)nread, false);
         else if (x->started)
-            fail_midstream(x, "upstream closed the connection mid-response");
+            fail_midstream(x, "upstream closed the connection mid-response", "upstream_closed");
         else
             fail_before_response(x, 502, "upstream sent an incomplete response head", "bad_upstream_response");
         return;
@@ -497,7 +527,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
     }
     if (HTTP_PARSER_ERRNO(&x->parser) != HPE_OK) {
         if (x->started)
-            fail_midstream(x, "upstream sent a malformed response");
+            fail_midstream(x, "upstream sent a malformed response", "bad_upstream_response");
         else
             fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response");
         return;
@@ -550,13 +580,14 @@ static int build_head(exchange *x, size_t body_len)
                   req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url,
                   sb_upstream_address(uc->up));
     bool has_orca_fmt = false;
+    bool has_forwarded = false;
     /* A pool with upstream_api_key speaks to its model servers with that key: the client's
      * Authorization (its gateway key, when client auth is on) stays here. */
     const char *upstream_auth = x->snap->cfg->pools[x->t.pool].upstream_auth_header;
     if (upstream_auth) {
         /* Room for the whole head first, so no realloc leaves a copy of the key in freed
          * memory (a retry rebuilds the same head in the same room). */
-        size_t need = strlen(upstream_auth) + 512;
+        size_t need = strlen(upstream_auth) + 512 + sizeof(x->t.ident.id) + sizeof(x->t.ident.peer) + 64;
         for (size_t i = 0; i < req->n_headers; i++)
             need += req->headers[i].name_len + req->headers[i].value_len + 4;
         sb_buf_reserve(h, need);
@@ -570,8 +601,13 @@ static int build_head(exchange *x, size_t body_len)
             skip = strlen(hop_by_hop[k]) == hd->name_len && strncasecmp(hd->name, hop_by_hop[k], hd->name_len) == 0;
         if (skip || (hd->name_len == 4 && strncasecmp(hd->name, "host", 4) == 0) ||
             (hd->name_len == 6 && strncasecmp(hd->name, "expect", 6) == 0) ||
-            (upstream_auth && hd->name_len == 13 && strncasecmp(hd->name, "authorization", 13) == 0))
+            (upstream_auth && hd->name_len == 13 && strncasecmp(hd->name, "authorization", 13) == 0) ||
+            (hd->name_len == 12 && strncasecmp(hd->name, "x-request-id", 12) == 0))
             continue;
+        if (hd->name_len == 15 && strncasecmp(hd->name, "x-forwarded-for", 15) == 0) {
+            has_forwarded = true; /* joined with the client's address below */
+            continue;
+        }
         if (hd->name_len == 28 && strncasecmp(hd->name, "endpoint-load-metrics-format", 28) == 0)
             has_orca_fmt = true;
         sb_buf_append(h, hd->name, hd->name_len);
@@ -582,6 +618,21 @@ static int build_head(exchange *x, size_t body_len)
     x->orca_asked = x->snap->cfg->orca_request && !has_orca_fmt;
     if (x->orca_asked)
         sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
+    if (x->t.ident.id[0])
+        sb_buf_printf(h, "x-request-id: %s\r\n", x->t.ident.id);
+    /* X-Forwarded-For: what the client's side said (several headers joined in order, as one
+     * list), then the client's address as this gateway saw it. Bounded by the head's limit. */
+    sb_buf_puts(h, "X-Forwarded-For: ");
+    for (size_t i = 0; i < req->n_headers && has_forwarded; i++) {
+        const sb_http_header *hd = &req->headers[i];
+        if (hd->name_len == 15 && strncasecmp(hd->name, "x-forwarded-for", 15) == 0 && hd->value_len) {
+            sb_buf_append(h, hd->value, hd->value_len);
+            sb_buf_puts(h, ", ");
+        }
+    }
+    const char *colon = strrchr(x->t.ident.peer, ':');
+    sb_buf_append(h, x->t.ident.peer, colon ? (size_t)(colon - x->t.ident.peer) : strlen(x->t.ident.peer));
+    sb_buf_puts(h, "\r\n");
     return sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0 ? -1 : 0;
 }
 
@@ -731,11 +782,31 @@ static const http_parser_settings resp_settings = {
     .on_message_complete = r_on_message_complete,
 };
 
+/* No exchange could be made (out of memory): answered 500 and recorded, the one line it gets. */
+static void fail_unstarted(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t)
+{
+    sb_ns now = now_ns();
+    sb_exchange_log log = {.pool = (int)t->pool,
+                           .ep = -1,
+                           .status = 500,
+                           .outcome = "gateway_error",
+                           .reason = "out_of_memory",
+                           .model = t->model,
+                           .stream = t->stream,
+                           .t_start = now,
+                           .t_end = now,
+                           .ident = &t->ident,
+                           .gateway_answer = true};
+    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+    env->error(env->owner, req, 500, "out of memory", "server_error", NULL);
+    env->record(env->owner, &log);
+}
+
 void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
     exchange *x = sb_calloc(1, sizeof(*x));
     if (!x) {
-        env->error(env->owner, req, 500, "out of memory", "server_error", NULL);
+        fail_unstarted(env, req, t);
         return;
     }
     x->env = env;
@@ -755,7 +826,7 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
         if (!tmp.data || tmp.len >= sizeof(x->served_quoted)) {
             sb_buf_free(&tmp);
             sb_free(x);
-            env->error(env->owner, req, 500, "out of memory", "server_error", NULL);
+            fail_unstarted(env, req, t);
             return;
         }
         memcpy(x->served_quoted, tmp.data, tmp.len);

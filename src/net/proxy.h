@@ -27,12 +27,18 @@ typedef struct sb_proxy_env {
     void (*end)(void *owner, sb_snapshot *snap, uint32_t pool);
     /* What the access log and metrics learn of one request. */
     void (*record)(void *owner, const sb_exchange_log *log);
-    /* Answers req with an OpenAI-shaped error (nothing was sent to the client yet). */
+    /* Answers req with an OpenAI-shaped error (nothing was sent to the client yet). Does not
+     * record it: the exchange records its own end (record), once. */
     void (*error)(void *owner, sb_http_req *req, int status, const char *message, const char *type, const char *code);
+    /* Set by the owner when it cuts what is still running (the end of a drain window): an
+     * exchange whose client side is closed now logs outcome drain_cut, not client_abort. */
+    bool cutting;
 } sb_proxy_env;
 
 /* Forwards req to the endpoint the router picks for t. env must outlive the exchange: its
- * owner is told when it ends (env->end). */
+ * owner is told when it ends (env->end), after its one access-log record (env->record). The
+ * upstream request carries t->ident.id as x-request-id and the client's address appended to
+ * X-Forwarded-For; the client's own x-request-id and X-Forwarded-For are replaced. */
 void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
 
 #endif

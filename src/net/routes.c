@@ -37,6 +37,39 @@ static void inspector_trim(sb_gateway *gw)
         sb_inspect_ctx_free(&gw->ictx);
 }
 
+/* A client's x-request-id is kept when it is 1 to SB_HTTP_REQ_ID_MAX token characters (RFC
+ * 9110 tchar): it then goes into headers and log lines as it is. Anything else is replaced. */
+static bool sane_request_id(const char *v, size_t n)
+{
+    if (n == 0 || n > SB_HTTP_REQ_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              strchr("!#$%&'*+-.^_`|~", ch)))
+            return false;
+    }
+    return true;
+}
+
+/* Gives req its id (once: the head hook and the handler both call this): the client's
+ * x-request-id if sane, else 32 hex digits keyed by a per-process secret over a counter, so ids
+ * are unique and say nothing of the request volume. */
+static void assign_request_id(sb_gateway *gw, sb_http_req *req)
+{
+    if (req->id[0])
+        return;
+    const sb_http_header *h = sb_http_req_header(req, "x-request-id");
+    if (h && sane_request_id(h->value, h->value_len)) {
+        memcpy(req->id, h->value, h->value_len);
+        req->id[h->value_len] = 0;
+        return;
+    }
+    uint64_t seq = ++gw->id_seq;
+    XXH128_hash_t d = XXH3_128bits_withSeed(&seq, sizeof seq, gw->id_secret);
+    snprintf(req->id, sizeof(req->id), "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
+}
+
 static bool path_is(const sb_http_req *req, const char *path)
 {
     size_t n = strlen(path);
@@ -209,6 +242,7 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
         .key_band = who->key ? who->key->band : -1,
         .band = -1,
     };
+    sb_stats_ident(req, &t.ident);
     if (who->key)
         memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
     /* About 4 bytes per token in English: the router's estimate of prefill work. */
@@ -306,6 +340,7 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
 bool sb_gateway_on_head(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
+    assign_request_id(gw, req);
     int route;
     caller who;
     if (!refuse_by_head(gw, req, &route, &who))
@@ -314,20 +349,52 @@ bool sb_gateway_on_head(sb_http_req *req, void *ctx)
     return false;
 }
 
+/* A page the gateway serves itself (200), recorded like every request. */
+static void answer_page(sb_gateway *gw, sb_http_req *req, int status, const char *body, size_t len)
+{
+    sb_request_ident ident;
+    sb_stats_ident(req, &ident);
+    sb_ns t_start = req->start_ns;
+    sb_http_respond(req, status, "application/json", NULL, body, len);
+    sb_exchange_log log = {.pool = -1,
+                           .ep = -1,
+                           .status = status,
+                           .outcome = status < 400 ? "ok" : "refused",
+                           .reason = status < 400 ? NULL : "draining",
+                           .model = "",
+                           .bytes_out = len,
+                           .t_start = t_start,
+                           .t_end = uv_hrtime(),
+                           .ident = &ident,
+                           .gateway_answer = true};
+    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+    sb_stats_record(&gw->stats, &log);
+}
+
+void sb_gateway_healthz(sb_gateway *gw, sb_http_req *req)
+{
+    /* Draining (SIGTERM): load balancers polling this take the gateway out of rotation. */
+    if (gw->draining)
+        answer_page(gw, req, 503, "{\"status\":\"draining\"}", 21);
+    else
+        answer_page(gw, req, 200, "{\"status\":\"ok\"}", 15);
+}
+
 /* The client listener: the OpenAI API and /healthz only (the admin pages live on the admin
  * listener, net/admin.c). */
 void sb_gateway_on_request(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
     gw->counters.requests++;
+    assign_request_id(gw, req);
     int route;
     caller who = {0};
     if (refuse_by_head(gw, req, &route, &who))
         return;
     if (route == ROUTE_HEALTHZ)
-        sb_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        sb_gateway_healthz(gw, req);
     else if (route == ROUTE_MODELS)
-        sb_http_respond(req, 200, "application/json", NULL, gw->models_json, gw->models_json_len);
+        answer_page(gw, req, 200, gw->models_json, gw->models_json_len);
     else
         handle_inference(gw, req, inference_routes[route].kind, &who);
 }

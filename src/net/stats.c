@@ -1,5 +1,7 @@
 #include "net/stats.h"
 
+#include <http_parser.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -19,11 +21,36 @@ static void histo_add(sb_histo *h, double v)
     h->n++;
 }
 
+_Static_assert(SB_REQUEST_ID_MAX == SB_HTTP_REQ_ID_MAX, "a request's id fits its log record");
+
+static void json_str(sb_buf *b, const char *s)
+{
+    sb_buf_json_escape(b, s, strlen(s));
+}
+
+void sb_stats_ident(const sb_http_req *req, sb_request_ident *out)
+{
+    snprintf(out->id, sizeof(out->id), "%s", req->id);
+    snprintf(out->peer, sizeof(out->peer), "%s", req->peer ? req->peer : "");
+    size_t n = req->path_len < SB_LOG_PATH_MAX ? req->path_len : SB_LOG_PATH_MAX;
+    memcpy(out->path, req->path, n);
+    out->path[n] = 0;
+    out->method = req->method;
+}
+
+int sb_stats_class(const sb_exchange_log *log)
+{
+    /* Begun and not finished: whatever status line went out, the client did not get the answer. */
+    if (!strcmp(log->outcome, "midstream_error") || (!strcmp(log->outcome, "drain_cut") && log->upstream_status))
+        return SB_CLASS_CUT;
+    return log->status >= 100 && log->status < 600 && log->status != 499 ? log->status / 100 : 0;
+}
+
 void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
 {
     double total_s = (double)(log->t_end - log->t_start) / 1e9;
     double ttfb_s = log->t_first_byte ? (double)(log->t_first_byte - log->t_start) / 1e9 : -1;
-    if (log->pool >= 0 && (size_t)log->pool < st->cfg->n_pools) {
+    if (log->pool >= 0 && (size_t)log->pool < st->cfg->n_pools && !log->gateway_answer) {
         sb_pool_metrics *pm = &st->pool_metrics[log->pool];
         histo_add(&pm->duration, total_s);
         if (ttfb_s >= 0)
@@ -34,10 +61,8 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
             pm->cached_tokens += (uint64_t)log->usage.cached_tokens;
         if (log->usage.completion_tokens > 0)
             pm->completion_tokens += (uint64_t)log->usage.completion_tokens;
-        if (log->ep >= 0) {
-            int cls = log->status >= 100 && log->status < 600 && log->status != 499 ? log->status / 100 : 0;
-            st->ep_metrics[st->pool_first_up[log->pool] + (size_t)log->ep].by_class[cls]++;
-        }
+        if (log->ep >= 0)
+            st->ep_metrics[st->pool_first_up[log->pool] + (size_t)log->ep].by_class[sb_stats_class(log)]++;
     }
     if (!st->access_log)
         return;
@@ -45,19 +70,31 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
+    const sb_request_ident *id = log->ident;
     sb_buf b = {0};
-    sb_buf_printf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"model\":\"", tm.tm_year + 1900,
+    sb_buf_printf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"request_id\":\"", tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
-    sb_buf_json_escape(&b, log->model ? log->model : "", log->model ? strlen(log->model) : 0);
+    /* The id is token characters only (routes.c), the peer an address: escaped all the same,
+     * so a change upstream of here cannot break the line. */
+    json_str(&b, id ? id->id : "");
+    sb_buf_puts(&b, "\",\"client\":\"");
+    json_str(&b, id ? id->peer : "");
+    sb_buf_printf(&b, "\",\"method\":\"%s\",\"path\":\"", id ? http_method_str((enum http_method)id->method) : "");
+    json_str(&b, id ? id->path : "");
+    sb_buf_puts(&b, "\",\"model\":\"");
+    json_str(&b, log->model ? log->model : "");
     const char *pool = log->pool >= 0 ? st->cfg->pools[log->pool].name : "";
     const char *ep = log->pool >= 0 && log->ep >= 0 ? st->cfg->pools[log->pool].endpoints[log->ep].address : "";
+    sb_buf_printf(
+        &b,
+        "\",\"pool\":\"%s\",\"endpoint\":\"%s\",\"status\":%d,\"upstream_status\":%d,\"outcome\":\"%s\",\"reason\":\"",
+        pool, ep, log->status, log->upstream_status, log->outcome);
+    json_str(&b, log->reason ? log->reason : "");
     sb_buf_printf(&b,
-                  "\",\"pool\":\"%s\",\"endpoint\":\"%s\",\"status\":%d,\"outcome\":\"%s\",\"stream\":%s,"
-                  "\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,\"prompt_tokens\":%lld,"
-                  "\"cached_tokens\":%lld,\"completion_tokens\":%lld",
-                  pool, ep, log->status, log->outcome, log->stream ? "true" : "false",
-                  (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0, total_s * 1e3, log->retries,
-                  (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
+                  "\",\"stream\":%s,\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,"
+                  "\"prompt_tokens\":%lld,\"cached_tokens\":%lld,\"completion_tokens\":%lld",
+                  log->stream ? "true" : "false", (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0,
+                  total_s * 1e3, log->retries, (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
     /* Who asked, as flow control saw it: never the key, only what the configuration names. */
     if (log->band)

@@ -86,6 +86,12 @@ static const field tokenize_fields[] = {
     FN("max_answer_bytes", tokenize_max_answer_bytes, K_BYTES, 1024, SIZE_MAX),
 };
 
+/* Up to an hour: a window longer than any orchestrator waits (Kubernetes' default grace period
+ * is 30 s) only delays the exit it ends in. 0 cuts what runs at once. */
+static const field shutdown_fields[] = {
+    FN("drain_ms", drain_ms, K_MS, 0, 3600000),
+};
+
 #undef FN
 
 /* A top-level scalar rather than a section: it belongs with access_log. */
@@ -99,6 +105,7 @@ static const section sections[] = {
     {"routing", routing_fields, ARRAY_LEN(routing_fields)},
     {"kv_index", kv_index_fields, ARRAY_LEN(kv_index_fields)},
     {"tokenize", tokenize_fields, ARRAY_LEN(tokenize_fields)},
+    {"shutdown", shutdown_fields, ARRAY_LEN(shutdown_fields)},
 };
 
 #undef F
@@ -591,6 +598,7 @@ static bool set_defaults(sb_config *cfg)
         .max_json_tokens = 1u << 20,
         .max_buffered_body_bytes = 256u << 20,
         .linger_ms = 5000,
+        .drain_ms = 30000,
         .linger_bytes = 64u << 20,
         .max_refusing_connections = 64,
         .connect_ms = 1000,

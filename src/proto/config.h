@@ -106,6 +106,7 @@ typedef struct sb_config {
     size_t max_json_tokens;       /* JSON values (keys included) in a body; default 1 Mi */
     size_t max_buffered_body_bytes; /* request body bytes held over all connections; 256 MiB */
     uint32_t linger_ms;           /* after an early answer, read and discard up to this long; 5000 */
+    uint32_t drain_ms;            /* shutdown.drain_ms: SIGTERM lets requests finish this long; 30000 */
     size_t linger_bytes;          /* ...and up to this many bytes; default 64 MiB */
     size_t max_refusing_connections; /* past max_connections, answered 503 at once; default 64 */
     /* timeouts, milliseconds */

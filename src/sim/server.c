@@ -596,7 +596,7 @@ static void on_restart_timer(uv_timer_t *t)
     replica *r = t->data;
     sb_sim_fleet *f = r->fleet;
     const sb_sim_faults *fa = &f->opts.faults;
-    if (f->stopping)
+    if (f->stopping || f->draining)
         return;
     if (!r->down) {
         SB_INFO("sim: replica %u (port %u) restarting", r->index, r->port);
@@ -692,6 +692,25 @@ uint32_t sb_sim_fleet_size(const sb_sim_fleet *f)
 uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i)
 {
     return i < f->n ? f->reps[i].port : 0;
+}
+
+void sb_sim_fleet_drain(sb_sim_fleet *f)
+{
+    if (f->stopping || f->draining)
+        return;
+    f->draining = true;
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->reps[i].srv)
+            sb_http_server_drain(f->reps[i].srv);
+}
+
+size_t sb_sim_fleet_connections(const sb_sim_fleet *f)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->reps[i].srv)
+            n += sb_http_server_connections(f->reps[i].srv);
+    return n;
 }
 
 void sb_sim_fleet_stop(sb_sim_fleet *f)

@@ -106,6 +106,14 @@ const char *sb_sim_fleet_kv_replay(const sb_sim_fleet *f, uint32_t i);
  * a replica that never listened has no port: 0); 0 if i is out of range. */
 uint16_t sb_sim_fleet_port(const sb_sim_fleet *f, uint32_t i);
 
+/* Begins a graceful drain, as the gateway's (net/http_server.h sb_http_server_drain): every
+ * replica closes its listener for good (a restart fault no longer listens again) and its idle
+ * connections; generations in flight go on, each answer closes its connection. The caller
+ * watches sb_sim_fleet_connections fall to 0 (or its deadline pass), then stops the fleet. */
+void sb_sim_fleet_drain(sb_sim_fleet *f);
+/* Client connections open over all replicas. */
+size_t sb_sim_fleet_connections(const sb_sim_fleet *f);
+
 /* Stops every replica: listeners and connections are closed (in-flight requests are dropped),
  * timers stopped. The fleet is freed once libuv has closed its handles, so the loop must run
  * afterwards (uv_run returns once nothing else is active). f must not be used after. */

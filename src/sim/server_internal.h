@@ -77,6 +77,7 @@ struct sb_sim_fleet {
     uint32_t n;
     int handles_open;
     bool stopping;
+    bool draining; /* listeners closed for good (sb_sim_fleet_drain): no restart listens again */
 };
 
 /* ---- server.c ---- */

@@ -8,6 +8,7 @@ behaviour is chosen by headers the test sends through the gateway (forwarded unt
   x-fixture-events: N       (sse/die: number of events)
   x-fixture-delay-ms: D     (sse/die: delay between events)
   x-fixture-status: S       (status mode)
+  x-fixture-head-delay-ms: D (any mode: wait D ms before the response head)
 The fixture records what it saw (connections, requests, closes) for assertions.
 """
 import json
@@ -174,6 +175,8 @@ class Upstream:
 
     def _answer(self, c, headers, body):
         mode = headers.get("x-fixture-mode", "json")
+        if headers.get("x-fixture-head-delay-ms"):  # think before answering at all
+            time.sleep(int(headers["x-fixture-head-delay-ms"]) / 1000.0)
         events = int(headers.get("x-fixture-events", "3"))
         delay = int(headers.get("x-fixture-delay-ms", "0")) / 1000.0
         try:
@@ -291,15 +294,16 @@ class Gateway:
             return False
 
     def close(self):
-        """Stops the gateway; returns its log. Fails if it crashed or ASan complained."""
+        """Stops the gateway; returns its log. Fails if it crashed or ASan complained. SIGINT
+        stops at once (SIGTERM would drain: test_drain.py)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError("gateway did not stop on SIGTERM")
+                raise AssertionError("gateway did not stop on SIGINT")
         self.log.close()
         out = open(self.log_path).read()
         if "ERROR: AddressSanitizer" in out or "runtime error:" in out or "LeakSanitizer" in out:
@@ -373,6 +377,19 @@ def read_response(s, buf=b"", leftover=None):
         if not chunk:
             return status, headers, body
         body += chunk
+
+
+def read_until_eof(s):
+    """Everything s still delivers until the peer closes (a reset counts as the close)."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
 
 
 def chat_body(model="m1", text="hello", stream=False, extra=None):

@@ -5,11 +5,12 @@ stop on Ctrl-C, against the built binary."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import unittest
 
-from fixtures import GATEWAY_BIN, free_port, free_run, http, wait_until
+from fixtures import GATEWAY_BIN, free_port, free_run, http, read_head, read_until_eof, send_request, wait_until
 
 
 class DemoTest(unittest.TestCase):
@@ -88,6 +89,25 @@ class DemoTest(unittest.TestCase):
         st, _, _ = http(self.port, "GET", "/debug/endpoints")
         self.assertNotEqual(st, 200)
         self.stop()
+
+    def test_sigterm_drains_the_gateway_then_the_fleet(self):
+        # A long stream in flight when SIGTERM comes finishes whole; then the process exits 0.
+        chat = {"model": "llama-3.1-8b", "stream": True, "max_tokens": 4000, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "Tell me everything."}]}
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        send_request(s, "POST", "/v1/chat/completions", chat)
+        line, _, rest = read_head(s)
+        self.assertIn(" 200 ", line)
+        self.proc.send_signal(signal.SIGTERM)
+        data = rest + read_until_eof(s)
+        s.close()
+        self.assertIn(b"data: [DONE]", data)
+        self.assertTrue(data.endswith(b"0\r\n\r\n"))
+        self.assertEqual(self.proc.wait(15), 0)
+        self.log.close()
+        out = open(self.log_path).read()
+        for bad in ("AddressSanitizer", "runtime error:", "LeakSanitizer"):
+            self.assertNotIn(bad, out)
 
 
 if __name__ == "__main__":

@@ -46,13 +46,13 @@ class Sim:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGINT)  # at once (SIGTERM drains: test_drain.py)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError("sim did not stop on SIGTERM")
+                raise AssertionError("sim did not stop on SIGINT")
         self.proc.stdout.close()
         self.log.close()
         out = open(self.log_path).read()

@@ -529,6 +529,56 @@ static void test_nothing_after_connection_close(void **state)
     fx_stop(f);
 }
 
+/* ---- drain ---- */
+
+static bool no_held(void *arg)
+{
+    return ((fx *)arg)->held == NULL;
+}
+
+static void test_drain_closes_idle_and_closes_after_the_next_answer(void **state)
+{
+    fx *f = fx_start(NULL);
+    /* cl: one answer read, now idle (keep-alive); cl2: a request in progress. */
+    netfx_sends(&f->cl, "GET /path/a HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "/path/a");
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    netfx_sends(&f->cl2, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    sb_http_server_drain(f->srv);
+    sb_http_server_drain(f->srv); /* idempotent */
+    /* The idle connection is closed at once; the busy one is untouched. */
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 "), 1);
+    assert_int_equal(sb_http_server_connections(f->srv), 1);
+    assert_int_equal(f->aborted, 0);
+    /* Its answer closes the connection, and carries the id the handler gave the request. */
+    snprintf(f->held->id, sizeof f->held->id, "rid-7");
+    assert_int_equal(sb_http_respond(f->held, 200, "text/plain", NULL, "ok", 2), 0);
+    f->held = NULL;
+    netfx_wait_eof(&f->loop, &f->cl2);
+    assert_non_null(strstr(f->cl2.in, "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(f->cl2.in, "x-request-id: rid-7\r\n"));
+    assert_non_null(strstr(f->cl2.in, "Connection: close\r\n"));
+    netfx_run_until(&f->loop, no_connections, f, "every connection closed");
+    fx_stop(f); /* stopping a drained server: its listener is closed already */
+}
+
+static void test_cut_aborts_what_runs(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    sb_http_server_drain(f->srv);
+    sb_http_server_cut(f->srv);
+    netfx_run_until(&f->loop, no_held, f, "on_abort");
+    assert_int_equal(f->aborted, 1);
+    netfx_wait_eof(&f->loop, &f->cl);
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 "), 0);
+    assert_int_equal(sb_http_server_connections(f->srv), 0);
+    fx_stop(f);
+}
+
 static void test_keep_alive_reuse(void **state)
 {
     fx *f = fx_start(NULL);
@@ -570,6 +620,8 @@ int main(void)
         cmocka_unit_test(test_stream_abort),
         cmocka_unit_test(test_client_gone_aborts),
         cmocka_unit_test(test_keep_alive_reuse),
+        cmocka_unit_test(test_drain_closes_idle_and_closes_after_the_next_answer),
+        cmocka_unit_test(test_cut_aborts_what_runs),
         cmocka_unit_test(test_head_method),
         cmocka_unit_test(test_nothing_after_connection_close),
         cmocka_unit_test(test_too_many_headers),

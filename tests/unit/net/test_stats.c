@@ -101,7 +101,10 @@ static void test_refused_before_a_pool_touches_no_metrics(void **state)
     for (int p = 0; p < 2; p++)
         assert_int_equal(f->pm[p].duration.n, 0);
     fflush(f->st.access_log);
-    assert_non_null(strstr(f->log_text, "\"pool\":\"\",\"endpoint\":\"\",\"status\":429,\"outcome\":\"rejected\""));
+    assert_non_null(strstr(f->log_text, "\"pool\":\"\",\"endpoint\":\"\",\"status\":429,\"upstream_status\":0,"
+                                        "\"outcome\":\"rejected\",\"reason\":\"\""));
+    /* Who asked is unknown here: empty strings, never a missing field. */
+    assert_non_null(strstr(f->log_text, "\"request_id\":\"\",\"client\":\"\",\"method\":\"\",\"path\":\"\""));
     teardown_fixture(f);
     free(f);
 }
@@ -113,14 +116,54 @@ static void test_access_log_line_names_pool_and_endpoint(void **state)
     sb_exchange_log log = a_log(0, 1, 200);
     log.band = "critical";
     log.tenant = "t1";
+    log.upstream_status = 200;
+    log.retries = 2;
+    sb_request_ident id = {.id = "r-1", .peer = "10.0.0.2:5555", .path = "/v1/chat/\"x", .method = 3 /* POST */};
+    log.ident = &id;
     sb_stats_record(&f->st, &log);
     fflush(f->st.access_log);
     const char *l = f->log_text;
-    assert_non_null(strstr(l, "\"model\":\"m\\\"q\""));
-    assert_non_null(strstr(l, "\"pool\":\"a\",\"endpoint\":\"a1:1\",\"status\":200,\"outcome\":\"ok\""));
+    assert_non_null(strstr(l, "\"request_id\":\"r-1\",\"client\":\"10.0.0.2:5555\",\"method\":\"POST\","
+                              "\"path\":\"/v1/chat/\\\"x\",\"model\":\"m\\\"q\""));
+    assert_non_null(strstr(l, "\"pool\":\"a\",\"endpoint\":\"a1:1\",\"status\":200,\"upstream_status\":200,"
+                              "\"outcome\":\"ok\",\"reason\":\"\""));
+    assert_non_null(strstr(l, "\"retries\":2,"));
     assert_non_null(strstr(l, "\"ttfb_ms\":3.000,\"total_ms\":200.000"));
     assert_non_null(strstr(l, "\"band\":\"critical\",\"tenant\":\"t1\"}\n"));
     assert_int_equal(l[f->log_len - 1], '\n');
+    teardown_fixture(f);
+    free(f);
+}
+
+/* A response that began and was cut is its own class, never the 2xx its status line said; an
+ * answer the gateway gave itself touches no pool or endpoint metrics even when it names a pool. */
+static void test_cut_responses_and_gateway_answers(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, true);
+    sb_exchange_log log = a_log(0, 0, 200);
+    log.outcome = "midstream_error";
+    log.reason = "upstream_closed";
+    log.upstream_status = 200;
+    sb_stats_record(&f->st, &log);
+    log.outcome = "drain_cut";
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->em[0].by_class[2], 0);
+    assert_int_equal(f->em[0].by_class[SB_CLASS_CUT], 2);
+    /* Cut by the drain before any response head: a 503, not a cut response. */
+    log = a_log(0, 0, 503);
+    log.outcome = "drain_cut";
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->em[0].by_class[5], 1);
+    log = a_log(1, -1, 429);
+    log.outcome = "refused";
+    log.reason = "shed";
+    log.gateway_answer = true;
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->pm[1].duration.n, 0);
+    fflush(f->st.access_log);
+    assert_non_null(strstr(f->log_text, "\"pool\":\"b\",\"endpoint\":\"\",\"status\":429,\"upstream_status\":0,"
+                                        "\"outcome\":\"refused\",\"reason\":\"shed\""));
     teardown_fixture(f);
     free(f);
 }
@@ -131,6 +174,7 @@ int main(void)
         cmocka_unit_test(test_record_lands_in_its_pool_and_endpoint),
         cmocka_unit_test(test_refused_before_a_pool_touches_no_metrics),
         cmocka_unit_test(test_access_log_line_names_pool_and_endpoint),
+        cmocka_unit_test(test_cut_responses_and_gateway_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

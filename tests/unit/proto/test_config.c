@@ -255,6 +255,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->max_json_tokens, 1u << 20);
     assert_int_equal(cfg->max_buffered_body_bytes, 256u << 20);
     assert_int_equal(cfg->linger_ms, 5000);
+    assert_int_equal(cfg->drain_ms, 30000);
     assert_int_equal(cfg->linger_bytes, 64u << 20);
     assert_int_equal(cfg->max_refusing_connections, 64);
     assert_int_equal(cfg->connect_ms, 1000);
@@ -555,15 +556,20 @@ static void test_error_out_of_range(void **state)
                      "timeouts.idle_ms must be between 1 and 4294967295, got 0");
     expect_one_error("timeouts:\n  idle_ms: 4294967296\n" POOL_OK, 2,
                      "timeouts.idle_ms must be between 1 and 4294967295");
+    expect_one_error("shutdown:\n  drain_ms: 3600001\n" POOL_OK, 2,
+                     "shutdown.drain_ms must be between 0 and 3600000, got 3600001");
+    expect_one_error("shutdown:\n  drain_ms: soon\n" POOL_OK, 2, "shutdown.drain_ms");
 
     /* The edges themselves are accepted. */
     sb_config *cfg;
     sb_config_errors errs;
     assert_int_equal(parse_str("routing: {block_bytes: 4KiB}\n"
                                "upstream: {max_idle_per_endpoint: 0}\n"
-                               "timeouts: {idle_ms: 4294967295}\n" POOL_OK,
+                               "timeouts: {idle_ms: 4294967295}\n"
+                               "shutdown: {drain_ms: 0}\n" POOL_OK,
                                &cfg, &errs),
                      0);
+    assert_int_equal(cfg->drain_ms, 0);
     assert_int_equal(cfg->block_bytes, 4096);
     assert_int_equal(cfg->max_idle_per_endpoint, 0);
     assert_int_equal(cfg->idle_ms, 4294967295u);
