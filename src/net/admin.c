@@ -16,6 +16,7 @@
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
+#include "net/discovery.h"
 #include "net/kv_feed.h"
 #include "net/precise.h"
 #include "net/probe.h"
@@ -497,6 +498,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);
+    sb_discovery_render_metrics(gw->disc, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)
@@ -558,6 +560,13 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                               ps->interval_ms, (unsigned long long)ps->scrapes, (unsigned long long)ps->scrape_errors,
                               ps->last_status, (unsigned long long)ps->health_checks,
                               (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
+            char why[160];
+            const char *down = sb_discovery_down_reason(gw, (uint32_t)p, (uint32_t)e, why, sizeof why);
+            if (down) {
+                sb_buf_puts(b, ",\"down_reason\":\"");
+                sb_buf_json_escape(b, down, strlen(down));
+                sb_buf_puts(b, "\"");
+            }
             render_endpoint_kv(gw, b, (uint32_t)p, (uint32_t)e);
             sb_buf_puts(b, "}");
         }
@@ -627,7 +636,7 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
-enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE };
+enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE, PAGE_MEMBERS };
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
  * handler. Answers and returns true if one fails; else sets *page. */
@@ -642,6 +651,11 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
         admin_error(req, 401, "this admin endpoint needs Authorization: Bearer <admin.token>", "invalid_admin_token",
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
         return true;
+    }
+    /* The registration API takes bodies (bounded by admin.max_body_bytes) and its own methods. */
+    if (sb_discovery_admin_path(req)) {
+        *page = PAGE_MEMBERS;
+        return false;
     }
     if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
         admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
@@ -683,9 +697,14 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     enum admin_page page;
     if (admin_refuse(gw, req, &page))
         return;
+    if (page == PAGE_MEMBERS) {
+        sb_discovery_admin(gw->disc, req);
+        return;
+    }
     sb_buf b = {0};
     const char *ct = "application/json";
     switch (page) {
+    case PAGE_MEMBERS: break;
     case PAGE_METRICS:
         render_metrics(gw, &b);
         ct = "text/plain; version=0.0.4; charset=utf-8";

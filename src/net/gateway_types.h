@@ -66,6 +66,11 @@ struct sb_gateway {
     sb_kv_sub **kv_subs;
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
     sb_precise *precise;            /* requests' precise keys (net/precise.c); NULL without a precise index */
+    /* Membership at run time (net/discovery.h): the serving gateway holds it, a replace-reload
+     * hands it over. `home` is the owner's variable (sb_gateway_start's out), which a
+     * membership change that replaces the gateway updates. */
+    struct sb_discovery *disc;
+    sb_gateway **home;
 };
 
 #endif
