@@ -533,6 +533,16 @@ static int static_elsewhere(const sb_config *base, size_t pool, const char *addr
     return -1;
 }
 
+/* What the file allows in labels (letters, digits, '-', '_', '.', '/'): the labels filter
+ * compares them byte for byte, and the admin pages print them. */
+static bool label_chars(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || strchr("-_./", *s)))
+            return false;
+    return true;
+}
+
 static bool valid_engine(const char *s)
 {
     static const char *const engines[] = {"vllm", "sglang", "llama.cpp", "llamacpp", "trtllm", "custom"};
@@ -643,8 +653,10 @@ static void handle_post(sb_discovery *d, sb_http_req *req)
         int k = v[4] + 1;
         for (int i = 0; i < lt->size; i++, k += 2) {
             if (!plain_string(req->body, &toks[k], keyb[i], MAX_LABEL_BYTES) ||
-                !plain_string(req->body, &toks[k + 1], valb[i], MAX_LABEL_BYTES)) {
-                answer_error(req, 400, "labels: keys and values must be plain strings of 1 to 127 bytes",
+                !plain_string(req->body, &toks[k + 1], valb[i], MAX_LABEL_BYTES) || !label_chars(keyb[i]) ||
+                !label_chars(valb[i])) {
+                answer_error(req, 400,
+                             "labels: names and values are 1 to 127 letters, digits, '-', '_', '.' or '/'",
                              "invalid_registration");
                 return;
             }

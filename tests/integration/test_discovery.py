@@ -82,6 +82,7 @@ class RegistrationTest(unittest.TestCase):
             ({"address": "127.0.0.1:9", "pool": "p", "engine": "tgi"}, 400),
             ({"address": "127.0.0.1:9", "pool": "p", "ttl_ms": -5}, 400),
             ({"address": "127.0.0.1:9", "pool": "p", "labels": {"a": 1}}, 400),
+            ({"address": "127.0.0.1:9", "pool": "p", "labels": {"a": "b c"}}, 400),
             ({"address": "127.0.0.1:9", "pool": "p", "labels": {str(i): "v" for i in range(9)}}, 400),
         ]
         for body, want in cases:
