@@ -44,7 +44,10 @@ struct sb_discovery {
     uint64_t applies, apply_failures, registered, deleted;
 };
 
-static const sb_config *base_of(const sb_discovery *d) { return sb_config_base(d->base_ref); }
+static const sb_config *base_of(const sb_discovery *d)
+{
+    return sb_config_base(d->base_ref);
+}
 
 /* ---- applying changes ---- */
 
@@ -129,7 +132,10 @@ static void watch_unref(dns_watch *w)
     sb_free(w);
 }
 
-static void on_watch_timer_closed(uv_handle_t *h) { watch_unref(h->data); }
+static void on_watch_timer_closed(uv_handle_t *h)
+{
+    watch_unref(h->data);
+}
 
 static void watch_resolve(uv_timer_t *t);
 
@@ -157,7 +163,7 @@ static void on_watch_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo
         size_t extra = 0;
         for (struct addrinfo *a = res; a && names && hosts; a = a->ai_next) {
             char ip[64];
-            int rc = a->ai_family == AF_INET6 ? uv_ip6_name((struct sockaddr_in6 *)a->ai_addr, ip, sizeof ip)
+            int rc = a->ai_family == AF_INET6  ? uv_ip6_name((struct sockaddr_in6 *)a->ai_addr, ip, sizeof ip)
                      : a->ai_family == AF_INET ? uv_ip4_name((struct sockaddr_in *)a->ai_addr, ip, sizeof ip)
                                                : -1;
             if (rc != 0)
@@ -341,7 +347,10 @@ static bool path_is(const sb_http_req *req, const char *p)
     return req->path_len == n && !memcmp(req->path, p, n);
 }
 
-bool sb_discovery_admin_path(const sb_http_req *req) { return path_is(req, "/admin/endpoints"); }
+bool sb_discovery_admin_path(const sb_http_req *req)
+{
+    return path_is(req, "/admin/endpoints");
+}
 
 static void answer_error(sb_http_req *req, int status, const char *message, const char *code)
 {
@@ -448,8 +457,9 @@ static void render_list(sb_discovery *d, sb_buf *b)
         const dns_watch *w = d->watches[i];
         sb_buf_printf(b, "%s{\"pool\":\"%s\",\"dns\":\"", i ? "," : "", w->pool);
         sb_buf_json_escape(b, w->host, strlen(w->host));
-        sb_buf_printf(b, ":%u\",\"interval_ms\":%u,\"addresses\":%zu,\"resolutions\":%llu,\"failures\":%llu,"
-                         "\"left_out\":%zu,\"last_error\":",
+        sb_buf_printf(b,
+                      ":%u\",\"interval_ms\":%u,\"addresses\":%zu,\"resolutions\":%llu,\"failures\":%llu,"
+                      "\"left_out\":%zu,\"last_error\":",
                       w->port, w->interval_ms, w->addresses, (unsigned long long)w->resolutions,
                       (unsigned long long)w->failures, w->dropped);
         if (w->last_error)
@@ -552,8 +562,8 @@ static bool valid_engine(const char *s)
     return false;
 }
 
-static void registration_answer(sb_http_req *req, int status, const char *pool, const char *address,
-                                const char *source, uint64_t ttl_ms)
+static void registration_answer(sb_http_req *req, int status, const char *pool, const char *address, const char *source,
+                                uint64_t ttl_ms)
 {
     sb_buf b = {0};
     sb_buf_printf(&b, "{\"pool\":\"%s\",\"address\":\"", pool);
@@ -655,8 +665,7 @@ static void handle_post(sb_discovery *d, sb_http_req *req)
             if (!plain_string(req->body, &toks[k], keyb[i], MAX_LABEL_BYTES) ||
                 !plain_string(req->body, &toks[k + 1], valb[i], MAX_LABEL_BYTES) || !label_chars(keyb[i]) ||
                 !label_chars(valb[i])) {
-                answer_error(req, 400,
-                             "labels: names and values are 1 to 127 letters, digits, '-', '_', '.' or '/'",
+                answer_error(req, 400, "labels: names and values are 1 to 127 letters, digits, '-', '_', '.' or '/'",
                              "invalid_registration");
                 return;
             }
@@ -686,8 +695,9 @@ static void handle_post(sb_discovery *d, sb_http_req *req)
     int other = static_elsewhere(base, (size_t)pool, address, &here);
     if (other >= 0) {
         char msg[400];
-        snprintf(msg, sizeof msg, "%s is a statically configured endpoint of pool '%s'; register it there or edit the file",
-                 address, base->pools[other].name);
+        snprintf(msg, sizeof msg,
+                 "%s is a statically configured endpoint of pool '%s'; register it there or edit the file", address,
+                 base->pools[other].name);
         answer_error(req, 409, msg, "endpoint_conflict");
         return;
     }
@@ -726,7 +736,10 @@ static void handle_post(sb_discovery *d, sb_http_req *req)
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* The value of `name` in the query of req's URL, percent-decoded into buf. */

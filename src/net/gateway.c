@@ -795,4 +795,7 @@ static int membership_apply(void *arg, sb_config *cfg)
     return reload_effective(home, cfg);
 }
 
-static sb_gateway *membership_current(void *arg) { return *(sb_gateway **)arg; }
+static sb_gateway *membership_current(void *arg)
+{
+    return *(sb_gateway **)arg;
+}

@@ -12,13 +12,13 @@ struct sb_upstream {
     uv_loop_t *loop;
     struct sockaddr_storage addr;
     char address[280];
-    char *host;             /* a name to resolve; NULL for a literal */
+    char *host; /* a name to resolve; NULL for a literal */
     uint16_t port;
-    int resolve_status;     /* sb_upstream_resolve_status */
-    bool resolving;         /* a uv_getaddrinfo is out (gai owns a reference: n_open) */
-    uint32_t retry_ms;      /* next retry delay */
+    int resolve_status; /* sb_upstream_resolve_status */
+    bool resolving;     /* a uv_getaddrinfo is out (gai owns a reference: n_open) */
+    uint32_t retry_ms;  /* next retry delay */
     uv_getaddrinfo_t gai;
-    uv_timer_t retry_timer; /* names only; open for the pool's life (a reference: n_open) */
+    uv_timer_t retry_timer;    /* names only; open for the pool's life (a reference: n_open) */
     sb_upstream_conn *waiting; /* connections waiting for the address (linked by next_idle) */
     sb_upstream_opts opts;
     sb_upstream_conn *idle;  /* most recently released first */
@@ -108,7 +108,10 @@ static void on_retry_timer_closed(uv_handle_t *h)
     maybe_free_pool(u);
 }
 
-static void on_retry_timer(uv_timer_t *t) { start_resolve(t->data); }
+static void on_retry_timer(uv_timer_t *t)
+{
+    start_resolve(t->data);
+}
 
 /* Connections that waited for the address: connect them now, or fail them with the resolver's
  * error (each callback may acquire again: the list is detached first). */
@@ -219,7 +222,10 @@ int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_u
     return 0;
 }
 
-int sb_upstream_resolve_status(const sb_upstream *u) { return u->resolve_status; }
+int sb_upstream_resolve_status(const sb_upstream *u)
+{
+    return u->resolve_status;
+}
 
 int sb_upstream_adopt_address(sb_upstream *u, const sb_upstream *src)
 {

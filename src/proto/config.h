@@ -65,7 +65,7 @@ typedef struct sb_pool_config {
     bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
-    size_t n_endpoints;   /* >= 1, unless endpoints_from or `endpoints: []` (filled at run time) */
+    size_t n_endpoints; /* >= 1, unless endpoints_from or `endpoints: []` (filled at run time) */
     /* probing (`probe:`); min <= interval <= max */
     uint32_t probe_interval_ms;     /* metrics scrape, base of the adaptive rule; default 100 */
     uint32_t probe_min_interval_ms; /* busiest endpoints; default 50 */
@@ -94,7 +94,7 @@ typedef struct sb_pool_config {
      * an endpoint (net/discovery.c), beside the listed ones. NULL host: none. */
     char *dns_host;
     uint16_t dns_port;
-    uint32_t dns_interval_ms;       /* default 5000 */
+    uint32_t dns_interval_ms; /* default 5000 */
 } sb_pool_config;
 
 typedef struct sb_config {
@@ -164,11 +164,11 @@ typedef struct sb_config {
     char *admin_token_file;       /* as written; NULL if none */
     size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
     /* membership at run time (`discovery:`; net/discovery.h) */
-    uint32_t discovery_apply_ms;        /* changes within this window apply once; default 20 */
-    uint32_t discovery_drain_ms;        /* a removed endpoint drains at most this long; 30000 */
-    size_t discovery_max_endpoints;     /* dynamic (DNS + API) endpoints per pool; default 256 */
-    uint32_t discovery_retry_ms;        /* first retry of a failed resolution; default 1000 */
-    uint32_t discovery_retry_max_ms;    /* bound of its doubling; default 30000 */
+    uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
+    uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */
+    size_t discovery_max_endpoints;  /* dynamic (DNS + API) endpoints per pool; default 256 */
+    uint32_t discovery_retry_ms;     /* first retry of a failed resolution; default 1000 */
+    uint32_t discovery_retry_max_ms; /* bound of its doubling; default 30000 */
     /* scheduling profiles defined under `profiles:`, fully built (labels point into strings
      * owned by the config); none of them shadows a built-in name */
     sb_profile *profiles;

@@ -12,7 +12,10 @@ bool sb_config_format_address(const char *host, uint16_t port, char *buf, size_t
     return n > 0 && (size_t)n < cap;
 }
 
-const sb_config *sb_config_base(const sb_config *cfg) { return cfg->base ? cfg->base : cfg; }
+const sb_config *sb_config_base(const sb_config *cfg)
+{
+    return cfg->base ? cfg->base : cfg;
+}
 
 static bool copy_labels(sb_endpoint_config *dst, const char *const *keys, const char *const *values, size_t n)
 {

@@ -199,8 +199,8 @@ bool sb_members_sync_dns(sb_members *m, const char *pool, const char *const *hos
     return changed;
 }
 
-bool sb_members_tick(sb_members *m, sb_ns now, sb_ns drain_ns, bool (*idle)(void *arg, const char *pool, const char *address),
-                     void *arg)
+bool sb_members_tick(sb_members *m, sb_ns now, sb_ns drain_ns,
+                     bool (*idle)(void *arg, const char *pool, const char *address), void *arg)
 {
     bool changed = false;
     for (size_t i = 0; i < m->n;) {

@@ -21,12 +21,12 @@
 #include "proto/config.h"
 
 typedef struct sb_member_entry {
-    char *pool;    /* pool name (names survive reloads; indexes do not) */
-    char *host;    /* literal or name, IPv6 without brackets */
+    char *pool; /* pool name (names survive reloads; indexes do not) */
+    char *host; /* literal or name, IPv6 without brackets */
     uint16_t port;
     char *address; /* "host:port", as the effective config spells it */
     enum sb_endpoint_source source;
-    char *engine;  /* as registered; NULL: the pool's */
+    char *engine; /* as registered; NULL: the pool's */
     char **label_keys, **label_values;
     size_t n_labels;
     sb_ns ttl_ns;      /* 0: no TTL */
@@ -77,8 +77,8 @@ bool sb_members_sync_dns(sb_members *m, const char *pool, const char *const *hos
 /* Time passes: a registration past its deadline starts draining ("ttl expired"); a draining member
  * is removed when idle(arg, pool, address) says nothing is in flight on it, or drain_ns after it
  * started draining. idle may be NULL (always idle). Returns whether anything changed. */
-bool sb_members_tick(sb_members *m, sb_ns now, sb_ns drain_ns, bool (*idle)(void *arg, const char *pool, const char *address),
-                     void *arg);
+bool sb_members_tick(sb_members *m, sb_ns now, sb_ns drain_ns,
+                     bool (*idle)(void *arg, const char *pool, const char *address), void *arg);
 /* The member of pool with that address, or NULL. */
 sb_member_entry *sb_members_find(sb_members *m, const char *pool, const char *address);
 /* The members of base's pools as sb_member items (for sb_config_with_members), into out (cap

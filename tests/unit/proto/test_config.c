@@ -246,18 +246,19 @@ static void test_discovery_keys(void **state)
     (void)state;
     sb_config *cfg;
     sb_config_errors errs;
-    assert_int_equal(parse_str("discovery: { apply_ms: 5, drain_ms: 1000, max_endpoints: 8, retry_ms: 50, "
-                               "retry_max_ms: 400 }\n"
-                               "admin: { max_body_bytes: 4KiB }\n"
-                               "pools:\n"
-                               "  - name: p\n"
-                               "    models: [m]\n"
-                               "    endpoints_from: { dns: \"vllm-headless.ns.svc.cluster.local:8000\", interval_ms: 250 }\n"
-                               "  - name: q\n"
-                               "    models: [n]\n"
-                               "    endpoints: []\n",
-                               &cfg, &errs),
-                     0);
+    assert_int_equal(
+        parse_str("discovery: { apply_ms: 5, drain_ms: 1000, max_endpoints: 8, retry_ms: 50, "
+                  "retry_max_ms: 400 }\n"
+                  "admin: { max_body_bytes: 4KiB }\n"
+                  "pools:\n"
+                  "  - name: p\n"
+                  "    models: [m]\n"
+                  "    endpoints_from: { dns: \"vllm-headless.ns.svc.cluster.local:8000\", interval_ms: 250 }\n"
+                  "  - name: q\n"
+                  "    models: [n]\n"
+                  "    endpoints: []\n",
+                  &cfg, &errs),
+        0);
     assert_string_equal(cfg->pools[0].dns_host, "vllm-headless.ns.svc.cluster.local");
     assert_int_equal(cfg->pools[0].dns_port, 8000);
     assert_int_equal(cfg->pools[0].dns_interval_ms, 250);
@@ -282,8 +283,8 @@ static void test_discovery_keys(void **state)
                      "pool 'p': endpoints_from.dns: bad address 'nohost': missing ':port'");
     expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { interval_ms: 1000 }\n", 4,
                      "pool 'p': endpoints_from has no 'dns'");
-    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"a:1\", interval_ms: 99 }\n",
-                     4, "interval_ms must be an integer from 100");
+    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"a:1\", interval_ms: 99 }\n", 4,
+                     "interval_ms must be an integer from 100");
     expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"a:1\", srv: x }\n", 4,
                      "unknown key 'srv' in pool 'p': endpoints_from");
     expect_one_error("discovery: { retry_ms: 5 }\n" POOL_OK, 1, "retry_ms");

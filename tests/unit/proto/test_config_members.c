@@ -25,7 +25,13 @@ static void test_members_appended_in_order(void **state)
     sb_config *base = parse();
     const char *k[] = {"zone"}, *v[] = {"y"};
     sb_member m[] = {
-        {.pool = 1, .source = SB_EP_API, .host = "::1", .port = 7000, .label_keys = k, .label_values = v, .n_labels = 1},
+        {.pool = 1,
+         .source = SB_EP_API,
+         .host = "::1",
+         .port = 7000,
+         .label_keys = k,
+         .label_values = v,
+         .n_labels = 1},
         {.pool = 0, .source = SB_EP_DNS, .host = "10.1.0.5", .port = 9000, .draining = true},
         {.pool = 0, .source = SB_EP_API, .host = "127.0.0.1", .port = 9000}, /* the file's: skipped */
         {.pool = 1, .source = SB_EP_API, .host = "::1", .port = 7000},       /* a repeat: skipped */

@@ -184,9 +184,12 @@ static void test_view_maps_pool_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_register_refresh_and_labels), cmocka_unit_test(test_bounded_per_pool),
-        cmocka_unit_test(test_ttl_drains_then_removes),     cmocka_unit_test(test_delete_drains_until_idle),
-        cmocka_unit_test(test_dns_sync),                    cmocka_unit_test(test_view_maps_pool_names),
+        cmocka_unit_test(test_register_refresh_and_labels),
+        cmocka_unit_test(test_bounded_per_pool),
+        cmocka_unit_test(test_ttl_drains_then_removes),
+        cmocka_unit_test(test_delete_drains_until_idle),
+        cmocka_unit_test(test_dns_sync),
+        cmocka_unit_test(test_view_maps_pool_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
