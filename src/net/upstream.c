@@ -54,29 +54,22 @@ static void on_closed(uv_handle_t *h)
     maybe_free_pool(u);
 }
 
-static void unlink_idle(sb_upstream_conn *uc)
+/* Off its list (idle, or waiting for the address: both use the next_idle/prev_idle links). */
+static void unlink_from(sb_upstream_conn **head, sb_upstream_conn *uc)
 {
-    sb_upstream *u = uc->up;
     if (uc->prev_idle)
         uc->prev_idle->next_idle = uc->next_idle;
     else
-        u->idle = uc->next_idle;
+        *head = uc->next_idle;
     if (uc->next_idle)
         uc->next_idle->prev_idle = uc->prev_idle;
     uc->next_idle = uc->prev_idle = NULL;
-    u->n_idle--;
 }
 
-static void unlink_waiting(sb_upstream_conn *uc)
+static void unlink_idle(sb_upstream_conn *uc)
 {
-    sb_upstream *u = uc->up;
-    if (uc->prev_idle)
-        uc->prev_idle->next_idle = uc->next_idle;
-    else
-        u->waiting = uc->next_idle;
-    if (uc->next_idle)
-        uc->next_idle->prev_idle = uc->prev_idle;
-    uc->next_idle = uc->prev_idle = NULL;
+    unlink_from(&uc->up->idle, uc);
+    uc->up->n_idle--;
 }
 
 void sb_upstream_close(sb_upstream_conn *uc)
@@ -86,7 +79,7 @@ void sb_upstream_close(sb_upstream_conn *uc)
     if (uc->state == UC_IDLE)
         unlink_idle(uc);
     if (uc->state == UC_WAITING)
-        unlink_waiting(uc);
+        unlink_from(&uc->up->waiting, uc);
     uc->state = UC_CLOSING;
     uc->connect_cb = NULL;
     uc->tcp.data = uc;
