@@ -65,14 +65,47 @@ class RegistrationTest(unittest.TestCase):
         # The same again is a refresh (200), by served model or alias too.
         st, doc = admin(self.gw, "POST", "/admin/endpoints", {"address": self.ups[0].address, "model": "m1-alias"})
         self.assertEqual((st, doc["pool"]), (200, "p"))
-        # A second replica joins; both serve.
+        # A second replica joins; both serve, and the first keeps its state across the rebuild.
+        def dispatched(addr):
+            st, _, b = http(self.gw.admin_port, "GET", "/debug/endpoints", headers=AUTH)
+            eps = {e["address"]: e for p in json.loads(b)["pools"] for e in p["endpoints"]}
+            return eps[addr]["own"]["dispatched"] if addr in eps else None
+        before = dispatched(self.ups[0].address)
+        self.assertGreaterEqual(before, 1)
         st, _ = admin(self.gw, "POST", "/admin/endpoints", {"address": self.ups[1].address, "model": "m1"})
         self.assertEqual(st, 201)
+        wait_until(lambda: dispatched(self.ups[1].address) is not None, 5, "the second registration applied")
+        self.assertGreaterEqual(dispatched(self.ups[0].address), before, "state carried over")
         wait_until(lambda: all(len(u.requests) > 0 for u in self.ups) or chat(self.gw)[0] != 200, 10,
                    "both replicas to serve")
         self.assertTrue(all(len(u.requests) > 0 for u in self.ups))
         st, _, m = http(self.gw.admin_port, "GET", "/metrics", headers=AUTH)
         self.assertRegex(m.decode(), r"switchboard_discovery_dynamic_endpoints 2\n")
+
+    def test_a_burst_applies_once(self):
+        """Five registrations pipelined on one connection arrive together: one rebuild."""
+        self.gw.close()
+        self.gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": []}], admin="token: %s" % TOKEN,
+                          extra="discovery: { apply_ms: 500 }")
+        addrs = ["127.0.0.1:%d" % free_port() for _ in range(5)]
+        s = socket.create_connection(("127.0.0.1", self.gw.admin_port), timeout=10)
+        wire = b""
+        for a in addrs:
+            body = json.dumps({"address": a, "pool": "p"}).encode()
+            wire += (b"POST /admin/endpoints HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (TOKEN.encode(), len(body), body))
+        s.sendall(wire)
+        buf = b""
+        for _ in addrs:
+            left = []
+            st, _, _ = read_response(s, buf, leftover=left)
+            buf = left[0]
+            self.assertEqual(st, 201)
+        s.close()
+        wait_until(lambda: len(listed(self.gw)) == 5, 10, "all five applied")
+        st, _, m = http(self.gw.admin_port, "GET", "/metrics", headers=AUTH)
+        self.assertRegex(m.decode(), r"switchboard_discovery_applies_total 1\n")
 
     def test_bad_registrations(self):
         cases = [
