@@ -296,6 +296,26 @@ class DnsDiscoveryTest(unittest.TestCase):
             for u in ups:
                 u.close()
 
+    def test_failed_resolution_is_counted_and_not_fatal(self):
+        up = Upstream("static")
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": [up.address],
+                       "yaml": ['endpoints_from: { dns: "no-such-service.invalid:8000", interval_ms: 60000 }']}],
+                     admin="token: %s" % TOKEN)
+        try:
+            wait_until(lambda: admin(gw, "GET", "/admin/endpoints")[1]["discovery"][0]["failures"] >= 1, 10,
+                       "the failed answer counted")
+            d = admin(gw, "GET", "/admin/endpoints")[1]["discovery"][0]
+            self.assertEqual((d["addresses"], d["resolutions"]), (0, 1))
+            self.assertIsNotNone(d["last_error"])
+            self.assertEqual(set(listed(gw)), {("p", up.address)}, "the file's endpoint serves alone")
+            self.assertEqual(chat(gw)[0], 200)
+            st, _, m = http(gw.admin_port, "GET", "/metrics", headers=AUTH)
+            self.assertIn('switchboard_dns_failures_total{pool="p"} 1\n', m.decode())
+        finally:
+            log = gw.close()
+            up.close()
+        self.assertIn("keeping the last known 0 addresses", log)
+
     def test_bad_endpoints_from_is_refused(self):
         import subprocess, tempfile
         from fixtures import GATEWAY_BIN
