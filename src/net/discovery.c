@@ -1,6 +1,7 @@
 #include "net/discovery.h"
 
 #include <http_parser.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,150 +577,158 @@ static void registration_answer(sb_http_req *req, int status, const char *pool, 
     answer_json(req, status, &b);
 }
 
-static void handle_post(sb_discovery *d, sb_http_req *req)
+/* A registration's body, checked, or why it is refused. */
+typedef struct reg_form {
+    char address[300], host[260], engine[32];
+    uint16_t port;
+    int pool; /* index in the file's config */
+    char keys[SB_MAX_LABELS][MAX_LABEL_BYTES], values[SB_MAX_LABELS][MAX_LABEL_BYTES];
+    const char *lk[SB_MAX_LABELS], *lv[SB_MAX_LABELS];
+    size_t n_labels;
+    uint64_t ttl_ms;
+    int status; /* the refusal: status, code and message */
+    const char *code;
+    char msg[400];
+} reg_form;
+
+static bool __attribute__((format(printf, 4, 5))) refuse(reg_form *f, int status, const char *code, const char *fmt,
+                                                         ...)
 {
-    sb_gateway *gw = d->env.current(d->env.arg);
-    const sb_config *base = base_of(d);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    f->status = status;
+    f->code = code;
+    return false;
+}
+
+/* `pool` by name, else `model` (a served name or alias): the pool of base it names. */
+static bool form_pool(const sb_config *base, const char *body, const sb_json_tok *tpool, const sb_json_tok *tmodel,
+                      reg_form *f)
+{
+    char name[160];
+    if (tpool) {
+        if (!plain_string(body, tpool, name, sizeof name))
+            return refuse(f, 400, "invalid_registration", "'pool' must be a pool name");
+        for (size_t p = 0; p < base->n_pools; p++) {
+            if (!strcmp(base->pools[p].name, name)) {
+                f->pool = (int)p;
+                return true;
+            }
+        }
+        return refuse(f, 404, "pool_not_found", "no pool named '%s'", name);
+    }
+    if (!tmodel)
+        return refuse(f, 400, "invalid_registration", "give 'pool' or 'model'");
+    if (!plain_string(body, tmodel, name, sizeof name))
+        return refuse(f, 400, "invalid_registration", "'model' must be a model name");
+    if ((f->pool = pool_of_model(base, name)) < 0)
+        return refuse(f, 404, "model_not_found", "no pool serves the model '%s'", name);
+    return true;
+}
+
+/* `labels`: an object of at most SB_MAX_LABELS plain string values (toks[i] is the object). */
+static bool form_labels(const char *body, const sb_json_tok *toks, int i, reg_form *f)
+{
+    const sb_json_tok *lt = &toks[i];
+    if (lt->type != SB_JSON_OBJECT || lt->size > SB_MAX_LABELS)
+        return refuse(f, 400, "invalid_registration", "'labels' must be an object of at most %d string values",
+                      SB_MAX_LABELS);
+    for (int n = 0, k = i + 1; n < lt->size; n++, k += 2) {
+        if (!plain_string(body, &toks[k], f->keys[n], MAX_LABEL_BYTES) ||
+            !plain_string(body, &toks[k + 1], f->values[n], MAX_LABEL_BYTES) || !label_chars(f->keys[n]) ||
+            !label_chars(f->values[n]))
+            return refuse(f, 400, "invalid_registration",
+                          "labels: names and values are 1 to 127 letters, digits, '-', '_', '.' or '/'");
+        f->lk[n] = f->keys[n];
+        f->lv[n] = f->values[n];
+        f->n_labels = (size_t)n + 1;
+    }
+    return true;
+}
+
+static bool form_ttl(const char *body, const sb_json_tok *t, reg_form *f)
+{
+    char num[16];
+    size_t len = (size_t)(t->end - t->start);
+    if (t->type != SB_JSON_PRIMITIVE || len == 0 || len >= sizeof num)
+        return refuse(f, 400, "invalid_registration", "'ttl_ms' must be an integer from 0 to %d", MAX_TTL_MS);
+    memcpy(num, body + t->start, len);
+    num[len] = '\0';
+    if (strspn(num, "0123456789") != len || (f->ttl_ms = strtoull(num, NULL, 10)) > MAX_TTL_MS)
+        return refuse(f, 400, "invalid_registration", "'ttl_ms' must be an integer from 0 to %d", MAX_TTL_MS);
+    return true;
+}
+
+/* The body of POST /admin/endpoints into f (true), or the refusal in f (false). Linear in the
+ * body; at most 64 JSON tokens and 3 levels. */
+static bool parse_registration(const sb_config *base, const char *body, size_t len, reg_form *f)
+{
     sb_json_tok toks[64];
     sb_json j = {.max_depth = 3};
     sb_json_lend(&j, toks, sizeof toks);
-    int n = req->body_len ? sb_json_parse(&j, req->body, req->body_len) : SB_JSON_BAD;
-    if (n < 1 || toks[0].type != SB_JSON_OBJECT) {
-        answer_error(req, 400,
-                     n == SB_JSON_TOO_MANY || n == SB_JSON_TOO_DEEP
-                         ? "the registration has too many fields or nests too deep"
-                         : "the body must be a JSON object like {\"address\":\"host:port\",\"pool\":\"name\"}",
-                     "invalid_registration");
-        return;
-    }
+    int n = len ? sb_json_parse(&j, body, len) : SB_JSON_BAD;
+    if (n == SB_JSON_TOO_MANY || n == SB_JSON_TOO_DEEP)
+        return refuse(f, 400, "invalid_registration", "the registration has too many fields or nests too deep");
+    if (n < 1 || toks[0].type != SB_JSON_OBJECT)
+        return refuse(f, 400, "invalid_registration",
+                      "the body must be a JSON object like {\"address\":\"host:port\",\"pool\":\"name\"}");
     static const sb_json_key keys[] = {{"address", 7}, {"pool", 4},   {"model", 5},
                                        {"engine", 6},  {"labels", 6}, {"ttl_ms", 6}};
     int v[6];
-    sb_json_find_keys(toks, n, req->body, 0, keys, 6, v);
-    char address[300], host[260], pool_name[160], engine[32] = "";
-    uint16_t port = 0;
-    if (v[0] < 0 || !plain_string(req->body, &toks[v[0]], address, sizeof address)) {
-        answer_error(req, 400, "'address' (\"host:port\") is required", "invalid_registration");
+    sb_json_find_keys(toks, n, body, 0, keys, 6, v);
+    if (v[0] < 0 || !plain_string(body, &toks[v[0]], f->address, sizeof f->address))
+        return refuse(f, 400, "invalid_registration", "'address' (\"host:port\") is required");
+    const char *why = sb_config_split_address(f->address, f->host, sizeof f->host, &f->port);
+    if (why)
+        return refuse(f, 400, "invalid_registration", "bad address '%.300s': %s", f->address, why);
+    /* Spelled as the file's endpoints are ("[v6]:port"), so lookups compare like with like. */
+    if (!sb_config_format_address(f->host, f->port, f->address, sizeof f->address))
+        return refuse(f, 400, "invalid_registration", "address too long");
+    if (!form_pool(base, body, v[1] >= 0 ? &toks[v[1]] : NULL, v[2] >= 0 ? &toks[v[2]] : NULL, f))
+        return false;
+    if (v[3] >= 0 && (!plain_string(body, &toks[v[3]], f->engine, sizeof f->engine) || !valid_engine(f->engine)))
+        return refuse(f, 400, "invalid_registration", "'engine' must be one of vllm, sglang, llama.cpp, trtllm");
+    return (v[4] < 0 || form_labels(body, toks, v[4], f)) && (v[5] < 0 || form_ttl(body, &toks[v[5]], f));
+}
+
+static void handle_post(sb_discovery *d, sb_http_req *req)
+{
+    const sb_config *base = base_of(d);
+    reg_form f = {.pool = -1};
+    if (!parse_registration(base, req->body, req->body_len, &f)) {
+        answer_error(req, f.status, f.msg, f.code);
         return;
     }
-    const char *why = sb_config_split_address(address, host, sizeof host, &port);
-    if (why) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "bad address '%s': %s", address, why);
-        answer_error(req, 400, msg, "invalid_registration");
-        return;
-    }
-    if (!sb_config_format_address(host, port, address, sizeof address)) {
-        answer_error(req, 400, "address too long", "invalid_registration");
-        return;
-    }
-    int pool = -1;
-    if (v[1] >= 0) {
-        if (!plain_string(req->body, &toks[v[1]], pool_name, sizeof pool_name)) {
-            answer_error(req, 400, "'pool' must be a pool name", "invalid_registration");
-            return;
-        }
-        for (size_t p = 0; p < base->n_pools && pool < 0; p++)
-            if (!strcmp(base->pools[p].name, pool_name))
-                pool = (int)p;
-        if (pool < 0) {
-            char msg[240];
-            snprintf(msg, sizeof msg, "no pool named '%s'", pool_name);
-            answer_error(req, 404, msg, "pool_not_found");
-            return;
-        }
-    } else if (v[2] >= 0) {
-        char model[160];
-        if (!plain_string(req->body, &toks[v[2]], model, sizeof model)) {
-            answer_error(req, 400, "'model' must be a model name", "invalid_registration");
-            return;
-        }
-        if ((pool = pool_of_model(base, model)) < 0) {
-            char msg[240];
-            snprintf(msg, sizeof msg, "no pool serves the model '%s'", model);
-            answer_error(req, 404, msg, "model_not_found");
-            return;
-        }
-    } else {
-        answer_error(req, 400, "give 'pool' or 'model'", "invalid_registration");
-        return;
-    }
-    const sb_pool_config *pc = &base->pools[pool];
-    if (v[3] >= 0 && (!plain_string(req->body, &toks[v[3]], engine, sizeof engine) || !valid_engine(engine))) {
-        answer_error(req, 400, "'engine' must be one of vllm, sglang, llama.cpp, trtllm", "invalid_registration");
-        return;
-    }
-    char keyb[SB_MAX_LABELS][MAX_LABEL_BYTES], valb[SB_MAX_LABELS][MAX_LABEL_BYTES];
-    const char *lk[SB_MAX_LABELS], *lv[SB_MAX_LABELS];
-    size_t n_labels = 0;
-    if (v[4] >= 0) {
-        const sb_json_tok *lt = &toks[v[4]];
-        if (lt->type != SB_JSON_OBJECT || lt->size > SB_MAX_LABELS) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "'labels' must be an object of at most %d string values", SB_MAX_LABELS);
-            answer_error(req, 400, msg, "invalid_registration");
-            return;
-        }
-        int k = v[4] + 1;
-        for (int i = 0; i < lt->size; i++, k += 2) {
-            if (!plain_string(req->body, &toks[k], keyb[i], MAX_LABEL_BYTES) ||
-                !plain_string(req->body, &toks[k + 1], valb[i], MAX_LABEL_BYTES) || !label_chars(keyb[i]) ||
-                !label_chars(valb[i])) {
-                answer_error(req, 400, "labels: names and values are 1 to 127 letters, digits, '-', '_', '.' or '/'",
-                             "invalid_registration");
-                return;
-            }
-            lk[i] = keyb[i];
-            lv[i] = valb[i];
-            n_labels++;
-        }
-    }
-    uint64_t ttl_ms = 0;
-    if (v[5] >= 0) {
-        const sb_json_tok *tt = &toks[v[5]];
-        char num[16];
-        size_t len = (size_t)(tt->end - tt->start);
-        bool ok = tt->type == SB_JSON_PRIMITIVE && len < sizeof num;
-        if (ok) {
-            memcpy(num, req->body + tt->start, len);
-            num[len] = '\0';
-            ok = strspn(num, "0123456789") == len && len > 0;
-            ttl_ms = ok ? strtoull(num, NULL, 10) : 0;
-        }
-        if (!ok || ttl_ms > MAX_TTL_MS) {
-            answer_error(req, 400, "'ttl_ms' must be an integer from 0 to 86400000", "invalid_registration");
-            return;
-        }
-    }
+    const sb_pool_config *pc = &base->pools[f.pool];
     bool here;
-    int other = static_elsewhere(base, (size_t)pool, address, &here);
+    int other = static_elsewhere(base, (size_t)f.pool, f.address, &here);
     if (other >= 0) {
-        char msg[400];
-        snprintf(msg, sizeof msg,
-                 "%s is a statically configured endpoint of pool '%s'; register it there or edit the file", address,
-                 base->pools[other].name);
-        answer_error(req, 409, msg, "endpoint_conflict");
+        refuse(&f, 409, "endpoint_conflict",
+               "%s is a statically configured endpoint of pool '%s'; register it there or edit the file", f.address,
+               base->pools[other].name);
+        answer_error(req, f.status, f.msg, f.code);
         return;
     }
     if (here) { /* in the file already: nothing to add, and no TTL applies to it */
-        registration_answer(req, 200, pc->name, address, "config", 0);
+        registration_answer(req, 200, pc->name, f.address, "config", 0);
         return;
     }
     sb_registration r = {.pool = pc->name,
-                         .host = host,
-                         .port = port,
-                         .engine = engine[0] ? engine : NULL,
-                         .label_keys = lk,
-                         .label_values = lv,
-                         .n_labels = n_labels,
-                         .ttl_ms = ttl_ms};
+                         .host = f.host,
+                         .port = f.port,
+                         .engine = f.engine[0] ? f.engine : NULL,
+                         .label_keys = f.lk,
+                         .label_values = f.lv,
+                         .n_labels = f.n_labels,
+                         .ttl_ms = f.ttl_ms};
     bool changed;
     int rc = sb_members_register(&d->members, &r, uv_hrtime(), &changed);
     if (rc == SB_MEMBERS_FULL) {
-        char msg[240];
-        snprintf(msg, sizeof msg, "pool '%s' has discovery.max_endpoints (%zu) dynamic endpoints already", pc->name,
-                 base->discovery_max_endpoints);
-        answer_error(req, 429, msg, "too_many_endpoints");
+        refuse(&f, 429, "too_many_endpoints", "pool '%s' has discovery.max_endpoints (%zu) dynamic endpoints already",
+               pc->name, base->discovery_max_endpoints);
+        answer_error(req, f.status, f.msg, f.code);
         return;
     }
     if (rc < 0) {
@@ -727,11 +736,11 @@ static void handle_post(sb_discovery *d, sb_http_req *req)
         return;
     }
     d->registered++;
-    if (changed)
+    if (changed) /* a heartbeat that only resets the TTL costs no rebuild */
         schedule_apply(d);
     if (rc == SB_MEMBERS_ADDED)
-        SB_INFO("pool %s: endpoint %s registered%s", pc->name, address, gw ? "" : " (no gateway yet)");
-    registration_answer(req, rc == SB_MEMBERS_ADDED ? 201 : 200, pc->name, address, "api", ttl_ms);
+        SB_INFO("pool %s: endpoint %s registered", pc->name, f.address);
+    registration_answer(req, rc == SB_MEMBERS_ADDED ? 201 : 200, pc->name, f.address, "api", f.ttl_ms);
 }
 
 static int hexval(char c)

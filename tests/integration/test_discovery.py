@@ -241,8 +241,9 @@ class StaticNameTest(unittest.TestCase):
         try:
             def up():
                 self.assertIsNone(proc.poll(), open(os.path.join(d, "log")).read())
-                try:
+                try:  # both listeners (the admin one starts just after the client one)
                     socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    socket.create_connection(("127.0.0.1", aport), timeout=0.2).close()
                     return True
                 except OSError:
                     return False
