@@ -591,8 +591,8 @@ typedef struct reg_form {
     char msg[400];
 } reg_form;
 
-static bool __attribute__((format(printf, 4, 5))) refuse(reg_form *f, int status, const char *code, const char *fmt,
-                                                         ...)
+static bool __attribute__((format(printf, 4, 5)))
+refuse(reg_form *f, int status, const char *code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
