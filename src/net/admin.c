@@ -17,6 +17,7 @@
 #include "core/prefix_index.h"
 #include "net/admin.h"
 #include "net/agent_reports.h"
+#include "net/discovery.h"
 #include "net/kv_feed.h"
 #include "net/precise.h"
 #include "net/probe.h"
@@ -502,6 +503,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);
+    sb_discovery_render_metrics(gw->disc, b);
 }
 
 static void render_endpoints(sb_gateway *gw, sb_buf *b)
@@ -563,6 +565,13 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                               ps->interval_ms, (unsigned long long)ps->scrapes, (unsigned long long)ps->scrape_errors,
                               ps->last_status, (unsigned long long)ps->health_checks,
                               (unsigned long long)ps->health_failures, (unsigned long long)ps->restarts);
+            char why[160];
+            const char *down = sb_discovery_down_reason(gw, (uint32_t)p, (uint32_t)e, why, sizeof why);
+            if (down) {
+                sb_buf_puts(b, ",\"down_reason\":\"");
+                sb_buf_json_escape(b, down, strlen(down));
+                sb_buf_puts(b, "\"");
+            }
             render_endpoint_kv(gw, b, (uint32_t)p, (uint32_t)e);
             sb_gateway_agent_render(ep, now, b);
             sb_buf_puts(b, "}");
@@ -633,7 +642,15 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
-enum admin_page { PAGE_METRICS, PAGE_ENDPOINTS, PAGE_DECISIONS, PAGE_ADAPTIVE, PAGE_AGENT_REPORT, PAGE_HEALTHZ };
+enum admin_page {
+    PAGE_METRICS,
+    PAGE_ENDPOINTS,
+    PAGE_DECISIONS,
+    PAGE_ADAPTIVE,
+    PAGE_AGENT_REPORT,
+    PAGE_HEALTHZ,
+    PAGE_MEMBERS
+};
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
  * handler. Answers and returns true if one fails; else sets *page. */
@@ -652,7 +669,8 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
         return true;
     }
-    /* The one route that takes a body (net/agent_reports.h), bounded from the head. */
+    /* The routes that take a body: agents' reports (net/agent_reports.h), bounded from the
+     * head, and the registration API (bounded by admin.max_body_bytes, its own methods). */
     if (path_eq(req, "/admin/agents/report")) {
         if (req->method != HTTP_POST) {
             admin_error(req, 405, "method not allowed: use POST", NULL, "Allow: POST\r\n");
@@ -660,6 +678,10 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
         }
         *page = PAGE_AGENT_REPORT;
         return sb_gateway_agent_report_too_long(req);
+    }
+    if (sb_discovery_admin_path(req)) {
+        *page = PAGE_MEMBERS;
+        return false;
     }
     if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
         admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
@@ -703,6 +725,10 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     enum admin_page page;
     if (admin_refuse(gw, req, &page))
         return;
+    if (page == PAGE_MEMBERS) {
+        sb_discovery_admin(gw->disc, req);
+        return;
+    }
     if (page == PAGE_HEALTHZ) {
         if (gw->draining)
             sb_http_respond(req, 503, "application/json", NULL, "{\"status\":\"draining\"}", 21);
@@ -713,6 +739,7 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
     sb_buf b = {0};
     const char *ct = "application/json";
     switch (page) {
+    case PAGE_MEMBERS: break;
     case PAGE_METRICS:
         render_metrics(gw, &b);
         ct = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,6 +1,7 @@
 #include "net/gateway.h"
 #include "net/admin.h"
 #include "net/admission.h"
+#include "net/discovery.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
 #include "net/kv_feed.h"
@@ -21,6 +22,8 @@
 #include "proto/engine_metrics.h"
 
 static void exchange_done(sb_gateway *gw);
+static int membership_apply(void *arg, sb_config *cfg);
+static sb_gateway *membership_current(void *arg);
 static sb_snapshot *snapshot_ref(sb_gateway *gw);
 static void snapshot_unref(sb_gateway *gw, sb_snapshot *snap);
 
@@ -117,6 +120,7 @@ static void on_adaptive_timer_closed(uv_handle_t *h);
 
 static void gateway_free(sb_gateway *gw)
 {
+    sb_discovery_free(gw->disc);
     if (gw->ups) {
         size_t n = gw->cfg ? gw->pool_first_up[gw->cfg->n_pools] : 0;
         for (size_t i = 0; i < n; i++)
@@ -171,6 +175,7 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
     };
     *admin = *so;
     admin->max_connections = cfg->admin_max_connections;
+    admin->max_body_bytes = cfg->admin_max_body_bytes; /* registrations: a few hundred bytes */
 }
 
 /* ---- the proxy's env: what an exchange may ask of its gateway ---- */
@@ -222,6 +227,24 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .end = proxy_end,
                           .record = proxy_record,
                           .error = proxy_error};
+}
+
+/* A static name that does not resolve marks its endpoint down (with the reason, shown by the
+ * admin pages) until it does; the upstream retries with backoff. O(endpoints) per answer. */
+static void on_upstream_resolved(sb_upstream *u, int status, void *arg)
+{
+    sb_gateway *gw = arg;
+    for (size_t p = 0; p < gw->cfg->n_pools; p++)
+        for (size_t e = gw->pool_first_up[p]; e < gw->pool_first_up[p + 1]; e++) {
+            if (gw->ups[e] != u)
+                continue;
+            sb_endpoint *ep = sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)(e - gw->pool_first_up[p]));
+            if (ep->active_down != (status != 0))
+                sb_log(status ? SB_LOG_WARN : SB_LOG_INFO, "endpoint %s: %s", sb_upstream_address(u),
+                       status ? uv_strerror(status) : "resolved; up");
+            ep->active_down = status != 0;
+            return;
+        }
 }
 
 /* Pool p of gw->cfg: its router pool (profile, endpoints, ring, models) and the upstream of
@@ -334,6 +357,17 @@ static int alloc_endpoints(sb_gateway *gw)
     return gw->ups && gw->stats.ep_metrics && gw->stats.pool_metrics && gw->kv_subs ? 0 : -1;
 }
 
+/* Names the old gateway had resolved connect at once on the new one. O(endpoints^2) per
+ * reload: tens to hundreds of endpoints, once per membership change. */
+static void adopt_addresses(sb_gateway *gw, const sb_gateway *old)
+{
+    size_t n = gw->pool_first_up[gw->cfg->n_pools], m = old->pool_first_up[old->cfg->n_pools];
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < m; j++)
+            if (sb_upstream_adopt_address(gw->ups[i], old->ups[j]) == 0)
+                break;
+}
+
 /* Builds a gateway over cfg. With `server` NULL it listens itself (and on admin.listen);
  * otherwise it takes over the existing servers (a reload that changed pools or endpoints).
  * `old`: the gateway a reload replaces (its KV-event subscribers may move over), or NULL. */
@@ -362,13 +396,20 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->hashes = sb_malloc(gw->hashes_cap * sizeof(uint64_t));
     if (!gw->router || !gw->pool_first_up || !gw->hashes || build_models_json(gw) < 0 || alloc_endpoints(gw) < 0)
         goto fail;
-    sb_upstream_opts uo = {.connect_ms = cfg->connect_ms, .idle_ms = cfg->upstream_idle_ms,
-                           .max_idle = cfg->max_idle_per_endpoint};
+    sb_upstream_opts uo = {.connect_ms = cfg->connect_ms,
+                           .idle_ms = cfg->upstream_idle_ms,
+                           .max_idle = cfg->max_idle_per_endpoint,
+                           .retry_ms = cfg->discovery_retry_ms,
+                           .retry_max_ms = cfg->discovery_retry_max_ms,
+                           .on_resolved = on_upstream_resolved,
+                           .resolved_arg = gw};
     for (size_t p = 0; p < cfg->n_pools; p++) {
         rc = build_pool(gw, p, &uo);
         if (rc < 0)
             goto fail;
     }
+    if (old)
+        adopt_addresses(gw, old);
     if ((rc = sb_gateway_precise_start(gw)) < 0)
         goto fail;
     if (cfg->access_log) {
@@ -422,10 +463,27 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         sb_config_free(cfg);
         return rc;
     }
-    rc = gateway_build(loop, cfg, NULL, NULL, secret[0], NULL, out);
-    if (rc == 0)
-        (*out)->id_secret = secret[1];
-    return rc;
+    /* The file's config is the base of every effective one (net/discovery.h). */
+    sb_discovery *disc = NULL;
+    sb_discovery_env env = {.loop = loop, .apply = membership_apply, .current = membership_current, .arg = out};
+    sb_config *eff = NULL;
+    if ((rc = sb_discovery_new(&env, cfg, &disc)) < 0 || !(eff = sb_discovery_effective(disc, cfg))) {
+        SB_ERROR("membership: out of memory");
+        sb_discovery_free(disc);
+        sb_config_free(cfg);
+        return UV_ENOMEM;
+    }
+    sb_config_free(cfg); /* discovery and the effective config hold it now */
+    *out = NULL;
+    rc = gateway_build(loop, eff, NULL, NULL, secret[0], NULL, out);
+    if (rc < 0) {
+        sb_discovery_free(disc);
+        return rc;
+    }
+    (*out)->id_secret = secret[1];
+    (*out)->disc = disc;
+    (*out)->home = out;
+    return 0;
 }
 
 uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
@@ -473,6 +531,8 @@ void sb_gateway_stop(sb_gateway *gw)
     if (gw->admin_server)
         sb_http_server_stop(gw->admin_server);
     gw->admin_server = NULL;
+    sb_discovery_free(gw->disc);
+    gw->disc = NULL;
     exchange_done(gw);
 }
 
@@ -525,6 +585,10 @@ void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg)
     gw->on_drained = on_drained;
     gw->drained_arg = arg;
     gw->drain_deadline = uv_hrtime() + SB_MS(gw->cfg->drain_ms);
+    /* Membership stops changing: a change would replace this gateway and hand the closed
+     * listener to a new one (the registration API answers 503 from now on). */
+    sb_discovery_free(gw->disc);
+    gw->disc = NULL;
     SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish",
             sb_http_server_connections(gw->server), gw->cfg->drain_ms);
     sb_http_server_drain(gw->server);
@@ -705,6 +769,9 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
         return -1;
     }
     carry_state(ngw, gw);
+    ngw->disc = gw->disc; /* membership follows the serving gateway */
+    ngw->home = gw->home;
+    gw->disc = NULL;
     ngw->reloads++;
     sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
     if (ngw->admin_server)
@@ -716,7 +783,9 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     return 0;
 }
 
-int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
+/* Applies an effective configuration (the file's with the members): in place, or by replacing
+ * the gateway. Ownership of cfg passes either way. */
+static int reload_effective(sb_gateway **gwp, sb_config *cfg)
 {
     sb_gateway *gw = *gwp;
     const char *why = shape_differs(gw->cfg, cfg);
@@ -762,4 +831,39 @@ int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
     snapshot_unref(gw, old);
     SB_INFO("configuration reloaded (%llu)", (unsigned long long)gw->reloads);
     return 0;
+}
+
+int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
+{
+    sb_discovery *disc = (*gwp)->disc;
+    if (!disc)
+        return reload_effective(gwp, cfg);
+    sb_config *eff = sb_discovery_effective(disc, cfg);
+    if (!eff) {
+        SB_WARN("reload refused: out of memory; keeping the running configuration");
+        sb_config_free(cfg);
+        return -1;
+    }
+    int rc = reload_effective(gwp, eff);
+    if (rc == 0)
+        sb_discovery_set_base(disc, cfg); /* later membership changes build on the new file */
+    sb_config_free(cfg);                  /* discovery holds its own reference */
+    return rc;
+}
+
+/* ---- membership's env (net/discovery.h): arg is the owner's variable, gw->home ---- */
+
+static int membership_apply(void *arg, sb_config *cfg)
+{
+    sb_gateway **home = arg;
+    if (!*home) {
+        sb_config_free(cfg);
+        return -1;
+    }
+    return reload_effective(home, cfg);
+}
+
+static sb_gateway *membership_current(void *arg)
+{
+    return *(sb_gateway **)arg;
 }

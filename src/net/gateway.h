@@ -30,7 +30,10 @@
 typedef struct sb_gateway sb_gateway;
 
 /* Starts serving cfg (ownership of cfg passes to the gateway, also on failure).
- * Returns 0 and sets *out, or a negative libuv error with a message logged. */
+ * Returns 0 and sets *out, or a negative libuv error with a message logged.
+ * *out is the gateway's home: it must stay at the same address while the gateway runs, since a
+ * membership change (DNS discovery, POST/DELETE /admin/endpoints; net/discovery.h) may replace
+ * the gateway like a reload does and then stores the new one there. */
 int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out);
 /* Stops listening, aborts in-flight exchanges, and frees the gateway (handles close on the
  * loop's next turns). */
@@ -56,6 +59,8 @@ uint16_t sb_gateway_admin_port(const sb_gateway *gw);
  * and the old gateway finishes its requests in flight, then frees itself. A change of the
  * listen address, or of admin.listen, is refused (-1, reason logged): that needs a restart. */
 int sb_gateway_reload(sb_gateway **gw, sb_config *cfg);
+/* SIGHUP keeps the endpoints discovered or registered at run time: cfg is the file's, and the
+ * configuration applied is cfg with them (net/discovery.h). */
 
 /* The configuration in use (borrowed; valid until the next reload or stop). */
 const sb_config *sb_gateway_config(const sb_gateway *gw);

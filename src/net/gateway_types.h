@@ -79,6 +79,11 @@ struct sb_gateway {
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
     sb_precise *precise;            /* requests' precise keys (net/precise.c); NULL without a precise index */
     uint64_t agent_refused[3];      /* agent reports refused, by reason (net/agent_reports.c) */
+    /* Membership at run time (net/discovery.h): the serving gateway holds it, a replace-reload
+     * hands it over. `home` is the owner's variable (sb_gateway_start's out), which a
+     * membership change that replaces the gateway updates. */
+    struct sb_discovery *disc;
+    sb_gateway **home;
 };
 
 #endif

@@ -5,13 +5,21 @@
 
 #include "base/alloc.h"
 
-enum { UC_CONNECTING = 1, UC_OWNED, UC_IDLE, UC_CLOSING };
+enum { UC_CONNECTING = 1, UC_WAITING, UC_OWNED, UC_IDLE, UC_CLOSING };
 enum { READ_BUF_BYTES = 65536 };
 
 struct sb_upstream {
     uv_loop_t *loop;
     struct sockaddr_storage addr;
     char address[280];
+    char *host; /* a name to resolve; NULL for a literal */
+    uint16_t port;
+    int resolve_status; /* sb_upstream_resolve_status */
+    bool resolving;     /* a uv_getaddrinfo is out (gai owns a reference: n_open) */
+    uint32_t retry_ms;  /* next retry delay */
+    uv_getaddrinfo_t gai;
+    uv_timer_t retry_timer;    /* names only; open for the pool's life (a reference: n_open) */
+    sb_upstream_conn *waiting; /* connections waiting for the address (linked by next_idle) */
     sb_upstream_opts opts;
     sb_upstream_conn *idle;  /* most recently released first */
     size_t n_idle;
@@ -29,8 +37,10 @@ static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void maybe_free_pool(sb_upstream *u)
 {
-    if (u->freeing && u->n_open == 0)
+    if (u->freeing && u->n_open == 0) {
+        sb_free(u->host);
         sb_free(u);
+    }
 }
 
 static void on_closed(uv_handle_t *h)
@@ -44,17 +54,22 @@ static void on_closed(uv_handle_t *h)
     maybe_free_pool(u);
 }
 
-static void unlink_idle(sb_upstream_conn *uc)
+/* Off its list (idle, or waiting for the address: both use the next_idle/prev_idle links). */
+static void unlink_from(sb_upstream_conn **head, sb_upstream_conn *uc)
 {
-    sb_upstream *u = uc->up;
     if (uc->prev_idle)
         uc->prev_idle->next_idle = uc->next_idle;
     else
-        u->idle = uc->next_idle;
+        *head = uc->next_idle;
     if (uc->next_idle)
         uc->next_idle->prev_idle = uc->prev_idle;
     uc->next_idle = uc->prev_idle = NULL;
-    u->n_idle--;
+}
+
+static void unlink_idle(sb_upstream_conn *uc)
+{
+    unlink_from(&uc->up->idle, uc);
+    uc->up->n_idle--;
 }
 
 void sb_upstream_close(sb_upstream_conn *uc)
@@ -63,6 +78,8 @@ void sb_upstream_close(sb_upstream_conn *uc)
         return;
     if (uc->state == UC_IDLE)
         unlink_idle(uc);
+    if (uc->state == UC_WAITING)
+        unlink_from(&uc->up->waiting, uc);
     uc->state = UC_CLOSING;
     uc->connect_cb = NULL;
     uc->tcp.data = uc;
@@ -70,6 +87,94 @@ void sb_upstream_close(sb_upstream_conn *uc)
     uv_timer_stop(&uc->timer);
     uv_close((uv_handle_t *)&uc->timer, on_closed);
     uv_close((uv_handle_t *)&uc->tcp, on_closed);
+}
+
+static void on_connect(uv_connect_t *req, int status);
+static void on_connect_timeout(uv_timer_t *t);
+static void start_resolve(sb_upstream *u);
+
+/* The retry timer's and the resolver's references (n_open) end here. */
+static void on_retry_timer_closed(uv_handle_t *h)
+{
+    sb_upstream *u = h->data;
+    u->n_open--;
+    maybe_free_pool(u);
+}
+
+static void on_retry_timer(uv_timer_t *t)
+{
+    start_resolve(t->data);
+}
+
+/* Connections that waited for the address: connect them now, or fail them with the resolver's
+ * error (each callback may acquire again: the list is detached first). */
+static void flush_waiting(sb_upstream *u, int status)
+{
+    sb_upstream_conn *uc = u->waiting;
+    u->waiting = NULL;
+    while (uc) {
+        sb_upstream_conn *next = uc->next_idle;
+        uc->next_idle = uc->prev_idle = NULL;
+        int rc = status;
+        if (rc == 0) {
+            uc->state = UC_CONNECTING;
+            rc = uv_tcp_connect(&uc->connect_req, &uc->tcp, (struct sockaddr *)&u->addr, on_connect);
+        }
+        if (rc < 0) {
+            void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
+            void *arg = uc->connect_arg;
+            sb_upstream_close(uc);
+            if (cb)
+                cb(uc, rc, arg);
+        }
+        uc = next;
+    }
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    sb_upstream *u = req->data;
+    u->resolving = false;
+    u->n_open--;
+    if (u->freeing) {
+        if (res)
+            uv_freeaddrinfo(res);
+        maybe_free_pool(u);
+        return;
+    }
+    if (status == 0 && res && res->ai_addrlen <= sizeof(u->addr)) {
+        memcpy(&u->addr, res->ai_addr, res->ai_addrlen);
+        u->resolve_status = 0;
+        u->retry_ms = u->opts.retry_ms;
+    } else {
+        u->resolve_status = status < 0 ? status : UV_EAI_NONAME;
+        uv_timer_start(&u->retry_timer, on_retry_timer, u->retry_ms, 0);
+        u->retry_ms = u->retry_ms > u->opts.retry_max_ms / 2 ? u->opts.retry_max_ms : u->retry_ms * 2;
+    }
+    if (res)
+        uv_freeaddrinfo(res);
+    flush_waiting(u, u->resolve_status);
+    if (u->opts.on_resolved)
+        u->opts.on_resolved(u, u->resolve_status, u->opts.resolved_arg);
+}
+
+static void start_resolve(sb_upstream *u)
+{
+    if (u->resolving || u->freeing)
+        return;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    char portstr[8];
+    snprintf(portstr, sizeof(portstr), "%u", u->port);
+    u->gai.data = u;
+    int rc = uv_getaddrinfo(u->loop, &u->gai, on_resolved, u->host, portstr, &hints);
+    if (rc < 0) { /* could not even start: counts as a failed resolution, retried the same way */
+        if (u->resolve_status == 1)
+            u->resolve_status = rc;
+        uv_timer_start(&u->retry_timer, on_retry_timer, u->retry_ms, 0);
+        return;
+    }
+    u->resolving = true;
+    u->n_open++;
 }
 
 int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_upstream_opts *opts,
@@ -84,28 +189,44 @@ int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_u
         u->opts.connect_ms = 1000;
     if (!u->opts.idle_ms)
         u->opts.idle_ms = 30000;
-    int rc;
+    if (!u->opts.retry_ms)
+        u->opts.retry_ms = 1000;
+    if (u->opts.retry_max_ms < u->opts.retry_ms)
+        u->opts.retry_max_ms = u->opts.retry_ms > 30000 ? u->opts.retry_ms : 30000;
+    u->retry_ms = u->opts.retry_ms;
+    u->port = port;
+    snprintf(u->address, sizeof(u->address), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&u->addr) == 0 ||
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&u->addr) == 0) {
-        rc = 0;
-    } else {
-        /* A name: resolved once, synchronously, at start-up or reload (never per request). */
-        uv_getaddrinfo_t gai;
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-        char portstr[8];
-        snprintf(portstr, sizeof(portstr), "%u", port);
-        rc = uv_getaddrinfo(loop, &gai, NULL, host, portstr, &hints);
-        if (rc == 0) {
-            memcpy(&u->addr, gai.addrinfo->ai_addr, gai.addrinfo->ai_addrlen);
-            uv_freeaddrinfo(gai.addrinfo);
-        }
+        *out = u;
+        return 0;
     }
-    if (rc < 0) {
+    /* A name: resolved off the loop, and again with backoff while it does not resolve. */
+    if (!(u->host = sb_strdup(host))) {
         sb_free(u);
-        return rc;
+        return UV_ENOMEM;
     }
-    snprintf(u->address, sizeof(u->address), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    u->resolve_status = 1;
+    uv_timer_init(loop, &u->retry_timer);
+    u->retry_timer.data = u;
+    u->n_open++;
+    start_resolve(u);
     *out = u;
+    return 0;
+}
+
+int sb_upstream_resolve_status(const sb_upstream *u)
+{
+    return u->resolve_status;
+}
+
+int sb_upstream_adopt_address(sb_upstream *u, const sb_upstream *src)
+{
+    if (!u->host || !src->host || u->port != src->port || strcmp(u->host, src->host) || src->resolve_status != 0 ||
+        u->resolve_status == 0)
+        return -1;
+    memcpy(&u->addr, &src->addr, sizeof(u->addr));
+    u->resolve_status = 0;
     return 0;
 }
 
@@ -114,6 +235,12 @@ void sb_upstream_free(sb_upstream *u)
     u->freeing = true;
     while (u->idle)
         sb_upstream_close(u->idle);
+    if (u->host) {
+        if (u->resolving)
+            uv_cancel((uv_req_t *)&u->gai); /* its callback still runs, and drops the reference */
+        uv_timer_stop(&u->retry_timer);
+        uv_close((uv_handle_t *)&u->retry_timer, on_retry_timer_closed);
+    }
     maybe_free_pool(u);
 }
 
@@ -169,6 +296,8 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
         *out = uc;
         return 1;
     }
+    if (u->resolve_status < 0)
+        return u->resolve_status; /* the name does not resolve (retried in the background) */
     sb_upstream_conn *uc = sb_calloc(1, sizeof(*uc));
     if (!uc)
         return UV_ENOMEM;
@@ -185,7 +314,17 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
     uc->requests = 1;
     u->n_open++;
     u->connects++;
-    int rc = uv_tcp_connect(&uc->connect_req, &uc->tcp, (struct sockaddr *)&u->addr, on_connect);
+    int rc = 0;
+    if (u->resolve_status == 1) {
+        /* The first answer is not in yet: wait for it, within the connect timeout. */
+        uc->state = UC_WAITING;
+        uc->next_idle = u->waiting;
+        if (u->waiting)
+            u->waiting->prev_idle = uc;
+        u->waiting = uc;
+    } else {
+        rc = uv_tcp_connect(&uc->connect_req, &uc->tcp, (struct sockaddr *)&u->addr, on_connect);
+    }
     if (rc < 0) {
         uc->connect_cb = NULL;
         sb_upstream_close(uc);

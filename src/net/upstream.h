@@ -26,6 +26,13 @@ typedef struct sb_upstream_opts {
     uint32_t connect_ms;   /* default 1000 */
     uint32_t idle_ms;      /* pooled idle lifetime; default 30000 */
     size_t max_idle;       /* idle connections kept; 0 keeps none (no reuse) */
+    /* A name that does not resolve is tried again after retry_ms, doubled up to retry_max_ms
+     * (defaults 1000 and 30000). */
+    uint32_t retry_ms, retry_max_ms;
+    /* Told of every resolution that ends (status 0: the address is known now; else the libuv
+     * error), on the loop; may be NULL. It must not free the pool. */
+    void (*on_resolved)(sb_upstream *u, int status, void *arg);
+    void *resolved_arg;
 } sb_upstream_opts;
 
 /* Caller-embedded view of a connection. */
@@ -50,14 +57,23 @@ struct sb_upstream_conn {
     int handles_open;
 };
 
-/* Resolves host (IPv4/IPv6 literal or a name, resolved once now) and creates the pool.
- * Returns 0 and sets *out, or a negative libuv error. */
+/* Creates the pool. An IPv4/IPv6 literal is its address at once; a name is resolved
+ * asynchronously (uv_getaddrinfo, never blocking the loop): connections asked for meanwhile wait
+ * for the answer within their connect timeout, and a name that does not resolve is retried with
+ * backoff while acquire fails at once with the resolver's error. The first address of the answer
+ * is used (IPv4 or IPv6, as the resolver orders them). Returns 0 and sets *out, or UV_ENOMEM. */
 int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_upstream_opts *opts,
                     sb_upstream **out);
 /* Closes idle connections and frees the pool once every acquired connection has been
  * released or closed. */
 void sb_upstream_free(sb_upstream *u);
 const char *sb_upstream_address(const sb_upstream *u);
+/* 0 when the address is known; 1 while the first resolution runs; else the libuv error of the
+ * last resolution (the name did not resolve, and no address is known). */
+int sb_upstream_resolve_status(const sb_upstream *u);
+/* Takes over src's resolved address when both name the same host and port, so a pool rebuilt by a
+ * reload connects at once instead of waiting for the resolver (0), else does nothing (-1). */
+int sb_upstream_adopt_address(sb_upstream *u, const sb_upstream *src);
 
 /* Gets a connection. Returns 1 with *out set to an idle pooled connection (no callback), or
  * 0 with a new connection in progress: cb is called once with status 0 (connected) or a

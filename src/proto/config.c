@@ -98,6 +98,25 @@ static const field shutdown_fields[] = {
 static const field log_decisions_field = {
     .key = "access_log_decisions", .kind = K_BOOL, .offset = offsetof(sb_config, log_decisions), .max = 1};
 
+/* Membership at run time (net/discovery.h). The window is short: long enough to fold a burst of
+ * registrations or a DNS answer into one rebuild, short enough that a registered endpoint is
+ * routable before its agent's next heartbeat. */
+static const field discovery_fields[] = {
+    {.key = "apply_ms", .kind = K_MS, .offset = offsetof(sb_config, discovery_apply_ms), .min = 0, .max = 10000},
+    {.key = "drain_ms", .kind = K_MS, .offset = offsetof(sb_config, discovery_drain_ms), .min = 0, .max = UINT32_MAX},
+    {.key = "max_endpoints",
+     .kind = K_COUNT,
+     .offset = offsetof(sb_config, discovery_max_endpoints),
+     .min = 0,
+     .max = 65536},
+    {.key = "retry_ms", .kind = K_MS, .offset = offsetof(sb_config, discovery_retry_ms), .min = 10, .max = UINT32_MAX},
+    {.key = "retry_max_ms",
+     .kind = K_MS,
+     .offset = offsetof(sb_config, discovery_retry_max_ms),
+     .min = 10,
+     .max = UINT32_MAX},
+};
+
 static const section sections[] = {
     {"limits", limits_fields, ARRAY_LEN(limits_fields)},
     {"timeouts", timeouts_fields, ARRAY_LEN(timeouts_fields)},
@@ -106,6 +125,7 @@ static const section sections[] = {
     {"kv_index", kv_index_fields, ARRAY_LEN(kv_index_fields)},
     {"tokenize", tokenize_fields, ARRAY_LEN(tokenize_fields)},
     {"shutdown", shutdown_fields, ARRAY_LEN(shutdown_fields)},
+    {"discovery", discovery_fields, ARRAY_LEN(discovery_fields)},
 };
 
 #undef F
@@ -629,6 +649,12 @@ static bool set_defaults(sb_config *cfg)
         .debug_endpoints = true,
         .admin_port = 8081,
         .admin_max_connections = 64,
+        .admin_max_body_bytes = 64 << 10,
+        .discovery_apply_ms = 20,
+        .discovery_drain_ms = 30000,
+        .discovery_max_endpoints = 256,
+        .discovery_retry_ms = 1000,
+        .discovery_retry_max_ms = 30000,
     };
     return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL && (cfg->admin_host = sb_strdup("127.0.0.1")) != NULL &&
            (cfg->session_header = sb_strdup("x-session-id")) != NULL;
@@ -705,6 +731,14 @@ void sb_config_free(sb_config *cfg)
 {
     if (!cfg)
         return;
+    if (cfg->base) {
+        cfg_free_effective(cfg);
+        return;
+    }
+    if (cfg->derived) { /* effective configs still share its strings: the last one frees it */
+        cfg->derived--;
+        return;
+    }
     for (size_t i = 0; i < cfg->n_pools; i++) {
         sb_pool_config *pc = &cfg->pools[i];
         for (size_t j = 0; j < pc->n_models; j++)
@@ -728,6 +762,7 @@ void sb_config_free(sb_config *cfg)
             OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
         sb_free(pc->upstream_auth_header);
         sb_free(pc->upstream_api_key_file);
+        sb_free(pc->dns_host);
         if (pc->kv_events) {
             sb_free(pc->kv_events->endpoint);
             sb_free(pc->kv_events->replay_endpoint);

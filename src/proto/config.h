@@ -25,6 +25,10 @@ typedef struct sb_endpoint_config {
     char **label_values;
     size_t n_labels;
     bool draining;     /* start draining: takes no new requests; default false */
+    /* Where it came from: written in the file, discovered through DNS (a pool's endpoints_from)
+     * or registered through POST /admin/endpoints. Only sb_config_with_members sets the last
+     * two; the file's endpoints are SB_EP_CONFIG (0). */
+    enum sb_endpoint_source { SB_EP_CONFIG = 0, SB_EP_DNS, SB_EP_API } source;
 } sb_endpoint_config;
 
 /* A pool's `kv_events:` (docs/configuration.md): where each endpoint's engine publishes its
@@ -61,7 +65,7 @@ typedef struct sb_pool_config {
     bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
-    size_t n_endpoints;   /* >= 1 */
+    size_t n_endpoints; /* >= 1, unless endpoints_from or `endpoints: []` (filled at run time) */
     /* probing (`probe:`); min <= interval <= max */
     uint32_t probe_interval_ms;     /* metrics scrape, base of the adaptive rule; default 100 */
     uint32_t probe_min_interval_ms; /* busiest endpoints; default 50 */
@@ -92,6 +96,11 @@ typedef struct sb_pool_config {
     char *upstream_auth_header;
     char *upstream_api_key_file; /* as written; NULL if none */
     sb_kv_events_config *kv_events; /* NULL: no event subscription (the approximate index alone) */
+    /* `endpoints_from: {dns: "name:port", interval_ms}`: every A and AAAA address of the name is
+     * an endpoint (net/discovery.c), beside the listed ones. NULL host: none. */
+    char *dns_host;
+    uint16_t dns_port;
+    uint32_t dns_interval_ms; /* default 5000 */
 } sb_pool_config;
 
 typedef struct sb_config {
@@ -160,12 +169,23 @@ typedef struct sb_config {
     /* SHA-256 of the admin bearer token */
     uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
     char *admin_token_file;       /* as written; NULL if none */
+    size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
+    /* membership at run time (`discovery:`; net/discovery.h) */
+    uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
+    uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */
+    size_t discovery_max_endpoints;  /* dynamic (DNS + API) endpoints per pool; default 256 */
+    uint32_t discovery_retry_ms;     /* first retry of a failed resolution; default 1000 */
+    uint32_t discovery_retry_max_ms; /* bound of its doubling; default 30000 */
     /* scheduling profiles defined under `profiles:`, fully built (labels point into strings
      * owned by the config); none of them shadows a built-in name */
     sb_profile *profiles;
     size_t n_profiles;
     sb_pool_config *pools;
     size_t n_pools;               /* >= 1 */
+    /* private: an effective config (sb_config_with_members) points at its base, which counts
+     * the effective configs alive on it */
+    struct sb_config *base;
+    size_t derived;
 } sb_config;
 
 typedef struct sb_config_error {
@@ -187,7 +207,37 @@ typedef struct sb_config_errors {
  * caller's to wipe. Paths of secret files are recorded, not read: see sb_config_*_file below. */
 int sb_config_parse(const char *text, size_t len, sb_config **out, sb_config_errors *errs);
 
+/* Frees cfg. A config that others derived from (sb_config_with_members) is freed when the last
+ * of them and its own holder have called this. */
 void sb_config_free(sb_config *cfg);
+
+/* A dynamic endpoint, as the membership keeps it (net/discovery.c): pool index, source (dns or
+ * api), its address and what a registration gave. Strings are borrowed for the call. */
+typedef struct sb_member {
+    size_t pool;
+    enum sb_endpoint_source source;
+    const char *host; /* literal or name, IPv6 without brackets */
+    uint16_t port;
+    bool draining;
+    const char *const *label_keys;
+    const char *const *label_values;
+    size_t n_labels;
+} sb_member;
+
+/* The effective configuration: base with each pool's endpoints followed by the members of that
+ * pool, in the order given (pure: same inputs, same config). A member whose address is already an
+ * endpoint of its pool is skipped (the file's entry wins), as is one naming no pool of base.
+ * The result shares everything but the pools and their endpoints with base, and keeps base alive:
+ * free both with sb_config_free, in any order. Returns NULL when out of memory. */
+sb_config *sb_config_with_members(sb_config *base, const sb_member *members, size_t n);
+/* The file's configuration an effective one was built from (cfg itself for a parsed one). */
+const sb_config *sb_config_base(const sb_config *cfg);
+/* Checks an endpoint address as the file's `endpoints:` items are checked ("host:port" or
+ * "[v6]:port"; s NUL-terminated) and copies the host (without brackets) into host[cap]. Returns
+ * NULL, or the reason it is refused (static text). */
+const char *sb_config_split_address(const char *s, char *host, size_t cap, uint16_t *port);
+/* "host:port" ("[v6]:port" for an IPv6 host) into buf; false when it does not fit. */
+bool sb_config_format_address(const char *host, uint16_t port, char *buf, size_t cap);
 
 /* Whether host (as parsed from an address) is a loopback literal or "localhost". */
 bool sb_config_host_is_loopback(const char *host);

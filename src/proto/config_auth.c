@@ -27,6 +27,12 @@ static const field admin_fields[] = {
      .min = 1,
      .max = 1u << 20},
     {.key = "metrics_auth", .kind = K_BOOL, .offset = offsetof(sb_config, admin_metrics_auth), .max = 1},
+    /* Registrations and agent reports are a few hundred bytes; 1 MiB is far past any real one. */
+    {.key = "max_body_bytes",
+     .kind = K_BYTES,
+     .offset = offsetof(sb_config, admin_max_body_bytes),
+     .min = 64,
+     .max = 1u << 20},
 };
 
 /* ---- secrets: admin token, API keys, upstream keys ---- */

@@ -89,6 +89,8 @@ bool cfg_plain_name(const char *s, bool slash);
 size_t cfg_mapping_len(const yaml_node_t *n);
 size_t cfg_parse_labels(parse *p, const yaml_node_t *map, const char *what, size_t max, char **keys, char **values);
 void cfg_free_endpoint(sb_endpoint_config *ep);
+/* config_members.c: frees an effective config (cfg->base set) and releases its base. */
+void cfg_free_effective(sb_config *cfg);
 void cfg_parse_pools(parse *p, const yaml_node_t *seq);
 
 /* config_profile.c */

@@ -126,6 +126,20 @@ static const char *split_address(const char *s, const char **host, size_t *host_
     return NULL;
 }
 
+const char *sb_config_split_address(const char *s, char *host, size_t cap, uint16_t *port)
+{
+    const char *h;
+    size_t n;
+    const char *why = split_address(s, &h, &n, port);
+    if (why)
+        return why;
+    if (n >= cap)
+        return "host too long";
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return NULL;
+}
+
 /* Parses an address node into a fresh host copy and port. Returns false after reporting. */
 static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
 {
@@ -375,8 +389,12 @@ static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
     }
     size_t n =
         seq->type == YAML_SEQUENCE_NODE ? (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start) : 0;
+    /* `endpoints: []` is a pool filled at run time (registrations, agents); a bare `endpoints:`
+     * is more likely a list left out by mistake. */
     if (n == 0) {
-        cfg_node_error(p, seq, "%s: endpoints must not be empty", label);
+        if (seq->type != YAML_SEQUENCE_NODE)
+            cfg_node_error(p, seq, "%s: endpoints must not be empty (write [] for a pool filled by registrations)",
+                           label);
         return;
     }
     if (!(pc->endpoints = sb_calloc(n, sizeof *pc->endpoints))) {
@@ -532,6 +550,44 @@ static void pool_endpoints(parse *p, pool_walk *w, const yaml_node_t *k, const y
     parse_endpoints(p, w->i, v);
 }
 
+/* endpoints_from: { dns: "name:port", interval_ms: N } */
+static void pool_endpoints_from(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    sb_pool_config *pc = w->pc;
+    if (!cfg_want_mapping(p, v, what))
+        return;
+    w->seen_endpoints = true;
+    bool seen_dns = false;
+    char sub[240];
+    for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
+        const char *key = cfg_pair_key(p, v, q, what);
+        if (!key)
+            continue;
+        const yaml_node_t *x = cfg_node_at(p, q->value);
+        snprintf(sub, sizeof sub, "%s.%s", what, key);
+        if (!strcmp(key, "dns")) {
+            seen_dns = true;
+            char *host = NULL;
+            if (parse_address(p, x, sub, &host, &pc->dns_port)) {
+                sb_free(pc->dns_host);
+                pc->dns_host = host;
+            }
+        } else if (!strcmp(key, "interval_ms")) {
+            const char *s = cfg_string_of(p, x, sub);
+            uint64_t ms;
+            /* At least 100 ms: a resolver asked more often than that is hammered for nothing. */
+            if (s && (!cfg_parse_uint(s, false, &ms) || ms < 100 || ms > UINT32_MAX))
+                cfg_node_error(p, x, "%s must be an integer from 100 to %u, got '%s'", sub, UINT32_MAX, s);
+            else if (s)
+                pc->dns_interval_ms = (uint32_t)ms;
+        } else {
+            cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s", key, what);
+        }
+    }
+    if (!seen_dns)
+        cfg_node_error(p, v, "%s has no 'dns' (\"name:port\")", what);
+}
+
 static void pool_engine(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     const char *s = cfg_string_of(p, v, what);
@@ -630,6 +686,7 @@ static const struct {
     {"models", pool_models},
     {"adapters", pool_adapters},
     {"endpoints", pool_endpoints},
+    {"endpoints_from", pool_endpoints_from},
     {"engine", pool_engine},
     {"profile", pool_profile},
     {"probe", pool_probe},
@@ -661,6 +718,7 @@ static void pool_defaults(sb_pool_config *pc)
     pc->max_failures = 3;
     pc->base_eject_ms = 1000;
     pc->max_eject_ms = 30000;
+    pc->dns_interval_ms = 5000;
 }
 
 /* The name first, whatever its position, so that every other message can use it. */
@@ -698,7 +756,7 @@ static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
     if (!w->seen_models)
         cfg_node_error(p, map, "%s has no 'models'", w->label);
     if (!w->seen_endpoints)
-        cfg_node_error(p, map, "%s has no 'endpoints'", w->label);
+        cfg_node_error(p, map, "%s has no 'endpoints' (nor 'endpoints_from')", w->label);
     bool engine_ok = !w->engine || pc->engine;
     if (!pc->engine && !(pc->engine = sb_strdup("vllm")))
         cfg_out_of_memory(p);

@@ -240,6 +240,56 @@ static void test_full_config(void **state)
     sb_config_free(cfg);
 }
 
+/* endpoints_from, `endpoints: []`, the discovery section and admin.max_body_bytes. */
+static void test_discovery_keys(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(
+        parse_str("discovery: { apply_ms: 5, drain_ms: 1000, max_endpoints: 8, retry_ms: 50, "
+                  "retry_max_ms: 400 }\n"
+                  "admin: { max_body_bytes: 4KiB }\n"
+                  "pools:\n"
+                  "  - name: p\n"
+                  "    models: [m]\n"
+                  "    endpoints_from: { dns: \"vllm-headless.ns.svc.cluster.local:8000\", interval_ms: 250 }\n"
+                  "  - name: q\n"
+                  "    models: [n]\n"
+                  "    endpoints: []\n",
+                  &cfg, &errs),
+        0);
+    assert_string_equal(cfg->pools[0].dns_host, "vllm-headless.ns.svc.cluster.local");
+    assert_int_equal(cfg->pools[0].dns_port, 8000);
+    assert_int_equal(cfg->pools[0].dns_interval_ms, 250);
+    assert_int_equal(cfg->pools[0].n_endpoints, 0);
+    assert_null(cfg->pools[1].dns_host);
+    assert_int_equal(cfg->pools[1].n_endpoints, 0);
+    assert_int_equal(cfg->discovery_apply_ms, 5);
+    assert_int_equal(cfg->discovery_drain_ms, 1000);
+    assert_int_equal(cfg->discovery_max_endpoints, 8);
+    assert_int_equal(cfg->discovery_retry_ms, 50);
+    assert_int_equal(cfg->discovery_retry_max_ms, 400);
+    assert_int_equal(cfg->admin_max_body_bytes, 4096);
+    sb_config_free(cfg);
+    /* Defaults. */
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->discovery_apply_ms, 20);
+    assert_int_equal(cfg->discovery_max_endpoints, 256);
+    assert_int_equal(cfg->admin_max_body_bytes, 64 << 10);
+    assert_null(cfg->pools[0].dns_host);
+    sb_config_free(cfg);
+    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"nohost\" }\n", 4,
+                     "pool 'p': endpoints_from.dns: bad address 'nohost': missing ':port'");
+    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { interval_ms: 1000 }\n", 4,
+                     "pool 'p': endpoints_from has no 'dns'");
+    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"a:1\", interval_ms: 99 }\n", 4,
+                     "interval_ms must be an integer from 100");
+    expect_one_error("pools:\n  - name: p\n    models: [m]\n    endpoints_from: { dns: \"a:1\", srv: x }\n", 4,
+                     "unknown key 'srv' in pool 'p': endpoints_from");
+    expect_one_error("discovery: { retry_ms: 5 }\n" POOL_OK, 1, "retry_ms");
+}
+
 static void test_defaults(void **state)
 {
     sb_config *cfg;
@@ -589,13 +639,8 @@ static void test_error_empty_and_missing(void **state)
     expect_one_error("pools:\n"
                      "  - name: p\n"
                      "    models: [m]\n"
-                     "    endpoints: []\n",
-                     4, "pool 'p': endpoints must not be empty");
-    expect_one_error("pools:\n"
-                     "  - name: p\n"
-                     "    models: [m]\n"
                      "    endpoints:\n",
-                     4, "pool 'p': endpoints must not be empty");
+                     4, "pool 'p': endpoints must not be empty (write [] for a pool filled by registrations)");
     expect_one_error("pools:\n"
                      "  - name: p\n"
                      "    endpoints: [\"127.0.0.1:9000\"]\n",
@@ -603,7 +648,7 @@ static void test_error_empty_and_missing(void **state)
     expect_one_error("pools:\n"
                      "  - name: p\n"
                      "    models: [m]\n",
-                     2, "pool 'p' has no 'endpoints'");
+                     2, "pool 'p' has no 'endpoints' (nor 'endpoints_from')");
     expect_one_error("pools:\n"
                      "  - models: [m]\n"
                      "    endpoints: [\"127.0.0.1:9000\"]\n",
@@ -1806,6 +1851,7 @@ int main(void)
         cmocka_unit_test(test_kv_events),
         cmocka_unit_test(test_pool_keys_each_reported_in_order),
         cmocka_unit_test(test_example_demo),
+        cmocka_unit_test(test_discovery_keys),
         cmocka_unit_test(test_corpus_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
