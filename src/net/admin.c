@@ -327,6 +327,52 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* Per endpoint: retries away from it and ejections of it, by reason; readmissions by an
+ * active check; per pool, picks made in panic; the retries the budget refused. */
+static void render_outlier_counters(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_buf_puts(b, "# HELP switchboard_retries_total Attempts that failed before any byte reached the client and "
+                   "were retried on another endpoint, by the failed endpoint and why.\n"
+                   "# TYPE switchboard_retries_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
+            for (int r = 0; r < SB_RETRY_REASONS; r++)
+                sb_buf_printf(b, "switchboard_retries_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
+                              cfg->pools[p].name, cfg->pools[p].endpoints[e].address, sb_retry_reason_name(r),
+                              (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)
+                                  ->retries_by[r]);
+    sb_buf_puts(b, "# HELP switchboard_ejections_total Outlier ejections, by endpoint and reason (consecutive "
+                   "failures, failure rate over the window, failed half-open trial).\n"
+                   "# TYPE switchboard_ejections_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
+            for (int r = 0; r < SB_EJECT_REASONS; r++)
+                sb_buf_printf(b, "switchboard_ejections_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
+                              cfg->pools[p].name, cfg->pools[p].endpoints[e].address,
+                              sb_eject_reason_name((enum sb_eject_reason)r),
+                              (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)
+                                  ->ejections_by[r]);
+    sb_buf_puts(b, "# HELP switchboard_readmissions_total Ejections ended early by a successful active health "
+                   "check.\n# TYPE switchboard_readmissions_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
+            sb_buf_printf(b, "switchboard_readmissions_total{pool=\"%s\",endpoint=\"%s\"} %llu\n", cfg->pools[p].name,
+                          cfg->pools[p].endpoints[e].address,
+                          (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->readmissions);
+    sb_buf_puts(b, "# HELP switchboard_panic_routing_total Picks made while every endpoint left was ejected or "
+                   "down (routed over them all instead of answering 503).\n"
+                   "# TYPE switchboard_panic_routing_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        sb_buf_printf(b, "switchboard_panic_routing_total{pool=\"%s\"} %llu\n", cfg->pools[p].name,
+                      (unsigned long long)sb_router_pool_panics(gw->router, (uint32_t)p));
+    sb_buf_printf(b,
+                  "# HELP switchboard_retries_budget_denied_total Retries not made because the retry budget "
+                  "was spent.\n# TYPE switchboard_retries_budget_denied_total counter\n"
+                  "switchboard_retries_budget_denied_total %llu\n",
+                  (unsigned long long)gw->counters.retries_budget_denied);
+}
+
 /* Per endpoint subscribed to KV-cache events (net/kv_feed.h): the stream's counters. */
 static void render_kv_events(sb_gateway *gw, sb_buf *b)
 {
@@ -494,6 +540,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_queues(gw, b);
     render_adaptive_metrics(gw, b);
     render_probe_counters(gw, b);
+    render_outlier_counters(gw, b);
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);

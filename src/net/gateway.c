@@ -215,6 +215,7 @@ static void proxy_error(void *owner, sb_http_req *req, int status, const char *m
 static sb_proxy_env proxy_env(sb_gateway *gw)
 {
     return (sb_proxy_env){.router = gw->router,
+                          .loop = gw->loop,
                           .counters = &gw->counters,
                           .owner = gw,
                           .upstream = proxy_upstream,
@@ -222,6 +223,17 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .end = proxy_end,
                           .record = proxy_record,
                           .error = proxy_error};
+}
+
+static sb_health_params health_params_of(const sb_pool_config *pc)
+{
+    return (sb_health_params){.max_failures = pc->max_failures,
+                              .base_eject_ns = SB_MS(pc->base_eject_ms),
+                              .max_eject_ns = SB_MS(pc->max_eject_ms),
+                              .failure_rate = pc->failure_rate,
+                              .min_requests = pc->min_requests,
+                              .window_ns = SB_MS(pc->window_ms),
+                              .max_eject_percent = pc->max_eject_percent};
 }
 
 /* Pool p of gw->cfg: its router pool (profile, endpoints, ring, models) and the upstream of
@@ -232,9 +244,7 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     const sb_pool_config *pc = &cfg->pools[p];
     const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
     sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                         .health = {.max_failures = pc->max_failures,
-                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                         .health = health_params_of(pc),
                          .block_bytes = (uint32_t)cfg->block_bytes};
     if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
         return UV_ENOMEM;
@@ -599,9 +609,7 @@ static void reload_pool_in_place(sb_gateway *gw, const sb_config *cfg, size_t p)
 {
     const sb_pool_config *pc = &cfg->pools[p];
     sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                         .health = {.max_failures = pc->max_failures,
-                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
+                         .health = health_params_of(pc),
                          .block_bytes = (uint32_t)cfg->block_bytes};
     sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
     const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");

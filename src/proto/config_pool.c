@@ -34,12 +34,6 @@ static const field probe_fields[] = {
     PF("enabled", probe_enabled, K_BOOL, 0, 1),
 };
 
-static const field health_fields[] = {
-    PF("max_failures", max_failures, K_COUNT32, 1, UINT32_MAX),
-    PF("base_eject_ms", base_eject_ms, K_MS, 1, UINT32_MAX),
-    PF("max_eject_ms", max_eject_ms, K_MS, 1, UINT32_MAX),
-};
-
 static const field metrics_fields[] = {
     PF("running", metric_running, K_METRIC, 0, 0),
     PF("waiting", metric_waiting, K_METRIC, 0, 0),
@@ -49,7 +43,6 @@ static const field metrics_fields[] = {
 #undef PF
 
 static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
-static const section health_section = {"health", health_fields, ARRAY_LEN(health_fields)};
 static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};
 
 static const char *const engines[] = {"vllm", "sglang", "llamacpp", "trtllm", "custom"};
@@ -565,15 +558,7 @@ static void pool_probe(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_
 
 static void pool_health(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
-    sb_pool_config *pc = w->pc;
-    size_t before = p->errs->total;
-    cfg_parse_section(p, &health_section, v, pc, what);
-    if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
-        const yaml_node_t *at = cfg_lookup(p, v, "base_eject_ms");
-        cfg_node_error(p, at ? at : cfg_lookup(p, v, "max_eject_ms"),
-                       "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
-                       pc->max_eject_ms);
-    }
+    cfg_parse_health(p, w->pc, v, what);
 }
 
 /* The adaptive loop (core/adaptive.h) moves weight between the profile's affinity and
@@ -655,6 +640,10 @@ static void pool_defaults(sb_pool_config *pc)
     pc->max_failures = 3;
     pc->base_eject_ms = 1000;
     pc->max_eject_ms = 30000;
+    pc->failure_rate = 0.25;
+    pc->min_requests = 10;
+    pc->window_ms = 10000;
+    pc->max_eject_percent = 50;
 }
 
 /* The name first, whatever its position, so that every other message can use it. */
