@@ -44,7 +44,7 @@ bool sb_retry_budget_allows(const sb_retry_policy *p, uint64_t retries_in_flight
     double budget = p->budget_ratio * (double)requests_in_flight;
     if (budget < p->min_retries)
         budget = p->min_retries;
-    return (double)retries_in_flight < budget;
+    return (double)retries_in_flight + 1 <= budget; /* counting the one asked for */
 }
 
 uint32_t sb_retry_backoff_ms(const sb_retry_policy *p, uint32_t retry, uint64_t rnd)

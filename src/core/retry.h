@@ -51,7 +51,7 @@ int sb_retry_reason_find(const char *s);
 bool sb_retry_on(const sb_retry_policy *p, enum sb_retry_reason reason, int status);
 
 /* Whether one more retry may start now: retries_in_flight (requests already past their first
- * attempt) below max(min_retries, budget_ratio * requests_in_flight). */
+ * attempt) plus this one at most max(min_retries, budget_ratio * requests_in_flight). */
 bool sb_retry_budget_allows(const sb_retry_policy *p, uint64_t retries_in_flight, uint64_t requests_in_flight);
 
 /* The wait before retry number `retry` (1 for the first): backoff_ms doubled per retry up to

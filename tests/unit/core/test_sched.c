@@ -286,10 +286,19 @@ static void test_hard_filter_empties(void **state)
     assert_null(strstr(b.data, "\"scores\""));
     sb_buf_free(&b);
 
+    /* Every endpoint down: panic routing keeps them all rather than none. */
     setup(2);
     add_filter("healthy");
     eps[0].active_down = eps[1].active_down = true;
+    assert_true(run(&base_req, 2) >= 0);
+    assert_true(d.panic && cands[0].panic && cands[1].panic);
+    /* Draining ones never come back: the healthy filter empties the pool. */
+    setup(2);
+    add_filter("healthy");
+    eps[0].draining = eps[1].draining = true;
     assert_int_equal(run(&base_req, 2), -1);
+    assert_string_equal(cands[0].removed_by, "healthy");
+    assert_false(d.panic);
 }
 
 static void test_all_stale_reason(void **state)
