@@ -592,6 +592,32 @@ static void test_5xx_passes_when_no_endpoint_is_left(void **state)
     finish(h);
 }
 
+static void long_backoff(sb_retry_policy *p)
+{
+    p->backoff_ms = p->max_backoff_ms = 60000;
+}
+
+static bool retry_pending(void *arg)
+{
+    return ((harness *)arg)->counters.retries == 1;
+}
+
+/* The client leaves while the retry waits out its backoff: the timer is cancelled, the
+ * exchange ends at once as a client abort, and nothing is sent to the next endpoint. */
+static void test_client_leaving_during_backoff_ends_the_exchange(void **state)
+{
+    harness *h = start(&(setup){.n_eps = 2, .script = reset_on_ep0, .retry = long_backoff});
+    send_request(h);
+    netfx_run_until(&h->loop, retry_pending, h, "the retry's backoff");
+    netfx_close(&h->client, true);
+    wait_ended(h);
+    assert_string_equal(h->recorded_outcome, "client_abort");
+    assert_int_equal(h->eps[1].accepted, 0);
+    assert_int_equal(h->counters.retries_live, 0);
+    assert_int_equal(h->counters.exchanges_live, 0);
+    finish(h); /* the timer's handle closed: the loop runs dry */
+}
+
 static void no_budget(sb_retry_policy *p)
 {
     p->min_retries = 0;
@@ -865,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_5xx_is_retried_before_forwarding),
         cmocka_unit_test(test_5xx_passes_when_no_endpoint_is_left),
         cmocka_unit_test(test_retry_budget_holds_retries_back),
+        cmocka_unit_test(test_client_leaving_during_backoff_ends_the_exchange),
         cmocka_unit_test(test_stale_pooled_connection_is_replaced_on_the_same_endpoint),
         cmocka_unit_test(test_failure_after_bytes_reached_the_client_is_not_retried),
         cmocka_unit_test(test_midstream_close_ends_the_stream_visibly),
