@@ -118,8 +118,8 @@ typedef struct sb_endpoint {
     sb_ns ejected_until;
     bool trial_in_flight;
     uint64_t ejections_by[SB_EJECT_REASONS];
-    uint64_t readmissions;       /* ejections ended early by an active check */
-    sb_ns window_start_ns;       /* the failure-rate window */
+    uint64_t readmissions; /* ejections ended early by an active check */
+    sb_ns window_start_ns; /* the failure-rate window */
     uint32_t window_requests, window_failures;
     /* the latest evidence of serving, for stale-but-serving */
     sb_ns last_ok_ns, last_fail_ns, last_check_ok_ns;

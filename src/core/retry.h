@@ -28,13 +28,13 @@ enum sb_retry_reason {
 #define SB_RETRY_MAX_ATTEMPTS 8
 
 typedef struct sb_retry_policy {
-    uint32_t on;            /* bit (1 << reason) per retried reason but SB_RETRY_STATUS */
-    uint64_t statuses[2];   /* bit (status - 500) per retried status, 500..627 */
-    uint32_t attempts;      /* the first included, 1..SB_RETRY_MAX_ATTEMPTS; 1 = no retries */
-    uint32_t backoff_ms;    /* before the first retry, doubled per retry; 0 = none */
+    uint32_t on;          /* bit (1 << reason) per retried reason but SB_RETRY_STATUS */
+    uint64_t statuses[2]; /* bit (status - 500) per retried status, 500..627 */
+    uint32_t attempts;    /* the first included, 1..SB_RETRY_MAX_ATTEMPTS; 1 = no retries */
+    uint32_t backoff_ms;  /* before the first retry, doubled per retry; 0 = none */
     uint32_t max_backoff_ms;
-    double budget_ratio;    /* retries in flight at most this share of requests in flight */
-    uint32_t min_retries;   /* ...but always this many (a lone request may still retry) */
+    double budget_ratio;  /* retries in flight at most this share of requests in flight */
+    uint32_t min_retries; /* ...but always this many (a lone request may still retry) */
 } sb_retry_policy;
 
 /* Defaults: on connect failure, reset, 500, 502, 503, 504; 3 attempts; 25 ms doubling up to

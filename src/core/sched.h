@@ -165,7 +165,7 @@ typedef struct sb_decision {
     const char *reason;       /* "picked by max-score", "all candidates stale", ... */
     size_t n_live;            /* candidates left after filters */
     size_t n_stale;
-    bool panic;               /* every endpoint left was ejected or down: routed over them all */
+    bool panic; /* every endpoint left was ejected or down: routed over them all */
 } sb_decision;
 
 /* Runs ctx->profile over the endpoints eps[0..n) into d (whose cands, live and scores arrays

@@ -338,21 +338,21 @@ static void render_outlier_counters(sb_gateway *gw, sb_buf *b)
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
             for (int r = 0; r < SB_RETRY_REASONS; r++)
-                sb_buf_printf(b, "switchboard_retries_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
-                              cfg->pools[p].name, cfg->pools[p].endpoints[e].address, sb_retry_reason_name(r),
-                              (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)
-                                  ->retries_by[r]);
+                sb_buf_printf(
+                    b, "switchboard_retries_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
+                    cfg->pools[p].name, cfg->pools[p].endpoints[e].address, sb_retry_reason_name(r),
+                    (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->retries_by[r]);
     sb_buf_puts(b, "# HELP switchboard_ejections_total Outlier ejections, by endpoint and reason (consecutive "
                    "failures, failure rate over the window, failed half-open trial).\n"
                    "# TYPE switchboard_ejections_total counter\n");
     for (size_t p = 0; p < cfg->n_pools; p++)
         for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
             for (int r = 0; r < SB_EJECT_REASONS; r++)
-                sb_buf_printf(b, "switchboard_ejections_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
-                              cfg->pools[p].name, cfg->pools[p].endpoints[e].address,
-                              sb_eject_reason_name((enum sb_eject_reason)r),
-                              (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)
-                                  ->ejections_by[r]);
+                sb_buf_printf(
+                    b, "switchboard_ejections_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
+                    cfg->pools[p].name, cfg->pools[p].endpoints[e].address,
+                    sb_eject_reason_name((enum sb_eject_reason)r),
+                    (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->ejections_by[r]);
     sb_buf_puts(b, "# HELP switchboard_readmissions_total Ejections ended early by a successful active health "
                    "check.\n# TYPE switchboard_readmissions_total counter\n");
     for (size_t p = 0; p < cfg->n_pools; p++)

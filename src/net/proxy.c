@@ -54,10 +54,10 @@ typedef struct exchange {
     uint32_t excluded[SB_RETRY_MAX_ATTEMPTS];
     size_t n_excluded;
     int attempts;
-    bool retrying;             /* past its first attempt: counted in retries_live */
-    int retry_status;          /* a retryable 5xx head just read: discard it and retry */
-    backoff *backoff;          /* waiting to retry */
-    int last_status;           /* the last failed attempt, for the answer if none is left */
+    bool retrying;    /* past its first attempt: counted in retries_live */
+    int retry_status; /* a retryable 5xx head just read: discard it and retry */
+    backoff *backoff; /* waiting to retry */
+    int last_status;  /* the last failed attempt, for the answer if none is left */
     const char *last_code;
     char last_msg[200];
     bool fresh_retry_used;
@@ -241,7 +241,10 @@ static void fail_midstream(exchange *x, const char *why)
     exchange_maybe_free(x);
 }
 
-static void on_backoff_closed(uv_handle_t *h) { sb_free(h->data); }
+static void on_backoff_closed(uv_handle_t *h)
+{
+    sb_free(h->data);
+}
 
 static void cancel_backoff(exchange *x)
 {

@@ -7,12 +7,21 @@
 #include "proto/config_internal.h"
 
 static const field retry_fields[] = {
-    {.key = "attempts", .kind = K_COUNT32, .offset = offsetof(sb_retry_policy, attempts), .min = 1,
+    {.key = "attempts",
+     .kind = K_COUNT32,
+     .offset = offsetof(sb_retry_policy, attempts),
+     .min = 1,
      .max = SB_RETRY_MAX_ATTEMPTS},
     {.key = "backoff_ms", .kind = K_MS, .offset = offsetof(sb_retry_policy, backoff_ms), .min = 0, .max = 60000},
-    {.key = "max_backoff_ms", .kind = K_MS, .offset = offsetof(sb_retry_policy, max_backoff_ms), .min = 0,
+    {.key = "max_backoff_ms",
+     .kind = K_MS,
+     .offset = offsetof(sb_retry_policy, max_backoff_ms),
+     .min = 0,
      .max = 60000},
-    {.key = "min_retries", .kind = K_COUNT32, .offset = offsetof(sb_retry_policy, min_retries), .min = 0,
+    {.key = "min_retries",
+     .kind = K_COUNT32,
+     .offset = offsetof(sb_retry_policy, min_retries),
+     .min = 0,
      .max = 1u << 20},
 };
 
@@ -63,8 +72,7 @@ static void parse_on(parse *p, const yaml_node_t *v, sb_retry_policy *rp)
             rp->statuses[(status - 500) / 64] |= 1ull << ((status - 500) % 64);
         else
             cfg_node_error(p, e,
-                           "retry.on: '%s' is neither connect-failure, reset, timeout nor a status from 500 to 599",
-                           s);
+                           "retry.on: '%s' is neither connect-failure, reset, timeout nor a status from 500 to 599", s);
     }
 }
 
@@ -90,8 +98,8 @@ void cfg_parse_retry(parse *p, const yaml_node_t *map)
     }
     if (rp->backoff_ms > rp->max_backoff_ms) {
         const yaml_node_t *at = cfg_lookup(p, map, "backoff_ms");
-        cfg_node_error(p, at ? at : map, "retry: backoff_ms (%u) must not exceed max_backoff_ms (%u)",
-                       rp->backoff_ms, rp->max_backoff_ms);
+        cfg_node_error(p, at ? at : map, "retry: backoff_ms (%u) must not exceed max_backoff_ms (%u)", rp->backoff_ms,
+                       rp->max_backoff_ms);
     }
 }
 

@@ -695,8 +695,8 @@ static void test_stale_but_serving_keeps_share(void **state)
     const sb_ns now = SB_MS(60000);
     sb_router *r = make_router(sb_profile_builtin("default"), 3);
     sb_sched_request rq = {.pool = 0, .adapter = -1};
-    sb_endpoint_report rep = {.have_waiting = true, .waiting = 0, .have_running = true, .running = 0,
-                              .requests_total = -1};
+    sb_endpoint_report rep = {
+        .have_waiting = true, .waiting = 0, .have_running = true, .running = 0, .requests_total = -1};
     /* 0 and 1 report freshly; 2 reported long ago (its /metrics hangs) but answers. */
     sb_endpoint_report_set(sb_router_endpoint(r, 0, 0), &rep, SB_REPORT_SCRAPE, now);
     sb_endpoint_report_set(sb_router_endpoint(r, 0, 1), &rep, SB_REPORT_SCRAPE, now);

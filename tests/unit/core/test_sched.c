@@ -501,7 +501,8 @@ static void picks(const sb_profile *p, uint64_t seed, int *out, size_t m)
         out[r] = sb_sched_run(&ctx, &base_req, eps, 8, &d);
         sb_ticket t = sb_endpoint_dispatch(&eps[out[r]], 100, T0);
         if (r % 3 == 0)
-            sb_endpoint_finish(&eps[out[r]], &t, true, true, &(sb_health_params){.max_failures = 3, .base_eject_ns = 1, .max_eject_ns = 1}, true, T0);
+            sb_endpoint_finish(&eps[out[r]], &t, true, true,
+                               &(sb_health_params){.max_failures = 3, .base_eject_ns = 1, .max_eject_ns = 1}, true, T0);
     }
 }
 

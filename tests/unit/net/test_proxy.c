@@ -380,7 +380,8 @@ static void reset_on_ep0(harness *h, up_conn *c)
 static void busy_on_ep0(harness *h, up_conn *c)
 {
     if (c->ep == 0)
-        up_writes(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nbusy-ep-0");
+        up_writes(c,
+                  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nbusy-ep-0");
     else
         up_writes(c, ANSWER);
 }
@@ -550,7 +551,10 @@ static void test_reset_everywhere_is_502_after_each_was_tried(void **state)
     finish(h);
 }
 
-static void no_reset_retry(sb_retry_policy *p) { p->on &= ~(1u << SB_RETRY_RESET); }
+static void no_reset_retry(sb_retry_policy *p)
+{
+    p->on &= ~(1u << SB_RETRY_RESET);
+}
 
 /* Without `reset` in retry.on, the reset is the client's 502, as before. */
 static void test_reset_not_retried_when_not_asked(void **state)

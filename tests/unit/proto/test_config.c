@@ -962,7 +962,8 @@ static void test_retry_and_ejection(void **state)
     expect_one_error("retry:\n  tries: 2\n" POOL_OK, 2, "unknown key 'tries' in retry");
     expect_one_error(POOL_OK "    health:\n      failure_rate: 1.5\n", 6,
                      "pool 'p': health: failure_rate must be between 0 and 1");
-    expect_one_error(POOL_OK "    health:\n      max_eject_percent: 0\n", 6, "health.max_eject_percent must be between 1 and 100");
+    expect_one_error(POOL_OK "    health:\n      max_eject_percent: 0\n", 6,
+                     "health.max_eject_percent must be between 1 and 100");
 }
 
 static void test_custom_metrics(void **state)
