@@ -4,6 +4,7 @@
  * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -327,32 +328,39 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* One counter family per endpoint and reason: `counts` is the offset of an array of n
+ * uint64_t in sb_endpoint, indexed by reason. */
+static void render_by_reason(sb_gateway *gw, sb_buf *b, const char *name, const char *help, size_t counts,
+                             const char *(*reason)(int), int n)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            const uint64_t *v =
+                (const uint64_t *)((const char *)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e) + counts);
+            for (int r = 0; r < n; r++)
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n", name, cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address, reason(r), (unsigned long long)v[r]);
+        }
+}
+
+static const char *retry_reason(int r) { return sb_retry_reason_name((enum sb_retry_reason)r); }
+static const char *eject_reason(int r) { return sb_eject_reason_name((enum sb_eject_reason)r); }
+
 /* Per endpoint: retries away from it and ejections of it, by reason; readmissions by an
  * active check; per pool, picks made in panic; the retries the budget refused. */
 static void render_outlier_counters(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
-    sb_buf_puts(b, "# HELP switchboard_retries_total Attempts that failed before any byte reached the client and "
-                   "were retried on another endpoint, by the failed endpoint and why.\n"
-                   "# TYPE switchboard_retries_total counter\n");
-    for (size_t p = 0; p < cfg->n_pools; p++)
-        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
-            for (int r = 0; r < SB_RETRY_REASONS; r++)
-                sb_buf_printf(
-                    b, "switchboard_retries_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
-                    cfg->pools[p].name, cfg->pools[p].endpoints[e].address, sb_retry_reason_name(r),
-                    (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->retries_by[r]);
-    sb_buf_puts(b, "# HELP switchboard_ejections_total Outlier ejections, by endpoint and reason (consecutive "
-                   "failures, failure rate over the window, failed half-open trial).\n"
-                   "# TYPE switchboard_ejections_total counter\n");
-    for (size_t p = 0; p < cfg->n_pools; p++)
-        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
-            for (int r = 0; r < SB_EJECT_REASONS; r++)
-                sb_buf_printf(
-                    b, "switchboard_ejections_total{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n",
-                    cfg->pools[p].name, cfg->pools[p].endpoints[e].address,
-                    sb_eject_reason_name((enum sb_eject_reason)r),
-                    (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->ejections_by[r]);
+    render_by_reason(gw, b, "switchboard_retries_total",
+                     "Attempts that failed before any byte reached the client and were retried on another "
+                     "endpoint, by the failed endpoint and why.",
+                     offsetof(sb_endpoint, retries_by), retry_reason, SB_RETRY_REASONS);
+    render_by_reason(gw, b, "switchboard_ejections_total",
+                     "Outlier ejections, by endpoint and reason (consecutive failures, failure rate over the "
+                     "window, failed half-open trial).",
+                     offsetof(sb_endpoint, ejections_by), eject_reason, SB_EJECT_REASONS);
     sb_buf_puts(b, "# HELP switchboard_readmissions_total Ejections ended early by a successful active health "
                    "check.\n# TYPE switchboard_readmissions_total counter\n");
     for (size_t p = 0; p < cfg->n_pools; p++)

@@ -98,9 +98,8 @@ void cfg_check_pool_profiles(parse *p, const yaml_node_t *root);
 /* config_flow.c */
 void cfg_parse_flow_control(parse *p, const yaml_node_t *map);
 
-/* config_retry.c: the top-level `retry:` and a pool's `health:` (outlier ejection) */
+/* config_retry.c: the top-level `retry:` */
 void cfg_parse_retry(parse *p, const yaml_node_t *map);
-void cfg_parse_health(parse *p, sb_pool_config *pc, const yaml_node_t *map, const char *what);
 
 /* config_auth.c */
 const char *cfg_secret_of(parse *p, const yaml_node_t *v, const char *what);

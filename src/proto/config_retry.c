@@ -1,6 +1,5 @@
-/* The top-level `retry:` (core/retry.h) and a pool's `health:` (outlier ejection,
- * core/endpoint.h): how the gateway answers a replica that fails. */
-#include <stdio.h>
+/* The top-level `retry:` (core/retry.h): what the proxy retries, how often, and within which
+ * budget. */
 #include <string.h>
 #include <yaml.h>
 
@@ -24,22 +23,6 @@ static const field retry_fields[] = {
      .min = 0,
      .max = 1u << 20},
 };
-
-#define HF(key_, m, k, lo, hi)                                                                                         \
-    {                                                                                                                  \
-        .key = key_, .kind = k, .offset = offsetof(sb_pool_config, m), .min = lo, .max = hi                            \
-    }
-
-static const field health_fields[] = {
-    HF("max_failures", max_failures, K_COUNT32, 1, UINT32_MAX),
-    HF("base_eject_ms", base_eject_ms, K_MS, 1, UINT32_MAX),
-    HF("max_eject_ms", max_eject_ms, K_MS, 1, UINT32_MAX),
-    HF("min_requests", min_requests, K_COUNT32, 1, UINT32_MAX),
-    HF("window_ms", window_ms, K_MS, 1, UINT32_MAX),
-    HF("max_eject_percent", max_eject_percent, K_COUNT32, 1, 100),
-};
-
-#undef HF
 
 static const field *find_field(const field *fs, size_t n, const char *key)
 {
@@ -100,34 +83,5 @@ void cfg_parse_retry(parse *p, const yaml_node_t *map)
         const yaml_node_t *at = cfg_lookup(p, map, "backoff_ms");
         cfg_node_error(p, at ? at : map, "retry: backoff_ms (%u) must not exceed max_backoff_ms (%u)", rp->backoff_ms,
                        rp->max_backoff_ms);
-    }
-}
-
-void cfg_parse_health(parse *p, sb_pool_config *pc, const yaml_node_t *map, const char *what)
-{
-    if (!cfg_want_mapping(p, map, what))
-        return;
-    size_t before = p->errs->total;
-    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < map->data.mapping.pairs.top; q++) {
-        const char *key = cfg_pair_key(p, map, q, what);
-        if (!key)
-            continue;
-        const yaml_node_t *v = cfg_node_at(p, q->value);
-        const field *f = find_field(health_fields, ARRAY_LEN(health_fields), key);
-        if (f) {
-            cfg_parse_field(p, f, v, pc, what);
-        } else if (!strcmp(key, "failure_rate")) {
-            char label[160];
-            snprintf(label, sizeof label, "%s: failure_rate", what);
-            cfg_number_of(p, v, label, 0, false, 1, &pc->failure_rate);
-        } else {
-            cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s", key, what);
-        }
-    }
-    if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
-        const yaml_node_t *at = cfg_lookup(p, map, "base_eject_ms");
-        cfg_node_error(p, at ? at : cfg_lookup(p, map, "max_eject_ms"),
-                       "%s: base_eject_ms (%u) must not exceed max_eject_ms (%u)", what, pc->base_eject_ms,
-                       pc->max_eject_ms);
     }
 }
