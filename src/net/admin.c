@@ -81,8 +81,6 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
     sb_buf_printf(b,
                   "# HELP switchboard_requests_received_total Requests read by the gateway.\n"
                   "# TYPE switchboard_requests_received_total counter\nswitchboard_requests_received_total %llu\n"
-                  "# HELP switchboard_retries_total Requests retried on another endpoint after a connect failure.\n"
-                  "# TYPE switchboard_retries_total counter\nswitchboard_retries_total %llu\n"
                   "# HELP switchboard_upstream_errors_total Requests that failed before the response started.\n"
                   "# TYPE switchboard_upstream_errors_total counter\nswitchboard_upstream_errors_total %llu\n"
                   "# HELP switchboard_midstream_errors_total Responses cut by an upstream failure.\n"
@@ -95,7 +93,7 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_config_reloads_total counter\nswitchboard_config_reloads_total %llu\n"
                   "# HELP switchboard_in_flight_requests Requests being proxied now.\n"
                   "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n",
-                  (unsigned long long)c->requests, (unsigned long long)c->retries,
+                  (unsigned long long)c->requests,
                   (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
                   (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
                   (unsigned long long)gw->reloads, gw->in_flight);
