@@ -93,10 +93,9 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_config_reloads_total counter\nswitchboard_config_reloads_total %llu\n"
                   "# HELP switchboard_in_flight_requests Requests being proxied now.\n"
                   "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n",
-                  (unsigned long long)c->requests,
-                  (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
-                  (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
-                  (unsigned long long)gw->reloads, gw->in_flight);
+                  (unsigned long long)c->requests, (unsigned long long)c->upstream_errors,
+                  (unsigned long long)c->midstream_errors, (unsigned long long)c->client_aborts,
+                  (unsigned long long)c->orca_reports, (unsigned long long)gw->reloads, gw->in_flight);
     render_listener_stats(gw, b);
     sb_buf_printf(b,
                   "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
@@ -343,8 +342,14 @@ static void render_by_reason(sb_gateway *gw, sb_buf *b, const char *name, const 
         }
 }
 
-static const char *retry_reason(int r) { return sb_retry_reason_name((enum sb_retry_reason)r); }
-static const char *eject_reason(int r) { return sb_eject_reason_name((enum sb_eject_reason)r); }
+static const char *retry_reason(int r)
+{
+    return sb_retry_reason_name((enum sb_retry_reason)r);
+}
+static const char *eject_reason(int r)
+{
+    return sb_eject_reason_name((enum sb_eject_reason)r);
+}
 
 /* Per endpoint: retries away from it and ejections of it, by reason; readmissions by an
  * active check; per pool, picks made in panic; the retries the budget refused. */
