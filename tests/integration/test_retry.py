@@ -8,7 +8,8 @@ import socket
 import time
 import unittest
 
-from fixtures import Gateway, free_port, free_run, http, send_request, wait_until
+from fixtures import Gateway, free_run, http, send_request, wait_until
+from test_auth_head import read_to_eof
 from test_sim import Sim, metric
 
 MODEL = "sim/model-a"
@@ -35,12 +36,7 @@ def raw_stream(port, body, timeout=20):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         send_request(s, "POST", "/v1/chat/completions", body, {"Connection": "close"})
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
+        return read_to_eof(s)
     finally:
         s.close()
 
