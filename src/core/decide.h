@@ -13,7 +13,8 @@
  * kept, by total score, best first; equal totals in pool order starting after the pick (so a
  * round-robin pool falls back round robin). A filtered-out endpoint is never a fallback.
  * Today the proxy and replay ask for the pick alone (max_ranked 1): a proxy retry decides
- * again with the failed endpoint excluded, since the fleet has changed meanwhile; the ranked
+ * again with the endpoints it tried excluded, since the fleet has changed meanwhile (and the
+ * failure just counted may have ejected one); the ranked
  * list is for a front end that hands the fallbacks to someone else to try (Envoy).
  *
  * Admission (core/admission.h) comes before the decision and reads the same descriptor: its

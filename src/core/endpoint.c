@@ -7,7 +7,19 @@ sb_health_params sb_health_params_default(void)
     /* Envoy's outlier detection defaults are 5 consecutive 5xx and 30 s base ejection; a
      * model-server fleet is small and a dead replica costs a retry per request, so eject
      * sooner and come back sooner. */
-    return (sb_health_params){.max_failures = 3, .base_eject_ns = SB_MS(1000), .max_eject_ns = SB_MS(30000)};
+    return (sb_health_params){.max_failures = 3,
+                              .base_eject_ns = SB_MS(1000),
+                              .max_eject_ns = SB_MS(30000),
+                              .failure_rate = 0.25,
+                              .min_requests = 10,
+                              .window_ns = SB_MS(10000),
+                              .max_eject_percent = 50};
+}
+
+const char *sb_eject_reason_name(enum sb_eject_reason r)
+{
+    static const char *const names[SB_EJECT_REASONS] = {"consecutive", "failure_rate", "trial"};
+    return r >= 0 && r < SB_EJECT_REASONS ? names[r] : "none";
 }
 
 static void new_report_epoch(sb_endpoint *ep, enum sb_report_source src, sb_ns now)
@@ -216,8 +228,41 @@ void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now)
     release_prefill(ep, t);
 }
 
-void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
-                        const sb_health_params *hp, sb_ns now)
+/* Counts one outcome in the failure-rate window (a tumbling one: it starts again window_ns
+ * after its first request) and says whether the rate now calls for ejection. */
+static bool rate_exceeded(sb_endpoint *ep, bool ok, const sb_health_params *hp, sb_ns now)
+{
+    if (!(hp->failure_rate > 0) || !hp->window_ns)
+        return false;
+    if (!ep->window_requests || now - ep->window_start_ns >= hp->window_ns) {
+        ep->window_start_ns = now;
+        ep->window_requests = ep->window_failures = 0;
+    }
+    ep->window_requests++;
+    ep->window_failures += !ok;
+    return !ok && ep->window_requests >= hp->min_requests &&
+           (double)ep->window_failures >= hp->failure_rate * (double)ep->window_requests;
+}
+
+static void eject(sb_endpoint *ep, enum sb_eject_reason why, const sb_health_params *hp, sb_ns now)
+{
+    sb_ns backoff = hp->base_eject_ns;
+    for (uint32_t i = 0; i < ep->ejections && backoff < hp->max_eject_ns; i++)
+        backoff *= 2;
+    if (backoff > hp->max_eject_ns)
+        backoff = hp->max_eject_ns;
+    ep->ejections++;
+    ep->ejections_total++;
+    ep->ejections_by[why]++;
+    ep->health = SB_HEALTH_EJECTED;
+    ep->ejected_until = now + backoff;
+    ep->consecutive_failures = 0;
+    /* The evidence that ejected it is spent: after readmission the rate starts afresh. */
+    ep->window_requests = ep->window_failures = 0;
+}
+
+enum sb_eject_reason sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
+                                        const sb_health_params *hp, bool may_eject, sb_ns now)
 {
     release_prefill(ep, t);
     if (ep->in_flight)
@@ -240,8 +285,10 @@ void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_
     if (t->trial)
         ep->trial_in_flight = false;
     if (!counts_for_health)
-        return;
+        return SB_EJECT_NONE;
+    bool rate = rate_exceeded(ep, ok, hp, now);
     if (ok) {
+        ep->last_ok_ns = now;
         ep->consecutive_failures = 0;
         /* Only the half-open trial ends an ejection: a request dispatched before it (a long
          * stream) succeeding says nothing about the requests that failed since. */
@@ -249,28 +296,57 @@ void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_
             ep->health = SB_HEALTH_HEALTHY;
             ep->ejections = 0;
         }
-        return;
+        return SB_EJECT_NONE;
     }
+    ep->last_fail_ns = now;
     ep->consecutive_failures++;
-    bool trial_failed = t->trial && ep->health == SB_HEALTH_HALF_OPEN;
-    if (trial_failed || (ep->health == SB_HEALTH_HEALTHY && ep->consecutive_failures >= hp->max_failures)) {
-        sb_ns backoff = hp->base_eject_ns;
-        for (uint32_t i = 0; i < ep->ejections && backoff < hp->max_eject_ns; i++)
-            backoff *= 2;
-        if (backoff > hp->max_eject_ns)
-            backoff = hp->max_eject_ns;
-        ep->ejections++;
-        ep->ejections_total++;
-        ep->health = SB_HEALTH_EJECTED;
-        ep->ejected_until = now + backoff;
-        ep->consecutive_failures = 0;
-    }
+    enum sb_eject_reason why = SB_EJECT_NONE;
+    if (t->trial && ep->health == SB_HEALTH_HALF_OPEN)
+        why = SB_EJECT_TRIAL;
+    else if (ep->health == SB_HEALTH_HEALTHY && may_eject && ep->consecutive_failures >= hp->max_failures)
+        why = SB_EJECT_CONSECUTIVE;
+    else if (ep->health == SB_HEALTH_HEALTHY && may_eject && rate)
+        why = SB_EJECT_RATE;
+    if (why != SB_EJECT_NONE)
+        eject(ep, why, hp, now);
+    return why;
+}
+
+bool sb_endpoint_outlier_ejected(const sb_endpoint *ep)
+{
+    return ep->health == SB_HEALTH_EJECTED || ep->health == SB_HEALTH_HALF_OPEN;
+}
+
+bool sb_endpoint_serving(const sb_endpoint *ep, sb_ns now)
+{
+    sb_ns ok = ep->last_ok_ns > ep->last_check_ok_ns ? ep->last_ok_ns : ep->last_check_ok_ns;
+    return ok && ok > ep->last_fail_ns && (now <= ok || now - ok <= SB_SERVING_WINDOW_NS);
+}
+
+void sb_endpoint_expire_report(sb_endpoint *ep)
+{
+    if (!ep->report.have_running && !ep->report.have_waiting && !ep->report.have_kv)
+        return;
+    ep->report.have_running = ep->report.have_waiting = ep->report.have_kv = false;
+    /* A new epoch without a new age: tickets of the old one stop counting as sent since. */
+    ep->report_seq++;
+    ep->sent_since_report = 0;
 }
 
 void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now)
 {
-    (void)now;
     ep->active_down = !ok;
+    if (!ok)
+        return;
+    ep->last_check_ok_ns = now;
+    /* It answers its health check: back at once rather than after the backoff (a restart of
+     * a fraction of a second must not cost a second of the pool). The backoff exponent stays,
+     * so one that fails its requests again is ejected for longer. */
+    if (sb_endpoint_outlier_ejected(ep)) {
+        ep->health = SB_HEALTH_HEALTHY;
+        ep->consecutive_failures = 0;
+        ep->readmissions++;
+    }
 }
 
 void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns)
@@ -297,6 +373,17 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->ejections = src->ejections;
     dst->ejections_total = src->ejections_total;
     dst->ejected_until = src->ejected_until;
+    for (int i = 0; i < SB_EJECT_REASONS; i++)
+        dst->ejections_by[i] = src->ejections_by[i];
+    dst->readmissions = src->readmissions;
+    dst->window_start_ns = src->window_start_ns;
+    dst->window_requests = src->window_requests;
+    dst->window_failures = src->window_failures;
+    dst->last_ok_ns = src->last_ok_ns;
+    dst->last_fail_ns = src->last_fail_ns;
+    dst->last_check_ok_ns = src->last_check_ok_ns;
+    for (int i = 0; i < SB_RETRY_REASONS; i++)
+        dst->retries_by[i] = src->retries_by[i];
     dst->last_dispatch_ns = src->last_dispatch_ns;
     /* Recent work is history, as the last dispatch is: without it the signal would be blank
      * across the pool for seconds after every reload. */

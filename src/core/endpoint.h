@@ -9,10 +9,20 @@
  * looked idle. A report older than `stale_ns` is stale and scored as if loaded, never trusted
  * silently.
  *
- * Health: passive outlier detection (consecutive connect failures or 5xx eject for a backoff
- * that doubles per ejection up to a bound; after it, half-open: one trial request decides),
- * active checks (a failed /health marks it down until one succeeds), and draining (no new
- * requests; in-flight ones finish).
+ * Health: passive outlier detection (connect failures and 5xx count as failures: a run of
+ * max_failures in a row, or a failure rate of at least failure_rate over a window of at least
+ * min_requests, ejects for a backoff that doubles per ejection up to a bound; after it,
+ * half-open: one trial request decides), active checks (a failed /health marks it down until
+ * one succeeds; a success readmits an ejected endpoint at once, as Envoy's
+ * successful_active_health_check_uneject_host does, keeping the backoff exponent so a replica
+ * that keeps failing is ejected for longer each time), and draining (no new requests;
+ * in-flight ones finish). How many of a pool's endpoints may be ejected at once is the
+ * router's bound (core/router.h), passed in as may_eject.
+ *
+ * Stale but serving: an endpoint whose reports stopped but whose latest evidence (its last
+ * request that counted for health, or its last active check, whichever is newer) is a
+ * success within SB_SERVING_WINDOW_NS is still serving (sb_endpoint_serving): the scheduler
+ * keeps it and scores it from the router's own accounting (sb_endpoint_expire_report).
  *
  * Pure: no I/O, no clock; every function takes `now`. */
 #ifndef SB_CORE_ENDPOINT_H
@@ -23,6 +33,7 @@
 #include <stdint.h>
 
 #include "base/time.h"
+#include "core/retry.h"
 
 #define SB_MAX_LABELS 8
 
@@ -78,7 +89,30 @@ typedef struct sb_health_params {
     uint32_t max_failures;   /* consecutive failures that eject; default 3 */
     sb_ns base_eject_ns;     /* first ejection; default 1 s */
     sb_ns max_eject_ns;      /* bound of the doubling; default 30 s */
+    /* Failure rate over a tumbling window: at the end of any request, if the window holds
+     * at least min_requests and failures / requests >= failure_rate, eject. failure_rate 0 or
+     * window_ns 0: off. Defaults 0.25, 10, 10 s. */
+    double failure_rate;
+    uint32_t min_requests;
+    sb_ns window_ns;
+    /* The router's bound (Envoy's max_ejection_percent): ejected endpoints at most this share
+     * of the pool, though one may always be; 0 or 100: no bound. Default 50. */
+    uint32_t max_eject_percent;
 } sb_health_params;
+
+/* Why an endpoint was ejected (the label of switchboard_ejections_total's `reason`). */
+enum sb_eject_reason {
+    SB_EJECT_NONE = -1,
+    SB_EJECT_CONSECUTIVE = 0, /* max_failures in a row */
+    SB_EJECT_RATE,            /* failure_rate over the window */
+    SB_EJECT_TRIAL,           /* the half-open trial failed */
+    SB_EJECT_REASONS
+};
+const char *sb_eject_reason_name(enum sb_eject_reason r);
+
+/* How recent a success keeps a stale endpoint serving: ten seconds, five default health
+ * check intervals, so one missed check does not drop a replica that answers. */
+#define SB_SERVING_WINDOW_NS ((sb_ns)10 * 1000 * 1000 * 1000)
 
 typedef struct sb_endpoint {
     /* identity (set by the owner) */
@@ -106,6 +140,14 @@ typedef struct sb_endpoint {
     uint64_t ejections_total;
     sb_ns ejected_until;
     bool trial_in_flight;
+    uint64_t ejections_by[SB_EJECT_REASONS];
+    uint64_t readmissions; /* ejections ended early by an active check */
+    sb_ns window_start_ns; /* the failure-rate window */
+    uint32_t window_requests, window_failures;
+    /* the latest evidence of serving, for stale-but-serving */
+    sb_ns last_ok_ns, last_fail_ns, last_check_ok_ns;
+    /* retries away from this endpoint, by reason (enum sb_retry_reason; counted by the proxy) */
+    uint64_t retries_by[SB_RETRY_REASONS];
     sb_ns last_dispatch_ns;
     /* uncached prompt tokens sent, decayed (sb_endpoint_sent_tokens): the sum scaled to its
      * epoch, sent_scaled * exp(-(now - sent_epoch_ns) / tau) at now; sent_last_ns: the last
@@ -199,9 +241,25 @@ double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now);
 sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now);
 void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now);
 /* ok: a response came (status < 500); a 5xx or a connect failure is a failure for outlier
- * detection. A client abort is neither: pass counts_for_health = false. */
-void sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
-                        const sb_health_params *hp, sb_ns now);
+ * detection. A client abort is neither: pass counts_for_health = false. may_eject false: the
+ * pool's ejection bound is reached, so a healthy endpoint is not ejected (its failures still
+ * count; a failed half-open trial, already ejected, is). Returns why it ejected the endpoint,
+ * or SB_EJECT_NONE. */
+enum sb_eject_reason sb_endpoint_finish(sb_endpoint *ep, sb_ticket *t, bool ok, bool counts_for_health,
+                                        const sb_health_params *hp, bool may_eject, sb_ns now);
+
+/* Whether the endpoint is ejected by outlier detection (ejected or half-open), whatever its
+ * active checks and draining say: what the router's ejection bound counts. */
+bool sb_endpoint_outlier_ejected(const sb_endpoint *ep);
+
+/* Stale but serving: its latest evidence (last request counted for health, last active
+ * check) is a success at most SB_SERVING_WINDOW_NS old. Read by the scheduler for stale
+ * endpoints only. */
+bool sb_endpoint_serving(const sb_endpoint *ep, sb_ns now);
+/* Drops the load figures of a stale report (running, waiting, KV use) so that the state used
+ * for scoring is the router's own: running = in flight, waiting = sent since. Keeps the
+ * report's age (it stays stale until a report comes) and its other fields. */
+void sb_endpoint_expire_report(sb_endpoint *ep);
 
 /* Learns the endpoint's prefill speed from one answered request: `uncached` prompt tokens
  * (prompt minus cached, from the usage the response reported) took ttft_ns to the first
@@ -215,7 +273,8 @@ void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns)
  * requests in flight (which finish on the old router) stay dst's own. */
 void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src);
 
-/* Active health check result. */
+/* Active health check result: a failure marks it down; a success lifts that, and readmits an
+ * ejected (or half-open) endpoint at once (counted in readmissions). */
 void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now);
 
 #endif

@@ -55,6 +55,7 @@ typedef struct pool {
     uint8_t *kv_live;
     sb_ns *kv_cleared; /* when the stream last cleared an endpoint itself (sb_router_kv_cleared) */
     sb_ns kv_cover_ns;
+    uint64_t panics; /* picks that routed over ejected or down endpoints (sb_router_pool_panics) */
 } pool;
 
 typedef struct timed_settle {
@@ -417,7 +418,13 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         ctx.prefix_blocks = req->n_blocks;
     }
     bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);
+    /* A stale endpoint still serving is scored from our own accounting, not its old report
+     * (core/endpoint.h). */
+    for (size_t i = 0; i < p->n_eps; i++)
+        if (sb_endpoint_is_stale(&p->eps[i], ctx.stale_ns, now) && sb_endpoint_serving(&p->eps[i], now))
+            sb_endpoint_expire_report(&p->eps[i]);
     int ep = sb_sched_run(&ctx, req, p->eps, p->n_eps, &p->last);
+    p->panics += ep >= 0 && p->last.panic;
     if (blocks)
         explain_prefix(p, precise);
     p->rr_cursor = ctx.rr_cursor;
@@ -579,7 +586,21 @@ void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket 
     /* Still pending: no token of an answer ever came back (every answer's first body bytes
      * settle it, sb_router_first_token): nothing known computed, so nothing is kept. */
     settle_prefix(r, pool_idx, ep, t, false);
-    sb_endpoint_finish(e, t, ok, counts_for_health, &r->pools[pool_idx].params.health, now);
+    pool *p = &r->pools[pool_idx];
+    /* The ejection bound (Envoy's max_ejection_percent): one endpoint may always be ejected,
+     * more only while they stay within the share; a failing replica beyond it keeps serving
+     * (its requests are retried elsewhere) rather than leave the pool to the few left. */
+    size_t ejected = 0;
+    for (size_t i = 0; i < p->n_eps; i++)
+        ejected += sb_endpoint_outlier_ejected(&p->eps[i]);
+    uint32_t pct = p->params.health.max_eject_percent;
+    bool may_eject = ejected == 0 || pct == 0 || pct >= 100 || (ejected + 1) * 100 <= (size_t)pct * p->n_eps;
+    sb_endpoint_finish(e, t, ok, counts_for_health, &p->params.health, may_eject, now);
+}
+
+uint64_t sb_router_pool_panics(const sb_router *r, uint32_t pool_idx)
+{
+    return pool_idx < r->n_pools ? r->pools[pool_idx].panics : 0;
 }
 
 void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t capacity_tokens)
@@ -763,8 +784,10 @@ bool sb_router_pool_available(sb_router *r, uint32_t pool_idx, sb_ns now)
 {
     if (pool_idx >= r->n_pools)
         return false;
+    /* Panic routing (the healthy filter) takes ejected and down endpoints when no other is
+     * left: only draining ones, which the operator took out, never take a request. */
     for (size_t i = 0; i < r->pools[pool_idx].n_eps; i++)
-        if (sb_endpoint_available(&r->pools[pool_idx].eps[i], now))
+        if (sb_endpoint_health(&r->pools[pool_idx].eps[i], now) != SB_HEALTH_DRAINING)
             return true;
     return false;
 }

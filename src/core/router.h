@@ -105,7 +105,8 @@ void sb_router_first_token(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *
  * sb_router_dispatched. At most timed_settle_max marks wait; beyond, the earliest is settled at
  * once. */
 void sb_router_first_token_unseen(sb_router *r, uint32_t pool, uint32_t ep, const sb_ticket *t, sb_ns now);
-/* ok: a response arrived with status < 500. counts_for_health: false for client aborts. */
+/* ok: a response arrived with status < 500. counts_for_health: false for client aborts.
+ * Outlier ejection is bounded per pool by params.health.max_eject_percent (core/endpoint.h). */
 void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, bool ok, bool counts_for_health,
                         sb_ns now);
 
@@ -119,8 +120,11 @@ void sb_router_finished(sb_router *r, uint32_t pool, uint32_t ep, sb_ticket *t, 
  * corrected by requests sent and ended since); endpoints without fresh slots are skipped, and
  * at least one must have them; the thresholds are not used. Pure. */
 bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshold, double kv_threshold, sb_ns now);
-/* Whether any endpoint of the pool may take a request now (healthy or half-open). */
+/* Whether any endpoint of the pool may take a request now: one not draining (healthy and
+ * half-open ones first; with none of those, panic routing takes ejected and down ones). */
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
+/* Picks of the pool made in panic (every endpoint left was ejected or down: core/sched.h). */
+uint64_t sb_router_pool_panics(const sb_router *r, uint32_t pool);
 
 /* Prefix index upkeep, from what the engines report: capacity in tokens (0 = unknown: keep
  * the current one), and a restart or departure forgetting everything the endpoint held: the

@@ -39,12 +39,18 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
     d->picked = -1;
     d->n_live = 0;
     d->n_stale = 0;
+    d->panic = false;
     d->reason = NULL;
     size_t alive = 0;
     for (size_t i = 0; i < n; i++) {
         sb_candidate *c = &d->cands[i];
         c->ep = &eps[i];
-        c->stale = sb_endpoint_is_stale(&eps[i], ctx->stale_ns, ctx->now);
+        /* A stale endpoint whose requests succeed is kept as if fresh: the router has put its
+         * own accounting in place of the old report (sb_endpoint_expire_report). */
+        bool stale = sb_endpoint_is_stale(&eps[i], ctx->stale_ns, ctx->now);
+        c->serving = stale && sb_endpoint_serving(&eps[i], ctx->now);
+        c->stale = stale && !c->serving;
+        c->panic = false;
         c->removed_by = excluded(req, (uint32_t)i) ? "retry-excluded" : NULL;
         c->total = 0;
         c->slot = -1;
@@ -74,6 +80,7 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
         d->cands[i].slot = (int32_t)m;
         d->live[m++] = d->cands[i];
         d->n_stale += d->cands[i].stale;
+        d->panic |= d->cands[i].panic;
     }
     d->n_live = m;
     if (m == 0) {
@@ -97,7 +104,10 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
     for (size_t i = 0; i < m; i++)
         d->cands[d->live[i].ep - eps].total = d->live[i].total;
     d->picked = (int)(d->live[k].ep - eps);
-    d->reason = d->n_stale == m && p->n_scorers ? "all candidates stale: scored as loaded" : p->picker->name;
+    if (d->panic)
+        d->reason = "panic: every endpoint left is ejected or down, routing over them all";
+    else
+        d->reason = d->n_stale == m && p->n_scorers ? "all candidates stale: scored as loaded" : p->picker->name;
     return d->picked;
 }
 
@@ -123,7 +133,11 @@ int sb_decision_render(const sb_decision *d, sb_buf *b)
         const sb_candidate *c = &d->cands[i];
         rc |= sb_buf_printf(b, "%s{\"endpoint\":%zu,\"address\":", i ? "," : "", i);
         rc |= put_string(b, c->ep->address);
-        rc |= sb_buf_printf(b, ",\"stale\":%s", c->stale ? "true" : "false");
+        rc |= sb_buf_printf(b, ",\"stale\":%s", c->stale || c->serving ? "true" : "false");
+        if (c->serving)
+            rc |= sb_buf_puts(b, ",\"serving\":true");
+        if (c->panic)
+            rc |= sb_buf_puts(b, ",\"panic\":true");
         if (c->prefix_source != SB_PREFIX_NONE)
             rc |= sb_buf_printf(b, ",\"prefix\":{\"blocks\":%u,\"source\":\"%s\"}", c->prefix_blocks,
                                 c->prefix_source == SB_PREFIX_REPORTED ? "reported" : "routed");

@@ -62,9 +62,15 @@ enum sb_prefix_source {
 
 typedef struct sb_candidate {
     sb_endpoint *ep;
+    /* Its report is stale and it is not serving (core/endpoint.h): scorers that read reports
+     * give it nothing, the gate and saturation filters drop it. */
     bool stale;
-    uint8_t prefix_source;        /* enum sb_prefix_source (in stale's padding: 40 bytes in all,
-                                     as before it, since the scheduler copies candidates) */
+    uint8_t prefix_source;        /* enum sb_prefix_source (this and the two flags below sit in
+                                     stale's padding: 40 bytes in all, as before them, since the
+                                     scheduler copies candidates) */
+    bool serving;                 /* stale report, but serving: scored as fresh from the
+                                     router's own accounting (sb_endpoint_serving) */
+    bool panic;                   /* ejected or down, kept by panic routing (filters/healthy.c) */
     uint32_t prefix_blocks;       /* leading blocks matched (filled by the router) */
     const char *removed_by;       /* filter name, NULL if still a candidate */
     double total;
@@ -170,6 +176,7 @@ typedef struct sb_decision {
     const char *reason;       /* "picked by max-score", "all candidates stale", ... */
     size_t n_live;            /* candidates left after filters */
     size_t n_stale;
+    bool panic; /* every endpoint left was ejected or down: routed over them all */
 } sb_decision;
 
 /* Runs ctx->profile over the endpoints eps[0..n) into d (whose cands, live and scores arrays

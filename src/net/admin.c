@@ -4,6 +4,7 @@
  * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -82,8 +83,6 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
     sb_buf_printf(b,
                   "# HELP switchboard_requests_received_total Requests read by the gateway.\n"
                   "# TYPE switchboard_requests_received_total counter\nswitchboard_requests_received_total %llu\n"
-                  "# HELP switchboard_retries_total Requests retried on another endpoint after a connect failure.\n"
-                  "# TYPE switchboard_retries_total counter\nswitchboard_retries_total %llu\n"
                   "# HELP switchboard_upstream_errors_total Requests that failed before the response started.\n"
                   "# TYPE switchboard_upstream_errors_total counter\nswitchboard_upstream_errors_total %llu\n"
                   "# HELP switchboard_midstream_errors_total Responses cut by an upstream failure.\n"
@@ -98,10 +97,10 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_in_flight_requests gauge\nswitchboard_in_flight_requests %zu\n"
                   "# HELP switchboard_draining 1 while a graceful drain (SIGTERM) runs, else 0.\n"
                   "# TYPE switchboard_draining gauge\nswitchboard_draining %d\n",
-                  (unsigned long long)c->requests, (unsigned long long)c->retries,
-                  (unsigned long long)c->upstream_errors, (unsigned long long)c->midstream_errors,
-                  (unsigned long long)c->client_aborts, (unsigned long long)c->orca_reports,
-                  (unsigned long long)gw->reloads, gw->in_flight, gw->draining ? 1 : 0);
+                  (unsigned long long)c->requests, (unsigned long long)c->upstream_errors,
+                  (unsigned long long)c->midstream_errors, (unsigned long long)c->client_aborts,
+                  (unsigned long long)c->orca_reports, (unsigned long long)gw->reloads, gw->in_flight,
+                  gw->draining ? 1 : 0);
     render_listener_stats(gw, b);
     sb_buf_printf(b,
                   "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
@@ -332,6 +331,65 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* One counter family per endpoint and reason: `counts` is the offset of an array of n
+ * uint64_t in sb_endpoint, indexed by reason. */
+static void render_by_reason(sb_gateway *gw, sb_buf *b, const char *name, const char *help, size_t counts,
+                             const char *(*reason)(int), int n)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            const uint64_t *v =
+                (const uint64_t *)((const char *)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e) + counts);
+            for (int r = 0; r < n; r++)
+                sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\",reason=\"%s\"} %llu\n", name, cfg->pools[p].name,
+                              cfg->pools[p].endpoints[e].address, reason(r), (unsigned long long)v[r]);
+        }
+}
+
+static const char *retry_reason(int r)
+{
+    return sb_retry_reason_name((enum sb_retry_reason)r);
+}
+static const char *eject_reason(int r)
+{
+    return sb_eject_reason_name((enum sb_eject_reason)r);
+}
+
+/* Per endpoint: retries away from it and ejections of it, by reason; readmissions by an
+ * active check; per pool, picks made in panic; the retries the budget refused. */
+static void render_outlier_counters(sb_gateway *gw, sb_buf *b)
+{
+    const sb_config *cfg = gw->cfg;
+    render_by_reason(gw, b, "switchboard_retries_total",
+                     "Attempts that failed before any byte reached the client and were retried on another "
+                     "endpoint, by the failed endpoint and why.",
+                     offsetof(sb_endpoint, retries_by), retry_reason, SB_RETRY_REASONS);
+    render_by_reason(gw, b, "switchboard_ejections_total",
+                     "Outlier ejections, by endpoint and reason (consecutive failures, failure rate over the "
+                     "window, failed half-open trial).",
+                     offsetof(sb_endpoint, ejections_by), eject_reason, SB_EJECT_REASONS);
+    sb_buf_puts(b, "# HELP switchboard_readmissions_total Ejections ended early by a successful active health "
+                   "check.\n# TYPE switchboard_readmissions_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++)
+            sb_buf_printf(b, "switchboard_readmissions_total{pool=\"%s\",endpoint=\"%s\"} %llu\n", cfg->pools[p].name,
+                          cfg->pools[p].endpoints[e].address,
+                          (unsigned long long)sb_router_endpoint(gw->router, (uint32_t)p, (uint32_t)e)->readmissions);
+    sb_buf_puts(b, "# HELP switchboard_panic_routing_total Picks made while every endpoint left was ejected or "
+                   "down (routed over them all instead of answering 503).\n"
+                   "# TYPE switchboard_panic_routing_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        sb_buf_printf(b, "switchboard_panic_routing_total{pool=\"%s\"} %llu\n", cfg->pools[p].name,
+                      (unsigned long long)sb_router_pool_panics(gw->router, (uint32_t)p));
+    sb_buf_printf(b,
+                  "# HELP switchboard_retries_budget_denied_total Retries not made because the retry budget "
+                  "was spent.\n# TYPE switchboard_retries_budget_denied_total counter\n"
+                  "switchboard_retries_budget_denied_total %llu\n",
+                  (unsigned long long)gw->counters.retries_budget_denied);
+}
+
 /* Per endpoint subscribed to KV-cache events (net/kv_feed.h): the stream's counters. */
 static void render_kv_events(sb_gateway *gw, sb_buf *b)
 {
@@ -500,6 +558,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_adaptive_metrics(gw, b);
     render_probe_counters(gw, b);
     sb_gateway_agent_metrics(gw, b);
+    render_outlier_counters(gw, b);
     render_kv_events(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);

@@ -15,7 +15,10 @@
 typedef struct sb_gateway_counters {
     uint64_t requests;         /* requests read */
     uint64_t proxied;          /* requests forwarded */
-    uint64_t retries;          /* second attempts on another endpoint */
+    uint64_t retries;          /* further attempts on another endpoint (net/proxy.c) */
+    uint64_t retries_budget_denied; /* retries the retry budget refused (core/retry.h) */
+    uint64_t exchanges_live;        /* proxied requests in flight (the retry budget's base) */
+    uint64_t retries_live;          /* ...of which past their first attempt */
     uint64_t upstream_errors;  /* failed before the response started (502/504) */
     uint64_t midstream_errors; /* upstream died after the response started */
     uint64_t client_aborts;    /* client left while its request was in flight */

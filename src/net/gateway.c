@@ -220,6 +220,7 @@ static void proxy_error(void *owner, sb_http_req *req, int status, const char *m
 static sb_proxy_env proxy_env(sb_gateway *gw)
 {
     return (sb_proxy_env){.router = gw->router,
+                          .loop = gw->loop,
                           .counters = &gw->counters,
                           .owner = gw,
                           .upstream = proxy_upstream,
@@ -247,6 +248,17 @@ static void on_upstream_resolved(sb_upstream *u, int status, void *arg)
         }
 }
 
+static sb_health_params health_params_of(const sb_pool_config *pc)
+{
+    return (sb_health_params){.max_failures = pc->max_failures,
+                              .base_eject_ns = SB_MS(pc->base_eject_ms),
+                              .max_eject_ns = SB_MS(pc->max_eject_ms),
+                              .failure_rate = pc->failure_rate,
+                              .min_requests = pc->min_requests,
+                              .window_ns = SB_MS(pc->window_ms),
+                              .max_eject_percent = pc->max_eject_percent};
+}
+
 /* Pool p of gw->cfg: its router pool (profile, endpoints, ring, models) and the upstream of
  * each endpoint. 0, or a negative libuv error (UV_ENOMEM for anything but an upstream). */
 static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
@@ -254,11 +266,8 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     const sb_config *cfg = gw->cfg;
     const sb_pool_config *pc = &cfg->pools[p];
     const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
-    sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                         .health = {.max_failures = pc->max_failures,
-                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
-                         .block_bytes = (uint32_t)cfg->block_bytes};
+    sb_pool_params pp = {
+        .stale_ns = SB_MS(pc->stale_ms), .health = health_params_of(pc), .block_bytes = (uint32_t)cfg->block_bytes};
     if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
         return UV_ENOMEM;
     for (size_t e = 0; e < pc->n_endpoints; e++) {
@@ -728,11 +737,8 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
 static void reload_pool_in_place(sb_gateway *gw, const sb_config *cfg, size_t p)
 {
     const sb_pool_config *pc = &cfg->pools[p];
-    sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
-                         .health = {.max_failures = pc->max_failures,
-                                    .base_eject_ns = SB_MS(pc->base_eject_ms),
-                                    .max_eject_ns = SB_MS(pc->max_eject_ms)},
-                         .block_bytes = (uint32_t)cfg->block_bytes};
+    sb_pool_params pp = {
+        .stale_ns = SB_MS(pc->stale_ms), .health = health_params_of(pc), .block_bytes = (uint32_t)cfg->block_bytes};
     sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
     const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
     sb_router_set_profile(gw->router, (uint32_t)p, prof);

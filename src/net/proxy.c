@@ -3,12 +3,21 @@
  * An exchange lives from the routing decision until both sides are done: the client's
  * response is finished or the client left, and the upstream connection is released or
  * closed. It is freed synchronously at that point; it owns no libuv handle of its own (the
- * upstream connection's timer serves for timeouts), so no close callback is needed.
+ * upstream connection's timer serves for timeouts; a retry's backoff timer is a separate
+ * allocation that frees itself when closed), so no close callback delays it.
  *
- * Retries: a connect failure before any response byte re-enters routing once, excluding the
- * failed endpoint. A pooled connection that the server had closed (write error or EOF with
- * nothing read) is replaced by a fresh connection to the same endpoint once, without
- * counting as a retry. After response bytes reach the client, nothing is retried. */
+ * Retries (core/retry.h, `retry:`): an attempt that failed before any response byte reached
+ * the client (connect failure, reset or close before the answer, optionally a response
+ * timeout, or a listed 5xx status, read before the head is forwarded and its body discarded)
+ * is followed, after a jittered backoff, by another on an endpoint the request has not tried:
+ * the router decides again with the tried ones excluded, since the fleet has changed meanwhile
+ * and a fresh decision sees the failure just counted; the first pick is the plain decision, so
+ * replay is unchanged. Bounded by retry.attempts, by the endpoints the pool has, and by the
+ * retry budget (retries in flight against requests in flight). The body is held whole by the
+ * gateway, so resending it costs nothing. A pooled connection that the server had closed
+ * (write error or EOF with nothing read) is replaced by a fresh connection to the same
+ * endpoint once, without counting as a retry. After response bytes reach the client, nothing
+ * is retried. */
 #include <http_parser.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,13 +30,19 @@
 #include "base/log.h"
 #include "core/decide.h"
 #include "core/flow.h"
+#include "core/retry.h"
 #include "net/proxy.h"
 #include "proto/inspect.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
 #include "proto/usage.h"
 
-#define MAX_ATTEMPTS 2
+/* The backoff before a retry: its own allocation, so the exchange can be freed while the
+ * timer's close is still pending (x is NULL then). */
+typedef struct backoff {
+    uv_timer_t timer;
+    struct exchange *x;
+} backoff;
 
 typedef struct exchange {
     const sb_proxy_env *env;
@@ -36,10 +51,16 @@ typedef struct exchange {
     sb_sched_request rr;
     sb_snapshot *snap;         /* the configuration this request started under */
     uint32_t ep;
-    uint32_t excluded[MAX_ATTEMPTS];
+    uint32_t excluded[SB_RETRY_MAX_ATTEMPTS];
     size_t n_excluded;
     int attempts;
-    int retries; /* attempts on another endpoint after a failure (the log's retries) */
+    int retries;      /* attempts on another endpoint after a failure (the log's retries) */
+    bool retrying;    /* past its first attempt: counted in retries_live */
+    int retry_status; /* a retryable 5xx head just read: discard it and retry */
+    backoff *backoff; /* waiting to retry */
+    int last_status;  /* the last failed attempt, for the answer if none is left */
+    const char *last_code;
+    char last_msg[200];
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
     bool dispatched;           /* router was told; must be told how it ended */
@@ -131,9 +152,12 @@ static void record(exchange *x)
 
 static void exchange_maybe_free(exchange *x)
 {
-    if (x->req || x->uc || x->pending_writes || x->connecting)
+    if (x->req || x->uc || x->pending_writes || x->connecting || x->backoff)
         return;
     record(x);
+    x->env->counters->exchanges_live--;
+    if (x->retrying)
+        x->env->counters->retries_live--;
     const sb_proxy_env *env = x->env;
     uint32_t pool = x->t.pool;
     sb_snapshot *snap = x->snap;
@@ -234,8 +258,89 @@ static void fail_midstream(exchange *x, const char *why, const char *code)
     exchange_maybe_free(x);
 }
 
-/* A failure with nothing read from the upstream: retry if the rules allow. */
-static void retry_or_fail(exchange *x, int err, bool connect_failure)
+static void on_backoff_closed(uv_handle_t *h)
+{
+    sb_free(h->data);
+}
+
+static void cancel_backoff(exchange *x)
+{
+    if (!x->backoff)
+        return;
+    x->backoff->x = NULL;
+    uv_close((uv_handle_t *)&x->backoff->timer, on_backoff_closed);
+    x->backoff = NULL;
+}
+
+static void on_backoff(uv_timer_t *t)
+{
+    exchange *x = ((backoff *)t->data)->x;
+    cancel_backoff(x);
+    if (x->req)
+        attempt(x);
+    else
+        exchange_maybe_free(x);
+}
+
+/* Whether the attempt that just failed for `reason` (status: the 5xx read) may be followed by
+ * another: the policy retries it, attempts and endpoints are left, and the budget allows. */
+static bool may_retry(exchange *x, enum sb_retry_reason reason, int status)
+{
+    const sb_retry_policy *rp = &x->snap->cfg->retry;
+    if (!x->req || x->started || !sb_retry_on(rp, reason, status) || (uint32_t)x->attempts >= rp->attempts ||
+        x->n_excluded + 1 >= SB_RETRY_MAX_ATTEMPTS ||
+        x->n_excluded + 1 >= sb_router_endpoint_count(x->env->router, x->t.pool))
+        return false;
+    /* The budget bounds requests retrying at once, not attempts: one already retrying goes on. */
+    sb_gateway_counters *c = x->env->counters;
+    if (!x->retrying && !sb_retry_budget_allows(rp, c->retries_live, c->exchanges_live)) {
+        c->retries_budget_denied++;
+        return false;
+    }
+    return true;
+}
+
+/* Takes the next attempt on another endpoint, after the backoff. */
+static void start_retry(exchange *x, enum sb_retry_reason reason)
+{
+    static uint64_t rng;
+    sb_gateway_counters *c = x->env->counters;
+    c->retries++;
+    x->retries++;
+    sb_endpoint *e = sb_router_endpoint(x->env->router, x->t.pool, x->ep);
+    if (e)
+        e->retries_by[reason]++;
+    if (!x->retrying) {
+        x->retrying = true;
+        c->retries_live++;
+    }
+    x->excluded[x->n_excluded++] = x->ep;
+    if (!rng)
+        rng = uv_hrtime() | 1;
+    uint32_t ms = sb_retry_backoff_ms(&x->snap->cfg->retry, (uint32_t)x->attempts, sb_rand_next(&rng));
+    backoff *b = ms ? sb_malloc(sizeof(*b)) : NULL;
+    if (!b) {
+        attempt(x); /* no wait asked, or no memory to wait with */
+        return;
+    }
+    b->x = x;
+    uv_timer_init(x->env->loop, &b->timer);
+    b->timer.data = b;
+    x->backoff = b;
+    uv_timer_start(&b->timer, on_backoff, ms, 0);
+}
+
+/* Remembers the failed attempt, for the client's answer if no other attempt is made. */
+static void note_failure(exchange *x, int status, const char *code, const char *what)
+{
+    x->last_status = status;
+    x->last_code = code;
+    snprintf(x->last_msg, sizeof(x->last_msg), "upstream %s: %s",
+             sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)), what);
+}
+
+/* A failure with nothing forwarded to the client: retry if the rules allow. */
+static void retry_or_fail(exchange *x, int err, enum sb_retry_reason reason)
 {
     /* A pooled connection the server had closed shows as a reset or EOF with nothing read,
      * never as a timeout: a timed-out request may be running on the endpoint, and sending it
@@ -262,21 +367,33 @@ static void retry_or_fail(exchange *x, int err, bool connect_failure)
         return;
     }
     /* Never reached the endpoint: the work charged to it goes back. */
-    if (connect_failure)
+    if (reason == SB_RETRY_CONNECT)
         sb_router_withdraw_sent(x->env->router, x->t.pool, x->ep, &x->ticket, now_ns());
     report_end(x, false, 0);
-    if (connect_failure && x->attempts < MAX_ATTEMPTS) {
-        x->env->counters->retries++;
-        x->retries++;
-        x->excluded[x->n_excluded++] = x->ep;
-        attempt(x);
+    note_failure(x, err == UV_ETIMEDOUT ? 504 : 502, err == UV_ETIMEDOUT ? "upstream_timeout" : "upstream_unavailable",
+                 uv_strerror(err));
+    if (may_retry(x, reason, 0)) {
+        start_retry(x, reason);
         return;
     }
-    char msg[200];
-    snprintf(msg, sizeof(msg), "upstream %s: %s",
-             sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep)), uv_strerror(err));
-    fail_before_response(x, err == UV_ETIMEDOUT ? 504 : 502, msg,
-                         err == UV_ETIMEDOUT ? "upstream_timeout" : "upstream_unavailable");
+    fail_before_response(x, x->last_status, x->last_msg, x->last_code);
+}
+
+/* The head of a retryable 5xx was read (nothing forwarded): its body is dropped with the
+ * connection, and the request goes to another endpoint. */
+static void retry_status(exchange *x)
+{
+    int status = x->retry_status;
+    x->retry_status = 0;
+    drop_upstream(x, false);
+    report_end(x, true, status);
+    char what[40];
+    snprintf(what, sizeof(what), "answered %d", status);
+    note_failure(x, status, "upstream_error", what);
+    if (x->req)
+        start_retry(x, SB_RETRY_STATUS);
+    else
+        exchange_maybe_free(x);
 }
 
 /* ---- client side callbacks ---- */
@@ -290,6 +407,7 @@ static void on_client_abort(sb_http_req *req)
         sb_upstream_close(x->connecting);
         x->connecting = NULL;
     }
+    cancel_backoff(x);
     if (x->env->cutting) {
         /* The drain window ended with this request still running: the gateway closed it. */
         x->outcome = "drain_cut";
@@ -402,6 +520,12 @@ static int r_on_headers_complete(http_parser *p)
     x->sse = ct && strncasecmp(ct + 13 + strspn(ct + 13, " "), "text/event-stream", 17) == 0;
     if (!x->req)
         return 0;
+    /* A 5xx another endpoint may answer better: nothing of it goes to the client. */
+    if (p->status_code >= 500 && may_retry(x, SB_RETRY_STATUS, p->status_code)) {
+        x->retry_status = p->status_code;
+        http_parser_pause(p, 1);
+        return 0;
+    }
     int64_t cl = (p->flags & F_CONTENTLENGTH) ? (int64_t)p->content_length : -1;
     if (sb_http_stream_begin(x->req, p->status_code, x->resp_headers.data ? x->resp_headers.data : "",
                              x->resp_headers.len, cl) < 0) {
@@ -482,7 +606,7 @@ static void on_response_timeout(uv_timer_t *t)
     if (x->started)
         fail_midstream(x, "upstream response timed out", "upstream_timeout");
     else
-        retry_or_fail(x, UV_ETIMEDOUT, false);
+        retry_or_fail(x, UV_ETIMEDOUT, SB_RETRY_TIMEOUT);
 }
 
 static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
@@ -494,17 +618,21 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         /* EOF: completes a close-delimited body; anything else ends in error. */
         if (nread == UV_EOF && x->got_bytes) {
             http_parser_execute(&x->parser, &resp_settings, NULL, 0);
+            if (x->retry_status) {
+                retry_status(x);
+                return;
+            }
             if (x->complete) {
                 finish_complete(x);
                 return;
             }
         }
-        if (!x->got_bytes)
-            retry_or_fail(x, nread == UV_EOF ? UV_ECONNRESET : (int)nread, false);
-        else if (x->started)
-            fail_midstream(x, "upstream closed the connection mid-response", "upstream_closed");
+        /* Closed before the answer was forwarded (nothing read, or part of a head): the
+         * client has seen nothing, so another endpoint may still answer it. */
+        if (!x->started)
+            retry_or_fail(x, nread == UV_EOF ? UV_ECONNRESET : (int)nread, SB_RETRY_RESET);
         else
-            fail_before_response(x, 502, "upstream sent an incomplete response head", "bad_upstream_response");
+            fail_midstream(x, "upstream closed the connection mid-response", "upstream_closed");
         return;
     }
     if (!x->got_bytes) {
@@ -514,6 +642,10 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
     }
     uv_timer_again(&uc->timer);
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
+    if (x->retry_status) {
+        retry_status(x);
+        return;
+    }
     if (x->complete) {
         /* Junk after the response: don't reuse. For HTTP/1.1 http_should_keep_alive reads
          * only F_CONNECTION_CLOSE (clearing KEEP_ALIVE alone left the connection pooled, the
@@ -544,7 +676,7 @@ static void upstream_read_start(exchange *x)
 {
     x->uc->on_read = up_read;
     if (sb_upstream_resume(x->uc) < 0)
-        retry_or_fail(x, UV_ECONNRESET, false);
+        retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
 }
 
 /* ---- sending ---- */
@@ -562,7 +694,7 @@ static void on_sent(uv_write_t *w, int status)
     sb_free(s);
     x->pending_writes--;
     if (status < 0 && x->uc && (uv_stream_t *)&x->uc->tcp == handle && !x->got_bytes)
-        retry_or_fail(x, status, false);
+        retry_or_fail(x, status, SB_RETRY_RESET);
     else
         exchange_maybe_free(x);
 }
@@ -677,7 +809,7 @@ static void send_request(exchange *x)
     s->x = x;
     if (uv_write(&s->w, (uv_stream_t *)&uc->tcp, bufs, (unsigned)nb, on_sent) < 0) {
         sb_free(s);
-        retry_or_fail(x, UV_ECONNRESET, false);
+        retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
         return;
     }
     x->pending_writes++;
@@ -692,7 +824,7 @@ static void on_connected(sb_upstream_conn *uc, int status, void *arg)
     x->connecting = NULL;
     if (status < 0) {
         x->uc = NULL; /* already closed by the pool */
-        retry_or_fail(x, status, true);
+        retry_or_fail(x, status, SB_RETRY_CONNECT);
         return;
     }
     x->uc = uc;
@@ -738,7 +870,7 @@ static void attempt(exchange *x)
             if (x->attempts == 0)
                 fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint");
             else
-                fail_before_response(x, 502, "no endpoint left to try", "upstream_unavailable");
+                fail_before_response(x, x->last_status, x->last_msg, x->last_code); /* what the last said */
             return;
         }
         x->attempts++;
@@ -770,7 +902,7 @@ static void attempt(exchange *x)
         x->uc = NULL; /* connecting; on_connected takes it */
         x->connecting = uc;
     } else {
-        retry_or_fail(x, rc, true);
+        retry_or_fail(x, rc, SB_RETRY_CONNECT);
     }
 }
 
@@ -834,6 +966,7 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
         sb_buf_free(&tmp);
     }
     x->snap = env->begin(env->owner);
+    env->counters->exchanges_live++;
     req->user = x;
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;

@@ -1,6 +1,7 @@
 /* proxy: forwards a routed request on a pooled upstream connection and streams the answer
  * back (net/proxy.c): the exchange's state machine (pick, connect or reuse, send, relay,
- * retry once on another endpoint, report the end to the router).
+ * retry on endpoints not tried yet while nothing reached the client (core/retry.h), report
+ * each attempt's end to the router).
  *
  * The proxy never sees the gateway: its owner hands it an sb_proxy_env, the few values and
  * callbacks it needs. So the door is one-way (gateway.c and admission.c call the proxy; the
@@ -16,6 +17,7 @@
 
 typedef struct sb_proxy_env {
     sb_router *router;             /* picks, and learns from how each attempt ended */
+    uv_loop_t *loop;               /* for the retry backoff's timers */
     sb_gateway_counters *counters; /* proxied, retries, upstream/midstream errors, aborts, ORCA */
     void *owner;                   /* first argument of every callback */
     /* The connection pool of endpoint ep of pool. */

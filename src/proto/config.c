@@ -547,6 +547,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
             cfg_parse_profiles(p, v);
         } else if (!strcmp(key, "flow_control")) {
             cfg_parse_flow_control(p, v);
+        } else if (!strcmp(key, "retry")) {
+            cfg_parse_retry(p, v);
         } else if (!strcmp(key, "admin")) {
             cfg_parse_admin(p, v);
         } else if (!strcmp(key, "auth")) {
@@ -626,6 +628,7 @@ static bool set_defaults(sb_config *cfg)
         .idle_ms = 60000,
         .header_ms = 10000,
         .upstream_idle_ms = 30000,
+        .retry = sb_retry_policy_default(),
         .max_idle_per_endpoint = 64,
         .orca_request = true,
         .block_bytes = 64,

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/adaptive.h"
+#include "core/retry.h"
 #include "core/sched.h"
 #include "proto/auth.h"
 #include "proto/kv_events.h"
@@ -86,6 +87,10 @@ typedef struct sb_pool_config {
     uint32_t max_failures;          /* consecutive failures that eject; default 3 */
     uint32_t base_eject_ms;         /* first ejection, doubled per ejection; default 1000 */
     uint32_t max_eject_ms;          /* bound of the doubling; default 30000 */
+    double failure_rate;            /* ...or this failure rate over the window; 0 = off; 0.25 */
+    uint32_t min_requests;          /* requests in the window before the rate counts; 10 */
+    uint32_t window_ms;             /* the rate's window; default 10000 */
+    uint32_t max_eject_percent;     /* ejected endpoints at most this share (one always may); 50 */
     /* metric names (`metrics:`), set for engine "custom" only (all three); NULL otherwise */
     char *metric_running;
     char *metric_waiting;
@@ -127,6 +132,8 @@ typedef struct sb_config {
     /* upstream */
     size_t max_idle_per_endpoint; /* pooled keep-alive connections per endpoint; default 64 */
     bool orca_request;            /* ask upstreams for endpoint-load-metrics; default true */
+    /* `retry:` (core/retry.h): what is retried, how often, with what backoff and budget */
+    sb_retry_policy retry;
     /* routing */
     size_t block_bytes;           /* prefix block size in canonical-prompt bytes; default 64 */
     char *default_pool;           /* pool for requests naming no model; NULL = 400 */

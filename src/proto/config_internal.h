@@ -100,6 +100,9 @@ void cfg_check_pool_profiles(parse *p, const yaml_node_t *root);
 /* config_flow.c */
 void cfg_parse_flow_control(parse *p, const yaml_node_t *map);
 
+/* config_retry.c: the top-level `retry:` */
+void cfg_parse_retry(parse *p, const yaml_node_t *map);
+
 /* config_auth.c */
 const char *cfg_secret_of(parse *p, const yaml_node_t *v, const char *what);
 void cfg_parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, const char *what);

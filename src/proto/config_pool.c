@@ -42,6 +42,9 @@ static const field health_fields[] = {
     PF("max_failures", max_failures, K_COUNT32, 1, UINT32_MAX),
     PF("base_eject_ms", base_eject_ms, K_MS, 1, UINT32_MAX),
     PF("max_eject_ms", max_eject_ms, K_MS, 1, UINT32_MAX),
+    PF("min_requests", min_requests, K_COUNT32, 1, UINT32_MAX),
+    PF("window_ms", window_ms, K_MS, 1, UINT32_MAX),
+    PF("max_eject_percent", max_eject_percent, K_COUNT32, 1, 100),
 };
 
 static const field metrics_fields[] = {
@@ -53,7 +56,6 @@ static const field metrics_fields[] = {
 #undef PF
 
 static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
-static const section health_section = {"health", health_fields, ARRAY_LEN(health_fields)};
 static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};
 
 static const char *const engines[] = {"vllm", "sglang", "llamacpp", "trtllm", "custom"};
@@ -623,11 +625,32 @@ static void pool_probe(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_
         check_probe_intervals(p, w->pc, v, what);
 }
 
+/* Outlier ejection (core/endpoint.h): the table's fields, and failure_rate, a fraction. */
 static void pool_health(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     sb_pool_config *pc = w->pc;
+    if (!cfg_want_mapping(p, v, what))
+        return;
     size_t before = p->errs->total;
-    cfg_parse_section(p, &health_section, v, pc, what);
+    for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
+        const char *key = cfg_pair_key(p, v, q, what);
+        if (!key)
+            continue;
+        const yaml_node_t *val = cfg_node_at(p, q->value);
+        const field *f = NULL;
+        for (size_t i = 0; i < ARRAY_LEN(health_fields) && !f; i++)
+            if (!strcmp(health_fields[i].key, key))
+                f = &health_fields[i];
+        if (f) {
+            cfg_parse_field(p, f, val, pc, what);
+        } else if (!strcmp(key, "failure_rate")) {
+            char label[160];
+            snprintf(label, sizeof label, "%s: failure_rate", what);
+            cfg_number_of(p, val, label, 0, false, 1, &pc->failure_rate);
+        } else {
+            cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s", key, what);
+        }
+    }
     if (p->errs->total == before && pc->base_eject_ms > pc->max_eject_ms) {
         const yaml_node_t *at = cfg_lookup(p, v, "base_eject_ms");
         cfg_node_error(p, at ? at : cfg_lookup(p, v, "max_eject_ms"),
@@ -719,6 +742,10 @@ static void pool_defaults(sb_pool_config *pc)
     pc->base_eject_ms = 1000;
     pc->max_eject_ms = 30000;
     pc->dns_interval_ms = 5000;
+    pc->failure_rate = 0.25;
+    pc->min_requests = 10;
+    pc->window_ms = 10000;
+    pc->max_eject_percent = 50;
 }
 
 /* The name first, whatever its position, so that every other message can use it. */

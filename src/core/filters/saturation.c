@@ -44,7 +44,8 @@ static void run_gate(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_ca
     }
     /* Stale endpoints go for every request, as saturation drops them: an endpoint whose
      * reports stopped may be gone, and its prefix score and our own counters would still
-     * make it win. */
+     * make it win. One whose requests still succeed is not `stale` here (stale but serving,
+     * core/endpoint.h): it stays, scored from our own accounting. */
     for (size_t i = 0; i < n; i++)
         if (!c[i].removed_by && c[i].stale)
             c[i].removed_by = "gate";

@@ -69,14 +69,14 @@ static void test_finish_before_and_after_report(void **state)
     sb_ticket b = sb_endpoint_dispatch(&ep, 0, T0 + 4);
     assert_int_equal(ep.sent_since_report, 2);
     /* Dispatched before the newest report: the report accounts for it, not the correction. */
-    sb_endpoint_finish(&ep, &old, true, true, &hp, T0 + 5);
+    sb_endpoint_finish(&ep, &old, true, true, &hp, true, T0 + 5);
     assert_int_equal(ep.sent_since_report, 2);
     assert_int_equal(ep.in_flight, 2);
     /* Dispatched after it: no longer waiting anywhere. */
-    sb_endpoint_finish(&ep, &a, true, true, &hp, T0 + 6);
+    sb_endpoint_finish(&ep, &a, true, true, &hp, true, T0 + 6);
     assert_int_equal(ep.sent_since_report, 1);
     assert_true(sb_endpoint_waiting(&ep) == 1.0);
-    sb_endpoint_finish(&ep, &b, false, false, &hp, T0 + 7);
+    sb_endpoint_finish(&ep, &b, false, false, &hp, true, T0 + 7);
     assert_int_equal(ep.sent_since_report, 0);
     assert_int_equal(ep.in_flight, 0);
     assert_int_equal(ep.completed, 2);
@@ -97,10 +97,10 @@ static void test_pending_prefill(void **state)
     assert_int_equal(ep.pending_prefill_tokens, 30);
     sb_endpoint_first_byte(&ep, &a, T0 + 2);
     assert_int_equal(ep.pending_prefill_tokens, 30);
-    sb_endpoint_finish(&ep, &a, true, true, &hp, T0 + 3);
+    sb_endpoint_finish(&ep, &a, true, true, &hp, true, T0 + 3);
     assert_int_equal(ep.pending_prefill_tokens, 30);
     /* Released at finish when no first byte ever came (connect failure, 5xx). */
-    sb_endpoint_finish(&ep, &b, false, true, &hp, T0 + 4);
+    sb_endpoint_finish(&ep, &b, false, true, &hp, true, T0 + 4);
     assert_int_equal(ep.pending_prefill_tokens, 0);
 }
 
@@ -281,7 +281,7 @@ static void test_non_finite_fields_are_absent(void **state)
 static void one(sb_endpoint *ep, bool ok, const sb_health_params *hp, sb_ns now)
 {
     sb_ticket t = sb_endpoint_dispatch(ep, 10, now);
-    sb_endpoint_finish(ep, &t, ok, true, hp, now);
+    sb_endpoint_finish(ep, &t, ok, true, hp, true, now);
 }
 
 static void test_ejection_after_max_failures(void **state)
@@ -314,7 +314,7 @@ static void test_client_aborts_never_eject(void **state)
     sb_endpoint ep = {0};
     for (int i = 0; i < 20; i++) {
         sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0);
-        sb_endpoint_finish(&ep, &t, false, false, &hp, T0);
+        sb_endpoint_finish(&ep, &t, false, false, &hp, true, T0);
     }
     assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_HEALTHY);
     assert_int_equal(ep.consecutive_failures, 0);
@@ -323,7 +323,7 @@ static void test_client_aborts_never_eject(void **state)
     one(&ep, false, &hp, T0);
     one(&ep, false, &hp, T0);
     sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0);
-    sb_endpoint_finish(&ep, &t, false, false, &hp, T0);
+    sb_endpoint_finish(&ep, &t, false, false, &hp, true, T0);
     assert_int_equal(ep.consecutive_failures, 2);
     one(&ep, false, &hp, T0);
     assert_int_equal(sb_endpoint_health(&ep, T0), SB_HEALTH_EJECTED);
@@ -345,13 +345,13 @@ static void test_half_open_single_trial(void **state)
     assert_false(sb_endpoint_available(&ep, t1 + SB_MS(60000)));
     assert_int_equal(sb_endpoint_health(&ep, t1), SB_HEALTH_HALF_OPEN);
     /* The trial succeeds: healthy, no trial, the backoff starts over. */
-    sb_endpoint_finish(&ep, &trial, true, true, &hp, t1 + 5);
+    sb_endpoint_finish(&ep, &trial, true, true, &hp, true, t1 + 5);
     assert_int_equal(sb_endpoint_health(&ep, t1 + 5), SB_HEALTH_HEALTHY);
     assert_false(ep.trial_in_flight);
     assert_true(sb_endpoint_available(&ep, t1 + 5));
     sb_ticket t = sb_endpoint_dispatch(&ep, 10, t1 + 6);
     assert_false(t.trial);
-    sb_endpoint_finish(&ep, &t, true, true, &hp, t1 + 6);
+    sb_endpoint_finish(&ep, &t, true, true, &hp, true, t1 + 6);
     for (int i = 0; i < 3; i++)
         one(&ep, false, &hp, t1 + 10);
     assert_int_equal(ep.ejected_until, t1 + 10 + SB_MS(1000));
@@ -372,7 +372,7 @@ static void test_trial_failure_doubles_backoff_capped(void **state)
         sb_ticket trial = sb_endpoint_dispatch(&ep, 10, now);
         assert_true(trial.trial);
         /* One failed trial is enough: no need for max_failures again. */
-        sb_endpoint_finish(&ep, &trial, false, true, &hp, now + 1);
+        sb_endpoint_finish(&ep, &trial, false, true, &hp, true, now + 1);
         assert_int_equal(sb_endpoint_health(&ep, now + 1), SB_HEALTH_EJECTED);
         assert_false(ep.trial_in_flight);
         assert_int_equal(ep.ejected_until - (now + 1), expect[k]);
@@ -381,7 +381,7 @@ static void test_trial_failure_doubles_backoff_capped(void **state)
     /* A successful trial resets the backoff exponent, not the lifetime count. */
     now = ep.ejected_until;
     sb_ticket trial = sb_endpoint_dispatch(&ep, 10, now);
-    sb_endpoint_finish(&ep, &trial, true, true, &hp, now);
+    sb_endpoint_finish(&ep, &trial, true, true, &hp, true, now);
     assert_int_equal(ep.ejections, 0);
     assert_int_equal(ep.ejections_total, 5);
 }
@@ -395,7 +395,7 @@ static void test_trial_client_abort_releases_trial(void **state)
         one(&ep, false, &hp, T0);
     sb_ns t1 = T0 + SB_MS(1000);
     sb_ticket trial = sb_endpoint_dispatch(&ep, 10, t1);
-    sb_endpoint_finish(&ep, &trial, false, false, &hp, t1 + 1);
+    sb_endpoint_finish(&ep, &trial, false, false, &hp, true, t1 + 1);
     /* Neither verdict: still half-open, and another trial may go. */
     assert_int_equal(sb_endpoint_health(&ep, t1 + 1), SB_HEALTH_HALF_OPEN);
     assert_true(sb_endpoint_available(&ep, t1 + 1));
@@ -412,7 +412,7 @@ static void test_old_success_does_not_end_ejection(void **state)
         one(&ep, false, &hp, T0 + 1);
     assert_int_equal(sb_endpoint_health(&ep, T0 + 2), SB_HEALTH_EJECTED);
     /* The stream that began before the ejection completes: the backoff still holds. */
-    sb_endpoint_finish(&ep, &stream, true, true, &hp, T0 + 3);
+    sb_endpoint_finish(&ep, &stream, true, true, &hp, true, T0 + 3);
     assert_int_equal(sb_endpoint_health(&ep, T0 + 3), SB_HEALTH_EJECTED);
     assert_false(sb_endpoint_available(&ep, T0 + 3));
     /* Half-open: only the trial decides, not a straggler from before the ejection. */
@@ -422,9 +422,9 @@ static void test_old_success_does_not_end_ejection(void **state)
         one(&ep2, false, &hp, T0 + 1);
     sb_ns t1 = T0 + 1 + SB_MS(1000);
     sb_ticket trial = sb_endpoint_dispatch(&ep2, 10, t1);
-    sb_endpoint_finish(&ep2, &old, true, true, &hp, t1 + 1);
+    sb_endpoint_finish(&ep2, &old, true, true, &hp, true, t1 + 1);
     assert_int_equal(sb_endpoint_health(&ep2, t1 + 1), SB_HEALTH_HALF_OPEN);
-    sb_endpoint_finish(&ep2, &trial, false, true, &hp, t1 + 2);
+    sb_endpoint_finish(&ep2, &trial, false, true, &hp, true, t1 + 2);
     assert_int_equal(sb_endpoint_health(&ep2, t1 + 2), SB_HEALTH_EJECTED);
     assert_int_equal(ep2.ejected_until, t1 + 2 + SB_MS(2000));
 }
@@ -448,25 +448,142 @@ static void test_active_check_and_draining(void **state)
     ep.draining = true;
     assert_int_equal(sb_endpoint_health(&ep, T0 + 3), SB_HEALTH_DRAINING);
     assert_false(sb_endpoint_available(&ep, T0 + 3));
-    sb_endpoint_finish(&ep, &t, true, true, &hp, T0 + 4);
+    sb_endpoint_finish(&ep, &t, true, true, &hp, true, T0 + 4);
     assert_int_equal(ep.in_flight, 0);
     assert_false(sb_endpoint_available(&ep, T0 + 4));
     ep.draining = false;
     assert_true(sb_endpoint_available(&ep, T0 + 5));
 
-    /* Down outranks ejected; the ejection is still there when the check recovers. */
+    /* Down outranks ejected; a check that recovers readmits it at once (fast readmission),
+     * long before the backoff ends. */
     for (int i = 0; i < 3; i++)
         one(&ep, false, &hp, T0 + 6);
     sb_endpoint_active_check(&ep, false, T0 + 7);
     assert_int_equal(sb_endpoint_health(&ep, T0 + 7), SB_HEALTH_DOWN);
     sb_endpoint_active_check(&ep, true, T0 + 8);
-    assert_int_equal(sb_endpoint_health(&ep, T0 + 8), SB_HEALTH_EJECTED);
+    assert_int_equal(sb_endpoint_health(&ep, T0 + 8), SB_HEALTH_HEALTHY);
+    assert_int_equal(ep.readmissions, 1);
+}
+
+/* A replica answering 500 to 30% of requests, never three in a row, is ejected by the failure
+ * rate once the window holds min_requests; the consecutive rule alone never would. */
+static void test_failure_rate_ejects(void **state)
+{
+    (void)state;
+    sb_health_params hp = sb_health_params_default(); /* 3 in a row, or 25% of >= 10 in 10 s */
+    sb_endpoint ep = {0};
+    /* ok ok fail, repeated: 33% failures, at most one in a row. */
+    enum sb_eject_reason why = SB_EJECT_NONE;
+    int n = 0;
+    while (why == SB_EJECT_NONE && n < 30) {
+        sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0 + n);
+        why = sb_endpoint_finish(&ep, &t, n % 3 != 2, true, &hp, true, T0 + n);
+        n++;
+    }
+    assert_int_equal(why, SB_EJECT_RATE);
+    assert_int_equal(n, 12); /* the first failure at or past 10 requests */
+    assert_int_equal(ep.health, SB_HEALTH_EJECTED);
+    assert_int_equal(ep.ejections_by[SB_EJECT_RATE], 1);
+    assert_int_equal(ep.ejections_by[SB_EJECT_CONSECUTIVE], 0);
+    assert_string_equal(sb_eject_reason_name(SB_EJECT_RATE), "failure_rate");
+
+    /* The same failures spread over longer than the window never reach the rate. */
+    sb_endpoint slow = {0};
+    for (int i = 0; i < 60; i++) {
+        sb_ticket t = sb_endpoint_dispatch(&slow, 10, T0 + SB_MS(2000) * i);
+        assert_int_equal(sb_endpoint_finish(&slow, &t, i % 3 != 2, true, &hp, true, T0 + SB_MS(2000) * i),
+                         SB_EJECT_NONE);
+    }
+    /* Rate off: only the consecutive rule. */
+    hp.failure_rate = 0;
+    sb_endpoint off = {0};
+    for (int i = 0; i < 60; i++) {
+        sb_ticket t = sb_endpoint_dispatch(&off, 10, T0 + i);
+        assert_int_equal(sb_endpoint_finish(&off, &t, i % 3 != 2, true, &hp, true, T0 + i), SB_EJECT_NONE);
+    }
+}
+
+/* With the pool's bound reached (may_eject false), failures count but do not eject; a failed
+ * half-open trial (already ejected) is ejected again whatever the bound. */
+static void test_ejection_bound_holds_back(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    for (int i = 0; i < 5; i++) {
+        sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0 + i);
+        assert_int_equal(sb_endpoint_finish(&ep, &t, false, true, &hp, false, T0 + i), SB_EJECT_NONE);
+    }
+    assert_int_equal(ep.health, SB_HEALTH_HEALTHY);
+    assert_int_equal(ep.consecutive_failures, 5);
+    sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0 + 6);
+    assert_int_equal(sb_endpoint_finish(&ep, &t, false, true, &hp, true, T0 + 6), SB_EJECT_CONSECUTIVE);
+    sb_ticket trial = sb_endpoint_dispatch(&ep, 10, ep.ejected_until);
+    assert_true(trial.trial);
+    assert_int_equal(sb_endpoint_finish(&ep, &trial, false, true, &hp, false, ep.ejected_until), SB_EJECT_TRIAL);
+}
+
+/* Stale but serving: the newest evidence (a request's end or an active check) decides, within
+ * SB_SERVING_WINDOW_NS; a stale endpoint that fails is not serving. */
+static void test_stale_but_serving_rule(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    assert_false(sb_endpoint_serving(&ep, T0)); /* no evidence at all */
+    sb_endpoint_active_check(&ep, true, T0);
+    assert_true(sb_endpoint_serving(&ep, T0 + 1));
+    assert_true(sb_endpoint_serving(&ep, T0 + SB_SERVING_WINDOW_NS));
+    assert_false(sb_endpoint_serving(&ep, T0 + SB_SERVING_WINDOW_NS + 1));
+    one(&ep, true, &hp, T0 + 10);
+    assert_true(sb_endpoint_serving(&ep, T0 + 10 + SB_SERVING_WINDOW_NS));
+    one(&ep, false, &hp, T0 + 20); /* its latest request failed */
+    assert_false(sb_endpoint_serving(&ep, T0 + 21));
+    one(&ep, true, &hp, T0 + 30);
+    assert_true(sb_endpoint_serving(&ep, T0 + 31));
+    /* A client's abort is no evidence either way. */
+    sb_ticket t = sb_endpoint_dispatch(&ep, 10, T0 + 40);
+    sb_endpoint_finish(&ep, &t, false, false, &hp, true, T0 + 40);
+    assert_true(sb_endpoint_serving(&ep, T0 + 41));
+}
+
+/* Expiring a stale report leaves the router's own accounting: running = in flight, waiting =
+ * sent since; the report stays stale; tickets of before do not underflow the new count. */
+static void test_expire_report_uses_own_accounting(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    sb_endpoint_report r = waiting_report(7);
+    r.have_kv = true;
+    r.kv_usage = 0.9;
+    sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, T0);
+    sb_ticket a = sb_endpoint_dispatch(&ep, 10, T0 + 1);
+    sb_ticket b = sb_endpoint_dispatch(&ep, 10, T0 + 2);
+    assert_true(sb_endpoint_waiting(&ep) == 9);
+    sb_endpoint_expire_report(&ep);
+    assert_true(sb_endpoint_is_stale(&ep, SB_MS(1000), T0 + SB_MS(2000)));
+    assert_true(sb_endpoint_waiting(&ep) == 0);
+    assert_true(sb_endpoint_running(&ep) == 2);
+    assert_true(sb_endpoint_kv_usage(&ep) == 0);
+    sb_ticket c = sb_endpoint_dispatch(&ep, 10, T0 + 3);
+    assert_true(sb_endpoint_waiting(&ep) == 1);
+    sb_endpoint_finish(&ep, &a, true, true, &hp, true, T0 + 4);
+    sb_endpoint_finish(&ep, &b, true, true, &hp, true, T0 + 4);
+    assert_true(sb_endpoint_waiting(&ep) == 1);
+    sb_endpoint_finish(&ep, &c, true, true, &hp, true, T0 + 4);
+    assert_true(sb_endpoint_waiting(&ep) == 0);
+    assert_true(sb_endpoint_running(&ep) == 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_failure_rate_ejects),
+        cmocka_unit_test(test_ejection_bound_holds_back),
+        cmocka_unit_test(test_stale_but_serving_rule),
+        cmocka_unit_test(test_expire_report_uses_own_accounting),
         cmocka_unit_test(test_waiting_is_report_plus_sent_since),
         cmocka_unit_test(test_finish_before_and_after_report),
         cmocka_unit_test(test_pending_prefill),

@@ -610,10 +610,136 @@ static void test_secret_changes_placement_only(void **state)
         sb_router_free(r[k]);
 }
 
+/* Fails one request on ep of pool 0 at now. */
+static void fail_one(sb_router *r, uint32_t ep, sb_ns now)
+{
+    sb_ticket t = sb_router_dispatched(r, 0, ep, 10, now);
+    sb_router_finished(r, 0, ep, &t, false, true, now);
+}
+
+/* max_eject_percent: in a pool of 4 at 50%, two may be ejected; a third failing endpoint
+ * stays in (its requests would be retried elsewhere) until one comes back. */
+static void test_ejection_bound_per_pool(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(RR, 4); /* default params: 3 in a row, at most 50% */
+    for (uint32_t ep = 0; ep < 3; ep++)
+        for (int i = 0; i < 3; i++)
+            fail_one(r, ep, 100);
+    assert_true(sb_endpoint_outlier_ejected(sb_router_endpoint(r, 0, 0)));
+    assert_true(sb_endpoint_outlier_ejected(sb_router_endpoint(r, 0, 1)));
+    assert_false(sb_endpoint_outlier_ejected(sb_router_endpoint(r, 0, 2)));
+    assert_int_equal(sb_router_endpoint(r, 0, 2)->consecutive_failures, 3);
+    /* One readmitted by its health check: room for the next. */
+    sb_endpoint_active_check(sb_router_endpoint(r, 0, 0), true, 200);
+    fail_one(r, 2, 300);
+    assert_true(sb_endpoint_outlier_ejected(sb_router_endpoint(r, 0, 2)));
+    /* A pool of one may always eject its one endpoint. */
+    for (int i = 0; i < 3; i++) {
+        sb_ticket t = sb_router_dispatched(r, 1, 0, 10, 100);
+        sb_router_finished(r, 1, 0, &t, false, true, 100);
+    }
+    assert_true(sb_endpoint_outlier_ejected(sb_router_endpoint(r, 1, 0)));
+    sb_router_free(r);
+}
+
+/* Panic routing: when every endpoint is ejected or down the pick goes over all of them (and
+ * says so, and counts it) instead of none; draining endpoints never take a request. */
+static void test_panic_routing(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(RR, 3);
+    sb_sched_request rq = {.pool = 0, .adapter = -1};
+    for (uint32_t ep = 0; ep < 3; ep++)
+        sb_endpoint_active_check(sb_router_endpoint(r, 0, ep), false, 100);
+    assert_true(sb_router_pool_available(r, 0, 100));
+    int ep = sb_router_pick(r, &rq, 100);
+    assert_in_range(ep, 0, 2);
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_true(d->panic);
+    assert_non_null(strstr(d->reason, "panic"));
+    assert_true(d->cands[ep].panic);
+    assert_int_equal(sb_router_pool_panics(r, 0), 1);
+    sb_buf b = {0};
+    assert_int_equal(sb_decision_render(d, &b), 0);
+    assert_non_null(strstr(b.data, "\"panic\":true"));
+    sb_buf_free(&b);
+    /* Excluding the tried ones, the panic goes over the rest. */
+    uint32_t ex[2] = {0, 1};
+    rq.exclude = ex;
+    rq.n_exclude = 2;
+    assert_int_equal(sb_router_pick(r, &rq, 100), 2);
+    rq.n_exclude = 0;
+    /* One healthy endpoint: no panic, it takes everything. */
+    sb_endpoint_active_check(sb_router_endpoint(r, 0, 1), true, 200);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sb_router_pick(r, &rq, 200), 1);
+    assert_false(sb_router_last_decision(r, 0)->panic);
+    assert_int_equal(sb_router_pool_panics(r, 0), 2);
+    /* Draining is the operator's word: never routed to, even in panic. */
+    for (uint32_t e = 0; e < 3; e++)
+        sb_router_endpoint(r, 0, e)->draining = true;
+    assert_false(sb_router_pool_available(r, 0, 300));
+    assert_int_equal(sb_router_pick(r, &rq, 300), -1);
+    sb_router_endpoint(r, 0, 0)->draining = false; /* down, not draining */
+    assert_int_equal(sb_router_pick(r, &rq, 300), 0);
+    sb_router_free(r);
+}
+
+/* Stale but serving: under the default profile (the gate filter drops stale endpoints), an
+ * endpoint whose reports stopped but whose requests succeed is kept and scored from its own
+ * in-flight count; one stale and failing is dropped. */
+static void test_stale_but_serving_keeps_share(void **state)
+{
+    (void)state;
+    const sb_ns now = SB_MS(60000);
+    sb_router *r = make_router(sb_profile_builtin("default"), 3);
+    sb_sched_request rq = {.pool = 0, .adapter = -1};
+    sb_endpoint_report rep = {
+        .have_waiting = true, .waiting = 0, .have_running = true, .running = 0, .requests_total = -1};
+    /* 0 and 1 report freshly; 2 reported long ago (its /metrics hangs) but answers. */
+    sb_endpoint_report_set(sb_router_endpoint(r, 0, 0), &rep, SB_REPORT_SCRAPE, now);
+    sb_endpoint_report_set(sb_router_endpoint(r, 0, 1), &rep, SB_REPORT_SCRAPE, now);
+    rep.waiting = 50; /* its last report said it was loaded: no longer believed */
+    sb_endpoint_report_set(sb_router_endpoint(r, 0, 2), &rep, SB_REPORT_SCRAPE, SB_MS(1000));
+    sb_ticket t = sb_router_dispatched(r, 0, 2, 10, now - SB_MS(500));
+    sb_router_finished(r, 0, 2, &t, true, true, now - SB_MS(400));
+    int seen[3] = {0};
+    sb_ticket tk[30];
+    int eps[30];
+    for (int i = 0; i < 30; i++) {
+        eps[i] = sb_router_pick(r, &rq, now);
+        assert_in_range(eps[i], 0, 2);
+        seen[eps[i]]++;
+        tk[i] = sb_router_dispatched(r, 0, (uint32_t)eps[i], 10, now);
+    }
+    assert_true(seen[2] >= 5); /* a share, from its own in-flight count */
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_true(d->cands[2].serving);
+    assert_null(d->cands[2].removed_by);
+    sb_buf b = {0};
+    assert_int_equal(sb_decision_render(d, &b), 0);
+    assert_non_null(strstr(b.data, "\"serving\":true"));
+    sb_buf_free(&b);
+    for (int i = 0; i < 30; i++)
+        sb_router_finished(r, 0, (uint32_t)eps[i], &tk[i], true, true, now + 1);
+    /* Its latest request fails: stale and failing, it is dropped. */
+    t = sb_router_dispatched(r, 0, 2, 10, now + 2);
+    sb_router_finished(r, 0, 2, &t, false, true, now + 3);
+    for (int i = 0; i < 10; i++) {
+        assert_int_not_equal(sb_router_pick(r, &rq, now + 4), 2);
+        assert_string_equal(sb_router_last_decision(r, 0)->cands[2].removed_by, "gate");
+    }
+    sb_router_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_ejection_bound_per_pool),
+        cmocka_unit_test(test_panic_routing),
+        cmocka_unit_test(test_stale_but_serving_keeps_share),
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_kv_fusion),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),

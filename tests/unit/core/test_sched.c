@@ -286,10 +286,19 @@ static void test_hard_filter_empties(void **state)
     assert_null(strstr(b.data, "\"scores\""));
     sb_buf_free(&b);
 
+    /* Every endpoint down: panic routing keeps them all rather than none. */
     setup(2);
     add_filter("healthy");
     eps[0].active_down = eps[1].active_down = true;
+    assert_true(run(&base_req, 2) >= 0);
+    assert_true(d.panic && cands[0].panic && cands[1].panic);
+    /* Draining ones never come back: the healthy filter empties the pool. */
+    setup(2);
+    add_filter("healthy");
+    eps[0].draining = eps[1].draining = true;
     assert_int_equal(run(&base_req, 2), -1);
+    assert_string_equal(cands[0].removed_by, "healthy");
+    assert_false(d.panic);
 }
 
 static void test_all_stale_reason(void **state)
@@ -492,7 +501,8 @@ static void picks(const sb_profile *p, uint64_t seed, int *out, size_t m)
         out[r] = sb_sched_run(&ctx, &base_req, eps, 8, &d);
         sb_ticket t = sb_endpoint_dispatch(&eps[out[r]], 100, T0);
         if (r % 3 == 0)
-            sb_endpoint_finish(&eps[out[r]], &t, true, true, &(sb_health_params){3, 1, 1}, T0);
+            sb_endpoint_finish(&eps[out[r]], &t, true, true,
+                               &(sb_health_params){.max_failures = 3, .base_eject_ns = 1, .max_eject_ns = 1}, true, T0);
     }
 }
 

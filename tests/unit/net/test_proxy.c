@@ -220,6 +220,7 @@ typedef struct setup {
     size_t write_high_water; /* 0: the server's default */
     int client_rcvbuf;       /* 0: the system's */
     void (*script)(harness *h, up_conn *c);
+    void (*retry)(sb_retry_policy *p); /* adjusts the default retry policy; NULL: as is */
 } setup;
 
 /* Router (round robin over n_eps endpoints: the first pick is endpoint 0), upstreams,
@@ -243,8 +244,12 @@ static harness *start(const setup *s)
     h->cfg.pools = &h->pool_cfg;
     h->cfg.n_pools = 1;
     h->cfg.response_ms = s->response_ms ? s->response_ms : 5000;
+    h->cfg.retry = sb_retry_policy_default();
+    if (s->retry)
+        s->retry(&h->cfg.retry);
     h->snap = (sb_snapshot){.cfg = &h->cfg, .refs = 1};
     h->env = (sb_proxy_env){.router = h->router,
+                            .loop = &h->loop,
                             .counters = &h->counters,
                             .owner = h,
                             .upstream = env_upstream,
@@ -363,6 +368,24 @@ static void reset_at_once(harness *h, up_conn *c)
 
 /* The first connection answers its first request and resets on the second (a keep-alive
  * connection the server dropped); later connections answer. */
+static void reset_on_ep0(harness *h, up_conn *c)
+{
+    if (c->ep == 0)
+        up_close(c, true);
+    else
+        up_writes(c, ANSWER);
+}
+
+/* Endpoint 0 is overloaded: 503 with a body of its own. */
+static void busy_on_ep0(harness *h, up_conn *c)
+{
+    if (c->ep == 0)
+        up_writes(c,
+                  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nbusy-ep-0");
+    else
+        up_writes(c, ANSWER);
+}
+
 static void reset_second_on_first_conn(harness *h, up_conn *c)
 {
     if (c->index == 0 && c->requests == 2)
@@ -497,17 +520,123 @@ static void test_refused_connect_is_retried_on_a_fallback(void **state)
     finish(h);
 }
 
-/* A fresh connection reset before any response byte: the endpoint may have the request and
- * be running it, so it is not sent again anywhere: 502. */
-static void test_reset_on_a_fresh_connection_is_not_resent(void **state)
+/* A fresh connection reset before any response byte: nothing reached the client, so another
+ * endpoint answers it (retry.on: reset); the endpoint that reset is told it failed. */
+static void test_reset_before_the_answer_is_retried_elsewhere(void **state)
+{
+    harness *h = run_request(&(setup){.n_eps = 2, .script = reset_on_ep0}, "{\"ok\":true}");
+    assert_non_null(strstr(h->client.in, "HTTP/1.1 200"));
+    assert_int_equal(h->counters.retries, 1);
+    assert_int_equal(h->errors, 0);
+    assert_int_equal(h->eps[0].accepted, 1);
+    assert_int_equal(h->eps[1].accepted, 1);
+    assert_int_equal(h->recorded_retries, 1);
+    assert_int_equal(sb_router_endpoint(h->router, 0, 0)->failed, 1);
+    assert_int_equal(sb_router_endpoint(h->router, 0, 0)->retries_by[SB_RETRY_RESET], 1);
+    assert_int_equal(h->counters.retries_live, 0);
+    assert_int_equal(h->counters.exchanges_live, 0);
+    finish(h);
+}
+
+/* Every endpoint resets: each is tried once, then the client gets the last error, 502. */
+static void test_reset_everywhere_is_502_after_each_was_tried(void **state)
 {
     harness *h = run_request(&(setup){.n_eps = 2, .script = reset_at_once}, "HTTP/1.1 502");
-    assert_int_equal(h->counters.retries, 0);
+    assert_int_equal(h->counters.retries, 1);
     assert_int_equal(h->counters.upstream_errors, 1);
     assert_int_equal(h->eps[0].accepted, 1);
+    assert_int_equal(h->eps[1].accepted, 1);
+    assert_non_null(strstr(h->client.in, "upstream_unavailable"));
+    assert_string_equal(h->recorded_outcome, "upstream_error");
+    finish(h);
+}
+
+static void no_reset_retry(sb_retry_policy *p)
+{
+    p->on &= ~(1u << SB_RETRY_RESET);
+}
+
+/* Without `reset` in retry.on, the reset is the client's 502, as before. */
+static void test_reset_not_retried_when_not_asked(void **state)
+{
+    harness *h = run_request(&(setup){.n_eps = 2, .script = reset_on_ep0, .retry = no_reset_retry}, "HTTP/1.1 502");
+    assert_int_equal(h->counters.retries, 0);
+    assert_int_equal(h->counters.upstream_errors, 1);
     assert_int_equal(h->eps[1].accepted, 0);
     assert_string_equal(h->recorded_outcome, "upstream_error");
     assert_released_once(h, 0);
+    finish(h);
+}
+
+/* A 503 head is read before anything is forwarded: its body is dropped with the connection
+ * and the other endpoint answers; the 503 counts against endpoint 0. */
+static void test_5xx_is_retried_before_forwarding(void **state)
+{
+    harness *h = run_request(&(setup){.n_eps = 2, .script = busy_on_ep0}, "{\"ok\":true}");
+    assert_non_null(strstr(h->client.in, "HTTP/1.1 200"));
+    assert_null(strstr(h->client.in, "busy-ep-0"));
+    assert_null(strstr(h->client.in, "503"));
+    assert_int_equal(h->counters.retries, 1);
+    assert_int_equal(h->recorded_status, 200);
+    assert_int_equal(h->recorded_ep, 1);
+    assert_int_equal(sb_router_endpoint(h->router, 0, 0)->failed, 1);
+    assert_int_equal(sb_router_endpoint(h->router, 0, 0)->consecutive_failures, 1);
+    assert_int_equal(sb_router_endpoint(h->router, 0, 0)->retries_by[SB_RETRY_STATUS], 1);
+    assert_int_equal(sb_upstream_idle_count(h->up[0]), 0); /* its connection was not pooled */
+    finish(h);
+}
+
+/* With no endpoint left to try the 5xx is the answer, passed through whole. */
+static void test_5xx_passes_when_no_endpoint_is_left(void **state)
+{
+    harness *h = run_request(&(setup){.n_eps = 1, .script = busy_on_ep0}, "busy-ep-0");
+    assert_non_null(strstr(h->client.in, "HTTP/1.1 503"));
+    assert_int_equal(h->counters.retries, 0);
+    assert_int_equal(h->recorded_status, 503);
+    finish(h);
+}
+
+static void long_backoff(sb_retry_policy *p)
+{
+    p->backoff_ms = p->max_backoff_ms = 60000;
+}
+
+static bool retry_pending(void *arg)
+{
+    return ((harness *)arg)->counters.retries == 1;
+}
+
+/* The client leaves while the retry waits out its backoff: the timer is cancelled, the
+ * exchange ends at once as a client abort, and nothing is sent to the next endpoint. */
+static void test_client_leaving_during_backoff_ends_the_exchange(void **state)
+{
+    harness *h = start(&(setup){.n_eps = 2, .script = reset_on_ep0, .retry = long_backoff});
+    send_request(h);
+    netfx_run_until(&h->loop, retry_pending, h, "the retry's backoff");
+    netfx_close(&h->client, true);
+    wait_ended(h);
+    assert_string_equal(h->recorded_outcome, "client_abort");
+    assert_int_equal(h->eps[1].accepted, 0);
+    assert_int_equal(h->counters.retries_live, 0);
+    assert_int_equal(h->counters.exchanges_live, 0);
+    finish(h); /* the timer's handle closed: the loop runs dry */
+}
+
+static void no_budget(sb_retry_policy *p)
+{
+    p->min_retries = 0;
+    p->budget_ratio = 0;
+}
+
+/* The retry budget spent (here: none at all), the 5xx goes to the client and the refusal is
+ * counted. */
+static void test_retry_budget_holds_retries_back(void **state)
+{
+    harness *h = run_request(&(setup){.n_eps = 2, .script = busy_on_ep0, .retry = no_budget}, "busy-ep-0");
+    assert_non_null(strstr(h->client.in, "HTTP/1.1 503"));
+    assert_int_equal(h->counters.retries, 0);
+    assert_int_equal(h->counters.retries_budget_denied, 1);
+    assert_int_equal(h->eps[1].accepted, 0);
     finish(h);
 }
 
@@ -760,7 +889,13 @@ int main(void)
         cmocka_unit_test(test_junk_after_the_answer_is_not_pooled),
         cmocka_unit_test(test_refused_upstream_is_answered_through_the_env),
         cmocka_unit_test(test_refused_connect_is_retried_on_a_fallback),
-        cmocka_unit_test(test_reset_on_a_fresh_connection_is_not_resent),
+        cmocka_unit_test(test_reset_before_the_answer_is_retried_elsewhere),
+        cmocka_unit_test(test_reset_not_retried_when_not_asked),
+        cmocka_unit_test(test_reset_everywhere_is_502_after_each_was_tried),
+        cmocka_unit_test(test_5xx_is_retried_before_forwarding),
+        cmocka_unit_test(test_5xx_passes_when_no_endpoint_is_left),
+        cmocka_unit_test(test_retry_budget_holds_retries_back),
+        cmocka_unit_test(test_client_leaving_during_backoff_ends_the_exchange),
         cmocka_unit_test(test_stale_pooled_connection_is_replaced_on_the_same_endpoint),
         cmocka_unit_test(test_failure_after_bytes_reached_the_client_is_not_retried),
         cmocka_unit_test(test_midstream_close_ends_the_stream_visibly),

@@ -970,6 +970,53 @@ static void test_probe_and_health(void **state)
     expect_one_error(POOL_OK "    health:\n      ejection_ms: 10\n", 6, "unknown key 'ejection_ms' in pool 'p': health");
 }
 
+static void test_retry_and_ejection(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    /* Defaults: core/retry.h's policy, and the failure-rate rule on. */
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->retry.attempts, 3);
+    assert_true(sb_retry_on(&cfg->retry, SB_RETRY_RESET, 0));
+    assert_true(sb_retry_on(&cfg->retry, SB_RETRY_STATUS, 503));
+    assert_true(cfg->pools[0].failure_rate == 0.25);
+    assert_int_equal(cfg->pools[0].max_eject_percent, 50);
+    sb_config_free(cfg);
+    /* `on` replaces the list whole. */
+    assert_int_equal(parse_str("retry:\n  on: [connect-failure, timeout, 503]\n  attempts: 5\n  backoff_ms: 0\n"
+                               "  budget_ratio: 0.5\n  min_retries: 1\n" POOL_OK
+                               "    health: {failure_rate: 0.5, min_requests: 20, window_ms: 5000, "
+                               "max_eject_percent: 100}\n",
+                               &cfg, &errs),
+                     0);
+    assert_true(sb_retry_on(&cfg->retry, SB_RETRY_CONNECT, 0));
+    assert_true(sb_retry_on(&cfg->retry, SB_RETRY_TIMEOUT, 0));
+    assert_false(sb_retry_on(&cfg->retry, SB_RETRY_RESET, 0));
+    assert_true(sb_retry_on(&cfg->retry, SB_RETRY_STATUS, 503));
+    assert_false(sb_retry_on(&cfg->retry, SB_RETRY_STATUS, 500));
+    assert_int_equal(cfg->retry.attempts, 5);
+    assert_int_equal(cfg->retry.backoff_ms, 0);
+    assert_true(cfg->retry.budget_ratio == 0.5);
+    assert_int_equal(cfg->retry.min_retries, 1);
+    assert_true(cfg->pools[0].failure_rate == 0.5);
+    assert_int_equal(cfg->pools[0].min_requests, 20);
+    assert_int_equal(cfg->pools[0].window_ms, 5000);
+    assert_int_equal(cfg->pools[0].max_eject_percent, 100);
+    sb_config_free(cfg);
+    expect_one_error("retry:\n  on: [reset, 404]\n" POOL_OK, 2,
+                     "retry.on: '404' is neither connect-failure, reset, timeout nor a status from 500 to 599");
+    expect_one_error("retry:\n  on: reset\n" POOL_OK, 2, "retry.on must be a list");
+    expect_one_error("retry:\n  attempts: 0\n" POOL_OK, 2, "retry.attempts must be between 1 and 8");
+    expect_one_error("retry:\n  attempts: 9\n" POOL_OK, 2, "retry.attempts must be between 1 and 8");
+    expect_one_error("retry:\n  budget_ratio: 2\n" POOL_OK, 2, "retry.budget_ratio must be between 0 and 1");
+    expect_one_error("retry:\n  backoff_ms: 500\n" POOL_OK, 2, "backoff_ms (500) must not exceed max_backoff_ms (250)");
+    expect_one_error("retry:\n  tries: 2\n" POOL_OK, 2, "unknown key 'tries' in retry");
+    expect_one_error(POOL_OK "    health:\n      failure_rate: 1.5\n", 6,
+                     "pool 'p': health: failure_rate must be between 0 and 1");
+    expect_one_error(POOL_OK "    health:\n      max_eject_percent: 0\n", 6,
+                     "health.max_eject_percent must be between 1 and 100");
+}
+
 static void test_custom_metrics(void **state)
 {
     sb_config *cfg;
@@ -1834,6 +1881,7 @@ int main(void)
         cmocka_unit_test(test_profiles),
         cmocka_unit_test(test_error_profiles),
         cmocka_unit_test(test_probe_and_health),
+        cmocka_unit_test(test_retry_and_ejection),
         cmocka_unit_test(test_custom_metrics),
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
