@@ -107,8 +107,11 @@ class AgentPaddlerTest(unittest.TestCase):
         cls.sim, cls.ports = start_sims(2)
         cls.addrs = ["127.0.0.1:%d" % p for p in cls.ports]
         cls.gw = paddler_gateway(cls.addrs)
+        # Pushes on every change (polled each 20 ms); the 1 s interval only sets the staleness
+        # (3 intervals): a loaded machine must not let the slots go stale mid-test, or the gate
+        # (which needs fresh slots) lets the third request through instead of buffering it.
         cls.agents = [Agent("--server", "http://" + a, "--gateway", "http://127.0.0.1:%d" % cls.gw.admin_port,
-                            "--token", TOKEN, "--interval-ms", "200", "--poll-ms", "20", "--id", "ag%d" % i)
+                            "--token", TOKEN, "--interval-ms", "1000", "--poll-ms", "20", "--id", "ag%d" % i)
                       for i, a in enumerate(cls.addrs)]
 
     @classmethod

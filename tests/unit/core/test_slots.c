@@ -28,20 +28,20 @@ static void test_endpoint_accounting(void **state)
     sb_ticket c = sb_endpoint_dispatch(&ep, 0, T0);
     assert_int_equal(sb_endpoint_slots_idle(&ep), 0);
     sb_health_params hp = sb_health_params_default();
-    sb_endpoint_finish(&ep, &c, true, true, &hp, T0);
-    sb_endpoint_finish(&ep, &b, true, true, &hp, T0);
+    sb_endpoint_finish(&ep, &c, true, true, &hp, true, T0);
+    sb_endpoint_finish(&ep, &b, true, true, &hp, true, T0);
     assert_int_equal(sb_endpoint_slots_idle(&ep), 1);
     /* A new report shows a busy (a still runs): 3 idle. When a ends, the report showed its
      * slot busy, so it frees one at once, without waiting for the next report. */
     sb_endpoint_slots_set(&ep, 4, 3, TTL, T0 + SB_MS(100));
     assert_int_equal(sb_endpoint_slots_idle(&ep), 3);
-    sb_endpoint_finish(&ep, &a, true, true, &hp, T0 + SB_MS(200));
+    sb_endpoint_finish(&ep, &a, true, true, &hp, true, T0 + SB_MS(200));
     assert_int_equal(sb_endpoint_slots_idle(&ep), 4);
     /* Never above total. */
     sb_endpoint_slots_set(&ep, 4, 4, TTL, T0 + SB_MS(300));
     sb_ticket d = sb_endpoint_dispatch(&ep, 0, T0 + SB_MS(300));
     sb_endpoint_slots_set(&ep, 4, 4, TTL, T0 + SB_MS(400)); /* taken before d arrived */
-    sb_endpoint_finish(&ep, &d, true, true, &hp, T0 + SB_MS(500));
+    sb_endpoint_finish(&ep, &d, true, true, &hp, true, T0 + SB_MS(500));
     assert_int_equal(sb_endpoint_slots_idle(&ep), 4);
     /* Stale after its own ttl, whatever the pool's stale_ms. */
     assert_true(sb_endpoint_slots_fresh(&ep, T0 + SB_MS(400) + TTL));
