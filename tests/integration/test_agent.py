@@ -259,5 +259,45 @@ class AgentStopTest(unittest.TestCase):
             sim.stop()
 
 
+class AgentJoinLeaveTest(unittest.TestCase):
+    """An agent beside a replica the gateway's file does not list: its registration heartbeat
+    (POST /admin/endpoints with a TTL) makes the model routable; killed (no last word), its
+    registration lapses, the endpoint is drained and removed, and the model has no endpoint."""
+
+    def test_agent_joins_then_vanishes(self):
+        sim, ports = start_sims(1)
+        addr = "127.0.0.1:%d" % ports[0]
+        gw = Gateway([{"name": "llama", "models": [MODEL], "profile": "default", "endpoints": [],
+                       "yaml": ["probe: { enabled: false, health_interval_ms: 0 }"]}], admin="token: %s" % TOKEN)
+        ag = None
+        try:
+            def members():
+                st, _, body = http(gw.admin_port, "GET", "/admin/endpoints", headers=AUTH)
+                assert st == 200, body
+                return {e["address"]: e for p in json.loads(body)["pools"] for e in p["endpoints"]}
+
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", body=chat_body(MODEL, "hi"))
+            self.assertEqual(st, 503, body)  # nothing serves the model yet
+            ag = Agent("--server", "http://" + addr, "--gateway", "http://127.0.0.1:%d" % gw.admin_port,
+                       "--token", TOKEN, "--interval-ms", "200", "--poll-ms", "50")
+            wait_until(lambda: addr in members(), 10, "the agent's registration")
+            m = members()[addr]
+            self.assertEqual(m["source"], "api")
+            wait_until(lambda: http(gw.port, "POST", "/v1/chat/completions",
+                                    body=chat_body(MODEL, "hi"))[0] == 200, 10, "the model routable")
+            ag.proc.kill()  # vanishes: no last report, no DELETE
+            ag.proc.wait()
+            ag = None
+            wait_until(lambda: addr not in members(), 15, "the registration to lapse and the endpoint to go")
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", body=chat_body(MODEL, "hi"))
+            self.assertEqual(st, 503, body)
+        finally:
+            if ag:
+                ag.proc.kill()
+                ag.proc.wait()
+            gw.close()
+            sim.stop()
+
+
 if __name__ == "__main__":
     unittest.main()
