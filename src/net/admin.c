@@ -329,6 +329,18 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
                               cfg->pools[p].endpoints[e].address, (unsigned long long)v);
             }
     }
+    uint64_t waits = 0, timeouts = 0;
+    if (gw->prober)
+        sb_prober_sync_stats(gw->prober, &waits, &timeouts);
+    sb_buf_printf(
+        b,
+        "# HELP switchboard_sync_probe_waits_total Requests that waited for a synchronous probe of their best "
+        "candidates (probe.sync_max_age_ms), since the prober started.\n"
+        "# TYPE switchboard_sync_probe_waits_total counter\nswitchboard_sync_probe_waits_total %llu\n"
+        "# HELP switchboard_sync_probe_timeouts_total Synchronous probe waits that ended at their deadline "
+        "(probe.sync_timeout_ms).\n"
+        "# TYPE switchboard_sync_probe_timeouts_total counter\nswitchboard_sync_probe_timeouts_total %llu\n",
+        (unsigned long long)waits, (unsigned long long)timeouts);
 }
 
 /* One counter family per endpoint and reason: `counts` is the offset of an array of n

@@ -216,6 +216,12 @@ static void proxy_error(void *owner, sb_http_req *req, int status, const char *m
     sb_errors_reply(req, status, message, type, code);
 }
 
+/* Read at each use: the prober starts after the env is made, and a retiring gateway has none. */
+static struct sb_prober *proxy_prober(void *owner)
+{
+    return ((sb_gateway *)owner)->prober;
+}
+
 /* The proxy's view of gw (after gw->router is set). */
 static sb_proxy_env proxy_env(sb_gateway *gw)
 {
@@ -227,7 +233,8 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .begin = proxy_begin,
                           .end = proxy_end,
                           .record = proxy_record,
-                          .error = proxy_error};
+                          .error = proxy_error,
+                          .prober = proxy_prober};
 }
 
 /* A static name that does not resolve marks its endpoint down (with the reason, shown by the

@@ -31,6 +31,7 @@
 #include "core/decide.h"
 #include "core/flow.h"
 #include "core/retry.h"
+#include "net/probe.h"
 #include "net/proxy.h"
 #include "proto/inspect.h"
 #include "proto/openai_error.h"
@@ -58,6 +59,12 @@ typedef struct exchange {
     bool retrying;    /* past its first attempt: counted in retries_live */
     int retry_status; /* a retryable 5xx head just read: discard it and retry */
     backoff *backoff; /* waiting to retry */
+    /* The synchronous probe (probe.sync_max_age_ms): waiting for fresh reports of the best
+     * candidates before the first dispatch; the prompt's hashes copied out of the gateway's
+     * scratch (valid for the first pick only) so the decision after the wait has them. */
+    sb_probe_wait *probe_wait;
+    uint64_t *probe_keys; /* block hashes, then KV keys: one allocation */
+    bool probed;
     int last_status;  /* the last failed attempt, for the answer if none is left */
     const char *last_code;
     char last_msg[200];
@@ -152,7 +159,7 @@ static void record(exchange *x)
 
 static void exchange_maybe_free(exchange *x)
 {
-    if (x->req || x->uc || x->pending_writes || x->connecting || x->backoff)
+    if (x->req || x->uc || x->pending_writes || x->connecting || x->backoff || x->probe_wait)
         return;
     record(x);
     x->env->counters->exchanges_live--;
@@ -166,6 +173,7 @@ static void exchange_maybe_free(exchange *x)
     sb_buf_free(&x->head);
     sb_buf_free(&x->resp_headers);
     sb_buf_free(&x->decision);
+    sb_free(x->probe_keys);
     sb_free(x);
     /* Capacity freed: queued requests of this pool may go; the owner may be freed. */
     env->end(env->owner, snap, pool);
@@ -402,6 +410,10 @@ static void on_client_abort(sb_http_req *req)
 {
     exchange *x = req->user;
     x->req = NULL;
+    if (x->probe_wait) {
+        sb_prober_sync_cancel(x->probe_wait);
+        x->probe_wait = NULL;
+    }
     if (x->connecting) {
         /* Closing suppresses the connect callback: nothing will touch x from there. */
         sb_upstream_close(x->connecting);
@@ -839,6 +851,56 @@ static void on_connected(sb_upstream_conn *uc, int status, void *arg)
 
 /* One attempt: pick an endpoint (a fresh-connection retry keeps the same one), connect or
  * reuse, send. */
+/* The wait for fresh reports ended (answers, deadline, or the prober stopping): decide again
+ * with the prompt's hashes. */
+static void on_probed(void *ud)
+{
+    exchange *x = ud;
+    x->probe_wait = NULL;
+    if (x->probe_keys) {
+        x->rr.block_hashes = x->probe_keys;
+        x->rr.kv_keys = x->rr.n_kv_keys ? x->probe_keys + x->rr.n_blocks : NULL;
+    }
+    attempt(x);
+}
+
+/* The synchronous probe: the first decision ranked the pool's sync_candidates best; when one
+ * of their reports is older than sync_max_age_ms, scrape them and wait (at most
+ * sync_timeout_ms) before deciding again. True when waiting (on_probed resumes). Once per
+ * request; a retry never waits. */
+static bool sync_probe(exchange *x, const sb_ranking *rk, const sb_pool_config *pc, sb_ns now)
+{
+    const sb_proxy_env *env = x->env;
+    struct sb_prober *pr = env->prober ? env->prober(env->owner) : NULL;
+    uint32_t old[SB_DECIDE_MAX_RANKED];
+    size_t n = 0;
+    for (size_t i = 0; i < rk->n; i++) {
+        const sb_endpoint *e = sb_router_endpoint(env->router, x->t.pool, rk->ep[i]);
+        if (e && (!e->report_ns || now - e->report_ns > SB_MS(pc->probe_sync_max_age_ms)))
+            old[n++] = rk->ep[i];
+    }
+    x->probed = true;
+    if (!pr || n == 0)
+        return false;
+    size_t keys = x->rr.n_blocks + (x->rr.kv_keys ? x->rr.n_kv_keys : 0);
+    if (keys) {
+        x->probe_keys = sb_malloc(keys * sizeof(uint64_t));
+        if (!x->probe_keys)
+            return false;
+        if (x->rr.n_blocks)
+            memcpy(x->probe_keys, x->rr.block_hashes, x->rr.n_blocks * sizeof(uint64_t));
+        if (x->rr.kv_keys && x->rr.n_kv_keys)
+            memcpy(x->probe_keys + x->rr.n_blocks, x->rr.kv_keys, x->rr.n_kv_keys * sizeof(uint64_t));
+    }
+    x->probe_wait = sb_prober_sync(pr, x->t.pool, old, n, pc->probe_sync_timeout_ms, on_probed, x);
+    if (!x->probe_wait) {
+        sb_free(x->probe_keys);
+        x->probe_keys = NULL;
+        return false;
+    }
+    return true;
+}
+
 static void attempt(exchange *x)
 {
     const sb_proxy_env *env = x->env;
@@ -853,7 +915,11 @@ static void attempt(exchange *x)
         x->rr.n_exclude = x->n_excluded;
         sb_request_desc desc = {.sched = x->rr, .stream = x->t.stream};
         sb_ranking rk;
-        ep = sb_decide(env->router, &desc, 1, now, &rk);
+        const sb_pool_config *pc = &x->snap->cfg->pools[x->t.pool];
+        bool probe = !x->probed && x->attempts == 0 && pc->probe_sync_max_age_ms && pc->probe_enabled;
+        ep = sb_decide(env->router, &desc, probe ? pc->probe_sync_candidates : 1, now, &rk);
+        if (probe && ep >= 0 && sync_probe(x, &rk, pc, now))
+            return; /* the pick is not dispatched: the router settles its pending mark at the next pick */
         /* Rendered now: the decision scratch is the pool's, reused by the next pick. */
         if (x->snap->cfg->log_decisions) {
             sb_buf_reset(&x->decision);
@@ -866,6 +932,8 @@ static void attempt(exchange *x)
         x->rr.n_blocks = 0;
         x->rr.kv_keys = NULL; /* the same scratch */
         x->rr.n_kv_keys = 0;
+        sb_free(x->probe_keys); /* the copy of them a synchronous probe kept, used now */
+        x->probe_keys = NULL;
         if (ep < 0) {
             if (x->attempts == 0)
                 fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint");

@@ -32,6 +32,9 @@ typedef struct sb_proxy_env {
     /* Answers req with an OpenAI-shaped error (nothing was sent to the client yet). Does not
      * record it: the exchange records its own end (record), once. */
     void (*error)(void *owner, sb_http_req *req, int status, const char *message, const char *type, const char *code);
+    /* The prober, for the synchronous probe (a pool's probe.sync_max_age_ms); NULL: none now
+     * (probing off, or the gateway is being replaced). */
+    struct sb_prober *(*prober)(void *owner);
     /* Set by the owner when it cuts what is still running (the end of a drain window): an
      * exchange whose client side is closed now logs outcome drain_cut, not client_abort. */
     bool cutting;
