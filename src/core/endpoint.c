@@ -256,6 +256,7 @@ static void eject(sb_endpoint *ep, enum sb_eject_reason why, const sb_health_par
     ep->ejections_by[why]++;
     ep->health = SB_HEALTH_EJECTED;
     ep->ejected_until = now + backoff;
+    ep->eject_why = (int8_t)why;
     ep->consecutive_failures = 0;
     /* The evidence that ejected it is spent: after readmission the rate starts afresh. */
     ep->window_requests = ep->window_failures = 0;
@@ -341,8 +342,11 @@ void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now)
     ep->last_check_ok_ns = now;
     /* It answers its health check: back at once rather than after the backoff (a restart of
      * a fraction of a second must not cost a second of the pool). The backoff exponent stays,
-     * so one that fails its requests again is ejected for longer. */
-    if (sb_endpoint_outlier_ejected(ep)) {
+     * so one that fails its requests again is ejected for longer. Not after an ejection for
+     * its failure rate: a replica failing a share of its requests answers /health all along,
+     * and readmitting it at every check would undo the ejection (its trial after the backoff
+     * decides instead). */
+    if (sb_endpoint_outlier_ejected(ep) && ep->eject_why != SB_EJECT_RATE) {
         ep->health = SB_HEALTH_HEALTHY;
         ep->consecutive_failures = 0;
         ep->readmissions++;
@@ -373,6 +377,7 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->ejections = src->ejections;
     dst->ejections_total = src->ejections_total;
     dst->ejected_until = src->ejected_until;
+    dst->eject_why = src->eject_why;
     for (int i = 0; i < SB_EJECT_REASONS; i++)
         dst->ejections_by[i] = src->ejections_by[i];
     dst->readmissions = src->readmissions;

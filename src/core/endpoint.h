@@ -15,7 +15,8 @@
  * half-open: one trial request decides), active checks (a failed /health marks it down until
  * one succeeds; a success readmits an ejected endpoint at once, as Envoy's
  * successful_active_health_check_uneject_host does, keeping the backoff exponent so a replica
- * that keeps failing is ejected for longer each time), and draining (no new requests;
+ * that keeps failing is ejected for longer each time; not one its failure rate ejected, which
+ * answers /health all along), and draining (no new requests;
  * in-flight ones finish). How many of a pool's endpoints may be ejected at once is the
  * router's bound (core/router.h), passed in as may_eject.
  *
@@ -139,6 +140,7 @@ typedef struct sb_endpoint {
     uint32_t ejections;          /* consecutive ejections (the backoff exponent) */
     uint64_t ejections_total;
     sb_ns ejected_until;
+    int8_t eject_why; /* enum sb_eject_reason of the last ejection */
     bool trial_in_flight;
     uint64_t ejections_by[SB_EJECT_REASONS];
     uint64_t readmissions; /* ejections ended early by an active check */
@@ -274,7 +276,8 @@ void sb_endpoint_observe_ttft(sb_endpoint *ep, uint64_t uncached, sb_ns ttft_ns)
 void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src);
 
 /* Active health check result: a failure marks it down; a success lifts that, and readmits an
- * ejected (or half-open) endpoint at once (counted in readmissions). */
+ * ejected (or half-open) endpoint at once (counted in readmissions), unless its failure rate
+ * ejected it. */
 void sb_endpoint_active_check(sb_endpoint *ep, bool ok, sb_ns now);
 
 #endif

@@ -740,6 +740,17 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
                     "WWW-Authenticate: Bearer realm=\"switchboard-admin\"\r\n");
         return true;
     }
+    /* The routes that change what the gateway routes to need the token: without one, anything
+     * that reaches the admin listener (every container of a pod shares its loopback) could
+     * register an address and pull traffic to it. */
+    bool writes = path_eq(req, "/admin/agents/report") ||
+                  (sb_discovery_admin_path(req) && req->method != HTTP_GET && req->method != HTTP_HEAD);
+    if (writes && !cfg->admin_has_token) {
+        gw->counters.unauthorized[1]++;
+        admin_error(req, 403, "registrations and agent reports need admin.token to be set", "admin_token_required",
+                    NULL);
+        return true;
+    }
     /* The routes that take a body: agents' reports (net/agent_reports.h), bounded from the
      * head, and the registration API (bounded by admin.max_body_bytes, its own methods). */
     if (path_eq(req, "/admin/agents/report")) {

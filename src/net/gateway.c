@@ -710,6 +710,12 @@ static void gateway_retire(sb_gateway *gw)
 static void carry_state(sb_gateway *ngw, sb_gateway *old)
 {
     ngw->counters = old->counters;
+    /* What is in flight is the old gateway's: its exchanges decrement its own counts. Copied,
+     * they would never come down here, and the retry budget would read a fleet busier (or,
+     * with retries in flight, sicker) than it is for good. */
+    ngw->counters.exchanges_live = 0;
+    ngw->counters.retries_live = 0;
+    memcpy(ngw->agent_refused, old->agent_refused, sizeof(ngw->agent_refused));
     ngw->id_secret = old->id_secret;
     ngw->id_seq = old->id_seq;
     memcpy(ngw->stats.rejected_by_status, old->stats.rejected_by_status, sizeof(ngw->stats.rejected_by_status));

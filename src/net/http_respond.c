@@ -166,6 +166,7 @@ static void finish_response(conn *c)
 {
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
+    c->req.on_cut = NULL;
     hs_body_release(c); /* the request is over: its body leaves the budget */
     if (c->head.cap > HEAD_KEEP_BYTES)
         sb_buf_free(&c->head);
@@ -315,6 +316,7 @@ void sb_http_stream_abort(sb_http_req *req)
         return;
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
+    c->req.on_cut = NULL;
     /* Let queued bytes (e.g. a final SSE error event) go out, then close without a
      * terminating chunk, so the client sees the transfer as aborted. */
     c->keep_alive_resp = false;

@@ -35,6 +35,7 @@ void hs_conn_close(conn *c)
         void (*cb)(sb_http_req *) = c->req.on_abort;
         c->req.on_abort = NULL;
         c->req.on_drain = NULL;
+        c->req.on_cut = NULL;
         cb(&c->req);
     }
     sb_http_server *s = c->srv;
@@ -158,6 +159,7 @@ void hs_conn_linger(conn *c, uint32_t drain_ms)
         drain_ms = c->linger_ms ? c->linger_ms : s->opts.idle_ms;
     c->req.on_abort = NULL;
     c->req.on_drain = NULL;
+    c->req.on_cut = NULL;
     hs_body_release(c);
     sb_buf_free(&c->pending);
     sb_buf_free(&c->head);
@@ -459,6 +461,15 @@ void sb_http_server_cut(sb_http_server *s)
 {
     for (conn *c = s->conns, *next; c; c = next) {
         next = c->next;
+        if (c->state == CONN_HANDLING && c->req.on_cut) {
+            void (*cb)(sb_http_req *) = c->req.on_cut;
+            c->req.on_cut = NULL;
+            cb(&c->req); /* answers: the connection lingers out (draining) */
+            /* Closing frees c only in the close callback, on a later loop turn. */
+            if (c->state == CONN_HANDLING)
+                hs_conn_close(c); /* it did not answer */
+            continue;
+        }
         if (c->state != CONN_LINGERING)
             hs_conn_close(c);
     }

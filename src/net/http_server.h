@@ -95,6 +95,10 @@ struct sb_http_req {
     /* Called when queued response bytes drop below the low watermark after
      * sb_http_stream_write reported backpressure (returned 1). */
     void (*on_drain)(sb_http_req *req);
+    /* Optional: called by sb_http_server_cut, instead of on_abort, while no response has
+     * started: the handler answers now (e.g. 503) and the answer leaves before the connection
+     * closes. A handler that does not answer from it gets on_abort as before. */
+    void (*on_cut)(sb_http_req *req);
 };
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
@@ -170,7 +174,9 @@ void sb_http_server_stop(sb_http_server *s);
  * caller watches sb_http_server_connections fall to 0, then stops the server. Idempotent. */
 void sb_http_server_drain(sb_http_server *s);
 /* Closes every connection but those lingering after a complete answer: requests in progress
- * get on_abort, streams end without their terminator (the end of a drain window). */
+ * get on_abort, streams end without their terminator (the end of a drain window). A request
+ * whose response has not started and that set on_cut is asked to answer first; its answer
+ * then lingers out like any other. */
 void sb_http_server_cut(sb_http_server *s);
 /* Open connections (lingering ones included, refused ones not). */
 size_t sb_http_server_connections(const sb_http_server *s);

@@ -179,8 +179,9 @@ static void exchange_maybe_free(exchange *x)
     env->end(env->owner, snap, pool);
 }
 
-/* Tells the router how this attempt ended (once). status 0: the connection failed; 499:
- * the client left (not the endpoint's fault: it does not count for outlier detection). */
+/* Tells the router how this attempt ended (once). status 0: the connection failed; 499: not
+ * the endpoint's doing (the client left, or a pooled connection was found closed before the
+ * request reached it): it does not count for outlier detection. */
 static void report_end(exchange *x, bool ok, int status)
 {
     if (!x->dispatched)
@@ -212,6 +213,7 @@ static void detach_client(exchange *x)
         return;
     x->req->on_abort = NULL;
     x->req->on_drain = NULL;
+    x->req->on_cut = NULL;
     x->req->user = NULL;
     x->req = NULL;
 }
@@ -224,8 +226,13 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     x->env->counters->upstream_errors++;
     if (x->req) {
         x->final_status = status;
-        /* 503 before any attempt: nothing to route to (the gateway's answer, not a failure). */
-        x->outcome = status == 503 && !x->attempts ? "refused" : status == 500 ? "gateway_error" : "upstream_error";
+        /* Before any attempt: 503, nothing to route to (the gateway's answer, not a failure),
+         * or 500, the gateway's own. After one, whatever the status, the upstream failed (a
+         * replica's 500 whose retry found no endpoint left is not the gateway's error). */
+        x->outcome = x->attempts     ? "upstream_error"
+                     : status == 503 ? "refused"
+                     : status == 500 ? "gateway_error"
+                                     : "upstream_error";
         x->reason = code;
     }
     if (x->req) {
@@ -290,6 +297,30 @@ static void on_backoff(uv_timer_t *t)
         exchange_maybe_free(x);
 }
 
+/* Whether an endpoint this request has not tried could take it: an available one, or, when no
+ * endpoint of the pool is available (panic routing), any that is not draining. As the healthy
+ * filter decides; asked before a 5xx head is discarded, so that with nothing to try the
+ * replica's answer is passed through rather than replaced by the gateway's. */
+static bool untried_left(exchange *x)
+{
+    sb_ns now = now_ns();
+    size_t n = sb_router_endpoint_count(x->env->router, x->t.pool);
+    bool any_available = false, untried_available = false, untried_open = false;
+    for (size_t i = 0; i < n; i++) {
+        sb_endpoint *e = sb_router_endpoint(x->env->router, x->t.pool, (uint32_t)i);
+        bool tried = i == x->ep;
+        for (size_t k = 0; k < x->n_excluded && !tried; k++)
+            tried = x->excluded[k] == i;
+        bool available = sb_endpoint_available(e, now);
+        any_available |= available;
+        if (!tried) {
+            untried_available |= available;
+            untried_open |= sb_endpoint_health(e, now) != SB_HEALTH_DRAINING;
+        }
+    }
+    return untried_available || (!any_available && untried_open);
+}
+
 /* Whether the attempt that just failed for `reason` (status: the 5xx read) may be followed by
  * another: the policy retries it, attempts and endpoints are left, and the budget allows. */
 static bool may_retry(exchange *x, enum sb_retry_reason reason, int status)
@@ -297,7 +328,7 @@ static bool may_retry(exchange *x, enum sb_retry_reason reason, int status)
     const sb_retry_policy *rp = &x->snap->cfg->retry;
     if (!x->req || x->started || !sb_retry_on(rp, reason, status) || (uint32_t)x->attempts >= rp->attempts ||
         x->n_excluded + 1 >= SB_RETRY_MAX_ATTEMPTS ||
-        x->n_excluded + 1 >= sb_router_endpoint_count(x->env->router, x->t.pool))
+        x->n_excluded + 1 >= sb_router_endpoint_count(x->env->router, x->t.pool) || !untried_left(x))
         return false;
     /* The budget bounds requests retrying at once, not attempts: one already retrying goes on. */
     sb_gateway_counters *c = x->env->counters;
@@ -370,7 +401,7 @@ static void retry_or_fail(exchange *x, int err, enum sb_retry_reason reason)
         x->carry_pending = x->ticket.has_prefix_pending;
         x->carried_hash = x->ticket.prefix_pending;
         x->ticket.has_prefix_pending = false;
-        report_end(x, true, 0);
+        report_end(x, true, 499); /* the endpoint never saw it: not evidence of its health */
         attempt(x);
         return;
     }
@@ -405,6 +436,33 @@ static void retry_status(exchange *x)
 }
 
 /* ---- client side callbacks ---- */
+
+/* The drain window ended before any answer began (waiting to retry, for a probe, for a
+ * connection or for the answer's head): the client gets a clear 503 rather than a closed
+ * connection; what was sent upstream is abandoned (closing it stops the engine). */
+static void on_client_cut(sb_http_req *req)
+{
+    exchange *x = req->user;
+    cancel_backoff(x);
+    if (x->probe_wait) {
+        sb_prober_sync_cancel(x->probe_wait);
+        x->probe_wait = NULL;
+    }
+    if (x->connecting) {
+        sb_upstream_close(x->connecting);
+        x->connecting = NULL;
+    }
+    drop_upstream(x, false);
+    report_end(x, true, 499); /* not the endpoint's doing */
+    x->final_status = 503;
+    x->outcome = "drain_cut";
+    x->reason = "drain_deadline_before_response";
+    detach_client(x);
+    x->env->error(x->env->owner, req, 503,
+                  "the gateway is shutting down: shutdown.drain_ms passed before an answer came", "service_unavailable",
+                  "draining");
+    exchange_maybe_free(x);
+}
 
 static void on_client_abort(sb_http_req *req)
 {
@@ -793,6 +851,9 @@ static void send_request(exchange *x)
     x->hfield_start = 0;
     x->in_value = false;
     x->got_bytes = false;
+    /* This attempt's, not a failed one's: the log's upstream status and the TTFB figures. */
+    x->status = 0;
+    x->t_first_byte = 0;
 
     /* Body: the client's bytes as they are, or three pieces with the served name spliced
      * in place of an alias: never re-serialised, never copied. */
@@ -1037,6 +1098,7 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
     env->counters->exchanges_live++;
     req->user = x;
     req->on_abort = on_client_abort;
+    req->on_cut = on_client_cut;
     req->on_drain = on_client_drain;
     attempt(x);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
 
 enum { UC_CONNECTING = 1, UC_WAITING, UC_OWNED, UC_IDLE, UC_CLOSING };
 enum { READ_BUF_BYTES = 65536 };
@@ -146,6 +147,12 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         memcpy(&u->addr, res->ai_addr, res->ai_addrlen);
         u->resolve_status = 0;
         u->retry_ms = u->opts.retry_ms;
+    } else if (u->resolve_status == 0) {
+        /* A lookup failed but an address is known (taken over from the gateway this one
+         * replaced): keep serving it rather than mark a working endpoint down on a transient
+         * resolver error. Names whose addresses change belong in endpoints_from. */
+        SB_WARN("upstream %s: lookup failed (%s); keeping the known address", u->address,
+                uv_strerror(status < 0 ? status : UV_EAI_NONAME));
     } else {
         u->resolve_status = status < 0 ? status : UV_EAI_NONAME;
         uv_timer_start(&u->retry_timer, on_retry_timer, u->retry_ms, 0);
@@ -153,9 +160,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     if (res)
         uv_freeaddrinfo(res);
-    flush_waiting(u, u->resolve_status);
+    /* The owner hears first: failing the waiting connections may end the last exchange of a
+     * retired gateway and free it, and the callback's argument with it. */
     if (u->opts.on_resolved)
         u->opts.on_resolved(u, u->resolve_status, u->opts.resolved_arg);
+    flush_waiting(u, u->resolve_status);
 }
 
 static void start_resolve(sb_upstream *u)

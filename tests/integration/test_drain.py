@@ -137,6 +137,24 @@ class GatewayDrainTest(LoggedGateway):
         self.assertEqual((line["outcome"], line["reason"], line["status"]), ("refused", "draining", 503))
         self.assertEqual(len(self.up.requests), 0)
 
+    def test_request_without_an_answer_at_the_deadline_gets_503_draining(self):
+        """A request still waiting for its answer's head when the window ends gets a clear 503
+        (not a closed connection) and logs drain_cut."""
+        self.start(300)
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        send_request(s, "POST", "/v1/chat/completions", chat_body("m"),
+                     {"x-request-id": "w-1", "x-fixture-head-delay-ms": "20000"})
+        wait_until(lambda: len(self.up.requests) == 1, 10, "the request upstream")
+        self.gw.proc.send_signal(signal.SIGTERM)
+        st, headers, body = read_response(s)
+        s.close()
+        self.assertEqual((st, headers["connection"]), (503, "close"))
+        self.assertEqual(json.loads(body)["error"]["code"], "draining")
+        self.assertEqual(self.exited(10), 0)
+        line = [l for l in self.lines() if l["request_id"] == "w-1"][0]
+        self.assertEqual((line["outcome"], line["reason"], line["status"]),
+                         ("drain_cut", "drain_deadline_before_response", 503))
+
     def test_idle_gateway_exits_at_once(self):
         self.start(30000)
         self.gw.proc.send_signal(signal.SIGTERM)

@@ -158,5 +158,72 @@ class StaleButServingTest(unittest.TestCase):
             sim.stop()
 
 
+class RetryAcrossPartsTest(unittest.TestCase):
+    """Where retries meet membership changes and down endpoints (the review of the merge)."""
+
+    def test_retries_survive_a_membership_change(self):
+        """Requests waiting to retry while a registration replaces the gateway: afterwards the
+        retry budget still counts from zero (its in-flight counts are the old gateway's), so a
+        failed first attempt is still retried on the healthy endpoint."""
+        failing = Sim("--speed", "50", "--fail-rate", "1", replicas=2)
+        healthy = Sim("--speed", "50", replicas=1)
+        token = "retry-test-token"
+        gw = Gateway([{"name": "p", "models": [MODEL], "profile": "round-robin",
+                       "endpoints": ["127.0.0.1:%d" % p for p in failing.ports],
+                       "yaml": ["health: { max_failures: 1000, failure_rate: 0 }"]}],
+                     extra="retry: { backoff_ms: 400, max_backoff_ms: 400 }", admin="token: " + token)
+        auth = {"Authorization": "Bearer " + token}
+        try:
+            import threading
+            results = []
+            ts = [threading.Thread(target=lambda i=i: results.append(
+                http(gw.port, "POST", "/v1/chat/completions", chat("w%d" % i), timeout=30)[0])) for i in range(3)]
+            for t in ts:
+                t.start()
+            wait_until(lambda: metric(gw_metrics(gw), "switchboard_retries_total") >= 3, 10, "three in backoff (the budget's floor)")
+            st, _, body = http(gw.admin_port, "POST", "/admin/endpoints",
+                               {"address": "127.0.0.1:%d" % healthy.port, "pool": "p"}, auth)
+            self.assertEqual(st, 201, body)
+            for t in ts:
+                t.join(30)
+            denied = metric(gw_metrics(gw), "switchboard_retries_budget_denied_total")
+            # Round robin over two failing endpoints and a healthy one: every request whose
+            # first pick fails is retried until it reaches the healthy one.
+            statuses = [http(gw.port, "POST", "/v1/chat/completions", chat("q%d" % i))[0] for i in range(6)]
+            self.assertEqual(statuses, [200] * 6)
+            self.assertEqual(metric(gw_metrics(gw), "switchboard_retries_budget_denied_total"), denied)
+        finally:
+            gw.close()
+            failing.stop()
+            healthy.stop()
+
+    def test_a_retry_does_not_panic_route_past_a_healthy_endpoint(self):
+        """Two replicas failing 30% and an endpoint whose name does not resolve (down): a request
+        that failed on both replicas gets the replica's own 500 passed through, not a retry in
+        panic on the down endpoint (a 502 naming it), and no panic is counted."""
+        sim = Sim("--speed", "50", "--fail-rate", "0.3", replicas=2)
+        down = "no-such-replica.invalid:9000"
+        gw = Gateway([{"name": "p", "models": [MODEL], "profile": "round-robin",
+                       "endpoints": ["127.0.0.1:%d" % p for p in sim.ports] + [down],
+                       "yaml": ["health: { max_failures: 1000, failure_rate: 0 }"]}],
+                     extra="discovery: { retry_ms: 60000 }")
+        try:
+            def is_down():
+                eps = json.loads(http(gw.admin_port, "GET", "/debug/endpoints")[2])["pools"][0]["endpoints"]
+                return [e for e in eps if e["address"] == down][0]["health"] == "down"
+            wait_until(is_down, 10, "the name marked down")
+            statuses, bodies = [], []
+            for i in range(80):
+                st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat("p%d" % i))
+                statuses.append(st)
+                bodies.append(body)
+            m = gw_metrics(gw)
+            self.assertNotIn(502, statuses, [b for s, b in zip(statuses, bodies) if s == 502][:2])
+            self.assertEqual(metric(m, "switchboard_panic_routing_total"), 0)
+        finally:
+            gw.close()
+            sim.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -12,15 +12,21 @@ static void run(const sb_sched_ctx *ctx, const sb_sched_request *req, sb_candida
 {
     (void)req;
     size_t left = 0;
+    bool tried_available = false;
     for (size_t i = 0; i < n; i++) {
-        if (c[i].removed_by)
+        if (c[i].removed_by) {
+            /* Panic is about the pool, not about what a retry has left: with a healthy endpoint
+             * already tried, the sick ones left are not tried in panic. */
+            if (!strcmp(c[i].removed_by, "retry-excluded") && sb_endpoint_available(c[i].ep, ctx->now))
+                tried_available = true;
             continue;
+        }
         if (sb_endpoint_available(c[i].ep, ctx->now))
             left++;
         else
             c[i].removed_by = "healthy";
     }
-    if (left)
+    if (left || tried_available)
         return;
     for (size_t i = 0; i < n; i++)
         if (c[i].removed_by && !strcmp(c[i].removed_by, "healthy") &&
