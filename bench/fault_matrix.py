@@ -6,7 +6,8 @@ Per fault: three simulated replicas behind a gateway (profile default, the confi
 one client sending chat completions one after another for SECONDS (every third one streamed)
 for each binary in turn; counted: answers 200, 5xx answers that reached the client, streams cut
 with a visible SSE error event, streams cut silently (no [DONE], no error), requests that got no
-answer at all, and each replica's share of the 200s. Medians over RUNS runs.
+answer at all, and replica 0's share of the 200s (the faulty one where one is; a third is
+fair). Medians over RUNS runs.
 
     python3 bench/fault_matrix.py [BASELINE_BINARY]     (default: no baseline column)
 Environment: SB_BIN (default build/switchboard), FAULT_SECONDS (default 8), FAULT_RUNS (3).
@@ -69,6 +70,27 @@ def request(port, n):
     return "cut, visible" if b'"error"' in data else "cut, silent"
 
 
+def first_replica_share(admin, address):
+    """Replica 0's share of the 2xx answers, from the gateway's per-endpoint counters."""
+    s = socket.create_connection(("127.0.0.1", admin), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    total = mine = 0.0
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith("switchboard_requests_total{") and 'code="2xx"' in line:
+            v = float(line.rsplit(" ", 1)[1])
+            total += v
+            if 'endpoint="%s"' % address in line:
+                mine += v
+    return mine / total if total else 0.0
+
+
 def run_once(binary, flags):
     work = tempfile.mkdtemp(prefix="sb-fault-")
     log = open(os.path.join(work, "log"), "w")
@@ -94,6 +116,7 @@ def run_once(binary, flags):
             r = request(port, n)
             counts[r] = counts.get(r, 0) + 1
             n += 1
+        counts["share"] = first_replica_share(admin, eps[0])
         return counts
     finally:
         for p in (gw, sim):
@@ -107,7 +130,7 @@ def run_once(binary, flags):
 def main():
     base = sys.argv[1] if len(sys.argv) > 1 else None
     bins = [("current", SB_BIN)] + ([("baseline", base)] if base else [])
-    classes = ["200", "5xx", "cut, visible", "cut, silent", "no answer", "4xx"]
+    classes = ["200", "5xx", "cut, visible", "cut, silent", "no answer", "4xx", "share"]
     print("fault matrix: 3 replicas (sim --speed 50), one client, %.0f s per run, median of %d runs; "
           "every third request streamed" % (SECONDS, RUNS))
     print("| fault | build | " + " | ".join(classes) + " |")
@@ -116,7 +139,8 @@ def main():
         for label, binary in bins:
             runs = [run_once(binary, flags) for _ in range(RUNS)]
             med = [statistics.median(r.get(c, 0) for r in runs) for c in classes]
-            print("| %s | %s | %s |" % (name, label, " | ".join("%g" % m for m in med)), flush=True)
+            print("| %s | %s | %s |" % (name, label, " | ".join("%.2f" % m if c == "share" else "%g" % m
+                                                               for c, m in zip(classes, med))), flush=True)
 
 
 if __name__ == "__main__":

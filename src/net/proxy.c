@@ -437,12 +437,10 @@ static void retry_status(exchange *x)
 
 /* ---- client side callbacks ---- */
 
-/* The drain window ended before any answer began (waiting to retry, for a probe, for a
- * connection or for the answer's head): the client gets a clear 503 rather than a closed
- * connection; what was sent upstream is abandoned (closing it stops the engine). */
-static void on_client_cut(sb_http_req *req)
+/* Stops whatever the exchange waits for before an answer: a retry's backoff, a probe, a
+ * connection (closing it suppresses the connect callback: nothing touches x from there). */
+static void stop_waiting(exchange *x)
 {
-    exchange *x = req->user;
     cancel_backoff(x);
     if (x->probe_wait) {
         sb_prober_sync_cancel(x->probe_wait);
@@ -452,6 +450,15 @@ static void on_client_cut(sb_http_req *req)
         sb_upstream_close(x->connecting);
         x->connecting = NULL;
     }
+}
+
+/* The drain window ended before any answer began (waiting to retry, for a probe, for a
+ * connection or for the answer's head): the client gets a clear 503 rather than a closed
+ * connection; what was sent upstream is abandoned (closing it stops the engine). */
+static void on_client_cut(sb_http_req *req)
+{
+    exchange *x = req->user;
+    stop_waiting(x);
     drop_upstream(x, false);
     report_end(x, true, 499); /* not the endpoint's doing */
     x->final_status = 503;
@@ -468,16 +475,7 @@ static void on_client_abort(sb_http_req *req)
 {
     exchange *x = req->user;
     x->req = NULL;
-    if (x->probe_wait) {
-        sb_prober_sync_cancel(x->probe_wait);
-        x->probe_wait = NULL;
-    }
-    if (x->connecting) {
-        /* Closing suppresses the connect callback: nothing will touch x from there. */
-        sb_upstream_close(x->connecting);
-        x->connecting = NULL;
-    }
-    cancel_backoff(x);
+    stop_waiting(x);
     if (x->env->cutting) {
         /* The drain window ended with this request still running: the gateway closed it. */
         x->outcome = "drain_cut";
