@@ -169,6 +169,25 @@ def client_loop(port, stop, tally, seed):
         one_request(port, rng.random() < 0.6, tally, rng)
 
 
+def gateway_counters(admin_port):
+    """What the gateway says it did: retries, retries the budget refused, ejections, panics."""
+    names = ["switchboard_retries_total", "switchboard_retries_budget_denied_total", "switchboard_ejections_total",
+             "switchboard_readmissions_total", "switchboard_panic_routing_total"]
+    out = dict.fromkeys((n[len("switchboard_"):] for n in names), 0.0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except (OSError, http.client.HTTPException):
+        return out
+    for line in text.splitlines():
+        for n in names:
+            if line.startswith(n + " ") or line.startswith(n + "{"):
+                out[n[len("switchboard_"):]] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def proc_figures(pid):
     rss = 0
     try:
@@ -253,6 +272,7 @@ def main():
     # Idle: upstream keep-alive connections may stay; client ones close with the clients.
     time.sleep(3.0)
     end = proc_figures(gw.pid)
+    counters = gateway_counters(admin_port)
     gw.send_signal(signal.SIGTERM)
     try:
         gw.wait(40)
@@ -276,6 +296,7 @@ def main():
     print("  5xx answers or stream errors that reached a client: %d (%.2f%%)" % (five, 100.0 * five / max(total, 1)))
     for d in tally.examples.values():
         print("  lost: %s" % d)
+    print("  gateway: %s" % ", ".join("%s %g" % kv for kv in counters.items()))
     verdicts = []
     lost = tally.counts.get("lost", 0) + hung_threads
     verdicts.append(("nothing lost", lost == 0, "%d lost, %d clients hung" % (tally.counts.get("lost", 0), hung_threads)))

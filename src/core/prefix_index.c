@@ -396,6 +396,39 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
     return best;
 }
 
+int sb_prefix_index_remap(sb_prefix_index *ix, const int32_t *map, uint32_t n_new, uint32_t default_capacity)
+{
+    if (n_new > 0x7fffffffu)
+        return -1;
+    ep_state *eps = sb_calloc(n_new ? n_new : 1, sizeof(ep_state));
+    uint64_t *stamp = sb_calloc(n_new ? n_new : 1, sizeof(uint64_t));
+    if (!eps || !stamp) {
+        sb_free(eps);
+        sb_free(stamp);
+        return -1;
+    }
+    for (uint32_t e = 0; e < n_new; e++)
+        eps[e] = (ep_state){.lru = SB_ILIST_EMPTY, .capacity = default_capacity};
+    for (uint32_t e = 0; e < ix->n_eps; e++) {
+        if (map[e] < 0 || (uint32_t)map[e] >= n_new) {
+            sb_prefix_index_clear_endpoint(ix, e); /* its entries name e: before any renumbering */
+            continue;
+        }
+        /* The list links are entry indexes, independent of the ep field: walk, renumber, and
+         * the state (list ends, counts, capacity) moves as it is. */
+        for (uint32_t k = ix->eps[e].lru.front; k != NIL; k = ix->entries[k].lru.next)
+            ix->entries[k].ep = (uint32_t)map[e];
+        eps[map[e]] = ix->eps[e];
+    }
+    sb_free(ix->eps);
+    sb_free(ix->stamp);
+    ix->eps = eps;
+    ix->stamp = stamp;
+    ix->n_eps = n_new;
+    ix->evict_cursor = 0;
+    return 0;
+}
+
 void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep)
 {
     if (ep >= ix->n_eps)

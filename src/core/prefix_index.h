@@ -73,6 +73,11 @@ void sb_prefix_index_settle_all(sb_prefix_index *ix);
 size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t n, uint32_t *match);
 
 /* Forgets everything an endpoint holds (it left, restarted or was reported cleared). */
+/* Renumbers the endpoints after a membership change: old endpoint e becomes map[e] (an index
+ * below n_new, each used at most once) with its entries, LRU order and capacity; one mapped to
+ * -1 is forgotten; new endpoints no old one maps to start empty with default_capacity. O(n +
+ * entries). 0, or -1 on ENOMEM with the index unchanged. */
+int sb_prefix_index_remap(sb_prefix_index *ix, const int32_t *map, uint32_t n_new, uint32_t default_capacity);
 void sb_prefix_index_clear_endpoint(sb_prefix_index *ix, uint32_t ep);
 
 /* The stamp given to entries inserted or refreshed from now on. Stamps compare by wrapping

@@ -614,6 +614,19 @@ void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
         sb_prefix_index_set_capacity(p->prefix, ep, b);
 }
 
+void sb_router_remap_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp, const int32_t *map)
+{
+    if (dp >= dst->n_pools || sp >= src->n_pools)
+        return;
+    pool *d = &dst->pools[dp], *s = &src->pools[sp];
+    if (sb_prefix_index_remap(s->prefix, map, (uint32_t)d->n_eps, d->params.prefix_default_blocks) < 0)
+        return;
+    sb_prefix_index *t = d->prefix;
+    d->prefix = s->prefix;
+    s->prefix = t; /* the old router's pool gets the empty one: its last requests settle there */
+    sb_prefix_index_settle_all(d->prefix);
+}
+
 void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp)
 {
     if (dp >= dst->n_pools || sp >= src->n_pools || dst->pools[dp].n_eps != src->pools[sp].n_eps)

@@ -137,6 +137,12 @@ void sb_router_prefix_clear(sb_router *r, uint32_t pool, uint32_t ep, sb_ns sinc
 /* Moves src's pool index to dst's pool (a reload that kept the pool's endpoints as they
  * were); src's pool gets an empty one. Both pools must have the same endpoint count. */
 void sb_router_move_prefix_index(sb_router *dst, uint32_t dst_pool, sb_router *src, uint32_t src_pool);
+/* The same after a membership change: src's endpoint e is dst's map[e] (-1: gone; injective);
+ * the approximate index moves renumbered (sb_prefix_index_remap), so the endpoints that stay
+ * keep what the router believes they hold. The precise index does not move (the engines' next
+ * events refill it). Out of memory: dst keeps its empty index. */
+void sb_router_remap_prefix_index(sb_router *dst, uint32_t dst_pool, sb_router *src, uint32_t src_pool,
+                                  const int32_t *map);
 /* The pool's index, for statistics; NULL if none. */
 const struct sb_prefix_index *sb_router_prefix_index(const sb_router *r, uint32_t pool);
 

@@ -728,6 +728,10 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
                 continue;
             ngw->stats.pool_metrics[p] = old->stats.pool_metrics[q];
             bool same = np->n_endpoints == op->n_endpoints;
+            /* Old endpoint f is new map[f] (-1: gone), for the prefix index's renumbering. */
+            int32_t *map = sb_malloc((op->n_endpoints ? op->n_endpoints : 1) * sizeof(int32_t));
+            for (size_t f = 0; map && f < op->n_endpoints; f++)
+                map[f] = -1;
             for (size_t e = 0; e < np->n_endpoints; e++) {
                 for (size_t f = 0; f < op->n_endpoints; f++) {
                     if (strcmp(np->endpoints[e].address, op->endpoints[f].address))
@@ -735,11 +739,17 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
                     sb_endpoint_adopt(sb_router_endpoint(ngw->router, (uint32_t)p, (uint32_t)e),
                                       sb_router_endpoint(old->router, (uint32_t)q, (uint32_t)f));
                     ngw->stats.ep_metrics[ngw->pool_first_up[p] + e] = old->stats.ep_metrics[old->pool_first_up[q] + f];
+                    if (map && map[f] < 0)
+                        map[f] = (int32_t)e; /* the first new endpoint of that address */
+                    break;
                 }
                 same = same && !strcmp(np->endpoints[e].address, op->endpoints[e].address);
             }
             if (same)
                 sb_router_move_prefix_index(ngw->router, (uint32_t)p, old->router, (uint32_t)q);
+            else if (map) /* a membership change: the staying endpoints keep what they hold */
+                sb_router_remap_prefix_index(ngw->router, (uint32_t)p, old->router, (uint32_t)q, map);
+            sb_free(map);
             break;
         }
     }

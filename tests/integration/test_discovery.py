@@ -82,6 +82,31 @@ class RegistrationTest(unittest.TestCase):
         st, _, m = http(self.gw.admin_port, "GET", "/metrics", headers=AUTH)
         self.assertRegex(m.decode(), r"switchboard_discovery_dynamic_endpoints 2\n")
 
+    def test_a_join_keeps_what_the_staying_endpoint_holds(self):
+        """The router's prefix index survives a membership change, renumbered: the endpoint
+        that stays keeps the blocks it was sent (it would otherwise lose its affinity at every
+        join or leave)."""
+        gw = Gateway([{"name": "d", "models": ["md"], "profile": "default", "endpoints": []}],
+                     admin="token: %s" % TOKEN)
+        try:
+            def blocks(addr):
+                st, _, b = http(gw.admin_port, "GET", "/debug/endpoints", headers=AUTH)
+                eps = {e["address"]: e for p in json.loads(b)["pools"] for e in p["endpoints"]}
+                return eps[addr]["prefix_index"]["blocks"] if addr in eps else None
+            a, b = self.ups
+            self.assertEqual(admin(gw, "POST", "/admin/endpoints", {"address": a.address, "pool": "d"})[0], 201)
+            wait_until(lambda: blocks(a.address) is not None, 5, "the first registration applied")
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat_body("md", "a long shared prompt " * 40))
+            self.assertEqual(st, 200, body)
+            held = blocks(a.address)
+            self.assertGreater(held, 0)
+            self.assertEqual(admin(gw, "POST", "/admin/endpoints", {"address": b.address, "pool": "d"})[0], 201)
+            wait_until(lambda: blocks(b.address) is not None, 5, "the second registration applied")
+            self.assertEqual(blocks(a.address), held)
+            self.assertEqual(blocks(b.address), 0)
+        finally:
+            gw.close()
+
     def test_a_burst_applies_once(self):
         """Five registrations pipelined on one connection arrive together: one rebuild."""
         self.gw.close()

@@ -46,6 +46,47 @@ static void test_match_leading_run(void **state)
     sb_prefix_index_free(ix);
 }
 
+/* A membership change renumbers the endpoints: those that stay keep their blocks, their LRU
+ * order and capacity under their new number; a gone one's entries are dropped; a new one
+ * starts empty; the index grows to the new count. */
+static void test_remap_endpoints(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(3, 1000, 100, 0x5ec7e7);
+    uint64_t a[6], b[6], c[6];
+    chain(1, 6, a);
+    chain(2, 6, b);
+    chain(3, 6, c);
+    sb_prefix_index_insert(ix, 0, a, 6);
+    sb_prefix_index_insert(ix, 1, b, 6);
+    sb_prefix_index_insert(ix, 2, c, 4);
+    sb_prefix_index_insert(ix, 2, a, 2); /* ep 2 shares a's head with ep 0 */
+    sb_prefix_index_set_capacity(ix, 2, 50);
+    /* ep 0 leaves; 1 stays 1; 2 becomes 0; new endpoints 2 and 3. */
+    const int32_t map[3] = {-1, 1, 0};
+    assert_int_equal(sb_prefix_index_remap(ix, map, 4, 77), 0);
+    uint32_t m[4];
+    assert_int_equal(sb_prefix_index_match(ix, a, 6, m), 2); /* only the old ep 2's head is left */
+    assert_int_equal(m[0], 2);
+    assert_int_equal(m[1] + m[2] + m[3], 0);
+    assert_int_equal(sb_prefix_index_match(ix, b, 6, m), 6);
+    assert_int_equal(m[1], 6);
+    assert_int_equal(sb_prefix_index_match(ix, c, 6, m), 4);
+    assert_int_equal(m[0], 4);
+    assert_int_equal(sb_prefix_index_entries(ix), 12);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 0), 6);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 3), 0);
+    assert_int_equal(sb_prefix_index_capacity(ix, 0), 50);
+    assert_int_equal(sb_prefix_index_capacity(ix, 3), 77);
+    /* The renumbered lists still work: LRU eviction on the new number, inserts on the new one. */
+    sb_prefix_index_set_capacity(ix, 0, 3);
+    assert_int_equal(sb_prefix_index_endpoint_entries(ix, 0), 3);
+    sb_prefix_index_insert(ix, 3, c, 6);
+    assert_int_equal(sb_prefix_index_match(ix, c, 6, m), 6);
+    assert_int_equal(m[3], 6);
+    sb_prefix_index_free(ix);
+}
+
 /* Expiry keeps the entries inserted or refreshed since a stamp, per endpoint, pending ones
  * included, and counts apart from evictions. */
 static void test_expire_by_stamp(void **state)
@@ -485,17 +526,12 @@ static void test_alloc_failure_degrades(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_match_leading_run),
-        cmocka_unit_test(test_expire_by_stamp),
-        cmocka_unit_test(test_capacity_evicts_lru_and_keeps_head),
-        cmocka_unit_test(test_clear_endpoint),
-        cmocka_unit_test(test_memory_bound),
-        cmocka_unit_test(test_randomized_against_model),
-        cmocka_unit_test(test_alloc_failure_degrades),
-        cmocka_unit_test(test_pending_until_settled),
-        cmocka_unit_test(test_secret_changes_placement_only),
-        cmocka_unit_test(test_match_memo_checks_blocks),
-        cmocka_unit_test(test_crafted_collisions_probe_short),
+        cmocka_unit_test(test_match_leading_run),        cmocka_unit_test(test_remap_endpoints),
+        cmocka_unit_test(test_expire_by_stamp),          cmocka_unit_test(test_capacity_evicts_lru_and_keeps_head),
+        cmocka_unit_test(test_clear_endpoint),           cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_randomized_against_model), cmocka_unit_test(test_alloc_failure_degrades),
+        cmocka_unit_test(test_pending_until_settled),    cmocka_unit_test(test_secret_changes_placement_only),
+        cmocka_unit_test(test_match_memo_checks_blocks), cmocka_unit_test(test_crafted_collisions_probe_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
