@@ -598,6 +598,12 @@ void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket 
     sb_endpoint_finish(e, t, ok, counts_for_health, &p->params.health, may_eject, now);
 }
 
+void sb_router_pool_carry_counters(sb_router *dst, uint32_t dp, const sb_router *src, uint32_t sp)
+{
+    if (dp < dst->n_pools && sp < src->n_pools)
+        dst->pools[dp].panics = src->pools[sp].panics;
+}
+
 uint64_t sb_router_pool_panics(const sb_router *r, uint32_t pool_idx)
 {
     return pool_idx < r->n_pools ? r->pools[pool_idx].panics : 0;

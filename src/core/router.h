@@ -125,6 +125,9 @@ bool sb_router_pool_saturated(sb_router *r, uint32_t pool, double queue_threshol
 bool sb_router_pool_available(sb_router *r, uint32_t pool, sb_ns now);
 /* Picks of the pool made in panic (every endpoint left was ejected or down: core/sched.h). */
 uint64_t sb_router_pool_panics(const sb_router *r, uint32_t pool);
+/* A replacing router's pool takes over the old one's counters (panics), so the metrics built
+ * on them never go back. */
+void sb_router_pool_carry_counters(sb_router *dst, uint32_t dst_pool, const sb_router *src, uint32_t src_pool);
 
 /* Prefix index upkeep, from what the engines report: capacity in tokens (0 = unknown: keep
  * the current one), and a restart or departure forgetting everything the endpoint held: the

@@ -727,6 +727,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
             if (strcmp(np->name, op->name))
                 continue;
             ngw->stats.pool_metrics[p] = old->stats.pool_metrics[q];
+            sb_router_pool_carry_counters(ngw->router, (uint32_t)p, old->router, (uint32_t)q);
             bool same = np->n_endpoints == op->n_endpoints;
             /* Old endpoint f is new map[f] (-1: gone), for the prefix index's renumbering. */
             int32_t *map = sb_malloc((op->n_endpoints ? op->n_endpoints : 1) * sizeof(int32_t));
