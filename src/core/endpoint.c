@@ -256,7 +256,10 @@ static void eject(sb_endpoint *ep, enum sb_eject_reason why, const sb_health_par
     ep->ejections_by[why]++;
     ep->health = SB_HEALTH_EJECTED;
     ep->ejected_until = now + backoff;
-    ep->eject_why = (int8_t)why;
+    /* A failed trial after a failure-rate ejection is still that ejection: a health check
+     * must not readmit it (sb_endpoint_active_check). */
+    if (!(why == SB_EJECT_TRIAL && ep->eject_why == SB_EJECT_RATE))
+        ep->eject_why = (int8_t)why;
     ep->consecutive_failures = 0;
     /* The evidence that ejected it is spent: after readmission the rate starts afresh. */
     ep->window_requests = ep->window_failures = 0;

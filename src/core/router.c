@@ -625,11 +625,25 @@ void sb_router_remap_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, u
     if (dp >= dst->n_pools || sp >= src->n_pools)
         return;
     pool *d = &dst->pools[dp], *s = &src->pools[sp];
-    if (sb_prefix_index_remap(s->prefix, map, (uint32_t)d->n_eps, d->params.prefix_default_blocks) < 0)
+    /* The old pool keeps picking until it retires (queued and parked requests go on): it needs
+     * an empty index of its own size, not the new pool's (its match array is n_eps long). */
+    sb_prefix_index *fresh = sb_prefix_index_new((uint32_t)s->n_eps, s->params.prefix_max_entries,
+                                                 s->params.prefix_default_blocks, src->hash_secret);
+    if (!fresh)
         return;
-    sb_prefix_index *t = d->prefix;
+    /* A pick never dispatched (a request that waited for a probe, say): its mark is not work
+     * the endpoint will do. */
+    if (s->pick_pending) {
+        sb_prefix_index_settle(s->prefix, s->pick_pending_ep, s->pick_pending_hash, false);
+        s->pick_pending = false;
+    }
+    if (sb_prefix_index_remap(s->prefix, map, (uint32_t)d->n_eps, d->params.prefix_default_blocks) < 0) {
+        sb_prefix_index_free(fresh);
+        return;
+    }
+    sb_prefix_index_free(d->prefix);
     d->prefix = s->prefix;
-    s->prefix = t; /* the old router's pool gets the empty one: its last requests settle there */
+    s->prefix = fresh; /* its last requests settle there */
     sb_prefix_index_settle_all(d->prefix);
 }
 

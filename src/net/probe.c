@@ -52,6 +52,7 @@ struct sb_prober {
     bool stopping;
     void *slots_scratch;
     sb_probe_wait *waits; /* synchronous probes out, a doubly linked list */
+    sb_probe_wait *creating; /* the wait sb_prober_sync is starting: not completed from inside */
     size_t n_waits;
     uint64_t sync_waits, sync_timeouts;
 };
@@ -350,7 +351,8 @@ static void wait_end(sb_probe_wait *w, bool call)
 static void on_wait_deadline(uv_timer_t *t)
 {
     sb_probe_wait *w = t->data;
-    w->owner->sync_timeouts++;
+    if (w->n_on) /* else every scrape ended during sb_prober_sync: not a timeout */
+        w->owner->sync_timeouts++;
     wait_end(w, true);
 }
 
@@ -367,7 +369,7 @@ static void wait_scrape_ended(sb_prober *p, probe *pr)
                 break;
             }
         }
-        if (w->n_on == 0)
+        if (w->n_on == 0 && w != p->creating)
             wait_end(w, true);
     }
 }
@@ -413,6 +415,11 @@ sb_probe_wait *sb_prober_sync(sb_prober *p, uint32_t pool, const uint32_t *eps, 
      * A start that fails is not reported from here (cb must not run inside this call): the
      * regular timer, armed to fire at once, tries again on the next loop turn and its end,
      * success or failure, counts for this wait. */
+    /* A start can end at once (a reused connection whose write fails): its scrape's end must
+     * not complete this wait from inside the call (other waits on it may complete); a wait
+     * left with nothing to wait for completes on the next loop turn. */
+    sb_probe_wait *outer = p->creating; /* a callback run from here may start another wait */
+    p->creating = w;
     for (size_t i = 0; i < k; i++) {
         probe *pr = on[i];
         if (pr->scrape)
@@ -425,6 +432,9 @@ sb_probe_wait *sb_prober_sync(sb_prober *p, uint32_t pool, const uint32_t *eps, 
             uv_timer_start(&pr->scrape_timer, on_scrape_timer, 0, 0); /* the regular path reports it */
         }
     }
+    p->creating = outer;
+    if (w->n_on == 0)
+        uv_timer_start(&w->timer, on_wait_deadline, 0, 0);
     return w;
 }
 

@@ -226,13 +226,10 @@ static void fail_before_response(exchange *x, int status, const char *message, c
     x->env->counters->upstream_errors++;
     if (x->req) {
         x->final_status = status;
-        /* Before any attempt: 503, nothing to route to (the gateway's answer, not a failure),
-         * or 500, the gateway's own. After one, whatever the status, the upstream failed (a
-         * replica's 500 whose retry found no endpoint left is not the gateway's error). */
-        x->outcome = x->attempts     ? "upstream_error"
-                     : status == 503 ? "refused"
-                     : status == 500 ? "gateway_error"
-                                     : "upstream_error";
+        /* The gateway's own failure (out of memory) comes without a code; 503 before any
+         * attempt: nothing to route to (the gateway's answer, not a failure); anything else
+         * is the upstream's (a replica's 500 whose retry found no endpoint left included). */
+        x->outcome = !code ? "gateway_error" : status == 503 && !x->attempts ? "refused" : "upstream_error";
         x->reason = code;
     }
     if (x->req) {

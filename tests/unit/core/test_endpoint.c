@@ -487,6 +487,19 @@ static void test_failure_rate_ejects(void **state)
     assert_int_equal(ep.ejections_by[SB_EJECT_CONSECUTIVE], 0);
     assert_string_equal(sb_eject_reason_name(SB_EJECT_RATE), "failure_rate");
 
+    /* Its /health passes all along: a passing check does not readmit a failure-rate ejection,
+     * nor, after the backoff, the re-ejection by a failed trial (still that ejection). */
+    sb_endpoint_active_check(&ep, true, T0 + 13);
+    assert_int_equal(ep.health, SB_HEALTH_EJECTED);
+    assert_int_equal(ep.readmissions, 0);
+    sb_ns later = T0 + 12 + hp.base_eject_ns;
+    assert_int_equal(sb_endpoint_health(&ep, later), SB_HEALTH_HALF_OPEN);
+    sb_ticket trial = sb_endpoint_dispatch(&ep, 10, later);
+    assert_int_equal(sb_endpoint_finish(&ep, &trial, false, true, &hp, true, later + 1), SB_EJECT_TRIAL);
+    sb_endpoint_active_check(&ep, true, later + 2);
+    assert_int_equal(ep.health, SB_HEALTH_EJECTED);
+    assert_int_equal(ep.readmissions, 0);
+
     /* The same failures spread over longer than the window never reach the rate. */
     sb_endpoint slow = {0};
     for (int i = 0; i < 60; i++) {

@@ -193,6 +193,41 @@ static void test_pool_saturated_needs_evidence(void **state)
     sb_router_free(r);
 }
 
+/* A membership change moves the pool's index renumbered to the new router; the old router
+ * keeps picking until it retires (queued requests), on an empty index of its own size (under
+ * ASan, a new pool's index handed back would overflow the old pool's match array). */
+static void test_remap_prefix_index_between_routers(void **state)
+{
+    (void)state;
+    sb_router *old = make_router(sb_profile_builtin("prefix-only"), 2);
+    sb_router *neu = make_router(sb_profile_builtin("prefix-only"), 40);
+    uint64_t h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = 0xabcdef1ULL * (uint64_t)(i + 1);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 128};
+    int a = sb_router_pick(old, &rq, 0);
+    assert_true(a >= 0);
+    sb_ticket t = sb_router_dispatched(old, 0, (uint32_t)a, 128, 0);
+    sb_router_first_byte(old, 0, (uint32_t)a, &t, 1);
+    sb_router_first_token(old, 0, (uint32_t)a, &t); /* computed: the blocks count from now */
+    sb_router_finished(old, 0, (uint32_t)a, &t, true, true, 2);
+    /* A last pick never dispatched: its pending mark must not move as computed. */
+    int b = sb_router_pick(
+        old, &(sb_sched_request){.pool = 0, .adapter = -1, .block_hashes = h + 0, .n_blocks = 8, .prompt_tokens = 128},
+        3);
+    assert_true(b >= 0);
+    /* Old endpoint a becomes new 17; the other one leaves. */
+    int32_t map[2] = {-1, -1};
+    map[a] = 17;
+    sb_router_remap_prefix_index(neu, 0, old, 0, map);
+    /* The new router finds the prefix on endpoint 17. */
+    assert_int_equal(sb_router_pick(neu, &rq, 4), 17);
+    /* The old router picks on, over an index of its own size. */
+    assert_true(sb_router_pick(old, &rq, 5) >= 0);
+    sb_router_free(old);
+    sb_router_free(neu);
+}
+
 /* A picked prefix counts for its endpoint only once the request's first token came back: the
  * engine cannot reuse blocks it is still computing, so requests meanwhile are spread by
  * other scores, not stacked behind the first (a hot prefix's opening burst). */
@@ -737,6 +772,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_remap_prefix_index_between_routers),
         cmocka_unit_test(test_ejection_bound_per_pool),
         cmocka_unit_test(test_panic_routing),
         cmocka_unit_test(test_stale_but_serving_keeps_share),
