@@ -44,7 +44,7 @@ typedef struct sb_request_ident {
     char id[SB_REQUEST_ID_MAX + 1]; /* x-request-id: the client's if sane, else generated */
     char peer[64];                  /* client address "ip:port" */
     char path[SB_LOG_PATH_MAX + 1]; /* URL path, cut at SB_LOG_PATH_MAX bytes */
-    int method;                     /* enum http_method */
+    int method;                     /* enum http_method; -1 when the head was not parsed */
 } sb_request_ident;
 
 /* A routed request, as the gateway hands it to admission and the proxy. */

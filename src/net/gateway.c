@@ -216,6 +216,27 @@ static void proxy_error(void *owner, sb_http_req *req, int status, const char *m
     sb_errors_reply(req, status, message, type, code);
 }
 
+/* The client listener's own answers (malformed or oversized requests, timeouts, the connection
+ * limit) get their access-log line too: counted in /metrics by the server, logged here. ctx is
+ * the serving gateway (the server's handler context follows a replacement). */
+static void on_server_refused(const sb_http_req *req, int status, const char *code, void *ctx)
+{
+    sb_gateway *gw = ctx;
+    sb_request_ident ident;
+    sb_stats_ident(req, &ident);
+    sb_ns now = uv_hrtime();
+    sb_exchange_log log = {.pool = -1,
+                           .ep = -1,
+                           .status = status,
+                           .outcome = "refused",
+                           .reason = code,
+                           .ident = &ident,
+                           .t_start = req->start_ns ? req->start_ns : now,
+                           .t_end = now,
+                           .gateway_answer = true};
+    sb_stats_record(&gw->stats, &log);
+}
+
 /* Read at each use: the prober starts after the env is made, and a retiring gateway has none. */
 static struct sb_prober *proxy_prober(void *owner)
 {
@@ -340,6 +361,7 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
             return rc;
         }
         sb_http_server_set_head_hook(gw->server, sb_gateway_on_head);
+        sb_http_server_set_refused(gw->server, on_server_refused);
         if (cfg->admin_host) {
             rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
                                       &gw->admin_server);

@@ -184,6 +184,8 @@ void hs_conn_linger(conn *c, uint32_t drain_ms)
  * trusted, or is not wanted. `headers` is NULL or extra "Name: value\r\n" lines. */
 void hs_fail_request(conn *c, int status, const char *code, const char *message, const char *headers)
 {
+    if (c->srv->on_refused)
+        c->srv->on_refused(&c->req, status, code, c->srv->ctx);
     sb_buf b = {0};
     sb_buf json = {0};
     const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
@@ -369,6 +371,11 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
 }
 
 uint16_t sb_http_server_port(const sb_http_server *s) { return s->port; }
+
+void sb_http_server_set_refused(sb_http_server *s, sb_http_refused_fn fn)
+{
+    s->on_refused = fn;
+}
 
 void sb_http_server_set_handler(sb_http_server *s, sb_http_handler handler, void *ctx)
 {

@@ -102,6 +102,11 @@ struct sb_http_req {
 };
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
+/* What the server answered on its own, before or instead of the handler (a malformed or
+ * oversized request, a head or body not received in time, the connection limit): for the
+ * owner's access log. req holds what was parsed (path NULL when the head was not), status the
+ * answer's, code its error code; ctx is the handler's (sb_http_server_set_handler). */
+typedef void (*sb_http_refused_fn)(const sb_http_req *req, int status, const char *code, void *ctx);
 
 /* Decides a request from its head alone, before its body is read. Called once per request
  * that has a body to come (Content-Length above 0, chunked) or asks for 100 Continue, when
@@ -167,6 +172,8 @@ uint16_t sb_http_server_port(const sb_http_server *s);
 /* Stops listening and closes every connection (in-flight requests get on_abort). The
  * server is freed once libuv has closed all handles. */
 void sb_http_server_stop(sb_http_server *s);
+/* Tells fn of every answer the server gives on its own (sb_http_refused_fn). */
+void sb_http_server_set_refused(sb_http_server *s, sb_http_refused_fn fn);
 /* Begins a graceful shutdown: closes the listening socket (new connections are refused by the
  * kernel), closes at once every keep-alive connection waiting for a request, and from now on
  * every answer carries Connection: close and closes its connection once it has left (a

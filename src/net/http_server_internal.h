@@ -109,6 +109,7 @@ struct sb_http_server {
     sb_http_handler handler;
     sb_http_head_hook on_head; /* NULL: every request goes whole to the handler */
     void *ctx;
+    sb_http_refused_fn on_refused; /* NULL: nobody hears of the server's own refusals */
     conn *conns;
     size_t n_conns;       /* open connections counted against max_connections (lingering included) */
     size_t n_refusing;    /* connections past the limit being answered 503 (not in n_conns) */

@@ -32,10 +32,11 @@ void sb_stats_ident(const sb_http_req *req, sb_request_ident *out)
 {
     snprintf(out->id, sizeof(out->id), "%s", req->id);
     snprintf(out->peer, sizeof(out->peer), "%s", req->peer ? req->peer : "");
-    size_t n = req->path_len < SB_LOG_PATH_MAX ? req->path_len : SB_LOG_PATH_MAX;
-    memcpy(out->path, req->path, n);
+    size_t n = !req->path ? 0 : req->path_len < SB_LOG_PATH_MAX ? req->path_len : SB_LOG_PATH_MAX;
+    if (n)
+        memcpy(out->path, req->path, n);
     out->path[n] = 0;
-    out->method = req->method;
+    out->method = req->path ? req->method : -1; /* no head parsed: no method either */
 }
 
 int sb_stats_class(const sb_exchange_log *log)
@@ -79,7 +80,8 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
     json_str(&b, id ? id->id : "");
     sb_buf_puts(&b, "\",\"client\":\"");
     json_str(&b, id ? id->peer : "");
-    sb_buf_printf(&b, "\",\"method\":\"%s\",\"path\":\"", id ? http_method_str((enum http_method)id->method) : "");
+    sb_buf_printf(&b, "\",\"method\":\"%s\",\"path\":\"",
+                  id && id->method >= 0 ? http_method_str((enum http_method)id->method) : "");
     json_str(&b, id ? id->path : "");
     sb_buf_puts(&b, "\",\"model\":\"");
     json_str(&b, log->model ? log->model : "");

@@ -97,6 +97,25 @@ class AccessLogTest(LoggedGateway):
         st, h, _ = http(self.gw.port, "POST", "/v1/chat/completions", b"x" * 5000, {"x-request-id": "big-1"})
         self.assertEqual((st, h.get("x-request-id")), (413, "big-1"))
 
+    def test_the_servers_own_refusals_get_a_line(self):
+        """Requests the HTTP layer answers itself, before the gateway's routes: a malformed
+        head (400, nothing parsed: no method or path), a body over the limit after the head
+        (413, with its id, method and path): one line each, outcome refused, the code as reason."""
+        self.start([self.up.address], extra="limits: { max_body_bytes: 1000 }\n")
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        s.sendall(b"\x01\x02 not http at all\r\n\r\n")
+        st = read_response(s)[0]
+        s.close()
+        self.assertEqual(st, 400)
+        st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", b"x" * 5000, {"x-request-id": "big-2"})
+        self.assertEqual(st, 413)
+        wait_until(lambda: len(self.lines()) >= 2, 10, "two lines")
+        bad, big = self.lines()[:2]
+        self.assertEqual((bad["status"], bad["outcome"], bad["method"], bad["path"]), (400, "refused", "", ""))
+        self.assertTrue(bad["reason"] and bad["client"].startswith("127.0.0.1:"), bad)
+        self.assertEqual((big["status"], big["outcome"], big["method"], big["path"], big["request_id"]),
+                         (413, "refused", "POST", "/v1/chat/completions", "big-2"))
+
     def test_gateway_502_logged_once_and_not_counted_as_rejected(self):
         dead = "127.0.0.1:%d" % free_port()
         self.start([dead])
