@@ -473,11 +473,15 @@ void sb_http_server_cut(sb_http_server *s)
             c->req.on_cut = NULL;
             cb(&c->req); /* answers: the connection lingers out (draining) */
             /* Closing frees c only in the close callback, on a later loop turn. */
-            if (c->state == CONN_HANDLING)
-                hs_conn_close(c); /* it did not answer */
+            if (c->state == CONN_HANDLING) { /* it did not answer */
+                c->req.cut = true;
+                hs_conn_close(c);
+            }
             continue;
         }
-        if (c->state != CONN_LINGERING)
+        if (c->state != CONN_LINGERING) {
+            c->req.cut = true;
             hs_conn_close(c);
+        }
     }
 }

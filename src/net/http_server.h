@@ -99,6 +99,9 @@ struct sb_http_req {
      * started: the handler answers now (e.g. 503) and the answer leaves before the connection
      * closes. A handler that does not answer from it gets on_abort as before. */
     void (*on_cut)(sb_http_req *req);
+    /* Set by sb_http_server_cut before on_abort: the server closed the request, not the client
+     * (read it in on_abort). */
+    bool cut;
 };
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);

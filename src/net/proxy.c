@@ -473,8 +473,10 @@ static void on_client_abort(sb_http_req *req)
     exchange *x = req->user;
     x->req = NULL;
     stop_waiting(x);
-    if (x->env->cutting) {
-        /* The drain window ended with this request still running: the gateway closed it. */
+    if (x->env->cutting || req->cut) {
+        /* The drain window ended with this request still running: the gateway closed it (req
+         * says so for a request of a gateway retired before the drain, whose env is not the
+         * one that cut). */
         x->outcome = "drain_cut";
         x->reason = x->started ? "drain_deadline" : "drain_deadline_before_response";
         if (!x->started)

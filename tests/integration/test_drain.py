@@ -4,12 +4,13 @@ what is still running at the deadline is cut, queued requests are refused 503 dr
 process exits 0. A second SIGTERM, SIGINT or SIGQUIT exits at once. The simulator drains the same
 way (its generations in flight finish)."""
 import json
+import os
 import signal
 import socket
 import subprocess
 import unittest
 
-from fixtures import chat_body, http, read_head, read_response, read_until_eof, send_request, wait_until
+from fixtures import Gateway, Upstream, chat_body, http, read_head, read_response, read_until_eof, send_request, wait_until
 from test_access_log import SATURATED, LoggedGateway
 from test_sim import MODEL, Sim
 
@@ -114,6 +115,34 @@ class GatewayDrainTest(LoggedGateway):
         line = [l for l in self.lines() if l["request_id"] == "long-1"][0]
         self.assertEqual((line["outcome"], line["reason"], line["status"]), ("drain_cut", "drain_deadline", 200))
         wait_until(lambda: self.up.closed_by_peer == 1, 5, "the upstream connection to close")
+
+    def test_a_retired_gateways_stream_cut_at_the_deadline_logs_drain_cut(self):
+        """A stream that began before a registration replaced the gateway runs on the old one
+        to its end; cut by the drain's deadline, it is still a drain_cut, not a client_abort."""
+        other = Upstream("v")
+        token = "drain-token"
+
+        def files(d):
+            self.access_log = os.path.join(d, "access.log")
+            return {"access_log": self.access_log}
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}],
+                          extra="access_log: {access_log}\nshutdown: { drain_ms: 300 }\n", admin="token: " + token,
+                          pre_start=files)
+        try:
+            s, _, rest = self.begin_stream(0, 0, mode="hang", rid="old-1")
+            st, _, body = http(self.gw.admin_port, "POST", "/admin/endpoints", {"address": other.address, "pool": "p"},
+                               {"Authorization": "Bearer " + token})
+            self.assertEqual(st, 201, body)
+            wait_until(lambda: "switchboard_config_reloads_total 1" in
+                       http(self.gw.admin_port, "GET", "/metrics")[2].decode(), 10, "the gateway replaced")
+            self.gw.proc.send_signal(signal.SIGTERM)
+            read_until_eof(s)
+            s.close()
+            self.assertEqual(self.exited(10), 0)
+            line = [l for l in self.lines() if l["request_id"] == "old-1"][0]
+            self.assertEqual((line["outcome"], line["reason"]), ("drain_cut", "drain_deadline"))
+        finally:
+            other.close()
 
     def test_queued_request_refused_503_draining_at_the_deadline(self):
         self.up.metrics_text = SATURATED
