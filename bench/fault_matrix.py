@@ -26,6 +26,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from soak import free_port, free_run, wait_port  # noqa: E402  (the soak's process helpers)
 
+
+def exchange(port, raw, timeout):
+    """Sends raw bytes (a request with Connection: close) and reads to EOF."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(raw)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        s.close()
+
+
 SB_BIN = os.environ.get("SB_BIN", os.path.join(ROOT, "build", "switchboard"))
 SECONDS = float(os.environ.get("FAULT_SECONDS", "8"))
 RUNS = int(os.environ.get("FAULT_RUNS", "3"))
@@ -44,20 +60,11 @@ def request(port, n):
     stream = n % 3 == 0
     body = json.dumps({"model": MODEL, "stream": stream, "max_tokens": 24,
                        "messages": [{"role": "user", "content": "question %d" % n}]}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body), 30)
     except OSError:
         return "no answer"
-    finally:
-        s.close()
     if not data.startswith(b"HTTP/1.1 "):
         return "no answer"
     status = int(data[9:12])
@@ -72,15 +79,7 @@ def request(port, n):
 
 def first_replica_share(admin, address):
     """Replica 0's share of the 2xx answers, from the gateway's per-endpoint counters."""
-    s = socket.create_connection(("127.0.0.1", admin), timeout=10)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
+    data = exchange(admin, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10)
     total = mine = 0.0
     for line in data.decode("utf-8", "replace").splitlines():
         if line.startswith("switchboard_requests_total{") and 'code="2xx"' in line:

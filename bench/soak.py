@@ -39,6 +39,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from fixtures import free_port, free_run  # noqa: E402  (the integration tests' port helpers)
 BIN = os.environ.get("SB_BIN", os.path.join(ROOT, "build", "switchboard"))
 SECONDS = float(os.environ.get("SOAK_SECONDS", "180"))
 CLIENTS = int(os.environ.get("SOAK_CLIENTS", "16"))
@@ -53,31 +55,6 @@ CHAOS_MODES = [
     ("die-after-tokens 8", ["--die-after-tokens", "8"]),
     ("metrics-hang", ["--metrics-hang"]),
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_run(n):
-    """n consecutive free ports (the simulator takes P..P+n-1)."""
-    for _ in range(200):
-        p = free_port()
-        if p + n >= 65535:
-            continue
-        ok = True
-        for q in range(p, p + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return p
-    raise RuntimeError("no run of free ports")
 
 
 def wait_port(port, timeout=15.0):

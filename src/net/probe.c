@@ -175,16 +175,24 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
     wait_scrape_ended(pr->owner, pr);
 }
 
+/* Starts one scrape (the timer's, or a synchronous probe's): 0, or a negative libuv error with
+ * no scrape out. */
+static int start_scrape(probe *pr)
+{
+    const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
+    int rc = sb_http_get_start(pr->up, path, pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms, MAX_METRICS_BYTES,
+                               on_scrape_done, pr, &pr->scrape);
+    if (rc < 0)
+        pr->scrape = NULL;
+    return rc;
+}
+
 static void on_scrape_timer(uv_timer_t *t)
 {
     probe *pr = t->data;
-    const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
-    uint32_t timeout = pr->pc->probe_timeout_ms;
-    int rc = sb_http_get_start(pr->up, path, pr->pc->upstream_auth_header, timeout, MAX_METRICS_BYTES, on_scrape_done, pr, &pr->scrape);
-    if (rc < 0) {
-        pr->scrape = NULL;
+    int rc = start_scrape(pr);
+    if (rc < 0)
         on_scrape_done(pr, rc, "", 0);
-    }
 }
 
 static void on_health_timer(uv_timer_t *t);
@@ -425,12 +433,8 @@ sb_probe_wait *sb_prober_sync(sb_prober *p, uint32_t pool, const uint32_t *eps, 
         if (pr->scrape)
             continue;
         uv_timer_stop(&pr->scrape_timer);
-        const char *path = pr->use_slots ? "/slots" : pr->pc->probe_path;
-        if (sb_http_get_start(pr->up, path, pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms, MAX_METRICS_BYTES,
-                              on_scrape_done, pr, &pr->scrape) < 0) {
-            pr->scrape = NULL;
+        if (start_scrape(pr) < 0)
             uv_timer_start(&pr->scrape_timer, on_scrape_timer, 0, 0); /* the regular path reports it */
-        }
     }
     p->creating = outer;
     if (w->n_on == 0)
