@@ -103,6 +103,12 @@ uint32_t sb_endpoint_slots_idle(const sb_endpoint *ep)
 {
     const sb_endpoint_slots *s = &ep->slots;
     int64_t v = (int64_t)s->idle + s->freed_since - s->sent_since;
+    /* Whatever a report says, each of our own requests in flight there holds a slot: a report
+     * taken before a request started may arrive after it was sent (the agent's or the scrape's
+     * lag) and would otherwise show its slot free. */
+    int64_t own = (int64_t)s->total - (int64_t)ep->in_flight;
+    if (v > own)
+        v = own;
     return v <= 0 ? 0 : v >= s->total ? s->total : (uint32_t)v;
 }
 
