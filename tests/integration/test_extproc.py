@@ -1,0 +1,668 @@
+"""The endpoint picker (`ext_proc:` listener) driven by a client that plays Envoy's part message by
+message (tests/extproc/envoy.js: @grpc/grpc-js with Envoy's real message definitions), in front
+of a simulated fleet, beside the same gateway's HTTP proxy listener.
+
+Where the test plays Envoy's router too (after the picker's answer it sends the request to the
+picked replica itself and feeds the replica's answer back as the response phase), the gateway
+sees exactly what it would behind a real Envoy.
+
+The node client needs tests/extproc/node_modules (scripts/deps.sh test installs it). Under
+`make test` (SB_REQUIRE_EXTPROC=1) a missing client fails the run; a plain developer run skips
+with a loud message."""
+import json
+import os
+import sys
+import threading
+import unittest
+
+import extproc_driver as ep
+from extproc_driver import (DESTINATION, Driver, b64, from_struct, metadata, request_body, request_headers,
+                            response_body, response_headers, set_headers, unb64)
+from fixtures import Gateway, free_port, http, read_response, send_request, wait_until
+from test_sim import MODEL, Sim
+
+ALIAS = "alias-a"
+DRAINED_MODEL = "drained-model"
+CHUNK_BYTES = 1000
+FALLBACKS = 2
+REQUIRED = os.environ.get("SB_REQUIRE_EXTPROC") == "1"
+SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+def require_client(case):
+    why = ep.missing()
+    if why is None:
+        return
+    if REQUIRED:
+        raise AssertionError("the ext_proc test client cannot run: " + why)
+    sys.stderr.write("\n*** SKIPPING the ext_proc tests: %s ***\n" % why)
+    raise unittest.SkipTest(why)
+
+
+def chat(text, model=MODEL, max_tokens=4, stream=False, pad=0):
+    msgs = [{"role": "system", "content": "You are terse." + " pad" * pad}, {"role": "user", "content": text}]
+    return {"model": model, "messages": msgs, "max_tokens": max_tokens, "stream": stream}
+
+
+def envoy_headers(body_len, path="/v1/chat/completions", extra=()):
+    h = [(":method", "POST"), (":path", path), (":authority", "gateway.example"), (":scheme", "http"),
+         ("content-type", "application/json"), ("content-length", str(body_len))]
+    return h + list(extra)
+
+
+def kind(msg):
+    for k in ("request_headers", "request_body", "request_trailers", "response_headers", "response_body",
+              "response_trailers", "immediate_response"):
+        if k in msg:
+            return k
+    return None
+
+
+def metrics(gw):
+    return http(gw.admin_port, "GET", "/metrics")[2].decode()
+
+
+def metric(text, name, **labels):
+    import re
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"([^{ ]+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def endpoints(gw, pool=0):
+    return {e["address"]: e for e in json.loads(http(gw.admin_port, "GET", "/debug/endpoints")[2])["pools"][pool]["endpoints"]}
+
+
+class Picked:
+    """What a request phase answered: the destination, metadata, and the body sent on."""
+
+    def __init__(self, responses):
+        self.responses = responses
+        self.immediate = None
+        self.destination = None
+        self.metadata = None
+        self.headers = {}
+        self.body_chunks = []
+        self.body_eos = False
+        self.clear_route_cache = False
+        for r in responses:
+            k = kind(r)
+            if k == "immediate_response":
+                self.immediate = r["immediate_response"]
+            common = (r.get(k) or {}).get("response") or {}
+            if common.get("header_mutation"):
+                self.headers.update(set_headers(common))
+            if common.get("clear_route_cache"):
+                self.clear_route_cache = True
+            bm = common.get("body_mutation") or {}
+            if "streamed_response" in bm:
+                self.body_chunks.append(unb64(bm["streamed_response"].get("body")))
+                self.body_eos = self.body_eos or bool(bm["streamed_response"].get("end_of_stream"))
+            elif "body" in bm:
+                self.body_chunks.append(unb64(bm["body"]))
+                self.body_eos = True
+            if r.get("dynamic_metadata"):
+                self.metadata = from_struct(r["dynamic_metadata"])
+        self.destination = self.headers.get(DESTINATION)
+
+    @property
+    def body(self):
+        return b"".join(self.body_chunks)
+
+    @property
+    def endpoints(self):
+        return self.destination.split(",") if self.destination else []
+
+    @property
+    def status(self):
+        return int(self.immediate["status"]["code"]) if self.immediate else None
+
+    def immediate_headers(self):
+        return set_headers(self.immediate.get("headers") or {}) if self.immediate else {}
+
+    def immediate_json(self):
+        return json.loads(unb64(self.immediate.get("body")))
+
+
+def request_done(msgs):
+    """A request phase is over: the last streamed chunk, a buffered body answer, or an immediate
+    response."""
+    for r in msgs:
+        k = kind(r)
+        if k == "immediate_response":
+            return True
+        if k == "request_body":
+            bm = (r[k].get("response") or {}).get("body_mutation") or {}
+            if "streamed_response" in bm and bm["streamed_response"].get("end_of_stream"):
+                return True
+            if "streamed_response" not in bm:  # buffered mode: one answer
+                return True
+    return False
+
+
+class PickerCase(unittest.TestCase):
+    """Helpers shared by the classes below: a request phase, Envoy's proxying, a response phase."""
+    gw = drv = sim = None
+    seq = 0
+
+    @classmethod
+    def next_id(cls, prefix="s"):
+        PickerCase.seq += 1
+        return "%s%d" % (prefix, PickerCase.seq)
+
+    def request_phase(self, body, chunks=1, headers_eos=False, extra_headers=(), meta=None, protocol=None,
+                      sid=None, path="/v1/chat/completions"):
+        """Sends headers then the body (in `chunks` pieces) on a new stream; waits for the
+        picker's answer to the request phase. Returns (sid, Picked)."""
+        if isinstance(body, dict):
+            body = json.dumps(body).encode()
+        sid = sid or self.next_id()
+        self.drv.open(sid)
+        self.drv.send(sid, request_headers(envoy_headers(len(body), path, extra_headers), headers_eos, meta, protocol))
+        if not headers_eos:
+            n = max(1, chunks)
+            step = max(1, -(-len(body) // n))
+            pieces = [body[i:i + step] for i in range(0, len(body), step)] or [b""]
+            for i, p in enumerate(pieces):
+                self.drv.send(sid, request_body(p, i == len(pieces) - 1))
+        buffered = protocol and protocol.get("request_body_mode") == "BUFFERED"
+
+        def done(msgs):
+            if any(kind(r) == "immediate_response" for r in msgs):
+                return True
+            if headers_eos:
+                return any(kind(r) == "request_headers" for r in msgs)
+            if buffered:
+                return any(kind(r) == "request_body" for r in msgs)
+            return request_done(msgs)
+        msgs = self.drv.wait_until(sid, done, 30, "the request phase's answer")
+        return sid, Picked(msgs)
+
+    def proxy_to(self, endpoint, body, headers=None, stream=False):
+        """Envoy's router: the request to the endpoint the picker chose."""
+        host, port = endpoint.rsplit(":", 1)
+        return http(int(port), "POST", "/v1/chat/completions", body, headers or {}, timeout=60)
+
+    def response_phase(self, sid, status, headers, body, chunks=3, meta=None, body_mode="FULL_DUPLEX_STREAMED"):
+        """Sends response headers and the body in chunks; checks the picker's answers (headers
+        CONTINUE, each body chunk echoed unchanged); half-closes; returns the stream's status."""
+        before = len(self.drv.responses(sid))
+        hdrs = [(":status", str(status))] + [(k, v) for k, v in headers.items() if k not in ("connection",)]
+        self.drv.send(sid, response_headers(hdrs, not body, meta))
+        msgs = self.drv.wait_responses(sid, before + 1)
+        self.assertEqual(kind(msgs[before]), "response_headers", msgs[before:])
+        self.assertFalse((msgs[before]["response_headers"].get("response") or {}).get("header_mutation"),
+                         "response headers pass through unchanged")
+        echoed = []
+        if body:
+            step = max(1, -(-len(body) // chunks))
+            pieces = [body[i:i + step] for i in range(0, len(body), step)]
+            for i, p in enumerate(pieces):
+                self.drv.send(sid, response_body(p, i == len(pieces) - 1))
+            msgs = self.drv.wait_responses(sid, before + 1 + len(pieces))
+            for r in msgs[before + 1:]:
+                self.assertEqual(kind(r), "response_body", r)
+                bm = (r["response_body"].get("response") or {}).get("body_mutation") or {}
+                if body_mode == "FULL_DUPLEX_STREAMED":
+                    echoed.append(unb64(bm["streamed_response"].get("body")))
+            if body_mode == "FULL_DUPLEX_STREAMED":
+                self.assertEqual(b"".join(echoed), body, "response body echoed byte for byte")
+                last = msgs[-1]["response_body"]["response"]["body_mutation"]["streamed_response"]
+                self.assertTrue(last.get("end_of_stream"))
+        self.drv.end(sid)
+        return self.drv.wait_status(sid)
+
+    def full_request(self, body, extra_headers=(), chunks=1, served=None):
+        """A request through the picker, proxied to the pick by the test, its answer fed back.
+        Returns (Picked, the replica's answer)."""
+        sid, picked = self.request_phase(body, chunks=chunks, extra_headers=extra_headers)
+        self.assertIsNone(picked.immediate, picked.responses)
+        target = served or picked.endpoints[0]
+        st, h, rbody = self.proxy_to(target, picked.body)
+        meta = metadata("envoy.lb", {DESTINATION + "-served": served}) if served else None
+        status = self.response_phase(sid, st, h, rbody, meta=meta)
+        self.assertEqual(status["code"], 0, status)
+        return picked, (st, h, rbody)
+
+
+class ExtProcTest(PickerCase):
+    """One fleet of 3 simulated replicas, one gateway with both listeners, one node driver."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_client(cls)
+        cls.sim = Sim("--speed", "50", replicas=3)
+        cls.ext_port = free_port()
+        cls.access_dir = None
+        eps = ["127.0.0.1:%d" % p for p in cls.sim.ports]
+        cls.eps = eps
+
+        def pre(d):
+            cls.access_log = os.path.join(d, "access.log")
+            return {"log": cls.access_log}
+        # probe off: the load picture is the gateway's own accounting plus ORCA reports
+        # carried in the response phase (the ORCA case checks they land).
+        cls.gw = Gateway(
+            [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps,
+              "yaml": ["probe: { enabled: false }"]},
+             {"name": "drained", "models": [DRAINED_MODEL], "profile": "default",
+              "endpoints": [{"address": eps[0], "draining": True}], "yaml": ["probe: { enabled: false }"]}],
+            extra=('ext_proc: { listen: "127.0.0.1:%d", fallbacks: %d, chunk_bytes: %d }\n'
+                   'limits: { max_body_bytes: 64KiB }\naccess_log: "{log}"') % (cls.ext_port, FALLBACKS, CHUNK_BYTES),
+            pre_start=pre)
+        wait_until(lambda: _can_connect(cls.ext_port), 15, "the ext_proc listener")
+        cls.drv = Driver(cls.ext_port)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if cls.drv:
+                cls.drv.close()
+            if cls.gw:
+                cls.gw.close()
+        finally:
+            if cls.sim:
+                cls.sim.stop()
+
+    def assert_destination(self, picked, n=1 + FALLBACKS):
+        self.assertIsNone(picked.immediate, picked.responses)
+        self.assertTrue(picked.clear_route_cache)
+        self.assertEqual(len(picked.endpoints), n, picked.destination)
+        self.assertEqual(len(set(picked.endpoints)), n, "fallbacks are distinct")
+        self.assertTrue(set(picked.endpoints) <= set(self.eps), picked.destination)
+        self.assertEqual(picked.metadata, {"envoy.lb": {DESTINATION: picked.destination}},
+                         "the header and the metadata name the same endpoints")
+
+    # ---- request phase, FULL_DUPLEX_STREAMED ----
+
+    def test_one_chunk_streamed_back_identical(self):
+        body = json.dumps(chat("one chunk", pad=400)).encode()  # > 2 x chunk_bytes
+        sid, p = self.request_phase(body, chunks=1)
+        self.assert_destination(p)
+        kinds = [kind(r) for r in p.responses]
+        self.assertEqual(kinds[0], "request_headers", "the headers' answer comes first")
+        self.assertTrue(all(k == "request_body" for k in kinds[1:]), kinds)
+        self.assertGreaterEqual(len(p.body_chunks), 3)
+        self.assertTrue(all(0 < len(c) <= CHUNK_BYTES for c in p.body_chunks), [len(c) for c in p.body_chunks])
+        self.assertEqual(p.body, body, "body streamed back byte for byte")
+        self.assertTrue(p.body_eos)
+        self.assertEqual(p.headers.get("content-length"), str(len(body)))
+        self.drv.cancel(sid)
+
+    def test_many_chunks(self):
+        body = json.dumps(chat("many small chunks", pad=50)).encode()
+        sid, p = self.request_phase(body, chunks=37)
+        self.assert_destination(p)
+        self.assertEqual(p.body, body)
+        self.drv.cancel(sid)
+
+    def test_headers_with_end_of_stream_needs_a_body(self):
+        sid, p = self.request_phase(b"", headers_eos=True)
+        self.assertEqual(p.status, 400, p.responses)
+        self.assertIn("error", p.immediate_json())
+        self.drv.cancel(sid)
+
+    def test_alias_rewritten_in_body(self):
+        req = chat("through an alias", model=ALIAS)
+        body = json.dumps(req).encode()
+        sid, p = self.request_phase(body, chunks=4)
+        self.assert_destination(p)
+        sent = json.loads(p.body)
+        self.assertEqual(sent["model"], MODEL, "the served name goes upstream")
+        self.assertEqual({k: v for k, v in sent.items() if k != "model"}, {k: v for k, v in req.items() if k != "model"})
+        self.assertEqual(p.headers.get("content-length"), str(len(p.body)))
+        self.assertTrue(all(len(c) <= CHUNK_BYTES for c in p.body_chunks))
+        self.drv.cancel(sid)
+
+    # ---- BUFFERED (a protocol_config on the stream wins over the configured mode) ----
+
+    def test_buffered_mode(self):
+        req = chat("buffered", model=ALIAS)
+        body = json.dumps(req).encode()
+        sid, p = self.request_phase(body, protocol={"request_body_mode": "BUFFERED", "response_body_mode": "BUFFERED"})
+        first = p.responses[0]
+        self.assertEqual(kind(first), "request_headers")
+        self.assertFalse((first["request_headers"].get("response") or {}).get("header_mutation"),
+                         "headers answered at once with CONTINUE")
+        bodies = [r for r in p.responses if kind(r) == "request_body"]
+        self.assertEqual(len(bodies), 1)
+        common = bodies[0]["request_body"]["response"]
+        dest = set_headers(common).get(DESTINATION)
+        self.assertTrue(dest and dest.split(",")[0] in self.eps, common)
+        self.assertTrue(common.get("clear_route_cache"))
+        self.assertEqual(from_struct(bodies[0]["dynamic_metadata"]), {"envoy.lb": {DESTINATION: dest}})
+        replaced = unb64(common["body_mutation"]["body"])
+        self.assertEqual(json.loads(replaced)["model"], MODEL)
+        self.assertEqual(set_headers(common).get("content-length"), str(len(replaced)))
+        # Response phase, buffered: one body message answered with a BodyResponse.
+        st, h, rbody = self.proxy_to(dest.split(",")[0], replaced)
+        self.assertEqual(st, 200)
+        status = self.response_phase(sid, st, h, rbody, chunks=1, body_mode="BUFFERED")
+        self.assertEqual(status["code"], 0)
+
+    def test_buffered_unchanged_body_not_replaced(self):
+        body = json.dumps(chat("buffered, served name")).encode()
+        sid, p = self.request_phase(body, protocol={"request_body_mode": "BUFFERED"})
+        common = [r for r in p.responses if kind(r) == "request_body"][0]["request_body"]["response"]
+        self.assertIn(DESTINATION, set_headers(common))
+        self.assertNotIn("body", common.get("body_mutation") or {}, "an unchanged body is not sent back")
+        self.drv.cancel(sid)
+
+    # ---- the decision is the proxy's ----
+
+    def test_same_pick_as_the_proxy_both_ways(self):
+        # Through the proxy first: the prompt's prefix lands on one replica; the picker then
+        # picks the same replica for the same prompt.
+        prompt = chat("proxy first", pad=300)
+        st, h, body = http(self.gw.port, "POST", "/v1/chat/completions", prompt, timeout=60)
+        self.assertEqual(st, 200)
+        d = self.last_decision()
+        p, _ = self.full_request(prompt)
+        self.assertEqual(p.endpoints[0], d, "ext_proc picked where the proxy sent the same prompt")
+        self.assertEqual(self.last_decision(), p.endpoints[0], "/debug/decisions records the picker's pick")
+        # And the other way: the picker first (full response phase), then the proxy.
+        prompt2 = chat("picker first", pad=300)
+        p2, _ = self.full_request(prompt2)
+        st, h, body = http(self.gw.port, "POST", "/v1/chat/completions", prompt2, timeout=60)
+        self.assertEqual(st, 200)
+        self.assertEqual(self.last_decision(), p2.endpoints[0], "the proxy picked where the picker sent it")
+
+    def last_decision(self):
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
+        self.assertEqual(st, 200)
+        d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+        return d["candidates"][d["picked"]]["address"]
+
+    # ---- response phase accounting ----
+
+    def test_response_phase_moves_the_counters(self):
+        before = metrics(self.gw)
+        rid = "extproc-acct-1"
+        p, (st, h, rbody) = self.full_request(chat("count me", max_tokens=5), extra_headers=[("x-request-id", rid)])
+        self.assertEqual(st, 200)
+        usage = json.loads(rbody)["usage"]
+        ep0 = p.endpoints[0]
+        after = metrics(self.gw)
+        self.assertEqual(metric(after, "switchboard_requests_total", endpoint=ep0) -
+                         metric(before, "switchboard_requests_total", endpoint=ep0), 1)
+        self.assertEqual(metric(after, "switchboard_completion_tokens_total") -
+                         metric(before, "switchboard_completion_tokens_total"), usage["completion_tokens"])
+        self.assertEqual(metric(after, "switchboard_prompt_tokens_total") -
+                         metric(before, "switchboard_prompt_tokens_total"), usage["prompt_tokens"])
+        wait_until(lambda: metric(metrics(self.gw), "switchboard_endpoint_in_flight") == 0, 10, "in-flight back to 0")
+        self.assertEqual(endpoints(self.gw)[ep0]["prefix_index"]["pending"], 0)
+
+        def logged():
+            try:
+                return [json.loads(l) for l in open(self.access_log) if rid in l]
+            except OSError:
+                return []
+        wait_until(lambda: logged(), 10, "the access log line")
+        line = logged()[0]
+        self.assertEqual((line["endpoint"], line["status"], line["outcome"]), (ep0, 200, "ok"))
+        self.assertEqual(line["completion_tokens"], usage["completion_tokens"])
+        self.assertEqual(line["path"], "/v1/chat/completions")
+
+    def test_streamed_answer_usage_counted(self):
+        before = metrics(self.gw)
+        req = chat("stream me", max_tokens=6, stream=True)
+        req["stream_options"] = {"include_usage": True}
+        p, (st, h, rbody) = self.full_request(req)
+        self.assertEqual(st, 200)
+        self.assertIn(b"data: [DONE]", rbody)
+        after = metrics(self.gw)
+        self.assertEqual(metric(after, "switchboard_completion_tokens_total") -
+                         metric(before, "switchboard_completion_tokens_total"), 6)
+
+    def test_orca_header_in_response_headers_applied(self):
+        sid, p = self.request_phase(chat("orca"))
+        ep0 = p.endpoints[0]
+        orca = "TEXT named_metrics.kv_cache_usage_perc=0.42, named_metrics.num_requests_waiting=7"
+        status = self.response_phase(sid, 200, {"content-type": "application/json", "endpoint-load-metrics": orca},
+                                     json.dumps({"usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                                                           "total_tokens": 4}}).encode())
+        self.assertEqual(status["code"], 0)
+        rep = endpoints(self.gw)[ep0]["report"]
+        self.assertEqual(rep["waiting"], 7, rep)
+        self.assertAlmostEqual(rep["kv_cache_usage"], 0.42, places=3)
+
+    def test_served_endpoint_feedback(self):
+        sid, p = self.request_phase(chat("served elsewhere"))
+        picked, fallback = p.endpoints[0], p.endpoints[1]
+        before = endpoints(self.gw)
+        st, h, rbody = self.proxy_to(fallback, p.body)
+        status = self.response_phase(sid, st, h, rbody,
+                                     meta=metadata("envoy.lb", {DESTINATION + "-served": fallback}))
+        self.assertEqual(status["code"], 0)
+        after = endpoints(self.gw)
+        self.assertEqual(after[fallback]["own"]["completed"] - before[fallback]["own"]["completed"], 1,
+                         "the endpoint that served is credited")
+        self.assertEqual(after[picked]["own"]["completed"], before[picked]["own"]["completed"])
+        self.assertEqual(sum(e["own"]["in_flight"] for e in after.values()), 0)
+
+    # ---- subset hint ----
+
+    def test_subset_restricts_candidates(self):
+        for want in self.eps:
+            for form in ([want], want):  # a list of strings, or a comma string
+                sid, p = self.request_phase(chat("subset " + want),
+                                            meta=metadata("envoy.lb", {DESTINATION + "-subset": form}))
+                self.assertIsNone(p.immediate, p.responses)
+                self.assertEqual(p.endpoints, [want])
+                self.drv.cancel(sid)
+        two = self.eps[1:]
+        sid, p = self.request_phase(chat("subset of two"), meta=metadata("envoy.lb", {DESTINATION + "-subset": two}))
+        self.assertEqual(set(p.endpoints), set(two))
+        self.drv.cancel(sid)
+
+    def test_empty_subset_503(self):
+        sid, p = self.request_phase(chat("empty subset"), meta=metadata("envoy.lb", {DESTINATION + "-subset": []}))
+        self.assertEqual(p.status, 503, p.responses)
+        self.assertIn("error", p.immediate_json())
+        self.drv.wait_status(sid)
+
+    # ---- errors ----
+
+    def test_unknown_model_404(self):
+        sid, p = self.request_phase(chat("who", model="no-such-model"), extra_headers=[("x-request-id", "rid-404")])
+        self.assertEqual(p.status, 404)
+        err = p.immediate_json()["error"]
+        self.assertEqual(set(err), {"message", "type", "param", "code"})
+        h = p.immediate_headers()
+        self.assertEqual(h.get("content-type"), "application/json")
+        self.assertEqual(h.get("x-request-id"), "rid-404")
+        self.drv.wait_status(sid)
+
+    def test_bad_json_400(self):
+        sid, p = self.request_phase(b'{"model": "' + MODEL.encode() + b'", "messages": [')
+        self.assertEqual(p.status, 400)
+        self.assertIn("error", p.immediate_json())
+
+    def test_no_endpoint_503(self):
+        sid, p = self.request_phase(chat("nobody", model=DRAINED_MODEL))
+        self.assertEqual(p.status, 503, p.responses)
+        self.assertEqual(p.immediate_headers().get("x-switchboard-refusal"), "no_healthy_endpoint")
+        self.assertIn("retry-after", p.immediate_headers())
+        self.assertEqual(p.immediate_json()["error"]["code"], "no_healthy_endpoint")
+
+    def test_body_over_limit_413(self):
+        big = json.dumps(chat("x" * (70 * 1024))).encode()
+        sid, p = self.request_phase(big, chunks=8)
+        self.assertEqual(p.status, 413, [kind(r) for r in p.responses])
+
+    def test_malformed_and_out_of_order_end_the_stream_not_the_server(self):
+        cases = {
+            "garbage": lambda sid: self.drv.send_hex(sid, "ffffffff0f"),
+            "body_first": lambda sid: self.drv.send(sid, request_body(b"{}", True)),
+            "two_headers": lambda sid: (self.drv.send(sid, request_headers(envoy_headers(2))),
+                                        self.drv.send(sid, request_headers(envoy_headers(2)))),
+            "empty_oneof": lambda sid: self.drv.send(sid, {}),
+        }
+        for name, act in cases.items():
+            sid = self.next_id(name)
+            self.drv.open(sid, kind="raw" if name == "garbage" else "process")
+            act(sid)
+            st = self.drv.wait_status(sid)
+            self.assertEqual(st["code"], 3, (name, st))
+        # The server still serves.
+        sid, p = self.request_phase(chat("still here"))
+        self.assert_destination(p)
+        self.drv.cancel(sid)
+        st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat("proxy still here"), timeout=60)
+        self.assertEqual(st, 200)
+
+    def test_unknown_method_unimplemented(self):
+        sid = self.next_id("unimpl")
+        self.drv.open(sid, kind="raw", path="/envoy.service.ext_proc.v3.ExternalProcessor/Nope")
+        self.drv.send_hex(sid, "")
+        self.drv.end(sid)
+        self.assertEqual(self.drv.wait_status(sid)["code"], 12)
+
+    # ---- health ----
+
+    def test_health_check_and_watch(self):
+        for service, want in (("", "SERVING"), (SERVICE, "SERVING")):
+            sid = self.next_id("hc")
+            self.drv.open(sid, kind="check", service=service)
+            st = self.drv.wait_status(sid)
+            self.assertEqual(st["code"], 0, st)
+            self.assertEqual(self.drv.responses(sid), [{"status": want}])
+        sid = self.next_id("hc")
+        self.drv.open(sid, kind="check", service="no.such.Service")
+        self.assertEqual(self.drv.wait_status(sid)["code"], 5)  # NOT_FOUND
+        sid = self.next_id("watch")
+        self.drv.open(sid, kind="watch", service="")
+        self.assertEqual(self.drv.wait_responses(sid, 1), [{"status": "SERVING"}])
+        self.drv.cancel(sid)
+        self.assertEqual(self.drv.wait_status(sid)["code"], 1)  # CANCELLED, the client's doing
+
+    # ---- many at once ----
+
+    def test_500_concurrent_streams(self):
+        n = 500
+        before = metrics(self.gw)
+        usage = json.dumps({"id": "x", "object": "chat.completion", "choices": [],
+                            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}).encode()
+        ids = []
+        for i in range(n):
+            body = json.dumps(chat("concurrent %d" % i)).encode()
+            script = [{"send": request_headers(envoy_headers(len(body)))},
+                      {"send": request_body(body, True)},
+                      {"await": 2},
+                      {"send": response_headers([(":status", "200"), ("content-type", "application/json")])},
+                      {"await": 3},
+                      {"send": response_body(usage, True)},
+                      {"await": 4},
+                      {"end": True}]
+            sid = self.next_id("c")
+            ids.append(sid)
+            self.drv.run(sid, script)
+        for sid in ids:
+            st = self.drv.wait_status(sid, timeout=120)
+            self.assertEqual(st["code"], 0, (sid, st, self.drv.responses(sid)))
+            p = Picked(self.drv.responses(sid))
+            self.assertIn(p.endpoints[0] if p.destination else None, self.eps, self.drv.responses(sid))
+        after = metrics(self.gw)
+        self.assertEqual(metric(after, "switchboard_completion_tokens_total") -
+                         metric(before, "switchboard_completion_tokens_total"), 2 * n)
+        wait_until(lambda: metric(metrics(self.gw), "switchboard_endpoint_in_flight") == 0, 10, "in-flight back to 0")
+        spread = [sum(1 for sid in ids if Picked(self.drv.responses(sid)).endpoints[0] == e) for e in self.eps]
+        self.assertEqual(sum(spread), n)
+
+
+class FlowControlTest(PickerCase):
+    """A saturated pool (long requests through the proxy listener fill both replicas' queues):
+    the picker sheds sheddable requests with 429, holds a standard one open while it is queued,
+    and takes a cancelled stream out of the queue."""
+
+    def setUp(self):
+        require_client(self)
+        self.sim = Sim("--speed", "1", "--max-num-seqs", "1", replicas=2)
+        self.ext_port = free_port()
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "least-request",
+                            "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports],
+                            "yaml": ["probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"]}],
+                          extra='ext_proc: { listen: "127.0.0.1:%d" }\nflow_control:\n  max_queued: { critical: 1 }'
+                                % self.ext_port)
+        wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
+        self.drv = Driver(self.ext_port)
+        self.threads = []
+        self.results = []
+
+    def tearDown(self):
+        for t in self.threads:
+            t.join()
+        try:
+            self.drv.close()
+            self.gw.close()
+        finally:
+            self.sim.stop()
+
+    def background(self, text, max_tokens=300):
+        def run():
+            st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat(text, max_tokens=max_tokens), timeout=60)
+            self.results.append(st)
+        t = threading.Thread(target=run)
+        t.start()
+        self.threads.append(t)
+
+    def test_shed_queue_and_cancel(self):
+        for i in range(12):
+            self.background("load %d" % i)
+        wait_until(lambda: all((e["report"].get("waiting") or 0) > 1 for e in endpoints(self.gw).values()), 20,
+                   "both replicas to report a queue over the gate's threshold")
+        # Sheddable: 429 at once, with the reason header and an OpenAI-shaped body.
+        sid, p = self.request_phase(chat("shed me"), extra_headers=[("x-priority", "sheddable")])
+        self.assertEqual(p.status, 429, p.responses)
+        h = p.immediate_headers()
+        self.assertEqual(h.get("x-switchboard-refusal"), "shed")
+        self.assertGreaterEqual(int(h.get("retry-after", "0")), 1)
+        self.assertEqual(p.immediate_json()["error"]["code"], "shed")
+        # Standard: queued; the stream stays open with no answer to the request phase.
+        sid = self.next_id("q")
+        body = json.dumps(chat("queued then cancelled")).encode()
+        self.drv.open(sid)
+        self.drv.send(sid, request_headers(envoy_headers(len(body))))
+        self.drv.send(sid, request_body(body, True))
+        wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard") == 1, 10,
+                   "the request to be queued")
+        self.assertEqual(self.drv.responses(sid), [], "no answer while queued")
+        self.assertNotIn(sid, self.drv.status, "the stream is held open")
+        self.drv.cancel(sid)
+        wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_removed_total", pool="p", band="standard") == 1,
+                   10, "the cancelled stream to leave the queue")
+        self.assertEqual(metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard"), 0)
+        # A critical request queued then released once capacity frees: answered with a pick.
+        sid2, p2 = None, None
+        sid2 = self.next_id("crit")
+        body = json.dumps(chat("critical, queued")).encode()
+        self.drv.open(sid2, deadline_ms=90000)
+        self.drv.send(sid2, request_headers(envoy_headers(len(body), extra=[("x-priority", "critical")])))
+        self.drv.send(sid2, request_body(body, True))
+        msgs = self.drv.wait_until(sid2, request_done, 90, "the queued critical request's pick")
+        p2 = Picked(msgs)
+        self.assertIsNone(p2.immediate, msgs)
+        self.assertTrue(p2.endpoints)
+        self.drv.cancel(sid2)
+        for t in self.threads:
+            t.join()
+        self.assertEqual(set(self.results), {200})
+
+
+def _can_connect(port):
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    unittest.main()
