@@ -20,6 +20,23 @@ NODE = shutil.which("node")
 DESTINATION = "x-gateway-destination-endpoint"
 
 
+def http_status(code):
+    """ImmediateResponse.status.code as a number: the driver prints enums by name
+    (envoy.type.v3.StatusCode: "TooManyRequests"), numbers outside the enum as numbers."""
+    if isinstance(code, int) or str(code).isdigit():
+        return int(code)
+    if not _STATUS_CODES:
+        import re
+        path = os.path.join(EXTPROC_DIR, "node_modules", "@grpc", "grpc-js-xds", "deps", "envoy-api", "envoy", "type",
+                            "v3", "http_status.proto")
+        with open(path) as f:
+            _STATUS_CODES.update((k, int(v)) for k, v in re.findall(r"^\s+(\w+) = (\d+);", f.read(), re.M))
+    return _STATUS_CODES[code]
+
+
+_STATUS_CODES = {}
+
+
 def missing():
     """Why the node client cannot run here, or None."""
     if not NODE:

@@ -23,7 +23,7 @@ from test_sim import MODEL, Sim
 
 ALIAS = "alias-a"
 DRAINED_MODEL = "drained-model"
-CHUNK_BYTES = 1000
+CHUNK_BYTES = 1024
 FALLBACKS = 2
 REQUIRED = os.environ.get("SB_REQUIRE_EXTPROC") == "1"
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
@@ -121,10 +121,14 @@ class Picked:
 
     @property
     def status(self):
-        return int(self.immediate["status"]["code"]) if self.immediate else None
+        return ep.http_status(self.immediate["status"]["code"]) if self.immediate else None
+
+    def immediate_header_names(self):
+        return list(set_headers(self.immediate.get("headers") or {})) if self.immediate else []
 
     def immediate_headers(self):
-        return set_headers(self.immediate.get("headers") or {}) if self.immediate else {}
+        """Keyed by lower-cased name (test_refusal_header_names_lower_case checks the case)."""
+        return {k.lower(): v for k, v in set_headers(self.immediate.get("headers") or {}).items()} if self.immediate else {}
 
     def immediate_json(self):
         return json.loads(unb64(self.immediate.get("body")))
@@ -151,6 +155,16 @@ class PickerCase(unittest.TestCase):
     gw = drv = sim = None
     seq = 0
 
+    def setUp(self):
+        self.opened = []
+
+    def cancel_open(self):
+        """Streams a test left open (after an ImmediateResponse, say) are cancelled, as Envoy
+        would once it has answered the client."""
+        for sid in self.opened:
+            if sid not in self.drv.status:
+                self.drv.cancel(sid)
+
     @classmethod
     def next_id(cls, prefix="s"):
         PickerCase.seq += 1
@@ -164,6 +178,7 @@ class PickerCase(unittest.TestCase):
             body = json.dumps(body).encode()
         sid = sid or self.next_id()
         self.drv.open(sid)
+        self.opened.append(sid)
         self.drv.send(sid, request_headers(envoy_headers(len(body), path, extra_headers), headers_eos, meta, protocol))
         if not headers_eos:
             n = max(1, chunks)
@@ -246,18 +261,21 @@ class ExtProcTest(PickerCase):
         def pre(d):
             cls.access_log = os.path.join(d, "access.log")
             return {"log": cls.access_log}
-        # probe off: the load picture is the gateway's own accounting plus ORCA reports
-        # carried in the response phase (the ORCA case checks they land).
         cls.gw = Gateway(
-            [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps,
-              "yaml": ["probe: { enabled: false }"]},
+            [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps},
              {"name": "drained", "models": [DRAINED_MODEL], "profile": "default",
-              "endpoints": [{"address": eps[0], "draining": True}], "yaml": ["probe: { enabled: false }"]}],
+              "endpoints": [{"address": eps[0], "draining": True}]}],
             extra=('ext_proc: { listen: "127.0.0.1:%d", fallbacks: %d, chunk_bytes: %d }\n'
                    'limits: { max_body_bytes: 64KiB }\naccess_log: "{log}"') % (cls.ext_port, FALLBACKS, CHUNK_BYTES),
             pre_start=pre)
+        # Every replica scraped once: none is stale, so every one is a candidate (and a fallback).
+        wait_until(lambda: all(e["report"].get("waiting") is not None for e in endpoints(cls.gw).values()), 15,
+                   "a first report from every replica")
         wait_until(lambda: _can_connect(cls.ext_port), 15, "the ext_proc listener")
         cls.drv = Driver(cls.ext_port)
+
+    def tearDown(self):
+        self.cancel_open()
 
     @classmethod
     def tearDownClass(cls):
@@ -282,7 +300,7 @@ class ExtProcTest(PickerCase):
     # ---- request phase, FULL_DUPLEX_STREAMED ----
 
     def test_one_chunk_streamed_back_identical(self):
-        body = json.dumps(chat("one chunk", pad=400)).encode()  # > 2 x chunk_bytes
+        body = json.dumps(chat("one chunk", pad=800)).encode()  # > 3 x chunk_bytes
         sid, p = self.request_phase(body, chunks=1)
         self.assert_destination(p)
         kinds = [kind(r) for r in p.responses]
@@ -420,18 +438,6 @@ class ExtProcTest(PickerCase):
         self.assertEqual(metric(after, "switchboard_completion_tokens_total") -
                          metric(before, "switchboard_completion_tokens_total"), 6)
 
-    def test_orca_header_in_response_headers_applied(self):
-        sid, p = self.request_phase(chat("orca"))
-        ep0 = p.endpoints[0]
-        orca = "TEXT named_metrics.kv_cache_usage_perc=0.42, named_metrics.num_requests_waiting=7"
-        status = self.response_phase(sid, 200, {"content-type": "application/json", "endpoint-load-metrics": orca},
-                                     json.dumps({"usage": {"prompt_tokens": 3, "completion_tokens": 1,
-                                                           "total_tokens": 4}}).encode())
-        self.assertEqual(status["code"], 0)
-        rep = endpoints(self.gw)[ep0]["report"]
-        self.assertEqual(rep["waiting"], 7, rep)
-        self.assertAlmostEqual(rep["kv_cache_usage"], 0.42, places=3)
-
     def test_served_endpoint_feedback(self):
         sid, p = self.request_phase(chat("served elsewhere"))
         picked, fallback = p.endpoints[0], p.endpoints[1]
@@ -490,6 +496,15 @@ class ExtProcTest(PickerCase):
         self.assertEqual(p.immediate_headers().get("x-switchboard-refusal"), "no_healthy_endpoint")
         self.assertIn("retry-after", p.immediate_headers())
         self.assertEqual(p.immediate_json()["error"]["code"], "no_healthy_endpoint")
+
+    def test_refusal_header_names_lower_case(self):
+        # RFC 9113 8.2.1: field names are lower case in HTTP/2, and Envoy checks the names an
+        # external processor sets (a capital makes the mutation invalid).
+        sid, p = self.request_phase(chat("nobody", model=DRAINED_MODEL))
+        self.assertEqual(p.status, 503)
+        keys = p.immediate_header_names()
+        self.assertIn("retry-after", [k.lower() for k in keys])
+        self.assertEqual(keys, [k.lower() for k in keys])
 
     def test_body_over_limit_413(self):
         big = json.dumps(chat("x" * (70 * 1024))).encode()
@@ -576,12 +591,50 @@ class ExtProcTest(PickerCase):
         self.assertEqual(sum(spread), n)
 
 
+class OrcaTest(PickerCase):
+    """ORCA load reports in the response headers Envoy shows the picker land in the endpoint's
+    load picture (scraping off, so nothing else writes it)."""
+
+    def setUp(self):
+        super().setUp()
+        require_client(self)
+        self.sim = Sim("--speed", "50", replicas=1)
+        self.ext_port = free_port()
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "default",
+                            "endpoints": ["127.0.0.1:%d" % self.sim.port], "yaml": ["probe: { enabled: false }"]}],
+                          extra='ext_proc: { listen: "127.0.0.1:%d" }' % self.ext_port)
+        wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
+        self.drv = Driver(self.ext_port)
+
+    def tearDown(self):
+        try:
+            self.drv.close()
+            self.gw.close()
+        finally:
+            self.sim.stop()
+
+    def test_orca_header_in_response_headers_applied(self):
+        sid, p = self.request_phase(chat("orca"))
+        ep0 = p.endpoints[0]
+        orca = "TEXT named_metrics.kv_cache_usage_perc=0.42, named_metrics.num_requests_waiting=7"
+        status = self.response_phase(sid, 200, {"content-type": "application/json", "endpoint-load-metrics": orca},
+                                     json.dumps({"usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                                                           "total_tokens": 4}}).encode())
+        self.assertEqual(status["code"], 0)
+        self.assertEqual(p.headers.get("endpoint-load-metrics-format"), "TEXT",
+                         "the picker asks the model server for ORCA reports, as the proxy does")
+        rep = endpoints(self.gw)[ep0]["report"]
+        self.assertEqual(rep["waiting"], 7, rep)
+        self.assertAlmostEqual(rep["kv_cache_usage"], 0.42, places=3)
+
+
 class FlowControlTest(PickerCase):
     """A saturated pool (long requests through the proxy listener fill both replicas' queues):
     the picker sheds sheddable requests with 429, holds a standard one open while it is queued,
     and takes a cancelled stream out of the queue."""
 
     def setUp(self):
+        super().setUp()
         require_client(self)
         self.sim = Sim("--speed", "1", "--max-num-seqs", "1", replicas=2)
         self.ext_port = free_port()
@@ -612,11 +665,23 @@ class FlowControlTest(PickerCase):
         t.start()
         self.threads.append(t)
 
+    def enqueued(self):
+        """Requests the standard band ever took in: dispatched from it, removed, or still there."""
+        text = metrics(self.gw)
+        return sum(metric(text, name, pool="p", band="standard") for name in (
+            "switchboard_queue_dispatched_total", "switchboard_queue_removed_total", "switchboard_queue_length"))
+
     def test_shed_queue_and_cancel(self):
-        for i in range(12):
+        n = 16
+        for i in range(n):
             self.background("load %d" % i)
         wait_until(lambda: all((e["report"].get("waiting") or 0) > 1 for e in endpoints(self.gw).values()), 20,
                    "both replicas to report a queue over the gate's threshold")
+        # Every background request has arrived: sent to a replica or held in the gateway's queue.
+        wait_until(lambda: sum(e["own"]["dispatched"] for e in endpoints(self.gw).values()) +
+                   metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard") >= n, 20,
+                   "the background requests to arrive")
+        self.assertGreaterEqual(metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard"), 1)
         # Sheddable: 429 at once, with the reason header and an OpenAI-shaped body.
         sid, p = self.request_phase(chat("shed me"), extra_headers=[("x-priority", "sheddable")])
         self.assertEqual(p.status, 429, p.responses)
@@ -624,20 +689,20 @@ class FlowControlTest(PickerCase):
         self.assertEqual(h.get("x-switchboard-refusal"), "shed")
         self.assertGreaterEqual(int(h.get("retry-after", "0")), 1)
         self.assertEqual(p.immediate_json()["error"]["code"], "shed")
-        # Standard: queued; the stream stays open with no answer to the request phase.
+        # Standard: queued behind the background ones; the stream stays open with no answer.
+        e0 = self.enqueued()
+        r0 = metric(metrics(self.gw), "switchboard_queue_removed_total", pool="p", band="standard")
         sid = self.next_id("q")
         body = json.dumps(chat("queued then cancelled")).encode()
         self.drv.open(sid)
         self.drv.send(sid, request_headers(envoy_headers(len(body))))
         self.drv.send(sid, request_body(body, True))
-        wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard") == 1, 10,
-                   "the request to be queued")
+        wait_until(lambda: self.enqueued() == e0 + 1, 10, "the request to be queued")
         self.assertEqual(self.drv.responses(sid), [], "no answer while queued")
         self.assertNotIn(sid, self.drv.status, "the stream is held open")
         self.drv.cancel(sid)
-        wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_removed_total", pool="p", band="standard") == 1,
-                   10, "the cancelled stream to leave the queue")
-        self.assertEqual(metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard"), 0)
+        wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_removed_total", pool="p", band="standard")
+                   == r0 + 1, 10, "the cancelled stream to leave the queue")
         # A critical request queued then released once capacity frees: answered with a pick.
         sid2, p2 = None, None
         sid2 = self.next_id("crit")
