@@ -96,7 +96,7 @@ integration: build/san/switchboard build/switchboard
 test:
 	@scripts/deps.sh test
 	@python3 scripts/include_graph.py
-	@$(MAKE) --no-print-directory call-graph unit integration
+	@SB_REQUIRE_EXTPROC=1 $(MAKE) --no-print-directory call-graph unit integration
 
 # Call circles between modules, from the objects' symbols (what #include lines cannot show).
 call-graph: build/san/libsb.a

@@ -3,18 +3,36 @@
 # As root it runs apt-get; otherwise it prints the apt-get line and fails.
 set -euo pipefail
 purpose=${1:-build}
+# The endpoint picker's test clients: node's @grpc/grpc-js (tests/extproc, from npm below),
+# Python's grpcio with protoc for Envoy's .proto files, PyYAML for deploy/, openssl for a test
+# certificate. Node.js itself only when the machine has none (an installed node ships npm).
+extproc="python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev python3-yaml openssl"
+command -v npm >/dev/null 2>&1 || extproc="$extproc nodejs npm"
 pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libzmq3-dev libmsgpack-dev"
 case "$purpose" in
   build|demo) ;;
-  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus" ;;
-  bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl" ;;
+  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus $extproc" ;;
+  bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl $extproc" ;;
   *) echo "deps.sh: unknown purpose '$purpose'" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+# tests/extproc's npm packages, pinned by its package-lock.json; reinstalled when the lock changes.
+npm_deps() {
+  case "$purpose" in test|bench) ;; *) return 0 ;; esac
+  local dir=tests/extproc
+  cd "$(dirname "$0")/.."
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "deps.sh: npm ci in $dir" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+}
+if [ -z "$missing" ]; then
+  npm_deps
+  exit 0
+fi
 if [ "$(id -u)" = 0 ]; then
   echo "deps.sh: installing$missing" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -28,3 +46,4 @@ else
   echo "  apt-get install -y$missing" >&2
   exit 1
 fi
+npm_deps
