@@ -37,3 +37,6 @@ build/bench/bench_kv_index
 echo
 echo "== cache truth, live: the engines' hit ratio behind approximate and precise (KV events) gateways (bench/live_cache_truth.py) =="
 python3 bench/live_cache_truth.py --requests 1500
+echo
+echo "== endpoint picker: decisions/s and added latency over ext_proc streams vs the HTTP proxy (bench/extproc.py) =="
+python3 bench/extproc.py

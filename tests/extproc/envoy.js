@@ -20,6 +20,14 @@
 //   {"op":"run","id":I,"script":[step...],"deadline_ms":D}
 //       a whole stream without round trips through stdin: steps {"send":msg}, {"await":N}
 //       (until N responses in all), {"end":true}, {"cancel":true}; many runs go concurrently.
+//   {"op":"bench","id":I,"concurrency":C,"requests":N,"headers":HttpHeaders,"body":B64,"response_body":B64}
+//       N whole streams, C at a time: headers, the body in one chunk, the picker's answers, a
+//       response phase (status 200 headers, response_body, end). Answers one event:
+//       {"id":I,"event":"bench","ok":K,"failed":F,"wall_ms":W,"latency_ms":[...]} where a
+//       latency is from writing the last body chunk to reading the request_headers answer.
+//   {"op":"bench_http","id":I,"concurrency":C,"requests":N,"ports":[P...],"path":P,"body":B64}
+//       the same count of HTTP/1.1 POSTs over keep-alive connections (round robin over ports),
+//       for the proxy's figures from the same client runtime; latency = the whole request.
 //   {"op":"sync","tag":T}    answered by {"event":"sync","tag":T} once every earlier line is read
 //   {"op":"quit"}            exit once every stream has ended
 // Events:
@@ -175,6 +183,79 @@ function main() {
     }
   }
 
+  // One whole picker stream; resolves with the request phase's latency (ms) or null.
+  function benchOne(cmd) {
+    return new Promise((resolve) => {
+      const client = clients[nextClient++ % clients.length];
+      const call = client.makeBidiStreamRequest(PROCESS, types.process.requestSerialize,
+        types.process.responseDeserialize, new grpc.Metadata(), { deadline: new Date(Date.now() + 60000) });
+      let t0 = 0;
+      let latency = null;
+      let phase = 0; // 0: request phase, 1: response headers sent, 2: response body sent
+      call.on('data', (m) => {
+        if (m.request_headers && latency === null) latency = performance.now() - t0;
+        const bm = m.request_body && m.request_body.response && m.request_body.response.body_mutation;
+        if (phase === 0 && bm && bm.streamed_response && bm.streamed_response.end_of_stream) {
+          phase = 1;
+          call.write({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200').toString('base64') }] } } });
+        } else if (phase === 1 && m.response_headers) {
+          phase = 2;
+          call.write({ response_body: { body: cmd.response_body, end_of_stream: true } });
+        } else if (phase === 2 && m.response_body) {
+          call.end();
+        } else if (m.immediate_response) {
+          call.end();
+        }
+      });
+      call.on('error', () => {});
+      call.on('status', (st) => resolve(st.code === 0 && phase === 2 ? latency : null));
+      call.write({ request_headers: cmd.headers });
+      t0 = performance.now();
+      call.write({ request_body: { body: cmd.body, end_of_stream: true } });
+    });
+  }
+
+  async function pool(n, c, one) {
+    const lat = [];
+    let failed = 0;
+    let next = 0;
+    const t0 = performance.now();
+    async function worker() {
+      while (next < n) {
+        next++;
+        const l = await one();
+        if (l === null) failed++; else lat.push(Math.round(l * 1000) / 1000);
+      }
+    }
+    await Promise.all(Array.from({ length: c }, worker));
+    return { ok: lat.length, failed, wall_ms: performance.now() - t0, latency_ms: lat };
+  }
+
+  async function bench(cmd) {
+    const r = await pool(cmd.requests, cmd.concurrency, () => benchOne(cmd));
+    out({ id: cmd.id, event: 'bench', ...r });
+  }
+
+  async function benchHttp(cmd) {
+    const http = require('http');
+    const agent = new http.Agent({ keepAlive: true, maxSockets: cmd.concurrency });
+    const body = Buffer.from(cmd.body, 'base64');
+    let i = 0;
+    const one = () => new Promise((resolve) => {
+      const t0 = performance.now();
+      const req = http.request({ host: '127.0.0.1', port: cmd.ports[i++ % cmd.ports.length], path: cmd.path || '/v1/chat/completions',
+        method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': body.length } }, (res) => {
+        res.on('data', () => {});
+        res.on('end', () => resolve(res.statusCode === 200 ? performance.now() - t0 : null));
+      });
+      req.on('error', () => resolve(null));
+      req.end(body);
+    });
+    const r = await pool(cmd.requests, cmd.concurrency, one);
+    agent.destroy();
+    out({ id: cmd.id, event: 'bench', ...r });
+  }
+
   function handle(line) {
     if (!line.trim()) return;
     let cmd;
@@ -186,6 +267,8 @@ function main() {
       case 'send': if (s) send(s, cmd); else out({ id: cmd.id, event: 'error', message: 'no such stream' }); break;
       case 'end': if (s && s.call.end) s.call.end(); break;
       case 'cancel': if (s) s.call.cancel(); break;
+      case 'bench': bench(cmd); break;
+      case 'bench_http': benchHttp(cmd); break;
       case 'sync': out({ event: 'sync', tag: cmd.tag }); break;
       case 'quit': quitting = true; maybeExit(); break;
       default: out({ id: cmd.id, event: 'error', message: 'unknown op ' + cmd.op });

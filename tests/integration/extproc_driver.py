@@ -146,6 +146,7 @@ class Driver:
         self.events = {}     # id -> [event]
         self.status = {}     # id -> status event
         self.syncs = set()
+        self.benches = {}    # id -> bench event
         self.errors = []
         self.stderr = []
         self.ready = False
@@ -170,6 +171,8 @@ class Driver:
                     self.errors.append(ev)
                 elif kind == "status":
                     self.status[ev["id"]] = ev
+                elif kind == "bench":
+                    self.benches[ev["id"]] = ev
                 else:
                     self.events.setdefault(ev["id"], []).append(ev)
                 self.cv.notify_all()
@@ -212,6 +215,12 @@ class Driver:
 
     def run(self, sid, script, deadline_ms=60000):
         self.cmd(op="run", id=sid, script=script, deadline_ms=deadline_ms)
+
+    def bench(self, bid, timeout=600, **spec):
+        """Runs a bench op (envoy.js) and returns its result event."""
+        self.cmd(op=spec.pop("op", "bench"), id=bid, **spec)
+        self._wait(lambda: bid in self.benches, timeout, "bench " + bid)
+        return self.benches[bid]
 
     def sync(self):
         """Returns once the driver has read every earlier command."""
