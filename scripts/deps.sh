@@ -2,12 +2,12 @@
 # Installs the Debian packages switchboard needs for a purpose (build, test, bench, demo).
 # As root it runs apt-get; otherwise it prints the apt-get line and fails.
 set -euo pipefail
-purpose=${1:-build}
 # The endpoint picker's test clients: node's @grpc/grpc-js (tests/extproc, from npm below),
 # Python's grpcio with protoc for Envoy's .proto files, PyYAML for deploy/, openssl for a test
 # certificate. Node.js itself only when the machine has none (an installed node ships npm).
 extproc="python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev python3-yaml openssl"
 command -v npm >/dev/null 2>&1 || extproc="$extproc nodejs npm"
+purpose=${1:-build}
 pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libzmq3-dev libmsgpack-dev"
 case "$purpose" in
   build|demo) ;;
