@@ -120,6 +120,9 @@ int sb_cmd_serve(int argc, char **argv)
                 sb_gateway_config(st.gw)->admin_has_token ? " (bearer token required)" : "");
     else
         SB_INFO("admin listener off (admin.listen: null)");
+    if (sb_gateway_extproc_port(st.gw))
+        SB_INFO("endpoint picker (Envoy ext_proc, gRPC%s) on %s:%u", sb_gateway_config(st.gw)->extproc_tls_cert ? " over TLS" : ", h2c",
+                sb_gateway_config(st.gw)->extproc_host, sb_gateway_extproc_port(st.gw));
     if (sb_gateway_config(st.gw)->auth_enabled)
         SB_INFO("client authentication on: %zu API keys", sb_auth_keys_clients(&sb_gateway_config(st.gw)->api_keys));
     uv_run(loop, UV_RUN_DEFAULT);
