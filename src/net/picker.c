@@ -633,17 +633,28 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
     bool changed = body != s->body.data && s->t.served;
     char clen[24];
     int cl = snprintf(clen, sizeof clen, "%zu", body_len);
-    sb_extproc_kv set[2] = {{.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len},
+    sb_extproc_kv set[3] = {{.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len},
                             {.key = "content-length", .key_len = 14, .value = clen, .value_len = (size_t)cl}};
     sb_extproc_kv meta = {.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
     /* A bodiless request keeps its framing: no content-length is invented for it. */
     size_t n_set = s->req.has_body ? 2 : 1;
+    /* Ask the endpoint for an ORCA load report on its answer, as the proxy does (read on the
+     * response headers), unless the client asked for a format itself. */
+    bool orca = cfg->orca_request && !sb_http_req_header(&s->req, "endpoint-load-metrics-format");
+    if (orca)
+        set[n_set++] = (sb_extproc_kv){.key = "endpoint-load-metrics-format", .key_len = 28, .value = "TEXT", .value_len = 4};
     int rc = 0;
     if (s->req_mode == SB_EXTPROC_MODE_BUFFERED && s->headers_answered) {
         /* BUFFERED: the body's answer carries the destination and, if it changed, the body. */
+        if (!changed && orca) { /* content-length stays the client's */
+            set[1] = set[2];
+            n_set = 2;
+        } else if (!changed) {
+            n_set = 1;
+        }
         sb_extproc_common c = {.kind = SB_EXTPROC_REQUEST_BODY,
                                .set_headers = set,
-                               .n_set_headers = changed ? 2 : 1,
+                               .n_set_headers = n_set,
                                .clear_route_cache = true,
                                .replace_body = changed,
                                .body = (const uint8_t *)body,
@@ -779,6 +790,8 @@ void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_prox
     }
     sb_buf_free(&dest);
     release_body(s); /* sent on: Envoy holds it now */
+    s->req.body = "";
+    s->req.body_len = 0;
 }
 
 /* ---- the response phase ---- */
