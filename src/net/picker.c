@@ -16,12 +16,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/crypto.h>
+
 #include "base/alloc.h"
 #include "base/log.h"
 #include "core/decide.h"
 #include "net/errors.h"
 #include "net/grpc_server.h"
 #include "net/routes.h"
+#include "proto/auth.h"
 #include "proto/extproc.h"
 #include "proto/orca.h"
 #include "proto/usage.h"
@@ -1091,10 +1094,29 @@ static void on_cancel(sb_grpc_call *c)
     abandon(s);
 }
 
+/* With ext_proc.token, every call but health's carries it: authorization: Bearer TOKEN (Envoy's
+ * grpc_service.initial_metadata). Only digests are compared, in constant time. */
+static bool call_authorized(const sb_config *cfg, sb_grpc_call *c)
+{
+    if (!cfg->extproc_has_token)
+        return true;
+    size_t n;
+    const char *v = sb_grpc_call_header(c, "authorization", &n);
+    const char *tok;
+    size_t tn;
+    if (!v || !sb_auth_bearer(v, n, &tok, &tn))
+        return false;
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest(tok, tn, d);
+    return CRYPTO_memcmp(d, cfg->extproc_token_digest, sizeof d) == 0;
+}
+
 static int on_call(sb_grpc_call *c, const char *method, size_t len, void *ctx)
 {
     sb_picker *pk = ctx;
     if (len == sizeof(PROCESS_METHOD) - 1 && !memcmp(method, PROCESS_METHOD, len)) {
+        if (!call_authorized(pk->gw->cfg, c))
+            return SB_GRPC_UNAUTHENTICATED;
         pstream *s = sb_calloc(1, sizeof(*s));
         if (!s)
             return SB_GRPC_RESOURCE_EXHAUSTED;

@@ -810,6 +810,7 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->extproc_host);
     sb_free(cfg->extproc_tls_cert);
     sb_free(cfg->extproc_tls_key);
+    OPENSSL_cleanse(cfg->extproc_token_digest, sizeof cfg->extproc_token_digest);
     OPENSSL_cleanse(cfg->admin_token_digest, sizeof cfg->admin_token_digest);
     sb_free(cfg->access_log);
     sb_free(cfg);

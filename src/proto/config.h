@@ -195,6 +195,8 @@ typedef struct sb_config {
     uint32_t extproc_max_streams;   /* per connection; default 1024 */
     size_t extproc_max_connections; /* default 1024 */
     uint32_t extproc_idle_ms;       /* a connection with no stream this long closes; 300000 */
+    bool extproc_has_token;         /* ext_proc.token: calls must carry authorization: Bearer TOKEN */
+    uint8_t extproc_token_digest[SB_AUTH_DIGEST_LEN]; /* its SHA-256 */
     /* membership at run time (`discovery:`; net/discovery.h) */
     uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
     uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */

@@ -50,7 +50,7 @@ static void parse_mode(parse *p, const yaml_node_t *v, const char *what, bool no
                        none_ok ? " or none" : "", s);
 }
 
-/* ext_proc: { listen, tls_cert, tls_key, fallbacks, chunk_bytes, request_body_mode,
+/* ext_proc: { listen, token, tls_cert, tls_key, fallbacks, chunk_bytes, request_body_mode,
  * response_body_mode, max_streams, max_connections, idle_ms } */
 void cfg_parse_ext_proc(parse *p, const yaml_node_t *map)
 {
@@ -79,6 +79,13 @@ void cfg_parse_ext_proc(parse *p, const yaml_node_t *map)
                 sb_free(cfg->extproc_host);
                 cfg->extproc_host = host;
                 cfg->extproc_port = port;
+            }
+        } else if (!strcmp(key, "token")) {
+            /* Envoy sends it as the call's initial metadata (grpc_service.initial_metadata). */
+            const char *t = cfg_secret_of(p, v, "ext_proc.token");
+            if (t) {
+                sb_auth_digest(t, strlen(t), cfg->extproc_token_digest);
+                cfg->extproc_has_token = true;
             }
         } else if (!strcmp(key, "request_body_mode")) {
             /* none is not offered: the picker cannot route without the body */

@@ -1213,7 +1213,18 @@ static void test_ext_proc(void **state)
     assert_int_equal(cfg->extproc_response_body_mode, SB_EXTPROC_MODE_FULL_DUPLEX);
     assert_int_equal(cfg->extproc_max_streams, 1024);
     assert_null(cfg->extproc_tls_cert);
+    assert_false(cfg->extproc_has_token);
     sb_config_free(cfg);
+
+    /* A token: kept as its digest only. */
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: picker-s3cret }\n" POOL_OK, &cfg, &errs), 0);
+    assert_true(cfg->extproc_has_token);
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest("picker-s3cret", 13, d);
+    assert_memory_equal(cfg->extproc_token_digest, d, sizeof d);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: \"two words\" }\n" POOL_OK, &cfg, &errs), -1);
+    expect_no_secret(&errs, "two words");
 
     assert_int_equal(parse_str("ext_proc:\n  listen: \"[::1]:9003\"\n  fallbacks: 0\n  chunk_bytes: 16KiB\n"
                                "  request_body_mode: buffered\n  response_body_mode: none\n  tls_cert: c.pem\n"
