@@ -297,6 +297,22 @@ static tstream *cl_open_full(tclient *cl, const char *method, const char *path, 
     return t;
 }
 
+/* A call with one more request header. */
+static tstream *cl_open_with(tclient *cl, const char *path, const char *name, const char *value)
+{
+    tstream *t = &cl->s[cl->n++];
+    memset(t, 0, sizeof(*t));
+    t->cl = cl;
+    t->grpc_status = -1;
+    nghttp2_nv nv[] = {HDR(":method", "POST"),          HDR(":scheme", "http"),            HDR(":path", path),
+                       HDR(":authority", "localhost"), HDR("content-type", "application/grpc"), HDR(name, value)};
+    nghttp2_data_provider prd = {.source.ptr = t, .read_callback = cl_read};
+    t->id = nghttp2_submit_request(cl->ng, NULL, nv, 6, &prd, t);
+    assert_true(t->id > 0);
+    cl_pump(cl);
+    return t;
+}
+
 static tstream *cl_open(tclient *cl, const char *path) { return cl_open_full(cl, "POST", path, "application/grpc", false); }
 
 /* Queues raw DATA bytes on the stream (eos: the last). */
@@ -365,7 +381,7 @@ static bool cl_is_eof(void *arg) { return ((tclient *)arg)->eof; }
 
 /* ---- the server's handler ---- */
 
-enum kind { K_ECHO, K_HOLD, K_FLOOD };
+enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE };
 
 typedef struct tcall {
     enum kind kind;
@@ -425,6 +441,8 @@ static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
         k = K_HOLD;
     else if (is(method, ml, "/t.Echo/Flood"))
         k = K_FLOOD;
+    else if (is(method, ml, "/t.Echo/One"))
+        k = K_ONE;
     else
         return SB_GRPC_UNIMPLEMENTED;
     assert_true(T.n_calls_mem < MAXS * 2);
@@ -443,6 +461,12 @@ static void h_on_message(sb_grpc_call *c, const uint8_t *msg, size_t len)
     tcall *tc = sb_grpc_call_user(c);
     if (tc->kind == K_ECHO)
         assert_true(sb_grpc_send(c, msg, len) >= 0);
+    if (tc->kind == K_ONE) { /* answers the first message and ends the call from inside on_message */
+        assert_int_equal(sb_grpc_send(c, msg, len), 0);
+        assert_int_equal(sb_grpc_finish(c, SB_GRPC_OK, NULL), 0);
+        assert_int_equal(sb_grpc_send(c, msg, len), -1);
+        hold_remove(c);
+    }
 }
 
 static void h_on_half_close(sb_grpc_call *c)
@@ -782,6 +806,334 @@ static void test_drain(void **state)
     finish(s);
 }
 
+/* The application ends a call from inside on_message: the other messages of the same DATA
+ * frame are dropped, never handed over. */
+static void test_finish_inside_on_message(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/One");
+    uint8_t all[5 * 6];
+    for (int i = 0; i < 5; i++) {
+        uint8_t m[6] = {0, 0, 0, 0, 1, (uint8_t)('a' + i)};
+        memcpy(all + 6 * i, m, 6);
+    }
+    st_write(t, all, sizeof(all), false);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(st_replies(t), 1);
+    assert_int_equal(T.messages, 1);
+    assert_int_equal(T.cancels, 0);
+    /* The connection goes on. */
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "z", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* The client ends its side inside a message: INTERNAL, and the application hears on_cancel. */
+static void test_truncated_message(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    uint8_t part[8] = {0, 0, 0, 0, 10, 'a', 'b', 'c'};
+    st_write(t, part, sizeof(part), true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_INTERNAL);
+    assert_int_equal(T.messages, 0);
+    assert_int_equal(T.half_closes, 0);
+    assert_int_equal(T.cancels, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Request headers over max_header_bytes: RESOURCE_EXHAUSTED before the application sees the
+ * call; the connection (and its HPACK state) serves the next call. */
+static void test_headers_over_limit(void **state)
+{
+    sb_grpc_server_opts o = {.max_header_bytes = 512};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    char big[1200];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    tstream *t = cl_open_with(&cl, "/t.Echo/Echo", "x-big", big);
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(T.calls, 0);
+    tstream *u = cl_open_with(&cl, "/t.Echo/Echo", "x-small", "v");
+    st_msg(u, "y", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    assert_int_equal(T.calls, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool calls_are(void *arg) { return T.calls == *(int *)arg; }
+
+/* Headers reach the application by lower-case name; the peer is "ip:port"; set_ctx moves new
+ * calls to the new owner while a call begun before keeps its own. */
+static void test_headers_peer_and_set_ctx(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open_with(&cl, "/t.Echo/Hold", "x-request-id", "r-1");
+    st_msg(t, "x", false);
+    int one = 1, two = 2;
+    netfx_run_until(&loop, n_held_is, &one, "held call");
+    size_t len = 0;
+    const char *v = sb_grpc_call_header(T.held[0], "x-request-id", &len);
+    assert_non_null(v);
+    assert_int_equal(len, 3);
+    assert_memory_equal(v, "r-1", 3);
+    assert_null(sb_grpc_call_header(T.held[0], "x-absent", NULL));
+    assert_non_null(strstr(sb_grpc_call_peer(T.held[0]), "127.0.0.1:"));
+    assert_ptr_equal(T.ctx_seen, &ctx_token);
+    int other;
+    sb_grpc_server_set_ctx(s, &other);
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "y", true);
+    netfx_run_until(&loop, calls_are, &two, "second call");
+    assert_ptr_equal(T.ctx_seen, &other);
+    st_wait_closed(&loop, u);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_NOT_FOUND, "gone 100%\n"), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_NOT_FOUND);
+    assert_string_equal(t->grpc_message, "gone 100%25%0A"); /* percent-encoded on the wire */
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool n_cancels_at_least(void *arg) { return T.cancels >= *(int *)arg; }
+
+/* stop: every call not finished hears on_cancel (once), and nothing after. */
+static void test_stop_cancels_calls(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    for (int i = 0; i < 3; i++)
+        st_msg(cl_open(&cl, "/t.Echo/Hold"), "x", false);
+    int three = 3;
+    netfx_run_until(&loop, n_held_is, &three, "3 held calls");
+    sb_grpc_server_stop(s);
+    assert_int_equal(T.cancels, 3);
+    assert_int_equal(T.finish_in_cancel_rc, -1);
+    netfx_run_until(&loop, cl_is_eof, &cl, "connection closed");
+    cl_close(&cl, false);
+    netfx_loop_finish(&loop);
+    assert_int_equal(T.cancels, 3);
+    (void)n_cancels_at_least;
+}
+
+/* Not HTTP/2 (an HTTP/1.1 request), or a valid preface then a frame that breaks the protocol:
+ * that connection closes (GOAWAY first for the latter), counted; the server goes on. */
+static void test_protocol_errors(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    uint16_t port = sb_grpc_server_port(s);
+    netfx_client h1;
+    netfx_connect(&loop, &h1, port);
+    netfx_sends(&h1, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&loop, &h1);
+    netfx_close(&h1, false);
+    assert_int_equal(stats(s).protocol_errors, 1);
+
+    netfx_client bad;
+    netfx_connect(&loop, &bad, port);
+    netfx_sends(&bad, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    /* SETTINGS, then DATA on stream 0: a connection error (RFC 9113 6.1). */
+    static const char frames[] = "\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+                                 "\x00\x00\x02\x00\x00\x00\x00\x00\x00hi";
+    netfx_send(&bad, frames, sizeof(frames) - 1);
+    netfx_wait_eof(&loop, &bad);
+    netfx_close(&bad, false);
+    assert_int_equal(stats(s).protocol_errors, 2);
+
+    tclient cl;
+    cl_connect(&loop, &cl, port, NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "still", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(T.calls, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Past max_connections a new connection is closed at once and counted. */
+static void test_max_connections(void **state)
+{
+    sb_grpc_server_opts o = {.max_connections = 2};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient a, b;
+    cl_connect(&loop, &a, port, NULL);
+    cl_connect(&loop, &b, port, NULL);
+    tstream *t = cl_open(&b, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(sb_grpc_server_connections(s), 2);
+    netfx_client c;
+    netfx_connect(&loop, &c, port);
+    netfx_wait_eof(&loop, &c);
+    netfx_close(&c, false);
+    assert_int_equal(stats(s).connections_refused, 1);
+    assert_int_equal(sb_grpc_server_connections(s), 2);
+    cl_close(&a, false);
+    cl_close(&b, false);
+    finish(s);
+}
+
+/* A connection with no call open for idle_ms gets GOAWAY and is closed (the loop waits on the
+ * server's own timer, nothing sleeps). */
+static void test_idle_close(void **state)
+{
+    sb_grpc_server_opts o = {.idle_ms = 30};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    netfx_run_until(&loop, cl_is_eof, &cl, "idle close");
+    assert_true(cl.goaway);
+    assert_int_equal(sb_grpc_server_connections(s), 0);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* A self-signed certificate and key, written as PEM to temporary files. */
+static void make_cert(char *cert, char *key)
+{
+    EVP_PKEY *pk = EVP_EC_gen("P-256");
+    assert_non_null(pk);
+    X509 *x = X509_new();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+    X509_set_pubkey(x, pk);
+    X509_NAME *n = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1, 0);
+    X509_set_issuer_name(x, n);
+    assert_true(X509_sign(x, pk, EVP_sha256()) > 0);
+    strcpy(cert, "/tmp/sb_grpc_cert_XXXXXX");
+    strcpy(key, "/tmp/sb_grpc_key_XXXXXX");
+    FILE *fc = fdopen(mkstemp(cert), "w"), *fk = fdopen(mkstemp(key), "w");
+    assert_non_null(fc);
+    assert_non_null(fk);
+    assert_true(PEM_write_X509(fc, x) == 1);
+    assert_true(PEM_write_PrivateKey(fk, pk, NULL, NULL, 0, NULL, NULL) == 1);
+    fclose(fc);
+    fclose(fk);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+}
+
+/* TLS with ALPN h2 serves calls; a client that offers only http/1.1, or speaks plain h2c to
+ * the TLS port, is closed and counted; the server goes on. */
+static void test_tls(void **state)
+{
+    char cert[64], key[64];
+    make_cert(cert, key);
+    sb_grpc_server_opts o = {.tls_cert_file = cert, .tls_key_file = key};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+
+    tclient cl;
+    cl_connect(&loop, &cl, port, "h2");
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    static char big[100000];
+    memset(big, 'q', sizeof(big) - 1);
+    st_msg(t, big, true);
+    st_wait_closed(&loop, t);
+    assert_true(cl.tls_ready);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(t->in_len, 5 + sizeof(big) - 1);
+
+    tclient h1;
+    cl_connect(&loop, &h1, port, "http/1.1");
+    netfx_run_until(&loop, cl_is_eof, &h1, "closed without h2");
+    assert_false(h1.tls_ready);
+    assert_int_equal(stats(s).protocol_errors, 1);
+
+    tclient plain;
+    cl_connect(&loop, &plain, port, NULL);
+    netfx_run_until(&loop, cl_is_eof, &plain, "closed: not TLS");
+    assert_int_equal(stats(s).protocol_errors, 2);
+
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "again", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    cl_close(&cl, false);
+    cl_close(&h1, false);
+    cl_close(&plain, false);
+    finish(s);
+    unlink(cert);
+    unlink(key);
+}
+
+/* A certificate without its key (or a file that is not there) fails start, never a crash. */
+static void test_tls_bad_config(void **state)
+{
+    assert_int_equal(uv_loop_init(&loop), 0);
+    sb_grpc_server *s = NULL;
+    sb_grpc_server_opts o = {.tls_cert_file = "/nonexistent.pem", .tls_key_file = "/nonexistent.key"};
+    assert_int_equal(sb_grpc_server_start(&loop, "127.0.0.1", 0, &o, &H, NULL, &s), -1);
+    sb_grpc_server_opts half = {.tls_cert_file = "/nonexistent.pem"};
+    assert_int_equal(sb_grpc_server_start(&loop, "127.0.0.1", 0, &half, &H, NULL, &s), -1);
+    assert_null(s);
+    netfx_loop_finish(&loop);
+}
+
+/* A client that does not read: sends pass write_high_water (send returns 1) and the queue
+ * stays stuck, with no on_drain, while it does not read; once it reads, on_drain comes and
+ * the rest of the answer arrives whole. */
+static void test_backpressure(void **state)
+{
+    sb_grpc_server_opts o = {.write_high_water = 64 * 1024};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    int want = 0;
+    netfx_run_until(&loop, calls_are, &want, "connected"); /* lets SETTINGS through */
+    cl.hold = true;
+    tstream *t = cl_open(&cl, "/t.Echo/Flood");
+    /* Turns of the loop until the flood has stopped moving: the socket's buffers are full. */
+    int stable = 0;
+    size_t last = 0;
+    for (int i = 0; i < 200000 && stable < 2000; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        stable = (T.flood_waiting && T.flood_sent == last) ? stable + 1 : 0;
+        last = T.flood_sent;
+    }
+    assert_true(T.flood_waiting);
+    assert_true(T.flood_backpressure >= 1);
+    assert_true(T.flood_sent < T.flood_limit);
+    int drains = T.drains;
+    T.flood_limit = T.flood_sent + 512 * 1024; /* then the call finishes */
+    cl.hold = false;
+    cl_pump(&cl);
+    st_wait_closed(&loop, t);
+    assert_true(T.drains > drains);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(t->in_len, T.flood_sent / 16384 * (16384 + 5));
+    cl_close(&cl, false);
+    finish(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -796,6 +1148,17 @@ int main(void)
         cmocka_unit_test(test_not_grpc_requests),
         cmocka_unit_test(test_headers_only_request),
         cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_finish_inside_on_message),
+        cmocka_unit_test(test_truncated_message),
+        cmocka_unit_test(test_headers_over_limit),
+        cmocka_unit_test(test_headers_peer_and_set_ctx),
+        cmocka_unit_test(test_stop_cancels_calls),
+        cmocka_unit_test(test_protocol_errors),
+        cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_idle_close),
+        cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_tls_bad_config),
+        cmocka_unit_test(test_backpressure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
