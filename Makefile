@@ -10,7 +10,7 @@ CC      ?= gcc
 CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wmissing-prototypes
 INC     := -Isrc
-LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lcrypto -lzmq -lmsgpackc -lm
+LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lnghttp2 -lssl -lcrypto -lzmq -lmsgpackc -lm
 CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC)
 CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(WARN) $(INC)
