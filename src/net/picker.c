@@ -234,16 +234,24 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     s->snap = NULL;
 }
 
-/* The exchange ends with what the response phase showed (Envoy closed the stream, or the
- * response ended). */
+/* The response ended (its end_of_stream, or its trailers): the exchange ends with the
+ * endpoint's status. */
 static void finish_seen(pstream *s)
+{
+    if (s->env)
+        finish_exchange(s, s->status >= 200 ? s->status : 200, NULL, NULL);
+}
+
+/* Envoy closed the stream: after the response's end that is the normal end; before it, the
+ * request was cut short (the client went away, or the upstream failed and Envoy answered
+ * itself), logged as the proxy logs a client that leaves. Envoy must send the response headers
+ * (processing_mode.response_header_mode SEND, deploy/envoy.yaml) for the picker to see an end. */
+static void stream_closed(pstream *s)
 {
     if (!s->env)
         return;
-    if (s->status >= 200)
-        finish_exchange(s, s->status, NULL, NULL);
-    else /* no response phase (processing mode SKIP): the pick stands, the outcome is unknown */
-        finish_exchange(s, 200, "ok", "no_response_phase");
+    s->env->counters->client_aborts++;
+    finish_exchange(s, 499, "client_abort", s->resp_headers_seen ? "in_flight" : "before_response");
 }
 
 /* The stream is gone (Envoy reset it, the connection dropped, the picker stopped) or was
@@ -876,7 +884,8 @@ static void on_response_headers(pstream *s, const sb_extproc_msg *m)
     sb_extproc_common c = {.kind = SB_EXTPROC_RESPONSE_HEADERS};
     if (sb_extproc_encode_common(&c, &pk->out) == 0)
         send_out(s);
-    if (m->end_of_stream)
+    /* Without the body (response_body_mode none) the headers are all the picker sees. */
+    if (m->end_of_stream || s->resp_mode == SB_EXTPROC_MODE_NONE)
         finish_seen(s);
 }
 
@@ -1065,7 +1074,7 @@ static void on_half_close(sb_grpc_call *c)
     case ST_HEADERS:
     case ST_BODY: protocol_error(s, "the stream ended before the request was complete"); return;
     case ST_RESPONSE:
-        finish_seen(s);
+        stream_closed(s); /* nothing if the response's end was seen */
         s->st = ST_DONE;
         end_call(s, SB_GRPC_OK, NULL);
         bury(s);
