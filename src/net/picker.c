@@ -23,6 +23,7 @@
 #include "core/decide.h"
 #include "net/errors.h"
 #include "net/grpc_server.h"
+#include "net/probe.h"
 #include "net/routes.h"
 #include "proto/auth.h"
 #include "proto/extproc.h"
@@ -108,6 +109,11 @@ struct pstream {
     char tail[2048]; /* the response body's last bytes: usage comes last */
     size_t tail_len;
     sb_buf decision;
+    /* the synchronous probe (probe.sync_max_age_ms), as the proxy's */
+    sb_sched_request rr;        /* what decides; its hashes valid until the first decision */
+    sb_probe_wait *probe_wait;  /* waiting for fresh reports */
+    uint64_t *probe_keys;       /* the hashes, copied for the decision after the wait */
+    bool probed;
     pstream *prev, *next; /* pk->live, or pk->dead (next only) */
 };
 
@@ -161,6 +167,7 @@ static void stream_free(pstream *s)
     sb_buf_free(&s->decision);
     sb_free(s->hdrs);
     sb_free(s->subset);
+    sb_free(s->probe_keys);
     sb_free(s);
 }
 
@@ -271,6 +278,10 @@ static void abandon(pstream *s)
         break;
     case ST_RESPONSE:
         s->st = ST_DONE;
+        if (s->probe_wait) {
+            sb_prober_sync_cancel(s->probe_wait);
+            s->probe_wait = NULL;
+        }
         if (s->env) {
             bool cut = s->env->cutting;
             s->env->counters->client_aborts += cut ? 0 : 1;
@@ -723,36 +734,79 @@ static void fail_before_response(pstream *s, int status, const char *message, co
     finish_exchange(s, status, status == 503 ? "refused" : "gateway_error", code);
 }
 
-void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t,
-                        const sb_sched_request *rr)
+static void decide(pstream *s);
+
+/* The wait for fresh reports ended (answers, deadline, or the prober stopping): decide again
+ * with the prompt's hashes, as the proxy does (net/proxy.c). */
+static void on_probed(void *ud)
 {
-    pstream *s = stream_of(req);
-    sb_picker *pk = s->pk;
-    req->on_abort = NULL; /* the stream's end is ours to handle now (abandon) */
-    req->user = NULL;
-    s->env = env;
-    s->t = *t;
-    snprintf(s->model, sizeof s->model, "%s", t->model ? t->model : "");
-    s->t.model = s->model;
-    s->prompt_tokens = rr->prompt_tokens;
-    s->snap = env->begin(env->owner);
-    env->counters->exchanges_live++;
-    s->st = ST_RESPONSE;
+    pstream *s = ud;
+    s->probe_wait = NULL;
+    if (s->probe_keys) {
+        s->rr.block_hashes = s->probe_keys;
+        s->rr.kv_keys = s->rr.n_kv_keys ? s->probe_keys + s->rr.n_blocks : NULL;
+    }
+    decide(s);
+}
+
+/* The synchronous probe (a pool's probe.sync_max_age_ms), as the proxy's: when a report of
+ * the best candidates is older than the bound, scrape them and wait (at most sync_timeout_ms)
+ * before deciding again. True when waiting. Once per request. */
+static bool sync_probe(pstream *s, const sb_ranking *rk, const sb_pool_config *pc, sb_ns now)
+{
+    const sb_proxy_env *env = s->env;
+    struct sb_prober *pr = env->prober ? env->prober(env->owner) : NULL;
+    uint32_t old[SB_DECIDE_MAX_RANKED];
+    size_t n = 0;
+    for (size_t i = 0; i < rk->n && i < (size_t)pc->probe_sync_candidates; i++) {
+        const sb_endpoint *e = sb_router_endpoint(env->router, s->t.pool, rk->ep[i]);
+        if (e && (!e->report_ns || now - e->report_ns > SB_MS(pc->probe_sync_max_age_ms)))
+            old[n++] = rk->ep[i];
+    }
+    s->probed = true;
+    if (!pr || n == 0)
+        return false;
+    size_t keys = s->rr.n_blocks + (s->rr.kv_keys ? s->rr.n_kv_keys : 0);
+    if (keys) {
+        /* The hashes live in the gateway's scratch, valid during this call only. */
+        s->probe_keys = sb_malloc(keys * sizeof(uint64_t));
+        if (!s->probe_keys)
+            return false;
+        if (s->rr.n_blocks)
+            memcpy(s->probe_keys, s->rr.block_hashes, s->rr.n_blocks * sizeof(uint64_t));
+        if (s->rr.kv_keys && s->rr.n_kv_keys)
+            memcpy(s->probe_keys + s->rr.n_blocks, s->rr.kv_keys, s->rr.n_kv_keys * sizeof(uint64_t));
+    }
+    s->probe_wait = sb_prober_sync(pr, s->t.pool, old, n, pc->probe_sync_timeout_ms, on_probed, s);
+    if (!s->probe_wait) {
+        sb_free(s->probe_keys);
+        s->probe_keys = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Decides for s and answers with the pick and its fallbacks. */
+static void decide(pstream *s)
+{
+    const sb_proxy_env *env = s->env;
+    const sb_proxy_target *t = &s->t;
     const sb_config *cfg = s->snap->cfg;
+    const sb_pool_config *pc = &cfg->pools[t->pool];
     sb_ns now = now_ns();
 
-    sb_sched_request sr = *rr;
+    sb_sched_request sr = s->rr;
     uint32_t *excl = NULL;
     if (s->has_subset) {
         /* Envoy's subset: every endpoint of the pool it does not name is excluded. */
         size_t n = sb_router_endpoint_count(env->router, t->pool), k = 0;
-        excl = sb_calloc(n + rr->n_exclude + 1, sizeof(uint32_t));
+        excl = sb_calloc(n + sr.n_exclude + 1, sizeof(uint32_t));
         if (!excl) {
             fail_before_response(s, 500, "out of memory", "out_of_memory");
             return;
         }
-        for (size_t i = 0; i < rr->n_exclude; i++)
-            excl[k++] = rr->exclude[i];
+        for (size_t i = 0; i < sr.n_exclude; i++)
+            excl[k++] = sr.exclude[i];
         size_t named = 0;
         for (size_t i = 0; i < n; i++) {
             const sb_endpoint *e = sb_router_endpoint(env->router, t->pool, (uint32_t)i);
@@ -770,12 +824,28 @@ void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_prox
             return;
         }
     }
+    size_t want = 1 + cfg->extproc_fallbacks;
+    bool probe = !s->probed && pc->probe_sync_max_age_ms && pc->probe_enabled;
+    if (probe && pc->probe_sync_candidates > want)
+        want = pc->probe_sync_candidates;
     sb_request_desc desc = {.sched = sr, .stream = t->stream};
     sb_ranking rk;
-    int ep = sb_decide(env->router, &desc, 1 + cfg->extproc_fallbacks, now, &rk);
+    int ep = sb_decide(env->router, &desc, want, now, &rk);
     sb_free(excl);
-    if (cfg->log_decisions && rk.why)
+    if (probe && ep >= 0 && sync_probe(s, &rk, pc, now))
+        return; /* not dispatched: the router settles the pick's pending mark at its next pick */
+    sb_free(s->probe_keys); /* the copy a synchronous probe kept, used now */
+    s->probe_keys = NULL;
+    s->rr.block_hashes = NULL; /* scratch: valid for this decision only */
+    s->rr.n_blocks = 0;
+    s->rr.kv_keys = NULL;
+    s->rr.n_kv_keys = 0;
+    if (rk.n > 1 + (size_t)cfg->extproc_fallbacks)
+        rk.n = 1 + cfg->extproc_fallbacks;
+    if (cfg->log_decisions && rk.why) {
+        sb_buf_reset(&s->decision);
         sb_decision_render(rk.why, &s->decision);
+    }
     if (ep < 0) {
         fail_before_response(s, 503, "no healthy endpoint for this model", "no_healthy_endpoint");
         return;
@@ -792,7 +862,7 @@ void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_prox
     /* A non-streamed answer arrives whole: its first token is never seen on its own. */
     if (!t->stream)
         sb_router_first_token_unseen(env->router, t->pool, s->ep, &s->ticket, now);
-    pk->stats.picks++;
+    s->pk->stats.picks++;
     if (answer_pick(s, dest.data, dest.len) < 0) {
         sb_buf_free(&dest);
         end_call(s, SB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -803,6 +873,24 @@ void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_prox
     release_body(s); /* sent on: Envoy holds it now */
     s->req.body = "";
     s->req.body_len = 0;
+}
+
+void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t,
+                        const sb_sched_request *rr)
+{
+    pstream *s = stream_of(req);
+    req->on_abort = NULL; /* the stream's end is ours to handle now (abandon) */
+    req->user = NULL;
+    s->env = env;
+    s->t = *t;
+    snprintf(s->model, sizeof s->model, "%s", t->model ? t->model : "");
+    s->t.model = s->model;
+    s->rr = *rr;
+    s->prompt_tokens = rr->prompt_tokens;
+    s->snap = env->begin(env->owner);
+    env->counters->exchanges_live++;
+    s->st = ST_RESPONSE;
+    decide(s);
 }
 
 /* ---- the response phase ---- */
