@@ -8,7 +8,7 @@ set -euo pipefail
 extproc="python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev python3-yaml openssl"
 command -v npm >/dev/null 2>&1 || extproc="$extproc nodejs npm"
 purpose=${1:-build}
-pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libzmq3-dev libmsgpack-dev"
+pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev protobuf-c-compiler libprotobuf-c-dev"
 case "$purpose" in
   build|demo) ;;
   test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus $extproc" ;;

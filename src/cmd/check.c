@@ -31,10 +31,14 @@ int sb_cmd_check(int argc, char **argv)
         snprintf(admin, sizeof admin, "admin %s:%u%s", cfg->admin_host, cfg->admin_port,
                  cfg->admin_has_token ? " with token" : "");
     char auth[64] = "";
+    char ep[300] = "";
+    if (cfg->extproc_host)
+        snprintf(ep, sizeof ep, ", ext_proc %s:%u%s", cfg->extproc_host, cfg->extproc_port,
+                 cfg->extproc_tls_cert ? " with TLS" : "");
     if (cfg->auth_enabled)
         snprintf(auth, sizeof auth, ", %zu API keys", sb_auth_keys_clients(&cfg->api_keys));
-    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, listen %s:%u, %s%s)\n", path, cfg->n_pools, models, eps,
-           cfg->listen_host, cfg->listen_port, admin, auth);
+    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, listen %s:%u, %s%s%s)\n", path, cfg->n_pools, models,
+           eps, cfg->listen_host, cfg->listen_port, admin, ep, auth);
     sb_config_free(cfg);
     return 0;
 }

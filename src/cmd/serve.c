@@ -120,6 +120,15 @@ int sb_cmd_serve(int argc, char **argv)
                 sb_gateway_config(st.gw)->admin_has_token ? " (bearer token required)" : "");
     else
         SB_INFO("admin listener off (admin.listen: null)");
+    if (sb_gateway_extproc_port(st.gw))
+        SB_INFO("endpoint picker (Envoy ext_proc, gRPC%s) on %s:%u", sb_gateway_config(st.gw)->extproc_tls_cert ? " over TLS" : ", h2c",
+                sb_gateway_config(st.gw)->extproc_host, sb_gateway_extproc_port(st.gw));
+    const sb_config *c0 = sb_gateway_config(st.gw);
+    if (c0->extproc_host && !c0->extproc_has_token && !sb_config_host_is_loopback(c0->extproc_host))
+        SB_WARN("ext_proc.listen %s is reachable from other hosts and ext_proc.token is not set: anyone who reaches "
+                "it can ask for picks and report responses; set a token (Envoy's grpc_service.initial_metadata) or "
+                "restrict the port",
+                c0->extproc_host);
     if (sb_gateway_config(st.gw)->auth_enabled)
         SB_INFO("client authentication on: %zu API keys", sb_auth_keys_clients(&sb_gateway_config(st.gw)->api_keys));
     uv_run(loop, UV_RUN_DEFAULT);

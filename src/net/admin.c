@@ -20,6 +20,7 @@
 #include "net/agent_reports.h"
 #include "net/discovery.h"
 #include "net/kv_feed.h"
+#include "net/picker.h"
 #include "net/precise.h"
 #include "net/probe.h"
 #include "net/stats.h"
@@ -41,6 +42,37 @@ static void histo_render(sb_buf *b, const char *name, const char *pool, const sb
 
 /* The connection, body and refusal figures of both listeners, one family at a time (the text
  * format wants a family's samples together), labelled listener="client" or "admin". */
+/* The endpoint picker's streams (`ext_proc:`), when it runs. */
+static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
+{
+    if (!gw->picker)
+        return;
+    sb_picker_stats ps;
+    sb_picker_get_stats(gw->picker, &ps);
+    sb_buf_printf(b,
+                  "# HELP switchboard_extproc_streams_total Envoy ext_proc streams begun (one per request).\n"
+                  "# TYPE switchboard_extproc_streams_total counter\nswitchboard_extproc_streams_total %llu\n"
+                  "# HELP switchboard_extproc_streams_open ext_proc streams not yet ended.\n"
+                  "# TYPE switchboard_extproc_streams_open gauge\nswitchboard_extproc_streams_open %llu\n"
+                  "# HELP switchboard_extproc_picks_total Requests answered with an endpoint (and fallbacks).\n"
+                  "# TYPE switchboard_extproc_picks_total counter\nswitchboard_extproc_picks_total %llu\n"
+                  "# HELP switchboard_extproc_immediate_total Requests answered by the gateway itself "
+                  "(ImmediateResponse: 4xx, 429, 503).\n"
+                  "# TYPE switchboard_extproc_immediate_total counter\nswitchboard_extproc_immediate_total %llu\n"
+                  "# HELP switchboard_extproc_protocol_errors_total Streams ended for a malformed or out-of-order "
+                  "message.\n"
+                  "# TYPE switchboard_extproc_protocol_errors_total counter\n"
+                  "switchboard_extproc_protocol_errors_total %llu\n"
+                  "# HELP switchboard_extproc_cancelled_total Streams the proxy reset before their end.\n"
+                  "# TYPE switchboard_extproc_cancelled_total counter\nswitchboard_extproc_cancelled_total %llu\n"
+                  "# HELP switchboard_extproc_served_elsewhere_total Responses served by a fallback, not the pick.\n"
+                  "# TYPE switchboard_extproc_served_elsewhere_total counter\n"
+                  "switchboard_extproc_served_elsewhere_total %llu\n",
+                  (unsigned long long)ps.streams, (unsigned long long)ps.streams_open, (unsigned long long)ps.picks,
+                  (unsigned long long)ps.immediate, (unsigned long long)ps.protocol_errors,
+                  (unsigned long long)ps.cancelled, (unsigned long long)ps.served_elsewhere);
+}
+
 static void render_listener_stats(sb_gateway *gw, sb_buf *b)
 {
     sb_http_server_stats st[2];
@@ -102,6 +134,7 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   (unsigned long long)c->orca_reports, (unsigned long long)gw->reloads, gw->in_flight,
                   gw->draining ? 1 : 0);
     render_listener_stats(gw, b);
+    render_picker_stats(gw, b);
     sb_buf_printf(b,
                   "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
                   "array, kept between requests (freed after a request that grew it past 64 Ki tokens).\n"

@@ -113,6 +113,16 @@ static void on_queued_abort(sb_http_req *req)
     free_queued(q);
 }
 
+/* Scheduling's turn: the proxy forwards the request, or, for an endpoint picker's request
+ * (req->ops set: it came on an ext_proc stream), the picker answers with the pick. */
+static void dispatch(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
+{
+    if (req->ops && gw->pick)
+        gw->pick(&gw->proxy, req, t, rr);
+    else
+        sb_proxy_start(&gw->proxy, req, t, rr);
+}
+
 static void start(sb_gateway *gw, queued *q)
 {
     detach(q);
@@ -120,7 +130,7 @@ static void start(sb_gateway *gw, queued *q)
     q->rr.block_hashes = q->hashes;
     q->rr.kv_keys = q->rr.kv_keys ? q->hashes + q->rr.n_blocks : NULL;
     sb_admission_mark_released(gw->adm, q->pool, &q->rr);
-    sb_proxy_start(&gw->proxy, q->req, &q->t, &q->rr);
+    dispatch(gw, q->req, &q->t, &q->rr);
     free_queued(q);
 }
 
@@ -191,7 +201,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     if (!gw->adm) {
         /* No flow control: only the availability check comes before scheduling. */
         if (sb_router_pool_available(gw->router, t->pool, now)) {
-            sb_proxy_start(&gw->proxy, req, t, rr);
+            dispatch(gw, req, t, rr);
         } else {
             r = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
             refuse(gw, req, t, t->model, &r);
@@ -202,7 +212,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     sb_proxy_target tb = *t;
     tb.band = (int)desc.band;
     switch (sb_admission_admit(gw->adm, &desc, now, &r)) {
-    case SB_ADMIT_DISPATCH: sb_proxy_start(&gw->proxy, req, &tb, rr); break;
+    case SB_ADMIT_DISPATCH: dispatch(gw, req, &tb, rr); break;
     case SB_ADMIT_WAIT:
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);

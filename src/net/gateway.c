@@ -2,6 +2,7 @@
 #include "net/admin.h"
 #include "net/admission.h"
 #include "net/discovery.h"
+#include "net/picker.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
 #include "net/kv_feed.h"
@@ -341,7 +342,8 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
 
 /* The listeners: the old gateway's (a reload; new options applied) or new ones. 0, or a
  * negative libuv error (then gw->server, if set, is a listener this call started). */
-static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server *admin_server)
+static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server *admin_server,
+                          struct sb_picker *picker)
 {
     const sb_config *cfg = gw->cfg;
     uv_loop_t *loop = gw->loop;
@@ -350,6 +352,7 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
     if (server) {
         gw->server = server;
         gw->admin_server = admin_server;
+        gw->picker = picker; /* handed over by reload_replace once the build succeeded */
         sb_http_server_set_opts(server, &so);
         if (admin_server)
             sb_http_server_set_opts(admin_server, &ao);
@@ -371,6 +374,8 @@ static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server
             }
             sb_http_server_set_head_hook(gw->admin_server, sb_gateway_admin_head);
         }
+        if (cfg->extproc_host && (rc = sb_picker_start(gw)) < 0)
+            return rc;
     }
     return 0;
 }
@@ -410,7 +415,7 @@ static void adopt_addresses(sb_gateway *gw, const sb_gateway *old)
  * otherwise it takes over the existing servers (a reload that changed pools or endpoints).
  * `old`: the gateway a reload replaces (its KV-event subscribers may move over), or NULL. */
 static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server, sb_http_server *admin_server,
-                         uint64_t hash_secret, sb_gateway *old, sb_gateway **out)
+                         struct sb_picker *picker, uint64_t hash_secret, sb_gateway *old, sb_gateway **out)
 {
     sb_gateway *gw = sb_calloc(1, sizeof(*gw));
     if (!gw) {
@@ -428,6 +433,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
     gw->proxy = proxy_env(gw);
+    gw->pick = sb_picker_dispatch;
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
@@ -458,7 +464,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
         }
     }
-    rc = attach_servers(gw, server, admin_server);
+    rc = attach_servers(gw, server, admin_server, picker);
     if (rc < 0) {
         if (gw->server)
             goto fail_server;
@@ -483,7 +489,9 @@ fail_server:
         sb_http_server_stop(gw->server);
         if (gw->admin_server)
             sb_http_server_stop(gw->admin_server);
+        sb_picker_stop(gw->picker);
     }
+    gw->picker = NULL;
 fail:
     gateway_free(gw);
     return rc < 0 ? rc : UV_ENOMEM;
@@ -513,7 +521,7 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     }
     sb_config_free(cfg); /* discovery and the effective config hold it now */
     *out = NULL;
-    rc = gateway_build(loop, eff, NULL, NULL, secret[0], NULL, out);
+    rc = gateway_build(loop, eff, NULL, NULL, NULL, secret[0], NULL, out);
     if (rc < 0) {
         sb_discovery_free(disc);
         return rc;
@@ -530,6 +538,8 @@ const sb_config *sb_gateway_config(const sb_gateway *gw)
 {
     return gw->cfg;
 }
+
+uint16_t sb_gateway_extproc_port(const sb_gateway *gw) { return sb_picker_port(gw->picker); }
 
 uint16_t sb_gateway_admin_port(const sb_gateway *gw)
 {
@@ -565,6 +575,8 @@ void sb_gateway_stop(sb_gateway *gw)
     sb_gateway_kv_stop(gw);
     sb_gateway_admission_stop(gw);
     sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
+    sb_picker_stop(gw->picker);      /* ...and the picker's streams */
+    gw->picker = NULL;
     sb_gateway_precise_stop(gw);
     if (gw->admin_server)
         sb_http_server_stop(gw->admin_server);
@@ -592,7 +604,7 @@ static void on_drain_tick(uv_timer_t *t)
 {
     sb_gateway *gw = t->data;
     sb_ns now = uv_hrtime();
-    bool done = sb_http_server_connections(gw->server) == 0;
+    bool done = sb_http_server_connections(gw->server) + sb_picker_connections(gw->picker) == 0;
     if (!done && !gw->drain_cut_at && now >= gw->drain_deadline) {
         /* The window is over: queued requests are refused (they go out with Connection: close,
          * lingering), what still runs is cut (logged drain_cut), then a short grace. */
@@ -601,6 +613,8 @@ static void on_drain_tick(uv_timer_t *t)
         sb_gateway_admission_refuse_draining(gw);
         gw->proxy.cutting = true;
         sb_http_server_cut(gw->server);
+        sb_picker_stop(gw->picker); /* its streams are cut (logged drain_cut) */
+        gw->picker = NULL;
         gw->drain_cut_at = now;
         done = sb_http_server_connections(gw->server) == 0;
     }
@@ -630,6 +644,8 @@ void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg)
     SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish",
             sb_http_server_connections(gw->server), gw->cfg->drain_ms);
     sb_http_server_drain(gw->server);
+    if (gw->picker)
+        sb_picker_drain(gw->picker);
     uv_timer_init(gw->loop, &gw->drain_timer);
     gw->drain_timer.data = gw;
     gw->drain_timer_open = true;
@@ -701,6 +717,16 @@ static bool same_admin_listen(const sb_config *a, const sb_config *b)
     return !strcmp(a->admin_host, b->admin_host) && a->admin_port == b->admin_port;
 }
 
+static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+/* Whether a and b run the same picker listener (or none): its address and TLS are read once,
+ * at start; its other keys are read per stream and apply at once. */
+static bool same_extproc(const sb_config *a, const sb_config *b)
+{
+    return same_str(a->extproc_host, b->extproc_host) && a->extproc_port == b->extproc_port &&
+           same_str(a->extproc_tls_cert, b->extproc_tls_cert) && same_str(a->extproc_tls_key, b->extproc_tls_key);
+}
+
 /* Stops a gateway's background work but not the server it shares: its requests in flight (and
  * those it had queued, dispatched now) finish on it; it frees itself after the last one. */
 static void gateway_retire(sb_gateway *gw)
@@ -719,8 +745,9 @@ static void gateway_retire(sb_gateway *gw)
     sb_gateway_kv_stop(gw);      /* those the new gateway did not take over */
     sb_gateway_precise_stop(gw); /* requests waiting for their ids go on without, then: */
     sb_gateway_admission_flush(gw);
-    gw->server = NULL; /* the new gateway's now, like the admin listener */
+    gw->server = NULL; /* the new gateway's now, like the admin listener and the picker */
     gw->admin_server = NULL;
+    gw->picker = NULL;
     exchange_done(gw);
 }
 
@@ -816,7 +843,7 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     sb_gateway *ngw = NULL;
     /* The same secret: the prefix indexes carried over keep their own key anyway, but one
      * secret per process is simpler to reason about. */
-    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->hash_secret, gw, &ngw) < 0) {
+    if (gateway_build(gw->loop, cfg, gw->server, gw->admin_server, gw->picker, gw->hash_secret, gw, &ngw) < 0) {
         SB_WARN("reload refused: the new configuration could not be applied; keeping the running one");
         return -1;
     }
@@ -828,6 +855,8 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
     if (ngw->admin_server)
         sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
+    if (ngw->picker)
+        sb_picker_handover(ngw->picker, ngw);
     gateway_retire(gw);
     *gwp = ngw;
     SB_INFO("configuration reloaded (%llu): %s; endpoint state carried over",
@@ -848,6 +877,11 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     }
     if (!same_admin_listen(gw->cfg, cfg)) {
         SB_WARN("reload refused: admin.listen changed (restart to apply)");
+        sb_config_free(cfg);
+        return -1;
+    }
+    if (!same_extproc(gw->cfg, cfg)) {
+        SB_WARN("reload refused: ext_proc's listen or TLS changed (restart to apply)");
         sb_config_free(cfg);
         return -1;
     }

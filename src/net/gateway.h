@@ -49,6 +49,8 @@ void sb_gateway_stop(sb_gateway *gw);
  * caller's to refuse meanwhile. */
 void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg);
 uint16_t sb_gateway_port(const sb_gateway *gw);
+/* The endpoint picker's gRPC port (`ext_proc:`); 0 when there is none (or after a drain's cut). */
+uint16_t sb_gateway_extproc_port(const sb_gateway *gw);
 /* The admin listener's port; 0 when there is none. */
 uint16_t sb_gateway_admin_port(const sb_gateway *gw);
 /* Replaces the configuration (SIGHUP). Ownership of cfg passes to the gateway either way.

@@ -72,6 +72,13 @@ struct sb_gateway {
      * control; base/hash.h). Drawn from the OS once at start, kept by reloads; never logged. */
     uint64_t hash_secret;
     sb_proxy_env proxy; /* what the proxy gets instead of the gateway (gateway_build) */
+    /* The endpoint picker (`ext_proc:`, net/picker.h): its listener and streams; NULL without.
+     * Handed to the new gateway by a replacing reload, like the listeners. */
+    struct sb_picker *picker;
+    /* Where admission sends a routed request of the picker's (req->ops set) instead of the
+     * proxy: sb_picker_dispatch, set by gateway.c (admission.c cannot include net/picker.h:
+     * the picker calls the routes, which call admission). */
+    void (*pick)(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr);
     /* KV-cache events (net/kv_feed.c): the hub (ZMQ context), NULL until a pool asks for events;
      * subscribers parallel to ups, NULL for endpoints of pools without `kv_events:`. */
     sb_kv_hub *kv_hub;

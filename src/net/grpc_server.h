@@ -46,6 +46,7 @@ enum sb_grpc_status {
     SB_GRPC_UNIMPLEMENTED = 12,
     SB_GRPC_INTERNAL = 13,
     SB_GRPC_UNAVAILABLE = 14,
+    SB_GRPC_UNAUTHENTICATED = 16,
 };
 
 /* Zero fields take the default. */

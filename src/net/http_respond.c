@@ -225,6 +225,8 @@ static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof
 int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
                          int64_t content_length)
 {
+    if (req->ops)
+        return -1; /* a request from elsewhere is answered whole (sb_http_req.ops) */
     conn *c = req_conn(req);
     if (c->state != CONN_HANDLING)
         return -1;
@@ -263,6 +265,8 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
 
 int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
 {
+    if (req->ops)
+        return -1;
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;
@@ -297,6 +301,8 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
 
 int sb_http_stream_end(sb_http_req *req)
 {
+    if (req->ops)
+        return -1;
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;
@@ -311,6 +317,10 @@ int sb_http_stream_end(sb_http_req *req)
 
 void sb_http_stream_abort(sb_http_req *req)
 {
+    if (req->ops) {
+        req->ops->abort(req);
+        return;
+    }
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING && c->state != CONN_HANDLING)
         return;
@@ -335,6 +345,8 @@ void sb_http_stream_abort(sb_http_req *req)
 int sb_http_respond(sb_http_req *req, int status, const char *content_type, const char *headers,
                     const char *body, size_t body_len)
 {
+    if (req->ops)
+        return req->ops->respond(req, status, content_type, headers, body, body_len);
     conn *c = req_conn(req);
     if (c->state != CONN_HANDLING)
         return -1;

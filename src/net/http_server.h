@@ -102,7 +102,21 @@ struct sb_http_req {
     /* Set by sb_http_server_cut before on_abort: the server closed the request, not the client
      * (read it in on_abort). */
     bool cut;
+    /* NULL for a request this server read. Non-NULL: a request that came another way (the
+     * endpoint picker's, net/picker.c: Envoy's ext_proc stream), handled by the same handler;
+     * sb_http_respond and sb_http_stream_abort hand its answer to ops instead, and the other
+     * stream calls refuse it (-1). */
+    const struct sb_http_req_ops *ops;
 };
+
+/* Where a request from elsewhere sends its answer (sb_http_req.ops). */
+typedef struct sb_http_req_ops {
+    /* The complete answer, as sb_http_respond gives it. 0, or -1 if already answered or gone. */
+    int (*respond)(sb_http_req *req, int status, const char *content_type, const char *headers, const char *body,
+                   size_t body_len);
+    /* The answer could not be built (out of memory): end the request abnormally. */
+    void (*abort)(sb_http_req *req);
+} sb_http_req_ops;
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
 /* What the server answered on its own, before or instead of the handler (a malformed or

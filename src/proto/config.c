@@ -553,6 +553,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
             cfg_parse_admin(p, v);
         } else if (!strcmp(key, "auth")) {
             cfg_parse_auth(p, v);
+        } else if (!strcmp(key, "ext_proc")) {
+            cfg_parse_ext_proc(p, v);
         } else if (!strcmp(key, "pools")) {
             seen_pools = true;
             cfg_parse_pools(p, v);
@@ -572,6 +574,16 @@ static void parse_root(parse *p, const yaml_node_t *root)
                        "admin.listen must differ from listen (admin %s:%u%s, listen %s:%u): set admin.listen to "
                        "another port, or null to turn the admin listener off",
                        cfg->admin_host, cfg->admin_port, at ? "" : ", the default", cfg->listen_host, cfg->listen_port);
+    }
+    if (cfg->extproc_host) {
+        const yaml_node_t *at = cfg_lookup(p, cfg_lookup(p, root, "ext_proc"), "listen");
+        if (listeners_overlap(cfg->extproc_host, cfg->extproc_port, cfg->listen_host, cfg->listen_port))
+            cfg_node_error(p, at, "ext_proc.listen must differ from listen (%s:%u)", cfg->listen_host,
+                           cfg->listen_port);
+        else if (cfg->admin_host &&
+                 listeners_overlap(cfg->extproc_host, cfg->extproc_port, cfg->admin_host, cfg->admin_port))
+            cfg_node_error(p, at, "ext_proc.listen must differ from admin.listen (%s:%u)", cfg->admin_host,
+                           cfg->admin_port);
     }
     if (p->cfg->default_pool) {
         bool found = false;
@@ -653,6 +665,12 @@ static bool set_defaults(sb_config *cfg)
         .admin_port = 8081,
         .admin_max_connections = 64,
         .admin_max_body_bytes = 64 << 10,
+        .extproc_port = 9002,
+        .extproc_fallbacks = 3,
+        .extproc_chunk_bytes = 62000,
+        .extproc_max_streams = 1024,
+        .extproc_max_connections = 1024,
+        .extproc_idle_ms = 300000,
         .discovery_apply_ms = 20,
         .discovery_drain_ms = 30000,
         .discovery_max_endpoints = 256,
@@ -789,6 +807,10 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->auth_api_keys_file);
     sb_free(cfg->admin_host);
     sb_free(cfg->admin_token_file);
+    sb_free(cfg->extproc_host);
+    sb_free(cfg->extproc_tls_cert);
+    sb_free(cfg->extproc_tls_key);
+    OPENSSL_cleanse(cfg->extproc_token_digest, sizeof cfg->extproc_token_digest);
     OPENSSL_cleanse(cfg->admin_token_digest, sizeof cfg->admin_token_digest);
     sb_free(cfg->access_log);
     sb_free(cfg);

@@ -1194,6 +1194,72 @@ static void test_admin_listener(void **state)
     expect_no_secret(&errs, "bad token");
 }
 
+/* ext_proc: the endpoint picker's listener; off unless configured, defaults, bounds, modes. */
+static void test_ext_proc(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->extproc_host);
+    sb_config_free(cfg);
+
+    assert_int_equal(parse_str("ext_proc:\n  listen: \"0.0.0.0:9002\"\n" POOL_OK, &cfg, &errs), 0);
+    assert_string_equal(cfg->extproc_host, "0.0.0.0");
+    assert_int_equal(cfg->extproc_port, 9002);
+    assert_int_equal(cfg->extproc_fallbacks, 3);
+    assert_int_equal(cfg->extproc_chunk_bytes, 62000);
+    assert_int_equal(cfg->extproc_request_body_mode, SB_EXTPROC_MODE_FULL_DUPLEX);
+    assert_int_equal(cfg->extproc_response_body_mode, SB_EXTPROC_MODE_FULL_DUPLEX);
+    assert_int_equal(cfg->extproc_max_streams, 1024);
+    assert_null(cfg->extproc_tls_cert);
+    assert_false(cfg->extproc_has_token);
+    sb_config_free(cfg);
+
+    /* A token: kept as its digest only. */
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: picker-s3cret }\n" POOL_OK, &cfg, &errs), 0);
+    assert_true(cfg->extproc_has_token);
+    uint8_t d[SB_AUTH_DIGEST_LEN];
+    sb_auth_digest("picker-s3cret", 13, d);
+    assert_memory_equal(cfg->extproc_token_digest, d, sizeof d);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: \"two words\" }\n" POOL_OK, &cfg, &errs), -1);
+    expect_no_secret(&errs, "two words");
+
+    assert_int_equal(parse_str("ext_proc:\n  listen: \"[::1]:9003\"\n  fallbacks: 0\n  chunk_bytes: 16KiB\n"
+                               "  request_body_mode: buffered\n  response_body_mode: none\n  tls_cert: c.pem\n"
+                               "  tls_key: k.pem\n  max_streams: 10\n  max_connections: 2\n  idle_ms: 5000\n" POOL_OK,
+                               &cfg, &errs),
+                     0);
+    assert_string_equal(cfg->extproc_host, "::1");
+    assert_int_equal(cfg->extproc_port, 9003);
+    assert_int_equal(cfg->extproc_fallbacks, 0);
+    assert_int_equal(cfg->extproc_chunk_bytes, 16384);
+    assert_int_equal(cfg->extproc_request_body_mode, SB_EXTPROC_MODE_BUFFERED);
+    assert_int_equal(cfg->extproc_response_body_mode, SB_EXTPROC_MODE_NONE);
+    assert_string_equal(cfg->extproc_tls_cert, "c.pem");
+    assert_string_equal(cfg->extproc_tls_key, "k.pem");
+    assert_int_equal(cfg->extproc_max_streams, 10);
+    assert_int_equal(cfg->extproc_max_connections, 2);
+    assert_int_equal(cfg->extproc_idle_ms, 5000);
+    sb_config_free(cfg);
+
+    expect_one_error("ext_proc:\n  fallbacks: 2\n" POOL_OK, 2, "ext_proc needs listen");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  fallbacks: 8\n" POOL_OK, 3,
+                     "ext_proc.fallbacks must be between 0 and 7");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  request_body_mode: none\n" POOL_OK, 3,
+                     "ext_proc.request_body_mode must be full_duplex_streamed or buffered, got 'none'");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  response_body_mode: streamed\n" POOL_OK, 3,
+                     "or buffered or none");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  tls_cert: c.pem\n" POOL_OK, 2,
+                     "give both tls_cert and tls_key");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:8080\"\n" POOL_OK, 2, "ext_proc.listen must differ from listen");
+    expect_one_error("ext_proc:\n  listen: \"0.0.0.0:8081\"\n" POOL_OK, 2,
+                     "ext_proc.listen must differ from admin.listen");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  chunk: 5\n" POOL_OK, 3, "unknown key 'chunk' in ext_proc");
+    expect_one_error("ext_proc: [1]\n" POOL_OK, 1, "ext_proc");
+}
+
 /* A key written where a field name belongs is never quoted back (messages reach logs). */
 static void test_misplaced_keys_not_echoed(void **state)
 {
@@ -1886,6 +1952,7 @@ int main(void)
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
         cmocka_unit_test(test_admin_listener),
+        cmocka_unit_test(test_ext_proc),
         cmocka_unit_test(test_client_auth),
         cmocka_unit_test(test_misplaced_keys_not_echoed),
         cmocka_unit_test(test_upstream_api_key),

@@ -1,0 +1,1164 @@
+/* grpc_server: the server on the test's own libuv loop over loopback, driven by a small HTTP/2
+ * client written here on nghttp2's client API (plain, or TLS with ALPN through memory BIOs),
+ * both sides on one thread. The handler echoes each message, or holds calls, or floods. */
+#include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "net/grpc_server.h"
+#include "net_fixture.h"
+
+#define MAXS 300
+
+/* ---- the client ---- */
+
+typedef struct tclient tclient;
+
+typedef struct tstream {
+    tclient *cl;
+    int32_t id;
+    uint8_t *out; /* request DATA still to go */
+    size_t out_len, out_off, frame_max;
+    bool out_eos, deferred;
+    uint8_t *in; /* response DATA, framed */
+    size_t in_len;
+    int http_status, grpc_status;
+    char grpc_message[256];
+    bool closed;
+    uint32_t close_code;
+} tstream;
+
+struct tclient {
+    int fd;
+    uv_poll_t poll;
+    bool polling, eof, hold, goaway;
+    nghttp2_session *ng;
+    SSL_CTX *sctx;
+    SSL *ssl;
+    BIO *rbio, *wbio;
+    bool tls_ready, tls_failed;
+    uint8_t *w;
+    size_t w_len, w_off, w_cap;
+    tstream s[MAXS];
+    int n;
+};
+
+static void cl_pump(tclient *cl);
+
+static void cl_out(tclient *cl, const void *p, size_t n)
+{
+    if (cl->w_off == cl->w_len)
+        cl->w_off = cl->w_len = 0;
+    if (cl->w_len + n > cl->w_cap) {
+        cl->w_cap = (cl->w_len + n) * 2;
+        cl->w = realloc(cl->w, cl->w_cap);
+        assert_non_null(cl->w);
+    }
+    memcpy(cl->w + cl->w_len, p, n);
+    cl->w_len += n;
+}
+
+static void cl_in(tclient *cl, const uint8_t *p, size_t n)
+{
+    if (!cl->ng)
+        return;
+    ssize_t rv = nghttp2_session_mem_recv(cl->ng, p, n);
+    assert_true(rv >= 0);
+}
+
+static void cl_on_poll(uv_poll_t *p, int status, int events)
+{
+    tclient *cl = p->data;
+    if ((events & UV_READABLE) || status < 0) {
+        uint8_t buf[65536];
+        for (;;) {
+            ssize_t n = recv(cl->fd, buf, sizeof(buf), 0);
+            if (n > 0) {
+                if (!cl->ssl) {
+                    cl_in(cl, buf, (size_t)n);
+                    continue;
+                }
+                BIO_write(cl->rbio, buf, (int)n);
+                if (!cl->tls_ready)
+                    cl_pump(cl);
+                int r;
+                uint8_t plain[16384];
+                while (cl->tls_ready && (r = SSL_read(cl->ssl, plain, sizeof(plain))) > 0)
+                    cl_in(cl, plain, (size_t)r);
+                continue;
+            }
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                break;
+            cl->eof = true;
+            break;
+        }
+    }
+    cl_pump(cl);
+}
+
+/* Moves what the session (and TLS) has to send into the socket; watches for what is needed. */
+static void cl_pump(tclient *cl)
+{
+    if (!cl->polling)
+        return;
+    if (cl->ssl && !cl->tls_ready && !cl->tls_failed) {
+        int r = SSL_do_handshake(cl->ssl);
+        if (r == 1)
+            cl->tls_ready = true;
+        else if (SSL_get_error(cl->ssl, r) != SSL_ERROR_WANT_READ)
+            cl->tls_failed = true;
+        ERR_clear_error();
+    }
+    if (cl->ng && (!cl->ssl || cl->tls_ready)) {
+        const uint8_t *p;
+        ssize_t n;
+        while ((n = nghttp2_session_mem_send(cl->ng, &p)) > 0) {
+            if (cl->ssl)
+                SSL_write(cl->ssl, p, (int)n);
+            else
+                cl_out(cl, p, (size_t)n);
+        }
+    }
+    if (cl->ssl) {
+        char tmp[16384];
+        int n;
+        while ((n = BIO_read(cl->wbio, tmp, sizeof(tmp))) > 0)
+            cl_out(cl, tmp, (size_t)n);
+    }
+    while (cl->w_off < cl->w_len) {
+        ssize_t n = send(cl->fd, cl->w + cl->w_off, cl->w_len - cl->w_off, MSG_NOSIGNAL);
+        if (n <= 0)
+            break;
+        cl->w_off += (size_t)n;
+    }
+    int ev = (cl->eof || cl->hold ? 0 : UV_READABLE) | (cl->w_off < cl->w_len ? UV_WRITABLE : 0);
+    if (ev)
+        uv_poll_start(&cl->poll, ev, cl_on_poll);
+    else
+        uv_poll_stop(&cl->poll);
+}
+
+static int cl_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
+                        const uint8_t *value, size_t valuelen, uint8_t flags, void *user)
+{
+    tstream *t = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (!t)
+        return 0;
+    if (namelen == 7 && memcmp(name, ":status", 7) == 0)
+        t->http_status = atoi((const char *)value);
+    else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+        t->grpc_status = atoi((const char *)value);
+    else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
+        snprintf(t->grpc_message, sizeof(t->grpc_message), "%.*s", (int)valuelen, value);
+    return 0;
+}
+
+static int cl_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *user)
+{
+    tstream *t = nghttp2_session_get_stream_user_data(ng, id);
+    if (!t)
+        return 0;
+    t->in = realloc(t->in, t->in_len + len + 1);
+    assert_non_null(t->in);
+    memcpy(t->in + t->in_len, data, len);
+    t->in_len += len;
+    return 0;
+}
+
+static int cl_on_close(nghttp2_session *ng, int32_t id, uint32_t code, void *user)
+{
+    tstream *t = nghttp2_session_get_stream_user_data(ng, id);
+    if (t) {
+        t->closed = true;
+        t->close_code = code;
+    }
+    return 0;
+}
+
+static int cl_on_frame(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    if (f->hd.type == NGHTTP2_GOAWAY)
+        ((tclient *)user)->goaway = true;
+    return 0;
+}
+
+static ssize_t cl_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
+                       nghttp2_data_source *src, void *user)
+{
+    tstream *t = src->ptr;
+    size_t n = t->out_len - t->out_off;
+    if (n > length)
+        n = length;
+    if (t->frame_max && n > t->frame_max)
+        n = t->frame_max;
+    if (n)
+        memcpy(buf, t->out + t->out_off, n);
+    t->out_off += n;
+    if (t->out_off == t->out_len && t->out_eos) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return (ssize_t)n;
+    }
+    if (n == 0) {
+        t->deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+static int alpn_offer(SSL_CTX *ctx, const char *proto)
+{
+    unsigned char wire[32];
+    size_t l = strlen(proto);
+    wire[0] = (unsigned char)l;
+    memcpy(wire + 1, proto, l);
+    return SSL_CTX_set_alpn_protos(ctx, wire, (unsigned)(l + 1));
+}
+
+/* Connects and sends the preface and SETTINGS (with large windows: the server is limited by
+ * its own bounds, not the client's). alpn NULL: h2c; else TLS offering that protocol. */
+static void cl_connect(uv_loop_t *loop, tclient *cl, uint16_t port, const char *alpn)
+{
+    memset(cl, 0, sizeof(*cl));
+    cl->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(cl->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(cl->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    int one = 1;
+    setsockopt(cl->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    assert_int_equal(uv_poll_init_socket(loop, &cl->poll, cl->fd), 0);
+    cl->poll.data = cl;
+    cl->polling = true;
+    if (alpn) {
+        cl->sctx = SSL_CTX_new(TLS_client_method());
+        alpn_offer(cl->sctx, alpn);
+        cl->ssl = SSL_new(cl->sctx);
+        cl->rbio = BIO_new(BIO_s_mem());
+        cl->wbio = BIO_new(BIO_s_mem());
+        SSL_set_bio(cl->ssl, cl->rbio, cl->wbio);
+        SSL_set_connect_state(cl->ssl);
+    }
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_on_header_callback(cb, cl_on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cl_on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, cl_on_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, cl_on_frame);
+    assert_int_equal(nghttp2_session_client_new(&cl->ng, cb, cl), 0);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 16 << 20}};
+    nghttp2_submit_settings(cl->ng, NGHTTP2_FLAG_NONE, iv, 1);
+    nghttp2_session_set_local_window_size(cl->ng, NGHTTP2_FLAG_NONE, 0, 64 << 20);
+    cl_pump(cl);
+}
+
+static void cl_close(tclient *cl, bool reset)
+{
+    if (!cl->polling)
+        return;
+    cl->polling = false;
+    uv_close((uv_handle_t *)&cl->poll, netfx_on_poll_closed);
+    if (reset) {
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(cl->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+    close(cl->fd);
+    nghttp2_session_del(cl->ng);
+    cl->ng = NULL;
+    if (cl->ssl)
+        SSL_free(cl->ssl);
+    if (cl->sctx)
+        SSL_CTX_free(cl->sctx);
+    for (int i = 0; i < cl->n; i++) {
+        free(cl->s[i].out);
+        free(cl->s[i].in);
+    }
+    free(cl->w);
+}
+
+#define HDR(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+
+/* Opens a stream; eos_now: HEADERS with END_STREAM (no body). */
+static tstream *cl_open_full(tclient *cl, const char *method, const char *path, const char *ctype, bool eos_now)
+{
+    assert_true(cl->n < MAXS);
+    tstream *t = &cl->s[cl->n++];
+    memset(t, 0, sizeof(*t));
+    t->cl = cl;
+    t->grpc_status = -1;
+    nghttp2_nv nv[] = {HDR(":method", method),      HDR(":scheme", "http"), HDR(":path", path),
+                       HDR(":authority", "localhost"), HDR("content-type", ctype), HDR("te", "trailers")};
+    nghttp2_data_provider prd = {.source.ptr = t, .read_callback = cl_read};
+    t->id = nghttp2_submit_request(cl->ng, NULL, nv, 6, eos_now ? NULL : &prd, t);
+    assert_true(t->id > 0);
+    cl_pump(cl);
+    return t;
+}
+
+/* A call with one more request header. */
+static tstream *cl_open_with(tclient *cl, const char *path, const char *name, const char *value)
+{
+    tstream *t = &cl->s[cl->n++];
+    memset(t, 0, sizeof(*t));
+    t->cl = cl;
+    t->grpc_status = -1;
+    nghttp2_nv nv[] = {HDR(":method", "POST"),          HDR(":scheme", "http"),            HDR(":path", path),
+                       HDR(":authority", "localhost"), HDR("content-type", "application/grpc"), HDR(name, value)};
+    nghttp2_data_provider prd = {.source.ptr = t, .read_callback = cl_read};
+    t->id = nghttp2_submit_request(cl->ng, NULL, nv, 6, &prd, t);
+    assert_true(t->id > 0);
+    cl_pump(cl);
+    return t;
+}
+
+static tstream *cl_open(tclient *cl, const char *path) { return cl_open_full(cl, "POST", path, "application/grpc", false); }
+
+/* Queues raw DATA bytes on the stream (eos: the last). */
+static void st_write(tstream *t, const void *p, size_t n, bool eos)
+{
+    t->out = realloc(t->out, t->out_len + n + 1);
+    assert_non_null(t->out);
+    memcpy(t->out + t->out_len, p, n);
+    t->out_len += n;
+    t->out_eos = eos;
+    if (t->deferred) {
+        t->deferred = false;
+        nghttp2_session_resume_data(t->cl->ng, t->id);
+    }
+    cl_pump(t->cl);
+}
+
+/* Queues one gRPC message (flag byte as given). */
+static void st_msg_flag(tstream *t, const void *msg, size_t n, bool eos, uint8_t flag)
+{
+    uint8_t pre[5] = {flag, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    st_write(t, pre, 5, false);
+    st_write(t, msg, n, eos);
+}
+
+static void st_msg(tstream *t, const char *msg, bool eos) { st_msg_flag(t, msg, strlen(msg), eos, 0); }
+
+/* The i-th message of the stream's response DATA, NUL-terminated into out; false if absent. */
+static bool st_reply(const tstream *t, int i, char *out, size_t cap)
+{
+    size_t off = 0;
+    for (;;) {
+        if (off + 5 > t->in_len)
+            return false;
+        size_t len = (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 |
+                     t->in[off + 4];
+        if (off + 5 + len > t->in_len)
+            return false;
+        if (i-- == 0) {
+            assert_true(len < cap);
+            memcpy(out, t->in + off + 5, len);
+            out[len] = '\0';
+            return true;
+        }
+        off += 5 + len;
+    }
+}
+
+static size_t st_replies(const tstream *t)
+{
+    size_t n = 0, off = 0;
+    while (off + 5 <= t->in_len) {
+        size_t len = (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 |
+                     t->in[off + 4];
+        if (off + 5 + len > t->in_len)
+            break;
+        off += 5 + len;
+        n++;
+    }
+    return n;
+}
+
+static bool st_is_closed(void *arg) { return ((tstream *)arg)->closed; }
+static void st_wait_closed(uv_loop_t *loop, tstream *t) { netfx_run_until(loop, st_is_closed, t, "stream close"); }
+static bool cl_is_eof(void *arg) { return ((tclient *)arg)->eof; }
+
+/* ---- the server's handler ---- */
+
+enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE };
+
+typedef struct tcall {
+    enum kind kind;
+    int cancels;
+} tcall;
+
+static struct {
+    int calls, messages, half_closes, cancels, drains;
+    int finish_in_cancel_rc;
+    void *ctx_seen;
+    sb_grpc_call *held[MAXS];
+    int n_held;
+    /* flood */
+    size_t flood_sent, flood_limit;
+    bool flood_waiting; /* the last send returned 1; no on_drain since */
+    int flood_backpressure;
+    tcall calls_mem[MAXS * 2];
+    int n_calls_mem;
+} T;
+
+static void hold_remove(sb_grpc_call *c)
+{
+    for (int i = 0; i < T.n_held; i++)
+        if (T.held[i] == c) {
+            T.held[i] = T.held[--T.n_held];
+            return;
+        }
+}
+
+static void flood(sb_grpc_call *c)
+{
+    static uint8_t chunk[16384];
+    while (T.flood_sent < T.flood_limit) {
+        int rc = sb_grpc_send(c, chunk, sizeof(chunk));
+        assert_true(rc >= 0);
+        T.flood_sent += sizeof(chunk);
+        if (rc == 1) {
+            T.flood_waiting = true;
+            T.flood_backpressure++;
+            return;
+        }
+    }
+    sb_grpc_finish(c, SB_GRPC_OK, NULL);
+    hold_remove(c);
+}
+
+static bool is(const char *m, size_t ml, const char *want) { return ml == strlen(want) && memcmp(m, want, ml) == 0; }
+
+static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
+{
+    T.calls++;
+    T.ctx_seen = ctx;
+    enum kind k;
+    if (is(method, ml, "/t.Echo/Echo"))
+        k = K_ECHO;
+    else if (is(method, ml, "/t.Echo/Hold"))
+        k = K_HOLD;
+    else if (is(method, ml, "/t.Echo/Flood"))
+        k = K_FLOOD;
+    else if (is(method, ml, "/t.Echo/One"))
+        k = K_ONE;
+    else
+        return SB_GRPC_UNIMPLEMENTED;
+    assert_true(T.n_calls_mem < MAXS * 2);
+    tcall *tc = &T.calls_mem[T.n_calls_mem++];
+    tc->kind = k;
+    sb_grpc_call_set_user(c, tc);
+    T.held[T.n_held++] = c;
+    if (k == K_FLOOD)
+        flood(c);
+    return SB_GRPC_OK;
+}
+
+static void h_on_message(sb_grpc_call *c, const uint8_t *msg, size_t len)
+{
+    T.messages++;
+    tcall *tc = sb_grpc_call_user(c);
+    if (tc->kind == K_ECHO)
+        assert_true(sb_grpc_send(c, msg, len) >= 0);
+    if (tc->kind == K_ONE) { /* answers the first message and ends the call from inside on_message */
+        assert_int_equal(sb_grpc_send(c, msg, len), 0);
+        assert_int_equal(sb_grpc_finish(c, SB_GRPC_OK, NULL), 0);
+        assert_int_equal(sb_grpc_send(c, msg, len), -1);
+        hold_remove(c);
+    }
+}
+
+static void h_on_half_close(sb_grpc_call *c)
+{
+    T.half_closes++;
+    tcall *tc = sb_grpc_call_user(c);
+    if (tc->kind == K_ECHO) {
+        assert_int_equal(sb_grpc_finish(c, SB_GRPC_OK, NULL), 0);
+        hold_remove(c);
+    }
+}
+
+static void h_on_cancel(sb_grpc_call *c)
+{
+    T.cancels++;
+    tcall *tc = sb_grpc_call_user(c);
+    tc->cancels++;
+    T.finish_in_cancel_rc = sb_grpc_finish(c, SB_GRPC_OK, NULL);
+    hold_remove(c);
+}
+
+static void h_on_drain(sb_grpc_call *c)
+{
+    T.drains++;
+    T.flood_waiting = false;
+    flood(c);
+}
+
+static const sb_grpc_handler H = {h_on_call, h_on_message, h_on_half_close, h_on_cancel, h_on_drain};
+
+static uv_loop_t loop;
+static int ctx_token;
+
+static sb_grpc_server *start(const sb_grpc_server_opts *o)
+{
+    memset(&T, 0, sizeof(T));
+    T.flood_limit = 256u << 20;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    sb_grpc_server *s = NULL;
+    assert_int_equal(sb_grpc_server_start(&loop, "127.0.0.1", 0, o, &H, &ctx_token, &s), 0);
+    return s;
+}
+
+static void finish(sb_grpc_server *s) { sb_grpc_server_stop(s), netfx_loop_finish(&loop); }
+
+static sb_grpc_server_stats stats(sb_grpc_server *s)
+{
+    sb_grpc_server_stats st;
+    sb_grpc_server_get_stats(s, &st);
+    return st;
+}
+
+/* ---- cases ---- */
+
+static void test_one_message(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "hello", true);
+    st_wait_closed(&loop, t);
+    char m[64];
+    assert_int_equal(t->http_status, 200);
+    assert_int_equal(t->grpc_status, 0);
+    assert_true(st_reply(t, 0, m, sizeof(m)));
+    assert_string_equal(m, "hello");
+    assert_int_equal(st_replies(t), 1);
+    assert_int_equal(t->close_code, NGHTTP2_NO_ERROR);
+    assert_ptr_equal(T.ctx_seen, &ctx_token);
+    assert_int_equal(T.half_closes, 1);
+    assert_int_equal(T.cancels, 0);
+    assert_int_equal(stats(s).calls_total, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* One message's prefix and body cut into 7-byte DATA frames; then 50 messages in one frame. */
+static void test_split_and_coalesced_messages(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    t->frame_max = 7;
+    char big[3000];
+    for (size_t i = 0; i < sizeof(big) - 1; i++)
+        big[i] = (char)('a' + i % 26);
+    big[sizeof(big) - 1] = '\0';
+    st_msg(t, big, true);
+    st_wait_closed(&loop, t);
+    char m[4096];
+    assert_true(st_reply(t, 0, m, sizeof(m)));
+    assert_string_equal(m, big);
+
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    uint8_t all[50 * 16];
+    size_t n = 0;
+    for (int i = 0; i < 50; i++) {
+        char one[16];
+        int l = snprintf(one, sizeof(one), "m%d", i);
+        uint8_t pre[5] = {0, 0, 0, 0, (uint8_t)l};
+        memcpy(all + n, pre, 5);
+        memcpy(all + n + 5, one, (size_t)l);
+        n += 5 + (size_t)l;
+    }
+    st_write(u, all, n, true); /* one DATA frame (well under 16 KiB) */
+    st_wait_closed(&loop, u);
+    assert_int_equal(st_replies(u), 50);
+    for (int i = 0; i < 50; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "m%d", i);
+        assert_true(st_reply(u, i, m, sizeof(m)));
+        assert_string_equal(m, want);
+    }
+    assert_int_equal(u->grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool n_held_is(void *arg) { return T.n_held == *(int *)arg; }
+
+/* 250 calls open at once on one connection, then all answered. */
+static void test_concurrent_streams(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    int want = 250;
+    for (int i = 0; i < want; i++) {
+        tstream *t = cl_open(&cl, "/t.Echo/Hold");
+        char m[16];
+        snprintf(m, sizeof(m), "s%d", i);
+        st_msg(t, m, true);
+    }
+    netfx_run_until(&loop, n_held_is, &want, "250 held calls");
+    assert_int_equal(stats(s).open_calls, 250);
+    while (T.n_held) {
+        sb_grpc_call *c = T.held[--T.n_held];
+        assert_int_equal(sb_grpc_send(c, (const uint8_t *)"ok", 2), 0);
+        assert_int_equal(sb_grpc_finish(c, SB_GRPC_OK, NULL), 0);
+    }
+    for (int i = 0; i < want; i++) {
+        st_wait_closed(&loop, &cl.s[i]);
+        assert_int_equal(cl.s[i].grpc_status, 0);
+        assert_int_equal(st_replies(&cl.s[i]), 1);
+    }
+    assert_int_equal(T.messages, 250);
+    assert_int_equal(T.cancels, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* A prefix declaring more than max_message_bytes ends that call only; the application that
+ * held it hears on_cancel; the connection serves the next call. */
+static void test_message_over_limit(void **state)
+{
+    sb_grpc_server_opts o = {.max_message_bytes = 1024};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    static char big[2000];
+    memset(big, 'x', sizeof(big) - 1);
+    st_msg(t, big, false); /* the client keeps its side open: the server resets it */
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(t->grpc_message, "over the limit"));
+    assert_int_equal(T.messages, 0);
+    assert_int_equal(T.cancels, 1);
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "after", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    assert_int_equal(st_replies(u), 1);
+    assert_false(cl.eof);
+    assert_int_equal(stats(s).calls_refused, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static void test_unknown_method(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Nope");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->http_status, 200);
+    assert_int_equal(t->grpc_status, SB_GRPC_UNIMPLEMENTED);
+    assert_int_equal(t->in_len, 0);
+    assert_int_equal(T.messages, 0);
+    assert_int_equal(stats(s).calls_refused, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool cancels_are(void *arg) { return T.cancels == *(int *)arg; }
+
+/* The client resets a call: on_cancel once; a finish from inside it returns -1. */
+static void test_client_reset(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Hold");
+    st_msg(t, "x", false);
+    int one = 1;
+    netfx_run_until(&loop, n_held_is, &one, "held call");
+    nghttp2_submit_rst_stream(cl.ng, NGHTTP2_FLAG_NONE, t->id, NGHTTP2_CANCEL);
+    cl_pump(&cl);
+    netfx_run_until(&loop, cancels_are, &one, "on_cancel");
+    assert_int_equal(T.finish_in_cancel_rc, -1);
+    /* A later call on the connection: the reset one is never heard of again. */
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "y", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    assert_int_equal(T.cancels, 1);
+    assert_int_equal(T.calls_mem[0].cancels, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool no_connections(void *arg) { return sb_grpc_server_connections(arg) == 0; }
+
+/* The connection drops: every open call hears on_cancel, once. */
+static void test_connection_drop(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    for (int i = 0; i < 5; i++)
+        st_msg(cl_open(&cl, "/t.Echo/Hold"), "x", i % 2 == 0);
+    int five = 5;
+    netfx_run_until(&loop, n_held_is, &five, "5 held calls");
+    cl_close(&cl, true);
+    netfx_run_until(&loop, cancels_are, &five, "5 cancels");
+    netfx_run_until(&loop, no_connections, s, "connection closed");
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(T.calls_mem[i].cancels, 1);
+    assert_int_equal(stats(s).open_calls, 0);
+    finish(s);
+}
+
+static void test_compressed_flag(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg_flag(t, "zz", 2, true, 1);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_UNIMPLEMENTED);
+    assert_int_equal(T.messages, 0);
+    assert_int_equal(T.cancels, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Not gRPC: another content-type gets HTTP 415, another method 405; each with a grpc-status;
+ * the application never sees them. application/grpc+proto is gRPC. */
+static void test_not_grpc_requests(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open_full(&cl, "POST", "/t.Echo/Echo", "application/json", false);
+    st_msg(t, "x", true);
+    tstream *u = cl_open_full(&cl, "GET", "/t.Echo/Echo", "application/grpc", true);
+    tstream *v = cl_open_full(&cl, "POST", "/t.Echo/Echo", "application/grpc+proto", false);
+    st_msg(v, "ok", true);
+    st_wait_closed(&loop, t);
+    st_wait_closed(&loop, u);
+    st_wait_closed(&loop, v);
+    assert_int_equal(t->http_status, 415);
+    assert_int_equal(t->grpc_status, SB_GRPC_INVALID_ARGUMENT);
+    assert_int_equal(u->http_status, 405);
+    assert_int_equal(u->grpc_status, SB_GRPC_UNIMPLEMENTED);
+    assert_int_equal(v->grpc_status, 0);
+    assert_int_equal(T.calls, 1);
+    assert_int_equal(stats(s).calls_refused, 2);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* A call whose request has no body at all (END_STREAM on HEADERS): on_call, then on_half_close. */
+static void test_headers_only_request(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open_full(&cl, "POST", "/t.Echo/Echo", "application/grpc", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(t->http_status, 200);
+    assert_int_equal(T.half_closes, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool cl_has_goaway(void *arg) { return ((tclient *)arg)->goaway; }
+
+/* Drain: GOAWAY to the client; the call in flight completes; the connection then closes; new
+ * connections are not taken. */
+static void test_drain(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient cl;
+    cl_connect(&loop, &cl, port, NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Hold");
+    st_msg(t, "x", true);
+    int one = 1;
+    netfx_run_until(&loop, n_held_is, &one, "held call");
+    sb_grpc_server_drain(s);
+    sb_grpc_server_drain(s); /* idempotent */
+    netfx_run_until(&loop, cl_has_goaway, &cl, "GOAWAY");
+    assert_false(t->closed);
+    assert_int_equal(sb_grpc_server_connections(s), 1);
+    sb_grpc_call *c = T.held[0];
+    assert_int_equal(sb_grpc_send(c, (const uint8_t *)"late", 4), 0);
+    assert_int_equal(sb_grpc_finish(c, SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(st_replies(t), 1);
+    netfx_run_until(&loop, cl_is_eof, &cl, "connection closed after the last call");
+    assert_int_equal(sb_grpc_server_connections(s), 0);
+    assert_int_equal(T.cancels, 0);
+    cl_close(&cl, false);
+    /* The listener is closed: a new connection is refused by the kernel. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_not_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(fd);
+    finish(s);
+}
+
+/* The application ends a call from inside on_message: the other messages of the same DATA
+ * frame are dropped, never handed over. */
+static void test_finish_inside_on_message(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/One");
+    uint8_t all[5 * 6];
+    for (int i = 0; i < 5; i++) {
+        uint8_t m[6] = {0, 0, 0, 0, 1, (uint8_t)('a' + i)};
+        memcpy(all + 6 * i, m, 6);
+    }
+    st_write(t, all, sizeof(all), false);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(st_replies(t), 1);
+    assert_int_equal(T.messages, 1);
+    assert_int_equal(T.cancels, 0);
+    /* The connection goes on. */
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "z", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* The client ends its side inside a message: INTERNAL, and the application hears on_cancel. */
+static void test_truncated_message(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    uint8_t part[8] = {0, 0, 0, 0, 10, 'a', 'b', 'c'};
+    st_write(t, part, sizeof(part), true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_INTERNAL);
+    assert_int_equal(T.messages, 0);
+    assert_int_equal(T.half_closes, 0);
+    assert_int_equal(T.cancels, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Request headers over max_header_bytes: RESOURCE_EXHAUSTED before the application sees the
+ * call; the connection (and its HPACK state) serves the next call. */
+static void test_headers_over_limit(void **state)
+{
+    sb_grpc_server_opts o = {.max_header_bytes = 512};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    char big[1200];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    tstream *t = cl_open_with(&cl, "/t.Echo/Echo", "x-big", big);
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(T.calls, 0);
+    tstream *u = cl_open_with(&cl, "/t.Echo/Echo", "x-small", "v");
+    st_msg(u, "y", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    assert_int_equal(T.calls, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool calls_are(void *arg) { return T.calls == *(int *)arg; }
+
+/* Headers reach the application by lower-case name; the peer is "ip:port"; set_ctx moves new
+ * calls to the new owner while a call begun before keeps its own. */
+static void test_headers_peer_and_set_ctx(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open_with(&cl, "/t.Echo/Hold", "x-request-id", "r-1");
+    st_msg(t, "x", false);
+    int one = 1, two = 2;
+    netfx_run_until(&loop, n_held_is, &one, "held call");
+    size_t len = 0;
+    const char *v = sb_grpc_call_header(T.held[0], "x-request-id", &len);
+    assert_non_null(v);
+    assert_int_equal(len, 3);
+    assert_memory_equal(v, "r-1", 3);
+    assert_null(sb_grpc_call_header(T.held[0], "x-absent", NULL));
+    assert_non_null(strstr(sb_grpc_call_peer(T.held[0]), "127.0.0.1:"));
+    assert_ptr_equal(T.ctx_seen, &ctx_token);
+    int other;
+    sb_grpc_server_set_ctx(s, &other);
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "y", true);
+    netfx_run_until(&loop, calls_are, &two, "second call");
+    assert_ptr_equal(T.ctx_seen, &other);
+    st_wait_closed(&loop, u);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_NOT_FOUND, "gone 100%\n"), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, SB_GRPC_NOT_FOUND);
+    assert_string_equal(t->grpc_message, "gone 100%25%0A"); /* percent-encoded on the wire */
+    cl_close(&cl, false);
+    finish(s);
+}
+
+static bool n_cancels_at_least(void *arg) { return T.cancels >= *(int *)arg; }
+
+/* stop: every call not finished hears on_cancel (once), and nothing after. */
+static void test_stop_cancels_calls(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    for (int i = 0; i < 3; i++)
+        st_msg(cl_open(&cl, "/t.Echo/Hold"), "x", false);
+    int three = 3;
+    netfx_run_until(&loop, n_held_is, &three, "3 held calls");
+    sb_grpc_server_stop(s);
+    assert_int_equal(T.cancels, 3);
+    assert_int_equal(T.finish_in_cancel_rc, -1);
+    netfx_run_until(&loop, cl_is_eof, &cl, "connection closed");
+    cl_close(&cl, false);
+    netfx_loop_finish(&loop);
+    assert_int_equal(T.cancels, 3);
+    (void)n_cancels_at_least;
+}
+
+/* Not HTTP/2 (an HTTP/1.1 request), or a valid preface then a frame that breaks the protocol:
+ * that connection closes (GOAWAY first for the latter), counted; the server goes on. */
+static void test_protocol_errors(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    uint16_t port = sb_grpc_server_port(s);
+    netfx_client h1;
+    netfx_connect(&loop, &h1, port);
+    netfx_sends(&h1, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_wait_eof(&loop, &h1);
+    netfx_close(&h1, false);
+    assert_int_equal(stats(s).protocol_errors, 1);
+
+    netfx_client bad;
+    netfx_connect(&loop, &bad, port);
+    netfx_sends(&bad, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    /* SETTINGS, then DATA on stream 0: a connection error (RFC 9113 6.1). */
+    static const char frames[] = "\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+                                 "\x00\x00\x02\x00\x00\x00\x00\x00\x00hi";
+    netfx_send(&bad, frames, sizeof(frames) - 1);
+    netfx_wait_eof(&loop, &bad);
+    netfx_close(&bad, false);
+    assert_int_equal(stats(s).protocol_errors, 2);
+
+    tclient cl;
+    cl_connect(&loop, &cl, port, NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "still", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(T.calls, 1);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Past max_connections a new connection is closed at once and counted. */
+static void test_max_connections(void **state)
+{
+    sb_grpc_server_opts o = {.max_connections = 2};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient a, b;
+    cl_connect(&loop, &a, port, NULL);
+    cl_connect(&loop, &b, port, NULL);
+    tstream *t = cl_open(&b, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(sb_grpc_server_connections(s), 2);
+    netfx_client c;
+    netfx_connect(&loop, &c, port);
+    netfx_wait_eof(&loop, &c);
+    netfx_close(&c, false);
+    assert_int_equal(stats(s).connections_refused, 1);
+    assert_int_equal(sb_grpc_server_connections(s), 2);
+    cl_close(&a, false);
+    cl_close(&b, false);
+    finish(s);
+}
+
+/* A connection with no call open for idle_ms gets GOAWAY and is closed (the loop waits on the
+ * server's own timer, nothing sleeps). */
+static void test_idle_close(void **state)
+{
+    sb_grpc_server_opts o = {.idle_ms = 30};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    netfx_run_until(&loop, cl_is_eof, &cl, "idle close");
+    assert_true(cl.goaway);
+    assert_int_equal(sb_grpc_server_connections(s), 0);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* A self-signed certificate and key, written as PEM to temporary files. */
+static void make_cert(char *cert, char *key)
+{
+    EVP_PKEY *pk = EVP_EC_gen("P-256");
+    assert_non_null(pk);
+    X509 *x = X509_new();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+    X509_set_pubkey(x, pk);
+    X509_NAME *n = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1, 0);
+    X509_set_issuer_name(x, n);
+    assert_true(X509_sign(x, pk, EVP_sha256()) > 0);
+    strcpy(cert, "/tmp/sb_grpc_cert_XXXXXX");
+    strcpy(key, "/tmp/sb_grpc_key_XXXXXX");
+    FILE *fc = fdopen(mkstemp(cert), "w"), *fk = fdopen(mkstemp(key), "w");
+    assert_non_null(fc);
+    assert_non_null(fk);
+    assert_true(PEM_write_X509(fc, x) == 1);
+    assert_true(PEM_write_PrivateKey(fk, pk, NULL, NULL, 0, NULL, NULL) == 1);
+    fclose(fc);
+    fclose(fk);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+}
+
+/* TLS with ALPN h2 serves calls; a client that offers only http/1.1, or speaks plain h2c to
+ * the TLS port, is closed and counted; the server goes on. */
+static void test_tls(void **state)
+{
+    char cert[64], key[64];
+    make_cert(cert, key);
+    sb_grpc_server_opts o = {.tls_cert_file = cert, .tls_key_file = key};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+
+    tclient cl;
+    cl_connect(&loop, &cl, port, "h2");
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    static char big[100000];
+    memset(big, 'q', sizeof(big) - 1);
+    st_msg(t, big, true);
+    st_wait_closed(&loop, t);
+    assert_true(cl.tls_ready);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(t->in_len, 5 + sizeof(big) - 1);
+
+    tclient h1;
+    cl_connect(&loop, &h1, port, "http/1.1");
+    netfx_run_until(&loop, cl_is_eof, &h1, "closed without h2");
+    assert_false(h1.tls_ready);
+    assert_int_equal(stats(s).protocol_errors, 1);
+
+    tclient plain;
+    cl_connect(&loop, &plain, port, NULL);
+    netfx_run_until(&loop, cl_is_eof, &plain, "closed: not TLS");
+    assert_int_equal(stats(s).protocol_errors, 2);
+
+    tstream *u = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(u, "again", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    cl_close(&cl, false);
+    cl_close(&h1, false);
+    cl_close(&plain, false);
+    finish(s);
+    unlink(cert);
+    unlink(key);
+}
+
+/* A certificate without its key (or a file that is not there) fails start, never a crash. */
+static void test_tls_bad_config(void **state)
+{
+    assert_int_equal(uv_loop_init(&loop), 0);
+    sb_grpc_server *s = NULL;
+    sb_grpc_server_opts o = {.tls_cert_file = "/nonexistent.pem", .tls_key_file = "/nonexistent.key"};
+    assert_int_equal(sb_grpc_server_start(&loop, "127.0.0.1", 0, &o, &H, NULL, &s), -1);
+    sb_grpc_server_opts half = {.tls_cert_file = "/nonexistent.pem"};
+    assert_int_equal(sb_grpc_server_start(&loop, "127.0.0.1", 0, &half, &H, NULL, &s), -1);
+    assert_null(s);
+    netfx_loop_finish(&loop);
+}
+
+/* A client that does not read: sends pass write_high_water (send returns 1) and the queue
+ * stays stuck, with no on_drain, while it does not read; once it reads, on_drain comes and
+ * the rest of the answer arrives whole. */
+static void test_backpressure(void **state)
+{
+    sb_grpc_server_opts o = {.write_high_water = 64 * 1024};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    int want = 0;
+    netfx_run_until(&loop, calls_are, &want, "connected"); /* lets SETTINGS through */
+    cl.hold = true;
+    tstream *t = cl_open(&cl, "/t.Echo/Flood");
+    /* Turns of the loop until the flood has stopped moving: the socket's buffers are full. */
+    int stable = 0;
+    size_t last = 0;
+    for (int i = 0; i < 200000 && stable < 2000; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        stable = (T.flood_waiting && T.flood_sent == last) ? stable + 1 : 0;
+        last = T.flood_sent;
+    }
+    assert_true(T.flood_waiting);
+    assert_true(T.flood_backpressure >= 1);
+    assert_true(T.flood_sent < T.flood_limit);
+    int drains = T.drains;
+    T.flood_limit = T.flood_sent + 512 * 1024; /* then the call finishes */
+    cl.hold = false;
+    cl_pump(&cl);
+    st_wait_closed(&loop, t);
+    assert_true(T.drains > drains);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(t->in_len, T.flood_sent / 16384 * (16384 + 5));
+    cl_close(&cl, false);
+    finish(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_message),
+        cmocka_unit_test(test_split_and_coalesced_messages),
+        cmocka_unit_test(test_concurrent_streams),
+        cmocka_unit_test(test_message_over_limit),
+        cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_client_reset),
+        cmocka_unit_test(test_connection_drop),
+        cmocka_unit_test(test_compressed_flag),
+        cmocka_unit_test(test_not_grpc_requests),
+        cmocka_unit_test(test_headers_only_request),
+        cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_finish_inside_on_message),
+        cmocka_unit_test(test_truncated_message),
+        cmocka_unit_test(test_headers_over_limit),
+        cmocka_unit_test(test_headers_peer_and_set_ctx),
+        cmocka_unit_test(test_stop_cancels_calls),
+        cmocka_unit_test(test_protocol_errors),
+        cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_idle_close),
+        cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_tls_bad_config),
+        cmocka_unit_test(test_backpressure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
