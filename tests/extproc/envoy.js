@@ -10,7 +10,8 @@
 // a simulated fleet and any number of streams and assert on every message.
 //
 // Commands (each names a stream `id`, chosen by the caller):
-//   {"op":"open","id":I,"kind":"process"|"check"|"watch"|"raw","service":S,"path":P,"deadline_ms":D}
+//   {"op":"open","id":I,"kind":"process"|"check"|"watch"|"raw","service":S,"path":P,"deadline_ms":D,
+//    "metadata":{K:V}}   metadata: the call's request headers (Envoy's grpc_service.initial_metadata)
 //       process: a Process stream; check/watch: grpc.health.v1.Health with {service: S};
 //       raw: a bidirectional stream on path P whose messages are given as hex (bad input).
 //   {"op":"send","id":I,"msg":ProcessingRequest}   bytes fields as base64 strings
@@ -126,6 +127,11 @@ function main() {
     if (streams.has(id)) return out({ id, event: 'error', message: 'stream id in use' });
     const client = clients[nextClient++ % clients.length];
     const deadline = new Date(Date.now() + (cmd.deadline_ms || 30000));
+    const md = () => {
+      const m = new grpc.Metadata();
+      for (const [k, v] of Object.entries(cmd.metadata || {})) m.set(k, v);
+      return m;
+    };
     const s = { id, kind: cmd.kind || 'process', n: 0, done: false, waiters: [], call: null };
     streams.set(id, s);
     const onStatus = (st) => finish(s, st.code, st.details);
@@ -136,15 +142,15 @@ function main() {
       const des = s.kind === 'raw'
         ? (b) => ({ hex: Buffer.from(b).toString('hex') })
         : types.process.responseDeserialize;
-      s.call = client.makeBidiStreamRequest(path, ser, des, new grpc.Metadata(), { deadline });
+      s.call = client.makeBidiStreamRequest(path, ser, des, md(), { deadline });
     } else if (s.kind === 'check') {
       s.call = client.makeUnaryRequest(CHECK, types.check.requestSerialize, types.check.responseDeserialize,
-        { service: cmd.service || '' }, new grpc.Metadata(), { deadline }, (err, resp) => {
+        { service: cmd.service || '' }, md(), { deadline }, (err, resp) => {
           if (resp) onResponse(s, resp);
         });
     } else if (s.kind === 'watch') {
       s.call = client.makeServerStreamRequest(WATCH, types.watch.requestSerialize, types.watch.responseDeserialize,
-        { service: cmd.service || '' }, new grpc.Metadata(), { deadline });
+        { service: cmd.service || '' }, md(), { deadline });
     } else {
       streams.delete(id);
       return out({ id, event: 'error', message: 'unknown kind ' + s.kind });

@@ -53,7 +53,13 @@ class DeployTest(unittest.TestCase):
                 self.assertTrue(load_all(name), name)
         kinds = sorted(d["kind"] for d in self.k8s)
         self.assertEqual(kinds, sorted(["Namespace", "Deployment", "Service", "ConfigMap", "Deployment", "Service",
-                                        "ConfigMap", "Deployment", "Service"]))
+                                        "NetworkPolicy", "ConfigMap", "Deployment", "Service"]))
+        # Only Envoy's pods may reach the picker's gRPC port.
+        np = self.find("NetworkPolicy", "switchboard-picker")
+        self.assertEqual(np["spec"]["podSelector"]["matchLabels"],
+                         self.find("Deployment", "switchboard-picker")["spec"]["selector"]["matchLabels"])
+        self.assertEqual(np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"],
+                         self.find("Deployment", "envoy")["spec"]["selector"]["matchLabels"])
 
     def test_envoy_config_matches_the_api(self):
         self.need_node()

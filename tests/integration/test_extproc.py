@@ -628,6 +628,52 @@ class OrcaTest(PickerCase):
         self.assertAlmostEqual(rep["kv_cache_usage"], 0.42, places=3)
 
 
+class TokenTest(PickerCase):
+    """ext_proc.token: Process calls carry it (Envoy's grpc_service.initial_metadata); health
+    checks need none."""
+
+    def setUp(self):
+        super().setUp()
+        require_client(self)
+        self.sim = Sim("--speed", "50", replicas=1)
+        self.ext_port = free_port()
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "default",
+                            "endpoints": ["127.0.0.1:%d" % self.sim.port]}],
+                          extra='ext_proc: { listen: "127.0.0.1:%d", token: "picker-secret-1" }' % self.ext_port)
+        wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
+        self.drv = Driver(self.ext_port)
+
+    def tearDown(self):
+        try:
+            self.cancel_open()
+            self.drv.close()
+            self.gw.close()
+        finally:
+            self.sim.stop()
+
+    def test_token_required(self):
+        body = json.dumps(chat("with a token?")).encode()
+        for name, md in (("none", {}), ("wrong", {"authorization": "Bearer picker-secret-2"}),
+                         ("not bearer", {"authorization": "picker-secret-1"})):
+            sid = self.next_id("tok")
+            self.drv.open(sid, metadata=md)
+            self.drv.send(sid, request_headers(envoy_headers(len(body))))
+            self.drv.send(sid, request_body(body, True))
+            st = self.drv.wait_status(sid)
+            self.assertEqual(st["code"], 16, (name, st))  # UNAUTHENTICATED
+            self.assertEqual(self.drv.responses(sid), [], name)
+        sid = self.next_id("tok")
+        self.drv.open(sid, metadata={"authorization": "Bearer picker-secret-1"})
+        self.opened.append(sid)
+        self.drv.send(sid, request_headers(envoy_headers(len(body))))
+        self.drv.send(sid, request_body(body, True))
+        p = Picked(self.drv.wait_until(sid, request_done, 30, "the pick"))
+        self.assertEqual(p.endpoints, ["127.0.0.1:%d" % self.sim.port])
+        sid = self.next_id("hc")
+        self.drv.open(sid, kind="check", service="")
+        self.assertEqual(self.drv.wait_status(sid)["code"], 0, "health needs no token")
+
+
 class FlowControlTest(PickerCase):
     """A saturated pool (long requests through the proxy listener fill both replicas' queues):
     the picker sheds sheddable requests with 429, holds a standard one open while it is queued,
