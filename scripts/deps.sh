@@ -12,7 +12,7 @@ pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev 
 case "$purpose" in
   build|demo) ;;
   test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus $extproc" ;;
-  bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl $extproc" ;;
+  bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl nghttp2-client $extproc" ;;
   *) echo "deps.sh: unknown purpose '$purpose'" >&2; exit 2 ;;
 esac
 missing=""
