@@ -304,16 +304,22 @@ static void protocol_error(pstream *s, const char *why)
 
 /* ---- answers the gateway gives on the stream (sb_http_req.ops) ---- */
 
-/* Header lines "Name: value\r\n" into key-value pairs pointing into text. */
-static size_t split_headers(const char *text, sb_extproc_kv *kv, size_t cap)
+/* Header lines "Name: value\r\n" into key-value pairs pointing into text, names lower-cased in
+ * place: the gateway's answers write them as HTTP/1.1 does ("Retry-After"), but HTTP/2 field
+ * names are lower case (RFC 9113 8.2.1) and Envoy refuses a header mutation that sets one with
+ * capitals. */
+static size_t split_headers(char *text, sb_extproc_kv *kv, size_t cap)
 {
     size_t n = 0;
-    const char *p = text;
+    char *p = text;
     while (p && *p && n < cap) {
-        const char *eol = strstr(p, "\r\n");
-        const char *end = eol ? eol : p + strlen(p);
-        const char *colon = memchr(p, ':', (size_t)(end - p));
+        char *eol = strstr(p, "\r\n");
+        char *end = eol ? eol : p + strlen(p);
+        char *colon = memchr(p, ':', (size_t)(end - p));
         if (colon) {
+            for (char *c = p; c < colon; c++)
+                if (*c >= 'A' && *c <= 'Z')
+                    *c = (char)(*c - 'A' + 'a');
             const char *v = colon + 1;
             while (v < end && *v == ' ')
                 v++;
@@ -337,7 +343,18 @@ static int answer_immediate(sb_http_req *req, int status, const char *content_ty
     kv[n++] = (sb_extproc_kv){.key = "content-type", .key_len = 12, .value = ct, .value_len = strlen(ct)};
     if (req->id[0])
         kv[n++] = (sb_extproc_kv){.key = "x-request-id", .key_len = 12, .value = req->id, .value_len = strlen(req->id)};
-    n += split_headers(headers, kv + n, sizeof(kv) / sizeof(kv[0]) - n);
+    /* The gateway's extra headers are a few short lines (Retry-After, the refusal reason,
+     * WWW-Authenticate); a longer text than this copy holds is cut at a line's end. */
+    char lines[1024];
+    size_t len = headers ? strlen(headers) : 0;
+    if (len >= sizeof lines) {
+        len = sizeof lines - 1;
+        while (len > 0 && headers[len - 1] != '\n')
+            len--;
+    }
+    memcpy(lines, headers ? headers : "", len);
+    lines[len] = 0;
+    n += split_headers(lines, kv + n, sizeof(kv) / sizeof(kv[0]) - n);
     char details[48];
     snprintf(details, sizeof details, "switchboard_%d", status);
     if (sb_extproc_encode_immediate(status, kv, n, body, body_len, details, &pk->out) < 0) {
