@@ -230,12 +230,14 @@ static void rev_wrap(rev *r, unsigned field, size_t mark)
     rev_varint(r, (uint64_t)field << 3 | 2);
 }
 
-static void rev_string(rev *r, unsigned field, const char *s)
+static void rev_field(rev *r, unsigned field, const char *s, size_t n)
 {
     size_t mark = rev_len(r);
-    rev_bytes(r, s, strlen(s));
+    rev_bytes(r, s, n);
     rev_wrap(r, field, mark);
 }
+
+static void rev_string(rev *r, unsigned field, const char *s) { rev_field(r, field, s, strlen(s)); }
 
 /* A ProcessingRequest {request_body {} , metadata_context {filter_metadata {"envoy.lb":
  * {fields {key: value}}}}}, where the caller has already written the Value's contents. */
@@ -318,6 +320,37 @@ static void test_field_flood_budget(void **state)
     teardown_msg();
 }
 
+/* Keys are compared with their exact length: a namespace "envoy.lb\0x" (a NUL inside) is
+ * not envoy.lb, as a NUL-terminated copy compared with strcmp would have it. */
+static void test_exact_keys(void **state)
+{
+    (void)state;
+    const char *why = NULL;
+    rev r;
+    rev_init(&r, 1 << 10);
+    rev_string(&r, 3, "10.9.9.9:80");                               /* Value.string_value */
+    rev_wrap(&r, 2, 0);                                             /* FieldsEntry.value */
+    rev_string(&r, 1, "x-gateway-destination-endpoint-subset");     /* FieldsEntry.key */
+    rev_wrap(&r, 1, 0);                                             /* Struct.fields */
+    rev_wrap(&r, 2, 0);                                             /* FilterMetadataEntry.value */
+    rev_field(&r, 1, "envoy.lb\0x", 10);                           /* FilterMetadataEntry.key */
+    rev_wrap(&r, 1, 0);
+    rev_wrap(&r, 8, 0);
+    rev_bytes(&r, "\x22\x00", 2);
+    assert_int_equal(sb_extproc_decode(rev_data(&r), rev_len(&r), &msg, &why), 0);
+    assert_false(msg.has_subset);
+    free(r.buf);
+    /* A header name with a NUL keeps its whole length. */
+    /* request_headers {headers {headers {key "a\0b", raw_value "vv"}}} */
+    static const uint8_t nul_key[] = {0x12, 0x0d, 0x0a, 0x0b, 0x0a, 0x09, 0x0a, 0x03, 'a', 0,
+                                      'b',  0x1a, 0x02, 'v',  'v'};
+    assert_int_equal(sb_extproc_decode(nul_key, sizeof nul_key, &msg, &why), 0);
+    assert_int_equal(msg.n_headers, 1);
+    assert_int_equal(msg.headers[0].key_len, 3);
+    assert_null(sb_extproc_header_find(&msg, "a"));
+    teardown_msg();
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -350,6 +383,7 @@ static void test_malformed(void **state)
     /* protocol_config with a body mode Envoy does not define (99). */
     assert_int_equal(sb_extproc_decode((const uint8_t *)"\x22\x00\x5a\x02\x08\x63", 6, &msg, &why),
                      SB_EXTPROC_EMALFORMED);
+    assert_non_null(strstr(why, "body mode"));
     /* Unknown fields of every wire type around a valid phase are skipped. */
     static const uint8_t unknown[] = {0x78, 0x05, 0x81, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 0x8d, 0x01, 1, 2, 3, 4,
                                       0x92, 0x01, 0x01, 0xff, 0x22, 0x02, 0x10, 0x01};
@@ -702,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_served_and_phases),
         cmocka_unit_test(test_deep_nesting_bounded),
         cmocka_unit_test(test_field_flood_budget),
+        cmocka_unit_test(test_exact_keys),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_encode_destination),
