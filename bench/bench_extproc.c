@@ -47,11 +47,18 @@ static uint8_t *body_message(const uint8_t *chunk, size_t n, size_t *len)
 static uint8_t *headers_message(size_t *len)
 {
     static const char *kv[][2] = {
-        {":method", "POST"},          {":path", "/v1/chat/completions"}, {":authority", "gateway.example"},
-        {":scheme", "https"},         {"content-type", "application/json"}, {"content-length", "61234"},
-        {"authorization", "Bearer sk-0123456789abcdef0123456789abcdef"}, {"user-agent", "openai-python/1.40.0"},
-        {"x-request-id", "9f1c2e4a-5b6d-4e7f-8a9b-0c1d2e3f4a5b"}, {"accept", "application/json"},
-        {"x-forwarded-for", "10.1.2.3"}, {"x-envoy-expected-rq-timeout-ms", "300000"},
+        {":method", "POST"},
+        {":path", "/v1/chat/completions"},
+        {":authority", "gateway.example"},
+        {":scheme", "https"},
+        {"content-type", "application/json"},
+        {"content-length", "61234"},
+        {"authorization", "Bearer sk-0123456789abcdef0123456789abcdef"},
+        {"user-agent", "openai-python/1.40.0"},
+        {"x-request-id", "9f1c2e4a-5b6d-4e7f-8a9b-0c1d2e3f4a5b"},
+        {"accept", "application/json"},
+        {"x-forwarded-for", "10.1.2.3"},
+        {"x-envoy-expected-rq-timeout-ms", "300000"},
     };
     enum { N = sizeof kv / sizeof kv[0] };
     Envoy__Config__Core__V3__HeaderValue hv[N];
@@ -142,9 +149,15 @@ int main(void)
     free(m);
 
     const char *dest = "10.0.0.1:8000,10.0.0.2:8000,10.0.0.3:8000,10.0.0.4:8000";
-    sb_extproc_kv hdrs[] = {{"x-gateway-destination-endpoint", 30, dest, strlen(dest)}, {"content-length", 14, "61234", 5}};
-    sb_extproc_common c = {.kind = SB_EXTPROC_REQUEST_HEADERS, .set_headers = hdrs, .n_set_headers = 2,
-                           .clear_route_cache = true, .metadata_ns = "envoy.lb", .metadata = hdrs, .n_metadata = 1};
+    sb_extproc_kv hdrs[] = {{"x-gateway-destination-endpoint", 30, dest, strlen(dest)},
+                            {"content-length", 14, "61234", 5}};
+    sb_extproc_common c = {.kind = SB_EXTPROC_REQUEST_HEADERS,
+                           .set_headers = hdrs,
+                           .n_set_headers = 2,
+                           .clear_route_cache = true,
+                           .metadata_ns = "envoy.lb",
+                           .metadata = hdrs,
+                           .n_metadata = 1};
     sb_buf out = {0};
     t0 = now_s();
     for (long i = 0; i < iters; i++) {

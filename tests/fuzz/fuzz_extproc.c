@@ -42,7 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *svc;
     size_t svc_len;
     if (sb_health_decode_request(data, size, &svc, &svc_len) == 0)
-        CHECK(svc_len <= size && (svc_len == 0 || (svc >= (const char *)data && svc + svc_len <= (const char *)data + size)));
+        CHECK(svc_len <= size &&
+              (svc_len == 0 || (svc >= (const char *)data && svc + svc_len <= (const char *)data + size)));
 
     int rc = sb_extproc_decode(data, size, &msg, &why);
     if (rc != 0) {
@@ -67,7 +68,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         touch(msg.body, msg.body_len);
         /* The echo of this chunk, as the picker sends it back in full-duplex mode. */
         sb_buf b = {0};
-        sb_extproc_common c = {.kind = msg.kind, .streamed = true, .body = msg.body, .body_len = msg.body_len,
+        sb_extproc_common c = {.kind = msg.kind,
+                               .streamed = true,
+                               .body = msg.body,
+                               .body_len = msg.body_len,
                                .end_of_stream = msg.end_of_stream};
         CHECK(sb_extproc_encode_common(&c, &b) == 0);
         Envoy__Service__ExtProc__V3__ProcessingResponse *r =

@@ -45,7 +45,10 @@ static void assert_header(size_t i, const char *key, const char *value)
     assert_bytes(msg.headers[i].value, msg.headers[i].value_len, value);
 }
 
-static void teardown_msg(void) { sb_extproc_msg_free(&msg); }
+static void teardown_msg(void)
+{
+    sb_extproc_msg_free(&msg);
+}
 
 /* ---- Envoy's encodings ---- */
 
@@ -202,8 +205,14 @@ static void rev_init(rev *r, size_t cap)
     r->cap = r->pos = cap;
 }
 
-static size_t rev_len(const rev *r) { return r->cap - r->pos; }
-static const uint8_t *rev_data(const rev *r) { return r->buf + r->pos; }
+static size_t rev_len(const rev *r)
+{
+    return r->cap - r->pos;
+}
+static const uint8_t *rev_data(const rev *r)
+{
+    return r->buf + r->pos;
+}
 
 static void rev_bytes(rev *r, const void *p, size_t n)
 {
@@ -237,19 +246,22 @@ static void rev_field(rev *r, unsigned field, const char *s, size_t n)
     rev_wrap(r, field, mark);
 }
 
-static void rev_string(rev *r, unsigned field, const char *s) { rev_field(r, field, s, strlen(s)); }
+static void rev_string(rev *r, unsigned field, const char *s)
+{
+    rev_field(r, field, s, strlen(s));
+}
 
 /* A ProcessingRequest {request_body {} , metadata_context {filter_metadata {"envoy.lb":
  * {fields {key: value}}}}}, where the caller has already written the Value's contents. */
 static void rev_envoy_lb(rev *r, const char *key)
 {
-    rev_wrap(r, 2, 0);                /* FieldsEntry.value = Value */
-    rev_string(r, 1, key);            /* FieldsEntry.key */
-    rev_wrap(r, 1, 0);                /* Struct.fields */
-    rev_wrap(r, 2, 0);                /* FilterMetadataEntry.value = Struct */
-    rev_string(r, 1, "envoy.lb");     /* FilterMetadataEntry.key */
-    rev_wrap(r, 1, 0);                /* Metadata.filter_metadata */
-    rev_wrap(r, 8, 0);                /* ProcessingRequest.metadata_context */
+    rev_wrap(r, 2, 0);                   /* FieldsEntry.value = Value */
+    rev_string(r, 1, key);               /* FieldsEntry.key */
+    rev_wrap(r, 1, 0);                   /* Struct.fields */
+    rev_wrap(r, 2, 0);                   /* FilterMetadataEntry.value = Struct */
+    rev_string(r, 1, "envoy.lb");        /* FilterMetadataEntry.key */
+    rev_wrap(r, 1, 0);                   /* Metadata.filter_metadata */
+    rev_wrap(r, 8, 0);                   /* ProcessingRequest.metadata_context */
     rev_bytes(r, "\x22\x02\x10\x01", 4); /* request_body {end_of_stream: true} */
 }
 
@@ -328,12 +340,12 @@ static void test_exact_keys(void **state)
     const char *why = NULL;
     rev r;
     rev_init(&r, 1 << 10);
-    rev_string(&r, 3, "10.9.9.9:80");                               /* Value.string_value */
-    rev_wrap(&r, 2, 0);                                             /* FieldsEntry.value */
-    rev_string(&r, 1, "x-gateway-destination-endpoint-subset");     /* FieldsEntry.key */
-    rev_wrap(&r, 1, 0);                                             /* Struct.fields */
-    rev_wrap(&r, 2, 0);                                             /* FilterMetadataEntry.value */
-    rev_field(&r, 1, "envoy.lb\0x", 10);                           /* FilterMetadataEntry.key */
+    rev_string(&r, 3, "10.9.9.9:80");                           /* Value.string_value */
+    rev_wrap(&r, 2, 0);                                         /* FieldsEntry.value */
+    rev_string(&r, 1, "x-gateway-destination-endpoint-subset"); /* FieldsEntry.key */
+    rev_wrap(&r, 1, 0);                                         /* Struct.fields */
+    rev_wrap(&r, 2, 0);                                         /* FilterMetadataEntry.value */
+    rev_field(&r, 1, "envoy.lb\0x", 10);                        /* FilterMetadataEntry.key */
     rev_wrap(&r, 1, 0);
     rev_wrap(&r, 8, 0);
     rev_bytes(&r, "\x22\x00", 2);
@@ -342,8 +354,8 @@ static void test_exact_keys(void **state)
     free(r.buf);
     /* A header name with a NUL keeps its whole length. */
     /* request_headers {headers {headers {key "a\0b", raw_value "vv"}}} */
-    static const uint8_t nul_key[] = {0x12, 0x0d, 0x0a, 0x0b, 0x0a, 0x09, 0x0a, 0x03, 'a', 0,
-                                      'b',  0x1a, 0x02, 'v',  'v'};
+    static const uint8_t nul_key[] = {0x12, 0x0d, 0x0a, 0x0b, 0x0a, 0x09, 0x0a, 0x03,
+                                      'a',  0,    'b',  0x1a, 0x02, 'v',  'v'};
     assert_int_equal(sb_extproc_decode(nul_key, sizeof nul_key, &msg, &why), 0);
     assert_int_equal(msg.n_headers, 1);
     assert_int_equal(msg.headers[0].key_len, 3);
@@ -374,9 +386,9 @@ static void test_malformed(void **state)
     /* Garbage: a length past the end, a wire type that does not exist, a varint that never ends. */
     assert_int_equal(sb_extproc_decode((const uint8_t *)"\x12\x7f\x0a", 3, &msg, &why), SB_EXTPROC_EMALFORMED);
     assert_int_equal(sb_extproc_decode((const uint8_t *)"\x17\x00", 2, &msg, &why), SB_EXTPROC_EMALFORMED);
-    assert_int_equal(sb_extproc_decode((const uint8_t *)"\x50\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12, &msg,
-                                       &why),
-                     SB_EXTPROC_EMALFORMED);
+    assert_int_equal(
+        sb_extproc_decode((const uint8_t *)"\x50\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12, &msg, &why),
+        SB_EXTPROC_EMALFORMED);
     /* A header with no name. */
     assert_int_equal(sb_extproc_decode((const uint8_t *)"\x12\x06\x0a\x04\x0a\x02\x1a\x00", 8, &msg, &why),
                      SB_EXTPROC_EMALFORMED);
@@ -385,8 +397,8 @@ static void test_malformed(void **state)
                      SB_EXTPROC_EMALFORMED);
     assert_non_null(strstr(why, "body mode"));
     /* Unknown fields of every wire type around a valid phase are skipped. */
-    static const uint8_t unknown[] = {0x78, 0x05, 0x81, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 0x8d, 0x01, 1, 2, 3, 4,
-                                      0x92, 0x01, 0x01, 0xff, 0x22, 0x02, 0x10, 0x01};
+    static const uint8_t unknown[] = {0x78, 0x05, 0x81, 0x01, 1, 2,    3,    4,    5,    6,    7,    8,    0x8d,
+                                      0x01, 1,    2,    3,    4, 0x92, 0x01, 0x01, 0xff, 0x22, 0x02, 0x10, 0x01};
     assert_int_equal(sb_extproc_decode(unknown, sizeof unknown, &msg, &why), 0);
     assert_int_equal(msg.kind, SB_EXTPROC_REQUEST_BODY);
     assert_true(msg.end_of_stream);
@@ -479,7 +491,8 @@ static void test_encode_destination(void **state)
 {
     (void)state;
     sb_buf b = {0};
-    sb_extproc_kv hdrs[] = {{"x-gateway-destination-endpoint", 30, DEST, strlen(DEST)}, {"content-length", 14, "74", 2}};
+    sb_extproc_kv hdrs[] = {{"x-gateway-destination-endpoint", 30, DEST, strlen(DEST)},
+                            {"content-length", 14, "74", 2}};
     sb_extproc_kv md[] = {{"x-gateway-destination-endpoint", 30, DEST, strlen(DEST)}};
     sb_extproc_common c = {.kind = SB_EXTPROC_REQUEST_HEADERS,
                            .set_headers = hdrs,
@@ -561,10 +574,8 @@ static void test_encode_bodies(void **state)
 
     sb_buf_reset(&b);
     const char *chunk = "data: {\"x\":1}\n\n";
-    sb_extproc_common rb = {.kind = SB_EXTPROC_RESPONSE_BODY,
-                            .streamed = true,
-                            .body = (const uint8_t *)chunk,
-                            .body_len = strlen(chunk)};
+    sb_extproc_common rb = {
+        .kind = SB_EXTPROC_RESPONSE_BODY, .streamed = true, .body = (const uint8_t *)chunk, .body_len = strlen(chunk)};
     assert_int_equal(sb_extproc_encode_common(&rb, &b), 0);
     check_vector("response_body_echo", &b);
     r = unpack(&b);
@@ -678,17 +689,15 @@ static void test_health(void **state)
     assert_int_equal(svc_len, 0);
     free(data);
     /* Unknown fields skipped; truncation and garbage refused. */
-    assert_int_equal(sb_health_decode_request((const uint8_t *)"\x10\x05\x0a\x01x\x1d\x01\x02\x03\x04", 10, &svc,
-                                              &svc_len),
-                     0);
+    assert_int_equal(
+        sb_health_decode_request((const uint8_t *)"\x10\x05\x0a\x01x\x1d\x01\x02\x03\x04", 10, &svc, &svc_len), 0);
     assert_bytes(svc, svc_len, "x");
-    assert_int_equal(sb_health_decode_request((const uint8_t *)"\x0a\x05xy", 4, &svc, &svc_len),
-                     SB_EXTPROC_EMALFORMED);
+    assert_int_equal(sb_health_decode_request((const uint8_t *)"\x0a\x05xy", 4, &svc, &svc_len), SB_EXTPROC_EMALFORMED);
     assert_int_equal(sb_health_decode_request((const uint8_t *)"\x0b", 1, &svc, &svc_len), SB_EXTPROC_EMALFORMED);
     assert_int_equal(sb_health_decode_request((const uint8_t *)"\x00\x00", 2, &svc, &svc_len), SB_EXTPROC_EMALFORMED);
-    assert_int_equal(sb_health_decode_request((const uint8_t *)"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11, &svc,
-                                              &svc_len),
-                     SB_EXTPROC_EMALFORMED);
+    assert_int_equal(
+        sb_health_decode_request((const uint8_t *)"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11, &svc, &svc_len),
+        SB_EXTPROC_EMALFORMED);
     assert_int_equal(sb_health_decode_request((const uint8_t *)"\x09\x01", 2, &svc, &svc_len), SB_EXTPROC_EMALFORMED);
 
     sb_buf b = {0};
