@@ -54,9 +54,9 @@ typedef struct sb_extproc_header {
     size_t value_len;
 } sb_extproc_header;
 
-/* A decoded ProcessingRequest. Pointers point into the message buffer given to
- * sb_extproc_decode or into storage owned by *msg; valid until sb_extproc_msg_free (or the
- * next decode into the same msg, which frees first). */
+/* A decoded ProcessingRequest. Pointers point into storage owned by *msg (the decoder's
+ * copies: the buffer given to sb_extproc_decode may go at once); valid until
+ * sb_extproc_msg_free (or the next decode into the same msg, which frees first). */
 typedef struct sb_extproc_msg {
     enum sb_extproc_kind kind;
     /* headers and trailers phases */
@@ -158,7 +158,14 @@ int sb_extproc_encode_immediate(int status, const sb_extproc_kv *headers, size_t
 
 /* ---- grpc.health.v1 ---- */
 
-enum sb_health_status { SB_HEALTH_UNKNOWN = 0, SB_HEALTH_SERVING = 1, SB_HEALTH_NOT_SERVING = 2 };
+/* HealthCheckResponse.ServingStatus. SERVICE_UNKNOWN is what Watch sends for a service the
+ * server does not know (Check answers gRPC status NOT_FOUND instead). */
+enum sb_health_status {
+    SB_HEALTH_UNKNOWN = 0,
+    SB_HEALTH_SERVING = 1,
+    SB_HEALTH_NOT_SERVING = 2,
+    SB_HEALTH_SERVICE_UNKNOWN = 3,
+};
 
 /* HealthCheckRequest { service 1 }: *service points into buf ("" and 0 when absent). 0, or
  * SB_EXTPROC_EMALFORMED (truncated, a field number 0, a wire type that does not exist). */

@@ -706,6 +706,13 @@ static void test_health(void **state)
     sb_buf_reset(&b);
     assert_int_equal(sb_health_encode_response(SB_HEALTH_NOT_SERVING, &b), 0);
     check_vector("health_not_serving", &b);
+    sb_buf_reset(&b);
+    assert_int_equal(sb_health_encode_response(SB_HEALTH_SERVICE_UNKNOWN, &b), 0);
+    assert_int_equal(b.len, 2);
+    assert_memory_equal(b.data, "\x08\x03", 2);
+    sb_buf_reset(&b);
+    assert_int_equal(sb_health_encode_response(SB_HEALTH_UNKNOWN, &b), 0);
+    assert_int_equal(b.len, 0); /* proto3: the default is not written */
     sb_buf_free(&b);
 }
 
