@@ -400,12 +400,12 @@ static int scratch_init(scratch *s, const sb_extproc_kv *hdrs, size_t n_hdrs, co
     s->block = NULL;
     if (!ns)
         n_md = 0;
-    size_t hdr_bytes = n_hdrs * (sizeof(header_slot) + sizeof(pb_header_option *));
-    size_t md_bytes = n_md * (sizeof(field_slot) + sizeof(Google__Protobuf__Struct__FieldsEntry *));
     if (n_hdrs + n_md == 0)
         return 0;
-    if (n_hdrs > SIZE_MAX / 256 || n_md > SIZE_MAX / 256)
+    if (n_hdrs > SIZE_MAX / 1024 || n_md > SIZE_MAX / 1024) /* the sizes below cannot overflow */
         return -1;
+    size_t hdr_bytes = n_hdrs * (sizeof(header_slot) + sizeof(pb_header_option *));
+    size_t md_bytes = n_md * (sizeof(field_slot) + sizeof(Google__Protobuf__Struct__FieldsEntry *));
     char *p = sb_malloc(hdr_bytes + md_bytes);
     if (!p)
         return -1;
