@@ -105,7 +105,10 @@ const sb_extproc_header *sb_extproc_header_find(const sb_extproc_msg *msg, const
 
 /* ---- responses: each appends one encoded ProcessingResponse to out (0, or -1 on ENOMEM or
  * a misuse named below; out is then unchanged). The messages point at the caller's bytes and
- * are packed once into out: a body chunk is not copied on the way. ---- */
+ * are packed once into out: a body chunk is not copied on the way. Header names, metadata
+ * keys and values, and details must be valid UTF-8 (they are `string` in Envoy's definition,
+ * and its C++ parser refuses a message with invalid UTF-8 there); header values go in
+ * raw_value and bodies are bytes, so they may hold anything. ---- */
 
 typedef struct sb_extproc_kv {
     const char *key;
