@@ -55,7 +55,10 @@ static char *percent_encode(const char *s)
     return e;
 }
 
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+#define NV(n, v)                                                                                                       \
+    {                                                                                                                  \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
+    }
 
 static int submit_trailers(sb_grpc_call *call)
 {
@@ -444,9 +447,18 @@ void gs_calls_drained(gs_conn *c)
 
 /* ---- the call API ---- */
 
-void sb_grpc_call_set_user(sb_grpc_call *c, void *user) { c->user = user; }
-void *sb_grpc_call_user(const sb_grpc_call *c) { return c->user; }
-const char *sb_grpc_call_peer(const sb_grpc_call *c) { return c->conn->peer; }
+void sb_grpc_call_set_user(sb_grpc_call *c, void *user)
+{
+    c->user = user;
+}
+void *sb_grpc_call_user(const sb_grpc_call *c)
+{
+    return c->user;
+}
+const char *sb_grpc_call_peer(const sb_grpc_call *c)
+{
+    return c->conn->peer;
+}
 
 const char *sb_grpc_call_header(const sb_grpc_call *c, const char *name, size_t *len)
 {

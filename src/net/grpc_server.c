@@ -24,7 +24,10 @@ typedef struct wreq {
     char data[];
 } wreq;
 
-void gs_queued_sub(gs_conn *c, size_t n) { c->queued = c->queued > n ? c->queued - n : 0; }
+void gs_queued_sub(gs_conn *c, size_t n)
+{
+    c->queued = c->queued > n ? c->queued - n : 0;
+}
 
 static void on_flush(uv_prepare_t *p);
 
@@ -314,7 +317,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         gs_conn_close(c); /* the peer went away: every call still held hears on_cancel */
         return;
     }
-    int rc = c->ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n) : feed(c, (const uint8_t *)buf->base, (size_t)n);
+    int rc =
+        c->ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n) : feed(c, (const uint8_t *)buf->base, (size_t)n);
     if (c->closing)
         return;
     if (rc < 0) {
@@ -338,7 +342,10 @@ static void read_start(gs_conn *c)
 
 /* ---- accepting ---- */
 
-static void on_refused_closed(uv_handle_t *h) { sb_free(h); }
+static void on_refused_closed(uv_handle_t *h)
+{
+    sb_free(h);
+}
 
 static void drop_connection(sb_grpc_server *s, uv_stream_t *server)
 {
@@ -560,9 +567,15 @@ int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
     return 0;
 }
 
-uint16_t sb_grpc_server_port(const sb_grpc_server *s) { return s->port; }
+uint16_t sb_grpc_server_port(const sb_grpc_server *s)
+{
+    return s->port;
+}
 
-void sb_grpc_server_set_ctx(sb_grpc_server *s, void *ctx) { s->ctx = ctx; }
+void sb_grpc_server_set_ctx(sb_grpc_server *s, void *ctx)
+{
+    s->ctx = ctx;
+}
 
 static void close_listener(sb_grpc_server *s)
 {
@@ -598,7 +611,10 @@ void sb_grpc_server_stop(sb_grpc_server *s)
     s->dirty = NULL;
 }
 
-size_t sb_grpc_server_connections(const sb_grpc_server *s) { return s->n_conns; }
+size_t sb_grpc_server_connections(const sb_grpc_server *s)
+{
+    return s->n_conns;
+}
 
 void sb_grpc_server_get_stats(const sb_grpc_server *s, sb_grpc_server_stats *out)
 {

@@ -296,7 +296,10 @@ static void cl_close(tclient *cl, bool reset)
     free(cl->w);
 }
 
-#define HDR(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+#define HDR(n, v)                                                                                                      \
+    {                                                                                                                  \
+        (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE                                     \
+    }
 
 /* Opens a stream; eos_now: HEADERS with END_STREAM (no body). */
 static tstream *cl_open_full(tclient *cl, const char *method, const char *path, const char *ctype, bool eos_now)
@@ -306,7 +309,7 @@ static tstream *cl_open_full(tclient *cl, const char *method, const char *path, 
     memset(t, 0, sizeof(*t));
     t->cl = cl;
     t->grpc_status = -1;
-    nghttp2_nv nv[] = {HDR(":method", method),      HDR(":scheme", "http"), HDR(":path", path),
+    nghttp2_nv nv[] = {HDR(":method", method),         HDR(":scheme", "http"),     HDR(":path", path),
                        HDR(":authority", "localhost"), HDR("content-type", ctype), HDR("te", "trailers")};
     nghttp2_data_provider prd = {.source.ptr = t, .read_callback = cl_read};
     t->id = nghttp2_submit_request(cl->ng, NULL, nv, 6, eos_now ? NULL : &prd, t);
@@ -322,8 +325,12 @@ static tstream *cl_open_with(tclient *cl, const char *path, const char *name, co
     memset(t, 0, sizeof(*t));
     t->cl = cl;
     t->grpc_status = -1;
-    nghttp2_nv nv[] = {HDR(":method", "POST"),          HDR(":scheme", "http"),            HDR(":path", path),
-                       HDR(":authority", "localhost"), HDR("content-type", "application/grpc"), HDR(name, value)};
+    nghttp2_nv nv[] = {HDR(":method", "POST"),
+                       HDR(":scheme", "http"),
+                       HDR(":path", path),
+                       HDR(":authority", "localhost"),
+                       HDR("content-type", "application/grpc"),
+                       HDR(name, value)};
     nghttp2_data_provider prd = {.source.ptr = t, .read_callback = cl_read};
     t->id = nghttp2_submit_request(cl->ng, NULL, nv, 6, &prd, t);
     assert_true(t->id > 0);
@@ -331,7 +338,10 @@ static tstream *cl_open_with(tclient *cl, const char *path, const char *name, co
     return t;
 }
 
-static tstream *cl_open(tclient *cl, const char *path) { return cl_open_full(cl, "POST", path, "application/grpc", false); }
+static tstream *cl_open(tclient *cl, const char *path)
+{
+    return cl_open_full(cl, "POST", path, "application/grpc", false);
+}
 
 /* Queues raw DATA bytes on the stream (eos: the last). */
 static void st_write(tstream *t, const void *p, size_t n, bool eos)
@@ -356,7 +366,10 @@ static void st_msg_flag(tstream *t, const void *msg, size_t n, bool eos, uint8_t
     st_write(t, msg, n, eos);
 }
 
-static void st_msg(tstream *t, const char *msg, bool eos) { st_msg_flag(t, msg, strlen(msg), eos, 0); }
+static void st_msg(tstream *t, const char *msg, bool eos)
+{
+    st_msg_flag(t, msg, strlen(msg), eos, 0);
+}
 
 /* The i-th message of the stream's response DATA, NUL-terminated into out; false if absent. */
 static bool st_reply(const tstream *t, int i, char *out, size_t cap)
@@ -365,8 +378,8 @@ static bool st_reply(const tstream *t, int i, char *out, size_t cap)
     for (;;) {
         if (off + 5 > t->in_len)
             return false;
-        size_t len = (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 |
-                     t->in[off + 4];
+        size_t len =
+            (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 | t->in[off + 4];
         if (off + 5 + len > t->in_len)
             return false;
         if (i-- == 0) {
@@ -383,8 +396,8 @@ static size_t st_replies(const tstream *t)
 {
     size_t n = 0, off = 0;
     while (off + 5 <= t->in_len) {
-        size_t len = (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 |
-                     t->in[off + 4];
+        size_t len =
+            (size_t)t->in[off + 1] << 24 | (size_t)t->in[off + 2] << 16 | (size_t)t->in[off + 3] << 8 | t->in[off + 4];
         if (off + 5 + len > t->in_len)
             break;
         off += 5 + len;
@@ -393,9 +406,18 @@ static size_t st_replies(const tstream *t)
     return n;
 }
 
-static bool st_is_closed(void *arg) { return ((tstream *)arg)->closed; }
-static void st_wait_closed(uv_loop_t *loop, tstream *t) { netfx_run_until(loop, st_is_closed, t, "stream close"); }
-static bool cl_is_eof(void *arg) { return ((tclient *)arg)->eof; }
+static bool st_is_closed(void *arg)
+{
+    return ((tstream *)arg)->closed;
+}
+static void st_wait_closed(uv_loop_t *loop, tstream *t)
+{
+    netfx_run_until(loop, st_is_closed, t, "stream close");
+}
+static bool cl_is_eof(void *arg)
+{
+    return ((tclient *)arg)->eof;
+}
 
 /* ---- the server's handler ---- */
 
@@ -446,7 +468,10 @@ static void flood(sb_grpc_call *c)
     hold_remove(c);
 }
 
-static bool is(const char *m, size_t ml, const char *want) { return ml == strlen(want) && memcmp(m, want, ml) == 0; }
+static bool is(const char *m, size_t ml, const char *want)
+{
+    return ml == strlen(want) && memcmp(m, want, ml) == 0;
+}
 
 static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
 {
@@ -533,7 +558,10 @@ static sb_grpc_server *start(const sb_grpc_server_opts *o)
     return s;
 }
 
-static void finish(sb_grpc_server *s) { sb_grpc_server_stop(s), netfx_loop_finish(&loop); }
+static void finish(sb_grpc_server *s)
+{
+    sb_grpc_server_stop(s), netfx_loop_finish(&loop);
+}
 
 static sb_grpc_server_stats stats(sb_grpc_server *s)
 {
@@ -610,7 +638,10 @@ static void test_split_and_coalesced_messages(void **state)
     finish(s);
 }
 
-static bool n_held_is(void *arg) { return T.n_held == *(int *)arg; }
+static bool n_held_is(void *arg)
+{
+    return T.n_held == *(int *)arg;
+}
 
 /* 250 calls open at once on one connection, then all answered. */
 static void test_concurrent_streams(void **state)
@@ -688,7 +719,10 @@ static void test_unknown_method(void **state)
     finish(s);
 }
 
-static bool cancels_are(void *arg) { return T.cancels == *(int *)arg; }
+static bool cancels_are(void *arg)
+{
+    return T.cancels == *(int *)arg;
+}
 
 /* The client resets a call: on_cancel once; a finish from inside it returns -1. */
 static void test_client_reset(void **state)
@@ -715,7 +749,10 @@ static void test_client_reset(void **state)
     finish(s);
 }
 
-static bool no_connections(void *arg) { return sb_grpc_server_connections(arg) == 0; }
+static bool no_connections(void *arg)
+{
+    return sb_grpc_server_connections(arg) == 0;
+}
 
 /* The connection drops: every open call hears on_cancel, once. */
 static void test_connection_drop(void **state)
@@ -792,7 +829,10 @@ static void test_headers_only_request(void **state)
     finish(s);
 }
 
-static bool cl_has_goaway(void *arg) { return ((tclient *)arg)->goaway; }
+static bool cl_has_goaway(void *arg)
+{
+    return ((tclient *)arg)->goaway;
+}
 
 /* Drain: GOAWAY to the client; the call in flight completes; the connection then closes; new
  * connections are not taken. */
@@ -900,7 +940,10 @@ static void test_headers_over_limit(void **state)
     finish(s);
 }
 
-static bool calls_are(void *arg) { return T.calls == *(int *)arg; }
+static bool calls_are(void *arg)
+{
+    return T.calls == *(int *)arg;
+}
 
 /* Headers reach the application by lower-case name; the peer is "ip:port"; set_ctx moves new
  * calls to the new owner while a call begun before keeps its own. */
@@ -936,7 +979,10 @@ static void test_headers_peer_and_set_ctx(void **state)
     finish(s);
 }
 
-static bool n_cancels_at_least(void *arg) { return T.cancels >= *(int *)arg; }
+static bool n_cancels_at_least(void *arg)
+{
+    return T.cancels >= *(int *)arg;
+}
 
 /* stop: every call not finished hears on_cancel (once), and nothing after. */
 static void test_stop_cancels_calls(void **state)
@@ -1161,7 +1207,6 @@ static void test_finish_after_large_message(void **state)
     finish(s);
 }
 
-
 static bool flood_stalled(void *arg)
 {
     got_bytes_t *g = arg;
@@ -1252,7 +1297,10 @@ static void on_py_exit(uv_process_t *p, int64_t status, int sig)
     uv_close((uv_handle_t *)p, NULL);
 }
 
-static void on_py_safety(uv_timer_t *t) { netfx_timed_out = true; }
+static void on_py_safety(uv_timer_t *t)
+{
+    netfx_timed_out = true;
+}
 
 /* Runs the Python client against the server on this loop; skips if grpcio is not installed. */
 static void run_python_client(sb_grpc_server *s, const char *cert)
@@ -1260,10 +1308,10 @@ static void run_python_client(sb_grpc_server *s, const char *cert)
     char port[8];
     snprintf(port, sizeof(port), "%u", sb_grpc_server_port(s));
     char *args[] = {"python3", "-c", (char *)PY_CLIENT, port, (char *)cert, NULL};
-    uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE}, {.flags = UV_INHERIT_FD, .data.fd = 1},
-                                     {.flags = UV_INHERIT_FD, .data.fd = 2}};
-    uv_process_options_t po = {.file = "/usr/bin/python3", .args = args, .exit_cb = on_py_exit,
-                               .stdio = stdio, .stdio_count = 3};
+    uv_stdio_container_t stdio[3] = {
+        {.flags = UV_IGNORE}, {.flags = UV_INHERIT_FD, .data.fd = 1}, {.flags = UV_INHERIT_FD, .data.fd = 2}};
+    uv_process_options_t po = {
+        .file = "/usr/bin/python3", .args = args, .exit_cb = on_py_exit, .stdio = stdio, .stdio_count = 3};
     uv_process_t proc;
     py_done = false;
     int rc = uv_spawn(&loop, &proc, &po);
@@ -1294,7 +1342,10 @@ static void run_python_client(sb_grpc_server *s, const char *cert)
     finish(s);
 }
 
-static void test_python_grpcio_client(void **state) { run_python_client(start(NULL), NULL); }
+static void test_python_grpcio_client(void **state)
+{
+    run_python_client(start(NULL), NULL);
+}
 
 static void test_python_grpcio_client_tls(void **state)
 {
