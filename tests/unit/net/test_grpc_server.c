@@ -1039,6 +1039,45 @@ static void test_protocol_errors(void **state)
     finish(s);
 }
 
+/* A PING flood (thousands in one read, more ACKs than nghttp2 queues): nghttp2's guard ends
+ * the session; the connection is closed and counted, other connections go on. */
+static void test_ping_flood(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient good;
+    cl_connect(&loop, &good, port, NULL);
+    tstream *held = cl_open(&good, "/t.Echo/Hold");
+    st_msg(held, "x", false);
+    int one = 1;
+    netfx_run_until(&loop, n_held_is, &one, "held call");
+    netfx_client bad;
+    netfx_connect(&loop, &bad, port);
+    static char flood[24 + 9 + 3000 * 17];
+    size_t n = 0;
+    memcpy(flood, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+    n += 24;
+    memcpy(flood + n, "\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9); /* SETTINGS, empty */
+    n += 9;
+    for (int i = 0; i < 3000; i++) {
+        memcpy(flood + n,
+               "\x00\x00\x08\x06\x00\x00\x00\x00\x00"
+               "12345678",
+               17); /* PING */
+        n += 17;
+    }
+    netfx_send(&bad, flood, n);
+    netfx_wait_eof(&loop, &bad);
+    netfx_close(&bad, false);
+    assert_int_equal(stats(s).protocol_errors, 1);
+    assert_int_equal(T.cancels, 0);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, held);
+    assert_int_equal(held->grpc_status, 0);
+    cl_close(&good, false);
+    finish(s);
+}
+
 /* Past max_connections a new connection is closed at once and counted. */
 static void test_max_connections(void **state)
 {
@@ -1379,6 +1418,7 @@ int main(void)
         cmocka_unit_test(test_headers_peer_and_set_ctx),
         cmocka_unit_test(test_stop_cancels_calls),
         cmocka_unit_test(test_protocol_errors),
+        cmocka_unit_test(test_ping_flood),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_idle_close),
         cmocka_unit_test(test_tls),
