@@ -20,6 +20,9 @@ echo
 echo "== KV-event batch decode: ns per event, MB/s, against msgpack-c's unpacker (bench/bench_kv_decode.c) =="
 build/bench/bench_kv_decode
 echo
+echo "== ext_proc codec: a 62,000-byte body chunk decoded and echoed, against memcpy; headers and the destination answer (bench/bench_extproc.c) =="
+build/bench/bench_extproc
+echo
 echo "== hostile JSON nesting: 1 MiB bodies refused or parsed vs an ordinary prompt (bench/bench_nesting.c) =="
 build/bench/bench_nesting
 echo

@@ -55,7 +55,10 @@ static char *percent_encode(const char *s)
     return e;
 }
 
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+#define NV(n, v)                                                                                                       \
+    {                                                                                                                  \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
+    }
 
 static int submit_trailers(sb_grpc_call *call)
 {
@@ -87,7 +90,8 @@ static ssize_t read_out(nghttp2_session *ng, int32_t stream_id, uint8_t *buf, si
     sb_grpc_call *call = src->ptr;
     size_t avail = call->out.len - call->out_off;
     size_t n = avail < length ? avail : length;
-    memcpy(buf, call->out.data + call->out_off, n);
+    if (n)
+        memcpy(buf, call->out.data + call->out_off, n);
     call->out_off += n;
     gs_queued_sub(call->conn, n);
     if (call->out_off == call->out.len) {
@@ -443,9 +447,18 @@ void gs_calls_drained(gs_conn *c)
 
 /* ---- the call API ---- */
 
-void sb_grpc_call_set_user(sb_grpc_call *c, void *user) { c->user = user; }
-void *sb_grpc_call_user(const sb_grpc_call *c) { return c->user; }
-const char *sb_grpc_call_peer(const sb_grpc_call *c) { return c->conn->peer; }
+void sb_grpc_call_set_user(sb_grpc_call *c, void *user)
+{
+    c->user = user;
+}
+void *sb_grpc_call_user(const sb_grpc_call *c)
+{
+    return c->user;
+}
+const char *sb_grpc_call_peer(const sb_grpc_call *c)
+{
+    return c->conn->peer;
+}
 
 const char *sb_grpc_call_header(const sb_grpc_call *c, const char *name, size_t *len)
 {
@@ -458,6 +471,14 @@ int sb_grpc_send(sb_grpc_call *call, const uint8_t *msg, size_t len)
         return -1;
     gs_conn *c = call->conn;
     uint8_t prefix[PREFIX_BYTES] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
+        /* nghttp2 pulls from the front while the application appends at the back: move the
+         * rest down once half is gone (each byte moves O(1) times), or a call that is never
+         * fully drained would grow its buffer with everything it ever sent. */
+        memmove(call->out.data, call->out.data + call->out_off, call->out.len - call->out_off);
+        call->out.len -= call->out_off;
+        call->out_off = 0;
+    }
     if (sb_buf_reserve(&call->out, PREFIX_BYTES + len) < 0) {
         SB_WARN("grpc: out of memory queueing a %zu-byte message to %s", len, c->peer);
         return -1;

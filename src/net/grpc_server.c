@@ -14,6 +14,8 @@
  * (see grpc_call.c), at least twice the largest message so two may be in progress at once. */
 #define STREAM_WINDOW_BYTES (1024 * 1024)
 #define MIN_CONN_WINDOW_BYTES (4 * 1024 * 1024)
+/* How long the last bytes to a connection being closed (its GOAWAY) may take to leave. */
+#define CLOSE_GRACE_MS 1000
 
 /* ---- writes ---- */
 
@@ -24,7 +26,10 @@ typedef struct wreq {
     char data[];
 } wreq;
 
-void gs_queued_sub(gs_conn *c, size_t n) { c->queued = c->queued > n ? c->queued - n : 0; }
+void gs_queued_sub(gs_conn *c, size_t n)
+{
+    c->queued = c->queued > n ? c->queued - n : 0;
+}
 
 static void on_flush(uv_prepare_t *p);
 
@@ -58,7 +63,7 @@ static void on_write(uv_write_t *req, int status)
     size_t hw = c->srv->opts.write_high_water;
     if (c->queued < hw / 2)
         gs_calls_drained(c);
-    if (!c->reading && c->queued <= hw)
+    if (!c->reading && !c->close_when_flushed && c->queued <= hw)
         read_start(c);
     gs_conn_mark_dirty(c); /* more to pull from nghttp2, or a close that waited for this write */
 }
@@ -211,17 +216,32 @@ static void protocol_error(gs_conn *c)
     }
 }
 
+static void on_idle(uv_timer_t *t);
+
+/* The connection ends once what is queued (a GOAWAY) has left; nothing more is read. A peer
+ * that does not take those last bytes within CLOSE_GRACE_MS is closed regardless. */
+static void close_after_flush(gs_conn *c)
+{
+    if (c->close_when_flushed)
+        return;
+    c->close_when_flushed = true;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    uv_timer_start(&c->idle, on_idle, CLOSE_GRACE_MS, 0);
+    gs_conn_mark_dirty(c);
+}
+
 static void on_idle(uv_timer_t *t)
 {
     gs_conn *c = t->data;
-    if (c->close_when_flushed) { /* the GOAWAY has not left in a whole idle period: give up */
+    if (c->close_when_flushed) {
         gs_conn_close(c);
         return;
     }
-    nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
-    c->close_when_flushed = true;
-    uv_timer_start(&c->idle, on_idle, c->srv->opts.idle_ms, 0);
-    gs_conn_mark_dirty(c);
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR); /* GOAWAY, then nothing */
+    close_after_flush(c);
 }
 
 void gs_conn_idle_update(gs_conn *c)
@@ -233,11 +253,9 @@ void gs_conn_idle_update(gs_conn *c)
             uv_timer_stop(&c->idle);
         return;
     }
-    if (c->srv->draining) {
-        c->close_when_flushed = true;
-        gs_conn_mark_dirty(c);
-    }
-    if (!c->close_when_flushed)
+    if (c->srv->draining)
+        close_after_flush(c);
+    else if (!c->close_when_flushed)
         uv_timer_start(&c->idle, on_idle, c->srv->opts.idle_ms, 0);
 }
 
@@ -257,8 +275,7 @@ static int feed(gs_conn *c, const uint8_t *p, size_t n)
     protocol_error(c);
     if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC) /* not HTTP/2 at all (an HTTP/1 request, garbage) */
         return -1;
-    c->close_when_flushed = true; /* nghttp2 has queued its GOAWAY: let it go first */
-    gs_conn_mark_dirty(c);
+    close_after_flush(c); /* a flood, or a callback's failure: nghttp2 has queued its GOAWAY */
     return 0;
 }
 
@@ -314,7 +331,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         gs_conn_close(c); /* the peer went away: every call still held hears on_cancel */
         return;
     }
-    int rc = c->ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n) : feed(c, (const uint8_t *)buf->base, (size_t)n);
+    int rc =
+        c->ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n) : feed(c, (const uint8_t *)buf->base, (size_t)n);
     if (c->closing)
         return;
     if (rc < 0) {
@@ -338,7 +356,10 @@ static void read_start(gs_conn *c)
 
 /* ---- accepting ---- */
 
-static void on_refused_closed(uv_handle_t *h) { sb_free(h); }
+static void on_refused_closed(uv_handle_t *h)
+{
+    sb_free(h);
+}
 
 static void drop_connection(sb_grpc_server *s, uv_stream_t *server)
 {
@@ -560,9 +581,15 @@ int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
     return 0;
 }
 
-uint16_t sb_grpc_server_port(const sb_grpc_server *s) { return s->port; }
+uint16_t sb_grpc_server_port(const sb_grpc_server *s)
+{
+    return s->port;
+}
 
-void sb_grpc_server_set_ctx(sb_grpc_server *s, void *ctx) { s->ctx = ctx; }
+void sb_grpc_server_set_ctx(sb_grpc_server *s, void *ctx)
+{
+    s->ctx = ctx;
+}
 
 static void close_listener(sb_grpc_server *s)
 {
@@ -598,7 +625,10 @@ void sb_grpc_server_stop(sb_grpc_server *s)
     s->dirty = NULL;
 }
 
-size_t sb_grpc_server_connections(const sb_grpc_server *s) { return s->n_conns; }
+size_t sb_grpc_server_connections(const sb_grpc_server *s)
+{
+    return s->n_conns;
+}
 
 void sb_grpc_server_get_stats(const sb_grpc_server *s, sb_grpc_server_stats *out)
 {

@@ -20,6 +20,16 @@
  * connection stops being read past twice the mark). A protocol error from a peer closes that
  * connection with GOAWAY (nghttp2's verdict); a malformed gRPC frame (bad prefix, wrong
  * content-type, not POST) ends that call with a gRPC status; neither stops the server.
+ * A request that is not gRPC at all is answered with the HTTP status gRPC over HTTP/2 names
+ * (415 for another content-type, 405 for another method) and a grpc-status beside it, which
+ * gRPC clients read first. The window of a connection is given back only as whole messages
+ * are handed over, so unfinished messages hold at most the connection window (at least twice
+ * max_message_bytes) per connection; a peer that interleaves more than that stalls only itself.
+ * grpc-timeout is not enforced here (the application has its own deadlines).
+ *
+ * Callbacks may call sb_grpc_send and sb_grpc_finish on any call, sb_grpc_server_set_ctx and
+ * sb_grpc_server_drain; they must not call sb_grpc_server_stop (a timer or another handle
+ * may). After stop returns, the application hears nothing more.
  *
  * Not for: compression, unary-call sugar, client side. One event loop owns it; not thread-safe. */
 #ifndef SB_NET_GRPC_SERVER_H
@@ -74,10 +84,12 @@ typedef struct sb_grpc_handler {
      * send and must finish the call. Optional. */
     void (*on_half_close)(sb_grpc_call *c);
     /* The call is gone before the application finished it: the peer reset the stream (client
-     * cancelled), the connection closed, or the server stopped. Called once; the call must
-     * not be used after it returns. */
+     * cancelled), the connection closed, the server stopped, or the server ended the call for
+     * a malformed or oversized message (the peer gets that status). Called once; the call must
+     * not be used after it returns (sb_grpc_send and sb_grpc_finish from inside it return -1). */
     void (*on_cancel)(sb_grpc_call *c);
-    /* Queued bytes fell below the low mark after sb_grpc_send returned 1. Optional. */
+    /* The connection's queued bytes fell below half of write_high_water after sb_grpc_send
+     * returned 1 for this call; once per such return. Optional. */
     void (*on_drain)(sb_grpc_call *c);
 } sb_grpc_handler;
 

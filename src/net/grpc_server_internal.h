@@ -27,16 +27,16 @@ struct sb_grpc_server {
     SSL_CTX *ssl_ctx; /* NULL: h2c */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *ng_opts;
-    gs_conn *conns;   /* every connection not yet closing */
-    gs_conn *dirty;   /* connections with output to flush (singly linked via dirty_next) */
-    size_t n_conns;   /* open, counted against max_connections */
-    size_t n_alive;   /* connection structs not yet freed (closing ones included) */
+    gs_conn *conns; /* every connection not yet closing */
+    gs_conn *dirty; /* connections with output to flush (singly linked via dirty_next) */
+    size_t n_conns; /* open, counted against max_connections */
+    size_t n_alive; /* connection structs not yet freed (closing ones included) */
     size_t n_calls;
     uint16_t port;
     bool draining, stopping;
     int handles_open; /* listener + flusher */
     uint64_t calls_total, calls_refused, connections_refused, protocol_errors;
-    uint8_t rbuf[64 * 1024];  /* one read at a time: the loop hands each read over whole */
+    uint8_t rbuf[64 * 1024];   /* one read at a time: the loop hands each read over whole */
     uint8_t tlsbuf[16 * 1024]; /* decrypted bytes, handed to nghttp2 at once */
 };
 
@@ -51,17 +51,17 @@ struct gs_conn {
     bool tls_ready;   /* handshake done, ALPN h2 agreed */
     sb_grpc_call *calls;
     size_t n_calls;
-    size_t queued;    /* bytes accepted from the application or nghttp2 and not yet written */
-    size_t writing;   /* of which in uv_write requests */
+    size_t queued;  /* bytes accepted from the application or nghttp2 and not yet written */
+    size_t writing; /* of which in uv_write requests */
     bool reading, closing, dirty, close_when_flushed, proto_error;
     gs_conn *prev, *next, *dirty_next;
     char peer[64];
 };
 
 enum gs_call_state {
-    GS_NEW,      /* headers arriving */
-    GS_HELD,     /* the application holds it */
-    GS_ENDED,    /* finished (by the application or the server); trailers queued or sent */
+    GS_NEW,   /* headers arriving */
+    GS_HELD,  /* the application holds it */
+    GS_ENDED, /* finished (by the application or the server); trailers queued or sent */
 };
 
 struct sb_grpc_call {

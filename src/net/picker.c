@@ -70,6 +70,7 @@ struct hcall {
     sb_grpc_call *call;
     bool is_watch; /* Watch: answered, then kept and told of changes */
     bool watch;    /* on pk->watchers */
+    bool unknown;  /* a Watch of a service not served here: SERVICE_UNKNOWN, for good */
     hcall *prev, *next;
 };
 
@@ -1096,7 +1097,7 @@ static enum sb_health_status serving(const sb_picker *pk) { return pk->draining 
 
 static void health_send(sb_picker *pk, hcall *h)
 {
-    if (sb_health_encode_response(serving(pk), &pk->out) == 0 && h->call)
+    if (sb_health_encode_response(h->unknown ? SB_HEALTH_SERVICE_UNKNOWN : serving(pk), &pk->out) == 0 && h->call)
         sb_grpc_send(h->call, (const uint8_t *)pk->out.data, pk->out.len);
     sb_buf_reset(&pk->out);
 }
@@ -1126,7 +1127,8 @@ static void on_health_message(hcall *h, const uint8_t *buf, size_t len, bool wat
         return;
     }
     static const char ours[] = "envoy.service.ext_proc.v3.ExternalProcessor";
-    if (n && !(n == sizeof(ours) - 1 && !memcmp(svc, ours, n))) {
+    h->unknown = n && !(n == sizeof(ours) - 1 && !memcmp(svc, ours, n));
+    if (h->unknown && !watch) { /* Check says NOT_FOUND; Watch says SERVICE_UNKNOWN and stays */
         sb_grpc_finish(h->call, SB_GRPC_NOT_FOUND, "unknown service");
         h->call = NULL;
         sb_free(h);

@@ -106,7 +106,10 @@ static bool bytes_eq(ProtobufCBinaryData b, const char *s)
     return b.len == n && memcmp(b.data, s, n) == 0;
 }
 
-static const char *chars(ProtobufCBinaryData b) { return b.len ? (const char *)b.data : ""; }
+static const char *chars(ProtobufCBinaryData b)
+{
+    return b.len ? (const char *)b.data : "";
+}
 
 static int read_headers(const pb_header_map *hm, sb_extproc_msg *m, const char **why)
 {
@@ -197,8 +200,7 @@ static void read_served(const pb_value_view *v, sb_extproc_msg *m)
     }
 }
 
-static int read_metadata(decoder *d, const Envoy__Config__Core__V3__Metadata *md, sb_extproc_msg *m,
-                         const char **why)
+static int read_metadata(decoder *d, const Envoy__Config__Core__V3__Metadata *md, sb_extproc_msg *m, const char **why)
 {
     const pb_struct_view *lb = NULL;
     for (size_t i = 0; md && i < md->n_filter_metadata; i++)
@@ -256,9 +258,7 @@ static int read_request(decoder *d, const pb_request *r, sb_extproc_msg *m, cons
         m->kind = SB_EXTPROC_RESPONSE_TRAILERS;
         ht = r->response_trailers;
         break;
-    default:
-        *why = "no phase set in the ProcessingRequest";
-        return SB_EXTPROC_EMALFORMED;
+    default: *why = "no phase set in the ProcessingRequest"; return SB_EXTPROC_EMALFORMED;
     }
     int rc = 0;
     if (hh) {
@@ -392,20 +392,20 @@ typedef struct scratch {
     Google__Protobuf__Value ns_value;
 } scratch;
 
-static int scratch_init(scratch *s, const sb_extproc_kv *hdrs, size_t n_hdrs, const char *ns,
-                        const sb_extproc_kv *md, size_t n_md)
+static int scratch_init(scratch *s, const sb_extproc_kv *hdrs, size_t n_hdrs, const char *ns, const sb_extproc_kv *md,
+                        size_t n_md)
 {
     Envoy__Service__ExtProc__V3__HeaderMutation mut = ENVOY__SERVICE__EXT_PROC__V3__HEADER_MUTATION__INIT;
     s->mutation = mut;
     s->block = NULL;
     if (!ns)
         n_md = 0;
-    size_t hdr_bytes = n_hdrs * (sizeof(header_slot) + sizeof(pb_header_option *));
-    size_t md_bytes = n_md * (sizeof(field_slot) + sizeof(Google__Protobuf__Struct__FieldsEntry *));
     if (n_hdrs + n_md == 0)
         return 0;
-    if (n_hdrs > SIZE_MAX / 256 || n_md > SIZE_MAX / 256)
+    if (n_hdrs > SIZE_MAX / 1024 || n_md > SIZE_MAX / 1024) /* the sizes below cannot overflow */
         return -1;
+    size_t hdr_bytes = n_hdrs * (sizeof(header_slot) + sizeof(pb_header_option *));
+    size_t md_bytes = n_md * (sizeof(field_slot) + sizeof(Google__Protobuf__Struct__FieldsEntry *));
     char *p = sb_malloc(hdr_bytes + md_bytes);
     if (!p)
         return -1;
@@ -611,8 +611,7 @@ int sb_health_decode_request(const uint8_t *buf, size_t len, const char **servic
                 return SB_EXTPROC_EMALFORMED;
             p += 4;
             break;
-        default: /* groups (3, 4) are proto2 only; 6 and 7 do not exist */
-            return SB_EXTPROC_EMALFORMED;
+        default: /* groups (3, 4) are proto2 only; 6 and 7 do not exist */ return SB_EXTPROC_EMALFORMED;
         }
     }
     return 0;
