@@ -556,6 +556,14 @@ class ExtProcTest(PickerCase):
         self.assertEqual(self.drv.wait_responses(sid, 1), [{"status": "SERVING"}])
         self.drv.cancel(sid)
         self.assertEqual(self.drv.wait_status(sid)["code"], 1)  # CANCELLED, the client's doing
+        # Watch of an unknown service: SERVICE_UNKNOWN, and the call stays open (the service may
+        # appear later), as the health protocol says.
+        sid = self.next_id("watch")
+        self.drv.open(sid, kind="watch", service="no.such.Service")
+        self.assertEqual(self.drv.wait_responses(sid, 1), [{"status": "SERVICE_UNKNOWN"}])
+        self.assertNotIn(sid, self.drv.status)
+        self.drv.cancel(sid)
+        self.drv.wait_status(sid)
 
     # ---- many at once ----
 
@@ -672,6 +680,50 @@ class TokenTest(PickerCase):
         sid = self.next_id("hc")
         self.drv.open(sid, kind="check", service="")
         self.assertEqual(self.drv.wait_status(sid)["code"], 0, "health needs no token")
+
+
+class DrainTest(PickerCase):
+    """SIGTERM: health watchers see NOT_SERVING at once; a stream in its response phase finishes
+    and is accounted; then the gateway exits 0."""
+
+    def setUp(self):
+        super().setUp()
+        require_client(self)
+        self.sim = Sim("--speed", "50", replicas=1)
+        self.ext_port = free_port()
+        self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "default",
+                            "endpoints": ["127.0.0.1:%d" % self.sim.port]}],
+                          extra='ext_proc: { listen: "127.0.0.1:%d" }\nshutdown: { drain_ms: 20000 }\naccess_log: "-"'
+                          % self.ext_port)
+        wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
+        self.drv = Driver(self.ext_port)
+
+    def tearDown(self):
+        try:
+            self.cancel_open()
+            self.drv.close()
+            self.gw.close()
+        finally:
+            self.sim.stop()
+
+    def test_drain(self):
+        import signal
+        watch = self.next_id("watch")
+        self.drv.open(watch, kind="watch", service=SERVICE, deadline_ms=60000)
+        self.assertEqual(self.drv.wait_responses(watch, 1), [{"status": "SERVING"}])
+        sid, p = self.request_phase(chat("in flight through the drain"))
+        self.assertTrue(p.endpoints)
+        self.gw.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.drv.wait_responses(watch, 2)[1], {"status": "NOT_SERVING"})
+        self.drv.cancel(watch)
+        st, h, rbody = self.proxy_to(p.endpoints[0], p.body)
+        status = self.response_phase(sid, st, h, rbody)
+        self.assertEqual(status["code"], 0, "a stream in flight finishes")
+        self.gw.proc.wait(15)
+        self.assertEqual(self.gw.proc.returncode, 0)
+        with open(self.gw.log_path) as f:
+            lines = [json.loads(l) for l in f if l.startswith("{") and '"outcome"' in l]
+        self.assertEqual([(l["outcome"], l["status"]) for l in lines], [("ok", 200)], "logged once, not cut")
 
 
 class FlowControlTest(PickerCase):
