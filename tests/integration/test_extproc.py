@@ -23,6 +23,7 @@ from test_sim import MODEL, Sim
 
 ALIAS = "alias-a"
 DRAINED_MODEL = "drained-model"
+SESSION_MODEL = "session-model"
 CHUNK_BYTES = 1024
 FALLBACKS = 2
 REQUIRED = os.environ.get("SB_REQUIRE_EXTPROC") == "1"
@@ -264,7 +265,10 @@ class ExtProcTest(PickerCase):
         cls.gw = Gateway(
             [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps},
              {"name": "drained", "models": [DRAINED_MODEL], "profile": "default",
-              "endpoints": [{"address": eps[0], "draining": True}]}],
+              "endpoints": [{"address": eps[0], "draining": True}]},
+             # Decided by the session key alone once nothing is in flight: the same key must
+             # give the same endpoint through either listener.
+             {"name": "sess", "models": [SESSION_MODEL], "profile": "session-hash", "endpoints": eps}],
             extra=('ext_proc: { listen: "127.0.0.1:%d", fallbacks: %d, chunk_bytes: %d }\n'
                    'limits: { max_body_bytes: 64KiB }\naccess_log: "{log}"') % (cls.ext_port, FALLBACKS, CHUNK_BYTES),
             pre_start=pre)
@@ -391,10 +395,29 @@ class ExtProcTest(PickerCase):
         self.assertEqual(st, 200)
         self.assertEqual(self.last_decision(), p2.endpoints[0], "the proxy picked where the picker sent it")
 
-    def last_decision(self):
+    def test_session_hash_same_pick_as_the_proxy(self):
+        picks = []
+        for i in range(8):
+            key = [("x-session-id", "user-%d" % i)]
+            # The replicas do not serve this model name (their 404 passes through): only the
+            # decision matters here.
+            http(self.gw.port, "POST", "/v1/chat/completions", chat("session", model=SESSION_MODEL), dict(key),
+                 timeout=60)
+            by_proxy = self.last_decision(pool=2)
+            sid, p = self.request_phase(chat("session", model=SESSION_MODEL), extra_headers=key)
+            self.assertEqual(p.endpoints[0], by_proxy, "session %d" % i)
+            self.assertEqual(self.last_decision(pool=2), by_proxy)
+            self.drv.cancel(sid)
+            self.drv.wait_status(sid)
+            wait_until(lambda: sum(e["own"]["in_flight"] for e in endpoints(self.gw, 2).values()) == 0, 10,
+                       "nothing in flight")
+            picks.append(by_proxy)
+        self.assertGreater(len(set(picks)), 1, "sessions spread over the replicas: %s" % picks)
+
+    def last_decision(self, pool=0):
         st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
         self.assertEqual(st, 200)
-        d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+        d = [x for x in json.loads(body)["decisions"] if x["pool"] == pool][0]
         return d["candidates"][d["picked"]]["address"]
 
     # ---- response phase accounting ----
