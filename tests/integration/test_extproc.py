@@ -342,6 +342,38 @@ class ExtProcTest(PickerCase):
         self.assertTrue(all(len(c) <= CHUNK_BYTES for c in p.body_chunks))
         self.drv.cancel(sid)
 
+    def test_trailers_end_the_body_and_are_answered(self):
+        # A request with trailers: in full-duplex mode Envoy sends the body without
+        # end_of_stream, then the trailers; they end the body. Answers keep the order headers,
+        # body, trailers; response trailers are answered too.
+        body = json.dumps(chat("with trailers")).encode()
+        sid = self.next_id("tr")
+        self.drv.open(sid)
+        self.opened.append(sid)
+        self.drv.send(sid, request_headers(envoy_headers(len(body))))
+        self.drv.send(sid, request_body(body[:40], False))
+        self.drv.send(sid, request_body(body[40:], False))
+        self.drv.send(sid, {"request_trailers": {"trailers": ep.header_map([("x-checksum", "abc")])}})
+        msgs = self.drv.wait_until(sid, lambda m: any(kind(r) == "request_trailers" for r in m), 30,
+                                   "the trailers' answer")
+        kinds = [kind(r) for r in msgs]
+        self.assertEqual(kinds[0], "request_headers")
+        self.assertEqual(kinds[-1], "request_trailers", kinds)
+        self.assertTrue(all(k == "request_body" for k in kinds[1:-1]), kinds)
+        p = Picked(msgs)
+        self.assertEqual(p.body, body)
+        self.assertTrue(p.body_eos, "the last body chunk ends the stream Envoy sends on")
+        self.assertIn(p.endpoints[0], self.eps)
+        st, h, rbody = self.proxy_to(p.endpoints[0], p.body)
+        n = len(msgs)
+        self.drv.send(sid, response_headers([(":status", "200"), ("content-type", "application/json")]))
+        self.drv.send(sid, response_body(rbody, False))
+        self.drv.send(sid, {"response_trailers": {"trailers": ep.header_map([("grpc-status", "0")])}})
+        msgs = self.drv.wait_responses(sid, n + 3)
+        self.assertEqual([kind(r) for r in msgs[n:]], ["response_headers", "response_body", "response_trailers"])
+        self.drv.end(sid)
+        self.assertEqual(self.drv.wait_status(sid)["code"], 0)
+
     # ---- BUFFERED (a protocol_config on the stream wins over the configured mode) ----
 
     def test_buffered_mode(self):
