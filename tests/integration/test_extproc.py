@@ -587,6 +587,26 @@ class ExtProcTest(PickerCase):
         st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat("proxy still here"), timeout=60)
         self.assertEqual(st, 200)
 
+    def test_oversized_messages_end_the_stream(self):
+        # More headers than the codec keeps: INVALID_ARGUMENT, not a silent cut.
+        sid = self.next_id("many")
+        self.drv.open(sid)
+        self.drv.send(sid, request_headers(envoy_headers(2, extra=[("x-h%d" % i, "v") for i in range(300)])))
+        self.assertEqual(self.drv.wait_status(sid)["code"], 3)
+        # A message over the gRPC message bound (derived from limits.max_body_bytes): refused
+        # from its length prefix, RESOURCE_EXHAUSTED, before it is buffered.
+        for name, msgs in (("body", [request_headers(envoy_headers(5 << 20)), request_body(b"x" * (5 << 20), True)]),
+                           ("header", [request_headers(envoy_headers(2, extra=[("x-big", "v" * (200 << 10))]))])):
+            sid = self.next_id("big")
+            self.drv.open(sid)
+            for m in msgs:
+                self.drv.send(sid, m)
+            st = self.drv.wait_status(sid)
+            self.assertEqual(st["code"], 8, (name, st))
+            self.assertEqual(self.drv.responses(sid), [])
+        sid, p = self.request_phase(chat("after the big ones"))
+        self.assert_destination(p)
+
     def test_unknown_method_unimplemented(self):
         sid = self.next_id("unimpl")
         self.drv.open(sid, kind="raw", path="/envoy.service.ext_proc.v3.ExternalProcessor/Nope")
