@@ -722,7 +722,8 @@ class TokenTest(PickerCase):
         self.ext_port = free_port()
         self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "default",
                             "endpoints": ["127.0.0.1:%d" % self.sim.port]}],
-                          extra='ext_proc: { listen: "127.0.0.1:%d", token: "picker-secret-1" }' % self.ext_port)
+                          extra=('ext_proc: { listen: "127.0.0.1:%d", token: "picker-secret-1" }\n'
+                                 'auth: { api_keys: ["sk-client-1"] }') % self.ext_port)
         wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
         self.drv = Driver(self.ext_port)
 
@@ -745,13 +746,23 @@ class TokenTest(PickerCase):
             st = self.drv.wait_status(sid)
             self.assertEqual(st["code"], 16, (name, st))  # UNAUTHENTICATED
             self.assertEqual(self.drv.responses(sid), [], name)
-        sid = self.next_id("tok")
-        self.drv.open(sid, metadata={"authorization": "Bearer picker-secret-1"})
-        self.opened.append(sid)
-        self.drv.send(sid, request_headers(envoy_headers(len(body))))
-        self.drv.send(sid, request_body(body, True))
-        p = Picked(self.drv.wait_until(sid, request_done, 30, "the pick"))
-        self.assertEqual(p.endpoints, ["127.0.0.1:%d" % self.sim.port])
+        good = {"authorization": "Bearer picker-secret-1"}
+        # With the picker's token, the client's own API key (auth on) still decides: the
+        # client's Authorization travels in Envoy's request headers, not in the call's.
+        for name, client_key, want in (("no key", [], 401), ("bad key", [("authorization", "Bearer sk-nope")], 401),
+                                       ("good key", [("authorization", "Bearer sk-client-1")], None)):
+            sid = self.next_id("tok")
+            self.drv.open(sid, metadata=good)
+            self.opened.append(sid)
+            self.drv.send(sid, request_headers(envoy_headers(len(body), extra=client_key)))
+            self.drv.send(sid, request_body(body, True))
+            p = Picked(self.drv.wait_until(sid, request_done, 30, "the answer"))
+            self.assertEqual(p.status, want, name)
+            if want == 401:
+                self.assertEqual(p.immediate_json()["error"]["code"], "invalid_api_key")
+                self.assertIn("www-authenticate", p.immediate_headers())
+            else:
+                self.assertEqual(p.endpoints, ["127.0.0.1:%d" % self.sim.port])
         sid = self.next_id("hc")
         self.drv.open(sid, kind="check", service="")
         self.assertEqual(self.drv.wait_status(sid)["code"], 0, "health needs no token")
