@@ -263,7 +263,10 @@ class ExtProcTest(PickerCase):
             cls.access_log = os.path.join(d, "access.log")
             return {"log": cls.access_log}
         cls.gw = Gateway(
-            [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps},
+            # stale_ms well above the scrape interval: a loaded CI machine must not make a
+            # replica stale (the gate filter would drop it, and with it a fallback).
+            [{"name": "p", "models": [MODEL, ALIAS], "profile": "default", "endpoints": eps,
+              "yaml": ["probe: { stale_ms: 10000 }"]},
              {"name": "drained", "models": [DRAINED_MODEL], "profile": "default",
               "endpoints": [{"address": eps[0], "draining": True}]},
              # Decided by the session key alone once nothing is in flight: the same key must
