@@ -403,6 +403,23 @@ class ExtProcTest(PickerCase):
         status = self.response_phase(sid, st, h, rbody, chunks=1, body_mode="BUFFERED")
         self.assertEqual(status["code"], 0)
 
+    def test_response_body_mode_none(self):
+        # Envoy sends no response body: the exchange's accounting ends at the response headers.
+        sid, p = self.request_phase(chat("no response body"),
+                                    protocol={"request_body_mode": "FULL_DUPLEX_STREAMED", "response_body_mode": "NONE"})
+        ep0 = p.endpoints[0]
+        before = endpoints(self.gw)[ep0]["own"]
+        self.assertEqual(before["in_flight"], 1)
+        n = len(p.responses)
+        self.drv.send(sid, response_headers([(":status", "200"), ("content-type", "application/json")]))
+        msgs = self.drv.wait_responses(sid, n + 1)
+        self.assertEqual(kind(msgs[n]), "response_headers")
+        wait_until(lambda: endpoints(self.gw)[ep0]["own"]["completed"] == before["completed"] + 1, 10,
+                   "the exchange to be accounted at the response headers")
+        self.assertEqual(endpoints(self.gw)[ep0]["own"]["in_flight"], 0)
+        self.drv.end(sid)
+        self.assertEqual(self.drv.wait_status(sid)["code"], 0)
+
     def test_buffered_unchanged_body_not_replaced(self):
         body = json.dumps(chat("buffered, served name")).encode()
         sid, p = self.request_phase(body, protocol={"request_body_mode": "BUFFERED"})
