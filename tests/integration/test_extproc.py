@@ -11,14 +11,17 @@ The node client needs tests/extproc/node_modules (scripts/deps.sh test installs 
 with a loud message."""
 import json
 import os
+import re
+import socket
+import signal
 import sys
 import threading
 import unittest
 
 import extproc_driver as ep
-from extproc_driver import (DESTINATION, Driver, b64, from_struct, metadata, request_body, request_headers,
+from extproc_driver import (DESTINATION, Driver, from_struct, metadata, request_body, request_headers,
                             response_body, response_headers, set_headers, unb64)
-from fixtures import Gateway, free_port, http, read_response, send_request, wait_until
+from fixtures import Gateway, free_port, http, wait_until
 from test_sim import MODEL, Sim
 
 ALIAS = "alias-a"
@@ -64,7 +67,6 @@ def metrics(gw):
 
 
 def metric(text, name, **labels):
-    import re
     total = 0.0
     for line in text.splitlines():
         m = re.match(r"([^{ ]+)(?:\{(.*)\})? (\S+)$", line)
@@ -813,7 +815,6 @@ class DrainTest(PickerCase):
             self.sim.stop()
 
     def test_drain(self):
-        import signal
         watch = self.next_id("watch")
         self.drv.open(watch, kind="watch", service=SERVICE, deadline_ms=60000)
         self.assertEqual(self.drv.wait_responses(watch, 1), [{"status": "SERVING"}])
@@ -908,7 +909,6 @@ class FlowControlTest(PickerCase):
         wait_until(lambda: metric(metrics(self.gw), "switchboard_queue_removed_total", pool="p", band="standard")
                    == r0 + 1, 10, "the cancelled stream to leave the queue")
         # A critical request queued then released once capacity frees: answered with a pick.
-        sid2, p2 = None, None
         sid2 = self.next_id("crit")
         body = json.dumps(chat("critical, queued")).encode()
         self.drv.open(sid2, deadline_ms=90000)
@@ -925,7 +925,6 @@ class FlowControlTest(PickerCase):
 
 
 def _can_connect(port):
-    import socket
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
         return True

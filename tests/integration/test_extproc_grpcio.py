@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import unittest
 
 import extproc_grpcio as eg
