@@ -17,14 +17,11 @@ from test_extproc import ALIAS, REQUIRED, _can_connect, chat
 from test_sim import MODEL, Sim
 
 
-def require():
+def skip_reason():
     why = eg.missing()
-    if why is None:
-        return
-    if REQUIRED:
-        raise AssertionError("the grpcio ext_proc client cannot run: " + why)
-    sys.stderr.write("\n*** SKIPPING the grpcio ext_proc tests: %s ***\n" % why)
-    raise unittest.SkipTest(why)
+    if why:
+        sys.stderr.write("\n*** %s the grpcio ext_proc tests: %s ***\n" % ("FAILING" if REQUIRED else "SKIPPING", why))
+    return why
 
 
 class Stream:
@@ -55,7 +52,9 @@ def headers(pairs, eos=False):
 class GrpcioTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        require()
+        cls.why = skip_reason()
+        if cls.why:
+            return
         import grpc
         cls.grpc = grpc
         cls.sim = Sim("--speed", "50", replicas=2)
@@ -78,6 +77,12 @@ class GrpcioTest(unittest.TestCase):
             creds = grpc.ssl_channel_credentials(root_certificates=f.read())
         cls.tls = grpc.secure_channel("127.0.0.1:%d" % cls.tls_port, creds,
                                       options=[("grpc.ssl_target_name_override", "localhost")])
+
+    def setUp(self):
+        if self.why:
+            if REQUIRED:
+                self.fail("the grpcio ext_proc client cannot run: " + self.why)
+            self.skipTest(self.why)
 
     @classmethod
     def tearDownClass(cls):
