@@ -666,7 +666,7 @@ static bool set_defaults(sb_config *cfg)
         .admin_max_connections = 64,
         .admin_max_body_bytes = 64 << 10,
         .extproc_port = 9002,
-        .extproc_fallbacks = 3,
+        .extproc_fallbacks = 0,
         .extproc_chunk_bytes = 62000,
         .extproc_max_streams = 1024,
         .extproc_max_connections = 1024,

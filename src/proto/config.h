@@ -188,7 +188,8 @@ typedef struct sb_config {
     uint16_t extproc_port;          /* default 9002 */
     char *extproc_tls_cert;         /* PEM; NULL: plain h2c (then tls_key is NULL too) */
     char *extproc_tls_key;
-    uint32_t extproc_fallbacks;     /* endpoints named after the pick; default 3, at most 7 */
+    uint32_t extproc_fallbacks;     /* endpoints named after the pick; default 0 (an ORIGINAL_DST
+                                     * cluster reads one ip:port), at most 7 */
     size_t extproc_chunk_bytes;     /* streamed_response chunks sent back; default 62,000 */
     int extproc_request_body_mode;  /* enum sb_extproc_mode: what Envoy is configured to send */
     int extproc_response_body_mode; /* ...a protocol_config on a stream wins over both */

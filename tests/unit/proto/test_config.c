@@ -1207,7 +1207,7 @@ static void test_ext_proc(void **state)
     assert_int_equal(parse_str("ext_proc:\n  listen: \"0.0.0.0:9002\"\n" POOL_OK, &cfg, &errs), 0);
     assert_string_equal(cfg->extproc_host, "0.0.0.0");
     assert_int_equal(cfg->extproc_port, 9002);
-    assert_int_equal(cfg->extproc_fallbacks, 3);
+    assert_int_equal(cfg->extproc_fallbacks, 0);
     assert_int_equal(cfg->extproc_chunk_bytes, 62000);
     assert_int_equal(cfg->extproc_request_body_mode, SB_EXTPROC_MODE_FULL_DUPLEX);
     assert_int_equal(cfg->extproc_response_body_mode, SB_EXTPROC_MODE_FULL_DUPLEX);
