@@ -84,7 +84,9 @@ struct pstream {
     bool headers_answered;   /* request_headers has its answer (BUFFERED mode answers at once) */
     bool trailers_pending;   /* request trailers came before the decision */
     bool resp_headers_seen;
+    bool picked; /* the pick went out: the response phase may begin */
     sb_ns t_start;
+    sb_ns t_last; /* the stream's last message: a response phase silent for timeouts.response_ms ends */
     /* the request head, copied out of the message */
     sb_buf head;
     sb_http_header *hdrs;
@@ -133,6 +135,8 @@ static void send_out(pstream *s)
     sb_buf_reset(&pk->out);
 }
 
+static void on_reap(uv_check_t *h);
+
 static void release_body(pstream *s)
 {
     s->pk->body_bytes -= s->charged;
@@ -156,9 +160,10 @@ static void bury(pstream *s)
     s->next = pk->dead;
     pk->dead = s;
     pk->stats.streams_open--;
+    pk->stats.unfreed++;
     release_body(s);
     if (!pk->stopped)
-        uv_check_start(&pk->reaper, NULL);
+        uv_check_start(&pk->reaper, on_reap);
 }
 
 static void stream_free(pstream *s)
@@ -178,6 +183,7 @@ static void on_reap(uv_check_t *h)
     while (pk->dead) {
         pstream *s = pk->dead;
         pk->dead = s->next;
+        pk->stats.unfreed--;
         stream_free(s);
     }
     uv_check_stop(h);
@@ -206,6 +212,10 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     if (!env)
         return;
     s->env = NULL;
+    if (s->probe_wait) { /* ended while its decision waited for fresh reports */
+        sb_prober_sync_cancel(s->probe_wait);
+        s->probe_wait = NULL;
+    }
     sb_ns now = now_ns();
     if (s->dispatched) {
         s->dispatched = false;
@@ -279,10 +289,6 @@ static void abandon(pstream *s)
         break;
     case ST_RESPONSE:
         s->st = ST_DONE;
-        if (s->probe_wait) {
-            sb_prober_sync_cancel(s->probe_wait);
-            s->probe_wait = NULL;
-        }
         if (s->env) {
             bool cut = s->env->cutting;
             s->env->counters->client_aborts += cut ? 0 : 1;
@@ -508,8 +514,10 @@ static void request_complete(pstream *s)
     sb_gateway *gw = pk->gw;
     if (s->has_subset && (!s->subset || !s->subset[0])) {
         gw->counters.requests++;
-        sb_errors_answer(&gw->stats, &s->req, 503, "no endpoint in the subset the proxy allows",
-                         "service_unavailable", NULL, "empty_subset");
+        gw->counters.refused[1]++;
+        sb_exchange_log known = {.pool = -1, .ep = -1, .model = "", .outcome = "refused"};
+        sb_errors_refuse(&gw->stats, &s->req, &known, 503, "no endpoint in the subset the proxy allows",
+                         "service_unavailable", "empty_subset", NULL);
         return;
     }
     sb_gateway_on_request(&s->req, gw);
@@ -558,7 +566,7 @@ static int mode_of(enum sb_extproc_body_mode m, int fallback)
     switch (m) {
     case SB_EXTPROC_BODY_FULL_DUPLEX_STREAMED: return SB_EXTPROC_MODE_FULL_DUPLEX;
     case SB_EXTPROC_BODY_BUFFERED:
-    case SB_EXTPROC_BODY_BUFFERED_PARTIAL: return SB_EXTPROC_MODE_BUFFERED;
+    case SB_EXTPROC_BODY_BUFFERED_PARTIAL: return SB_EXTPROC_MODE_BUFFERED; /* a response's: CONTINUE each */
     case SB_EXTPROC_BODY_NONE: return SB_EXTPROC_MODE_NONE;
     default: return fallback;
     }
@@ -581,10 +589,12 @@ static void on_request_headers(pstream *s, const sb_extproc_msg *m)
     if (m->has_protocol_config) {
         /* Envoy says which modes it runs: STREAMED and GRPC body modes cannot carry a pick
          * (the headers leave before the body is seen), so they are refused plainly. */
-        if (m->request_body_mode == SB_EXTPROC_BODY_STREAMED || m->request_body_mode == SB_EXTPROC_BODY_GRPC) {
+        if (m->request_body_mode == SB_EXTPROC_BODY_STREAMED || m->request_body_mode == SB_EXTPROC_BODY_GRPC ||
+            m->request_body_mode == SB_EXTPROC_BODY_BUFFERED_PARTIAL) {
             pk->stats.protocol_errors++;
             end_call(s, SB_GRPC_FAILED_PRECONDITION,
-                     "request body mode not supported by the endpoint picker: use FULL_DUPLEX_STREAMED or BUFFERED");
+                     "request body mode not supported by the endpoint picker (it must see the whole body "
+                     "before the headers leave): use FULL_DUPLEX_STREAMED or BUFFERED");
             abandon(s);
             return;
         }
@@ -671,27 +681,42 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
         return -1;
     }
     bool changed = body != s->body.data && s->t.served;
+    bool buffered = s->req_mode == SB_EXTPROC_MODE_BUFFERED && s->headers_answered;
     char clen[24];
     int cl = snprintf(clen, sizeof clen, "%zu", body_len);
-    sb_extproc_kv set[3] = {{.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len},
-                            {.key = "content-length", .key_len = 14, .value = clen, .value_len = (size_t)cl}};
-    sb_extproc_kv meta = {.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
-    /* A bodiless request keeps its framing: no content-length is invented for it. */
-    size_t n_set = s->req.has_body ? 2 : 1;
+    sb_extproc_kv set[5];
+    size_t n_set = 0;
+    set[n_set++] = (sb_extproc_kv){.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
+    /* The length of the body sent on: always in full duplex (the body comes back as chunks),
+     * in buffered mode only when it changed; a bodiless request keeps its framing. */
+    if (s->req.has_body && (!buffered || changed))
+        set[n_set++] = (sb_extproc_kv){.key = "content-length", .key_len = 14, .value = clen, .value_len = (size_t)cl};
     /* Ask the endpoint for an ORCA load report on its answer, as the proxy does (read on the
      * response headers), unless the client asked for a format itself. */
-    bool orca = cfg->orca_request && !sb_http_req_header(&s->req, "endpoint-load-metrics-format");
-    if (orca)
+    if (cfg->orca_request && !sb_http_req_header(&s->req, "endpoint-load-metrics-format"))
         set[n_set++] = (sb_extproc_kv){.key = "endpoint-load-metrics-format", .key_len = 28, .value = "TEXT", .value_len = 4};
+    /* The request's id, as the proxy sends it upstream: the model server's logs meet the
+     * gateway's access log. */
+    if (s->t.ident.id[0])
+        set[n_set++] = (sb_extproc_kv){
+            .key = "x-request-id", .key_len = 12, .value = s->t.ident.id, .value_len = strlen(s->t.ident.id)};
+    /* A pool's upstream_api_key replaces the client's Authorization, as the proxy does: the
+     * client's key to the gateway never reaches the model servers. It travels on this stream,
+     * so a picker port other hosts reach wants TLS. */
+    const char *up = cfg->pools[s->t.pool].upstream_auth_header; /* "Authorization: Bearer K\r\n" */
+    const char *upv = up ? strchr(up, ':') : NULL;
+    if (upv) {
+        upv++;
+        while (*upv == ' ')
+            upv++;
+        const char *eol = strstr(upv, "\r\n");
+        set[n_set++] = (sb_extproc_kv){
+            .key = "authorization", .key_len = 13, .value = upv, .value_len = eol ? (size_t)(eol - upv) : strlen(upv)};
+    }
+    sb_extproc_kv meta = {.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
     int rc = 0;
-    if (s->req_mode == SB_EXTPROC_MODE_BUFFERED && s->headers_answered) {
+    if (buffered) {
         /* BUFFERED: the body's answer carries the destination and, if it changed, the body. */
-        if (!changed && orca) { /* content-length stays the client's */
-            set[1] = set[2];
-            n_set = 2;
-        } else if (!changed) {
-            n_set = 1;
-        }
         sb_extproc_common c = {.kind = SB_EXTPROC_REQUEST_BODY,
                                .set_headers = set,
                                .n_set_headers = n_set,
@@ -725,7 +750,8 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
                                    .streamed = true,
                                    .body = (const uint8_t *)body + off,
                                    .body_len = n,
-                                   .end_of_stream = off + n == body_len};
+                                   /* trailers end the request when they follow */
+                                   .end_of_stream = off + n == body_len && !s->trailers_pending};
             rc = sb_extproc_encode_common(&b, &pk->out);
             if (rc == 0)
                 send_out(s);
@@ -735,6 +761,8 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
         }
     }
     sb_buf_free(&rewritten);
+    if (upv && pk->out.data) /* the upstream key went through the encode buffer */
+        OPENSSL_cleanse(pk->out.data, pk->out.cap);
     if (rc == 0 && s->trailers_pending) {
         s->trailers_pending = false;
         send_trailers(s, SB_EXTPROC_REQUEST_TRAILERS);
@@ -881,6 +909,7 @@ static void decide(pstream *s)
     if (!t->stream)
         sb_router_first_token_unseen(env->router, t->pool, s->ep, &s->ticket, now);
     s->pk->stats.picks++;
+    s->picked = true;
     if (answer_pick(s, dest.data, dest.len) < 0) {
         sb_buf_free(&dest);
         end_call(s, SB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -1044,6 +1073,14 @@ static void on_process_message(pstream *s, const uint8_t *buf, size_t len)
         return;
     }
     const sb_extproc_msg *m = &pk->msg;
+    s->t_last = now_ns();
+    /* Until the pick has gone out (a queue, /tokenize, a synchronous probe), Envoy has nothing
+     * to forward: a response phase now is out of order. */
+    bool early = s->st == ST_PENDING || (s->st == ST_RESPONSE && !s->picked);
+    if (early && m->kind >= SB_EXTPROC_RESPONSE_HEADERS) {
+        protocol_error(s, "response phase before the request's answer");
+        return;
+    }
     switch (m->kind) {
     case SB_EXTPROC_REQUEST_HEADERS: on_request_headers(s, m); break;
     case SB_EXTPROC_REQUEST_BODY:
@@ -1061,8 +1098,8 @@ static void on_process_message(pstream *s, const uint8_t *buf, size_t len)
         } else if (s->st == ST_BODY) {
             s->trailers_pending = true; /* trailers end the body */
             request_complete(s);
-        } else if (s->st == ST_PENDING) {
-            s->trailers_pending = true;
+        } else if (early) {
+            s->trailers_pending = true; /* answered after the body's answer */
         } else if (s->st == ST_RESPONSE) {
             send_trailers(s, SB_EXTPROC_REQUEST_TRAILERS);
         }
@@ -1282,6 +1319,16 @@ static void on_sweep(uv_timer_t *t)
         if ((s->st == ST_HEADERS || s->st == ST_BODY) && now - s->t_start > limit) {
             end_call(s, SB_GRPC_DEADLINE_EXCEEDED, "the request did not arrive whole within limits.header_ms");
             abandon(s);
+        } else if (s->st == ST_RESPONSE && s->picked && s->env &&
+                   now - s->t_last > SB_MS(s->snap->cfg->response_ms)) {
+            /* The proxy's response timeout: nothing of the response phase for response_ms.
+             * Envoy bounds its own streams; a client that takes a pick and goes quiet must not
+             * hold the endpoint's in-flight count (and a retired gateway) for ever. */
+            s->env->counters->upstream_errors++;
+            finish_exchange(s, 504, s->resp_headers_seen ? "midstream_error" : "upstream_error", "response_timeout");
+            end_call(s, SB_GRPC_DEADLINE_EXCEEDED, "no response phase message within timeouts.response_ms");
+            s->st = ST_DONE;
+            bury(s);
         }
     }
 }

@@ -44,6 +44,7 @@ typedef struct sb_picker_stats {
     uint64_t protocol_errors;  /* streams ended INVALID_ARGUMENT (malformed, out of order) */
     uint64_t cancelled;        /* streams Envoy reset before their end */
     uint64_t served_elsewhere; /* response phases served by another endpoint than the pick */
+    uint64_t unfreed;          /* streams ended, not yet freed (the next loop turn frees them) */
 } sb_picker_stats;
 
 /* Starts the ext_proc listener of gw's configuration (cfg->extproc_host set) and sets

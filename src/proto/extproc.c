@@ -41,6 +41,7 @@ typedef Google__Protobuf__ValueView pb_value_view;
 /* The picker's keys in request metadata (Gateway API Inference Extension, endpoint-picker
  * protocol: docs/proposals/004-endpoint-picker-protocol). */
 #define LB_NAMESPACE "envoy.lb"
+#define SUBSET_NAMESPACE "envoy.lb.subset_hint"
 #define KEY_SUBSET "x-gateway-destination-endpoint-subset"
 #define KEY_SERVED "x-gateway-destination-endpoint-served"
 
@@ -202,19 +203,23 @@ static void read_served(const pb_value_view *v, sb_extproc_msg *m)
 
 static int read_metadata(decoder *d, const Envoy__Config__Core__V3__Metadata *md, sb_extproc_msg *m, const char **why)
 {
-    const pb_struct_view *lb = NULL;
-    for (size_t i = 0; md && i < md->n_filter_metadata; i++)
+    /* The subset lives in its own namespace (envoy.lb.subset_hint, as the Inference
+     * Extension's SubsetFilter and the proxies that fill it name it); the served endpoint in
+     * envoy.lb. */
+    const pb_struct_view *lb = NULL, *hint = NULL;
+    for (size_t i = 0; md && i < md->n_filter_metadata; i++) {
         if (bytes_eq(md->filter_metadata[i]->key, LB_NAMESPACE))
             lb = md->filter_metadata[i]->value;
-    if (!lb)
-        return 0;
-    const pb_value_view *v = struct_get(lb, KEY_SUBSET);
+        else if (bytes_eq(md->filter_metadata[i]->key, SUBSET_NAMESPACE))
+            hint = md->filter_metadata[i]->value;
+    }
+    const pb_value_view *v = hint ? struct_get(hint, KEY_SUBSET) : NULL;
     if (v) {
         int rc = read_subset(d, v, m, why);
         if (rc)
             return rc;
     }
-    v = struct_get(lb, KEY_SERVED);
+    v = lb ? struct_get(lb, KEY_SERVED) : NULL;
     if (v)
         read_served(v, m);
     return 0;
@@ -475,7 +480,16 @@ int sb_extproc_encode_common(const sb_extproc_common *c, sb_buf *out)
     Envoy__Service__ExtProc__V3__BodyMutation bm;
     envoy__service__ext_proc__v3__body_mutation__init(&bm); /* its __INIT trips -Wmissing-braces */
     Envoy__Service__ExtProc__V3__StreamedBodyResponse sr = ENVOY__SERVICE__EXT_PROC__V3__STREAMED_BODY_RESPONSE__INIT;
-    if (c->n_set_headers)
+    ProtobufCBinaryData removed[SB_EXTPROC_MAX_REMOVE];
+    if (c->n_remove_headers > SB_EXTPROC_MAX_REMOVE) {
+        sb_free(s.block);
+        return -1;
+    }
+    for (size_t i = 0; i < c->n_remove_headers; i++)
+        removed[i] = bin(c->remove_headers[i], strlen(c->remove_headers[i]));
+    s.mutation.n_remove_headers = c->n_remove_headers;
+    s.mutation.remove_headers = c->n_remove_headers ? removed : NULL;
+    if (c->n_set_headers || c->n_remove_headers)
         cr.header_mutation = &s.mutation;
     cr.clear_route_cache = c->clear_route_cache;
     if (c->streamed) {

@@ -25,6 +25,7 @@
 #include "base/buf.h"
 
 #define SB_EXTPROC_MAX_HEADERS 256
+#define SB_EXTPROC_MAX_REMOVE 8
 
 /* Which phase a ProcessingRequest carries (its oneof), and which phase a response answers. */
 enum sb_extproc_kind {
@@ -129,6 +130,10 @@ typedef struct sb_extproc_common {
     enum sb_extproc_kind kind;
     const sb_extproc_kv *set_headers;
     size_t n_set_headers;
+    /* header_mutation.remove_headers: names removed from the request (at most
+     * SB_EXTPROC_MAX_REMOVE; more is refused, -1) */
+    const char *const *remove_headers;
+    size_t n_remove_headers;
     bool clear_route_cache;
     /* body responses only */
     bool streamed; /* body_mutation.streamed_response {body, end_of_stream} */

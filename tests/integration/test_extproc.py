@@ -549,17 +549,17 @@ class ExtProcTest(PickerCase):
         for want in self.eps:
             for form in ([want], want):  # a list of strings, or a comma string
                 sid, p = self.request_phase(chat("subset " + want),
-                                            meta=metadata("envoy.lb", {DESTINATION + "-subset": form}))
+                                            meta=metadata("envoy.lb.subset_hint", {DESTINATION + "-subset": form}))
                 self.assertIsNone(p.immediate, p.responses)
                 self.assertEqual(p.endpoints, [want])
                 self.drv.cancel(sid)
         two = self.eps[1:]
-        sid, p = self.request_phase(chat("subset of two"), meta=metadata("envoy.lb", {DESTINATION + "-subset": two}))
+        sid, p = self.request_phase(chat("subset of two"), meta=metadata("envoy.lb.subset_hint", {DESTINATION + "-subset": two}))
         self.assertEqual(set(p.endpoints), set(two))
         self.drv.cancel(sid)
 
     def test_empty_subset_503(self):
-        sid, p = self.request_phase(chat("empty subset"), meta=metadata("envoy.lb", {DESTINATION + "-subset": []}))
+        sid, p = self.request_phase(chat("empty subset"), meta=metadata("envoy.lb.subset_hint", {DESTINATION + "-subset": []}))
         self.assertEqual(p.status, 503, p.responses)
         self.assertIn("error", p.immediate_json())
         self.drv.wait_status(sid)

@@ -52,6 +52,8 @@ const both = (key, v, r) => ({key, value: v, raw_value: Buffer.from(r)});
 const str = (s) => ({stringValue: s});
 const list = (...items) => ({listValue: {values: items}});
 const lb = (fields) => ({filter_metadata: {'envoy.lb': {fields}}});
+// The subset hint has its own namespace (the Inference Extension's SubsetFilter reads it there).
+const hint = (fields) => ({filter_metadata: {'envoy.lb.subset_hint': {fields}}});
 
 const BODY = '{"model":"llama","messages":[{"role":"user","content":"hi"}],"stream":true}';
 
@@ -71,7 +73,7 @@ const REQUESTS = {
                           raw('x-request-id', 'req-1'), raw('x-empty', '')]},
       end_of_stream: false,
     },
-    metadata_context: lb({'x-gateway-destination-endpoint-subset': list(str('10.0.0.1:8000'), str('10.0.0.2:8000'))}),
+    metadata_context: hint({'x-gateway-destination-endpoint-subset': list(str('10.0.0.1:8000'), str('10.0.0.2:8000'))}),
     protocol_config: {request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED'},
     attributes: {'envoy.filters.http.ext_proc': {fields: {'request.path': str('/v1/chat/completions'),
                                                           deep: {structValue: {fields: {a: list(list(str('x')))}}}}}},
@@ -95,17 +97,19 @@ const REQUESTS = {
   subset_string: {
     request_headers: {headers: {headers: [raw(':method', 'POST')]}},
     metadata_context: {filter_metadata: {
-      'envoy.lb': {fields: {'x-gateway-destination-endpoint-subset': str('10.0.0.3:8000,10.0.0.4:8000')}},
+      'envoy.lb.subset_hint': {fields: {'x-gateway-destination-endpoint-subset': str('10.0.0.3:8000,10.0.0.4:8000')}},
+      // under envoy.lb the key means nothing: the subset is read from its own namespace only
+      'envoy.lb': {fields: {'x-gateway-destination-endpoint-subset': str('10.9.9.9:1')}},
       'other.filter': {fields: {k: {structValue: {fields: {x: {numberValue: 1.5}}}}}},
     }},
   },
   subset_empty: {
     request_headers: {headers: {headers: [raw(':method', 'POST')]}},
-    metadata_context: lb({'x-gateway-destination-endpoint-subset': list()}),
+    metadata_context: hint({'x-gateway-destination-endpoint-subset': list()}),
   },
   subset_number: {
     request_headers: {headers: {headers: [raw(':method', 'POST')]}},
-    metadata_context: lb({'x-gateway-destination-endpoint-subset': list(str('10.0.0.1:8000'), {numberValue: 7})}),
+    metadata_context: hint({'x-gateway-destination-endpoint-subset': list(str('10.0.0.1:8000'), {numberValue: 7})}),
   },
   // The response phase: the endpoint that served (a fallback), as a string and as a list.
   served_string: {

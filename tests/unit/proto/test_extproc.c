@@ -251,15 +251,17 @@ static void rev_string(rev *r, unsigned field, const char *s)
     rev_field(r, field, s, strlen(s));
 }
 
-/* A ProcessingRequest {request_body {} , metadata_context {filter_metadata {"envoy.lb":
- * {fields {key: value}}}}}, where the caller has already written the Value's contents. */
+/* A ProcessingRequest {request_body {} , metadata_context {filter_metadata {ns:
+ * {fields {key: value}}}}}, where the caller has already written the Value's contents; ns is
+ * envoy.lb.subset_hint for the subset key, envoy.lb otherwise. */
 static void rev_envoy_lb(rev *r, const char *key)
 {
+    const char *ns = strstr(key, "-subset") ? "envoy.lb.subset_hint" : "envoy.lb";
     rev_wrap(r, 2, 0);                   /* FieldsEntry.value = Value */
     rev_string(r, 1, key);               /* FieldsEntry.key */
     rev_wrap(r, 1, 0);                   /* Struct.fields */
     rev_wrap(r, 2, 0);                   /* FilterMetadataEntry.value = Struct */
-    rev_string(r, 1, "envoy.lb");        /* FilterMetadataEntry.key */
+    rev_string(r, 1, ns);                /* FilterMetadataEntry.key */
     rev_wrap(r, 1, 0);                   /* Metadata.filter_metadata */
     rev_wrap(r, 8, 0);                   /* ProcessingRequest.metadata_context */
     rev_bytes(r, "\x22\x02\x10\x01", 4); /* request_body {end_of_stream: true} */
@@ -332,8 +334,9 @@ static void test_field_flood_budget(void **state)
     teardown_msg();
 }
 
-/* Keys are compared with their exact length: a namespace "envoy.lb\0x" (a NUL inside) is
- * not envoy.lb, as a NUL-terminated copy compared with strcmp would have it. */
+/* Keys are compared with their exact length: a namespace "envoy.lb.subset_hint\0x" (a NUL
+ * inside) is not envoy.lb.subset_hint, as a NUL-terminated copy compared with strcmp would
+ * have it. */
 static void test_exact_keys(void **state)
 {
     (void)state;
@@ -345,7 +348,7 @@ static void test_exact_keys(void **state)
     rev_string(&r, 1, "x-gateway-destination-endpoint-subset"); /* FieldsEntry.key */
     rev_wrap(&r, 1, 0);                                         /* Struct.fields */
     rev_wrap(&r, 2, 0);                                         /* FilterMetadataEntry.value */
-    rev_field(&r, 1, "envoy.lb\0x", 10);                        /* FilterMetadataEntry.key */
+    rev_field(&r, 1, "envoy.lb.subset_hint\0x", 22);            /* FilterMetadataEntry.key */
     rev_wrap(&r, 1, 0);
     rev_wrap(&r, 8, 0);
     rev_bytes(&r, "\x22\x00", 2);
