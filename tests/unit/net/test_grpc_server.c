@@ -724,6 +724,60 @@ static bool cancels_are(void *arg)
     return T.cancels == *(int *)arg;
 }
 
+static bool conn_window_closed(void *arg)
+{
+    return nghttp2_session_get_remote_window_size(arg) == 0;
+}
+static bool messages_are(void *arg)
+{
+    return T.messages == *(int *)arg;
+}
+
+/* Unfinished messages hold the connection window: five streams each half-way through a
+ * 1 MiB message stop the client at the connection window (4 MiB here), not at 4.5 MB, and
+ * nothing is handed over; resetting three of them gives their bytes back, and the other two
+ * complete. (With windows given back as bytes arrive, the server would hold whatever the
+ * streams chose to send.) */
+static void test_unfinished_messages_hold_the_connection_window(void **state)
+{
+    sb_grpc_server_opts o = {.max_message_bytes = 1 << 20};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    static uint8_t body[1 << 20];
+    memset(body, 'm', sizeof(body));
+    const size_t first = 900 * 1000;
+    uint8_t pre[5] = {0, 0, 0x10, 0, 0}; /* 1 MiB */
+    for (int i = 0; i < 5; i++) {
+        tstream *t = cl_open(&cl, "/t.Echo/Hold");
+        st_write(t, pre, 5, false);
+        st_write(t, body, first, false);
+    }
+    netfx_run_until(&loop, conn_window_closed, cl.ng, "the connection window closed");
+    for (int i = 0; i < 20; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(nghttp2_session_get_remote_window_size(cl.ng), 0);
+    size_t sent = 0;
+    for (int i = 0; i < 5; i++)
+        sent += cl.s[i].out_off;
+    assert_int_equal(sent, 4 << 20); /* exactly the connection window */
+    assert_int_equal(T.messages, 0);
+    for (int i = 0; i < 3; i++)
+        nghttp2_submit_rst_stream(cl.ng, NGHTTP2_FLAG_NONE, cl.s[i].id, NGHTTP2_CANCEL);
+    for (int i = 3; i < 5; i++)
+        st_write(&cl.s[i], body, sizeof(body) - first, true);
+    int two = 2;
+    netfx_run_until(&loop, messages_are, &two, "the two remaining messages");
+    assert_int_equal(T.cancels, 3);
+    while (T.n_held)
+        assert_int_equal(sb_grpc_finish(T.held[--T.n_held], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, &cl.s[3]);
+    st_wait_closed(&loop, &cl.s[4]);
+    assert_int_equal(cl.s[4].grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* The client resets a call: on_cancel once; a finish from inside it returns -1. */
 static void test_client_reset(void **state)
 {
@@ -1406,6 +1460,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_streams),
         cmocka_unit_test(test_message_over_limit),
         cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_unfinished_messages_hold_the_connection_window),
         cmocka_unit_test(test_client_reset),
         cmocka_unit_test(test_connection_drop),
         cmocka_unit_test(test_compressed_flag),
