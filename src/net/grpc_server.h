@@ -16,8 +16,8 @@
  * REFUSED_STREAM from nghttp2); max_connections (past it a new connection is closed at once);
  * request headers at most max_header_bytes per stream; a connection with no stream open for
  * idle_ms is closed with GOAWAY; bytes queued to a peer that does not read are bounded by the
- * HTTP/2 flow-control windows and write_high_water (sb_grpc_send reports backpressure; the
- * connection stops being read past twice the mark). A protocol error from a peer closes that
+ * HTTP/2 flow-control windows and write_high_water (sb_grpc_send reports backpressure; past twice
+ * the mark the connection is not read while its socket is not taking bytes). A protocol error from a peer closes that
  * connection with GOAWAY (nghttp2's verdict); a malformed gRPC frame (bad prefix, wrong
  * content-type, not POST) ends that call with a gRPC status; neither stops the server.
  * A request that is not gRPC at all is answered with the HTTP status gRPC over HTTP/2 names

@@ -421,7 +421,7 @@ static bool cl_is_eof(void *arg)
 
 /* ---- the server's handler ---- */
 
-enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE, K_FAIL };
+enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE, K_FAIL, K_BLAST };
 
 typedef struct tcall {
     enum kind kind;
@@ -488,6 +488,8 @@ static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
         k = K_ONE;
     else if (is(method, ml, "/t.Echo/Fail"))
         k = K_FAIL;
+    else if (is(method, ml, "/t.Echo/Blast"))
+        k = K_BLAST;
     else
         return SB_GRPC_UNIMPLEMENTED;
     assert_true(T.n_calls_mem < MAXS * 2);
@@ -497,6 +499,11 @@ static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
     T.held[T.n_held++] = c;
     if (k == K_FLOOD)
         flood(c);
+    if (k == K_BLAST) { /* 256 KiB at once, ignoring backpressure */
+        static uint8_t chunk[16384];
+        for (int i = 0; i < 16; i++)
+            assert_true(sb_grpc_send(c, chunk, sizeof(chunk)) >= 0);
+    }
     return SB_GRPC_OK;
 }
 
@@ -1349,6 +1356,40 @@ static void test_backpressure(void **state)
     finish(s);
 }
 
+/* An application that ignores backpressure while the peer's HTTP/2 window is closed: the
+ * queue passes twice write_high_water, yet the connection goes on being read (a call opened
+ * meanwhile is served, and the WINDOW_UPDATE that lets the queue out is seen): a server that
+ * stopped reading here would never hear the window open. */
+static void test_window_blocked_queue_keeps_reading(void **state)
+{
+    sb_grpc_server_opts o = {.write_high_water = 64 * 1024};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect_opt(&loop, &cl, sb_grpc_server_port(s), NULL, true);
+    tstream *blast = cl_open(&cl, "/t.Echo/Blast");
+    got_bytes_t g = {blast, 65535};
+    netfx_run_until(&loop, has_bytes, &g, "a full window");
+    tstream *later = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(later, "later", true);
+    int two = 2; /* its answer waits for the connection window too; its request was read */
+    netfx_run_until(&loop, calls_are, &two, "the later call");
+    netfx_run_until(&loop, messages_are, &(int){1}, "the later call's message");
+    assert_int_equal(blast->in_len, 65535); /* the window is still closed */
+    cl.consume = true;
+    nghttp2_session_consume(cl.ng, blast->id, blast->in_len);
+    nghttp2_session_set_local_window_size(cl.ng, NGHTTP2_FLAG_NONE, blast->id, 16 << 20);
+    nghttp2_session_set_local_window_size(cl.ng, NGHTTP2_FLAG_NONE, 0, 64 << 20);
+    cl_pump(&cl);
+    st_wait_closed(&loop, later);
+    assert_int_equal(later->grpc_status, 0);
+    assert_int_equal(st_replies(later), 1);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, blast);
+    assert_int_equal(blast->in_len, 16 * (16384 + 5));
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* ---- an independent implementation: Python's grpcio (gRPC core, C++) as the client ---- */
 
 static const char PY_CLIENT[] =
@@ -1480,6 +1521,7 @@ int main(void)
         cmocka_unit_test(test_tls_bad_config),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_finish_after_large_message),
+        cmocka_unit_test(test_window_blocked_queue_keeps_reading),
         cmocka_unit_test(test_python_grpcio_client),
         cmocka_unit_test(test_python_grpcio_client_tls),
     };
