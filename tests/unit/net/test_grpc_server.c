@@ -1139,6 +1139,42 @@ static void test_ping_flood(void **state)
     finish(s);
 }
 
+static bool all_closed_or_held(void *arg)
+{
+    tclient *cl = arg;
+    int closed = 0;
+    for (int i = 0; i < cl->n; i++)
+        closed += cl->s[i].closed;
+    return T.n_held + closed == cl->n;
+}
+
+/* max_concurrent_streams goes out in SETTINGS and holds even before the client has applied
+ * them: the streams past it are refused (REFUSED_STREAM, safe to retry), never seen. */
+static void test_max_concurrent_streams(void **state)
+{
+    sb_grpc_server_opts o = {.max_concurrent_streams = 10};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    for (int i = 0; i < 15; i++)
+        st_msg(cl_open(&cl, "/t.Echo/Hold"), "x", false);
+    netfx_run_until(&loop, all_closed_or_held, &cl, "15 streams held or refused");
+    assert_int_equal(T.n_held, 10);
+    assert_int_equal(stats(s).open_calls, 10);
+    for (int i = 0; i < cl.n; i++)
+        if (cl.s[i].closed)
+            assert_int_equal(cl.s[i].close_code, NGHTTP2_REFUSED_STREAM);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    while (T.n_held)
+        assert_int_equal(sb_grpc_finish(T.held[--T.n_held], SB_GRPC_OK, NULL), 0);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "room again", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* Past max_connections a new connection is closed at once and counted. */
 static void test_max_connections(void **state)
 {
@@ -1515,6 +1551,7 @@ int main(void)
         cmocka_unit_test(test_stop_cancels_calls),
         cmocka_unit_test(test_protocol_errors),
         cmocka_unit_test(test_ping_flood),
+        cmocka_unit_test(test_max_concurrent_streams),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_idle_close),
         cmocka_unit_test(test_tls),
