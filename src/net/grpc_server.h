@@ -128,7 +128,8 @@ const char *sb_grpc_call_header(const sb_grpc_call *c, const char *name, size_t 
  * finished. The response headers (:status 200, content-type application/grpc) go before
  * the first message. */
 int sb_grpc_send(sb_grpc_call *c, const uint8_t *msg, size_t len);
-/* Ends the call with trailers grpc-status: status and grpc-message: message (may be NULL).
+/* Ends the call with trailers grpc-status: status and grpc-message: message (may be NULL;
+ * its first 1024 bytes are sent, percent-encoded).
  * The call must not be used afterwards (on_cancel is not called). Returns 0 or -1 if the
  * call was already gone. */
 int sb_grpc_finish(sb_grpc_call *c, int status, const char *message);
