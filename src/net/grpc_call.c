@@ -32,11 +32,15 @@ static void give_back_connection(gs_conn *c, size_t n)
         nghttp2_session_consume_connection(c->ng, n);
 }
 
+/* A status message longer than this is cut: it is for people, and a trailer must fit the
+ * peer's header list limit (often 8 or 16 KiB) with room to spare. */
+#define MAX_MESSAGE_BYTES 1024
+
 /* gRPC's grpc-message: bytes outside printable ASCII, and '%', percent-encoded (gRPC over
  * HTTP/2, "Responses"). NULL on allocation failure. */
 static char *percent_encode(const char *s)
 {
-    size_t n = strlen(s), out = 0;
+    size_t n = strnlen(s, MAX_MESSAGE_BYTES), out = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         out += (ch < 0x20 || ch > 0x7e || ch == '%') ? 3 : 1;

@@ -63,8 +63,8 @@ static void on_write(uv_write_t *req, int status)
     size_t hw = c->srv->opts.write_high_water;
     if (c->queued < hw / 2)
         gs_calls_drained(c);
-    if (!c->reading && !c->close_when_flushed && c->queued <= hw)
-        read_start(c);
+    if (!c->reading && !c->close_when_flushed)
+        read_start(c);     /* the next read decides again */
     gs_conn_mark_dirty(c); /* more to pull from nghttp2, or a close that waited for this write */
 }
 
@@ -341,8 +341,10 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     gs_conn_mark_dirty(c); /* WINDOW_UPDATEs, SETTINGS and PING acks, answers */
-    if (c->queued > 2 * c->srv->opts.write_high_water && c->reading) {
-        /* The peer sends but does not read: stop taking its input until it reads. */
+    if (c->queued > 2 * c->srv->opts.write_high_water && c->writing > 0 && c->reading) {
+        /* The peer sends but does not read: stop taking its input until a write completes.
+         * Only while a write is in flight: a queue held by the peer's HTTP/2 window (not
+         * its socket) must go on being read, or its WINDOW_UPDATE would never be seen. */
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }

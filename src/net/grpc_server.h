@@ -16,8 +16,8 @@
  * REFUSED_STREAM from nghttp2); max_connections (past it a new connection is closed at once);
  * request headers at most max_header_bytes per stream; a connection with no stream open for
  * idle_ms is closed with GOAWAY; bytes queued to a peer that does not read are bounded by the
- * HTTP/2 flow-control windows and write_high_water (sb_grpc_send reports backpressure; the
- * connection stops being read past twice the mark). A protocol error from a peer closes that
+ * HTTP/2 flow-control windows and write_high_water (sb_grpc_send reports backpressure; past twice
+ * the mark the connection is not read while its socket is not taking bytes). A protocol error from a peer closes that
  * connection with GOAWAY (nghttp2's verdict); a malformed gRPC frame (bad prefix, wrong
  * content-type, not POST) ends that call with a gRPC status; neither stops the server.
  * A request that is not gRPC at all is answered with the HTTP status gRPC over HTTP/2 names
@@ -129,7 +129,8 @@ const char *sb_grpc_call_header(const sb_grpc_call *c, const char *name, size_t 
  * finished. The response headers (:status 200, content-type application/grpc) go before
  * the first message. */
 int sb_grpc_send(sb_grpc_call *c, const uint8_t *msg, size_t len);
-/* Ends the call with trailers grpc-status: status and grpc-message: message (may be NULL).
+/* Ends the call with trailers grpc-status: status and grpc-message: message (may be NULL;
+ * its first 1024 bytes are sent, percent-encoded).
  * The call must not be used afterwards (on_cancel is not called). Returns 0 or -1 if the
  * call was already gone. */
 int sb_grpc_finish(sb_grpc_call *c, int status, const char *message);

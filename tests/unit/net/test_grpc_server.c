@@ -421,7 +421,7 @@ static bool cl_is_eof(void *arg)
 
 /* ---- the server's handler ---- */
 
-enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE, K_FAIL };
+enum kind { K_ECHO, K_HOLD, K_FLOOD, K_ONE, K_FAIL, K_BLAST };
 
 typedef struct tcall {
     enum kind kind;
@@ -488,6 +488,8 @@ static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
         k = K_ONE;
     else if (is(method, ml, "/t.Echo/Fail"))
         k = K_FAIL;
+    else if (is(method, ml, "/t.Echo/Blast"))
+        k = K_BLAST;
     else
         return SB_GRPC_UNIMPLEMENTED;
     assert_true(T.n_calls_mem < MAXS * 2);
@@ -497,6 +499,11 @@ static int h_on_call(sb_grpc_call *c, const char *method, size_t ml, void *ctx)
     T.held[T.n_held++] = c;
     if (k == K_FLOOD)
         flood(c);
+    if (k == K_BLAST) { /* 256 KiB at once, ignoring backpressure */
+        static uint8_t chunk[16384];
+        for (int i = 0; i < 16; i++)
+            assert_true(sb_grpc_send(c, chunk, sizeof(chunk)) >= 0);
+    }
     return SB_GRPC_OK;
 }
 
@@ -722,6 +729,60 @@ static void test_unknown_method(void **state)
 static bool cancels_are(void *arg)
 {
     return T.cancels == *(int *)arg;
+}
+
+static bool conn_window_closed(void *arg)
+{
+    return nghttp2_session_get_remote_window_size(arg) == 0;
+}
+static bool messages_are(void *arg)
+{
+    return T.messages == *(int *)arg;
+}
+
+/* Unfinished messages hold the connection window: five streams each half-way through a
+ * 1 MiB message stop the client at the connection window (4 MiB here), not at 4.5 MB, and
+ * nothing is handed over; resetting three of them gives their bytes back, and the other two
+ * complete. (With windows given back as bytes arrive, the server would hold whatever the
+ * streams chose to send.) */
+static void test_unfinished_messages_hold_the_connection_window(void **state)
+{
+    sb_grpc_server_opts o = {.max_message_bytes = 1 << 20};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    static uint8_t body[1 << 20];
+    memset(body, 'm', sizeof(body));
+    const size_t first = 900 * 1000;
+    uint8_t pre[5] = {0, 0, 0x10, 0, 0}; /* 1 MiB */
+    for (int i = 0; i < 5; i++) {
+        tstream *t = cl_open(&cl, "/t.Echo/Hold");
+        st_write(t, pre, 5, false);
+        st_write(t, body, first, false);
+    }
+    netfx_run_until(&loop, conn_window_closed, cl.ng, "the connection window closed");
+    for (int i = 0; i < 20; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(nghttp2_session_get_remote_window_size(cl.ng), 0);
+    size_t sent = 0;
+    for (int i = 0; i < 5; i++)
+        sent += cl.s[i].out_off;
+    assert_int_equal(sent, 4 << 20); /* exactly the connection window */
+    assert_int_equal(T.messages, 0);
+    for (int i = 0; i < 3; i++)
+        nghttp2_submit_rst_stream(cl.ng, NGHTTP2_FLAG_NONE, cl.s[i].id, NGHTTP2_CANCEL);
+    for (int i = 3; i < 5; i++)
+        st_write(&cl.s[i], body, sizeof(body) - first, true);
+    int two = 2;
+    netfx_run_until(&loop, messages_are, &two, "the two remaining messages");
+    assert_int_equal(T.cancels, 3);
+    while (T.n_held)
+        assert_int_equal(sb_grpc_finish(T.held[--T.n_held], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, &cl.s[3]);
+    st_wait_closed(&loop, &cl.s[4]);
+    assert_int_equal(cl.s[4].grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
 }
 
 /* The client resets a call: on_cancel once; a finish from inside it returns -1. */
@@ -1078,6 +1139,42 @@ static void test_ping_flood(void **state)
     finish(s);
 }
 
+static bool all_closed_or_held(void *arg)
+{
+    tclient *cl = arg;
+    int closed = 0;
+    for (int i = 0; i < cl->n; i++)
+        closed += cl->s[i].closed;
+    return T.n_held + closed == cl->n;
+}
+
+/* max_concurrent_streams goes out in SETTINGS and holds even before the client has applied
+ * them: the streams past it are refused (REFUSED_STREAM, safe to retry), never seen. */
+static void test_max_concurrent_streams(void **state)
+{
+    sb_grpc_server_opts o = {.max_concurrent_streams = 10};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    for (int i = 0; i < 15; i++)
+        st_msg(cl_open(&cl, "/t.Echo/Hold"), "x", false);
+    netfx_run_until(&loop, all_closed_or_held, &cl, "15 streams held or refused");
+    assert_int_equal(T.n_held, 10);
+    assert_int_equal(stats(s).open_calls, 10);
+    for (int i = 0; i < cl.n; i++)
+        if (cl.s[i].closed)
+            assert_int_equal(cl.s[i].close_code, NGHTTP2_REFUSED_STREAM);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    while (T.n_held)
+        assert_int_equal(sb_grpc_finish(T.held[--T.n_held], SB_GRPC_OK, NULL), 0);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "room again", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* Past max_connections a new connection is closed at once and counted. */
 static void test_max_connections(void **state)
 {
@@ -1295,6 +1392,40 @@ static void test_backpressure(void **state)
     finish(s);
 }
 
+/* An application that ignores backpressure while the peer's HTTP/2 window is closed: the
+ * queue passes twice write_high_water, yet the connection goes on being read (a call opened
+ * meanwhile is served, and the WINDOW_UPDATE that lets the queue out is seen): a server that
+ * stopped reading here would never hear the window open. */
+static void test_window_blocked_queue_keeps_reading(void **state)
+{
+    sb_grpc_server_opts o = {.write_high_water = 64 * 1024};
+    sb_grpc_server *s = start(&o);
+    tclient cl;
+    cl_connect_opt(&loop, &cl, sb_grpc_server_port(s), NULL, true);
+    tstream *blast = cl_open(&cl, "/t.Echo/Blast");
+    got_bytes_t g = {blast, 65535};
+    netfx_run_until(&loop, has_bytes, &g, "a full window");
+    tstream *later = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(later, "later", true);
+    int two = 2; /* its answer waits for the connection window too; its request was read */
+    netfx_run_until(&loop, calls_are, &two, "the later call");
+    netfx_run_until(&loop, messages_are, &(int){1}, "the later call's message");
+    assert_int_equal(blast->in_len, 65535); /* the window is still closed */
+    cl.consume = true;
+    nghttp2_session_consume(cl.ng, blast->id, blast->in_len);
+    nghttp2_session_set_local_window_size(cl.ng, NGHTTP2_FLAG_NONE, blast->id, 16 << 20);
+    nghttp2_session_set_local_window_size(cl.ng, NGHTTP2_FLAG_NONE, 0, 64 << 20);
+    cl_pump(&cl);
+    st_wait_closed(&loop, later);
+    assert_int_equal(later->grpc_status, 0);
+    assert_int_equal(st_replies(later), 1);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, blast);
+    assert_int_equal(blast->in_len, 16 * (16384 + 5));
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* ---- an independent implementation: Python's grpcio (gRPC core, C++) as the client ---- */
 
 static const char PY_CLIENT[] =
@@ -1406,6 +1537,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_streams),
         cmocka_unit_test(test_message_over_limit),
         cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_unfinished_messages_hold_the_connection_window),
         cmocka_unit_test(test_client_reset),
         cmocka_unit_test(test_connection_drop),
         cmocka_unit_test(test_compressed_flag),
@@ -1419,12 +1551,14 @@ int main(void)
         cmocka_unit_test(test_stop_cancels_calls),
         cmocka_unit_test(test_protocol_errors),
         cmocka_unit_test(test_ping_flood),
+        cmocka_unit_test(test_max_concurrent_streams),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_idle_close),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_tls_bad_config),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_finish_after_large_message),
+        cmocka_unit_test(test_window_blocked_queue_keeps_reading),
         cmocka_unit_test(test_python_grpcio_client),
         cmocka_unit_test(test_python_grpcio_client_tls),
     };
