@@ -40,8 +40,6 @@ static void histo_render(sb_buf *b, const char *name, const char *pool, const sb
                   (unsigned long long)h->n);
 }
 
-/* The connection, body and refusal figures of both listeners, one family at a time (the text
- * format wants a family's samples together), labelled listener="client" or "admin". */
 /* The endpoint picker's streams (`ext_proc:`), when it runs. */
 static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
 {
@@ -67,12 +65,18 @@ static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_extproc_cancelled_total counter\nswitchboard_extproc_cancelled_total %llu\n"
                   "# HELP switchboard_extproc_served_elsewhere_total Responses served by a fallback, not the pick.\n"
                   "# TYPE switchboard_extproc_served_elsewhere_total counter\n"
-                  "switchboard_extproc_served_elsewhere_total %llu\n",
+                  "switchboard_extproc_served_elsewhere_total %llu\n"
+                  "# HELP switchboard_extproc_unfreed_streams ext_proc streams ended and not yet freed (freed on "
+                  "the loop's next turn: anything but 0 between requests is a leak).\n"
+                  "# TYPE switchboard_extproc_unfreed_streams gauge\nswitchboard_extproc_unfreed_streams %llu\n",
                   (unsigned long long)ps.streams, (unsigned long long)ps.streams_open, (unsigned long long)ps.picks,
                   (unsigned long long)ps.immediate, (unsigned long long)ps.protocol_errors,
-                  (unsigned long long)ps.cancelled, (unsigned long long)ps.served_elsewhere);
+                  (unsigned long long)ps.cancelled, (unsigned long long)ps.served_elsewhere,
+                  (unsigned long long)ps.unfreed);
 }
 
+/* The connection, body and refusal figures of both listeners, one family at a time (the text
+ * format wants a family's samples together), labelled listener="client" or "admin". */
 static void render_listener_stats(sb_gateway *gw, sb_buf *b)
 {
     sb_http_server_stats st[2];
