@@ -121,7 +121,8 @@ int sb_cmd_serve(int argc, char **argv)
     else
         SB_INFO("admin listener off (admin.listen: null)");
     if (sb_gateway_extproc_port(st.gw))
-        SB_INFO("endpoint picker (Envoy ext_proc, gRPC%s) on %s:%u", sb_gateway_config(st.gw)->extproc_tls_cert ? " over TLS" : ", h2c",
+        SB_INFO("endpoint picker (Envoy ext_proc, gRPC%s) on %s:%u",
+                sb_gateway_config(st.gw)->extproc_tls_cert ? " over TLS" : ", h2c",
                 sb_gateway_config(st.gw)->extproc_host, sb_gateway_extproc_port(st.gw));
     const sb_config *c0 = sb_gateway_config(st.gw);
     if (c0->extproc_host && !c0->extproc_has_token && !sb_config_host_is_loopback(c0->extproc_host))

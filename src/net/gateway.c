@@ -2,10 +2,10 @@
 #include "net/admin.h"
 #include "net/admission.h"
 #include "net/discovery.h"
-#include "net/picker.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
 #include "net/kv_feed.h"
+#include "net/picker.h"
 #include "net/precise.h"
 #include "net/proxy.h"
 #include "net/routes.h"
@@ -539,7 +539,10 @@ const sb_config *sb_gateway_config(const sb_gateway *gw)
     return gw->cfg;
 }
 
-uint16_t sb_gateway_extproc_port(const sb_gateway *gw) { return sb_picker_port(gw->picker); }
+uint16_t sb_gateway_extproc_port(const sb_gateway *gw)
+{
+    return sb_picker_port(gw->picker);
+}
 
 uint16_t sb_gateway_admin_port(const sb_gateway *gw)
 {
@@ -717,7 +720,10 @@ static bool same_admin_listen(const sb_config *a, const sb_config *b)
     return !strcmp(a->admin_host, b->admin_host) && a->admin_port == b->admin_port;
 }
 
-static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+static bool same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
 
 /* Whether a and b run the same picker listener (or none): its address and TLS are read once,
  * at start; its other keys are read per stream and apply at once. */

@@ -55,10 +55,10 @@ struct sb_picker {
     uv_check_t reaper; /* frees the graveyard */
     int closing;       /* handles not yet closed after stop */
     bool stopped, draining;
-    size_t body_bytes; /* request bodies held by all streams (limits.max_buffered_body_bytes) */
-    pstream *live;     /* streams not ended, newest first */
-    pstream *dead;     /* ended, to be freed */
-    hcall *watchers;   /* Health/Watch calls, told when serving changes */
+    size_t body_bytes;  /* request bodies held by all streams (limits.max_buffered_body_bytes) */
+    pstream *live;      /* streams not ended, newest first */
+    pstream *dead;      /* ended, to be freed */
+    hcall *watchers;    /* Health/Watch calls, told when serving changes */
     sb_extproc_msg msg; /* decode scratch: one loop, one message at a time */
     sb_buf out;         /* encode scratch */
     sb_picker_stats stats;
@@ -75,7 +75,7 @@ struct hcall {
 };
 
 struct pstream {
-    int kind; /* CALL_PROCESS */
+    int kind;        /* CALL_PROCESS */
     sb_http_req req; /* the request as the gateway's handler sees it; req.ops set */
     sb_picker *pk;
     sb_grpc_call *call; /* NULL once the stream has ended */
@@ -113,16 +113,22 @@ struct pstream {
     size_t tail_len;
     sb_buf decision;
     /* the synchronous probe (probe.sync_max_age_ms), as the proxy's */
-    sb_sched_request rr;        /* what decides; its hashes valid until the first decision */
-    sb_probe_wait *probe_wait;  /* waiting for fresh reports */
-    uint64_t *probe_keys;       /* the hashes, copied for the decision after the wait */
+    sb_sched_request rr;       /* what decides; its hashes valid until the first decision */
+    sb_probe_wait *probe_wait; /* waiting for fresh reports */
+    uint64_t *probe_keys;      /* the hashes, copied for the decision after the wait */
     bool probed;
     pstream *prev, *next; /* pk->live, or pk->dead (next only) */
 };
 
-static sb_ns now_ns(void) { return uv_hrtime(); }
+static sb_ns now_ns(void)
+{
+    return uv_hrtime();
+}
 
-static pstream *stream_of(sb_http_req *req) { return (pstream *)((char *)req - offsetof(pstream, req)); }
+static pstream *stream_of(sb_http_req *req)
+{
+    return (pstream *)((char *)req - offsetof(pstream, req));
+}
 
 /* ---- sending ---- */
 
@@ -330,7 +336,8 @@ static size_t split_headers(char *text, sb_extproc_kv *kv, size_t cap)
             const char *v = colon + 1;
             while (v < end && *v == ' ')
                 v++;
-            kv[n++] = (sb_extproc_kv){.key = p, .key_len = (size_t)(colon - p), .value = v, .value_len = (size_t)(end - v)};
+            kv[n++] =
+                (sb_extproc_kv){.key = p, .key_len = (size_t)(colon - p), .value = v, .value_len = (size_t)(end - v)};
         }
         p = eol ? eol + 2 : NULL;
     }
@@ -686,7 +693,8 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
     int cl = snprintf(clen, sizeof clen, "%zu", body_len);
     sb_extproc_kv set[5];
     size_t n_set = 0;
-    set[n_set++] = (sb_extproc_kv){.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
+    set[n_set++] =
+        (sb_extproc_kv){.key = DEST_HEADER, .key_len = sizeof(DEST_HEADER) - 1, .value = dest, .value_len = dest_len};
     /* The length of the body sent on: always in full duplex (the body comes back as chunks),
      * in buffered mode only when it changed; a bodiless request keeps its framing. */
     if (s->req.has_body && (!buffered || changed))
@@ -694,7 +702,8 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
     /* Ask the endpoint for an ORCA load report on its answer, as the proxy does (read on the
      * response headers), unless the client asked for a format itself. */
     if (cfg->orca_request && !sb_http_req_header(&s->req, "endpoint-load-metrics-format"))
-        set[n_set++] = (sb_extproc_kv){.key = "endpoint-load-metrics-format", .key_len = 28, .value = "TEXT", .value_len = 4};
+        set[n_set++] =
+            (sb_extproc_kv){.key = "endpoint-load-metrics-format", .key_len = 28, .value = "TEXT", .value_len = 4};
     /* The request's id, as the proxy sends it upstream: the model server's logs meet the
      * gateway's access log. */
     if (s->t.ident.id[0])
@@ -879,7 +888,7 @@ static void decide(pstream *s)
     int ep = sb_decide(env->router, &desc, want, now, &rk);
     sb_free(excl);
     if (probe && ep >= 0 && sync_probe(s, &rk, pc, now))
-        return; /* not dispatched: the router settles the pick's pending mark at its next pick */
+        return;             /* not dispatched: the router settles the pick's pending mark at its next pick */
     sb_free(s->probe_keys); /* the copy a synchronous probe kept, used now */
     s->probe_keys = NULL;
     s->rr.block_hashes = NULL; /* scratch: valid for this decision only */
@@ -922,8 +931,7 @@ static void decide(pstream *s)
     s->req.body_len = 0;
 }
 
-void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t,
-                        const sb_sched_request *rr)
+void sb_picker_dispatch(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
     pstream *s = stream_of(req);
     req->on_abort = NULL; /* the stream's end is ours to handle now (abandon) */
@@ -1130,7 +1138,10 @@ static void on_process_message(pstream *s, const uint8_t *buf, size_t len)
 
 /* ---- health ---- */
 
-static enum sb_health_status serving(const sb_picker *pk) { return pk->draining ? SB_HEALTH_NOT_SERVING : SB_HEALTH_SERVING; }
+static enum sb_health_status serving(const sb_picker *pk)
+{
+    return pk->draining ? SB_HEALTH_NOT_SERVING : SB_HEALTH_SERVING;
+}
 
 static void health_send(sb_picker *pk, hcall *h)
 {
@@ -1319,8 +1330,7 @@ static void on_sweep(uv_timer_t *t)
         if ((s->st == ST_HEADERS || s->st == ST_BODY) && now - s->t_start > limit) {
             end_call(s, SB_GRPC_DEADLINE_EXCEEDED, "the request did not arrive whole within limits.header_ms");
             abandon(s);
-        } else if (s->st == ST_RESPONSE && s->picked && s->env &&
-                   now - s->t_last > SB_MS(s->snap->cfg->response_ms)) {
+        } else if (s->st == ST_RESPONSE && s->picked && s->env && now - s->t_last > SB_MS(s->snap->cfg->response_ms)) {
             /* The proxy's response timeout: nothing of the response phase for response_ms.
              * Envoy bounds its own streams; a client that takes a pick and goes quiet must not
              * hold the endpoint's in-flight count (and a retired gateway) for ever. */
@@ -1413,9 +1423,15 @@ void sb_picker_stop(sb_picker *pk)
     uv_close((uv_handle_t *)&pk->reaper, on_handle_closed);
 }
 
-uint16_t sb_picker_port(const sb_picker *pk) { return pk && pk->grpc ? sb_grpc_server_port(pk->grpc) : 0; }
+uint16_t sb_picker_port(const sb_picker *pk)
+{
+    return pk && pk->grpc ? sb_grpc_server_port(pk->grpc) : 0;
+}
 
-size_t sb_picker_connections(const sb_picker *pk) { return pk && pk->grpc ? sb_grpc_server_connections(pk->grpc) : 0; }
+size_t sb_picker_connections(const sb_picker *pk)
+{
+    return pk && pk->grpc ? sb_grpc_server_connections(pk->grpc) : 0;
+}
 
 void sb_picker_get_stats(const sb_picker *pk, sb_picker_stats *out)
 {

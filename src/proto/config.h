@@ -184,19 +184,19 @@ typedef struct sb_config {
     size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
     /* the endpoint picker (`ext_proc:`; net/picker.c): Envoy's external-processing stream on a
      * gRPC listener, beside or instead of the proxy's */
-    char *extproc_host;             /* NULL: no ext_proc listener (the default) */
-    uint16_t extproc_port;          /* default 9002 */
-    char *extproc_tls_cert;         /* PEM; NULL: plain h2c (then tls_key is NULL too) */
+    char *extproc_host;     /* NULL: no ext_proc listener (the default) */
+    uint16_t extproc_port;  /* default 9002 */
+    char *extproc_tls_cert; /* PEM; NULL: plain h2c (then tls_key is NULL too) */
     char *extproc_tls_key;
-    uint32_t extproc_fallbacks;     /* endpoints named after the pick; default 0 (an ORIGINAL_DST
-                                     * cluster reads one ip:port), at most 7 */
-    size_t extproc_chunk_bytes;     /* streamed_response chunks sent back; default 62,000 */
-    int extproc_request_body_mode;  /* enum sb_extproc_mode: what Envoy is configured to send */
-    int extproc_response_body_mode; /* ...a protocol_config on a stream wins over both */
-    uint32_t extproc_max_streams;   /* per connection; default 1024 */
-    size_t extproc_max_connections; /* default 1024 */
-    uint32_t extproc_idle_ms;       /* a connection with no stream this long closes; 300000 */
-    bool extproc_has_token;         /* ext_proc.token: calls must carry authorization: Bearer TOKEN */
+    uint32_t extproc_fallbacks;                       /* endpoints named after the pick; default 0 (an ORIGINAL_DST
+                                                       * cluster reads one ip:port), at most 7 */
+    size_t extproc_chunk_bytes;                       /* streamed_response chunks sent back; default 62,000 */
+    int extproc_request_body_mode;                    /* enum sb_extproc_mode: what Envoy is configured to send */
+    int extproc_response_body_mode;                   /* ...a protocol_config on a stream wins over both */
+    uint32_t extproc_max_streams;                     /* per connection; default 1024 */
+    size_t extproc_max_connections;                   /* default 1024 */
+    uint32_t extproc_idle_ms;                         /* a connection with no stream this long closes; 300000 */
+    bool extproc_has_token;                           /* ext_proc.token: calls must carry authorization: Bearer TOKEN */
     uint8_t extproc_token_digest[SB_AUTH_DIGEST_LEN]; /* its SHA-256 */
     /* membership at run time (`discovery:`; net/discovery.h) */
     uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */

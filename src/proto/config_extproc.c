@@ -46,8 +46,8 @@ static void parse_mode(parse *p, const yaml_node_t *v, const char *what, bool no
     else if (none_ok && !strcmp(s, "none"))
         *out = SB_EXTPROC_MODE_NONE;
     else
-        cfg_node_error(p, v, "%s must be full_duplex_streamed or buffered%s, got '%s'", what,
-                       none_ok ? " or none" : "", s);
+        cfg_node_error(p, v, "%s must be full_duplex_streamed or buffered%s, got '%s'", what, none_ok ? " or none" : "",
+                       s);
 }
 
 /* ext_proc: { listen, token, tls_cert, tls_key, fallbacks, chunk_bytes, request_body_mode,
@@ -97,8 +97,9 @@ void cfg_parse_ext_proc(parse *p, const yaml_node_t *map)
         }
     }
     if (!listen_seen)
-        cfg_node_error(p, map, "ext_proc needs listen (the gRPC address Envoy's ext_proc filter calls, e.g. "
-                               "\"0.0.0.0:9002\")");
+        cfg_node_error(p, map,
+                       "ext_proc needs listen (the gRPC address Envoy's ext_proc filter calls, e.g. "
+                       "\"0.0.0.0:9002\")");
     if (!cfg->extproc_tls_cert != !cfg->extproc_tls_key)
         cfg_node_error(p, map, "ext_proc: give both tls_cert and tls_key (TLS), or neither (plain h2c)");
 }

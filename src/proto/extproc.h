@@ -136,7 +136,7 @@ typedef struct sb_extproc_common {
     size_t n_remove_headers;
     bool clear_route_cache;
     /* body responses only */
-    bool streamed; /* body_mutation.streamed_response {body, end_of_stream} */
+    bool streamed;     /* body_mutation.streamed_response {body, end_of_stream} */
     bool replace_body; /* body_mutation.body (BUFFERED mode) */
     const uint8_t *body;
     size_t body_len;

@@ -1217,13 +1217,15 @@ static void test_ext_proc(void **state)
     sb_config_free(cfg);
 
     /* A token: kept as its digest only. */
-    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: picker-s3cret }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: picker-s3cret }\n" POOL_OK, &cfg, &errs),
+                     0);
     assert_true(cfg->extproc_has_token);
     uint8_t d[SB_AUTH_DIGEST_LEN];
     sb_auth_digest("picker-s3cret", 13, d);
     assert_memory_equal(cfg->extproc_token_digest, d, sizeof d);
     sb_config_free(cfg);
-    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: \"two words\" }\n" POOL_OK, &cfg, &errs), -1);
+    assert_int_equal(parse_str("ext_proc: { listen: \"0.0.0.0:9002\", token: \"two words\" }\n" POOL_OK, &cfg, &errs),
+                     -1);
     expect_no_secret(&errs, "two words");
 
     assert_int_equal(parse_str("ext_proc:\n  listen: \"[::1]:9003\"\n  fallbacks: 0\n  chunk_bytes: 16KiB\n"
@@ -1256,7 +1258,8 @@ static void test_ext_proc(void **state)
     expect_one_error("ext_proc:\n  listen: \"127.0.0.1:8080\"\n" POOL_OK, 2, "ext_proc.listen must differ from listen");
     expect_one_error("ext_proc:\n  listen: \"0.0.0.0:8081\"\n" POOL_OK, 2,
                      "ext_proc.listen must differ from admin.listen");
-    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  chunk: 5\n" POOL_OK, 3, "unknown key 'chunk' in ext_proc");
+    expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  chunk: 5\n" POOL_OK, 3,
+                     "unknown key 'chunk' in ext_proc");
     expect_one_error("ext_proc: [1]\n" POOL_OK, 1, "ext_proc");
 }
 
