@@ -257,7 +257,30 @@ class PickerCase(unittest.TestCase):
         return picked, (st, h, rbody)
 
 
-class ExtProcTest(PickerCase):
+class SharedGatewayCase(PickerCase):
+    """A class whose tests share one fleet, gateway and driver (set up in setUpClass)."""
+    why = None
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if cls.drv:
+                cls.drv.close()
+            if cls.gw:
+                cls.gw.close()
+        finally:
+            if cls.sim:
+                cls.sim.stop()
+
+    def setUp(self):
+        super().setUp()
+        require_client(self, self.why)
+
+    def tearDown(self):
+        self.cancel_open()
+
+
+class ExtProcTest(SharedGatewayCase):
     """One fleet of 3 simulated replicas, one gateway with both listeners, one node driver."""
 
     @classmethod
@@ -293,23 +316,6 @@ class ExtProcTest(PickerCase):
         wait_until(lambda: _can_connect(cls.ext_port), 15, "the ext_proc listener")
         cls.drv = Driver(cls.ext_port)
 
-    def setUp(self):
-        super().setUp()
-        require_client(self, self.why)
-
-    def tearDown(self):
-        self.cancel_open()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            if cls.drv:
-                cls.drv.close()
-            if cls.gw:
-                cls.gw.close()
-        finally:
-            if cls.sim:
-                cls.sim.stop()
 
     def assert_destination(self, picked, n=1 + FALLBACKS):
         self.assertIsNone(picked.immediate, picked.responses)
@@ -959,7 +965,7 @@ class FlowControlTest(PickerCase):
         self.assertEqual(set(self.results), {200})
 
 
-class WaitAndSilenceTest(PickerCase):
+class WaitAndSilenceTest(SharedGatewayCase):
     """A stream's end while its decision waits for a synchronous probe (a slow /metrics makes the
     wait last), a response phase that starts before the pick, a pick followed by silence, and a
     pool's upstream key. One gateway, slow scrapes: waits are for counters and statuses."""
@@ -983,23 +989,6 @@ class WaitAndSilenceTest(PickerCase):
         wait_until(lambda: _can_connect(cls.ext_port), 15, "the ext_proc listener")
         cls.drv = Driver(cls.ext_port)
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            if cls.drv:
-                cls.drv.close()
-            if cls.gw:
-                cls.gw.close()
-        finally:
-            if cls.sim:
-                cls.sim.stop()
-
-    def setUp(self):
-        super().setUp()
-        require_client(self, self.why)
-
-    def tearDown(self):
-        self.cancel_open()
 
     def waits(self):
         return metric(metrics(self.gw), "switchboard_sync_probe_waits_total")
