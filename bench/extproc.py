@@ -172,10 +172,13 @@ def main():
                     response_body=ep.b64(usage))))
                 if tools["wrk"]:
                     modes.append(("proxy/wrk", lambda: wrk(gw.port, conc, lua)))
+                    # The baseline: one replica straight, no gateway: proxy minus direct is
+                    # the latency the proxy adds, to set beside the picker's.
+                    modes.append(("direct/wrk", lambda: wrk(sim.ports[0], conc, lua)))
                 for mode, run in modes:
-                    c0 = cpu_s(gw.proc.pid)
+                    c0 = cpu_s(gw.proc.pid) if mode != "direct/wrk" else 0
                     r = run()
-                    r["gw_cpu_us"] = (cpu_s(gw.proc.pid) - c0) * 1e6 / max(1, r["ok"])
+                    r["gw_cpu_us"] = (cpu_s(gw.proc.pid) - c0) * 1e6 / max(1, r["ok"]) if c0 else 0
                     if "rate" not in r:
                         r["rate"] = r["ok"] / (r["wall_ms"] / 1000.0)
                     if "p50" not in r:
@@ -200,12 +203,15 @@ def main():
         by[(conc, mode)] = (rate, p50, p99, cpu)
         print("%-5d %-14s %10.0f %9.3f %9.3f %7d %12.0f us" % (conc, mode, rate, p50, p99, failed, cpu))
     print("picker/h2load: request phase only (body in, pick and body back); picker/node: whole streams, "
-          "latency = last body chunk -> pick; proxy/wrk: whole requests, replica time included")
+          "latency = last body chunk -> pick; proxy/wrk: whole requests, replica time included; "
+          "direct/wrk: one replica, no gateway (the baseline)")
     for conc in (1, 32):
-        pk, px = by.get((conc, "picker/h2load")), by.get((conc, "proxy/wrk"))
+        pk, px, dx = by.get((conc, "picker/h2load")), by.get((conc, "proxy/wrk")), by.get((conc, "direct/wrk"))
         if pk and px:
-            print("conc %-3d picker: %.0f decisions/s, adds p50 %.3f ms p99 %.3f ms; proxy: %.0f req/s; "
-                  "gateway CPU per request picker/proxy %.2fx" % (conc, pk[0], pk[1], pk[2], px[0], pk[3] / px[3]))
+            added = (" (proxy adds p50 %.3f ms over direct)" % (px[1] - dx[1])) if dx else ""
+            print("conc %-3d picker: %.0f decisions/s, adds p50 %.3f ms p99 %.3f ms; proxy: %.0f req/s%s; "
+                  "gateway CPU per request picker/proxy %.2fx" % (conc, pk[0], pk[1], pk[2], px[0], added,
+                                                                  pk[3] / px[3]))
     return 0
 
 
