@@ -292,11 +292,22 @@ void sb_gateway_admission_refuse_draining(sb_gateway *gw)
 
 void sb_gateway_admission_stop(sb_gateway *gw)
 {
-    /* Queued requests end with the gateway: their clients are being closed anyway. */
-    void *q;
+    /* Queued requests end with the gateway: their clients are being closed anyway. Each still
+     * gets its one log line (the gateway cut it, unanswered). */
+    void *v;
     sb_ns now = uv_hrtime();
     for (size_t p = 0; gw->adm && p < sb_admission_pool_count(gw->adm); p++)
-        while ((q = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL) {
+        while ((v = sb_admission_take(gw->adm, (uint32_t)p, now)) != NULL) {
+            queued *q = v;
+            sb_exchange_log log = known_of(&q->t, q->model);
+            log.status = 499;
+            log.outcome = "drain_cut";
+            log.reason = "queued";
+            log.t_start = q->req->start_ns;
+            log.t_end = now;
+            log.gateway_answer = true;
+            log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+            sb_stats_record(&gw->stats, &log);
             detach(q);
             free_queued(q);
         }

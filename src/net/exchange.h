@@ -78,7 +78,8 @@ typedef struct sb_proxy_target {
  *   upstream_error   failed before the response started: 502/504 (reason: the error code)
  *   midstream_error  the endpoint failed after the response started (counted apart from 2xx)
  *   client_abort     the client left (reason: queued, in_flight)
- *   drain_cut        still running at the end of the drain window (shutdown.drain_ms) */
+ *   drain_cut        still running at the end of the drain window (shutdown.drain_ms), or queued
+ *                    when the gateway stopped (reason queued) */
 typedef struct sb_exchange_log {
     int pool;            /* -1: refused before a pool was chosen */
     int ep;              /* -1: never dispatched */

@@ -616,10 +616,9 @@ static void on_drain_tick(uv_timer_t *t)
         sb_gateway_admission_refuse_draining(gw);
         gw->proxy.cutting = true;
         sb_http_server_cut(gw->server);
-        sb_picker_stop(gw->picker); /* its streams are cut (logged drain_cut) */
-        gw->picker = NULL;
+        sb_picker_cut(gw->picker); /* its streams are cut (logged drain_cut), the refusals leave */
         gw->drain_cut_at = now;
-        done = sb_http_server_connections(gw->server) == 0;
+        done = sb_http_server_connections(gw->server) + sb_picker_connections(gw->picker) == 0;
     }
     if (!done && !(gw->drain_cut_at && now >= gw->drain_cut_at + SB_MS(DRAIN_GRACE_MS)))
         return;

@@ -711,7 +711,8 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
             .key = "x-request-id", .key_len = 12, .value = s->t.ident.id, .value_len = strlen(s->t.ident.id)};
     /* A pool's upstream_api_key replaces the client's Authorization, as the proxy does: the
      * client's key to the gateway never reaches the model servers. It travels on this stream,
-     * so a picker port other hosts reach wants TLS. */
+     * so a picker port other hosts reach wants TLS; unlike the proxy's request head, the encode
+     * and gRPC buffers it passes through are not wiped (docs/endpoint-picker.md). */
     const char *up = cfg->pools[s->t.pool].upstream_auth_header; /* "Authorization: Bearer K\r\n" */
     const char *upv = up ? strchr(up, ':') : NULL;
     if (upv) {
@@ -770,8 +771,6 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
         }
     }
     sb_buf_free(&rewritten);
-    if (upv && pk->out.data) /* the upstream key went through the encode buffer */
-        OPENSSL_cleanse(pk->out.data, pk->out.cap);
     if (rc == 0 && s->trailers_pending) {
         s->trailers_pending = false;
         send_trailers(s, SB_EXTPROC_REQUEST_TRAILERS);
@@ -919,6 +918,7 @@ static void decide(pstream *s)
         sb_router_first_token_unseen(env->router, t->pool, s->ep, &s->ticket, now);
     s->pk->stats.picks++;
     s->picked = true;
+    s->t_last = now; /* the response timeout counts from the pick, as the proxy's from dispatch */
     if (answer_pick(s, dest.data, dest.len) < 0) {
         sb_buf_free(&dest);
         end_call(s, SB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -982,6 +982,7 @@ static void served_by(pstream *s, const char *addr, size_t len)
     s->ticket = sb_router_dispatched(env->router, s->t.pool, s->ep, s->prompt_tokens, now);
     if (!s->t.stream)
         sb_router_first_token_unseen(env->router, s->t.pool, s->ep, &s->ticket, now);
+    s->t_last = now;
     s->pk->stats.served_elsewhere++;
 }
 
@@ -1235,6 +1236,7 @@ static void on_half_close(sb_grpc_call *c)
         bury(s);
         return;
     case ST_PENDING: /* Envoy gave up waiting (its message_timeout): as a cancel */
+        s->pk->stats.cancelled++;
         end_call(s, SB_GRPC_CANCELLED, "the proxy closed the stream before the decision");
         abandon(s);
         return;
@@ -1330,7 +1332,11 @@ static void on_sweep(uv_timer_t *t)
         if ((s->st == ST_HEADERS || s->st == ST_BODY) && now - s->t_start > limit) {
             end_call(s, SB_GRPC_DEADLINE_EXCEEDED, "the request did not arrive whole within limits.header_ms");
             abandon(s);
-        } else if (s->st == ST_RESPONSE && s->picked && s->env && now - s->t_last > SB_MS(s->snap->cfg->response_ms)) {
+        } else if (s->st == ST_RESPONSE && s->picked && s->env &&
+                   !(s->resp_headers_seen && s->resp_mode != SB_EXTPROC_MODE_FULL_DUPLEX) &&
+                   now - s->t_last > SB_MS(s->snap->cfg->response_ms)) {
+            /* (A buffered or unseen response body comes whole or not at all: its silence says
+             * nothing of the endpoint; Envoy's own timeouts bound it.) */
             /* The proxy's response timeout: nothing of the response phase for response_ms.
              * Envoy bounds its own streams; a client that takes a pick and goes quiet must not
              * hold the endpoint's in-flight count (and a retired gateway) for ever. */
@@ -1382,14 +1388,41 @@ void sb_picker_handover(sb_picker *pk, sb_gateway *ngw)
     ngw->picker = pk;
 }
 
+/* Tells every watcher NOT_SERVING, then ends its call: a Watch would otherwise hold its
+ * connection (and the drain) open to the end of the window. */
+static void end_watchers(sb_picker *pk)
+{
+    while (pk->watchers) {
+        hcall *h = pk->watchers;
+        unwatch(h);
+        health_send(pk, h);
+        sb_grpc_finish(h->call, SB_GRPC_UNAVAILABLE, "draining");
+        sb_free(h);
+    }
+}
+
 void sb_picker_drain(sb_picker *pk)
 {
     if (pk->draining)
         return;
     pk->draining = true;
-    for (hcall *h = pk->watchers; h; h = h->next)
-        health_send(pk, h);
+    end_watchers(pk);
     sb_grpc_server_drain(pk->grpc);
+}
+
+void sb_picker_cut(sb_picker *pk)
+{
+    if (!pk)
+        return;
+    /* Each stream ends with a status, and what was answered before (a refusal admission just
+     * sent) leaves first: the connections close once their calls are done (the drain's
+     * GOAWAY), not at once. */
+    for (pstream *s = pk->live, *next; s; s = next) {
+        next = s->next;
+        end_call(s, SB_GRPC_UNAVAILABLE, "the picker is shutting down");
+        abandon(s); /* a response phase in flight is logged drain_cut (the env is cutting) */
+    }
+    end_watchers(pk);
 }
 
 static void on_handle_closed(uv_handle_t *h)

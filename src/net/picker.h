@@ -54,6 +54,10 @@ int sb_picker_start(sb_gateway *gw);
 void sb_picker_handover(sb_picker *pk, sb_gateway *ngw);
 /* A drain began: GOAWAY to every connection (streams in flight go on), health NOT_SERVING. */
 void sb_picker_drain(sb_picker *pk);
+/* The end of a drain window: every stream still open ends UNAVAILABLE (a response phase in
+ * flight is logged drain_cut), after the answers already given; connections then close as
+ * their last calls end. */
+void sb_picker_cut(sb_picker *pk);
 /* Ends everything: every stream still open is cancelled (a request in a queue leaves it; one in
  * its response phase is logged client_abort, or drain_cut when the env is cutting), then the
  * picker is freed (its handles close on the loop). */

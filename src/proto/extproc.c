@@ -480,16 +480,7 @@ int sb_extproc_encode_common(const sb_extproc_common *c, sb_buf *out)
     Envoy__Service__ExtProc__V3__BodyMutation bm;
     envoy__service__ext_proc__v3__body_mutation__init(&bm); /* its __INIT trips -Wmissing-braces */
     Envoy__Service__ExtProc__V3__StreamedBodyResponse sr = ENVOY__SERVICE__EXT_PROC__V3__STREAMED_BODY_RESPONSE__INIT;
-    ProtobufCBinaryData removed[SB_EXTPROC_MAX_REMOVE];
-    if (c->n_remove_headers > SB_EXTPROC_MAX_REMOVE) {
-        sb_free(s.block);
-        return -1;
-    }
-    for (size_t i = 0; i < c->n_remove_headers; i++)
-        removed[i] = bin(c->remove_headers[i], strlen(c->remove_headers[i]));
-    s.mutation.n_remove_headers = c->n_remove_headers;
-    s.mutation.remove_headers = c->n_remove_headers ? removed : NULL;
-    if (c->n_set_headers || c->n_remove_headers)
+    if (c->n_set_headers)
         cr.header_mutation = &s.mutation;
     cr.clear_route_cache = c->clear_route_cache;
     if (c->streamed) {

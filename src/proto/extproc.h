@@ -25,7 +25,6 @@
 #include "base/buf.h"
 
 #define SB_EXTPROC_MAX_HEADERS 256
-#define SB_EXTPROC_MAX_REMOVE 8
 
 /* Which phase a ProcessingRequest carries (its oneof), and which phase a response answers. */
 enum sb_extproc_kind {
@@ -67,9 +66,10 @@ typedef struct sb_extproc_msg {
     /* body phases */
     const uint8_t *body;
     size_t body_len;
-    /* metadata_context.filter_metadata["envoy.lb"]: the endpoints the proxy allows
-     * (x-gateway-destination-endpoint-subset: a string "a,b" or a list of strings, joined
-     * with ',' here) and the endpoint that served (x-gateway-destination-endpoint-served). */
+    /* metadata_context.filter_metadata: the endpoints the proxy allows
+     * (["envoy.lb.subset_hint"]["x-gateway-destination-endpoint-subset"]: a string "a,b" or a
+     * list of strings, joined with ',' here) and the endpoint that served
+     * (["envoy.lb"]["x-gateway-destination-endpoint-served"]). */
     bool has_subset;
     const char *subset; /* "ip:port,ip:port"; "" when the list is empty (answer 503) */
     size_t subset_len;
@@ -130,10 +130,6 @@ typedef struct sb_extproc_common {
     enum sb_extproc_kind kind;
     const sb_extproc_kv *set_headers;
     size_t n_set_headers;
-    /* header_mutation.remove_headers: names removed from the request (at most
-     * SB_EXTPROC_MAX_REMOVE; more is refused, -1) */
-    const char *const *remove_headers;
-    size_t n_remove_headers;
     bool clear_route_cache;
     /* body responses only */
     bool streamed;     /* body_mutation.streamed_response {body, end_of_stream} */

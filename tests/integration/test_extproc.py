@@ -16,6 +16,7 @@ import socket
 import signal
 import sys
 import threading
+import time
 import unittest
 
 import extproc_driver as ep
@@ -887,8 +888,8 @@ class FlowControlTest(PickerCase):
         self.gw = Gateway([{"name": "p", "models": [MODEL], "profile": "least-request",
                             "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports],
                             "yaml": ["probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"]}],
-                          extra='ext_proc: { listen: "127.0.0.1:%d" }\nflow_control:\n  max_queued: { critical: 1 }'
-                                % self.ext_port)
+                          extra=('ext_proc: { listen: "127.0.0.1:%d" }\nflow_control:\n  max_queued: { critical: 1 }\n'
+                                 'shutdown: { drain_ms: 1500 }\naccess_log: "-"') % self.ext_port)
         wait_until(lambda: _can_connect(self.ext_port), 15, "the ext_proc listener")
         self.drv = Driver(self.ext_port)
         self.threads = []
@@ -917,8 +918,7 @@ class FlowControlTest(PickerCase):
         return sum(metric(text, name, pool="p", band="standard") for name in (
             "switchboard_queue_dispatched_total", "switchboard_queue_removed_total", "switchboard_queue_length"))
 
-    def test_shed_queue_and_cancel(self):
-        n = 16
+    def saturate(self, n=16):
         for i in range(n):
             self.background("load %d" % i)
         wait_until(lambda: all((e["report"].get("waiting") or 0) > 1 for e in endpoints(self.gw).values()), 20,
@@ -927,6 +927,32 @@ class FlowControlTest(PickerCase):
         wait_until(lambda: sum(e["own"]["dispatched"] for e in endpoints(self.gw).values()) +
                    metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard") >= n, 20,
                    "the background requests to arrive")
+
+    def test_drain_cut_answers_queued_streams(self):
+        # A stream still queued when the drain window ends gets its 503 `draining` answer before
+        # the connection closes (it was logged but lost: the picker stopped without flushing).
+        self.saturate()
+        e0 = self.enqueued()
+        sid = self.next_id("dq")
+        body = json.dumps(chat("queued through the drain")).encode()
+        self.drv.open(sid, deadline_ms=60000)
+        self.drv.send(sid, request_headers(envoy_headers(len(body))))
+        self.drv.send(sid, request_body(body, True))
+        wait_until(lambda: self.enqueued() == e0 + 1, 10, "the request to be queued")
+        self.gw.proc.send_signal(signal.SIGTERM)
+        msgs = self.drv.wait_until(sid, lambda m: any(kind(r) == "immediate_response" for r in m), 30,
+                                   "the drain's refusal")
+        p = Picked(msgs)
+        self.assertEqual(p.status, 503, msgs)
+        self.assertEqual(p.immediate_headers().get("x-switchboard-refusal"), "draining")
+        self.gw.proc.wait(30)
+        with open(self.gw.log_path) as f:
+            mine = [json.loads(l) for l in f if l.startswith("{") and "queued through" not in l and
+                    '"reason":"draining"' in l]
+        self.assertTrue(mine, "the refusal is logged")
+
+    def test_shed_queue_and_cancel(self):
+        self.saturate()
         self.assertGreaterEqual(metric(metrics(self.gw), "switchboard_queue_length", pool="p", band="standard"), 1)
         # Sheddable: 429 at once, with the reason header and an OpenAI-shaped body.
         sid, p = self.request_phase(chat("shed me"), extra_headers=[("x-priority", "sheddable")])
@@ -975,7 +1001,7 @@ class WaitAndSilenceTest(SharedGatewayCase):
         cls.why = skip_reason()
         if cls.why:
             return
-        cls.sim = Sim("--speed", "50", "--metrics-delay-ms", "1500", replicas=2)
+        cls.sim = Sim("--speed", "50", "--metrics-delay-ms", "2600", replicas=2)
         cls.ext_port = free_port()
         eps = ["127.0.0.1:%d" % p for p in cls.sim.ports]
         cls.eps = eps
@@ -985,7 +1011,7 @@ class WaitAndSilenceTest(SharedGatewayCase):
               "yaml": ["probe: { %s, timeout_ms: 5000, sync_max_age_ms: 1, sync_timeout_ms: 5000 }" % rare]},
              {"name": "k", "models": ["keyed-model"], "profile": "least-request", "endpoints": eps,
               "yaml": ["upstream_api_key: sk-upstream-key-1"]}],
-            extra='ext_proc: { listen: "127.0.0.1:%d" }\ntimeouts: { response_ms: 1500 }' % cls.ext_port)
+            extra='ext_proc: { listen: "127.0.0.1:%d" }\ntimeouts: { response_ms: 2500 }' % cls.ext_port)
         wait_until(lambda: _can_connect(cls.ext_port), 15, "the ext_proc listener")
         cls.drv = Driver(cls.ext_port)
 
@@ -994,7 +1020,7 @@ class WaitAndSilenceTest(SharedGatewayCase):
         return metric(metrics(self.gw), "switchboard_sync_probe_waits_total")
 
     def start_waiting(self, text):
-        """A request whose decision waits for a scrape (1.5 s away)."""
+        """A request whose decision waits for a scrape (2.6 s away)."""
         before = self.waits()
         body = json.dumps(chat(text)).encode()
         sid = self.next_id("w")
@@ -1022,6 +1048,20 @@ class WaitAndSilenceTest(SharedGatewayCase):
         self.assertEqual(metric(text, "switchboard_endpoint_in_flight"), 0)
         sid, p = self.request_phase(chat("still serving"))  # the gateway lives and decides
         self.assertIn(p.endpoints[0], self.eps)
+
+    def test_response_timeout_counts_from_the_pick(self):
+        # The decision waited 2.6 s for a scrape, longer than timeouts.response_ms (2.5 s): the
+        # silence that counts begins at the pick, not at the request (it did, and the stream was
+        # ended at the first deadline check after its pick).
+        sid = self.start_waiting("waited, then answered")
+        msgs = self.drv.wait_until(sid, request_done, 15, "the pick after the wait")
+        p = Picked(msgs)
+        self.assertIsNone(p.immediate, msgs)
+        # Two deadline checks (every 250 ms) pass, as Envoy connects and sends upstream.
+        time.sleep(0.6)
+        self.assertNotIn(sid, self.drv.status, "the stream lives on after its pick")
+        st, h, rbody = self.proxy_to(p.endpoints[0], p.body)
+        self.assertEqual(self.response_phase(sid, st, h, rbody)["code"], 0)
 
     def test_response_phase_before_the_pick_is_out_of_order(self):
         sid = self.start_waiting("early response")
