@@ -520,6 +520,7 @@ static void request_complete(pstream *s)
     s->req.has_body = s->body.len > 0;
     sb_gateway *gw = pk->gw;
     if (s->has_subset && (!s->subset || !s->subset[0])) {
+        sb_gateway_request_id(gw, &s->req);
         gw->counters.requests++;
         gw->counters.refused[1]++;
         sb_exchange_log known = {.pool = -1, .ep = -1, .model = "", .outcome = "refused"};
@@ -538,6 +539,7 @@ static void take_body(pstream *s, const sb_extproc_msg *m)
         if (s->body.len + m->body_len > cfg->max_body_bytes) {
             s->st = ST_PENDING; /* answered now, as the proxy's server answers an oversized body */
             pk->gw->counters.requests++;
+            sb_gateway_request_id(pk->gw, &s->req);
             char msg[120];
             snprintf(msg, sizeof msg, "request body is larger than %zu bytes (limits.max_body_bytes)",
                      cfg->max_body_bytes);
@@ -549,6 +551,7 @@ static void take_body(pstream *s, const sb_extproc_msg *m)
             pk->body_bytes + (s->body.len + m->body_len) * 2 - s->charged > cfg->max_buffered_body_bytes) {
             s->st = ST_PENDING;
             pk->gw->counters.requests++;
+            sb_gateway_request_id(pk->gw, &s->req);
             sb_errors_answer_with(&pk->gw->stats, &s->req, 503,
                                   "the gateway holds too many request bodies; retry shortly", "service_unavailable",
                                   "request_bodies_over_budget", "Retry-After: 1\r\n");

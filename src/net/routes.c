@@ -55,7 +55,7 @@ static bool sane_request_id(const char *v, size_t n)
 /* Gives req its id (once: the head hook and the handler both call this): the client's
  * x-request-id if sane, else 32 hex digits keyed by a per-process secret over a counter, so ids
  * are unique and say nothing of the request volume. */
-static void assign_request_id(sb_gateway *gw, sb_http_req *req)
+void sb_gateway_request_id(sb_gateway *gw, sb_http_req *req)
 {
     if (req->id[0])
         return;
@@ -340,7 +340,7 @@ static bool refuse_by_head(sb_gateway *gw, sb_http_req *req, int *route, caller 
 bool sb_gateway_on_head(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
-    assign_request_id(gw, req);
+    sb_gateway_request_id(gw, req);
     int route;
     caller who;
     if (!refuse_by_head(gw, req, &route, &who))
@@ -386,7 +386,7 @@ void sb_gateway_on_request(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = ctx;
     gw->counters.requests++;
-    assign_request_id(gw, req);
+    sb_gateway_request_id(gw, req);
     int route;
     caller who = {0};
     if (refuse_by_head(gw, req, &route, &who))

@@ -13,6 +13,9 @@ bool sb_gateway_on_head(sb_http_req *req, void *ctx);
 /* The request handler (sb_http_handler): the OpenAI API and /healthz only (the admin pages
  * live on the admin listener, net/admin.h). */
 void sb_gateway_on_request(sb_http_req *req, void *ctx);
+/* Gives req its id once: the client's x-request-id if sane, else a generated one (the head
+ * hook and the handler call it; so does the endpoint picker before an answer of its own). */
+void sb_gateway_request_id(sb_gateway *gw, sb_http_req *req);
 /* Answers /healthz: 200 {"status":"ok"}, or 503 {"status":"draining"} once a drain began;
  * recorded in the access log like every request of the client listener. */
 void sb_gateway_healthz(sb_gateway *gw, sb_http_req *req);

@@ -571,6 +571,7 @@ class ExtProcTest(SharedGatewayCase):
         sid, p = self.request_phase(chat("empty subset"), meta=metadata("envoy.lb.subset_hint", {DESTINATION + "-subset": []}))
         self.assertEqual(p.status, 503, p.responses)
         self.assertIn("error", p.immediate_json())
+        self.assertRegex(p.immediate_headers().get("x-request-id", ""), r"^[0-9a-f]{32}$")
         self.drv.wait_status(sid)
 
     # ---- errors ----
@@ -610,6 +611,9 @@ class ExtProcTest(SharedGatewayCase):
         big = json.dumps(chat("x" * (70 * 1024))).encode()
         sid, p = self.request_phase(big, chunks=8)
         self.assertEqual(p.status, 413, [kind(r) for r in p.responses])
+        # Answered before the handler ran, still with the request's id (generated: Envoy's
+        # headers here carry none).
+        self.assertRegex(p.immediate_headers().get("x-request-id", ""), r"^[0-9a-f]{32}$")
 
     def test_malformed_and_out_of_order_end_the_stream_not_the_server(self):
         cases = {
