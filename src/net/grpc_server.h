@@ -68,16 +68,16 @@ enum sb_grpc_status {
 
 /* Zero fields take the default. */
 typedef struct sb_grpc_server_opts {
-    size_t max_message_bytes;      /* one message, without its prefix; default 4 MiB + 64 KiB */
+    size_t max_message_bytes;        /* one message, without its prefix; default 4 MiB + 64 KiB */
     uint32_t max_concurrent_streams; /* per connection; default 1024 */
-    size_t max_connections;        /* default 1024 */
-    size_t max_header_bytes;       /* a stream's request headers; default 16 KiB */
-    uint32_t idle_ms;              /* no stream open this long: GOAWAY and close; default 300 s */
-    size_t write_high_water;       /* bytes queued to one connection before backpressure; default 1 MiB */
-    size_t max_buffered_bytes;     /* unfinished messages, all connections; default 256 MiB */
-    uint32_t handshake_ms;         /* TLS, preface and first stream by then, or closed; default 10 s */
-    const char *tls_cert_file;     /* PEM chain; NULL: plain h2c (prior knowledge) */
-    const char *tls_key_file;      /* PEM private key; required with a certificate */
+    size_t max_connections;          /* default 1024 */
+    size_t max_header_bytes;         /* a stream's request headers; default 16 KiB */
+    uint32_t idle_ms;                /* no stream open this long: GOAWAY and close; default 300 s */
+    size_t write_high_water;         /* bytes queued to one connection before backpressure; default 1 MiB */
+    size_t max_buffered_bytes;       /* unfinished messages, all connections; default 256 MiB */
+    uint32_t handshake_ms;           /* TLS, preface and first stream by then, or closed; default 10 s */
+    const char *tls_cert_file;       /* PEM chain; NULL: plain h2c (prior knowledge) */
+    const char *tls_key_file;        /* PEM private key; required with a certificate */
 } sb_grpc_server_opts;
 
 /* What the application is told. The ctx passed is the one given at start or by set_handler

@@ -20,7 +20,7 @@ typedef struct gs_conn gs_conn;
 struct sb_grpc_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
-    uv_prepare_t flusher; /* writes what the turn's callbacks queued, before the loop blocks */
+    uv_prepare_t flusher;   /* writes what the turn's callbacks queued, before the loop blocks */
     uv_timer_t drain_timer; /* drain: the final GOAWAY to peers that have not acked the PING */
     sb_grpc_server_opts opts;
     sb_grpc_handler h;
@@ -41,7 +41,7 @@ struct sb_grpc_server {
     int handles_open; /* listener + flusher + drain_timer */
     uint64_t calls_total, calls_refused, connections_refused, protocol_errors;
     uint64_t handshake_timeouts, connections_evicted, calls_over_budget;
-    size_t buffered; /* capacity charged by unfinished messages, all connections */
+    size_t buffered;           /* capacity charged by unfinished messages, all connections */
     uint8_t rbuf[64 * 1024];   /* one read at a time: the loop hands each read over whole */
     uint8_t tlsbuf[16 * 1024]; /* decrypted bytes, handed to nghttp2 at once */
 };

@@ -1565,6 +1565,32 @@ static void test_handshake_deadline(void **state)
     finish(s);
 }
 
+/* On the TLS port: a socket that never sends its ClientHello is closed at the deadline too. */
+static void test_handshake_deadline_tls(void **state)
+{
+    char cert[64], key[64];
+    make_cert(cert, key);
+    sb_grpc_server_opts o = {.tls_cert_file = cert, .tls_key_file = key, .handshake_ms = 50};
+    sb_grpc_server *s = start(&o);
+    netfx_client bare;
+    netfx_connect(&loop, &bare, sb_grpc_server_port(s));
+    netfx_wait_eof(&loop, &bare);
+    assert_int_equal(stats(s).handshake_timeouts, 1);
+    assert_int_equal(bare.in_len, 0); /* nothing was sent: no TLS, no HTTP/2 */
+    /* A client that does its part is served. */
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), "h2");
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    netfx_close(&bare, false);
+    cl_close(&cl, false);
+    finish(s);
+    unlink(cert);
+    unlink(key);
+}
+
 static bool connections_are(void *arg)
 {
     server_bytes *b = arg;
@@ -1810,6 +1836,7 @@ int main(void)
         cmocka_unit_test(test_window_blocked_queue_keeps_reading),
         cmocka_unit_test(test_buffered_budget_over_all_connections),
         cmocka_unit_test(test_handshake_deadline),
+        cmocka_unit_test(test_handshake_deadline_tls),
         cmocka_unit_test(test_max_connections_evicts_fresh),
         cmocka_unit_test(test_drain_serves_streams_in_flight),
         cmocka_unit_test(test_drain_without_ping_ack),
