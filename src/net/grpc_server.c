@@ -317,7 +317,7 @@ void gs_conn_idle_update(gs_conn *c)
 
 void gs_conn_drain_final(gs_conn *c)
 {
-    if (c->drain_final || c->closing)
+    if (!c->srv->draining || c->drain_final || c->closing) /* an unasked-for ack changes nothing */
         return;
     c->drain_final = true;
     if (!c->close_when_flushed) /* else a GOAWAY is out already */
@@ -614,7 +614,7 @@ static void set_defaults(sb_grpc_server_opts *o)
     if (!o->max_buffered_bytes)
         o->max_buffered_bytes = 256u * 1024 * 1024; /* limits.max_buffered_body_bytes' default */
     if (!o->handshake_ms)
-        o->handshake_ms = 10000; /* limits.header_ms' default */
+        o->handshake_ms = 10000; /* timeouts.header_ms' default */
 }
 
 int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_grpc_server_opts *opts,
