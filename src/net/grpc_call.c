@@ -8,7 +8,16 @@
  * So the bytes of unfinished messages a connection can make the server hold are bounded by
  * the connection window (grpc_server.c sets it above twice the largest message), whatever
  * the number of streams; the price is that a peer interleaving more unfinished messages than
- * that stalls its own connection, never another. */
+ * that stalls its own connection, never another.
+ *
+ * Over all connections, unfinished messages are charged to the server's budget
+ * (max_buffered_bytes) at the capacity of their buffers, which is what they cost: a buffer
+ * doubles (copies stay linear) but never grows past its message's declared length, so the
+ * charge is at most twice the bytes received and never more than the message. A message whose
+ * next bytes would pass the budget ends its call; the charge is released when the message is
+ * handed over or dropped, or the call ends. (A buffer of at most KEEP_MSG_BUF_BYTES kept for
+ * a call's next message is not charged between messages: that is per call, like its
+ * headers.) */
 #include "net/grpc_server_internal.h"
 
 #include <stdio.h>
@@ -20,6 +29,47 @@
 #define PREFIX_BYTES 5
 /* A message buffer larger than this is given back after its message, not kept for the next. */
 #define KEEP_MSG_BUF_BYTES (64 * 1024)
+
+/* Makes room in the message buffer for extra more bytes, charged to the server's budget.
+ * Returns 0, 1 if the charge would pass the budget (nothing changed), -1 out of memory. */
+static int msg_grow(sb_grpc_call *call, size_t extra)
+{
+    sb_grpc_server *s = call->conn->srv;
+    sb_buf *b = &call->msg;
+    size_t need = b->len + extra + 1; /* sb_buf keeps a NUL after the data */
+    size_t cap = b->cap;
+    if (need > cap) {
+        cap = cap ? cap : 256;
+        while (cap < need)
+            cap *= 2;
+        if (cap > call->msg_len + 1)
+            cap = call->msg_len + 1; /* need <= msg_len + 1: the message never grows past it */
+    }
+    if (s->buffered - call->charged + cap > s->opts.max_buffered_bytes)
+        return 1;
+    if (cap != b->cap) {
+        char *d = sb_realloc(b->data, cap);
+        if (!d)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    s->buffered = s->buffered - call->charged + cap; /* the capacity only grows: cap >= charged */
+    call->charged = cap;
+    return 0;
+}
+
+/* The message buffer leaves the budget; kept (emptied) for the call's next message if small,
+ * else freed. */
+static void msg_release(sb_grpc_call *call, bool keep)
+{
+    call->conn->srv->buffered -= call->charged;
+    call->charged = 0;
+    if (keep && call->msg.cap <= KEEP_MSG_BUF_BYTES)
+        sb_buf_reset(&call->msg);
+    else
+        sb_buf_free(&call->msg);
+}
 
 static sb_grpc_call *call_of(nghttp2_session *ng, int32_t stream_id)
 {
@@ -127,6 +177,8 @@ static void end_call(sb_grpc_call *call, int status, const char *message, const 
     call->message = message ? percent_encode(message) : NULL;
     give_back_connection(call->conn, call->unconsumed);
     call->unconsumed = 0;
+    if (!call->delivering) /* else on_message's msg stays valid; it is released on return */
+        msg_release(call, false);
     if (!call->headers_sent) {
         submit_trailers_only(call, http_status);
         return;
@@ -243,6 +295,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     gs_conn *c = user;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
+    gs_conn_opened(c);
     sb_grpc_call *call = sb_calloc(1, sizeof(*call));
     if (!call)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* that stream is reset, the rest go on */
@@ -280,6 +333,11 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
 
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
+    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) &&
+        memcmp(f->ping.opaque_data, gs_drain_ping, sizeof(gs_drain_ping)) == 0) {
+        gs_conn_drain_final(user); /* the peer has read the shutdown notice sent before it */
+        return 0;
+    }
     sb_grpc_call *call = call_of(ng, f->hd.stream_id);
     if (!call)
         return 0;
@@ -331,10 +389,18 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
         } else {
             size_t want = call->msg_len - call->msg.len;
             take = want < len ? want : len;
-            if (sb_buf_append(&call->msg, data, take) < 0) {
-                server_end(call, SB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            int g = msg_grow(call, take);
+            if (g != 0) {
+                char m[96] = "out of memory";
+                if (g > 0) {
+                    s->calls_over_budget++;
+                    snprintf(m, sizeof(m), "unfinished messages over the server's limit of %zu bytes",
+                             s->opts.max_buffered_bytes);
+                }
+                server_end(call, SB_GRPC_RESOURCE_EXHAUSTED, m);
                 break;
             }
+            sb_buf_append(&call->msg, data, take); /* room made: cannot fail */
             call->unconsumed += take;
             data += take;
             len -= take;
@@ -344,11 +410,10 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
             give_back_connection(c, call->unconsumed);
             call->unconsumed = 0;
             call->prefix_got = 0;
+            call->delivering = true;
             s->h.on_message(call, (const uint8_t *)(call->msg.data ? call->msg.data : ""), call->msg.len);
-            if (call->msg.cap > KEEP_MSG_BUF_BYTES)
-                sb_buf_free(&call->msg);
-            else
-                sb_buf_reset(&call->msg);
+            call->delivering = false;
+            msg_release(call, call->state == GS_HELD);
         }
     }
     give_back_connection(c, len);
@@ -385,7 +450,7 @@ static void call_free(sb_grpc_call *call)
     c->srv->n_calls--;
     gs_queued_sub(c, call->out.len - call->out_off);
     sb_buf_free(&call->hdrs);
-    sb_buf_free(&call->msg);
+    msg_release(call, false);
     sb_buf_free(&call->out);
     sb_free(call->message);
     sb_free(call);

@@ -16,6 +16,12 @@
 #define MIN_CONN_WINDOW_BYTES (4 * 1024 * 1024)
 /* How long the last bytes to a connection being closed (its GOAWAY) may take to leave. */
 #define CLOSE_GRACE_MS 1000
+/* Drain: how long a peer has to ack the PING sent with the shutdown notice before the final
+ * GOAWAY goes anyway; a round trip is what the notice needs (RFC 9113 6.8), a second covers
+ * any sane one. */
+#define DRAIN_NOTICE_MS 1000
+
+const uint8_t gs_drain_ping[8] = {'s', 'b', '-', 'd', 'r', 'a', 'i', 'n'};
 
 /* ---- writes ---- */
 
@@ -165,6 +171,42 @@ static void maybe_free_server(sb_grpc_server *s)
     sb_free(s);
 }
 
+/* ---- connections that have opened no stream yet ---- */
+
+static void fresh_append(gs_conn *c)
+{
+    sb_grpc_server *s = c->srv;
+    c->fresh_prev = s->fresh_tail;
+    c->fresh_next = NULL;
+    if (s->fresh_tail)
+        s->fresh_tail->fresh_next = c;
+    else
+        s->fresh_head = c;
+    s->fresh_tail = c;
+}
+
+static void fresh_remove(gs_conn *c)
+{
+    sb_grpc_server *s = c->srv;
+    if (c->fresh_prev)
+        c->fresh_prev->fresh_next = c->fresh_next;
+    else
+        s->fresh_head = c->fresh_next;
+    if (c->fresh_next)
+        c->fresh_next->fresh_prev = c->fresh_prev;
+    else
+        s->fresh_tail = c->fresh_prev;
+    c->fresh_prev = c->fresh_next = NULL;
+}
+
+void gs_conn_opened(gs_conn *c)
+{
+    if (c->opened)
+        return;
+    c->opened = true;
+    fresh_remove(c);
+}
+
 static void on_conn_handle_closed(uv_handle_t *h)
 {
     gs_conn *c = h->data;
@@ -189,6 +231,8 @@ void gs_conn_close(gs_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->n_conns--;
+    if (!c->opened)
+        fresh_remove(c);
     if (c->dirty) { /* O(dirty connections): a close is rare next to a turn */
         for (gs_conn **pp = &s->dirty; *pp; pp = &(*pp)->dirty_next)
             if (*pp == c) {
@@ -233,6 +277,8 @@ static void close_after_flush(gs_conn *c)
     gs_conn_mark_dirty(c);
 }
 
+/* One timer per connection, three uses in turn: the handshake deadline (from accept to the
+ * first stream), idle_ms with no stream open, and the grace of a close. */
 static void on_idle(uv_timer_t *t)
 {
     gs_conn *c = t->data;
@@ -240,23 +286,45 @@ static void on_idle(uv_timer_t *t)
         gs_conn_close(c);
         return;
     }
-    nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR); /* GOAWAY, then nothing */
+    if (!c->opened) {
+        c->srv->handshake_timeouts++;
+        SB_DEBUG("grpc: %s opened no stream in time: closed", c->peer);
+    }
+    /* GOAWAY, then nothing (before TLS is up nothing goes: the close follows at once). */
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
     close_after_flush(c);
 }
 
 void gs_conn_idle_update(gs_conn *c)
 {
-    if (c->closing)
+    if (c->closing || c->close_when_flushed)
         return;
     if (c->n_calls > 0) {
-        if (!c->close_when_flushed)
-            uv_timer_stop(&c->idle);
+        uv_timer_stop(&c->idle);
         return;
     }
-    if (c->srv->draining)
-        close_after_flush(c);
-    else if (!c->close_when_flushed)
+    if (c->srv->draining) {
+        /* Until the final GOAWAY is out, a stream may still come in (it was in flight when
+         * the notice left): the PING ack or the drain timer sends it. */
+        if (c->drain_final)
+            close_after_flush(c);
+        return;
+    }
+    if (c->opened)
         uv_timer_start(&c->idle, on_idle, c->srv->opts.idle_ms, 0);
+    /* else the handshake deadline, started at accept, runs on */
+}
+
+void gs_conn_drain_final(gs_conn *c)
+{
+    if (!c->srv->draining || c->drain_final || c->closing) /* an unasked-for ack changes nothing */
+        return;
+    c->drain_final = true;
+    if (!c->close_when_flushed) /* else a GOAWAY is out already */
+        nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->ng),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+    gs_conn_idle_update(c);
+    gs_conn_mark_dirty(c);
 }
 
 /* ---- reads ---- */
@@ -432,9 +500,23 @@ static void on_connection(uv_stream_t *server, int status)
     sb_grpc_server *s = server->data;
     if (status < 0)
         return;
-    if (s->n_conns >= s->opts.max_connections || s->draining) {
+    if (s->draining) {
         drop_connection(s, server);
         return;
+    }
+    if (s->n_conns >= s->opts.max_connections) {
+        /* Full: the oldest connection that has not opened a stream makes room. Peers that
+         * connect and say nothing then have to refill every slot faster than a real client
+         * opens its first stream to lock it out, rather than once per handshake_ms; the price,
+         * a client slow to open its first stream can lose its connection when the server is
+         * full (it reconnects, as after any refusal). Only without one is the new refused. */
+        if (!s->fresh_head) {
+            drop_connection(s, server);
+            return;
+        }
+        s->connections_evicted++;
+        SB_DEBUG("grpc: at max_connections: %s (no stream yet) closed for a new connection", s->fresh_head->peer);
+        gs_conn_close(s->fresh_head);
     }
     gs_conn *c = sb_calloc(1, sizeof(*c));
     if (!c) {
@@ -452,13 +534,17 @@ static void on_connection(uv_stream_t *server, int status)
     s->conns = c;
     s->n_conns++;
     s->n_alive++;
+    fresh_append(c);
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || session_start(c) < 0) {
         gs_conn_close(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     set_peer(c);
-    gs_conn_idle_update(c);
+    /* The handshake deadline: TLS, the preface and the first stream, or the slot is freed
+     * (idle_ms would let a silent socket hold it for minutes). */
+    uint32_t deadline = s->opts.handshake_ms < s->opts.idle_ms ? s->opts.handshake_ms : s->opts.idle_ms;
+    uv_timer_start(&c->idle, on_idle, deadline, 0);
     read_start(c);
     gs_conn_mark_dirty(c);
 }
@@ -525,6 +611,10 @@ static void set_defaults(sb_grpc_server_opts *o)
         o->idle_ms = 300000;
     if (!o->write_high_water)
         o->write_high_water = 1024 * 1024;
+    if (!o->max_buffered_bytes)
+        o->max_buffered_bytes = 256u * 1024 * 1024; /* limits.max_buffered_body_bytes' default */
+    if (!o->handshake_ms)
+        o->handshake_ms = 10000; /* timeouts.header_ms' default */
 }
 
 int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_grpc_server_opts *opts,
@@ -565,13 +655,15 @@ int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
     nghttp2_option_set_no_auto_window_update(s->ng_opts, 1);
     uv_tcp_init(loop, &s->listener);
     uv_prepare_init(loop, &s->flusher);
-    s->listener.data = s->flusher.data = s;
-    s->handles_open = 2;
+    uv_timer_init(loop, &s->drain_timer);
+    s->listener.data = s->flusher.data = s->drain_timer.data = s;
+    s->handles_open = 3;
     if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0) {
         s->stopping = true;
         uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->drain_timer, on_server_handle_closed);
         return rc;
     }
     struct sockaddr_storage bound;
@@ -599,6 +691,13 @@ static void close_listener(sb_grpc_server *s)
         uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 }
 
+static void on_drain_timer(uv_timer_t *t)
+{
+    sb_grpc_server *s = t->data;
+    for (gs_conn *c = s->conns; c; c = c->next) /* a final GOAWAY never closes synchronously */
+        gs_conn_drain_final(c);
+}
+
 void sb_grpc_server_drain(sb_grpc_server *s)
 {
     if (s->draining || s->stopping)
@@ -606,13 +705,20 @@ void sb_grpc_server_drain(sb_grpc_server *s)
     s->draining = true;
     close_listener(s);
     for (gs_conn *c = s->conns; c; c = c->next) {
-        /* Streams the peer opens after this are refused by nghttp2; it retries them on
-         * another connection (RFC 9113 6.8). */
-        nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->ng),
-                              NGHTTP2_NO_ERROR, NULL, 0);
+        /* RFC 9113 6.8: a GOAWAY naming the last stream processed refuses the streams the
+         * peer opened while it was on its way. The notice (a GOAWAY naming the largest id)
+         * stops new streams without refusing those; the PING's ack, sent after the peer has
+         * read the notice, means they have all arrived, and the final GOAWAY follows
+         * (gs_conn_drain_final: on the ack in grpc_call.c, or from the drain timer). */
+        if (c->close_when_flushed || nghttp2_submit_shutdown_notice(c->ng) != 0 ||
+            nghttp2_submit_ping(c->ng, NGHTTP2_FLAG_NONE, gs_drain_ping) != 0) {
+            gs_conn_drain_final(c);
+            continue;
+        }
         gs_conn_idle_update(c);
         gs_conn_mark_dirty(c);
     }
+    uv_timer_start(&s->drain_timer, on_drain_timer, DRAIN_NOTICE_MS, 0);
 }
 
 void sb_grpc_server_stop(sb_grpc_server *s)
@@ -622,6 +728,7 @@ void sb_grpc_server_stop(sb_grpc_server *s)
     s->stopping = true;
     close_listener(s);
     uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->drain_timer, on_server_handle_closed);
     while (s->conns)
         gs_conn_close(s->conns);
     s->dirty = NULL;
@@ -641,5 +748,9 @@ void sb_grpc_server_get_stats(const sb_grpc_server *s, sb_grpc_server_stats *out
         .calls_refused = s->calls_refused,
         .connections_refused = s->connections_refused,
         .protocol_errors = s->protocol_errors,
+        .handshake_timeouts = s->handshake_timeouts,
+        .connections_evicted = s->connections_evicted,
+        .calls_over_budget = s->calls_over_budget,
+        .buffered_bytes = s->buffered,
     };
 }

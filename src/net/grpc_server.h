@@ -25,6 +25,13 @@
  * gRPC clients read first. The window of a connection is given back only as whole messages
  * are handed over, so unfinished messages hold at most the connection window (at least twice
  * max_message_bytes) per connection; a peer that interleaves more than that stalls only itself.
+ * Over all connections, unfinished messages hold at most max_buffered_bytes, counted as the
+ * capacity of their buffers (which grow geometrically, never past the message's declared
+ * length): a message whose next bytes would pass it ends its call RESOURCE_EXHAUSTED (the
+ * connection and its other calls go on). A connection must have finished TLS (if any), sent
+ * the HTTP/2 preface and opened its first stream within handshake_ms (or idle_ms if shorter),
+ * or it is closed; at max_connections, the oldest connection that has opened no stream yet is
+ * closed to make room for the new one (only when there is none is the new one refused).
  * grpc-timeout is not enforced here (the application has its own deadlines).
  *
  * Callbacks may call sb_grpc_send and sb_grpc_finish on any call, sb_grpc_server_set_ctx and
@@ -67,6 +74,8 @@ typedef struct sb_grpc_server_opts {
     size_t max_header_bytes;         /* a stream's request headers; default 16 KiB */
     uint32_t idle_ms;                /* no stream open this long: GOAWAY and close; default 300 s */
     size_t write_high_water;         /* bytes queued to one connection before backpressure; default 1 MiB */
+    size_t max_buffered_bytes;       /* unfinished messages, all connections; default 256 MiB */
+    uint32_t handshake_ms;           /* TLS, preface and first stream by then, or closed; default 10 s */
     const char *tls_cert_file;       /* PEM chain; NULL: plain h2c (prior knowledge) */
     const char *tls_key_file;        /* PEM private key; required with a certificate */
 } sb_grpc_server_opts;
@@ -100,6 +109,10 @@ typedef struct sb_grpc_server_stats {
     uint64_t calls_refused;       /* ended at once: unknown method, malformed, over bounds */
     uint64_t connections_refused; /* closed at once: max_connections */
     uint64_t protocol_errors;     /* connections closed for an HTTP/2 or TLS error */
+    uint64_t handshake_timeouts;  /* closed: no first stream within handshake_ms */
+    uint64_t connections_evicted; /* closed with no stream yet, to make room at max_connections */
+    uint64_t calls_over_budget;   /* of calls_refused: a message would pass max_buffered_bytes */
+    size_t buffered_bytes;        /* held now by unfinished messages (buffer capacity) */
 } sb_grpc_server_stats;
 
 /* Listens on host:port (IPv4 or IPv6 literal; port 0 picks one). Returns 0 and sets *out, or
@@ -109,8 +122,11 @@ int sb_grpc_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
 uint16_t sb_grpc_server_port(const sb_grpc_server *s);
 /* Calls that begin from now on go to ctx (a reload that replaced the gateway). */
 void sb_grpc_server_set_ctx(sb_grpc_server *s, void *ctx);
-/* Graceful: stops accepting, sends GOAWAY to every connection (calls in flight go on), and
- * closes each connection when its last call is done. Idempotent. */
+/* Graceful: stops accepting and tells every connection with a shutdown notice (a GOAWAY
+ * naming no stream) and a PING; once the PING's ack shows the peer has seen the notice (or
+ * after a second), the final GOAWAY names the last stream processed, so streams the peer
+ * opened in flight are served, not refused. Calls in flight go on; each connection closes
+ * when its final GOAWAY is out and its last call is done. Idempotent. */
 void sb_grpc_server_drain(sb_grpc_server *s);
 /* Closes everything: every call not yet finished gets on_cancel. Freed once libuv has closed
  * its handles. */

@@ -20,7 +20,8 @@ typedef struct gs_conn gs_conn;
 struct sb_grpc_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
-    uv_prepare_t flusher; /* writes what the turn's callbacks queued, before the loop blocks */
+    uv_prepare_t flusher;   /* writes what the turn's callbacks queued, before the loop blocks */
+    uv_timer_t drain_timer; /* drain: the final GOAWAY to peers that have not acked the PING */
     sb_grpc_server_opts opts;
     sb_grpc_handler h;
     void *ctx;
@@ -29,13 +30,18 @@ struct sb_grpc_server {
     nghttp2_option *ng_opts;
     gs_conn *conns; /* every connection not yet closing */
     gs_conn *dirty; /* connections with output to flush (singly linked via dirty_next) */
+    /* Connections that have opened no stream yet, oldest first (fresh_prev/fresh_next): the
+     * ones closed to make room at max_connections. */
+    gs_conn *fresh_head, *fresh_tail;
     size_t n_conns; /* open, counted against max_connections */
     size_t n_alive; /* connection structs not yet freed (closing ones included) */
     size_t n_calls;
     uint16_t port;
     bool draining, stopping;
-    int handles_open; /* listener + flusher */
+    int handles_open; /* listener + flusher + drain_timer */
     uint64_t calls_total, calls_refused, connections_refused, protocol_errors;
+    uint64_t handshake_timeouts, connections_evicted, calls_over_budget;
+    size_t buffered;           /* capacity charged by unfinished messages, all connections */
     uint8_t rbuf[64 * 1024];   /* one read at a time: the loop hands each read over whole */
     uint8_t tlsbuf[16 * 1024]; /* decrypted bytes, handed to nghttp2 at once */
 };
@@ -43,7 +49,7 @@ struct sb_grpc_server {
 struct gs_conn {
     sb_grpc_server *srv;
     uv_tcp_t tcp;
-    uv_timer_t idle;
+    uv_timer_t idle; /* handshake deadline, then idle close, then close grace */
     int handles_open;
     nghttp2_session *ng;
     SSL *ssl;         /* NULL: h2c */
@@ -54,7 +60,9 @@ struct gs_conn {
     size_t queued;  /* bytes accepted from the application or nghttp2 and not yet written */
     size_t writing; /* of which in uv_write requests */
     bool reading, closing, dirty, close_when_flushed, proto_error;
-    gs_conn *prev, *next, *dirty_next;
+    bool opened;      /* a stream has begun (until then: on the fresh list, handshake deadline) */
+    bool drain_final; /* the final GOAWAY of a drain is queued */
+    gs_conn *prev, *next, *dirty_next, *fresh_prev, *fresh_next;
     char peer[64];
 };
 
@@ -78,6 +86,8 @@ struct sb_grpc_call {
     size_t msg_len;
     sb_buf msg;
     size_t unconsumed; /* connection-window bytes held back until the message is complete */
+    size_t charged;    /* msg's capacity counted in the server's buffered bytes */
+    bool delivering;   /* inside on_message: msg must stay where it is */
     /* Outbound: framed messages waiting for nghttp2 to pull them (out_off already pulled). */
     sb_buf out;
     size_t out_off;
@@ -91,6 +101,10 @@ void gs_conn_mark_dirty(gs_conn *c);
 void gs_conn_close(gs_conn *c);
 void gs_conn_idle_update(gs_conn *c);
 void gs_queued_sub(gs_conn *c, size_t n);
+/* The connection's first stream began: it leaves the fresh list and its handshake deadline. */
+void gs_conn_opened(gs_conn *c);
+/* Drain: the peer has seen the shutdown notice (its PING ack came): the final GOAWAY. */
+void gs_conn_drain_final(gs_conn *c);
 
 /* grpc_call.c */
 int gs_callbacks_new(nghttp2_session_callbacks **out);
@@ -98,5 +112,7 @@ int gs_callbacks_new(nghttp2_session_callbacks **out);
 void gs_calls_cancel_all(gs_conn *c);
 /* Calls whose sender waits for on_drain hear it (the queue fell below half the mark). */
 void gs_calls_drained(gs_conn *c);
+/* The opaque data of the drain's PING, to know its ack. */
+extern const uint8_t gs_drain_ping[8];
 
 #endif

@@ -1367,6 +1367,8 @@ int sb_picker_start(sb_gateway *gw)
                              .max_connections = cfg->extproc_max_connections,
                              .max_header_bytes = cfg->max_header_bytes,
                              .idle_ms = cfg->extproc_idle_ms,
+                             .max_buffered_bytes = cfg->max_buffered_body_bytes,
+                             .handshake_ms = cfg->header_ms,
                              .tls_cert_file = cfg->extproc_tls_cert,
                              .tls_key_file = cfg->extproc_tls_key};
     int rc = sb_grpc_server_start(gw->loop, cfg->extproc_host, cfg->extproc_port, &o, &handler, pk, &pk->grpc);

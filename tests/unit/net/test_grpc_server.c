@@ -1184,6 +1184,9 @@ static void test_max_connections(void **state)
     tclient a, b;
     cl_connect(&loop, &a, port, NULL);
     cl_connect(&loop, &b, port, NULL);
+    tstream *r = cl_open(&a, "/t.Echo/Echo"); /* both have opened a stream: neither makes room */
+    st_msg(r, "x", true);
+    st_wait_closed(&loop, r);
     tstream *t = cl_open(&b, "/t.Echo/Echo");
     st_msg(t, "x", true);
     st_wait_closed(&loop, t);
@@ -1426,6 +1429,278 @@ static void test_window_blocked_queue_keeps_reading(void **state)
     finish(s);
 }
 
+typedef struct server_bytes {
+    sb_grpc_server *s;
+    size_t n;
+} server_bytes;
+
+static bool buffered_at_least(void *arg)
+{
+    server_bytes *b = arg;
+    return stats(b->s).buffered_bytes >= b->n;
+}
+static bool buffered_is(void *arg)
+{
+    server_bytes *b = arg;
+    return stats(b->s).buffered_bytes == b->n;
+}
+
+/* Starts a call on the client whose first message declares len bytes and sends the first
+ * `first` of them. */
+static tstream *partial_message(tclient *cl, size_t len, size_t first)
+{
+    static uint8_t body[1 << 20];
+    memset(body, 'p', sizeof(body));
+    assert_true(first <= sizeof(body));
+    tstream *t = cl_open(cl, "/t.Echo/Hold");
+    uint8_t pre[5] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    st_write(t, pre, 5, false);
+    st_write(t, body, first, false);
+    return t;
+}
+
+/* Unfinished messages are bounded over all connections (max_buffered_bytes), not only per
+ * connection by its window: two connections each hold 300 KB of a 400 KB message; a third
+ * whose bytes would pass the 1 MiB budget has its call ended RESOURCE_EXHAUSTED (its
+ * application hears on_cancel), its connection lives on, and the first two are untouched.
+ * The charge is the buffers' capacity (at least the bytes held, never past the message), and
+ * it is released as messages are handed over or their calls end. */
+static void test_buffered_budget_over_all_connections(void **state)
+{
+    sb_grpc_server_opts o = {.max_message_bytes = 1 << 20, .max_buffered_bytes = 1 << 20};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient a, b, c;
+    cl_connect(&loop, &a, port, NULL);
+    cl_connect(&loop, &b, port, NULL);
+    cl_connect(&loop, &c, port, NULL);
+    const size_t len = 400000, first = 300000;
+    tstream *ta = partial_message(&a, len, first);
+    server_bytes held = {s, first};
+    netfx_run_until(&loop, buffered_at_least, &held, "a's 300 KB held");
+    tstream *tb = partial_message(&b, len, first);
+    held.n = 2 * first;
+    netfx_run_until(&loop, buffered_at_least, &held, "b's 300 KB held");
+    size_t two = stats(s).buffered_bytes;
+    assert_true(two <= 2 * (len + 1));
+    tstream *tc = partial_message(&c, len, first);
+    st_wait_closed(&loop, tc);
+    assert_int_equal(tc->grpc_status, SB_GRPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(tc->grpc_message, "limit"));
+    assert_int_equal(T.cancels, 1);
+    assert_int_equal(stats(s).calls_over_budget, 1);
+    assert_int_equal(stats(s).calls_refused, 1);
+    assert_int_equal(stats(s).buffered_bytes, two); /* c's partial buffer is gone, not charged */
+    assert_false(ta->closed);
+    assert_false(tb->closed);
+    /* a's message completes: handed over, its charge released. */
+    static uint8_t rest[100000];
+    memset(rest, 'p', sizeof(rest));
+    st_write(ta, rest, len - first, false);
+    netfx_run_until(&loop, messages_are, &(int){1}, "a's message");
+    assert_true(stats(s).buffered_bytes >= first && stats(s).buffered_bytes <= len + 1);
+    /* c's connection serves the next call. */
+    tstream *tc2 = cl_open(&c, "/t.Echo/Echo");
+    st_msg(tc2, "after", true);
+    st_wait_closed(&loop, tc2);
+    assert_int_equal(tc2->grpc_status, 0);
+    assert_false(c.eof);
+    /* b gives up: its charge goes with its call. */
+    nghttp2_submit_rst_stream(b.ng, NGHTTP2_FLAG_NONE, tb->id, NGHTTP2_CANCEL);
+    cl_pump(&b);
+    held.n = 0;
+    netfx_run_until(&loop, buffered_is, &held, "nothing held");
+    assert_int_equal(T.cancels, 2);
+    assert_int_equal(T.n_held, 1);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, ta);
+    assert_int_equal(ta->grpc_status, 0);
+    cl_close(&a, false);
+    cl_close(&b, false);
+    cl_close(&c, false);
+    finish(s);
+}
+
+static bool handshake_timeouts_are(void *arg)
+{
+    server_bytes *b = arg;
+    return stats(b->s).handshake_timeouts == b->n;
+}
+
+/* A connection must open its first stream within handshake_ms: a bare socket that sends
+ * nothing, and a client that sends the preface and SETTINGS but opens no stream, are closed
+ * (the latter with GOAWAY) and counted; a connection that opened a stream before is not
+ * touched by the deadline (idle_ms is long). (Before, each held its max_connections slot for
+ * idle_ms.) */
+static void test_handshake_deadline(void **state)
+{
+    sb_grpc_server_opts o = {.handshake_ms = 50};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient good;
+    cl_connect(&loop, &good, port, NULL);
+    tstream *t = cl_open(&good, "/t.Echo/Hold");
+    st_msg(t, "x", false);
+    netfx_run_until(&loop, n_held_is, &(int){1}, "held call");
+    netfx_client bare;
+    netfx_connect(&loop, &bare, port);
+    tclient silent;
+    cl_connect(&loop, &silent, port, NULL);
+    netfx_wait_eof(&loop, &bare);
+    netfx_run_until(&loop, cl_is_eof, &silent, "the silent client closed");
+    assert_true(silent.goaway);
+    server_bytes two = {s, 2};
+    netfx_run_until(&loop, handshake_timeouts_are, &two, "two handshake timeouts");
+    assert_int_equal(sb_grpc_server_connections(s), 1);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    /* The good connection (older than both) goes on. */
+    assert_false(good.eof);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    assert_int_equal(T.cancels, 0);
+    netfx_close(&bare, false);
+    cl_close(&silent, false);
+    cl_close(&good, false);
+    finish(s);
+}
+
+/* On the TLS port: a socket that never sends its ClientHello is closed at the deadline too. */
+static void test_handshake_deadline_tls(void **state)
+{
+    char cert[64], key[64];
+    make_cert(cert, key);
+    sb_grpc_server_opts o = {.tls_cert_file = cert, .tls_key_file = key, .handshake_ms = 50};
+    sb_grpc_server *s = start(&o);
+    netfx_client bare;
+    netfx_connect(&loop, &bare, sb_grpc_server_port(s));
+    netfx_wait_eof(&loop, &bare);
+    assert_int_equal(stats(s).handshake_timeouts, 1);
+    assert_int_equal(bare.in_len, 0); /* nothing was sent: no TLS, no HTTP/2 */
+    /* A client that does its part is served. */
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), "h2");
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    netfx_close(&bare, false);
+    cl_close(&cl, false);
+    finish(s);
+    unlink(cert);
+    unlink(key);
+}
+
+static bool connections_are(void *arg)
+{
+    server_bytes *b = arg;
+    return sb_grpc_server_connections(b->s) == b->n;
+}
+
+/* At max_connections, the oldest connection that has opened no stream makes room for the new
+ * one (a held call elsewhere is untouched); once every connection has opened a stream, a new
+ * one is refused. */
+static void test_max_connections_evicts_fresh(void **state)
+{
+    sb_grpc_server_opts o = {.max_connections = 2};
+    sb_grpc_server *s = start(&o);
+    uint16_t port = sb_grpc_server_port(s);
+    tclient a;
+    cl_connect(&loop, &a, port, NULL);
+    tstream *t = cl_open(&a, "/t.Echo/Hold");
+    st_msg(t, "x", false);
+    netfx_run_until(&loop, n_held_is, &(int){1}, "held call");
+    netfx_client fresh;
+    netfx_connect(&loop, &fresh, port);
+    server_bytes two = {s, 2};
+    netfx_run_until(&loop, connections_are, &two, "two connections");
+    tclient c;
+    cl_connect(&loop, &c, port, NULL);
+    tstream *u = cl_open(&c, "/t.Echo/Echo");
+    st_msg(u, "room made", true);
+    st_wait_closed(&loop, u);
+    assert_int_equal(u->grpc_status, 0);
+    netfx_wait_eof(&loop, &fresh);
+    assert_int_equal(stats(s).connections_evicted, 1);
+    assert_int_equal(stats(s).connections_refused, 0);
+    assert_int_equal(sb_grpc_server_connections(s), 2);
+    netfx_client d;
+    netfx_connect(&loop, &d, port);
+    netfx_wait_eof(&loop, &d);
+    assert_int_equal(stats(s).connections_refused, 1);
+    assert_int_equal(stats(s).connections_evicted, 1);
+    assert_int_equal(T.cancels, 0);
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    netfx_close(&fresh, false);
+    netfx_close(&d, false);
+    cl_close(&a, false);
+    cl_close(&c, false);
+    finish(s);
+}
+
+/* Drain: a stream the client opened while the server's GOAWAY was on its way (the client
+ * has not read it yet) is served, not refused: the first GOAWAY is a notice naming no stream,
+ * and the final one (naming the last stream processed) follows the ack of the PING sent
+ * with it. Then the connection closes once its calls are done. */
+static void test_drain_serves_streams_in_flight(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Hold");
+    st_msg(t, "x", false);
+    netfx_run_until(&loop, n_held_is, &(int){1}, "held call");
+    cl.hold = true; /* the client reads nothing for now */
+    cl_pump(&cl);
+    sb_grpc_server_drain(s);
+    for (int i = 0; i < 20; i++) /* the server writes what drain queued */
+        uv_run(&loop, UV_RUN_NOWAIT);
+    tstream *u = cl_open(&cl, "/t.Echo/Echo"); /* in flight: opened before the GOAWAY is read */
+    st_msg(u, "in flight", true);
+    cl.hold = false;
+    cl_pump(&cl);
+    st_wait_closed(&loop, u);
+    assert_true(cl.goaway);
+    assert_int_equal(u->close_code, NGHTTP2_NO_ERROR);
+    assert_int_equal(u->grpc_status, 0);
+    assert_int_equal(st_replies(u), 1);
+    assert_int_equal(sb_grpc_server_connections(s), 1); /* t is still held */
+    assert_int_equal(sb_grpc_finish(T.held[0], SB_GRPC_OK, NULL), 0);
+    st_wait_closed(&loop, t);
+    assert_int_equal(t->grpc_status, 0);
+    netfx_run_until(&loop, cl_is_eof, &cl, "closed after the last call");
+    assert_int_equal(sb_grpc_server_connections(s), 0);
+    assert_int_equal(T.cancels, 0);
+    assert_int_equal(stats(s).protocol_errors, 0);
+    cl_close(&cl, false);
+    finish(s);
+}
+
+/* Drain with a peer that never acks the PING (it reads nothing): the final GOAWAY goes after
+ * the drain timer (a second) and the connection, with no call open, closes. */
+static void test_drain_without_ping_ack(void **state)
+{
+    sb_grpc_server *s = start(NULL);
+    tclient cl;
+    cl_connect(&loop, &cl, sb_grpc_server_port(s), NULL);
+    tstream *t = cl_open(&cl, "/t.Echo/Echo");
+    st_msg(t, "x", true);
+    st_wait_closed(&loop, t);
+    cl.hold = true;
+    cl_pump(&cl);
+    sb_grpc_server_drain(s);
+    server_bytes none = {s, 0};
+    netfx_run_until(&loop, connections_are, &none, "closed without an ack");
+    cl.hold = false;
+    cl_pump(&cl);
+    netfx_run_until(&loop, cl_is_eof, &cl, "EOF");
+    assert_true(cl.goaway);
+    cl_close(&cl, false);
+    finish(s);
+}
+
 /* ---- an independent implementation: Python's grpcio (gRPC core, C++) as the client ---- */
 
 static const char PY_CLIENT[] =
@@ -1559,6 +1834,12 @@ int main(void)
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_finish_after_large_message),
         cmocka_unit_test(test_window_blocked_queue_keeps_reading),
+        cmocka_unit_test(test_buffered_budget_over_all_connections),
+        cmocka_unit_test(test_handshake_deadline),
+        cmocka_unit_test(test_handshake_deadline_tls),
+        cmocka_unit_test(test_max_connections_evicts_fresh),
+        cmocka_unit_test(test_drain_serves_streams_in_flight),
+        cmocka_unit_test(test_drain_without_ping_ack),
         cmocka_unit_test(test_python_grpcio_client),
         cmocka_unit_test(test_python_grpcio_client_tls),
     };
