@@ -73,6 +73,30 @@ static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
                   (unsigned long long)ps.immediate, (unsigned long long)ps.protocol_errors,
                   (unsigned long long)ps.cancelled, (unsigned long long)ps.served_elsewhere,
                   (unsigned long long)ps.unfreed);
+    sb_buf_printf(
+        b,
+        "# HELP switchboard_extproc_connections Connections open on the ext_proc listener.\n"
+        "# TYPE switchboard_extproc_connections gauge\nswitchboard_extproc_connections %llu\n"
+        "# HELP switchboard_extproc_connections_closed_total ext_proc connections the server closed, by "
+        "reason.\n"
+        "# TYPE switchboard_extproc_connections_closed_total counter\n"
+        "switchboard_extproc_connections_closed_total{reason=\"max_connections\"} %llu\n"
+        "switchboard_extproc_connections_closed_total{reason=\"evicted\"} %llu\n"
+        "switchboard_extproc_connections_closed_total{reason=\"handshake_timeout\"} %llu\n"
+        "switchboard_extproc_connections_closed_total{reason=\"protocol_error\"} %llu\n"
+        "# HELP switchboard_extproc_calls_refused_total gRPC calls the server ended itself (unknown "
+        "method, malformed or oversized message, over the buffered-bytes budget).\n"
+        "# TYPE switchboard_extproc_calls_refused_total counter\nswitchboard_extproc_calls_refused_total %llu\n"
+        "# HELP switchboard_extproc_calls_over_budget_total Of those, a message past "
+        "limits.max_buffered_body_bytes.\n"
+        "# TYPE switchboard_extproc_calls_over_budget_total counter\n"
+        "switchboard_extproc_calls_over_budget_total %llu\n"
+        "# HELP switchboard_extproc_buffered_bytes Bytes held by gRPC messages still arriving.\n"
+        "# TYPE switchboard_extproc_buffered_bytes gauge\nswitchboard_extproc_buffered_bytes %llu\n",
+        (unsigned long long)ps.connections_open, (unsigned long long)ps.connections_refused,
+        (unsigned long long)ps.connections_evicted, (unsigned long long)ps.handshake_timeouts,
+        (unsigned long long)ps.protocol_errors_h2, (unsigned long long)ps.calls_refused,
+        (unsigned long long)ps.calls_over_budget, (unsigned long long)ps.buffered_bytes);
 }
 
 /* The connection, body and refusal figures of both listeners, one family at a time (the text

@@ -1473,8 +1473,20 @@ size_t sb_picker_connections(const sb_picker *pk)
 
 void sb_picker_get_stats(const sb_picker *pk, sb_picker_stats *out)
 {
-    if (pk)
-        *out = pk->stats;
-    else
-        memset(out, 0, sizeof *out);
+    memset(out, 0, sizeof *out);
+    if (!pk)
+        return;
+    *out = pk->stats;
+    if (pk->grpc) {
+        sb_grpc_server_stats g;
+        sb_grpc_server_get_stats(pk->grpc, &g);
+        out->connections_open = g.open_connections;
+        out->connections_refused = g.connections_refused;
+        out->connections_evicted = g.connections_evicted;
+        out->handshake_timeouts = g.handshake_timeouts;
+        out->protocol_errors_h2 = g.protocol_errors;
+        out->calls_refused = g.calls_refused;
+        out->calls_over_budget = g.calls_over_budget;
+        out->buffered_bytes = g.buffered_bytes;
+    }
 }

@@ -45,6 +45,15 @@ typedef struct sb_picker_stats {
     uint64_t cancelled;        /* streams Envoy reset before their end */
     uint64_t served_elsewhere; /* response phases served by another endpoint than the pick */
     uint64_t unfreed;          /* streams ended, not yet freed (the next loop turn frees them) */
+    /* the listener's (net/grpc_server.h) */
+    uint64_t connections_open;
+    uint64_t connections_refused; /* closed at once at max_connections */
+    uint64_t connections_evicted; /* closed with no stream yet, to make room */
+    uint64_t handshake_timeouts;  /* no first stream within limits.header_ms */
+    uint64_t protocol_errors_h2;  /* connections closed for an HTTP/2 or TLS error */
+    uint64_t calls_refused;       /* calls ended by the server: unknown method, malformed, over bounds */
+    uint64_t calls_over_budget;   /* ...a message past limits.max_buffered_body_bytes */
+    uint64_t buffered_bytes;      /* held now by messages still arriving */
 } sb_picker_stats;
 
 /* Starts the ext_proc listener of gw's configuration (cfg->extproc_host set) and sets

@@ -727,6 +727,9 @@ class ExtProcTest(SharedGatewayCase):
         self.assertEqual(metric(text, "switchboard_extproc_streams_open"), 0)
         self.assertIn("\nswitchboard_extproc_unfreed_streams ", text)
         self.assertEqual(metric(text, "switchboard_extproc_unfreed_streams"), 0)
+        # The listener's own figures: the driver's connection, nothing held mid-message.
+        self.assertGreaterEqual(metric(text, "switchboard_extproc_connections"), 1)
+        self.assertEqual(metric(text, "switchboard_extproc_buffered_bytes"), 0)
 
     def test_buffered_partial_refused(self):
         # Envoy's BUFFERED_PARTIAL sends part of a large body and waits for an answer: the picker
