@@ -37,8 +37,11 @@ int sb_cmd_check(int argc, char **argv)
                  cfg->extproc_tls_cert ? " with TLS" : "");
     if (cfg->auth_enabled)
         snprintf(auth, sizeof auth, ", %zu API keys", sb_auth_keys_clients(&cfg->api_keys));
-    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, listen %s:%u, %s%s%s)\n", path, cfg->n_pools, models,
-           eps, cfg->listen_host, cfg->listen_port, admin, ep, auth);
+    char listen[300] = "listen off";
+    if (cfg->listen_host)
+        snprintf(listen, sizeof listen, "listen %s:%u", cfg->listen_host, cfg->listen_port);
+    printf("%s: ok (%zu pools, %zu model names, %zu endpoints, %s, %s%s%s)\n", path, cfg->n_pools, models, eps, listen,
+           admin, ep, auth);
     sb_config_free(cfg);
     return 0;
 }

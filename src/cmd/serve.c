@@ -113,7 +113,10 @@ int sb_cmd_serve(int argc, char **argv)
         uv_run(loop, UV_RUN_DEFAULT);
         return 1;
     }
-    SB_INFO("switchboard listening on http://%s:%u", sb_gateway_config(st.gw)->listen_host, sb_gateway_port(st.gw));
+    if (sb_gateway_port(st.gw))
+        SB_INFO("switchboard listening on http://%s:%u", sb_gateway_config(st.gw)->listen_host, sb_gateway_port(st.gw));
+    else
+        SB_INFO("HTTP proxy listener off (listen: null): endpoint picker only");
     if (sb_gateway_admin_port(st.gw))
         SB_INFO("admin (/metrics, /debug/*) on http://%s:%u%s", sb_gateway_config(st.gw)->admin_host,
                 sb_gateway_admin_port(st.gw),

@@ -104,11 +104,16 @@ static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
 static void render_listener_stats(sb_gateway *gw, sb_buf *b)
 {
     sb_http_server_stats st[2];
-    const char *name[2] = {"client", "admin"};
+    const char *name[2];
     size_t n = 0;
-    sb_http_server_get_stats(gw->server, &st[n++]);
-    if (gw->admin_server)
+    if (gw->server) { /* off in a picker-only gateway (listen: null) */
+        name[n] = "client";
+        sb_http_server_get_stats(gw->server, &st[n++]);
+    }
+    if (gw->admin_server) {
+        name[n] = "admin";
         sb_http_server_get_stats(gw->admin_server, &st[n++]);
+    }
     sb_buf_puts(b, "# HELP switchboard_open_connections Connections open on each listener (lingering ones "
                    "included), counted against limits.max_connections (client) or admin.max_connections (admin).\n"
                    "# TYPE switchboard_open_connections gauge\n");

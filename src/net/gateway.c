@@ -340,31 +340,36 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     return 0;
 }
 
-/* The listeners: the old gateway's (a reload; new options applied) or new ones. 0, or a
- * negative libuv error (then gw->server, if set, is a listener this call started). */
-static int attach_servers(sb_gateway *gw, sb_http_server *server, sb_http_server *admin_server,
+/* The listeners: the old gateway's (handover, a reload; new options applied) or new ones. 0,
+ * or a negative libuv error (then what this call started is set in gw). The client listener
+ * is off (`listen: null`) in a picker-only gateway. */
+static int attach_servers(sb_gateway *gw, bool handover, sb_http_server *server, sb_http_server *admin_server,
                           struct sb_picker *picker)
 {
     const sb_config *cfg = gw->cfg;
     uv_loop_t *loop = gw->loop;
     sb_http_server_opts so, ao;
     server_opts(cfg, &so, &ao);
-    if (server) {
+    if (handover) {
         gw->server = server;
         gw->admin_server = admin_server;
         gw->picker = picker; /* handed over by reload_replace once the build succeeded */
-        sb_http_server_set_opts(server, &so);
+        if (server)
+            sb_http_server_set_opts(server, &so);
         if (admin_server)
             sb_http_server_set_opts(admin_server, &ao);
     } else {
-        int rc =
-            sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw, &gw->server);
-        if (rc < 0) {
-            SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
-            return rc;
+        int rc;
+        if (cfg->listen_host) {
+            rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw,
+                                      &gw->server);
+            if (rc < 0) {
+                SB_ERROR("listen %s:%u: %s", cfg->listen_host, cfg->listen_port, uv_strerror(rc));
+                return rc;
+            }
+            sb_http_server_set_head_hook(gw->server, sb_gateway_on_head);
+            sb_http_server_set_refused(gw->server, on_server_refused);
         }
-        sb_http_server_set_head_hook(gw->server, sb_gateway_on_head);
-        sb_http_server_set_refused(gw->server, on_server_refused);
         if (cfg->admin_host) {
             rc = sb_http_server_start(loop, cfg->admin_host, cfg->admin_port, &ao, sb_gateway_admin, gw,
                                       &gw->admin_server);
@@ -464,12 +469,9 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             goto fail;
         }
     }
-    rc = attach_servers(gw, server, admin_server, picker);
-    if (rc < 0) {
-        if (gw->server)
-            goto fail_server;
-        goto fail;
-    }
+    rc = attach_servers(gw, old != NULL, server, admin_server, picker);
+    if (rc < 0)
+        goto fail_server;
     if (sb_gateway_admission_start(gw) < 0) {
         SB_ERROR("admission queues: out of memory");
         rc = UV_ENOMEM;
@@ -485,12 +487,14 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     *out = gw;
     return 0;
 fail_server:
-    if (!server) {
-        sb_http_server_stop(gw->server);
+    if (!old) { /* what this build started; a reload's listeners stay with the old gateway */
+        if (gw->server)
+            sb_http_server_stop(gw->server);
         if (gw->admin_server)
             sb_http_server_stop(gw->admin_server);
         sb_picker_stop(gw->picker);
     }
+    gw->server = gw->admin_server = NULL;
     gw->picker = NULL;
 fail:
     gateway_free(gw);
@@ -532,7 +536,16 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
     return 0;
 }
 
-uint16_t sb_gateway_port(const sb_gateway *gw) { return sb_http_server_port(gw->server); }
+uint16_t sb_gateway_port(const sb_gateway *gw)
+{
+    return gw->server ? sb_http_server_port(gw->server) : 0;
+}
+
+/* The client listener's open connections (none when it is off). */
+static size_t client_connections(const sb_gateway *gw)
+{
+    return gw->server ? sb_http_server_connections(gw->server) : 0;
+}
 
 const sb_config *sb_gateway_config(const sb_gateway *gw)
 {
@@ -577,7 +590,8 @@ void sb_gateway_stop(sb_gateway *gw)
     gw->prober = NULL;
     sb_gateway_kv_stop(gw);
     sb_gateway_admission_stop(gw);
-    sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
+    if (gw->server)
+        sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
     sb_picker_stop(gw->picker);      /* ...and the picker's streams */
     gw->picker = NULL;
     sb_gateway_precise_stop(gw);
@@ -607,18 +621,19 @@ static void on_drain_tick(uv_timer_t *t)
 {
     sb_gateway *gw = t->data;
     sb_ns now = uv_hrtime();
-    bool done = sb_http_server_connections(gw->server) + sb_picker_connections(gw->picker) == 0;
+    bool done = client_connections(gw) + sb_picker_connections(gw->picker) == 0;
     if (!done && !gw->drain_cut_at && now >= gw->drain_deadline) {
         /* The window is over: queued requests are refused (they go out with Connection: close,
          * lingering), what still runs is cut (logged drain_cut), then a short grace. */
         SB_WARN("drain: shutdown.drain_ms (%u ms) passed with %zu connections open; cutting them", gw->cfg->drain_ms,
-                sb_http_server_connections(gw->server));
+                client_connections(gw));
         sb_gateway_admission_refuse_draining(gw);
         gw->proxy.cutting = true;
-        sb_http_server_cut(gw->server);
+        if (gw->server)
+            sb_http_server_cut(gw->server);
         sb_picker_cut(gw->picker); /* its streams are cut (logged drain_cut), the refusals leave */
         gw->drain_cut_at = now;
-        done = sb_http_server_connections(gw->server) + sb_picker_connections(gw->picker) == 0;
+        done = client_connections(gw) + sb_picker_connections(gw->picker) == 0;
     }
     if (!done && !(gw->drain_cut_at && now >= gw->drain_cut_at + SB_MS(DRAIN_GRACE_MS)))
         return;
@@ -643,9 +658,10 @@ void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg)
      * listener to a new one (the registration API answers 503 from now on). */
     sb_discovery_free(gw->disc);
     gw->disc = NULL;
-    SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish",
-            sb_http_server_connections(gw->server), gw->cfg->drain_ms);
-    sb_http_server_drain(gw->server);
+    SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish", client_connections(gw),
+            gw->cfg->drain_ms);
+    if (gw->server)
+        sb_http_server_drain(gw->server);
     if (gw->picker)
         sb_picker_drain(gw->picker);
     uv_timer_init(gw->loop, &gw->drain_timer);
@@ -682,6 +698,11 @@ static void snapshot_unref(sb_gateway *gw, sb_snapshot *snap)
     }
 }
 
+static bool same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
 /* Same pools, models, adapters and endpoints, in the same order: what a reload may not
  * change in this version (the router, upstream pools and probes are built from them). */
 static const char *shape_differs(const sb_config *a, const sb_config *b)
@@ -706,7 +727,7 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
         if (strcmp(x->engine ? x->engine : "", y->engine ? y->engine : ""))
             return "a pool's engine changed";
     }
-    if (strcmp(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
+    if (!same_str(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";
     return NULL;
 }
@@ -717,11 +738,6 @@ static bool same_admin_listen(const sb_config *a, const sb_config *b)
     if (!a->admin_host || !b->admin_host)
         return !a->admin_host && !b->admin_host;
     return !strcmp(a->admin_host, b->admin_host) && a->admin_port == b->admin_port;
-}
-
-static bool same_str(const char *a, const char *b)
-{
-    return (!a && !b) || (a && b && !strcmp(a, b));
 }
 
 /* Whether a and b run the same picker listener (or none): its address and TLS are read once,
@@ -857,7 +873,8 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     ngw->home = gw->home;
     gw->disc = NULL;
     ngw->reloads++;
-    sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
+    if (ngw->server)
+        sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
     if (ngw->admin_server)
         sb_http_server_set_handler(ngw->admin_server, sb_gateway_admin, ngw);
     if (ngw->picker)
@@ -875,7 +892,7 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
 {
     sb_gateway *gw = *gwp;
     const char *why = shape_differs(gw->cfg, cfg);
-    if (why && (strcmp(gw->cfg->listen_host, cfg->listen_host) || gw->cfg->listen_port != cfg->listen_port)) {
+    if (why && (!same_str(gw->cfg->listen_host, cfg->listen_host) || gw->cfg->listen_port != cfg->listen_port)) {
         SB_WARN("reload refused: the listen address changed (restart to apply)");
         sb_config_free(cfg);
         return -1;
@@ -903,7 +920,8 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
         reload_pool_in_place(gw, cfg, p);
     sb_http_server_opts so, ao;
     server_opts(cfg, &so, &ao);
-    sb_http_server_set_opts(gw->server, &so);
+    if (gw->server)
+        sb_http_server_set_opts(gw->server, &so);
     if (gw->admin_server)
         sb_http_server_set_opts(gw->admin_server, &ao);
     if (gw->prober)

@@ -528,9 +528,10 @@ static void parse_root(parse *p, const yaml_node_t *root)
         if (s) {
             cfg_parse_section(p, s, v, p->cfg, s->key);
         } else if (!strcmp(key, "listen")) {
-            char *host;
-            uint16_t port;
-            if (cfg_parse_listen_address(p, v, "listen", &host, &port)) {
+            char *host = NULL;
+            uint16_t port = 0;
+            /* null: no HTTP proxy listener (a picker-only gateway; checked below) */
+            if (cfg_is_null(v) || cfg_parse_listen_address(p, v, "listen", &host, &port)) {
                 sb_free(p->cfg->listen_host);
                 p->cfg->listen_host = host;
                 p->cfg->listen_port = port;
@@ -568,7 +569,11 @@ static void parse_root(parse *p, const yaml_node_t *root)
     /* Cross-references last, once every pool and profile is known. */
     cfg_check_pool_profiles(p, root);
     const sb_config *cfg = p->cfg;
-    if (cfg->admin_host && listeners_overlap(cfg->admin_host, cfg->admin_port, cfg->listen_host, cfg->listen_port)) {
+    if (!cfg->listen_host && !cfg->extproc_host)
+        cfg_node_error(p, cfg_lookup(p, root, "listen"),
+                       "listen: null turns the HTTP proxy listener off, and without ext_proc nothing would be served");
+    if (cfg->admin_host && cfg->listen_host &&
+        listeners_overlap(cfg->admin_host, cfg->admin_port, cfg->listen_host, cfg->listen_port)) {
         const yaml_node_t *at = cfg_lookup(p, cfg_lookup(p, root, "admin"), "listen");
         cfg_node_error(p, at ? at : cfg_lookup(p, root, "listen"),
                        "admin.listen must differ from listen (admin %s:%u%s, listen %s:%u): set admin.listen to "
@@ -577,7 +582,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
     }
     if (cfg->extproc_host) {
         const yaml_node_t *at = cfg_lookup(p, cfg_lookup(p, root, "ext_proc"), "listen");
-        if (listeners_overlap(cfg->extproc_host, cfg->extproc_port, cfg->listen_host, cfg->listen_port))
+        if (cfg->listen_host &&
+            listeners_overlap(cfg->extproc_host, cfg->extproc_port, cfg->listen_host, cfg->listen_port))
             cfg_node_error(p, at, "ext_proc.listen must differ from listen (%s:%u)", cfg->listen_host,
                            cfg->listen_port);
         else if (cfg->admin_host &&

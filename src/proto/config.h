@@ -114,7 +114,8 @@ typedef struct sb_pool_config {
 enum sb_extproc_mode { SB_EXTPROC_MODE_FULL_DUPLEX = 0, SB_EXTPROC_MODE_BUFFERED = 1, SB_EXTPROC_MODE_NONE = 2 };
 
 typedef struct sb_config {
-    char *listen_host;            /* default "127.0.0.1"; IPv6 without brackets */
+    char *listen_host;            /* default "127.0.0.1"; IPv6 without brackets; NULL: no HTTP proxy
+                                   * listener (`listen: null`, only beside ext_proc) */
     uint16_t listen_port;         /* default 8080 */
     /* limits */
     size_t max_body_bytes;        /* default 16 MiB */

@@ -14,7 +14,9 @@ import os
 import re
 import socket
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -22,7 +24,7 @@ import unittest
 import extproc_driver as ep
 from extproc_driver import (DESTINATION, Driver, from_struct, metadata, request_body, request_headers,
                             response_body, response_headers, set_headers, unb64)
-from fixtures import Gateway, free_port, http, wait_until
+from fixtures import GATEWAY_BIN, Gateway, free_port, http, wait_until
 from test_sim import MODEL, Sim
 
 ALIAS = "alias-a"
@@ -1092,6 +1094,69 @@ class WaitAndSilenceTest(SharedGatewayCase):
         text = metrics(self.gw)
         self.assertEqual(metric(text, "switchboard_upstream_errors_total"), errors + 1)
         self.assertEqual(metric(text, "switchboard_endpoint_in_flight"), 0)
+
+
+class PickerOnlyTest(PickerCase):
+    """`listen: null`: no HTTP proxy listener, the picker alone (what a picker pod beside Envoy
+    runs); it decides, reloads and drains like a gateway with both."""
+
+    def setUp(self):
+        super().setUp()
+        require_client(self)
+        self.sim = Sim("--speed", "50", replicas=2)
+        self.ext_port = free_port()
+        self.admin_port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="sb-it-po-")
+        self.cfg = os.path.join(self.dir, "picker.yaml")
+        self.eps = ["127.0.0.1:%d" % p for p in self.sim.ports]
+        self.write_config("round-robin")
+        self.log_path = os.path.join(self.dir, "gateway.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([GATEWAY_BIN, "serve", "-c", self.cfg], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: _can_connect(self.ext_port) and _can_connect(self.admin_port), 15, "the listeners")
+        self.drv = Driver(self.ext_port)
+
+    def write_config(self, profile):
+        with open(self.cfg, "w") as f:
+            f.write('listen: null\nadmin: { listen: "127.0.0.1:%d" }\next_proc: { listen: "127.0.0.1:%d" }\n'
+                    'shutdown: { drain_ms: 5000 }\npools:\n  - name: p\n    models: ["%s"]\n    profile: %s\n'
+                    '    endpoints: %s\n' % (self.admin_port, self.ext_port, MODEL, profile, json.dumps(self.eps)))
+
+    def tearDown(self):
+        try:
+            self.cancel_open()
+            self.drv.close()
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+                self.proc.wait(10)
+            self.log.close()
+        finally:
+            self.sim.stop()
+
+    def test_picker_alone(self):
+        sid, p = self.request_phase(chat("picker only"))
+        self.assertIn(p.endpoints[0], self.eps)
+        st, h, rbody = self.proxy_to(p.endpoints[0], p.body)
+        self.assertEqual(self.response_phase(sid, st, h, rbody)["code"], 0)
+        text = http(self.admin_port, "GET", "/metrics")[2].decode()
+        self.assertNotIn('switchboard_open_connections{listener="client"}', text, "no client listener")
+        self.assertEqual(metric(text, "switchboard_extproc_picks_total"), 1)
+        # A reload keeps the picker (and still no client listener); the new profile decides.
+        self.write_config("least-request")
+        self.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "configuration reloaded" in open(self.log_path).read(), 10, "the reload")
+        sid, p = self.request_phase(chat("after the reload"))
+        self.assertIn(p.endpoints[0], self.eps)
+        self.drv.cancel(sid)
+        # SIGTERM drains and exits 0 with only the picker's connections to wait for.
+        self.proc.send_signal(signal.SIGTERM)
+        self.drv.close()
+        self.proc.wait(15)
+        self.assertEqual(self.proc.returncode, 0, open(self.log_path).read())
+        out = open(self.log_path).read()
+        self.assertNotIn("ERROR: AddressSanitizer", out)
+        self.assertNotIn("runtime error:", out)
+        self.assertIn("HTTP proxy listener off", out)
 
 
 def _can_connect(port):

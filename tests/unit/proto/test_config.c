@@ -1261,6 +1261,13 @@ static void test_ext_proc(void **state)
     expect_one_error("ext_proc:\n  listen: \"127.0.0.1:9002\"\n  chunk: 5\n" POOL_OK, 3,
                      "unknown key 'chunk' in ext_proc");
     expect_one_error("ext_proc: [1]\n" POOL_OK, 1, "ext_proc");
+
+    /* listen: null turns the HTTP proxy listener off: a picker-only gateway; alone, an error. */
+    assert_int_equal(parse_str("listen: null\next_proc: { listen: \"127.0.0.1:9002\" }\n" POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->listen_host);
+    assert_string_equal(cfg->extproc_host, "127.0.0.1");
+    sb_config_free(cfg);
+    expect_one_error("listen: null\n" POOL_OK, 1, "without ext_proc nothing would be served");
 }
 
 /* A key written where a field name belongs is never quoted back (messages reach logs). */
