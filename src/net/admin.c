@@ -26,12 +26,12 @@
 #include "net/stats.h"
 #include "proto/openai_error.h"
 
-static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h)
+static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h, const double *bounds)
 {
     uint64_t cum = 0;
     for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
         cum += h->counts[i];
-        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, sb_histo_bounds[i],
+        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i],
                       (unsigned long long)cum);
     }
     cum += h->counts[SB_HISTO_BUCKETS];
@@ -204,15 +204,37 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
 static void render_pool_usage(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
-    sb_buf_puts(b, "# HELP switchboard_request_duration_seconds Time from request to the end of its response.\n"
-                   "# TYPE switchboard_request_duration_seconds histogram\n");
-    for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_request_duration_seconds", cfg->pools[p].name,
-                     &gw->stats.pool_metrics[p].duration);
-    sb_buf_puts(b, "# HELP switchboard_time_to_first_byte_seconds Time from request to the first response byte.\n"
-                   "# TYPE switchboard_time_to_first_byte_seconds histogram\n");
-    for (size_t p = 0; p < cfg->n_pools; p++)
-        histo_render(b, "switchboard_time_to_first_byte_seconds", cfg->pools[p].name, &gw->stats.pool_metrics[p].ttfb);
+    /* Bounds per metric (net/stats.c): a time to first token and a gap between tokens live on
+     * scales a thousand times apart. */
+    static const struct {
+        const char *name, *help;
+        size_t off;
+        const double *bounds;
+    } hs[] = {
+        {"switchboard_request_duration_seconds", "Time from request to the end of its response.",
+         offsetof(sb_pool_metrics, duration), sb_histo_bounds},
+        {"switchboard_time_to_first_byte_seconds",
+         "Time from request to the first byte of the response head (headers time; for streams see "
+         "switchboard_time_to_first_token_seconds).",
+         offsetof(sb_pool_metrics, ttfb), sb_histo_bounds},
+        {"switchboard_time_to_first_token_seconds",
+         "Time from request to the first token of a successful answer: a stream's first SSE data event, "
+         "else the first body byte.",
+         offsetof(sb_pool_metrics, ttft), sb_histo_ttft_bounds},
+        {"switchboard_inter_token_latency_seconds",
+         "Mean time between SSE data events of a successful stream, one observation per request: "
+         "(last event - first event) / (events - 1).",
+         offsetof(sb_pool_metrics, itl), sb_histo_itl_bounds},
+        {"switchboard_queue_wait_seconds",
+         "Time a request flow control admitted waited before dispatch (0 when dispatched at once).",
+         offsetof(sb_pool_metrics, queue_wait), sb_histo_queue_bounds},
+    };
+    for (size_t k = 0; k < sizeof(hs) / sizeof(hs[0]); k++) {
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", hs[k].name, hs[k].help, hs[k].name);
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            histo_render(b, hs[k].name, cfg->pools[p].name,
+                         (const sb_histo *)((const char *)&gw->stats.pool_metrics[p] + hs[k].off), hs[k].bounds);
+    }
     static const struct {
         const char *name, *help;
     } tok[] = {{"switchboard_prompt_tokens_total", "Prompt tokens reported by upstream usage."},

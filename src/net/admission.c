@@ -21,6 +21,7 @@
 #include "net/admission.h"
 #include "net/errors.h"
 #include "net/proxy.h"
+#include "net/stats.h"
 #include "proto/auth.h"
 
 typedef struct queued {
@@ -32,6 +33,7 @@ typedef struct queued {
     char model[SB_MODEL_NAME_MAX + 1];
     sb_flow_handle handle;
     uint32_t pool;
+    sb_ns t_enqueued; /* for the queue-wait histogram */
 } queued;
 
 /* What the access log knows of a request flow control holds or refuses. */
@@ -130,6 +132,7 @@ static void start(sb_gateway *gw, queued *q)
     q->rr.block_hashes = q->hashes;
     q->rr.kv_keys = q->rr.kv_keys ? q->hashes + q->rr.n_blocks : NULL;
     sb_admission_mark_released(gw->adm, q->pool, &q->rr);
+    sb_stats_queue_wait(&gw->stats, q->pool, uv_hrtime() - q->t_enqueued);
     dispatch(gw, q->req, &q->t, &q->rr);
     free_queued(q);
 }
@@ -180,7 +183,8 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
         memcpy(hashes, rr->block_hashes, rr->n_blocks * sizeof(uint64_t));
     if (rr->kv_keys && rr->n_kv_keys) /* the precise keys after the block hashes */
         memcpy(hashes + rr->n_blocks, rr->kv_keys, rr->n_kv_keys * sizeof(uint64_t));
-    *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool};
+    *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool,
+                  .t_enqueued = now};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
     sb_admission_refusal r;
@@ -212,7 +216,10 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     sb_proxy_target tb = *t;
     tb.band = (int)desc.band;
     switch (sb_admission_admit(gw->adm, &desc, now, &r)) {
-    case SB_ADMIT_DISPATCH: dispatch(gw, req, &tb, rr); break;
+    case SB_ADMIT_DISPATCH:
+        sb_stats_queue_wait(&gw->stats, t->pool, 0); /* a share of zeros: what waited at all */
+        dispatch(gw, req, &tb, rr);
+        break;
     case SB_ADMIT_WAIT:
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);

@@ -25,6 +25,7 @@
 #include "net/grpc_server.h"
 #include "net/probe.h"
 #include "net/routes.h"
+#include "net/stats.h"
 #include "proto/auth.h"
 #include "proto/extproc.h"
 #include "proto/orca.h"
@@ -108,6 +109,7 @@ struct pstream {
     sb_ticket ticket;
     int status; /* the endpoint's, from response_headers */
     sb_ns t_first_byte, t_first_body;
+    sb_token_clock tokens; /* when the answer's tokens came (net/stats.h), as the proxy's */
     uint64_t bytes_out;
     char tail[2048]; /* the response body's last bytes: usage comes last */
     size_t tail_len;
@@ -247,6 +249,7 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
         .tenant = s->t.tenant,
     };
     sb_usage_scan(s->tail, s->tail_len, &log.usage);
+    sb_token_clock_log(&s->tokens, &log);
     if (s->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && s->t_first_body && log.outcome[0] == 'o')
         sb_router_observe_ttft(env->router, s->t.pool, s->ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
@@ -1049,6 +1052,8 @@ static void on_response_body(pstream *s, const sb_extproc_msg *m)
     }
     size_t len = m->body_len;
     const uint8_t *at = m->body;
+    if (env)
+        sb_token_clock_feed(&s->tokens, (const char *)at, len, now_ns());
     if (len >= sizeof(s->tail)) {
         memcpy(s->tail, at + len - sizeof(s->tail), sizeof(s->tail));
         s->tail_len = sizeof(s->tail);

@@ -33,6 +33,7 @@
 #include "core/retry.h"
 #include "net/probe.h"
 #include "net/proxy.h"
+#include "net/stats.h"
 #include "proto/inspect.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
@@ -100,6 +101,7 @@ typedef struct exchange {
     bool wipe_head;            /* head holds the pool's upstream key: wiped before it is freed */
     uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
+    sb_token_clock tokens;     /* when the answer's tokens came: the TTFT and ITL figures */
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;       /* NULL: decided from final_status at the end (record) */
     const char *reason;
@@ -147,6 +149,7 @@ static void record(exchange *x)
         .tenant = x->t.tenant,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
+    sb_token_clock_log(&x->tokens, &log);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
      * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
     if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
@@ -614,6 +617,7 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
         if (x->dispatched && x->final_status >= 200 && x->final_status < 300)
             sb_router_first_token(x->env->router, x->t.pool, x->ep, &x->ticket);
     }
+    sb_token_clock_feed(&x->tokens, at, len, now_ns());
     if (len >= sizeof(x->tail)) {
         memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
         x->tail_len = sizeof(x->tail);

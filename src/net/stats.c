@@ -1,6 +1,7 @@
 #include "net/stats.h"
 
 #include <http_parser.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -11,10 +12,22 @@
 const double sb_histo_bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                   2.5,   5,    10,    30,   60,  120,  300};
 
-static void histo_add(sb_histo *h, double v)
+/* Time to first token: prefill of a cached short prompt (tens of ms) to a long prompt behind a
+ * queue (tens of s); finer where interactive targets sit (100 ms - 1 s). */
+const double sb_histo_ttft_bounds[SB_HISTO_BUCKETS] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                                       0.5,  0.75,  1,    2.5,   5,   10,   30};
+/* Inter-token latency: a decode step is 5-50 ms on current GPUs; up to 1 s for a starved batch. */
+const double sb_histo_itl_bounds[SB_HISTO_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03,
+                                                      0.04,  0.05,   0.075, 0.1,  0.25,  0.5,  1};
+/* Queue wait: most dispatches wait nothing; a saturated pool holds requests up to its
+ * buffer_max_wait_ms (seconds to minutes). */
+const double sb_histo_queue_bounds[SB_HISTO_BUCKETS] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                        1,     2.5,   5,    10,    30,   60,  120};
+
+static void histo_add(sb_histo *h, const double *bounds, double v)
 {
     size_t i = 0;
-    while (i < SB_HISTO_BUCKETS && v > sb_histo_bounds[i])
+    while (i < SB_HISTO_BUCKETS && v > bounds[i])
         i++;
     h->counts[i]++;
     h->sum += v;
@@ -51,11 +64,27 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
 {
     double total_s = (double)(log->t_end - log->t_start) / 1e9;
     double ttfb_s = log->t_first_byte ? (double)(log->t_first_byte - log->t_start) / 1e9 : -1;
+    /* Tokens only from an answer that finished well: an error's body, or a stream cut short,
+     * would pass for a fast first token. */
+    bool ok = !strcmp(log->outcome, "ok") && log->upstream_status >= 200 && log->upstream_status < 300;
+    double ttft_s = ok && log->t_first_token >= log->t_start && log->t_first_token
+                        ? (double)(log->t_first_token - log->t_start) / 1e9
+                        : -1;
+    /* The mean gap per request, not each gap: the gateway sees events as the network batches
+     * them (several in one read get one timestamp), so single gaps would pile up at zero,
+     * while (last - first) / (events - 1) is exact whatever the batching. */
+    double itl_s = ttft_s >= 0 && log->token_events >= 2
+                       ? (double)(log->t_last_token - log->t_first_token) / 1e9 / (double)(log->token_events - 1)
+                       : -1;
     if (log->pool >= 0 && (size_t)log->pool < st->cfg->n_pools && !log->gateway_answer) {
         sb_pool_metrics *pm = &st->pool_metrics[log->pool];
-        histo_add(&pm->duration, total_s);
+        histo_add(&pm->duration, sb_histo_bounds, total_s);
         if (ttfb_s >= 0)
-            histo_add(&pm->ttfb, ttfb_s);
+            histo_add(&pm->ttfb, sb_histo_bounds, ttfb_s);
+        if (ttft_s >= 0)
+            histo_add(&pm->ttft, sb_histo_ttft_bounds, ttft_s);
+        if (itl_s >= 0)
+            histo_add(&pm->itl, sb_histo_itl_bounds, itl_s);
         if (log->usage.prompt_tokens > 0)
             pm->prompt_tokens += (uint64_t)log->usage.prompt_tokens;
         if (log->usage.cached_tokens > 0)
@@ -93,9 +122,10 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
         pool, ep, log->status, log->upstream_status, log->outcome);
     json_str(&b, log->reason ? log->reason : "");
     sb_buf_printf(&b,
-                  "\",\"stream\":%s,\"bytes\":%llu,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,"
+                  "\",\"stream\":%s,\"bytes\":%llu,\"ttfb_ms\":%.3f,\"ttft_ms\":%.3f,\"itl_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,"
                   "\"prompt_tokens\":%lld,\"cached_tokens\":%lld,\"completion_tokens\":%lld",
                   log->stream ? "true" : "false", (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0,
+                  ttft_s >= 0 ? ttft_s * 1e3 : -1.0, itl_s >= 0 ? itl_s * 1e3 : -1.0,
                   total_s * 1e3, log->retries, (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
     /* Who asked, as flow control saw it: never the key, only what the configuration names. */
@@ -113,4 +143,32 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
         fflush(st->access_log);
     }
     sb_buf_free(&b);
+}
+
+void sb_stats_queue_wait(sb_stats *st, uint32_t pool, sb_ns waited)
+{
+    if (pool < st->cfg->n_pools)
+        histo_add(&st->pool_metrics[pool].queue_wait, sb_histo_queue_bounds, (double)waited / 1e9);
+}
+
+void sb_token_clock_feed(sb_token_clock *tc, const char *at, size_t len, sb_ns now)
+{
+    if (!len)
+        return;
+    if (!tc->first_body_ns)
+        tc->first_body_ns = now;
+    sb_sse_clock_feed(&tc->sse, at, len, now);
+}
+
+void sb_token_clock_log(const sb_token_clock *tc, sb_exchange_log *log)
+{
+    if (tc->sse.events) {
+        log->t_first_token = tc->sse.first_ns;
+        log->t_last_token = tc->sse.last_ns;
+        log->token_events = tc->sse.events;
+    } else {
+        log->t_first_token = tc->first_body_ns;
+        log->t_last_token = 0;
+        log->token_events = 0;
+    }
 }
