@@ -128,7 +128,7 @@ static void test_access_log_line_names_pool_and_endpoint(void **state)
     assert_non_null(strstr(l, "\"pool\":\"a\",\"endpoint\":\"a1:1\",\"status\":200,\"upstream_status\":200,"
                               "\"outcome\":\"ok\",\"reason\":\"\""));
     assert_non_null(strstr(l, "\"retries\":2,"));
-    assert_non_null(strstr(l, "\"ttfb_ms\":3.000,\"total_ms\":200.000"));
+    assert_non_null(strstr(l, "\"ttfb_ms\":3.000,\"ttft_ms\":-1.000,\"itl_ms\":-1.000,\"total_ms\":200.000"));
     assert_non_null(strstr(l, "\"band\":\"critical\",\"tenant\":\"t1\"}\n"));
     assert_int_equal(l[f->log_len - 1], '\n');
     teardown_fixture(f);
@@ -168,6 +168,84 @@ static void test_cut_responses_and_gateway_answers(void **state)
     free(f);
 }
 
+static void feed(sb_token_clock *tc, const char *s, sb_ns now) { sb_token_clock_feed(tc, s, strlen(s), now); }
+
+/* The token clock fed a stream in pieces, as the proxy's r_on_body does: TTFT from the first
+ * data event (not the head, not a comment before it), one ITL observation, the mean gap. */
+static void test_stream_ttft_and_mean_gap(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, true);
+    sb_token_clock tc = {0};
+    const sb_ns t0 = 1000000000;
+    feed(&tc, ": ping\n\nda", t0 + 40000000);   /* 40 ms: no event yet */
+    feed(&tc, "ta: {\"a\"}\n\n", t0 + 120000000); /* 120 ms: the first token */
+    feed(&tc, "data: {\"b\"}\n\ndata: {\"c\"}\n\n", t0 + 160000000);
+    feed(&tc, "data: {\"d\"}\n\ndata: [DONE]\n\n", t0 + 180000000);
+    sb_exchange_log log = a_log(0, 0, 200);
+    log.upstream_status = 200;
+    log.stream = true;
+    sb_token_clock_log(&tc, &log);
+    assert_int_equal(log.token_events, 4);
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->pm[0].ttft.n, 1);
+    assert_true(f->pm[0].ttft.sum > 0.1199 && f->pm[0].ttft.sum < 0.1201);
+    assert_int_equal(f->pm[0].ttft.counts[5], 1); /* (0.1, 0.15] */
+    /* (180 - 120) ms over 3 gaps */
+    assert_int_equal(f->pm[0].itl.n, 1);
+    assert_true(f->pm[0].itl.sum > 0.0199 && f->pm[0].itl.sum < 0.0201);
+    fflush(f->st.access_log);
+    assert_non_null(strstr(f->log_text, "\"ttfb_ms\":3.000,\"ttft_ms\":120.000,\"itl_ms\":20.000,"));
+    teardown_fixture(f);
+    free(f);
+}
+
+/* An unstreamed answer's first token is its first body byte, with no gap to observe; an error
+ * body, a cut stream, a gateway answer observe nothing. */
+static void test_unstreamed_and_failed_answers(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, false);
+    const sb_ns t0 = 1000000000;
+    sb_token_clock tc = {0};
+    feed(&tc, "{\"choices\":[", t0 + 50000000);
+    feed(&tc, "]}", t0 + 60000000);
+    sb_exchange_log log = a_log(0, 0, 200);
+    log.upstream_status = 200;
+    sb_token_clock_log(&tc, &log);
+    assert_int_equal(log.token_events, 0);
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->pm[0].ttft.n, 1);
+    assert_true(f->pm[0].ttft.sum > 0.0499 && f->pm[0].ttft.sum < 0.0501);
+    assert_int_equal(f->pm[0].itl.n, 0);
+
+    log.upstream_status = log.status = 400;
+    log.outcome = "upstream_4xx";
+    sb_stats_record(&f->st, &log);
+    log.upstream_status = log.status = 200;
+    log.outcome = "midstream_error";
+    sb_stats_record(&f->st, &log);
+    assert_int_equal(f->pm[0].ttft.n, 1);
+    assert_int_equal(f->pm[0].duration.n, 3);
+    teardown_fixture(f);
+    free(f);
+}
+
+static void test_queue_wait(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, false);
+    sb_stats_queue_wait(&f->st, 1, 0);
+    sb_stats_queue_wait(&f->st, 1, 3000000000); /* 3 s: the (2.5, 5] bucket, index 10 */
+    sb_stats_queue_wait(&f->st, 2, 1);          /* a pool a reload removed: ignored */
+    assert_int_equal(f->pm[1].queue_wait.n, 2);
+    assert_int_equal(f->pm[1].queue_wait.counts[0], 1);
+    assert_int_equal(f->pm[1].queue_wait.counts[10], 1);
+    assert_int_equal(f->pm[0].queue_wait.n, 0);
+    teardown_fixture(f);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +253,9 @@ int main(void)
         cmocka_unit_test(test_refused_before_a_pool_touches_no_metrics),
         cmocka_unit_test(test_access_log_line_names_pool_and_endpoint),
         cmocka_unit_test(test_cut_responses_and_gateway_answers),
+        cmocka_unit_test(test_stream_ttft_and_mean_gap),
+        cmocka_unit_test(test_unstreamed_and_failed_answers),
+        cmocka_unit_test(test_queue_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
