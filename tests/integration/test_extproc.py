@@ -539,6 +539,14 @@ class ExtProcTest(SharedGatewayCase):
         after = metrics(self.gw)
         self.assertEqual(metric(after, "switchboard_completion_tokens_total") -
                          metric(before, "switchboard_completion_tokens_total"), 6)
+        # The response phase times tokens as the proxy does (net/stats.h's token clock): one
+        # first token and one mean gap for the stream, each at or under the whole request's time.
+        for name in ("switchboard_time_to_first_token_seconds", "switchboard_inter_token_latency_seconds"):
+            self.assertEqual(metric(after, name + "_count") - metric(before, name + "_count"), 1, name)
+        self.assertLessEqual(metric(after, "switchboard_time_to_first_token_seconds_sum") -
+                             metric(before, "switchboard_time_to_first_token_seconds_sum"),
+                             metric(after, "switchboard_request_duration_seconds_sum") -
+                             metric(before, "switchboard_request_duration_seconds_sum"))
 
     def test_served_endpoint_feedback(self):
         sid, p = self.request_phase(chat("served elsewhere"))

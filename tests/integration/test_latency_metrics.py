@@ -8,7 +8,7 @@ import json
 import unittest
 
 from fixtures import Gateway, http
-from test_sim import MODEL, Sim, chat, metric, metrics, sse_events
+from test_sim import MODEL, PROMTOOL, Sim, chat, metric, metrics, promtool_problems, sse_events
 
 # A prompt long enough that prefill, not the loopback, makes the first token's time.
 PROMPT = " ".join("word%d" % i for i in range(1500))
@@ -73,6 +73,9 @@ class LatencyMetricsTest(unittest.TestCase):
         # Flow control admitted every request: one wait each (all dispatched at once here).
         self.assertEqual(metric(gm, "switchboard_queue_wait_seconds_count", pool="p"), streams + 1)
         self.assertEqual(metric(gm, "switchboard_queue_wait_seconds_bucket", pool="p", le="0.001"), streams + 1)
+
+        if PROMTOOL:  # the new families beside switchboard_queue_wait_seconds_total (a counter)
+            self.assertEqual(promtool_problems(gm), [])
 
         # An error answer is no first token.
         st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", dict(chat("y"), max_tokens=-1))
