@@ -217,7 +217,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
     tb.band = (int)desc.band;
     switch (sb_admission_admit(gw->adm, &desc, now, &r)) {
     case SB_ADMIT_DISPATCH:
-        sb_stats_queue_wait(&gw->stats, t->pool, 0); /* a share of zeros: what waited at all */
+        sb_stats_queue_wait(&gw->stats, t->pool, 0); /* no wait: the zeros show what share waited */
         dispatch(gw, req, &tb, rr);
         break;
     case SB_ADMIT_WAIT:

@@ -7,7 +7,9 @@ compared, never timed."""
 import json
 import unittest
 
-from fixtures import Gateway, http
+import socket
+
+from fixtures import Gateway, Upstream, chat_body, http, send_request, read_response, wait_until
 from test_sim import MODEL, PROMTOOL, Sim, chat, metric, metrics, promtool_problems, sse_events
 
 # A prompt long enough that prefill, not the loopback, makes the first token's time.
@@ -92,6 +94,45 @@ class LatencyMetricsTest(unittest.TestCase):
             self.assertEqual(l["itl_ms"] > 0, l["stream"])
         bad = [l for l in lines if l["outcome"] != "ok"]
         self.assertTrue(bad and all(l["ttft_ms"] == -1 for l in bad), bad)
+
+
+class QueueWaitTest(unittest.TestCase):
+    """A request flow control holds until the replica's report frees room: one wait observed,
+    enqueue to release, not the zero of a request dispatched at once."""
+
+    def setUp(self):
+        self.up = Upstream("u")
+        self.up.metrics_text = ("vllm:num_requests_waiting 10\nvllm:num_requests_running 4\n"
+                                "vllm:gpu_cache_usage_perc 0.5\n")
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address],
+                            "yaml": ["probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"]}],
+                          extra="flow_control:\n  max_wait_ms: { standard: 60000 }\n")
+
+    def tearDown(self):
+        try:
+            self.gw.close()
+        finally:
+            self.up.close()
+
+    def test_a_queued_request_records_its_wait(self):
+        wait_until(lambda: self.up.probes >= 2, 10, "the saturated reports")
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=20)
+        try:
+            send_request(s, "POST", "/v1/chat/completions", chat_body("m"))
+            wait_until(lambda: metric(metrics(self.gw.admin_port), "switchboard_queue_length", pool="p",
+                                      band="standard") == 1, 10, "the request to be queued")
+            self.assertEqual(metric(metrics(self.gw.admin_port), "switchboard_queue_wait_seconds_count", pool="p"), 0)
+            self.up.metrics_text = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n"
+            st, _, _ = read_response(s)
+            self.assertEqual(st, 200)
+        finally:
+            s.close()
+        gm = metrics(self.gw.admin_port)
+        self.assertEqual(metric(gm, "switchboard_queue_wait_seconds_count", pool="p"), 1)
+        # Held across at least one probe of the freed replica: a real wait, not the zero
+        # recorded for a request dispatched at once.
+        self.assertGreater(metric(gm, "switchboard_queue_wait_seconds_sum", pool="p"), 0)
+        self.assertEqual(metric(gm, "switchboard_queue_wait_seconds_bucket", pool="p", le="0.001"), 0)
 
 
 if __name__ == "__main__":
