@@ -1,5 +1,6 @@
 #include "net/probe.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -140,6 +141,72 @@ static void apply_report(probe *pr, const sb_engine_report *er)
     pr->have_prev = true;
 }
 
+const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char *buf, size_t cap)
+{
+    if (!e->mismatch)
+        return NULL;
+    const char *pre = sb_engine_prefix((sb_engine_kind)e->kind);
+    if (e->automatic && !e->have_looks_like)
+        snprintf(buf, cap, "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto); set engine:", path);
+    else if (!pre)
+        snprintf(buf, cap, "none of the configured metric names in %s%s%s", path,
+                 e->have_looks_like ? "; this looks like " : "",
+                 e->have_looks_like ? sb_engine_kind_name((sb_engine_kind)e->looks_like) : "");
+    else
+        snprintf(buf, cap, "no %s families in %s; this looks like %s", pre, path,
+                 e->have_looks_like ? sb_engine_kind_name((sb_engine_kind)e->looks_like) : "no known engine");
+    return buf;
+}
+
+/* A 200 /metrics page parsed into er with the mapping in use. Returns true when it matched
+ * the engine's families (er then holds the report to apply). With engine: auto a page that
+ * does not match is looked at once more: the families it exposes choose the mapping, and it
+ * is parsed again with it. The detection pass runs only on a miss, so a steady endpoint costs
+ * one parse per scrape. */
+static bool read_metrics(probe *pr, const char *body, size_t len, sb_engine_report *er)
+{
+    sb_probe_engine *eg = &pr->stats.engine;
+    sb_engine_metrics_parse(&pr->map, body, len, er);
+    if (er->n_matched == 0) {
+        sb_engine_kind guess;
+        bool have = sb_engine_guess(sb_engine_families(body, len), &guess);
+        if (eg->automatic && have && (!eg->detected || guess != pr->map.kind)) {
+            sb_engine_map_init(&pr->map, guess, NULL);
+            /* Counters of another mapping are not comparable: no restart from them. */
+            pr->have_prev = false;
+            eg->kind = guess;
+            eg->detected = true;
+            sb_engine_metrics_parse(&pr->map, body, len, er);
+        }
+        if (er->n_matched == 0) {
+            eg->mismatches++;
+            eg->have_looks_like = have;
+            eg->looks_like = have ? (int)guess : 0;
+            if (!eg->mismatch) {
+                char why[200];
+                sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+                eg->mismatch = true;
+                SB_WARN("endpoint %s: scrape answered 200 but %s; its load is unknown until this is fixed",
+                        ep && ep->address ? ep->address : "?",
+                        sb_probe_engine_why(eg, pr->pc->probe_path, why, sizeof why));
+            }
+            return false;
+        }
+    }
+    if (eg->automatic && !eg->detected) {
+        eg->detected = true;
+        eg->kind = (int)pr->map.kind;
+    }
+    if (eg->mismatch) {
+        sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+        eg->mismatch = false;
+        eg->have_looks_like = false;
+        SB_INFO("endpoint %s: scrape matches engine %s again", ep && ep->address ? ep->address : "?",
+                sb_engine_kind_name(pr->map.kind));
+    }
+    return true;
+}
+
 static void on_scrape_timer(uv_timer_t *t);
 static void wait_scrape_ended(sb_prober *p, probe *pr);
 static void wait_end(sb_probe_wait *w, bool call);
@@ -158,8 +225,7 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
             sb_engine_report_init(&er);
             ok = sb_engine_slots_parse(body, len, pr->owner->slots_scratch, SLOTS_SCRATCH_BYTES, &er) == 0;
         } else {
-            sb_engine_metrics_parse(&pr->map, body, len, &er);
-            ok = er.n_samples > 0;
+            ok = read_metrics(pr, body, len, &er);
         }
         if (ok)
             apply_report(pr, &er);
@@ -460,15 +526,31 @@ const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_
     return i < p->first[pool + 1] ? &p->probes[i].stats : NULL;
 }
 
+/* (Re)reads a probe's engine from its pool. A reload keeping engine: auto keeps what was
+ * detected; any other change starts over (and forgets a mismatch: the next scrape decides). */
 static void configure(probe *pr, const sb_pool_config *pc)
 {
+    sb_probe_engine *eg = &pr->stats.engine;
+    const char *name = pc->engine ? pc->engine : "auto";
+    bool automatic = !strcmp(name, "auto");
+    sb_engine_kind kind = SB_ENGINE_VLLM; /* auto starts with vLLM's table, the most common */
+    if (!automatic)
+        sb_engine_kind_parse(name, &kind);
     pr->pc = pc;
-    sb_engine_kind kind = SB_ENGINE_VLLM;
-    sb_engine_kind_parse(pc->engine ? pc->engine : "vllm", &kind);
+    if (automatic && eg->automatic && eg->detected)
+        kind = (sb_engine_kind)eg->kind;
+    else if (automatic != eg->automatic || (!automatic && (int)kind != eg->kind) || kind == SB_ENGINE_CUSTOM) {
+        eg->automatic = automatic;
+        eg->detected = false;
+        eg->mismatch = false;
+        eg->have_looks_like = false;
+    }
+    eg->kind = (int)kind;
     sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
                                      .kv_usage = pc->metric_kv_usage};
     sb_engine_map_init(&pr->map, kind, &custom);
-    pr->use_slots = kind == SB_ENGINE_LLAMACPP && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+    /* Only llama.cpp serves /slots: a pool pointed there is llama.cpp, auto or not. */
+    pr->use_slots = (kind == SB_ENGINE_LLAMACPP || automatic) && pc->probe_path && !strcmp(pc->probe_path, "/slots");
 }
 
 void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg)

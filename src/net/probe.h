@@ -25,8 +25,31 @@
 
 typedef struct sb_prober sb_prober;
 
+/* An endpoint's engine, as the prober reads it. With `engine: auto` the mapping is chosen from
+ * the families its /metrics exposes (proto/engine_metrics sb_engine_families), at the first
+ * scrape and again whenever a scrape stops matching the mapping in use; a configured engine is
+ * kept. A scrape that answers 200 but holds none of the mapping's families (a wrong `engine:`,
+ * or with auto none of the known ones) is a mismatch: counted in mismatches (and in
+ * scrape_errors), kept in `mismatch` until a scrape matches again, logged once when it starts
+ * and once when it ends, never per scrape; looks_like names the engine the page points at. */
+typedef struct sb_probe_engine {
+    bool automatic;         /* engine: auto */
+    bool detected;          /* automatic, and a scrape has chosen `kind` */
+    bool mismatch;          /* the last 200 scrape matched nothing */
+    bool have_looks_like;   /* mismatch, and the page looks like looks_like */
+    int kind;               /* sb_engine_kind of the mapping in use */
+    int looks_like;         /* sb_engine_kind */
+    uint64_t mismatches;    /* 200 scrapes that matched nothing */
+} sb_probe_engine;
+
+/* Writes why an endpoint's scrapes match nothing ("no vllm: families in /metrics; this looks
+ * like sglang") into buf (NUL-terminated, truncated to cap); returns buf, or NULL with no
+ * mismatch. */
+const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char *buf, size_t cap);
+
 typedef struct sb_probe_stats {
     uint64_t scrapes, scrape_errors, health_checks, health_failures, restarts;
+    sb_probe_engine engine;
     uint32_t interval_ms;        /* current scrape interval */
     int last_status;             /* last scrape: HTTP status or negative libuv error */
     sb_ns last_scrape_ns;

@@ -343,6 +343,8 @@ void sb_engine_report_add(sb_engine_report *r, const sb_engine_map *m, const sb_
         if (m->e[i].len == s->name.len && memcmp(m->e[i].name, s->name.p, s->name.len) == 0) {
             add_field(r, (enum field)m->e[i].field, m, s);
             r->n_samples++;
+            if (m->e[i].field != F_PROCESS_START)
+                r->n_matched++;
         }
     }
 }
@@ -426,6 +428,58 @@ size_t sb_engine_metrics_parse(const sb_engine_map *m, const char *body, size_t 
     used = sb_prom_parse(body, len, &h, NULL);
     sb_engine_report_finish(r);
     return used;
+}
+
+/* ---- engine detection ---- */
+
+/* Indexed by sb_engine_kind; custom has no prefix. */
+static const char *const prefixes[] = {"vllm:", "sglang:", "trtllm_", "llamacpp:", NULL};
+
+const char *sb_engine_prefix(sb_engine_kind k)
+{
+    return (unsigned)k < sizeof prefixes / sizeof prefixes[0] ? prefixes[k] : NULL;
+}
+
+static bool starts(const char *p, size_t n, const char *pre)
+{
+    size_t l = strlen(pre);
+    return n >= l && memcmp(p, pre, l) == 0;
+}
+
+uint32_t sb_engine_families(const char *body, size_t len)
+{
+    uint32_t mask = 0;
+    size_t i = 0;
+
+    while (i < len) {
+        const char *nl = memchr(body + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - body) : len;
+        const char *p = body + i;
+        size_t n = end - i;
+
+        /* "# TYPE name ..." / "# HELP name ...": a family declared even with no sample yet
+         * (vLLM declares its families before the first request). */
+        if (starts(p, n, "# TYPE ") || starts(p, n, "# HELP "))
+            p += 7, n -= 7;
+        for (uint32_t k = 0; k < SB_ENGINE_CUSTOM; k++)
+            if (starts(p, n, prefixes[k]))
+                mask |= 1u << k;
+        i = end + 1;
+    }
+    return mask;
+}
+
+bool sb_engine_guess(uint32_t families, sb_engine_kind *out)
+{
+    static const sb_engine_kind order[] = {SB_ENGINE_VLLM, SB_ENGINE_SGLANG, SB_ENGINE_TRTLLM, SB_ENGINE_LLAMACPP};
+
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (families & (1u << order[i])) {
+            *out = order[i];
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ---- llama.cpp GET /slots ---- */
