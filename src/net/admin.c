@@ -400,6 +400,15 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
                               cfg->pools[p].endpoints[e].address, (unsigned long long)v);
             }
     }
+    sb_buf_puts(b, "# HELP switchboard_endpoint_served_model_missing 1 while the endpoint's /v1/models does not list "
+                   "its pool's first model (the name sent upstream).\n"
+                   "# TYPE switchboard_endpoint_served_model_missing gauge\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
+            sb_buf_printf(b, "switchboard_endpoint_served_model_missing{pool=\"%s\",endpoint=\"%s\"} %d\n",
+                          cfg->pools[p].name, cfg->pools[p].endpoints[e].address, ps && ps->models.missing ? 1 : 0);
+        }
     uint64_t waits = 0, timeouts = 0;
     if (gw->prober)
         sb_prober_sync_stats(gw->prober, &waits, &timeouts);
@@ -706,8 +715,15 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                 sb_buf_puts(b, "null");
             sb_buf_printf(b, ",\"block_size\":%u,\"num_gpu_blocks\":%u,\"max_lora\":%u,\"lora_running_mask\":%llu",
                           r->block_size, r->num_gpu_blocks, r->max_lora, (unsigned long long)r->lora_running_mask);
-            if (ps)
+            if (ps) {
+                char why[320];
                 render_report_engine(b, ps, cfg->pools[p].probe_path);
+                if (sb_probe_models_why(&ps->models, cfg->pools[p].models[0], why, sizeof why)) {
+                    sb_buf_puts(b, ",\"models_error\":\"");
+                    sb_buf_json_escape(b, why, strlen(why));
+                    sb_buf_puts(b, "\"");
+                }
+            }
             sb_buf_puts(b, "}");
             sb_buf_printf(b,
                           ",\"own\":{\"in_flight\":%u,\"sent_since_report\":%u,\"pending_prefill_tokens\":%llu,"

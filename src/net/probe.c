@@ -12,6 +12,8 @@
 /* /metrics of a busy vLLM is ~30-100 KiB; 4 MiB bounds a broken one. */
 #define MAX_METRICS_BYTES (4u << 20)
 #define SLOTS_SCRATCH_BYTES (256u << 10)
+/* A /v1/models answer is ~300 bytes a model; 1 MiB is thousands of adapters. */
+#define MAX_MODELS_BYTES (1u << 20)
 
 struct probe;
 
@@ -32,7 +34,8 @@ typedef struct probe {
     uint32_t pool, ep;
     sb_upstream *up;             /* a pool of its own: probes never take request connections */
     uv_timer_t scrape_timer, health_timer;
-    sb_http_get *scrape, *health;
+    sb_http_get *scrape, *health, *models;
+    bool models_due; /* check /v1/models after the next successful scrape */
     sb_engine_map map;
     sb_engine_report prev;
     bool have_prev;
@@ -126,8 +129,10 @@ static void apply_report(probe *pr, const sb_engine_report *er)
     sb_ns before = ep->report_ns;
     sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now_ns());
     if (restarted) {
-        /* A restarted engine has an empty cache: what the index believed is gone. */
+        /* A restarted engine has an empty cache: what the index believed is gone. It may
+         * also serve another model now. */
         pr->stats.restarts++;
+        pr->models_due = true;
         sb_router_prefix_clear(r, pr->pool, pr->ep, before);
         SB_INFO("endpoint %s restarted (counters went back): prefix index entries dropped",
                 ep->address ? ep->address : "?");
@@ -207,6 +212,63 @@ static bool read_metrics(probe *pr, const char *body, size_t len, sb_engine_repo
     return true;
 }
 
+const char *sb_probe_models_why(const sb_probe_models *m, const char *served_name, char *buf, size_t cap)
+{
+    if (!m->missing)
+        return NULL;
+    if (m->served[0])
+        snprintf(buf, cap, "/v1/models lists '%s', not '%s' (the pool's first model, the name sent upstream)",
+                 m->served, served_name);
+    else
+        snprintf(buf, cap, "/v1/models lists no model, not '%s' (the pool's first model, the name sent upstream)",
+                 served_name);
+    return buf;
+}
+
+static void on_models_done(void *ud, int status, const char *body, size_t len)
+{
+    probe *pr = ud;
+    sb_probe_models *m = &pr->stats.models;
+    const char *name = pr->pc->models[0], *first;
+    size_t first_len;
+    pr->models = NULL;
+    if (status < 0)
+        return; /* not reached: models_due stays set, the next good scrape tries again */
+    pr->models_due = false;
+    if (status != 200)
+        return; /* a server without /v1/models (a custom engine) says nothing about names */
+    int rc = sb_engine_models_has(body, len, pr->owner->slots_scratch, SLOTS_SCRATCH_BYTES, name, strlen(name), &first,
+                                  &first_len);
+    if (rc < 0)
+        return;
+    sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+    const char *addr = ep && ep->address ? ep->address : "?";
+    bool was = m->missing;
+    m->checked = true;
+    m->checks++;
+    m->missing = rc == 0;
+    if (m->missing) {
+        size_t n = first_len < sizeof m->served - 1 ? first_len : sizeof m->served - 1;
+        memcpy(m->served, first ? first : "", n);
+        m->served[n] = '\0';
+        if (!was) {
+            char why[320];
+            SB_WARN("endpoint %s: %s; its requests will fail", addr, sb_probe_models_why(m, name, why, sizeof why));
+        }
+    } else if (was) {
+        SB_INFO("endpoint %s: /v1/models lists '%s' again", addr, name);
+    }
+}
+
+static void start_models_check(probe *pr)
+{
+    if (pr->models || !pr->up || pr->owner->stopping)
+        return;
+    if (sb_http_get_start(pr->up, "/v1/models", pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms,
+                          MAX_MODELS_BYTES, on_models_done, pr, &pr->models) < 0)
+        pr->models = NULL;
+}
+
 static void on_scrape_timer(uv_timer_t *t);
 static void wait_scrape_ended(sb_prober *p, probe *pr);
 static void wait_end(sb_probe_wait *w, bool call);
@@ -231,6 +293,10 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
             apply_report(pr, &er);
         else
             pr->stats.scrape_errors++;
+        /* After a 200 (the server is up), whether its page matched or not: a wrong served
+         * name is worth knowing either way. */
+        if (pr->models_due)
+            start_models_check(pr);
     } else {
         pr->stats.scrape_errors++;
     }
@@ -383,7 +449,9 @@ void sb_prober_stop(sb_prober *p)
             sb_http_get_cancel(pr->scrape);
         if (pr->health)
             sb_http_get_cancel(pr->health);
-        pr->scrape = pr->health = NULL;
+        if (pr->models)
+            sb_http_get_cancel(pr->models);
+        pr->scrape = pr->health = pr->models = NULL;
         uv_close((uv_handle_t *)&pr->scrape_timer, on_closed);
         uv_close((uv_handle_t *)&pr->health_timer, on_closed);
     }
@@ -537,6 +605,7 @@ static void configure(probe *pr, const sb_pool_config *pc)
     if (!automatic)
         sb_engine_kind_parse(name, &kind);
     pr->pc = pc;
+    pr->models_due = true; /* at start, and after a reload (the served name may have changed) */
     if (automatic && eg->automatic && eg->detected)
         kind = (sb_engine_kind)eg->kind;
     else if (automatic != eg->automatic || (!automatic && (int)kind != eg->kind) || kind == SB_ENGINE_CUSTOM) {

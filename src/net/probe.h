@@ -47,9 +47,25 @@ typedef struct sb_probe_engine {
  * mismatch. */
 const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char *buf, size_t cap);
 
+/* The served-name check: the pool's first model is the name sent upstream, so it must be one
+ * of the ids the endpoint's GET /v1/models lists. Checked once after the first successful
+ * scrape, and again after a reload or a restart of the engine (a list that cannot change
+ * otherwise is not fetched per scrape). A missing name is logged once, shown in
+ * /debug/endpoints with what the endpoint serves, and exported as a gauge. */
+typedef struct sb_probe_models {
+    bool checked;        /* a /v1/models answer was read */
+    bool missing;        /* ... and the served name was not in it */
+    uint64_t checks;     /* answers read */
+    char served[128];    /* missing: the first id listed ("" for an empty list), truncated */
+} sb_probe_models;
+
+/* Writes why the served name is wrong into buf; returns buf, or NULL when it is not. */
+const char *sb_probe_models_why(const sb_probe_models *m, const char *served_name, char *buf, size_t cap);
+
 typedef struct sb_probe_stats {
     uint64_t scrapes, scrape_errors, health_checks, health_failures, restarts;
     sb_probe_engine engine;
+    sb_probe_models models;
     uint32_t interval_ms;        /* current scrape interval */
     int last_status;             /* last scrape: HTTP status or negative libuv error */
     sb_ns last_scrape_ns;

@@ -539,6 +539,45 @@ int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t sc
     return 0;
 }
 
+/* ---- OpenAI GET /v1/models ---- */
+
+int sb_engine_models_has(const char *json, size_t len, void *scratch, size_t scratch_bytes, const char *name,
+                         size_t name_len, const char **first, size_t *first_len)
+{
+    sb_json j = {.max_depth = SB_ENGINE_SLOTS_MAX_DEPTH};
+    const sb_json_tok *tok;
+    int n, data = -1;
+
+    if (first)
+        *first = NULL, *first_len = 0;
+    sb_json_lend(&j, scratch, scratch_bytes);
+    n = sb_json_parse(&j, json, len);
+    if (n == SB_JSON_TOO_MANY)
+        return SB_ENGINE_SLOTS_NOSPACE;
+    tok = j.tokens;
+    if (n < 1 || tok[0].type != SB_JSON_OBJECT)
+        return SB_ENGINE_SLOTS_BAD_JSON;
+    for (int k = 0, key = 1; k < tok[0].size; k++, key = sb_json_skip(tok, n, key + 1))
+        if (sb_json_str_is(json, &tok[key], "data", 4))
+            data = key + 1;
+    if (data < 0 || tok[data].type != SB_JSON_ARRAY)
+        return SB_ENGINE_SLOTS_BAD_JSON;
+    for (int i = 0, obj = data + 1; i < tok[data].size; i++, obj = sb_json_skip(tok, n, obj)) {
+        if (tok[obj].type != SB_JSON_OBJECT)
+            return SB_ENGINE_SLOTS_BAD_JSON;
+        for (int k = 0, key = obj + 1; k < tok[obj].size; k++, key = sb_json_skip(tok, n, key + 1)) {
+            const sb_json_tok *v = &tok[key + 1];
+            if (!sb_json_str_is(json, &tok[key], "id", 2) || v->type != SB_JSON_STRING)
+                continue;
+            if ((size_t)(v->end - v->start) == name_len && memcmp(json + v->start, name, name_len) == 0)
+                return 1;
+            if (first && !*first)
+                *first = json + v->start, *first_len = (size_t)(v->end - v->start);
+        }
+    }
+    return 0;
+}
+
 bool sb_engine_report_restarted(const sb_engine_report *prev, const sb_engine_report *cur)
 {
     if (prev->have_process_start && cur->have_process_start && prev->process_start_time != cur->process_start_time)

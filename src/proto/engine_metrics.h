@@ -189,6 +189,16 @@ bool sb_engine_guess(uint32_t families, sb_engine_kind *out);
 /* The family prefix an engine's names carry ("vllm:"), or NULL for custom. */
 const char *sb_engine_prefix(sb_engine_kind k);
 
+/* OpenAI GET /v1/models ({"data":[{"id":"name",...},...]}, as vLLM, SGLang, TensorRT-LLM and
+ * llama.cpp answer it): whether `name` (len bytes) is one of the ids. Returns 1 (listed) or
+ * 0 (not listed; *first, when not NULL, points into json at the first id, *first_len its
+ * length, 0 when the list is empty), SB_ENGINE_SLOTS_BAD_JSON (not JSON, no data array of
+ * objects, or nested deeper than SB_ENGINE_SLOTS_MAX_DEPTH) or SB_ENGINE_SLOTS_NOSPACE
+ * (scratch too small). Ids are compared as written: an escaped id does not match (no served
+ * name needs escaping). scratch as for sb_engine_slots_parse; never allocates; linear in len. */
+int sb_engine_models_has(const char *json, size_t len, void *scratch, size_t scratch_bytes, const char *name,
+                         size_t name_len, const char **first, size_t *first_len);
+
 /* True when `cur` shows a restart since `prev`: process_start_time changed, or a counter
  * both reports carry (requests, prompt or generation tokens, prefix queries) went backwards.
  * Pure; false when nothing comparable is present. */

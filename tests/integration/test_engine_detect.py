@@ -9,7 +9,7 @@ import os
 import unittest
 
 from fixtures import Gateway, http, wait_until
-from test_sim import Sim
+from test_sim import MODEL, Sim
 
 PROBE = "probe: { interval_ms: 50, min_interval_ms: 50, max_interval_ms: 100, health_interval_ms: 0 }"
 
@@ -83,6 +83,29 @@ class EngineDetectTest(unittest.TestCase):
             gw.close()
             for s in sims.values():
                 s.stop()
+
+    def test_mistyped_served_name_is_reported(self):
+        sim = Sim()
+        addr = "127.0.0.1:%d" % sim.port
+        # The first model of a pool is the name sent upstream: "sim/model-A" is a typo.
+        gw = Gateway([{"name": "typo", "models": ["sim/model-A", "alias"], "endpoints": [addr], "yaml": [PROBE]},
+                      {"name": "good", "models": [MODEL], "endpoints": [addr], "yaml": [PROBE]}])
+        try:
+            gauge = "switchboard_endpoint_served_model_missing"
+            wait_until(lambda: metric(gw, gauge, "typo", addr) == 1, 10, "the missing served name")
+            eps = endpoints(gw)
+            self.assertEqual(eps["typo"][0]["report"].get("models_error"),
+                             "/v1/models lists '%s', not 'sim/model-A' (the pool's first model, the name sent "
+                             "upstream)" % MODEL, eps["typo"][0])
+            self.assertNotIn("models_error", eps["good"][0]["report"])
+            self.assertEqual(metric(gw, gauge, "good", addr), 0)
+            # Once, not per scrape.
+            wait_until(lambda: metric(gw, "switchboard_probe_scrapes_total", "typo", addr) >= 4, 10, "more scrapes")
+            warned = [l for l in log_of(gw).splitlines() if "not 'sim/model-A'" in l]
+            self.assertEqual(len(warned), 1, log_of(gw))
+        finally:
+            gw.close()
+            sim.stop()
 
 
 if __name__ == "__main__":

@@ -661,6 +661,50 @@ static void test_wrong_engine_mismatch(void **state)
     assert_null(sb_engine_prefix(SB_ENGINE_CUSTOM));
 }
 
+/* /v1/models: the pool's served name among the ids, or the first id to name in the warning. */
+static void test_models_has(void **state)
+{
+    static int scratch[4096];
+    const char *first;
+    size_t first_len;
+    /* vLLM's answer with a LoRA adapter beside the base model. */
+    static const char vllm[] =
+        "{\"object\":\"list\",\"data\":[{\"id\":\"Qwen/Qwen2.5-1.5B\",\"object\":\"model\",\"created\":1,"
+        "\"owned_by\":\"vllm\",\"root\":\"Qwen/Qwen2.5-1.5B\",\"parent\":null,\"max_model_len\":32768,"
+        "\"permission\":[{\"id\":\"modelperm-1\",\"allow_view\":true}]},"
+        "{\"id\":\"sql-lora\",\"object\":\"model\",\"parent\":\"Qwen/Qwen2.5-1.5B\"}]}";
+
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("Qwen/Qwen2.5-1.5B"),
+                                          &first, &first_len),
+                     1);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("sql-lora"), NULL, NULL),
+                     1);
+    /* A typo: not listed, and the first id is there to say what is served. An id nested
+     * deeper (a permission's) never counts. */
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("Qwen/Qwen2.5-1.5b"),
+                                          &first, &first_len),
+                     0);
+    assert_int_equal(first_len, strlen("Qwen/Qwen2.5-1.5B"));
+    assert_memory_equal(first, "Qwen/Qwen2.5-1.5B", first_len);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("modelperm-1"), NULL, NULL),
+                     0);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[]}"), scratch, sizeof scratch, LIT_ARGS("m"), &first,
+                                          &first_len),
+                     0);
+    assert_int_equal(first_len, 0);
+    /* Not a models list. */
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("[]"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":{}}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[1]}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":["), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, 64, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_NOSPACE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -688,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_kind_names),
         cmocka_unit_test(test_detect_captures),
         cmocka_unit_test(test_wrong_engine_mismatch),
+        cmocka_unit_test(test_models_has),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
