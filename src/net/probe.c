@@ -152,7 +152,13 @@ const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char
         return NULL;
     const char *pre = sb_engine_prefix((sb_engine_kind)e->kind);
     if (e->automatic && !e->have_looks_like)
-        snprintf(buf, cap, "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto); set engine:", path);
+        snprintf(buf, cap, "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto; another server "
+                 "needs engine: custom)", path);
+    else if (e->have_looks_like && e->looks_like == e->kind)
+        /* The engine's prefix is there, but none of the load families read (TensorRT-LLM
+         * releases that export only request histograms). */
+        snprintf(buf, cap, "%s families in %s, but none of the load metrics read (running, waiting, KV use)", pre,
+                 path);
     else if (!pre)
         snprintf(buf, cap, "none of the configured metric names in %s%s%s", path,
                  e->have_looks_like ? "; this looks like " : "",
@@ -182,6 +188,9 @@ static bool read_metrics(probe *pr, const char *body, size_t len, sb_engine_repo
             eg->kind = guess;
             eg->detected = true;
             sb_engine_metrics_parse(&pr->map, body, len, er);
+            sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+            SB_INFO("endpoint %s: engine auto: reading %s metrics", ep && ep->address ? ep->address : "?",
+                    sb_engine_kind_name(guess));
         }
         if (er->n_matched == 0) {
             eg->mismatches++;
@@ -606,6 +615,8 @@ static void configure(probe *pr, const sb_pool_config *pc)
         sb_engine_kind_parse(name, &kind);
     pr->pc = pc;
     pr->models_due = true; /* at start, and after a reload (the served name may have changed) */
+    /* Only llama.cpp serves /slots: a pool pointed there is llama.cpp, auto or not. */
+    bool slots = pc->probe_path && !strcmp(pc->probe_path, "/slots");
     if (automatic && eg->automatic && eg->detected)
         kind = (sb_engine_kind)eg->kind;
     else if (automatic != eg->automatic || (!automatic && (int)kind != eg->kind) || kind == SB_ENGINE_CUSTOM) {
@@ -614,12 +625,15 @@ static void configure(probe *pr, const sb_pool_config *pc)
         eg->mismatch = false;
         eg->have_looks_like = false;
     }
+    if (automatic && slots) {
+        kind = SB_ENGINE_LLAMACPP;
+        eg->detected = true;
+    }
     eg->kind = (int)kind;
     sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
                                      .kv_usage = pc->metric_kv_usage};
     sb_engine_map_init(&pr->map, kind, &custom);
-    /* Only llama.cpp serves /slots: a pool pointed there is llama.cpp, auto or not. */
-    pr->use_slots = (kind == SB_ENGINE_LLAMACPP || automatic) && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+    pr->use_slots = kind == SB_ENGINE_LLAMACPP && slots;
 }
 
 void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg)

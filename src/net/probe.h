@@ -33,13 +33,13 @@ typedef struct sb_prober sb_prober;
  * scrape_errors), kept in `mismatch` until a scrape matches again, logged once when it starts
  * and once when it ends, never per scrape; looks_like names the engine the page points at. */
 typedef struct sb_probe_engine {
-    bool automatic;         /* engine: auto */
-    bool detected;          /* automatic, and a scrape has chosen `kind` */
-    bool mismatch;          /* the last 200 scrape matched nothing */
-    bool have_looks_like;   /* mismatch, and the page looks like looks_like */
-    int kind;               /* sb_engine_kind of the mapping in use */
-    int looks_like;         /* sb_engine_kind */
-    uint64_t mismatches;    /* 200 scrapes that matched nothing */
+    bool automatic;       /* engine: auto */
+    bool detected;        /* automatic, and a scrape has chosen `kind` */
+    bool mismatch;        /* the last 200 scrape matched nothing */
+    bool have_looks_like; /* mismatch, and the page looks like looks_like */
+    int kind;             /* sb_engine_kind of the mapping in use */
+    int looks_like;       /* sb_engine_kind */
+    uint64_t mismatches;  /* 200 scrapes that matched nothing */
 } sb_probe_engine;
 
 /* Writes why an endpoint's scrapes match nothing ("no vllm: families in /metrics; this looks
@@ -53,10 +53,10 @@ const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char
  * otherwise is not fetched per scrape). A missing name is logged once, shown in
  * /debug/endpoints with what the endpoint serves, and exported as a gauge. */
 typedef struct sb_probe_models {
-    bool checked;        /* a /v1/models answer was read */
-    bool missing;        /* ... and the served name was not in it */
-    uint64_t checks;     /* answers read */
-    char served[128];    /* missing: the first id listed ("" for an empty list), truncated */
+    bool checked;     /* a /v1/models answer was read */
+    bool missing;     /* ... and the served name was not in it */
+    uint64_t checks;  /* answers read */
+    char served[128]; /* missing: the first id listed ("" for an empty list), truncated */
 } sb_probe_models;
 
 /* Writes why the served name is wrong into buf; returns buf, or NULL when it is not. */
@@ -66,8 +66,8 @@ typedef struct sb_probe_stats {
     uint64_t scrapes, scrape_errors, health_checks, health_failures, restarts;
     sb_probe_engine engine;
     sb_probe_models models;
-    uint32_t interval_ms;        /* current scrape interval */
-    int last_status;             /* last scrape: HTTP status or negative libuv error */
+    uint32_t interval_ms; /* current scrape interval */
+    int last_status;      /* last scrape: HTTP status or negative libuv error */
     sb_ns last_scrape_ns;
 } sb_probe_stats;
 

@@ -8,7 +8,7 @@ import json
 import os
 import unittest
 
-from fixtures import Gateway, http, wait_until
+from fixtures import Gateway, Upstream, http, wait_until
 from test_sim import MODEL, Sim
 
 PROBE = "probe: { interval_ms: 50, min_interval_ms: 50, max_interval_ms: 100, health_interval_ms: 0 }"
@@ -83,6 +83,51 @@ class EngineDetectTest(unittest.TestCase):
             gw.close()
             for s in sims.values():
                 s.stop()
+
+    def test_auto_says_why_when_nothing_matches(self):
+        """auto with nothing to read: an empty page, and a TensorRT-LLM release that exports only
+        request histograms (its prefix, none of the load families)."""
+        empty, histo = Upstream("empty"), Upstream("histo")
+        histo.metrics_text = ("# TYPE trtllm_time_to_first_token_seconds histogram\n"
+                              "trtllm_time_to_first_token_seconds_count 3\n")
+        gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [empty.address, histo.address], "yaml": [PROBE]}])
+        try:
+            wait_until(lambda: all(metric(gw, "switchboard_probe_mismatch_total", "p", u.address) >= 1
+                                   for u in (empty, histo)), 10, "both mismatches")
+            eps = {e["address"]: e for e in endpoints(gw)["p"]}
+            self.assertEqual(eps[empty.address]["report"]["error"],
+                             "no vllm:, sglang:, trtllm_ or llamacpp: families in /metrics (engine auto; another "
+                             "server needs engine: custom)")
+            self.assertIsNone(eps[empty.address]["report"]["engine"]["in_use"])
+            self.assertEqual(eps[histo.address]["report"]["error"],
+                             "trtllm_ families in /metrics, but none of the load metrics read (running, waiting, "
+                             "KV use)")
+            self.assertEqual(eps[histo.address]["report"]["engine"]["in_use"], "trtllm")
+            # The page gets fixed: the error goes, the report arrives.
+            empty.metrics_text = "sglang:num_running_reqs 1\nsglang:num_queue_reqs 0\nsglang:token_usage 0.5\n"
+            wait_until(lambda: "error" not in {e["address"]: e for e in endpoints(gw)["p"]}[empty.address]["report"],
+                       10, "the fixed page to be read")
+            ep = {e["address"]: e for e in endpoints(gw)["p"]}[empty.address]
+            self.assertEqual(ep["report"]["engine"]["in_use"], "sglang")
+            self.assertEqual(ep["report"]["kv_cache_usage"], 0.5)
+            self.assertEqual(log_of(gw).count("(engine auto; another"), 1, log_of(gw))
+        finally:
+            gw.close()
+            empty.close()
+            histo.close()
+
+    def test_auto_with_slots_reads_llamacpp(self):
+        sim = Sim("--engine", "llamacpp")
+        addr = "127.0.0.1:%d" % sim.port
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [addr], "yaml": ["probe: { path: /slots }"]}])
+        try:
+            wait_until(lambda: endpoints(gw)["p"][0]["report"]["source"] == "scrape", 10, "a /slots report")
+            ep = endpoints(gw)["p"][0]
+            self.assertEqual(ep["report"]["engine"], {"configured": "auto", "in_use": "llamacpp", "mismatches": 0})
+            self.assertNotIn("error", ep["report"])
+        finally:
+            gw.close()
+            sim.stop()
 
     def test_mistyped_served_name_is_reported(self):
         sim = Sim()
