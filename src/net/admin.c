@@ -24,6 +24,7 @@
 #include "net/precise.h"
 #include "net/probe.h"
 #include "net/stats.h"
+#include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
 static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h, const double *bounds)
@@ -400,6 +401,9 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
         {"switchboard_health_check_failures_total", "Active health checks that failed."},
         {"switchboard_endpoint_ejections_total", "Times outlier detection ejected the endpoint."},
         {"switchboard_endpoint_restarts_total", "Engine restarts detected from its counters."},
+        {"switchboard_probe_mismatch_total",
+         "Scrapes that answered 200 with none of the engine's metric families (a wrong engine:, or with auto none "
+         "known); /debug/endpoints says which engine the page looks like."},
     };
     for (size_t g = 0; g < sizeof(probe_counters) / sizeof(probe_counters[0]); g++) {
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", probe_counters[g][0], probe_counters[g][1],
@@ -412,11 +416,21 @@ static void render_probe_counters(sb_gateway *gw, sb_buf *b)
                              : g == 1 ? (ps ? ps->scrape_errors : 0)
                              : g == 2 ? (ps ? ps->health_failures : 0)
                              : g == 3 ? ep->ejections_total
-                                      : (ps ? ps->restarts : 0);
+                             : g == 4 ? (ps ? ps->restarts : 0)
+                                      : (ps ? ps->engine.mismatches : 0);
                 sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %llu\n", probe_counters[g][0], cfg->pools[p].name,
                               cfg->pools[p].endpoints[e].address, (unsigned long long)v);
             }
     }
+    sb_buf_puts(b, "# HELP switchboard_endpoint_served_model_missing 1 while the endpoint's /v1/models does not list "
+                   "its pool's first model (the name sent upstream).\n"
+                   "# TYPE switchboard_endpoint_served_model_missing gauge\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+            const sb_probe_stats *ps = gw->prober ? sb_prober_stats(gw->prober, (uint32_t)p, (uint32_t)e) : NULL;
+            sb_buf_printf(b, "switchboard_endpoint_served_model_missing{pool=\"%s\",endpoint=\"%s\"} %d\n",
+                          cfg->pools[p].name, cfg->pools[p].endpoints[e].address, ps && ps->models.missing ? 1 : 0);
+        }
     uint64_t waits = 0, timeouts = 0;
     if (gw->prober)
         sb_prober_sync_stats(gw->prober, &waits, &timeouts);
@@ -665,6 +679,26 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     sb_discovery_render_metrics(gw->disc, b);
 }
 
+/* The report's engine: configured ("auto" or a name), the mapping in use (null while auto has
+ * not seen a page), scrapes that matched nothing, and while they do, why. */
+static void render_report_engine(sb_buf *b, const sb_probe_stats *ps, const char *path)
+{
+    const sb_probe_engine *e = &ps->engine;
+    char why[200];
+    sb_buf_printf(b, ",\"engine\":{\"configured\":\"%s\",\"in_use\":",
+                  e->automatic ? "auto" : sb_engine_kind_name((sb_engine_kind)e->kind));
+    if (!e->automatic || e->detected)
+        sb_buf_printf(b, "\"%s\"", sb_engine_kind_name((sb_engine_kind)e->kind));
+    else
+        sb_buf_puts(b, "null");
+    sb_buf_printf(b, ",\"mismatches\":%llu}", (unsigned long long)e->mismatches);
+    if (sb_probe_engine_why(e, path ? path : "/metrics", why, sizeof why)) {
+        sb_buf_puts(b, ",\"error\":\"");
+        sb_buf_json_escape(b, why, strlen(why));
+        sb_buf_puts(b, "\"");
+    }
+}
+
 static void render_endpoints(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
@@ -701,8 +735,18 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                 sb_buf_printf(b, "%g", r->kv_usage);
             else
                 sb_buf_puts(b, "null");
-            sb_buf_printf(b, ",\"block_size\":%u,\"num_gpu_blocks\":%u,\"max_lora\":%u,\"lora_running_mask\":%llu}",
+            sb_buf_printf(b, ",\"block_size\":%u,\"num_gpu_blocks\":%u,\"max_lora\":%u,\"lora_running_mask\":%llu",
                           r->block_size, r->num_gpu_blocks, r->max_lora, (unsigned long long)r->lora_running_mask);
+            if (ps) {
+                char why[320];
+                render_report_engine(b, ps, cfg->pools[p].probe_path);
+                if (sb_probe_models_why(&ps->models, cfg->pools[p].models[0], why, sizeof why)) {
+                    sb_buf_puts(b, ",\"models_error\":\"");
+                    sb_buf_json_escape(b, why, strlen(why));
+                    sb_buf_puts(b, "\"");
+                }
+            }
+            sb_buf_puts(b, "}");
             sb_buf_printf(b,
                           ",\"own\":{\"in_flight\":%u,\"sent_since_report\":%u,\"pending_prefill_tokens\":%llu,"
                           "\"dispatched\":%llu,\"completed\":%llu,\"failed\":%llu},"

@@ -1,5 +1,6 @@
 #include "net/probe.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -11,6 +12,8 @@
 /* /metrics of a busy vLLM is ~30-100 KiB; 4 MiB bounds a broken one. */
 #define MAX_METRICS_BYTES (4u << 20)
 #define SLOTS_SCRATCH_BYTES (256u << 10)
+/* A /v1/models answer is ~300 bytes a model; 1 MiB is thousands of adapters. */
+#define MAX_MODELS_BYTES (1u << 20)
 
 struct probe;
 
@@ -31,7 +34,8 @@ typedef struct probe {
     uint32_t pool, ep;
     sb_upstream *up;             /* a pool of its own: probes never take request connections */
     uv_timer_t scrape_timer, health_timer;
-    sb_http_get *scrape, *health;
+    sb_http_get *scrape, *health, *models;
+    bool models_due; /* check /v1/models after the next successful scrape */
     sb_engine_map map;
     sb_engine_report prev;
     bool have_prev;
@@ -125,8 +129,10 @@ static void apply_report(probe *pr, const sb_engine_report *er)
     sb_ns before = ep->report_ns;
     sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now_ns());
     if (restarted) {
-        /* A restarted engine has an empty cache: what the index believed is gone. */
+        /* A restarted engine has an empty cache: what the index believed is gone. It may
+         * also serve another model now. */
         pr->stats.restarts++;
+        pr->models_due = true;
         sb_router_prefix_clear(r, pr->pool, pr->ep, before);
         SB_INFO("endpoint %s restarted (counters went back): prefix index entries dropped",
                 ep->address ? ep->address : "?");
@@ -138,6 +144,138 @@ static void apply_report(probe *pr, const sb_engine_report *er)
         sb_router_prefix_capacity(r, pr->pool, pr->ep, (uint64_t)rep.num_gpu_blocks * rep.block_size);
     pr->prev = *er;
     pr->have_prev = true;
+}
+
+const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char *buf, size_t cap)
+{
+    if (!e->mismatch)
+        return NULL;
+    const char *pre = sb_engine_prefix((sb_engine_kind)e->kind);
+    if (e->automatic && !e->have_looks_like)
+        snprintf(buf, cap, "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto; another server "
+                 "needs engine: custom)", path);
+    else if (e->have_looks_like && e->looks_like == e->kind)
+        /* The engine's prefix is there, but none of the load families read (TensorRT-LLM
+         * releases that export only request histograms). */
+        snprintf(buf, cap, "%s families in %s, but none of the load metrics read (running, waiting, KV use)", pre,
+                 path);
+    else if (!pre)
+        snprintf(buf, cap, "none of the configured metric names in %s%s%s", path,
+                 e->have_looks_like ? "; this looks like " : "",
+                 e->have_looks_like ? sb_engine_kind_name((sb_engine_kind)e->looks_like) : "");
+    else
+        snprintf(buf, cap, "no %s families in %s; this looks like %s", pre, path,
+                 e->have_looks_like ? sb_engine_kind_name((sb_engine_kind)e->looks_like) : "no known engine");
+    return buf;
+}
+
+/* A 200 /metrics page parsed into er with the mapping in use. Returns true when it matched
+ * the engine's families (er then holds the report to apply). With engine: auto a page that
+ * does not match is looked at once more: the families it exposes choose the mapping, and it
+ * is parsed again with it. The detection pass runs only on a miss, so a steady endpoint costs
+ * one parse per scrape. */
+static bool read_metrics(probe *pr, const char *body, size_t len, sb_engine_report *er)
+{
+    sb_probe_engine *eg = &pr->stats.engine;
+    sb_engine_metrics_parse(&pr->map, body, len, er);
+    if (er->n_matched == 0) {
+        sb_engine_kind guess;
+        bool have = sb_engine_guess(sb_engine_families(body, len), &guess);
+        if (eg->automatic && have && (!eg->detected || guess != pr->map.kind)) {
+            sb_engine_map_init(&pr->map, guess, NULL);
+            /* Counters of another mapping are not comparable: no restart from them. */
+            pr->have_prev = false;
+            eg->kind = guess;
+            eg->detected = true;
+            sb_engine_metrics_parse(&pr->map, body, len, er);
+            sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+            SB_INFO("endpoint %s: engine auto: reading %s metrics", ep && ep->address ? ep->address : "?",
+                    sb_engine_kind_name(guess));
+        }
+        if (er->n_matched == 0) {
+            eg->mismatches++;
+            eg->have_looks_like = have;
+            eg->looks_like = have ? (int)guess : 0;
+            if (!eg->mismatch) {
+                char why[200];
+                sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+                eg->mismatch = true;
+                SB_WARN("endpoint %s: scrape answered 200 but %s; its load is unknown until this is fixed",
+                        ep && ep->address ? ep->address : "?",
+                        sb_probe_engine_why(eg, pr->pc->probe_path, why, sizeof why));
+            }
+            return false;
+        }
+    }
+    if (eg->automatic && !eg->detected) {
+        eg->detected = true;
+        eg->kind = (int)pr->map.kind;
+    }
+    if (eg->mismatch) {
+        sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+        eg->mismatch = false;
+        eg->have_looks_like = false;
+        SB_INFO("endpoint %s: scrape matches engine %s again", ep && ep->address ? ep->address : "?",
+                sb_engine_kind_name(pr->map.kind));
+    }
+    return true;
+}
+
+const char *sb_probe_models_why(const sb_probe_models *m, const char *served_name, char *buf, size_t cap)
+{
+    if (!m->missing)
+        return NULL;
+    if (m->served[0])
+        snprintf(buf, cap, "/v1/models lists '%s', not '%s' (the pool's first model, the name sent upstream)",
+                 m->served, served_name);
+    else
+        snprintf(buf, cap, "/v1/models lists no model, not '%s' (the pool's first model, the name sent upstream)",
+                 served_name);
+    return buf;
+}
+
+static void on_models_done(void *ud, int status, const char *body, size_t len)
+{
+    probe *pr = ud;
+    sb_probe_models *m = &pr->stats.models;
+    const char *name = pr->pc->models[0], *first;
+    size_t first_len;
+    pr->models = NULL;
+    if (status < 0)
+        return; /* not reached: models_due stays set, the next good scrape tries again */
+    pr->models_due = false;
+    if (status != 200)
+        return; /* a server without /v1/models (a custom engine) says nothing about names */
+    int rc = sb_engine_models_has(body, len, pr->owner->slots_scratch, SLOTS_SCRATCH_BYTES, name, strlen(name), &first,
+                                  &first_len);
+    if (rc < 0)
+        return;
+    sb_endpoint *ep = sb_router_endpoint(pr->owner->router, pr->pool, pr->ep);
+    const char *addr = ep && ep->address ? ep->address : "?";
+    bool was = m->missing;
+    m->checked = true;
+    m->checks++;
+    m->missing = rc == 0;
+    if (m->missing) {
+        size_t n = first_len < sizeof m->served - 1 ? first_len : sizeof m->served - 1;
+        memcpy(m->served, first ? first : "", n);
+        m->served[n] = '\0';
+        if (!was) {
+            char why[320];
+            SB_WARN("endpoint %s: %s; its requests will fail", addr, sb_probe_models_why(m, name, why, sizeof why));
+        }
+    } else if (was) {
+        SB_INFO("endpoint %s: /v1/models lists '%s' again", addr, name);
+    }
+}
+
+static void start_models_check(probe *pr)
+{
+    if (pr->models || !pr->up || pr->owner->stopping)
+        return;
+    if (sb_http_get_start(pr->up, "/v1/models", pr->pc->upstream_auth_header, pr->pc->probe_timeout_ms,
+                          MAX_MODELS_BYTES, on_models_done, pr, &pr->models) < 0)
+        pr->models = NULL;
 }
 
 static void on_scrape_timer(uv_timer_t *t);
@@ -158,13 +296,16 @@ static void on_scrape_done(void *ud, int status, const char *body, size_t len)
             sb_engine_report_init(&er);
             ok = sb_engine_slots_parse(body, len, pr->owner->slots_scratch, SLOTS_SCRATCH_BYTES, &er) == 0;
         } else {
-            sb_engine_metrics_parse(&pr->map, body, len, &er);
-            ok = er.n_samples > 0;
+            ok = read_metrics(pr, body, len, &er);
         }
         if (ok)
             apply_report(pr, &er);
         else
             pr->stats.scrape_errors++;
+        /* After a 200 (the server is up), whether its page matched or not: a wrong served
+         * name is worth knowing either way. */
+        if (pr->models_due)
+            start_models_check(pr);
     } else {
         pr->stats.scrape_errors++;
     }
@@ -317,7 +458,9 @@ void sb_prober_stop(sb_prober *p)
             sb_http_get_cancel(pr->scrape);
         if (pr->health)
             sb_http_get_cancel(pr->health);
-        pr->scrape = pr->health = NULL;
+        if (pr->models)
+            sb_http_get_cancel(pr->models);
+        pr->scrape = pr->health = pr->models = NULL;
         uv_close((uv_handle_t *)&pr->scrape_timer, on_closed);
         uv_close((uv_handle_t *)&pr->health_timer, on_closed);
     }
@@ -460,15 +603,37 @@ const sb_probe_stats *sb_prober_stats(const sb_prober *p, uint32_t pool, uint32_
     return i < p->first[pool + 1] ? &p->probes[i].stats : NULL;
 }
 
+/* (Re)reads a probe's engine from its pool. A reload keeping engine: auto keeps what was
+ * detected; any other change starts over (and forgets a mismatch: the next scrape decides). */
 static void configure(probe *pr, const sb_pool_config *pc)
 {
+    sb_probe_engine *eg = &pr->stats.engine;
+    const char *name = pc->engine ? pc->engine : "auto";
+    bool automatic = !strcmp(name, "auto");
+    sb_engine_kind kind = SB_ENGINE_VLLM; /* auto starts with vLLM's table, the most common */
+    if (!automatic)
+        sb_engine_kind_parse(name, &kind);
     pr->pc = pc;
-    sb_engine_kind kind = SB_ENGINE_VLLM;
-    sb_engine_kind_parse(pc->engine ? pc->engine : "vllm", &kind);
+    pr->models_due = true; /* at start, and after a reload (the served name may have changed) */
+    /* Only llama.cpp serves /slots: a pool pointed there is llama.cpp, auto or not. */
+    bool slots = pc->probe_path && !strcmp(pc->probe_path, "/slots");
+    if (automatic && eg->automatic && eg->detected)
+        kind = (sb_engine_kind)eg->kind;
+    else if (automatic != eg->automatic || (!automatic && (int)kind != eg->kind) || kind == SB_ENGINE_CUSTOM) {
+        eg->automatic = automatic;
+        eg->detected = false;
+        eg->mismatch = false;
+        eg->have_looks_like = false;
+    }
+    if (automatic && slots) {
+        kind = SB_ENGINE_LLAMACPP;
+        eg->detected = true;
+    }
+    eg->kind = (int)kind;
     sb_engine_custom_names custom = {.running = pc->metric_running, .waiting = pc->metric_waiting,
                                      .kv_usage = pc->metric_kv_usage};
     sb_engine_map_init(&pr->map, kind, &custom);
-    pr->use_slots = kind == SB_ENGINE_LLAMACPP && pc->probe_path && !strcmp(pc->probe_path, "/slots");
+    pr->use_slots = kind == SB_ENGINE_LLAMACPP && slots;
 }
 
 void sb_prober_reconfigure(sb_prober *p, const sb_config *cfg)

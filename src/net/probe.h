@@ -25,10 +25,49 @@
 
 typedef struct sb_prober sb_prober;
 
+/* An endpoint's engine, as the prober reads it. With `engine: auto` the mapping is chosen from
+ * the families its /metrics exposes (proto/engine_metrics sb_engine_families), at the first
+ * scrape and again whenever a scrape stops matching the mapping in use; a configured engine is
+ * kept. A scrape that answers 200 but holds none of the mapping's families (a wrong `engine:`,
+ * or with auto none of the known ones) is a mismatch: counted in mismatches (and in
+ * scrape_errors), kept in `mismatch` until a scrape matches again, logged once when it starts
+ * and once when it ends, never per scrape; looks_like names the engine the page points at. */
+typedef struct sb_probe_engine {
+    bool automatic;       /* engine: auto */
+    bool detected;        /* automatic, and a scrape has chosen `kind` */
+    bool mismatch;        /* the last 200 scrape matched nothing */
+    bool have_looks_like; /* mismatch, and the page looks like looks_like */
+    int kind;             /* sb_engine_kind of the mapping in use */
+    int looks_like;       /* sb_engine_kind */
+    uint64_t mismatches;  /* 200 scrapes that matched nothing */
+} sb_probe_engine;
+
+/* Writes why an endpoint's scrapes match nothing ("no vllm: families in /metrics; this looks
+ * like sglang") into buf (NUL-terminated, truncated to cap); returns buf, or NULL with no
+ * mismatch. */
+const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char *buf, size_t cap);
+
+/* The served-name check: the pool's first model is the name sent upstream, so it must be one
+ * of the ids the endpoint's GET /v1/models lists. Checked once after the first successful
+ * scrape, and again after a reload or a restart of the engine (a list that cannot change
+ * otherwise is not fetched per scrape). A missing name is logged once, shown in
+ * /debug/endpoints with what the endpoint serves, and exported as a gauge. */
+typedef struct sb_probe_models {
+    bool checked;     /* a /v1/models answer was read */
+    bool missing;     /* ... and the served name was not in it */
+    uint64_t checks;  /* answers read */
+    char served[128]; /* missing: the first id listed ("" for an empty list), truncated */
+} sb_probe_models;
+
+/* Writes why the served name is wrong into buf; returns buf, or NULL when it is not. */
+const char *sb_probe_models_why(const sb_probe_models *m, const char *served_name, char *buf, size_t cap);
+
 typedef struct sb_probe_stats {
     uint64_t scrapes, scrape_errors, health_checks, health_failures, restarts;
-    uint32_t interval_ms;        /* current scrape interval */
-    int last_status;             /* last scrape: HTTP status or negative libuv error */
+    sb_probe_engine engine;
+    sb_probe_models models;
+    uint32_t interval_ms; /* current scrape interval */
+    int last_status;      /* last scrape: HTTP status or negative libuv error */
     sb_ns last_scrape_ns;
 } sb_probe_stats;
 

@@ -58,7 +58,7 @@ static const field metrics_fields[] = {
 static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
 static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};
 
-static const char *const engines[] = {"vllm", "sglang", "llamacpp", "trtllm", "custom"};
+static const char *const engines[] = {"auto", "vllm", "sglang", "llamacpp", "trtllm", "custom"};
 
 /* ---- addresses ---- */
 
@@ -599,7 +599,7 @@ static void pool_engine(parse *p, pool_walk *w, const yaml_node_t *k, const yaml
     w->engine = v;
     if (s && e == ARRAY_LEN(engines))
         cfg_node_error(p, v,
-                       "%s: unknown engine '%s' (expected vllm, sglang, llamacpp, "
+                       "%s: unknown engine '%s' (expected auto, vllm, sglang, llamacpp, "
                        "trtllm or custom)",
                        w->label, s);
     else if (s && !(w->pc->engine = sb_strdup(s)))
@@ -785,7 +785,8 @@ static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
     if (!w->seen_endpoints)
         cfg_node_error(p, map, "%s has no 'endpoints' (nor 'endpoints_from')", w->label);
     bool engine_ok = !w->engine || pc->engine;
-    if (!pc->engine && !(pc->engine = sb_strdup("vllm")))
+    /* auto: the prober picks each endpoint's mapping from the families its /metrics exposes. */
+    if (!pc->engine && !(pc->engine = sb_strdup("auto")))
         cfg_out_of_memory(p);
     if (!pc->profile && !(pc->profile = sb_strdup("default")))
         cfg_out_of_memory(p);

@@ -343,6 +343,8 @@ void sb_engine_report_add(sb_engine_report *r, const sb_engine_map *m, const sb_
         if (m->e[i].len == s->name.len && memcmp(m->e[i].name, s->name.p, s->name.len) == 0) {
             add_field(r, (enum field)m->e[i].field, m, s);
             r->n_samples++;
+            if (m->e[i].field != F_PROCESS_START)
+                r->n_matched++;
         }
     }
 }
@@ -428,6 +430,58 @@ size_t sb_engine_metrics_parse(const sb_engine_map *m, const char *body, size_t 
     return used;
 }
 
+/* ---- engine detection ---- */
+
+/* Indexed by sb_engine_kind; custom has no prefix. */
+static const char *const prefixes[] = {"vllm:", "sglang:", "trtllm_", "llamacpp:", NULL};
+
+const char *sb_engine_prefix(sb_engine_kind k)
+{
+    return (unsigned)k < sizeof prefixes / sizeof prefixes[0] ? prefixes[k] : NULL;
+}
+
+static bool starts(const char *p, size_t n, const char *pre)
+{
+    size_t l = strlen(pre);
+    return n >= l && memcmp(p, pre, l) == 0;
+}
+
+uint32_t sb_engine_families(const char *body, size_t len)
+{
+    uint32_t mask = 0;
+    size_t i = 0;
+
+    while (i < len) {
+        const char *nl = memchr(body + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - body) : len;
+        const char *p = body + i;
+        size_t n = end - i;
+
+        /* "# TYPE name ..." / "# HELP name ...": a family declared even with no sample yet
+         * (vLLM declares its families before the first request). */
+        if (starts(p, n, "# TYPE ") || starts(p, n, "# HELP "))
+            p += 7, n -= 7;
+        for (uint32_t k = 0; k < SB_ENGINE_CUSTOM; k++)
+            if (starts(p, n, prefixes[k]))
+                mask |= 1u << k;
+        i = end + 1;
+    }
+    return mask;
+}
+
+bool sb_engine_guess(uint32_t families, sb_engine_kind *out)
+{
+    static const sb_engine_kind order[] = {SB_ENGINE_VLLM, SB_ENGINE_SGLANG, SB_ENGINE_TRTLLM, SB_ENGINE_LLAMACPP};
+
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (families & (1u << order[i])) {
+            *out = order[i];
+            return true;
+        }
+    }
+    return false;
+}
+
 /* ---- llama.cpp GET /slots ---- */
 
 int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r)
@@ -481,6 +535,45 @@ int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t sc
     if (have_ctx) {
         r->capacity_tokens = ctx_tokens;
         r->have_capacity_tokens = true;
+    }
+    return 0;
+}
+
+/* ---- OpenAI GET /v1/models ---- */
+
+int sb_engine_models_has(const char *json, size_t len, void *scratch, size_t scratch_bytes, const char *name,
+                         size_t name_len, const char **first, size_t *first_len)
+{
+    sb_json j = {.max_depth = SB_ENGINE_SLOTS_MAX_DEPTH};
+    const sb_json_tok *tok;
+    int n, data = -1;
+
+    if (first)
+        *first = NULL, *first_len = 0;
+    sb_json_lend(&j, scratch, scratch_bytes);
+    n = sb_json_parse(&j, json, len);
+    if (n == SB_JSON_TOO_MANY)
+        return SB_ENGINE_SLOTS_NOSPACE;
+    tok = j.tokens;
+    if (n < 1 || tok[0].type != SB_JSON_OBJECT)
+        return SB_ENGINE_SLOTS_BAD_JSON;
+    for (int k = 0, key = 1; k < tok[0].size; k++, key = sb_json_skip(tok, n, key + 1))
+        if (sb_json_str_is(json, &tok[key], "data", 4))
+            data = key + 1;
+    if (data < 0 || tok[data].type != SB_JSON_ARRAY)
+        return SB_ENGINE_SLOTS_BAD_JSON;
+    for (int i = 0, obj = data + 1; i < tok[data].size; i++, obj = sb_json_skip(tok, n, obj)) {
+        if (tok[obj].type != SB_JSON_OBJECT)
+            return SB_ENGINE_SLOTS_BAD_JSON;
+        for (int k = 0, key = obj + 1; k < tok[obj].size; k++, key = sb_json_skip(tok, n, key + 1)) {
+            const sb_json_tok *v = &tok[key + 1];
+            if (!sb_json_str_is(json, &tok[key], "id", 2) || v->type != SB_JSON_STRING)
+                continue;
+            if ((size_t)(v->end - v->start) == name_len && memcmp(json + v->start, name, name_len) == 0)
+                return 1;
+            if (first && !*first)
+                *first = json + v->start, *first_len = (size_t)(v->end - v->start);
+        }
     }
     return 0;
 }

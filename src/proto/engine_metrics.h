@@ -111,6 +111,9 @@ typedef struct sb_engine_report {
     uint32_t slots_total, slots_busy; /* llama.cpp /slots */
 
     uint32_t n_samples;            /* samples read into this report */
+    uint32_t n_matched;            /* of those, samples of the engine's own families: all but
+                                      process_start_time_seconds, which every Python server
+                                      exports; 0 on a 200 scrape means a wrong engine */
     uint32_t n_malformed;          /* malformed lines skipped */
     uint32_t first_malformed_line; /* 0: none */
 
@@ -172,6 +175,29 @@ enum { SB_ENGINE_SLOTS_BAD_JSON = -1, SB_ENGINE_SLOTS_NOSPACE = -2 };
  * answers deeper is not one we can read, and is refused before it costs anything. */
 #define SB_ENGINE_SLOTS_MAX_DEPTH 32
 int sb_engine_slots_parse(const char *json, size_t len, void *scratch, size_t scratch_bytes, sb_engine_report *r);
+
+/* Engine detection (a pool's `engine: auto`, and naming the engine a wrong one looks like).
+ * sb_engine_families returns a mask of (1u << kind) for each engine whose own family prefix
+ * starts a sample line or names a # TYPE / # HELP family in body: `vllm:` (V0 and V1),
+ * `sglang:`, `trtllm_`, `llamacpp:`. Never SB_ENGINE_CUSTOM (it has no prefix). One linear
+ * pass, a few byte compares per line; reads nothing past len; never allocates. */
+uint32_t sb_engine_families(const char *body, size_t len);
+/* The engine a mask from sb_engine_families points at: true and *out set, or false for an
+ * empty mask. Several at once (a server exporting two engines' families, which none does
+ * today) resolves in the order vllm, sglang, trtllm, llamacpp. */
+bool sb_engine_guess(uint32_t families, sb_engine_kind *out);
+/* The family prefix an engine's names carry ("vllm:"), or NULL for custom. */
+const char *sb_engine_prefix(sb_engine_kind k);
+
+/* OpenAI GET /v1/models ({"data":[{"id":"name",...},...]}, as vLLM, SGLang, TensorRT-LLM and
+ * llama.cpp answer it): whether `name` (len bytes) is one of the ids. Returns 1 (listed) or
+ * 0 (not listed; *first, when not NULL, points into json at the first id, *first_len its
+ * length, 0 when the list is empty), SB_ENGINE_SLOTS_BAD_JSON (not JSON, no data array of
+ * objects, or nested deeper than SB_ENGINE_SLOTS_MAX_DEPTH) or SB_ENGINE_SLOTS_NOSPACE
+ * (scratch too small). Ids are compared as written: an escaped id does not match (no served
+ * name needs escaping). scratch as for sb_engine_slots_parse; never allocates; linear in len. */
+int sb_engine_models_has(const char *json, size_t len, void *scratch, size_t scratch_bytes, const char *name,
+                         size_t name_len, const char **first, size_t *first_len);
 
 /* True when `cur` shows a restart since `prev`: process_start_time changed, or a counter
  * both reports carry (requests, prompt or generation tokens, prefix queries) went backwards.

@@ -97,6 +97,7 @@ class Upstream:
         self.closed_by_peer = 0     # connections the gateway closed while we were answering
         self.probes = 0             # GET /metrics, /health answered
         self.metrics_text = ""      # what GET /metrics answers (Prometheus text)
+        self.models_json = None     # what GET /v1/models answers (JSON), or None: 404
         self.health_status = 200
         self.running = True
         # lockstep mode: before each SSE event after the first, the fixture waits for the
@@ -126,7 +127,7 @@ class Upstream:
                 return
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
-    PROBE_PATHS = ("/metrics", "/health", "/slots")
+    PROBE_PATHS = ("/metrics", "/health", "/slots", "/v1/models")
 
     def _serve(self, c):
         buf = b""
@@ -168,6 +169,8 @@ class Upstream:
     def _answer_probe(self, c, path):
         if path == "/health":
             st, out = self.health_status, b""
+        elif path == "/v1/models":  # the prober's served-name check: none unless a test sets one
+            st, out = (404, b"") if self.models_json is None else (200, self.models_json.encode())
         else:
             st, out = 200, self.metrics_text.encode()
         c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (st, len(out), out))

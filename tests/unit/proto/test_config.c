@@ -324,7 +324,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->n_profiles, 0);
     assert_null(cfg->profiles);
     const sb_pool_config *pc = &cfg->pools[0];
-    assert_string_equal(pc->engine, "vllm");
+    assert_string_equal(pc->engine, "auto");
     assert_string_equal(pc->profile, "default");
     assert_ptr_equal(sb_config_profile(cfg, pc->profile), sb_profile_builtin("default"));
     assert_int_equal(pc->probe_interval_ms, 100);
@@ -1042,7 +1042,7 @@ static void test_custom_metrics(void **state)
     assert_true(has_error(&errs, 5, "engine custom needs metrics.kv_usage"));
     /* Other engines have their own names. */
     expect_one_error(POOL_OK "    metrics: {running: r}\n", 5,
-                     "pool 'p': metrics applies only to engine custom (this pool's engine is vllm)");
+                     "pool 'p': metrics applies only to engine custom (this pool's engine is auto)");
     expect_one_error(POOL_OK "    engine: sglang\n    metrics:\n", 6, "metrics applies only to engine custom");
     expect_one_error(POOL_OK "    engine: custom\n    metrics: {running: 1r, waiting: w, kv_usage: k}\n", 6,
                      "pool 'p': metrics.running must be a Prometheus metric name");

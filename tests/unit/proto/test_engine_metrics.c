@@ -578,6 +578,133 @@ static void test_kind_names(void **state)
     }
 }
 
+/* The families a page exposes, from a fixture. */
+static uint32_t families_of_file(const char *rel)
+{
+    size_t len;
+    char *t = sb_test_read_file(rel, &len);
+    uint32_t m = sb_engine_families(t, len);
+
+    free(t);
+    return m;
+}
+
+static sb_engine_kind guess_of_file(const char *rel)
+{
+    sb_engine_kind k = SB_ENGINE_CUSTOM;
+
+    assert_true(sb_engine_guess(families_of_file(rel), &k));
+    return k;
+}
+
+/* engine: auto picks the right mapping for each real capture, and for the engines without
+ * one, from their documented names. */
+static void test_detect_captures(void **state)
+{
+    static const char *const vllm[] = {
+        "tests/fixtures/metrics/vllm/v0_qwen2.5-coder-1.5b_truncated.prom",
+        "tests/fixtures/metrics/vllm/v1_early_qwen2.5-coder-32b.prom",
+        "tests/fixtures/metrics/vllm/v1_glm4.5_vllm0.10.prom",
+    };
+    sb_engine_kind k;
+
+    for (size_t i = 0; i < sizeof vllm / sizeof vllm[0]; i++) {
+        assert_int_equal(families_of_file(vllm[i]), 1u << SB_ENGINE_VLLM);
+        assert_int_equal(guess_of_file(vllm[i]), SB_ENGINE_VLLM);
+    }
+    assert_int_equal(families_of_file("tests/fixtures/metrics/sglang/docs_sample.prom"), 1u << SB_ENGINE_SGLANG);
+    assert_int_equal(guess_of_file("tests/fixtures/metrics/sglang/docs_sample.prom"), SB_ENGINE_SGLANG);
+    /* Only the Python process collector's families: no engine to name. */
+    assert_int_equal(families_of_file("tests/fixtures/metrics/vllm/v1_issue26762_head.prom"), 0);
+    assert_false(sb_engine_guess(0, &k));
+
+    static const char trt[] = "# TYPE trtllm_num_requests_running gauge\ntrtllm_num_requests_running 2\n";
+    assert_true(sb_engine_guess(sb_engine_families(LIT_ARGS(trt)), &k));
+    assert_int_equal(k, SB_ENGINE_TRTLLM);
+    /* A family declared with no sample yet still counts; the last line needs no newline. */
+    static const char llama[] = "process_start_time_seconds 1\n# HELP llamacpp:requests_processing x\n"
+                                "llamacpp:requests_deferred 0";
+    assert_true(sb_engine_guess(sb_engine_families(LIT_ARGS(llama)), &k));
+    assert_int_equal(k, SB_ENGINE_LLAMACPP);
+    /* A prefix inside a line (a label value, a comment) is not a family. */
+    static const char inside[] = "foo{x=\"vllm:num_requests_running\"} 1\n# sglang:num_queue_reqs\n";
+    assert_int_equal(sb_engine_families(LIT_ARGS(inside)), 0);
+    /* Reads nothing past len: the prefix cut at the end is no match. */
+    assert_int_equal(sb_engine_families("vllm:x", 4), 0);
+    assert_int_equal(sb_engine_families("", 0), 0);
+}
+
+/* A wrong explicit engine matches nothing (process_start_time_seconds, which every Python
+ * server exports, does not count), and detection names the engine the page looks like. */
+static void test_wrong_engine_mismatch(void **state)
+{
+    sb_engine_report *r = report_of_file(SB_ENGINE_VLLM, "tests/fixtures/metrics/sglang/docs_sample.prom");
+    assert_int_equal(r->n_matched, 0);
+    assert_false(r->have_running || r->have_waiting || r->have_kv);
+    assert_int_equal(guess_of_file("tests/fixtures/metrics/sglang/docs_sample.prom"), SB_ENGINE_SGLANG);
+
+    r = report_of_file(SB_ENGINE_SGLANG, "tests/fixtures/metrics/vllm/v1_glm4.5_vllm0.10.prom");
+    assert_int_equal(r->n_matched, 0);
+    assert_int_equal(guess_of_file("tests/fixtures/metrics/vllm/v1_glm4.5_vllm0.10.prom"), SB_ENGINE_VLLM);
+
+    /* process_start_time_seconds alone: samples read, none of the engine's own. */
+    r = report_of(SB_ENGINE_VLLM, "process_start_time_seconds 1.7e9\nsglang:num_running_reqs 3\n");
+    assert_int_equal(r->n_samples, 1);
+    assert_int_equal(r->n_matched, 0);
+
+    /* The right engine matches. */
+    r = report_of_file(SB_ENGINE_SGLANG, "tests/fixtures/metrics/sglang/docs_sample.prom");
+    assert_true(r->n_matched > 0);
+    r = report_of_file(SB_ENGINE_VLLM, "tests/fixtures/metrics/vllm/v0_qwen2.5-coder-1.5b_truncated.prom");
+    assert_true(r->n_matched > 0);
+    assert_string_equal(sb_engine_prefix(SB_ENGINE_SGLANG), "sglang:");
+    assert_null(sb_engine_prefix(SB_ENGINE_CUSTOM));
+}
+
+/* /v1/models: the pool's served name among the ids, or the first id to name in the warning. */
+static void test_models_has(void **state)
+{
+    static int scratch[4096];
+    const char *first;
+    size_t first_len;
+    /* vLLM's answer with a LoRA adapter beside the base model. */
+    static const char vllm[] =
+        "{\"object\":\"list\",\"data\":[{\"id\":\"Qwen/Qwen2.5-1.5B\",\"object\":\"model\",\"created\":1,"
+        "\"owned_by\":\"vllm\",\"root\":\"Qwen/Qwen2.5-1.5B\",\"parent\":null,\"max_model_len\":32768,"
+        "\"permission\":[{\"id\":\"modelperm-1\",\"allow_view\":true}]},"
+        "{\"id\":\"sql-lora\",\"object\":\"model\",\"parent\":\"Qwen/Qwen2.5-1.5B\"}]}";
+
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("Qwen/Qwen2.5-1.5B"),
+                                          &first, &first_len),
+                     1);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("sql-lora"), NULL, NULL),
+                     1);
+    /* A typo: not listed, and the first id is there to say what is served. An id nested
+     * deeper (a permission's) never counts. */
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("Qwen/Qwen2.5-1.5b"),
+                                          &first, &first_len),
+                     0);
+    assert_int_equal(first_len, strlen("Qwen/Qwen2.5-1.5B"));
+    assert_memory_equal(first, "Qwen/Qwen2.5-1.5B", first_len);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("modelperm-1"), NULL, NULL),
+                     0);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[]}"), scratch, sizeof scratch, LIT_ARGS("m"), &first,
+                                          &first_len),
+                     0);
+    assert_int_equal(first_len, 0);
+    /* Not a models list. */
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("[]"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":{}}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[1]}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":["), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, 64, LIT_ARGS("m"), NULL, NULL),
+                     SB_ENGINE_SLOTS_NOSPACE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +730,9 @@ int main(void)
         cmocka_unit_test(test_slots_hostile),
         cmocka_unit_test(test_restart_detection),
         cmocka_unit_test(test_kind_names),
+        cmocka_unit_test(test_detect_captures),
+        cmocka_unit_test(test_wrong_engine_mismatch),
+        cmocka_unit_test(test_models_has),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
