@@ -32,8 +32,7 @@ static void histo_render(sb_buf *b, const char *name, const char *pool, const sb
     uint64_t cum = 0;
     for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
         cum += h->counts[i];
-        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i],
-                      (unsigned long long)cum);
+        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[SB_HISTO_BUCKETS];
     sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool, (unsigned long long)cum);

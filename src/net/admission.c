@@ -183,8 +183,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
         memcpy(hashes, rr->block_hashes, rr->n_blocks * sizeof(uint64_t));
     if (rr->kv_keys && rr->n_kv_keys) /* the precise keys after the block hashes */
         memcpy(hashes + rr->n_blocks, rr->kv_keys, rr->n_kv_keys * sizeof(uint64_t));
-    *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool,
-                  .t_enqueued = now};
+    *q = (queued){.gw = gw, .req = req, .t = *t, .rr = *rr, .hashes = hashes, .pool = t->pool, .t_enqueued = now};
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
     sb_admission_refusal r;

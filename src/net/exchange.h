@@ -91,8 +91,8 @@ typedef struct sb_exchange_log {
     bool stream;
     uint64_t bytes_out;
     sb_ns t_start, t_first_byte, t_end;
-    sb_ns t_first_token; /* a stream's first data event, else the first body byte; 0: none */
-    sb_ns t_last_token;  /* a stream's latest data event; 0: not a stream */
+    sb_ns t_first_token;   /* a stream's first data event, else the first body byte; 0: none */
+    sb_ns t_last_token;    /* a stream's latest data event; 0: not a stream */
     uint64_t token_events; /* a stream's data events (0: not a stream, or none came) */
     int retries; /* attempts after the first on another endpoint */
     sb_usage usage;

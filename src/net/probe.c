@@ -152,8 +152,10 @@ const char *sb_probe_engine_why(const sb_probe_engine *e, const char *path, char
         return NULL;
     const char *pre = sb_engine_prefix((sb_engine_kind)e->kind);
     if (e->automatic && !e->have_looks_like)
-        snprintf(buf, cap, "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto; another server "
-                 "needs engine: custom)", path);
+        snprintf(buf, cap,
+                 "no vllm:, sglang:, trtllm_ or llamacpp: families in %s (engine auto; another server "
+                 "needs engine: custom)",
+                 path);
     else if (e->have_looks_like && e->looks_like == e->kind)
         /* The engine's prefix is there, but none of the load families read (TensorRT-LLM
          * releases that export only request histograms). */

@@ -122,11 +122,12 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
         pool, ep, log->status, log->upstream_status, log->outcome);
     json_str(&b, log->reason ? log->reason : "");
     sb_buf_printf(&b,
-                  "\",\"stream\":%s,\"bytes\":%llu,\"ttfb_ms\":%.3f,\"ttft_ms\":%.3f,\"itl_ms\":%.3f,\"total_ms\":%.3f,\"retries\":%d,"
+                  "\",\"stream\":%s,\"bytes\":%llu,\"ttfb_ms\":%.3f,\"ttft_ms\":%.3f,\"itl_ms\":%.3f,\"total_ms\":%.3f,"
+                  "\"retries\":%d,"
                   "\"prompt_tokens\":%lld,\"cached_tokens\":%lld,\"completion_tokens\":%lld",
                   log->stream ? "true" : "false", (unsigned long long)log->bytes_out, ttfb_s >= 0 ? ttfb_s * 1e3 : -1.0,
-                  ttft_s >= 0 ? ttft_s * 1e3 : -1.0, itl_s >= 0 ? itl_s * 1e3 : -1.0,
-                  total_s * 1e3, log->retries, (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
+                  ttft_s >= 0 ? ttft_s * 1e3 : -1.0, itl_s >= 0 ? itl_s * 1e3 : -1.0, total_s * 1e3, log->retries,
+                  (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
     /* Who asked, as flow control saw it: never the key, only what the configuration names. */
     if (log->band)

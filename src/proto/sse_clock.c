@@ -11,7 +11,10 @@ enum {
     REST,           /* the rest of a line that is already decided: skipped to its end */
 };
 
-void sb_sse_clock_init(sb_sse_clock *c) { memset(c, 0, sizeof(*c)); }
+void sb_sse_clock_init(sb_sse_clock *c)
+{
+    memset(c, 0, sizeof(*c));
+}
 
 static void count(sb_sse_clock *c, char first, sb_ns now)
 {

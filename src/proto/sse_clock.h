@@ -21,13 +21,13 @@
 
 typedef struct sb_sse_clock {
     /* read-only */
-    uint64_t events;            /* data events counted so far */
-    sb_ns first_ns, last_ns;    /* when the first and the latest counted event arrived; 0: none */
+    uint64_t events;         /* data events counted so far */
+    sb_ns first_ns, last_ns; /* when the first and the latest counted event arrived; 0: none */
     /* private */
-    uint8_t state;              /* where in a line the scan is (sse_clock.c) */
-    uint8_t matched;            /* bytes of "data:" matched at the start of this line */
-    uint8_t in_event;           /* a data line of the current event was seen */
-    uint8_t after_cr;           /* the last byte was \r: a \n next ends no further line */
+    uint8_t state;    /* where in a line the scan is (sse_clock.c) */
+    uint8_t matched;  /* bytes of "data:" matched at the start of this line */
+    uint8_t in_event; /* a data line of the current event was seen */
+    uint8_t after_cr; /* the last byte was \r: a \n next ends no further line */
 } sb_sse_clock;
 
 /* Zeroes c: a stream not yet begun. (A zeroed struct is the same.) */

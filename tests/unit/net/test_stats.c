@@ -168,7 +168,10 @@ static void test_cut_responses_and_gateway_answers(void **state)
     free(f);
 }
 
-static void feed(sb_token_clock *tc, const char *s, sb_ns now) { sb_token_clock_feed(tc, s, strlen(s), now); }
+static void feed(sb_token_clock *tc, const char *s, sb_ns now)
+{
+    sb_token_clock_feed(tc, s, strlen(s), now);
+}
 
 /* The token clock fed a stream in pieces, as the proxy's r_on_body does: TTFT from the first
  * data event (not the head, not a comment before it), one ITL observation, the mean gap. */
@@ -178,7 +181,7 @@ static void test_stream_ttft_and_mean_gap(void **state)
     setup_fixture(f, true);
     sb_token_clock tc = {0};
     const sb_ns t0 = 1000000000;
-    feed(&tc, ": ping\n\nda", t0 + 40000000);   /* 40 ms: no event yet */
+    feed(&tc, ": ping\n\nda", t0 + 40000000);     /* 40 ms: no event yet */
     feed(&tc, "ta: {\"a\"}\n\n", t0 + 120000000); /* 120 ms: the first token */
     feed(&tc, "data: {\"b\"}\n\ndata: {\"c\"}\n\n", t0 + 160000000);
     feed(&tc, "data: {\"d\"}\n\ndata: [DONE]\n\n", t0 + 180000000);

@@ -688,17 +688,18 @@ static void test_models_has(void **state)
     assert_memory_equal(first, "Qwen/Qwen2.5-1.5B", first_len);
     assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, sizeof scratch, LIT_ARGS("modelperm-1"), NULL, NULL),
                      0);
-    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[]}"), scratch, sizeof scratch, LIT_ARGS("m"), &first,
-                                          &first_len),
-                     0);
+    assert_int_equal(
+        sb_engine_models_has(LIT_ARGS("{\"data\":[]}"), scratch, sizeof scratch, LIT_ARGS("m"), &first, &first_len), 0);
     assert_int_equal(first_len, 0);
     /* Not a models list. */
     assert_int_equal(sb_engine_models_has(LIT_ARGS("[]"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
                      SB_ENGINE_SLOTS_BAD_JSON);
-    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":{}}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
-                     SB_ENGINE_SLOTS_BAD_JSON);
-    assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":[1]}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
-                     SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(
+        sb_engine_models_has(LIT_ARGS("{\"data\":{}}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+        SB_ENGINE_SLOTS_BAD_JSON);
+    assert_int_equal(
+        sb_engine_models_has(LIT_ARGS("{\"data\":[1]}"), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
+        SB_ENGINE_SLOTS_BAD_JSON);
     assert_int_equal(sb_engine_models_has(LIT_ARGS("{\"data\":["), scratch, sizeof scratch, LIT_ARGS("m"), NULL, NULL),
                      SB_ENGINE_SLOTS_BAD_JSON);
     assert_int_equal(sb_engine_models_has(LIT_ARGS(vllm), scratch, 64, LIT_ARGS("m"), NULL, NULL),

@@ -42,7 +42,7 @@ static void test_every_split(void **state)
     (void)state;
     size_t n = strlen(stream);
     size_t first = value_at("{\"choices\":[{\"delta\":{\"role\""); /* the role chunk */
-    size_t last = value_at("{\"choices\":[],\"usage\"");         /* the usage chunk */
+    size_t last = value_at("{\"choices\":[],\"usage\"");           /* the usage chunk */
     for (size_t cut = 0; cut <= n; cut++) {
         sb_sse_clock c = {0};
         sb_sse_clock_feed(&c, stream, cut, 1);
