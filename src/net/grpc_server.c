@@ -1,6 +1,7 @@
 /* grpc_server: the listener, connections' lifecycle, TLS through memory BIOs, reads into
  * nghttp2 and coalesced writes out of it (calls and framing: grpc_call.c). */
 #include "net/grpc_server_internal.h"
+#include "net/sock.h"
 
 #include <openssl/err.h>
 #include <stdio.h>
@@ -426,38 +427,11 @@ static void read_start(gs_conn *c)
 
 /* ---- accepting ---- */
 
-static void on_refused_closed(uv_handle_t *h)
-{
-    sb_free(h);
-}
-
+/* Past max_connections with none to evict: closed at once. */
 static void drop_connection(sb_grpc_server *s, uv_stream_t *server)
 {
-    uv_tcp_t *t = sb_malloc(sizeof(*t));
-    if (!t)
-        return;
-    uv_tcp_init(s->loop, t);
-    uv_accept(server, (uv_stream_t *)t);
     s->connections_refused++;
-    uv_close((uv_handle_t *)t, on_refused_closed);
-}
-
-static void set_peer(gs_conn *c)
-{
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
-        return;
-    char ip[48] = "?";
-    int port;
-    if (ss.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    } else {
-        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    }
-    snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+    sb_sock_accept_and_close(s->loop, server);
 }
 
 /* The server's SETTINGS (queued now, sent with the first flush: the server's preface) and
@@ -540,7 +514,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    set_peer(c);
+    sb_sock_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     /* The handshake deadline: TLS, the preface and the first stream, or the slot is freed
      * (idle_ms would let a silent socket hold it for minutes). */
     uint32_t deadline = s->opts.handshake_ms < s->opts.idle_ms ? s->opts.handshake_ms : s->opts.idle_ms;

@@ -1,5 +1,6 @@
 /* http_server: the listener, connections' lifecycle and the options (see http_server_internal.h). */
 #include "net/http_server_internal.h"
+#include "net/sock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -209,19 +210,11 @@ void hs_fail_request(conn *c, int status, const char *code, const char *message,
 
 /* ---- accepting ---- */
 
-static void on_reset_closed(uv_handle_t *h) { sb_free(h); }
-
-/* Past max_connections and past the refusal slots too: accepted (libuv stops watching a
- * listener whose connection is left unaccepted) and closed at once, unanswered. */
+/* Past max_connections and past the refusal slots too: closed at once, unanswered. */
 static void drop_connection(sb_http_server *s, uv_stream_t *server)
 {
-    uv_tcp_t *t = sb_malloc(sizeof(*t));
-    if (!t)
-        return;
-    uv_tcp_init(s->loop, t);
-    uv_accept(server, (uv_stream_t *)t);
     s->reset_total++;
-    uv_close((uv_handle_t *)t, on_reset_closed);
+    sb_sock_accept_and_close(s->loop, server);
 }
 
 /* Answers a connection past max_connections with 503 and Retry-After, then a short linger
@@ -281,20 +274,7 @@ static void on_connection(uv_stream_t *server, int status)
         refuse_connection(c);
         return;
     }
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[48] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        } else {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        }
-        snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
-    }
+    sb_sock_peer_name(&c->tcp, c->peer, sizeof(c->peer));
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     hs_reset_request(c);

@@ -1054,15 +1054,7 @@ static void on_response_body(pstream *s, const sb_extproc_msg *m)
     const uint8_t *at = m->body;
     if (env)
         sb_token_clock_feed(&s->tokens, (const char *)at, len, now_ns());
-    if (len >= sizeof(s->tail)) {
-        memcpy(s->tail, at + len - sizeof(s->tail), sizeof(s->tail));
-        s->tail_len = sizeof(s->tail);
-    } else if (len) {
-        size_t keep = s->tail_len + len > sizeof(s->tail) ? sizeof(s->tail) - len : s->tail_len;
-        memmove(s->tail, s->tail + s->tail_len - keep, keep);
-        memcpy(s->tail + keep, at, len);
-        s->tail_len = keep + len;
-    }
+    sb_usage_tail_push(s->tail, sizeof(s->tail), &s->tail_len, at, len);
     s->bytes_out += len;
     sb_extproc_common c = {.kind = SB_EXTPROC_RESPONSE_BODY};
     if (s->resp_mode == SB_EXTPROC_MODE_FULL_DUPLEX) {

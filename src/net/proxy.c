@@ -618,15 +618,7 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
             sb_router_first_token(x->env->router, x->t.pool, x->ep, &x->ticket);
     }
     sb_token_clock_feed(&x->tokens, at, len, now_ns());
-    if (len >= sizeof(x->tail)) {
-        memcpy(x->tail, at + len - sizeof(x->tail), sizeof(x->tail));
-        x->tail_len = sizeof(x->tail);
-    } else {
-        size_t keep = x->tail_len + len > sizeof(x->tail) ? sizeof(x->tail) - len : x->tail_len;
-        memmove(x->tail, x->tail + x->tail_len - keep, keep);
-        memcpy(x->tail + keep, at, len);
-        x->tail_len = keep + len;
-    }
+    sb_usage_tail_push(x->tail, sizeof(x->tail), &x->tail_len, at, len);
     if (!x->req)
         return 0;
     x->bytes_out += len;

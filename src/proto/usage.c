@@ -60,3 +60,16 @@ void sb_usage_scan(const char *text, size_t len, sb_usage *out)
     out->cached_tokens = read_count(p, q, "cached_tokens");
     out->found = out->prompt_tokens >= 0 || out->completion_tokens >= 0;
 }
+
+void sb_usage_tail_push(char *tail, size_t cap, size_t *len, const void *at, size_t n)
+{
+    if (n >= cap) {
+        memcpy(tail, (const char *)at + n - cap, cap);
+        *len = cap;
+    } else if (n) {
+        size_t keep = *len + n > cap ? cap - n : *len;
+        memmove(tail, tail + *len - keep, keep);
+        memcpy(tail + keep, at, n);
+        *len = keep + n;
+    }
+}

@@ -21,5 +21,8 @@ typedef struct sb_usage {
 
 /* Scans text for the last "usage" object and reads its counts into *out. */
 void sb_usage_scan(const char *text, size_t len, sb_usage *out);
+/* Keeps the last cap bytes of a body arriving in pieces (usage comes last): appends at[0..n)
+ * to tail (*len bytes held, at most cap), dropping the oldest. */
+void sb_usage_tail_push(char *tail, size_t cap, size_t *len, const void *at, size_t n);
 
 #endif

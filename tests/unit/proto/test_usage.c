@@ -59,11 +59,36 @@ static void test_hostile_tails(void **state)
     free(t);
 }
 
+/* The tail kept while a body arrives in pieces is the body's last bytes, whatever the split. */
+static void test_tail_push_any_split(void **state)
+{
+    (void)state;
+    char body[100];
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (char)('a' + i % 26);
+    enum { CAP = 16 };
+    for (size_t step = 1; step <= sizeof body; step++) {
+        char tail[CAP];
+        size_t len = 0;
+        for (size_t off = 0; off < sizeof body; off += step)
+            sb_usage_tail_push(tail, CAP, &len, body + off, off + step > sizeof body ? sizeof body - off : step);
+        assert_int_equal(len, CAP);
+        assert_memory_equal(tail, body + sizeof body - CAP, CAP);
+    }
+    char tail[CAP];
+    size_t len = 0;
+    sb_usage_tail_push(tail, CAP, &len, "abc", 3); /* shorter than the cap: all of it */
+    sb_usage_tail_push(tail, CAP, &len, "", 0);
+    assert_int_equal(len, 3);
+    assert_memory_equal(tail, "abc", 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answer_and_stream),
         cmocka_unit_test(test_hostile_tails),
+        cmocka_unit_test(test_tail_push_any_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
