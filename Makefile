@@ -11,7 +11,8 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wmissing-prototypes
 INC     := -Isrc -Ibuild/gen
 LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lnghttp2 -lssl -lcrypto -lzmq -lmsgpackc -lprotobuf-c -lm
-CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC)
+# EXTRA_CFLAGS / EXTRA_LDFLAGS: a packager's flags (debian/rules passes dpkg-buildflags' hardening).
+CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC) $(EXTRA_CFLAGS)
 CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(WARN) $(INC)
 
@@ -49,7 +50,7 @@ FORMAT_BASE ?= main
 # run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
 PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
+.PHONY: install uninstall package all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -94,7 +95,7 @@ build/san/libsb.a: $(SAN_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
 build/switchboard: $(CMD_SRC) build/rel/libsb.a $(HDRS)
-	$(CC) $(CFLAGS_REL) $(CMD_SRC) build/rel/libsb.a $(LIBS) -o $@
+	$(CC) $(CFLAGS_REL) $(CMD_SRC) build/rel/libsb.a $(EXTRA_LDFLAGS) $(LIBS) -o $@
 
 build/san/switchboard: $(CMD_SRC) build/san/libsb.a $(HDRS)
 	$(CC) $(CFLAGS_SAN) $(CMD_SRC) build/san/libsb.a $(LIBS) -o $@
@@ -153,6 +154,44 @@ fuzz: fuzz-build
 
 check-format:
 	@scripts/check_format.sh $(FORMAT_BASE)
+
+# Installation: the binary, its manual page, the demo configuration as $(SYSCONFDIR)/switchboard/
+# switchboard.yaml (kept when one is there: it is the operator's), systemd units with this
+# prefix's paths, the licence and the docs. DESTDIR stages (the Debian package does).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/switchboard
+UNITS      := switchboard.service switchboard-demo-fleet.service
+UNIT_SUBST := -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
+install: build/switchboard
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/switchboard $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)/examples
+	install -m 0755 build/switchboard $(DESTDIR)$(BINDIR)/switchboard
+	[ -e $(DESTDIR)$(SYSCONFDIR)/switchboard/switchboard.yaml ] || \
+		install -m 0644 examples/demo.yaml $(DESTDIR)$(SYSCONFDIR)/switchboard/switchboard.yaml
+	for u in $(UNITS); do sed $(UNIT_SUBST) deploy/systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	gzip -9n < docs/switchboard.1 > $(DESTDIR)$(MANDIR)/man1/switchboard.1.gz
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 examples/*.yaml $(DESTDIR)$(DOCDIR)/examples/
+	$(if $(NO_LICENSE),,install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE)
+
+# The configuration stays (it is the operator's); everything else install put there goes.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/switchboard $(DESTDIR)$(MANDIR)/man1/switchboard.1.gz
+	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+# A Debian package from debian/ (dpkg-buildpackage, binary only, unsigned) into build/pkg/,
+# then lintian over it.
+package:
+	@scripts/deps.sh package
+	@scripts/package.sh
 
 clean:
 	rm -rf build

@@ -11,7 +11,9 @@ purpose=${1:-build}
 pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev protobuf-c-compiler libprotobuf-c-dev"
 case "$purpose" in
   build|demo) ;;
-  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus $extproc" ;;
+  # systemd for systemd-analyze (the installed units are verified), absent from container images.
+  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus systemd $extproc" ;;
+  package) pkgs="$pkgs dpkg-dev debhelper fakeroot lintian" ;;
   bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl nghttp2-client $extproc" ;;
   *) echo "deps.sh: unknown purpose '$purpose'" >&2; exit 2 ;;
 esac
