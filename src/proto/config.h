@@ -183,6 +183,10 @@ typedef struct sb_config {
     uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
     char *admin_token_file;       /* as written; NULL if none */
     size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
+    /* TLS on the client listener (`tls: {cert, key}`, net/tls.h): PEM files, re-read on every
+     * reload (SIGHUP) so certificates rotate without a restart; NULL: plain HTTP (both NULL) */
+    char *tls_cert;
+    char *tls_key;
     /* the endpoint picker (`ext_proc:`; net/picker.c): Envoy's external-processing stream on a
      * gRPC listener, beside or instead of the proxy's */
     char *extproc_host;     /* NULL: no ext_proc listener (the default) */
