@@ -38,8 +38,22 @@ int sb_cmd_check(int argc, char **argv)
     sb_config *cfg = sb_load_config(path);
     if (!cfg)
         return 1;
-    if (check_tls(path, "tls", cfg->tls_cert, cfg->tls_key) < 0 ||
-        check_tls(path, "ext_proc", cfg->extproc_tls_cert, cfg->extproc_tls_key) < 0) {
+    int bad = check_tls(path, "tls", cfg->tls_cert, cfg->tls_key) < 0 ||
+              check_tls(path, "ext_proc", cfg->extproc_tls_cert, cfg->extproc_tls_key) < 0;
+    for (size_t i = 0; i < cfg->n_pools && !bad; i++) {
+        const sb_pool_config *pc = &cfg->pools[i];
+        char err[256];
+        SSL_CTX *ctx =
+            pc->tls ? sb_tls_client_ctx(pc->tls_ca_file, pc->tls_cert, pc->tls_key, pc->tls_verify, err, sizeof err)
+                    : NULL;
+        if (pc->tls && !ctx) {
+            fprintf(stderr, "%s: pool %s: tls (ca_file %s, cert %s): %s\n", path, pc->name,
+                    pc->tls_ca_file ? pc->tls_ca_file : "the system's", pc->tls_cert ? pc->tls_cert : "none", err);
+            bad = 1;
+        }
+        SSL_CTX_free(ctx);
+    }
+    if (bad) {
         sb_config_free(cfg);
         return 1;
     }

@@ -349,15 +349,25 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     for (size_t i = 0; i < pc->n_adapters; i++)
         if (sb_router_add_model(gw->router, (uint32_t)p, pc->adapters[i], SB_MODEL_ADAPTER) == -1)
             return UV_ENOMEM;
-    for (size_t e = 0; e < pc->n_endpoints; e++) {
-        int rc = sb_upstream_new(gw->loop, pc->endpoints[e].host, pc->endpoints[e].port, uo,
-                                 &gw->ups[gw->pool_first_up[p] + e]);
-        if (rc < 0) {
-            SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
-            return rc;
+    sb_upstream_opts o = *uo;
+    if (pc->tls) {
+        char err[256];
+        o.tls_ctx = sb_tls_client_ctx(pc->tls_ca_file, pc->tls_cert, pc->tls_key, pc->tls_verify, err, sizeof err);
+        o.tls_server_name = pc->tls_server_name;
+        if (!o.tls_ctx) {
+            SB_ERROR("pool %s: tls: %s", pc->name, err);
+            return UV_EINVAL;
         }
     }
-    return 0;
+    int rc = 0;
+    for (size_t e = 0; e < pc->n_endpoints && rc == 0; e++) {
+        rc = sb_upstream_new(gw->loop, pc->endpoints[e].host, pc->endpoints[e].port, &o,
+                             &gw->ups[gw->pool_first_up[p] + e]);
+        if (rc < 0)
+            SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
+    }
+    SSL_CTX_free(o.tls_ctx); /* each endpoint's pool holds its own reference */
+    return rc;
 }
 
 static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *server, sb_http_server *admin_server,
@@ -763,6 +773,10 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
                 return "a pool's endpoints changed";
         if (strcmp(x->engine ? x->engine : "", y->engine ? y->engine : ""))
             return "a pool's engine changed";
+        /* Connections hold their TLS context: new settings, or the same files rotated on disk,
+         * need new connection pools (the endpoints' state is carried over). */
+        if (x->tls || y->tls)
+            return "a pool's endpoints are https:// (its TLS files are read again)";
     }
     if (!same_str(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";

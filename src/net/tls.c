@@ -1,8 +1,10 @@
 /* tls: server-side TLS over memory BIOs (see tls.h). */
 #include "net/tls.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <openssl/err.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,7 +49,39 @@ SSL_CTX *sb_tls_server_ctx(const char *cert_file, const char *key_file, const sb
     return ctx;
 }
 
-int sb_tls_init(sb_tls *t, SSL_CTX *ctx)
+SSL_CTX *sb_tls_client_ctx(const char *ca_file, const char *cert_file, const char *key_file, bool verify, char *err,
+                           size_t err_len)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    static const unsigned char alpn[] = SB_TLS_ALPN_HTTP1;
+    bool ok = SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn - 1) == 0;
+    if (ok && verify) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        ok = ca_file ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL) == 1
+                     : SSL_CTX_set_default_verify_paths(ctx) == 1;
+    } else if (ok) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    }
+    if (ok && cert_file)
+        ok = SSL_CTX_use_certificate_chain_file(ctx, cert_file) == 1 &&
+             SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    if (!ok) {
+        ERR_error_string_n(ERR_get_error(), err, err_len);
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static int session_new(sb_tls *t, SSL_CTX *ctx)
 {
     *t = (sb_tls){0};
     t->ssl = SSL_new(ctx);
@@ -61,8 +95,47 @@ int sb_tls_init(sb_tls *t, SSL_CTX *ctx)
         return -1;
     }
     SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    return 0;
+}
+
+int sb_tls_init(sb_tls *t, SSL_CTX *ctx)
+{
+    if (session_new(t, ctx) < 0)
+        return -1;
     SSL_set_accept_state(t->ssl);
     return 0;
+}
+
+int sb_tls_init_client(sb_tls *t, SSL_CTX *ctx, const char *server_name)
+{
+    if (session_new(t, ctx) < 0)
+        return -1;
+    SSL_set_connect_state(t->ssl);
+    struct in6_addr a6;
+    struct in_addr a4;
+    bool ip = inet_pton(AF_INET, server_name, &a4) == 1 || inet_pton(AF_INET6, server_name, &a6) == 1;
+    /* RFC 6066: no SNI for an address. The certificate check follows the context (SSL_VERIFY_PEER
+     * or not); the name, or the IP address, it must carry is set either way. */
+    bool ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), server_name) == 1
+                 : SSL_set_tlsext_host_name(t->ssl, server_name) == 1 && SSL_set1_host(t->ssl, server_name) == 1;
+    if (!ok) {
+        ERR_clear_error();
+        sb_tls_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+int sb_tls_start(sb_tls *t)
+{
+    int r = SSL_do_handshake(t->ssl);
+    if (r == 1) {
+        t->ready = true;
+        return 0;
+    }
+    int e = SSL_get_error(t->ssl, r);
+    ERR_clear_error();
+    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
 }
 
 void sb_tls_free(sb_tls *t)

@@ -1,5 +1,6 @@
-/* tls: server-side TLS for the gateway's listeners (the HTTP/1.1 client listener and the
- * ext_proc gRPC listener), with OpenSSL over memory BIOs so that libuv keeps the sockets:
+/* tls: TLS for the gateway's listeners (the HTTP/1.1 client listener and the ext_proc gRPC
+ * listener) and toward model servers (net/upstream.c's https:// endpoints), with OpenSSL over
+ * memory BIOs so that libuv keeps the sockets:
  * ciphertext read from the socket is fed in, plaintext comes out to the protocol's parser;
  * plaintext written is encrypted into an output buffer the caller hands to uv_write.
  *
@@ -39,6 +40,14 @@ typedef struct sb_tls_alpn {
 SSL_CTX *sb_tls_server_ctx(const char *cert_file, const char *key_file, const sb_tls_alpn *alpn, char *err,
                            size_t err_len);
 
+/* A client context (toward model servers and providers): TLS 1.2 or later, ALPN http/1.1.
+ * verify: the server's chain must verify against ca_file (NULL: the system's store) and name
+ * the host (sb_tls_init_client); false accepts any certificate (a test fleet's self-signed
+ * ones: say so in the config). cert_file/key_file: a client certificate, or NULL. NULL on
+ * failure, with the reason in err. */
+SSL_CTX *sb_tls_client_ctx(const char *ca_file, const char *cert_file, const char *key_file, bool verify, char *err,
+                           size_t err_len);
+
 typedef struct sb_tls {
     SSL *ssl;         /* NULL: no TLS on this connection */
     BIO *rbio, *wbio; /* owned by ssl */
@@ -46,8 +55,13 @@ typedef struct sb_tls {
     bool notified;    /* our close_notify is written */
 } sb_tls;
 
-/* 0, or -1 (out of memory). */
+/* A server session: 0, or -1 (out of memory). */
 int sb_tls_init(sb_tls *t, SSL_CTX *ctx);
+/* A client session for server_name: sent as SNI (unless an IP literal) and, when the context
+ * verifies, the name (or IP) the certificate must carry. 0, or -1. */
+int sb_tls_init_client(sb_tls *t, SSL_CTX *ctx, const char *server_name);
+/* Begins a client's handshake: its first flight waits in the output (sb_tls_take). 0, or -1. */
+int sb_tls_start(sb_tls *t);
 void sb_tls_free(sb_tls *t);
 
 /* Called with each piece of plaintext; returns 0 to go on, nonzero to stop (the connection is

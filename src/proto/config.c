@@ -800,6 +800,10 @@ void sb_config_free(sb_config *cfg)
             OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
         sb_free(pc->upstream_auth_header);
         sb_free(pc->upstream_api_key_file);
+        sb_free(pc->tls_ca_file);
+        sb_free(pc->tls_cert);
+        sb_free(pc->tls_key);
+        sb_free(pc->tls_server_name);
         sb_free(pc->dns_host);
         if (pc->kv_events) {
             sb_free(pc->kv_events->endpoint);
