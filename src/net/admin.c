@@ -138,6 +138,16 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
     for (size_t i = 0; i < n; i++)
         sb_buf_printf(b, "switchboard_body_budget_refusals_total{listener=\"%s\"} %llu\n", name[i],
                       (unsigned long long)st[i].body_budget_refusals);
+    if (gw->server && gw->cfg->tls_cert)
+        sb_buf_printf(b,
+                      "# HELP switchboard_tls_handshakes_total TLS handshakes completed on the client listener.\n"
+                      "# TYPE switchboard_tls_handshakes_total counter\n"
+                      "switchboard_tls_handshakes_total{listener=\"client\"} %llu\n"
+                      "# HELP switchboard_tls_handshake_failures_total Client connections closed for a failed TLS "
+                      "handshake (not TLS, no common protocol or cipher, a bad record).\n"
+                      "# TYPE switchboard_tls_handshake_failures_total counter\n"
+                      "switchboard_tls_handshake_failures_total{listener=\"client\"} %llu\n",
+                      (unsigned long long)st[0].tls_handshakes, (unsigned long long)st[0].tls_failures);
 }
 
 /* Gateway-wide counters, listener statistics, refusals, and responses by endpoint and class. */

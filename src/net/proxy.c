@@ -873,7 +873,7 @@ static void send_request(exchange *x)
         return;
     }
     s->x = x;
-    if (uv_write(&s->w, (uv_stream_t *)&uc->tcp, bufs, (unsigned)nb, on_sent) < 0) {
+    if (sb_upstream_write(uc, &s->w, bufs, (unsigned)nb, on_sent) < 0) {
         sb_free(s);
         retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
         return;
