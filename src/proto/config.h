@@ -183,6 +183,10 @@ typedef struct sb_config {
     uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
     char *admin_token_file;       /* as written; NULL if none */
     size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
+    /* The ring of recent decisions behind /debug/decisions (net/decisions.h): records kept
+     * (0: none, the page answers an empty list) and candidates per record. 512 and 16. */
+    size_t admin_decisions;
+    size_t admin_decision_candidates;
     /* the endpoint picker (`ext_proc:`; net/picker.c): Envoy's external-processing stream on a
      * gRPC listener, beside or instead of the proxy's */
     char *extproc_host;     /* NULL: no ext_proc listener (the default) */
