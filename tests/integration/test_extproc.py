@@ -482,10 +482,10 @@ class ExtProcTest(SharedGatewayCase):
             # decision matters here.
             http(self.gw.port, "POST", "/v1/chat/completions", chat("session", model=SESSION_MODEL), dict(key),
                  timeout=60)
-            by_proxy = self.last_decision(pool=2)
+            by_proxy = self.last_decision(pool="sess")
             sid, p = self.request_phase(chat("session", model=SESSION_MODEL), extra_headers=key)
             self.assertEqual(p.endpoints[0], by_proxy, "session %d" % i)
-            self.assertEqual(self.last_decision(pool=2), by_proxy)
+            self.assertEqual(self.last_decision(pool="sess"), by_proxy)
             self.drv.cancel(sid)
             self.drv.wait_status(sid)
             wait_until(lambda: sum(e["own"]["in_flight"] for e in endpoints(self.gw, 2).values()) == 0, 10,
@@ -493,11 +493,10 @@ class ExtProcTest(SharedGatewayCase):
             picks.append(by_proxy)
         self.assertGreater(len(set(picks)), 1, "sessions spread over the replicas: %s" % picks)
 
-    def last_decision(self, pool=0):
-        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
+    def last_decision(self, pool="p"):
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions?pool=%s&limit=1" % pool)
         self.assertEqual(st, 200)
-        d = [x for x in json.loads(body)["decisions"] if x["pool"] == pool][0]
-        return d["candidates"][d["picked"]]["address"]
+        return json.loads(body)["decisions"][0]["picked"]
 
     # ---- response phase accounting ----
 
