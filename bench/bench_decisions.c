@@ -51,9 +51,12 @@ static sb_router *make_pool(size_t n, sb_ns now)
         snprintf(addrs[i], sizeof addrs[i], "10.1.%u.%u:8000", i / 250, i % 250 + 1);
         ep->address = addrs[i];
         sb_endpoint_report rep = {
-            .have_running = true, .running = (double)(sb_rand_next(&s) % 32),
-            .have_waiting = true, .waiting = (double)(sb_rand_next(&s) % 8),
-            .have_kv = true, .kv_usage = sb_rand_unit(&s) * 0.95,
+            .have_running = true,
+            .running = (double)(sb_rand_next(&s) % 32),
+            .have_waiting = true,
+            .waiting = (double)(sb_rand_next(&s) % 8),
+            .have_kv = true,
+            .kv_usage = sb_rand_unit(&s) * 0.95,
             .requests_total = 1000,
         };
         sb_endpoint_report_set(ep, &rep, SB_REPORT_SCRAPE, now - SB_MS(sb_rand_next(&s) % 200));
@@ -73,9 +76,10 @@ int main(void)
     const sb_ns now = SB_MS(100000);
     const char *id = "3f2b9c1e-7d4a-4e8b-9a61-0c5d2e7f8a90";
     printf("per request: the decision (sb_router_pick, `default`) and keeping it (record + outcome),\n"
-           "ring of 512 records of 16 candidates; median of %d runs\n\n", RUNS);
-    printf("%10s %14s %14s %12s %14s %16s\n", "endpoints", "ns/decision", "ns/record+fin", "vs decision",
-           "ns/render", "ns/miss (512)");
+           "ring of 512 records of 16 candidates; median of %d runs\n\n",
+           RUNS);
+    printf("%10s %14s %14s %12s %14s %16s\n", "endpoints", "ns/decision", "ns/record+fin", "vs decision", "ns/render",
+           "ns/miss (512)");
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         size_t n = sizes[z];
         sb_router *r = make_pool(n, now);

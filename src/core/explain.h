@@ -25,7 +25,7 @@
 #include "base/buf.h"
 #include "core/sched.h"
 
-#define SB_EXPLAIN_ID_MAX 128   /* request id (net's x-request-id bound) */
+#define SB_EXPLAIN_ID_MAX 128    /* request id (net's x-request-id bound) */
 #define SB_EXPLAIN_MODEL_MAX 128 /* the model name asked; longer ones are cut */
 #define SB_EXPLAIN_NAME_MAX 64   /* pool and profile names (a profile name is at most 63 bytes) */
 #define SB_EXPLAIN_ADDR_MAX 96   /* "host:port": a bracketed IPv6 literal with port is 47 */
@@ -34,10 +34,10 @@ typedef struct sb_explain_cand {
     char endpoint[SB_EXPLAIN_ADDR_MAX]; /* the address, cut at SB_EXPLAIN_ADDR_MAX - 1 bytes */
     const char *removed_by;             /* static filter name, NULL if it stayed a candidate */
     float total;
-    float scores[SB_MAX_SCORERS];       /* in the record's scorer order; meaningful if kept */
-    uint32_t index;                     /* its position in the pool */
+    float scores[SB_MAX_SCORERS]; /* in the record's scorer order; meaningful if kept */
+    uint32_t index;               /* its position in the pool */
     uint32_t prefix_blocks;
-    uint8_t prefix_source;              /* enum sb_prefix_source */
+    uint8_t prefix_source; /* enum sb_prefix_source */
     bool stale, serving, panic;
 } sb_explain_cand;
 
@@ -55,17 +55,17 @@ typedef struct sb_explain {
     char model[SB_EXPLAIN_MODEL_MAX + 1];
     char pool[SB_EXPLAIN_NAME_MAX];
     char profile[SB_EXPLAIN_NAME_MAX];
-    int64_t at_ms;                          /* unix time of the decision, ms */
-    const char *picker;                     /* static */
-    const char *reason;                     /* static */
-    const char *scorers[SB_MAX_SCORERS];    /* static names, n_scorers of them */
+    int64_t at_ms;                       /* unix time of the decision, ms */
+    const char *picker;                  /* static */
+    const char *reason;                  /* static */
+    const char *scorers[SB_MAX_SCORERS]; /* static names, n_scorers of them */
     uint8_t n_scorers;
     bool panic;
-    int32_t picked;                         /* index into cands[], -1: none */
-    uint32_t n_cands;                       /* kept, in pool order */
-    uint32_t omitted;                       /* the pool's other candidates, not kept */
+    int32_t picked;   /* index into cands[], -1: none */
+    uint32_t n_cands; /* kept, in pool order */
+    uint32_t omitted; /* the pool's other candidates, not kept */
     sb_explain_outcome outcome;
-    sb_explain_cand cands[];                /* the owner sizes it: sb_explain_size */
+    sb_explain_cand cands[]; /* the owner sizes it: sb_explain_size */
 } sb_explain;
 
 /* Bytes a record of up to max_cands candidates takes. */

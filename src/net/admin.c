@@ -806,10 +806,11 @@ static bool render_decisions(sb_gateway *gw, sb_http_req *req, sb_buf *b)
         const sb_explain *e = ring ? sb_decisions_find(ring, dq.id, dq.id_len) : NULL;
         if (!e) {
             char msg[240];
-            snprintf(msg, sizeof msg,
-                     ring ? "no decision for request id '%.*s': unknown, or it has left the ring of the last %zu"
-                          : "no decision for request id '%.*s': the ring of recent decisions is off (admin.decisions: %zu)",
-                     (int)(dq.id_len > 128 ? 128 : dq.id_len), dq.id, cap);
+            snprintf(
+                msg, sizeof msg,
+                ring ? "no decision for request id '%.*s': unknown, or it has left the ring of the last %zu"
+                     : "no decision for request id '%.*s': the ring of recent decisions is off (admin.decisions: %zu)",
+                (int)(dq.id_len > 128 ? 128 : dq.id_len), dq.id, cap);
             admin_error(req, 404, msg, "decision_not_found", NULL);
             return false;
         }

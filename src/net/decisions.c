@@ -13,8 +13,8 @@ struct sb_decisions {
     size_t capacity;
     size_t max_cands;
     size_t slot_bytes;
-    uint64_t next_seq;   /* the next record's generation; slot = (seq - 1) % capacity */
-    uint64_t *seq;       /* per slot: the generation it holds, 0 for none yet */
+    uint64_t next_seq; /* the next record's generation; slot = (seq - 1) % capacity */
+    uint64_t *seq;     /* per slot: the generation it holds, 0 for none yet */
     unsigned char *slots;
 };
 
@@ -151,12 +151,15 @@ int64_t sb_decisions_clock_ms(void)
 double sb_decisions_ttft_ms(const sb_exchange_log *log)
 {
     return log->t_first_token && log->t_first_token >= log->t_start ? (double)(log->t_first_token - log->t_start) / 1e6
-                                                                      : -1.0;
+                                                                    : -1.0;
 }
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* Percent-decodes v[0..n) into out[cap] (NUL-terminated). Returns the length, or -1 (bad

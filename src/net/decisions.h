@@ -34,7 +34,7 @@ typedef struct sb_decisions sb_decisions;
 typedef struct sb_decision_ref {
     sb_decisions *ring; /* a reference, held until sb_decisions_finish */
     uint32_t slot;
-    uint64_t seq;       /* the record's generation: the slot's, while not reused */
+    uint64_t seq; /* the record's generation: the slot's, while not reused */
 } sb_decision_ref;
 
 /* A ring of `capacity` records of at most max_cands candidates each (both >= 1), with one
@@ -80,7 +80,7 @@ const sb_explain *sb_decisions_find(const sb_decisions *r, const char *id, size_
 #define SB_DECISIONS_DEFAULT_LIMIT 100
 typedef struct sb_decisions_query {
     char id[SB_EXPLAIN_ID_MAX + 1];
-    size_t id_len;                    /* 0: no id asked */
+    size_t id_len; /* 0: no id asked */
     char pool[SB_EXPLAIN_NAME_MAX];
     bool has_pool;
     size_t limit;

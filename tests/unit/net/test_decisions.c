@@ -20,8 +20,8 @@ static sb_router *make_router(size_t n)
         snprintf(addr_buf[i], sizeof addr_buf[i], "10.0.0.%zu:8000", i);
         sb_endpoint *e = sb_router_endpoint(r, 0, (uint32_t)i);
         e->address = addr_buf[i];
-        sb_endpoint_report rep = {.have_waiting = true, .waiting = (double)i, .have_running = true,
-                                  .running = 1, .requests_total = -1};
+        sb_endpoint_report rep = {
+            .have_waiting = true, .waiting = (double)i, .have_running = true, .running = 1, .requests_total = -1};
         sb_endpoint_report_set(e, &rep, SB_REPORT_SCRAPE, SB_MS(1000));
     }
     sb_router_endpoint(r, 1, 0)->address = "emb:1";
@@ -58,8 +58,11 @@ static void test_record_renders_names_scores_outcome(void **state)
     assert_int_equal(sb_explain_render(e, SB_EXPLAIN_FULL, &b), 0);
     assert_json(&b);
     const char *want[] = {"{\"id\":\"req-1\",\"at_ms\":1700000000123,\"model\":\"meta/llama\",\"pool\":\"chat\"",
-                          "\"profile\":\"default\"", "\"picked\":\"10.0.0.0:8000\",\"picked_index\":0",
-                          "{\"endpoint\":\"10.0.0.2:8000\",\"index\":2,", "\"scores\":{\"", "\"outcome\":null"};
+                          "\"profile\":\"default\"",
+                          "\"picked\":\"10.0.0.0:8000\",\"picked_index\":0",
+                          "{\"endpoint\":\"10.0.0.2:8000\",\"index\":2,",
+                          "\"scores\":{\"",
+                          "\"outcome\":null"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(b.data, want[i]))
             fail_msg("missing %s in %s", want[i], b.data);
@@ -69,8 +72,8 @@ static void test_record_renders_names_scores_outcome(void **state)
     sb_buf_reset(&b);
     assert_int_equal(sb_explain_render(e, SB_EXPLAIN_FULL, &b), 0);
     assert_json(&b);
-    assert_non_null(
-        strstr(b.data, "\"outcome\":{\"status\":200,\"ttft_ms\":12.500,\"attempts\":2,\"served_by\":\"10.0.0.1:8000\"}"));
+    assert_non_null(strstr(
+        b.data, "\"outcome\":{\"status\":200,\"ttft_ms\":12.500,\"attempts\":2,\"served_by\":\"10.0.0.1:8000\"}"));
     /* The access log's shape: the decision alone, no id or outcome. */
     sb_buf_reset(&b);
     assert_int_equal(sb_decision_render(sb_router_last_decision(r, 0), &b), 0);
@@ -179,7 +182,7 @@ static void test_reference_outlives_owner(void **state)
     sb_router *r = make_router(1);
     sb_decisions *ring = sb_decisions_new(2, 4);
     sb_decision_ref ref = sb_decisions_record(ring, pick(r, 0), "late", "m", 1);
-    sb_decisions_release(ring); /* the owner's (a reload replaced it) */
+    sb_decisions_release(ring);                            /* the owner's (a reload replaced it) */
     sb_decisions_finish(&ref, 200, 3, 1, "10.0.0.0:8000"); /* ASan: no use after free, no leak */
     sb_router_free(r);
 }

@@ -1427,8 +1427,7 @@ static void test_admin_decisions_ring(void **state)
     expect_one_error("admin: { decision_candidates: 257 }\n" POOL_OK, 1, "admin.decision_candidates");
     expect_one_error("admin: { decisions: -1 }\n" POOL_OK, 1, "admin.decisions");
     /* Each bound alone allows 2.8 GiB: their product is bounded too. */
-    expect_one_error("admin: { decisions: 65536, decision_candidates: 17 }\n" POOL_OK, 1,
-                     "at most 1048576 candidates");
+    expect_one_error("admin: { decisions: 65536, decision_candidates: 17 }\n" POOL_OK, 1, "at most 1048576 candidates");
 }
 
 static void test_error_default_pool(void **state)
