@@ -2,6 +2,8 @@
  * (core/explain.h), driven by a real router's picks; no loop, no clock. */
 #include "sb_test.h"
 
+#include <dirent.h>
+
 #include "core/explain.h"
 #include "core/router.h"
 #include "net/decisions.h"
@@ -275,6 +277,42 @@ static void test_query(void **state)
     expect_query_error(longid, "longer than 128 bytes");
 }
 
+/* The fuzz target's corpus (tests/fuzz/fuzz_decisions_query.c), replayed: every input parses or
+ * is refused with a message, within bounds. */
+static void test_query_corpus_replay(void **state)
+{
+    (void)state;
+    DIR *d = opendir("tests/fuzz/corpus/decisions_query");
+    if (!d)
+        fail_msg("cannot open tests/fuzz/corpus/decisions_query (run from the repository root)");
+    int files = 0, accepted = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/fuzz/corpus/decisions_query/%s", e->d_name);
+        size_t len;
+        char *data = sb_test_read_file(path, &len);
+        sb_decisions_query dq;
+        char err[160] = "";
+        int rc = sb_decisions_query_parse(data, len, 512, &dq, err, sizeof err);
+        if (rc == 0) {
+            accepted++;
+            assert_true(dq.limit >= 1 && dq.limit <= 512);
+            assert_int_equal(strlen(dq.id), dq.id_len);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_true(err[0] != '\0');
+        }
+        free(data);
+        files++;
+    }
+    closedir(d);
+    assert_true(files >= 10);
+    assert_true(accepted >= 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_reference_outlives_owner),
         cmocka_unit_test(test_candidates_bounded),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_query_corpus_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
