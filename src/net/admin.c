@@ -1,6 +1,7 @@
 /* admin: what the gateway tells about itself. GET /metrics (Prometheus text, prefix
  * switchboard_), GET /debug/endpoints (each endpoint's merged state), GET /debug/decisions
- * (each pool's last scheduling decision, explained). The per-request record that feeds the
+ * (recent scheduling decisions, explained, newest first, or one by request id: the ring of
+ * net/decisions.h). The per-request record that feeds the
  * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "core/prefix_index.h"
 #include "net/admin.h"
 #include "net/agent_reports.h"
+#include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/kv_feed.h"
 #include "net/picker.h"
@@ -793,19 +795,48 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "]}");
 }
 
-static void render_decisions(sb_gateway *gw, sb_buf *b)
+static void admin_error(sb_http_req *req, int status, const char *message, const char *code, const char *headers);
+
+/* GET /debug/decisions[?id=..|?pool=..&limit=..]: from the ring, rendered now. Answers req
+ * itself when the query is refused (400) or the id is not held (404); else fills b. */
+static bool render_decisions(sb_gateway *gw, sb_http_req *req, sb_buf *b)
 {
+    const sb_decisions *ring = gw->decisions;
+    size_t cap = ring ? sb_decisions_capacity(ring) : 0;
+    const char *q = req->path_len < req->url_len ? req->url + req->path_len + 1 : "";
+    size_t qlen = req->path_len < req->url_len ? req->url_len - req->path_len - 1 : 0;
+    sb_decisions_query dq;
+    char err[160];
+    if (sb_decisions_query_parse(q, qlen, cap ? cap : 1, &dq, err, sizeof err) < 0) {
+        admin_error(req, 400, err, "bad_query", NULL);
+        return false;
+    }
     sb_buf_puts(b, "{\"decisions\":[");
-    bool first = true;
-    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
-        const sb_decision *d = sb_router_last_decision(gw->router, (uint32_t)p);
-        if (!d)
-            continue;
-        sb_buf_puts(b, first ? "" : ",");
-        first = false;
-        sb_decision_render(d, b);
+    if (dq.id_len) {
+        const sb_explain *e = ring ? sb_decisions_find(ring, dq.id, dq.id_len) : NULL;
+        if (!e) {
+            char msg[240];
+            snprintf(
+                msg, sizeof msg,
+                ring ? "no decision for request id '%.*s': unknown, or it has left the ring of the last %zu"
+                     : "no decision for request id '%.*s': the ring of recent decisions is off (admin.decisions: %zu)",
+                (int)(dq.id_len > 128 ? 128 : dq.id_len), dq.id, cap);
+            admin_error(req, 404, msg, "decision_not_found", NULL);
+            return false;
+        }
+        sb_explain_render(e, SB_EXPLAIN_FULL, b);
+    } else {
+        size_t shown = 0;
+        for (size_t k = 0, n = ring ? sb_decisions_count(ring) : 0; k < n && shown < dq.limit; k++) {
+            const sb_explain *e = sb_decisions_newest(ring, k);
+            if (dq.has_pool && strcmp(e->pool, dq.pool))
+                continue;
+            sb_buf_puts(b, shown++ ? "," : "");
+            sb_explain_render(e, SB_EXPLAIN_FULL, b);
+        }
     }
     sb_buf_puts(b, "]}");
+    return true;
 }
 
 static void render_adaptive(sb_gateway *gw, sb_buf *b)
@@ -968,7 +999,12 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         ct = "text/plain; version=0.0.4; charset=utf-8";
         break;
     case PAGE_ENDPOINTS: render_endpoints(gw, &b); break;
-    case PAGE_DECISIONS: render_decisions(gw, &b); break;
+    case PAGE_DECISIONS:
+        if (!render_decisions(gw, req, &b)) {
+            sb_buf_free(&b);
+            return;
+        }
+        break;
     case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
     case PAGE_AGENT_REPORT: sb_gateway_agent_report(gw, req); return;
     case PAGE_HEALTHZ: break; /* answered above */

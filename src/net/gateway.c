@@ -1,6 +1,7 @@
 #include "net/gateway.h"
 #include "net/admin.h"
 #include "net/admission.h"
+#include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
@@ -142,6 +143,7 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw->adaptive);
     sb_gateway_admission_free(gw);
     sb_router_free(gw->router);
+    sb_decisions_release(gw->decisions);
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
     sb_free(gw->models_json);
@@ -276,7 +278,28 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .end = proxy_end,
                           .record = proxy_record,
                           .error = proxy_error,
-                          .prober = proxy_prober};
+                          .prober = proxy_prober,
+                          .decisions = gw->decisions};
+}
+
+/* The ring of recent decisions cfg asks for: old's when it has that size (a reload keeps the
+ * history), else a new one (NULL when off, or out of memory: routing goes on unrecorded). */
+static void decisions_apply(sb_gateway *gw, sb_decisions *old)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_decisions *ring = NULL;
+    if (old && sb_decisions_capacity(old) == cfg->admin_decisions &&
+        sb_decisions_max_cands(old) == cfg->admin_decision_candidates) {
+        ring = old;
+        sb_decisions_hold(ring);
+    } else if (cfg->admin_decisions) {
+        ring = sb_decisions_new(cfg->admin_decisions, cfg->admin_decision_candidates);
+        if (!ring)
+            SB_WARN("the ring of recent decisions: out of memory; /debug/decisions stays empty");
+    }
+    sb_decisions_release(gw->decisions); /* the one this gateway held, if any (after the hold) */
+    gw->decisions = ring;
+    gw->proxy.decisions = ring;
 }
 
 /* A static name that does not resolve marks its endpoint down (with the reason, shown by the
@@ -485,6 +508,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
     gw->proxy = proxy_env(gw);
+    decisions_apply(gw, old ? old->decisions : NULL);
     gw->pick = sb_picker_dispatch;
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
@@ -1006,6 +1030,7 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     gw->cfg = cfg;
     gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
+    decisions_apply(gw, gw->decisions);
     sb_gateway_kv_reconfigure(gw);
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");

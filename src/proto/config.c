@@ -682,6 +682,8 @@ static bool set_defaults(sb_config *cfg)
         .admin_port = 8081,
         .admin_max_connections = 64,
         .admin_max_body_bytes = 64 << 10,
+        .admin_decisions = 512,
+        .admin_decision_candidates = 16,
         .extproc_port = 9002,
         .extproc_fallbacks = 0,
         .extproc_chunk_bytes = 62000,

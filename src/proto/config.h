@@ -195,6 +195,10 @@ typedef struct sb_config {
      * reload (SIGHUP) so certificates rotate without a restart; NULL: plain HTTP (both NULL) */
     char *tls_cert;
     char *tls_key;
+    /* The ring of recent decisions behind /debug/decisions (net/decisions.h): records kept
+     * (0: none, the page answers an empty list) and candidates per record. 512 and 16. */
+    size_t admin_decisions;
+    size_t admin_decision_candidates;
     /* the endpoint picker (`ext_proc:`; net/picker.c): Envoy's external-processing stream on a
      * gRPC listener, beside or instead of the proxy's */
     char *extproc_host;     /* NULL: no ext_proc listener (the default) */
