@@ -166,6 +166,7 @@ int sb_tls_feed(sb_tls *t, const char *in, size_t n, char *scratch, size_t scrat
         if (r <= 0) {
             int e = SSL_get_error(t->ssl, r);
             ERR_clear_error();
+            t->peer_closed = e == SSL_ERROR_ZERO_RETURN;
             return e == SSL_ERROR_WANT_READ ? 0 : -1; /* close_notify, or a TLS error: the end */
         }
         if (on_plain(arg, scratch, (size_t)r) != 0)

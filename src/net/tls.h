@@ -53,6 +53,8 @@ typedef struct sb_tls {
     BIO *rbio, *wbio; /* owned by ssl */
     bool ready;       /* the handshake is complete */
     bool notified;    /* our close_notify is written */
+    bool peer_closed; /* the peer's close_notify arrived (sb_tls_feed returned -1 for it): a clean
+                       * end, as EOF, unlike a TLS error */
 } sb_tls;
 
 /* A server session: 0, or -1 (out of memory). */

@@ -449,10 +449,10 @@ static void tls_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
     }
     if (uc->state == UC_CLOSING)
         return;
-    if (rc < 0) { /* the server's close_notify, a TLS error or EOF: a read error for the owner */
+    if (rc < 0) { /* the server's close_notify or EOF (an end), a TLS error (a read error) */
         if (uc->state == UC_OWNED && uc->on_read) {
             uv_buf_t none = uv_buf_init(NULL, 0);
-            uc->on_read(uc, nread < 0 ? nread : UV_EPROTO, &none);
+            uc->on_read(uc, nread < 0 ? nread : uc->tls.peer_closed ? UV_EOF : UV_EPROTO, &none);
         } else {
             sb_upstream_close(uc);
         }

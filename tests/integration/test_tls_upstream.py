@@ -45,6 +45,16 @@ class TlsUpstream(Upstream):
         peer = t.getpeercert()
         if peer:
             self.client_subjects.append(dict(x[0] for x in peer["subject"]).get("commonName"))
+        plain_close = t.close
+
+        def close_notify():  # a TLS server ends with close_notify (Python's close() sends none)
+            try:
+                t.settimeout(0.5)
+                t.unwrap()
+            except (ssl.SSLError, OSError, ValueError):
+                pass
+            plain_close()
+        t.close = close_notify
         super()._serve(t)
 
 
@@ -95,6 +105,10 @@ class TlsUpstreamTest(unittest.TestCase):
                 got += chunk
             s.close()
             self.assertIn("localhost", up.sni, "SNI carries the endpoint's host name")
+            # A close-delimited answer ends with the server's close_notify: the end of the body,
+            # not an error.
+            st, _, body = self.chat(gw, headers={"x-fixture-mode": "close"})
+            self.assertEqual((st, body), (200, b"close-delimited body from tls-up"))
             wait_until(lambda: up.probes > 0, 10, "the prober's scrape over TLS")
             # Keep-alive over TLS: more requests than new handshakes.
             for _ in range(5):
