@@ -129,6 +129,22 @@ async function main() {
     result.steps.push('opened a decision');
     result.ms.decision = Date.now() - t0;
 
+    // The page's own arithmetic, on fixed inputs (its functions are the script's globals).
+    result.units = await page.evaluate(() => {
+      const m = parseProm('# HELP x y\nx_total{pool="a\\"b",model="m"} 3\nx_total{pool="c"} 4e1\nbad line\n');
+      const b = (o) => new Map(Object.entries(o));
+      const now = b({ '0.1': 0, '0.2': 10, '0.4': 20, '+Inf': 20 });
+      const then = b({ '0.1': 0, '0.2': 10, '0.4': 10, '+Inf': 10 });
+      const inf = b({ '1': 0, '+Inf': 5 });
+      const oldShape = normaliseDecision({ pool: 0, picked: 1, profile: 'p', candidates: [{ endpoint: 0, address: 'x:1', total: 0.2 }, { endpoint: 1, address: 'y:2', total: 0.8 }] });
+      const newShape = normaliseDecision({ id: 'r1', at_ms: 5, pool: 'llama', picked: 'y:2', candidates: [{ endpoint: 'y:2', total: 1, scores: { q: 1 } }] });
+      return {
+        labels: m.get('x_total').map((x) => x.labels), values: m.get('x_total').map((x) => x.value),
+        p50: quantile(0.5, now, null), p50window: quantile(0.5, now, then), none: quantile(0.5, then, then), inf: quantile(0.9, inf, null),
+        oldPicked: oldShape.picked, oldEndpoints: oldShape.candidates.map((c) => c.endpoint), newPicked: newShape.picked, newKey: newShape.key,
+      };
+    });
+
     // The adaptive section drew its charts.
     result.charts = await page.$$eval('#adaptive-body svg.chart polyline', (p) => p.length);
 

@@ -243,6 +243,19 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertTrue(any(s != "—" for s in dec["scores"]), dec)
         self.assertIn(dec["picked"], want)
         self.assertGreater(rep["charts"], 0, "the adaptive loop's charts")
+        u = rep["units"]
+        # Prometheus text: escaped label values, exponents, junk lines skipped.
+        self.assertEqual(u["labels"], [{"pool": 'a"b', "model": "m"}, {"pool": "c"}])
+        self.assertEqual(u["values"], [3, 40])
+        # Quantiles interpolate inside the bucket (as histogram_quantile), over the window only,
+        # none without observations, and the highest finite bound for the +Inf bucket.
+        self.assertAlmostEqual(u["p50"], 0.2)
+        self.assertAlmostEqual(u["p50window"], 0.3)
+        self.assertIsNone(u["none"])
+        self.assertEqual(u["inf"], 1)
+        # Decisions in the old shape (indexes) and the new (request id, addresses).
+        self.assertEqual((u["oldPicked"], u["oldEndpoints"]), ("y:2", ["x:1", "y:2"]))
+        self.assertEqual((u["newPicked"], u["newKey"]), ("y:2", "r1"))
 
     def test_page_shows_the_fleet_and_follows_load(self):
         llama, qwen, gw = fleet()
