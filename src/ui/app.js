@@ -12,7 +12,11 @@
 'use strict';
 
 const POLL_MS = 1000;
-const HISTORY_MAX_S = 600; // client-side scrape history kept for rates and sparklines
+// Client-side history kept for rates, percentiles and charts: the widest window (5 min) and a
+// little more. Each kept scrape holds only the families the page reads (KEEP), so memory stays
+// bounded by (families x series x scrapes) whatever else /metrics grows to hold.
+const HISTORY_MAX_S = 310;
+const KEEP = /^switchboard_(request_duration_seconds|time_to_first_token_seconds|inter_token_latency_seconds|queue_wait_seconds)_(bucket|count)$|^switchboard_(prompt|cached|completion)_tokens_total$|^switchboard_requests_total$|^switchboard_prefix_index_entries$|^switchboard_queue_(length|dispatched_total|refused_total)$|^switchboard_rejected_total$/;
 const TOKEN_KEY = 'switchboard-admin-token';
 const SCORER_CLASSES = 5;
 
@@ -82,13 +86,14 @@ function badge(text, cls) { return h('span', { class: 'badge ' + (cls || '') }, 
 
 // Parses the text exposition format into {name -> [{labels, value}]}. Linear in the text;
 // comments and malformed lines are skipped (the page shows what it can read).
-function parseProm(text) {
+function parseProm(text, keep) {
   const out = new Map();
   for (const line of text.split('\n')) {
     if (!line || line[0] === '#') continue;
     let i = 0;
     while (i < line.length && line[i] !== '{' && line[i] !== ' ') i++;
     const name = line.slice(0, i);
+    if (keep && !keep.test(name)) continue;
     const labels = {};
     if (line[i] === '{') {
       i++;
@@ -247,7 +252,7 @@ async function poll() {
       get('/metrics', true), get('/debug/endpoints'), get('/debug/adaptive'), get('/debug/decisions?limit=50'),
     ]);
     const t = performance.now() / 1000;
-    state.scrapes.push({ t, m: parseProm(metrics || '') });
+    state.scrapes.push({ t, m: parseProm(metrics || '', KEEP) });
     while (state.scrapes.length && t - state.scrapes[0].t > HISTORY_MAX_S) state.scrapes.shift();
     state.endpoints = endpoints;
     state.adaptive = adaptive;
@@ -351,12 +356,15 @@ function renderTraffic() {
     base ? null : h('p', { class: 'dim' }, 'rates and percentiles appear from the second read on'));
 }
 
-function epRate(key) {
-  // Requests answered per second by one endpoint over the window (switchboard_requests_total).
+// Requests answered per second by each endpoint over the window (switchboard_requests_total),
+// keyed "pool address"; null before the second read.
+function endpointRates() {
   const last = state.scrapes[state.scrapes.length - 1], base = windowBase();
   if (!last || !base) return null;
-  const f = (m) => sumBy(m, 'switchboard_requests_total', (l) => l.pool + ' ' + l.endpoint).get(key) || 0;
-  return (f(last.m) - f(base.m)) / (last.t - base.t);
+  const f = (m) => sumBy(m, 'switchboard_requests_total', (l) => l.pool + ' ' + l.endpoint);
+  const now = f(last.m), then = f(base.m), out = new Map();
+  for (const [k, v] of now) out.set(k, (v - (then.get(k) || 0)) / (last.t - base.t));
+  return out;
 }
 
 function healthBadge(ep) {
@@ -369,6 +377,7 @@ function renderPools() {
   if (!data) { replace('pools-body', h('p', { class: 'dim' }, '/debug/endpoints is off (debug_endpoints: false)')); return; }
   const last = state.scrapes[state.scrapes.length - 1];
   const prefixEntries = last ? sumBy(last.m, 'switchboard_prefix_index_entries', (l) => l.pool) : new Map();
+  const rates = endpointRates();
   const out = [];
   for (const pool of data.pools || []) {
     const eps = pool.endpoints || [];
@@ -381,7 +390,7 @@ function renderPools() {
       if (r.error) notes.push('engine: ' + r.error);
       if (r.models_error) notes.push('models: ' + r.models_error);
       if (ep.down_reason) notes.push('down: ' + ep.down_reason);
-      const rate = epRate(pool.pool + ' ' + ep.address);
+      const rate = rates ? rates.get(pool.pool + ' ' + ep.address) ?? 0 : null;
       rows.push(h('tr', { 'data-endpoint': ep.address },
         h('td', {}, ep.address),
         h('td', { class: 'l' }, healthBadge(ep), ep.available ? '' : ' ', ep.available ? null : badge('unavailable', 'bad')),

@@ -105,12 +105,16 @@ async function main() {
     await stdinLine();
     const sum = (n) => Object.values(n.endpoints).reduce((a, e) => a + (e.dispatched || 0), 0);
     const before = sum(result.before);
-    await page.waitForFunction((b) => {
+    // Until every endpoint's and every traffic row's counts have moved past the first read's
+    // (one poll may land while the last responses finish; the next one has them all).
+    await page.waitForFunction(([b, tb]) => {
       let s = 0;
       for (const el of document.querySelectorAll('#pools-body [data-field=dispatched]')) s += parseFloat(el.textContent) || 0;
-      const req = [...document.querySelectorAll('#traffic-body [data-field=requests]')].some((el) => parseFloat(el.textContent) > 0);
-      return s > b && req;
-    }, before, { timeout: TIMEOUT });
+      const rows = [...document.querySelectorAll('#traffic-body tr[data-group]')];
+      const moved = rows.length > 0 && rows.every((tr) => parseFloat(tr.querySelector('[data-field=requests]').textContent) >
+        ((tb[tr.dataset.group] && tb[tr.dataset.group].requests) || 0));
+      return s > b && moved;
+    }, [before, result.before.traffic], { timeout: TIMEOUT });
     result.after = await numbers(page);
     result.steps.push('numbers changed under load');
     result.ms.load = Date.now() - t0;

@@ -36,9 +36,19 @@ static void test_files_are_the_sources(void **st)
 static void test_only_exact_paths(void **st)
 {
     (void)st;
-    static const char *const miss[] = {"",           "/index.html", "/ui",         "/ui/",       "/ui/app.j",
-                                       "/ui/app.jsx", "/ui/APP.JS", "//",          "/ui//app.js", "/ui/../ui/app.js",
-                                       "/metrics",    "/ui/app.js/", "/ui/app.css?"};
+    static const char *const miss[] = {"",
+                                       "/index.html",
+                                       "/ui",
+                                       "/ui/",
+                                       "/ui/app.j",
+                                       "/ui/app.jsx",
+                                       "/ui/APP.JS",
+                                       "//",
+                                       "/ui//app.js",
+                                       "/ui/../ui/app.js",
+                                       "/metrics",
+                                       "/ui/app.js/",
+                                       "/ui/app.css?"};
     sb_ui_file f = {0};
     for (size_t i = 0; i < sizeof miss / sizeof miss[0]; i++) {
         assert_false(sb_ui_find(miss[i], strlen(miss[i]), &f));
