@@ -252,7 +252,13 @@ async function poll() {
       get('/metrics', true), get('/debug/endpoints'), get('/debug/adaptive'), get('/debug/decisions?limit=50'),
     ]);
     const t = performance.now() / 1000;
-    state.scrapes.push({ t, m: parseProm(metrics || '', KEEP) });
+    const m = parseProm(metrics || '', KEEP);
+    // Counters that went down: the gateway restarted. Deltas across that would be negative
+    // rates, so the history starts again.
+    const total = (mm) => series(mm, 'switchboard_request_duration_seconds_count').reduce((a, x) => a + x.value, 0);
+    const prev = state.scrapes[state.scrapes.length - 1];
+    if (prev && total(m) < total(prev.m)) state.scrapes = [];
+    state.scrapes.push({ t, m });
     while (state.scrapes.length && t - state.scrapes[0].t > HISTORY_MAX_S) state.scrapes.shift();
     state.endpoints = endpoints;
     state.adaptive = adaptive;
