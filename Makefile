@@ -17,6 +17,11 @@ CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefin
                -fno-sanitize-recover=undefined $(WARN) $(INC)
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cmd/*' | sort)
+# Assembly units (src/net/ui_files.S: the dashboard's files under src/ui/, put in read-only data
+# with .incbin). Their objects depend on every file under src/ui/ as well, so editing a UI file
+# rebuilds the binary.
+ASM_SRC  := $(shell find src -name '*.S' | sort)
+UI_FILES := $(shell find src/ui -type f | sort)
 CMD_SRC  := $(shell find src/cmd -name '*.c' | sort)
 # Protocol buffers (src/proto/*.proto): protoc-c generates C into build/gen/ at build time
 # (never committed); the generated units go into libsb.a beside src/, and every object
@@ -27,8 +32,8 @@ GEN_HDRS := $(PROTO_SRC:src/proto/%.proto=build/gen/%.pb-c.h)
 HDRS     := $(shell find src -name '*.h') $(GEN_HDRS)
 TEST_SRC := $(shell find tests/unit -name 'test_*.c' | sort)
 
-REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o) $(GEN_SRC:build/gen/%.c=build/rel/gen/%.o)
-SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o) $(GEN_SRC:build/gen/%.c=build/san/gen/%.o)
+REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o) $(GEN_SRC:build/gen/%.c=build/rel/gen/%.o) $(ASM_SRC:src/%.S=build/rel/%.o)
+SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o) $(GEN_SRC:build/gen/%.c=build/san/gen/%.o) $(ASM_SRC:src/%.S=build/san/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=build/bench/%)
@@ -41,7 +46,8 @@ CFLAGS_FUZZ  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
                 -fno-sanitize-recover=undefined $(WARN) $(INC)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
-FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o) $(GEN_SRC:build/gen/%.c=build/fuzz/obj/gen/%.o)
+FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o) $(GEN_SRC:build/gen/%.c=build/fuzz/obj/gen/%.o) \
+            $(ASM_SRC:src/%.S=build/fuzz/obj/%.o)
 # check-format compares with this revision: only lines changed since it are checked, since
 # the tree as a whole predates .clang-format.
 FORMAT_BASE ?= main
@@ -79,6 +85,17 @@ build/san/gen/%.o: build/gen/%.c $(HDRS)
 build/fuzz/obj/gen/%.o: build/gen/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC fuzz $<"; $(FUZZ_CC) $(CFLAGS_FUZZ) $(GEN_WARN) -c $< -o $@
+
+# The assembler only includes bytes (.incbin): no sanitizer or optimisation flags apply, so the
+# variants differ by directory only. (One rule per variant: a pattern rule with several targets
+# would be taken as making them all at once.)
+ASM_RECIPE = @mkdir -p $(dir $@); echo "AS      $<"; $(CC) -c $< -o $@
+build/rel/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
+build/san/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
+build/fuzz/obj/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
 
 build/rel/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)

@@ -66,7 +66,7 @@ static int usage(void)
     fprintf(stderr, "usage: switchboard demo [--port P] [--admin-port P] [--sim-port P] [--kv-port P] [--speed X]\n"
                     "                        [--access-log] [--fleet-only | --print-config]\n"
                     "  --port P       gateway port (default 8080)\n"
-                    "  --admin-port P admin port: /metrics, /debug/* (default 8081)\n"
+                    "  --admin-port P admin port: the dashboard (/), /metrics, /debug/* (default 8081)\n"
                     "  --sim-port P   first simulated replica's port (default 8101; uses P..P+3)\n"
                     "  --kv-port P    first Llama replica's KV-event publisher (default sim port + 1000,\n"
                     "                 or - 1000 near the top of the range; uses P..P+2)\n"
@@ -204,7 +204,7 @@ static void print_banner(const demo_args *a, unsigned admin_port)
     unsigned port = a->port;
     printf("switchboard demo\n"
            "  gateway    http://127.0.0.1:%u  (pools: llama x3 replicas with LoRA sql-lora, chat-lora; qwen x1)\n"
-           "  admin      http://127.0.0.1:%u  (/metrics, /debug/*; loopback only)\n"
+           "  admin      http://127.0.0.1:%u  (dashboard at /, /metrics, /debug/*; loopback only)\n"
            "  replicas   http://127.0.0.1:%u-%u  (simulated vLLM, Llama-3.1-8B on H100 timing, speed %gx)\n"
            "  kv events  tcp://127.0.0.1:%u-%u  (the Llama replicas' KV-cache events; the llama pool subscribes)\n\n"
            "Try:\n"

@@ -1,7 +1,8 @@
 /* admin: what the gateway tells about itself. GET /metrics (Prometheus text, prefix
  * switchboard_), GET /debug/endpoints (each endpoint's merged state), GET /debug/decisions
  * (recent scheduling decisions, explained, newest first, or one by request id: the ring of
- * net/decisions.h). The per-request record that feeds the
+ * net/decisions.h). The dashboard shows them (GET /
+ * and /ui/..., files compiled in: net/ui.h). The per-request record that feeds the
  * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
@@ -26,6 +27,7 @@
 #include "net/precise.h"
 #include "net/probe.h"
 #include "net/stats.h"
+#include "net/ui.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
@@ -892,7 +894,8 @@ enum admin_page {
     PAGE_ADAPTIVE,
     PAGE_AGENT_REPORT,
     PAGE_HEALTHZ,
-    PAGE_MEMBERS
+    PAGE_MEMBERS,
+    PAGE_UI
 };
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
@@ -900,6 +903,31 @@ enum admin_page {
 static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page)
 {
     const sb_config *cfg = gw->cfg;
+    /* The dashboard's files (/ and /ui/...) are open: they are the same in every gateway and
+     * carry no fleet data (net/ui.h). The page reads the fleet from the pages below, which keep
+     * their token; on a 401 it asks the operator for the token (docs/dashboard.md, "Access").
+     * An unknown /ui/ path is 404 without the token: the list of files is public, like the
+     * binary. */
+    if (sb_ui_owns(req->path, req->path_len)) {
+        sb_ui_file f;
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+            admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
+            return true;
+        }
+        if (!sb_ui_find(req->path, req->path_len, &f)) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "no dashboard file %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
+                     req->path);
+            admin_error(req, 404, msg, "not_found", NULL);
+            return true;
+        }
+        if (req->has_body) {
+            admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
+            return true;
+        }
+        *page = PAGE_UI;
+        return false;
+    }
     bool metrics = path_eq(req, "/metrics");
     /* /healthz is open: a load balancer's probe carries no token, and it tells only ok or
      * draining (the client listener's is closed while draining; this one answers until exit). */
@@ -967,6 +995,35 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
     return false;
 }
 
+/* One of the dashboard's files, with an entity tag: the page is fetched again on every load
+ * (no-cache) but costs a 304 while the binary's copy is unchanged. The security headers keep the
+ * page to its own files: no inline script, nothing from elsewhere, not framed by another site
+ * (it holds the admin token while open). */
+static void serve_ui(sb_http_req *req)
+{
+    sb_ui_file f;
+    if (!sb_ui_find(req->path, req->path_len, &f)) { /* checked by admin_refuse */
+        admin_error(req, 404, "no such dashboard file", "not_found", NULL);
+        return;
+    }
+    char etag[SB_UI_ETAG_MAX], headers[512];
+    sb_ui_etag(&f, etag);
+    snprintf(headers, sizeof headers,
+             "ETag: %s\r\nCache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+             "Referrer-Policy: no-referrer\r\n"
+             "Content-Security-Policy: default-src 'self'; img-src 'self' data:; frame-ancestors 'none'\r\n",
+             etag);
+    /* If-None-Match holds one tag, a list, W/ tags or "*": weak comparison (RFC 9110 13.1.2)
+     * means finding our tag in it, or a lone "*". One linear scan of a bounded header. */
+    const sb_http_header *inm = sb_http_req_header(req, "if-none-match");
+    size_t tl = strlen(etag);
+    if (inm && ((inm->value_len == 1 && inm->value[0] == '*') || memmem(inm->value, inm->value_len, etag, tl))) {
+        sb_http_respond(req, 304, f.content_type, headers, NULL, 0);
+        return;
+    }
+    sb_http_respond(req, 200, f.content_type, headers, f.data, f.len);
+}
+
 bool sb_gateway_admin_head(sb_http_req *req, void *ctx)
 {
     enum admin_page page;
@@ -981,6 +1038,10 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         return;
     if (page == PAGE_MEMBERS) {
         sb_discovery_admin(gw->disc, req);
+        return;
+    }
+    if (page == PAGE_UI) {
+        serve_ui(req);
         return;
     }
     if (page == PAGE_HEALTHZ) {
@@ -1007,7 +1068,8 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         break;
     case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
     case PAGE_AGENT_REPORT: sb_gateway_agent_report(gw, req); return;
-    case PAGE_HEALTHZ: break; /* answered above */
+    case PAGE_HEALTHZ: /* answered above */
+    case PAGE_UI: break;
     }
     if (!b.data) {
         admin_error(req, 500, "out of memory", NULL, NULL);
