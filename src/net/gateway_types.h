@@ -37,6 +37,9 @@ struct sb_gateway {
     sb_snapshot *snap;
     sb_snapshot *retired;
     uint64_t reloads;
+    uint64_t reload_failures;  /* reloads refused, the running configuration kept (sb_gateway_reload,
+                                * sb_gateway_reload_refused) */
+    double last_reload_ok_s;   /* Unix time of the last configuration applied; the start counts */
     sb_router *router;
     sb_upstream **ups;     /* all endpoints, pool-major */
     size_t *pool_first_up; /* index into ups of each pool's first endpoint */
