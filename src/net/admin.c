@@ -210,7 +210,8 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
     sb_buf_printf(b,
                   "# HELP switchboard_reloads_total Configuration reloads by result: success (applied) or failure "
                   "(refused, the running configuration kept: a file with errors, a changed listen address, "
-                  "a SIGHUP while draining, out of memory). Membership changes count as reloads.\n"
+                  "a SIGHUP while draining, out of memory). Membership changes are counted apart "
+                  "(switchboard_discovery_*).\n"
                   "# TYPE switchboard_reloads_total counter\n"
                   "switchboard_reloads_total{result=\"success\"} %llu\n"
                   "switchboard_reloads_total{result=\"failure\"} %llu\n"
@@ -221,7 +222,8 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# HELP switchboard_build_info The running build: its release (VERSION) and git commit.\n"
                   "# TYPE switchboard_build_info gauge\n"
                   "switchboard_build_info{version=\"%s\",commit=\"%s\"} 1\n",
-                  (unsigned long long)gw->reloads, (unsigned long long)gw->reload_failures, gw->last_reload_ok_s,
+                  (unsigned long long)gw->reload_successes, (unsigned long long)gw->reload_failures,
+                  gw->last_reload_ok_s,
                   sb_version, sb_commit);
     render_listener_stats(gw, b);
     render_picker_stats(gw, b);

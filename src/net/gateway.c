@@ -798,6 +798,7 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
     sb_stats_carry(&ngw->stats, &old->stats);
     ngw->reloads = old->reloads;
     ngw->reload_failures = old->reload_failures;
+    ngw->reload_successes = old->reload_successes;
     ngw->last_reload_ok_s = old->last_reload_ok_s;
     for (size_t p = 0; p < ngw->cfg->n_pools; p++) {
         const sb_pool_config *np = &ngw->cfg->pools[p];
@@ -954,10 +955,12 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
 static int reload_counted(sb_gateway **gwp, sb_config *cfg)
 {
     int rc = reload_effective(gwp, cfg);
-    if (rc < 0)
+    if (rc < 0) {
         (*gwp)->reload_failures++;
-    else
+    } else {
+        (*gwp)->reload_successes++;
         (*gwp)->last_reload_ok_s = wall_now_s();
+    }
     return rc;
 }
 
@@ -994,7 +997,7 @@ static int membership_apply(void *arg, sb_config *cfg)
         sb_config_free(cfg);
         return -1;
     }
-    return reload_counted(home, cfg);
+    return reload_effective(home, cfg); /* discovery counts its own applies and failures */
 }
 
 static sb_gateway *membership_current(void *arg)
