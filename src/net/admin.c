@@ -347,6 +347,8 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
         {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
         {"switchboard_endpoint_in_flight", "Requests the gateway has in flight to the endpoint."},
         {"switchboard_endpoint_waiting", "Effective queue: reported waiting plus requests sent since the report."},
+        {"switchboard_endpoint_running",
+         "Requests the engine reported running (without a report: the gateway's own in flight)."},
         {"switchboard_endpoint_kv_cache_usage", "KV-cache utilisation used for scoring (0..1)."},
         {"switchboard_endpoint_report_age_seconds", "Age of the endpoint's last load report (-1: none)."},
         {"switchboard_probe_interval_seconds", "Current metrics scrape interval (adaptive)."},
@@ -364,8 +366,9 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
                 case 1: v = sb_endpoint_is_stale(ep, pp->stale_ns, now); break;
                 case 2: v = ep->in_flight; break;
                 case 3: v = sb_endpoint_waiting(ep); break;
-                case 4: v = sb_endpoint_kv_usage(ep); break;
-                case 5: v = ep->report_ns ? (double)(now - ep->report_ns) / 1e9 : -1; break;
+                case 4: v = sb_endpoint_running(ep); break;
+                case 5: v = sb_endpoint_kv_usage(ep); break;
+                case 6: v = ep->report_ns ? (double)(now - ep->report_ns) / 1e9 : -1; break;
                 default: v = ps ? ps->interval_ms / 1e3 : 0; break;
                 }
                 sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %g\n", gauges[g][0], cfg->pools[p].name,
