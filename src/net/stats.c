@@ -43,7 +43,7 @@ const char *const sb_stats_reason_names[SB_REASONS] = {
     "body_not_allowed", "not_found",     "body_too_large", "shed",
     "queue_full",      "no_healthy_endpoint", "queue_timeout", "draining",
     "empty_subset",    "request_bodies_over_budget", "invalid_request", "method_not_allowed",
-    "internal_error",  "out_of_memory", "other",
+    "internal_error",  "other",
 };
 
 int sb_stats_reason(const char *code, int status)

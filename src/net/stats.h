@@ -63,7 +63,7 @@ typedef struct sb_stats_models {
 
 /* Answers the gateway gives itself, by reason (the error code its body carries; statically
  * known, so the label is bounded): see sb_stats_reason. */
-#define SB_REASONS 19
+#define SB_REASONS 18
 extern const char *const sb_stats_reason_names[SB_REASONS];
 
 /* Where finished requests are recorded. sb_stats_init allocates the arrays for a

@@ -93,6 +93,21 @@ class ModelLabelTest(unittest.TestCase):
                          sum(metric(text, "switchboard_rejected_total", code="4xx", reason=l["reason"])
                              for l in labels_of(text, "switchboard_rejected_total") if l["code"] == "4xx"))
 
+    def test_every_error_code_has_its_reason(self):
+        """The reason label's list (net/stats.c) names every code the gateway's own error answers
+        carry: a code added to a caller and not to the list would be counted as "other"."""
+        src = lambda path: open(os.path.join(ROOT, "src", path)).read()
+        names = set(re.findall(r'"([a-z_]+)"', src("net/stats.c").split("sb_stats_reason_names[SB_REASONS] = {")[1]
+                               .split("};")[0]))
+        openai_types = {"invalid_request_error", "server_error", "rate_limit_exceeded", "service_unavailable"}
+        codes = set(re.findall(r'\{\d{3}, "([a-z_]+)"', src("core/admission.c")))
+        codes |= set(re.findall(r'\.reason = "([a-z_]+)",\s*\.message', src("net/admission.c")))
+        for f in ("net/routes.c", "net/picker.c", "net/admission.c", "net/gateway.c", "net/precise.c"):
+            for call in re.findall(r"sb_errors_(?:answer|answer_with|refuse)\((.*?)\);", src(f), re.S):
+                codes |= set(re.findall(r'"([a-z]+(?:_[a-z]+)+)"', call)) - openai_types
+        self.assertGreater(len(codes), 10, codes)
+        self.assertEqual(codes - names, set())
+
     def test_build_info_and_version(self):
         with open(os.path.join(ROOT, "VERSION")) as f:
             version = f.read().strip()
@@ -100,7 +115,7 @@ class ModelLabelTest(unittest.TestCase):
         commit = git.stdout.strip() if git.returncode == 0 else "unknown"
         for arg in ("--version", "version"):
             out = subprocess.run([GATEWAY_BIN, arg], capture_output=True, text=True, check=True).stdout
-            self.assertEqual(out, "switchboard %s (%s)\n" % (version, commit))
+            self.assertEqual(out, "switchboard %s (%s)\n" % (version, commit), "(rebuilt since the last commit?)")
         text = metrics(self.gw.admin_port)
         self.assertEqual(metric(text, "switchboard_build_info", version=version, commit=commit), 1)
 
