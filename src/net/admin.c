@@ -223,8 +223,7 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_build_info gauge\n"
                   "switchboard_build_info{version=\"%s\",commit=\"%s\"} 1\n",
                   (unsigned long long)gw->reload_successes, (unsigned long long)gw->reload_failures,
-                  gw->last_reload_ok_s,
-                  sb_version, sb_commit);
+                  gw->last_reload_ok_s, sb_version, sb_commit);
     render_listener_stats(gw, b);
     render_picker_stats(gw, b);
     sb_buf_printf(b,
@@ -304,14 +303,14 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
         for (size_t p = 0; p < cfg->n_pools; p++)
             for (uint32_t s = 0; s < gw->stats.models[p].slots; s++)
                 if (slot_shown(gw, p, s))
-                    histo_render(b, hs[k].name, pool_model_labels(&lb, gw, p, s),
-                                 (const sb_histo *)((const char *)&gw->stats.model_metrics[gw->stats.models[p].first + s] +
-                                                    hs[k].off),
-                                 hs[k].bounds);
+                    histo_render(
+                        b, hs[k].name, pool_model_labels(&lb, gw, p, s),
+                        (const sb_histo *)((const char *)&gw->stats.model_metrics[gw->stats.models[p].first + s] +
+                                           hs[k].off),
+                        hs[k].bounds);
     }
-    sb_buf_printf(b,
-                  "# HELP switchboard_queue_wait_seconds Time a request flow control admitted waited before "
-                  "dispatch (0 when dispatched at once).\n# TYPE switchboard_queue_wait_seconds histogram\n");
+    sb_buf_printf(b, "# HELP switchboard_queue_wait_seconds Time a request flow control admitted waited before "
+                     "dispatch (0 when dispatched at once).\n# TYPE switchboard_queue_wait_seconds histogram\n");
     for (size_t p = 0; p < cfg->n_pools; p++) {
         sb_buf_reset(&lb);
         sb_buf_printf(&lb, "pool=\"%s\"", cfg->pools[p].name);

@@ -12,13 +12,13 @@
 #include <stdint.h>
 
 typedef struct sb_process_sample {
-    bool have_stat;         /* /proc/self/stat was read: the four figures below are set */
-    double cpu_seconds;     /* user + system */
+    bool have_stat;     /* /proc/self/stat was read: the four figures below are set */
+    double cpu_seconds; /* user + system */
     double resident_bytes;
     double virtual_bytes;
-    double start_time_s;    /* Unix time */
-    long open_fds;          /* -1: unknown */
-    long max_fds;           /* the soft RLIMIT_NOFILE; -1: unknown or unlimited */
+    double start_time_s; /* Unix time */
+    long open_fds;       /* -1: unknown */
+    long max_fds;        /* the soft RLIMIT_NOFILE; -1: unknown or unlimited */
 } sb_process_sample;
 
 /* Fills *out with what can be read now; what cannot is marked unknown (never fails). */

@@ -39,17 +39,24 @@ static void histo_add(sb_histo *h, const double *bounds, double v)
  * refusals, the picker's), then the names given to answers without a code, then "other" for a
  * code added later and not listed here (a test pins the list against the callers). */
 const char *const sb_stats_reason_names[SB_REASONS] = {
-    "invalid_api_key", "json_too_large", "json_too_deep",   "model_not_found",
-    "body_not_allowed", "not_found",     "body_too_large", "shed",
-    "queue_full",      "no_healthy_endpoint", "queue_timeout", "draining",
-    "empty_subset",    "request_bodies_over_budget", "invalid_request", "method_not_allowed",
-    "internal_error",  "other",
+    "invalid_api_key",  "json_too_large",
+    "json_too_deep",    "model_not_found",
+    "body_not_allowed", "not_found",
+    "body_too_large",   "shed",
+    "queue_full",       "no_healthy_endpoint",
+    "queue_timeout",    "draining",
+    "empty_subset",     "request_bodies_over_budget",
+    "invalid_request",  "method_not_allowed",
+    "internal_error",   "other",
 };
 
 int sb_stats_reason(const char *code, int status)
 {
     if (!code)
-        code = status == 400 ? "invalid_request" : status == 405 ? "method_not_allowed" : status == 500 ? "internal_error" : "other";
+        code = status == 400   ? "invalid_request"
+               : status == 405 ? "method_not_allowed"
+               : status == 500 ? "internal_error"
+                               : "other";
     for (int i = 0; i < SB_REASONS - 1; i++)
         if (!strcmp(code, sb_stats_reason_names[i]))
             return i;

@@ -69,10 +69,10 @@ extern const char *const sb_stats_reason_names[SB_REASONS];
 /* Where finished requests are recorded. sb_stats_init allocates the arrays for a
  * configuration; sb_stats_free frees them. */
 typedef struct sb_stats {
-    const sb_config *cfg;           /* names pools (cfg->n_pools of them) and endpoints; the
-                                     * owner's current configuration (swapped by its reloads,
-                                     * which keep pools, models, adapters and endpoints) */
-    sb_stats_models *models;        /* cfg->n_pools entries */
+    const sb_config *cfg;            /* names pools (cfg->n_pools of them) and endpoints; the
+                                      * owner's current configuration (swapped by its reloads,
+                                      * which keep pools, models, adapters and endpoints) */
+    sb_stats_models *models;         /* cfg->n_pools entries */
     sb_model_metrics *model_metrics; /* per pool and model slot */
     sb_pool_metrics *pool_metrics;  /* cfg->n_pools entries */
     sb_ep_metrics *ep_metrics;      /* per endpoint and model slot, pool-major */

@@ -21,8 +21,8 @@ int sb_proc_stat_parse(const char *line, size_t len, sb_proc_stat *out)
         char c = line[i];
         if (c == ' ' || c == '\n') {
             if (in_num) {
-                bool wanted = field == F_UTIME || field == F_STIME || field == F_START || field == F_VSIZE ||
-                              field == F_RSS;
+                bool wanted =
+                    field == F_UTIME || field == F_STIME || field == F_START || field == F_VSIZE || field == F_RSS;
                 if (wanted && !digits)
                     return -1; /* only the fields read must be counts (nice may be negative) */
                 switch (field) {

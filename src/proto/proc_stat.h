@@ -7,8 +7,8 @@
 #ifndef SB_PROTO_PROC_STAT_H
 #define SB_PROTO_PROC_STAT_H
 
-#include <stddef.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct sb_proc_stat {

@@ -12,7 +12,7 @@ typedef struct fixture {
     sb_endpoint_config eps[3];
     char *models_a[2], *models_b[1], *adapters_a[3];
     sb_model_metrics *pm; /* per pool and model slot */
-    sb_pool_metrics *qm;   /* per pool */
+    sb_pool_metrics *qm;  /* per pool */
     sb_ep_metrics *em;
     uint64_t rejected;
     sb_stats st;
@@ -330,9 +330,9 @@ static void test_carry_maps_by_names(void **state)
     nw->eps[1].address = "a0:1";
     sb_stats_carry(&nw->st, &old->st);
     const sb_stats_models *m = &nw->st.models[0];
-    assert_int_equal(nw->pm[m->first + 0].duration.n, 1);  /* ma kept */
+    assert_int_equal(nw->pm[m->first + 0].duration.n, 1);                    /* ma kept */
     assert_int_equal(nw->em[m->ep_first + 0 * m->slots + 0].by_class[2], 1); /* a1 is now e = 0 */
-    assert_int_equal(nw->pm[m->first + 2].duration.n, 0);  /* "other" is new */
+    assert_int_equal(nw->pm[m->first + 2].duration.n, 0);                    /* "other" is new */
     assert_int_equal(nw->qm[0].queue_wait.n, 1);
     assert_int_equal(nw->st.rejected_by_reason[sb_stats_reason("shed", 429)][0], 5);
     teardown_fixture(old);

@@ -6,8 +6,8 @@
 
 /* A line as Linux 6.x writes it (52 fields); utime 250, stime 31, start 123456, vsize
  * 98304000, rss 2048; nice -5 on the way (a negative field that is not read). */
-#define TAIL                                                                                                   \
-    " S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 31 0 0 20 -5 3 0 123456 98304000 2048 18446744073709551615 1 1 " \
+#define TAIL                                                                                                           \
+    " S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 31 0 0 20 -5 3 0 123456 98304000 2048 18446744073709551615 1 1 "       \
     "0 0 0 0 0 4096 16386 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
 
 static void check_line(const char *line)
