@@ -1407,6 +1407,22 @@ static void test_admin_and_decision_log(void **state)
                      "access_log_decisions must be true or false, got a mapping");
 }
 
+/* metrics.max_models: the model label's bound, 32 by default, 1 .. 4096. */
+static void test_metrics_max_models(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->metrics_max_models, 32);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("metrics: { max_models: 1 }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->metrics_max_models, 1);
+    sb_config_free(cfg);
+    expect_one_error("metrics:\n  max_models: 0\n" POOL_OK, 2, "metrics.max_models must be between 1 and 4096, got 0");
+    expect_one_error("metrics:\n  max_models: 4097\n" POOL_OK, 2, "metrics.max_models must be between 1 and 4096");
+    expect_one_error("metrics:\n  model_label: true\n" POOL_OK, 2, "unknown key 'model_label' in metrics");
+}
+
 static void test_error_default_pool(void **state)
 {
     expect_one_error("routing:\n"
@@ -1961,6 +1977,7 @@ int main(void)
         cmocka_unit_test(test_custom_metrics),
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
+        cmocka_unit_test(test_metrics_max_models),
         cmocka_unit_test(test_admin_listener),
         cmocka_unit_test(test_ext_proc),
         cmocka_unit_test(test_client_auth),
