@@ -239,13 +239,15 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "switchboard_unauthorized_total{listener=\"admin\"} %llu\n",
                   (unsigned long long)c->unauthorized[0], (unsigned long long)c->unauthorized[1]);
     /* By status class and reason (the error code the answer carried): each reason under the
-     * class it was answered with; the common 4xx ones always, so the family is never empty. */
+     * class it was answered with, once counted; model_not_found always, so the family has a
+     * sample (a 0) from the start. */
+    int always = sb_stats_reason("model_not_found", 404);
     sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error, by "
                    "status class and reason (the error code of the answer).\n"
                    "# TYPE switchboard_rejected_total counter\n");
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < SB_REASONS; r++)
-            if (gw->stats.rejected_by_reason[r][k] || (k == 0 && r < 4))
+            if (gw->stats.rejected_by_reason[r][k] || (k == 0 && r == always))
                 sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\",reason=\"%s\"} %llu\n", k + 4,
                               sb_stats_reason_names[r], (unsigned long long)gw->stats.rejected_by_reason[r][k]);
     sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, model (the served name for it and "

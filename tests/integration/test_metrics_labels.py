@@ -164,6 +164,22 @@ class ModelLabelTest(unittest.TestCase):
         return promtool_problems(text) if PROMTOOL else []
 
 
+class ModelNameEscapingTest(unittest.TestCase):
+    """A model name may hold any character the YAML allows: a quote, a backslash, a newline
+    must not break the text format (promtool parses the page) nor another series."""
+
+    def test_label_value_escaped(self):
+        name = 'we"ird\\mod\nel'
+        gw = Gateway([{"name": "p", "models": [name], "endpoints": ["127.0.0.1:%d" % free_port()]}])
+        try:
+            text = metrics(gw.admin_port)
+        finally:
+            gw.close()
+        self.assertIn('model="we\\"ird\\\\mod\\nel"', text)
+        if PROMTOOL:
+            self.assertEqual(promtool_problems(text), [])
+
+
 class ReloadMetricsTest(unittest.TestCase):
     def setUp(self):
         self.sim = Sim("--speed", "50")
