@@ -113,7 +113,9 @@ uint32_t sb_stats_model_slot(const sb_stats *st, uint32_t pool, int adapter)
 {
     const sb_stats_models *m = &st->models[pool];
     uint32_t s = adapter < 0 ? 0 : (uint32_t)adapter + 1;
-    return s < m->named ? s : m->named; /* past the named ones: "other", which exists then */
+    /* Past the named ones: "other", the last slot. An index past the pool's adapters cannot come
+     * from the router; it still lands inside the pool's slots. */
+    return s < m->named ? s : m->slots - 1;
 }
 
 const char *sb_stats_model_name(const sb_stats *st, uint32_t pool, uint32_t slot)

@@ -288,6 +288,7 @@ static void test_model_slots_bound_the_label(void **state)
     assert_int_equal(sb_stats_model_slot(&f->st, 0, -1), 0);
     assert_int_equal(sb_stats_model_slot(&f->st, 0, 0), 1);
     assert_int_equal(sb_stats_model_slot(&f->st, 0, 2), 3);
+    assert_int_equal(sb_stats_model_slot(&f->st, 1, 7), 0); /* pool b has no adapters: stays in */
 
     int adapters[] = {-1, -1, 0, 2, 2, 2}; /* base (or alias) twice, la once, lc three times */
     for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++) {
