@@ -417,6 +417,19 @@ static void plain_input(conn *c, const char *base, size_t nread)
             hs_conn_close(c);
         return;
     }
+    if (c->state == CONN_IDLE && (c->write_paused || c->pending.len)) {
+        /* Over TLS one read decrypts into several pieces, and the loop goes on after an answer
+         * paused the connection (the client does not read) or left pipelined bytes waiting:
+         * what follows queues behind them, in order, never parsed ahead. Plain reads stop at
+         * the pause, so this is TLS's: at most the rest of one read (PENDING_CAP). */
+        if (buf_append_capped(&c->pending, base, nread, PENDING_CAP) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+        if (!c->write_paused && !c->processing)
+            hs_run_pending(c);
+        return;
+    }
     c->processing = true;
     process(c, base, nread);
     c->processing = false;

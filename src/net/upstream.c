@@ -402,9 +402,18 @@ static int tls_plain(void *arg, const char *p, size_t n)
     if (uc->state == UC_OWNED && uc->on_read) {
         uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
         uc->on_read(uc, (ssize_t)n, &b);
-        return uc->state != UC_OWNED;
+        /* Released by its owner in that call: the feed goes on, so that bytes after the
+         * response (another record of the same read) reach the idle branch below and close the
+         * connection instead of waiting in OpenSSL for the next request's owner. */
+        return uc->state == UC_CLOSING;
     }
-    sb_upstream_close(uc);
+    if (uc->state == UC_HANDSHAKE) {
+        /* HTTP/1.1 servers speak after the request: data in the handshake's flight (0.5-RTT) is
+         * not ours to read. tls_read fails the connect (the acquirer hears of it). */
+        uc->tls_early_data = true;
+        return 1;
+    }
+    sb_upstream_close(uc); /* idle: unsolicited bytes, the connection cannot carry a request */
     return 1;
 }
 
@@ -426,7 +435,7 @@ static void tls_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
                        : sb_tls_feed(&uc->tls, buf->base, (size_t)nread, uc->up->tls_buf, sizeof uc->up->tls_buf, NULL,
                                      tls_plain, uc);
     if (state == UC_HANDSHAKE && uc->state == UC_HANDSHAKE) {
-        if (rc < 0) {
+        if (rc < 0 || uc->tls_early_data) {
             void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
             void *arg = uc->connect_arg;
             SB_DEBUG("upstream %s: TLS handshake failed", uc->up->address);
@@ -505,7 +514,10 @@ void sb_upstream_release(sb_upstream_conn *uc)
     sb_upstream *u = uc->up;
     if (uc->state != UC_OWNED)
         return;
-    if (u->freeing || u->n_idle >= u->opts.max_idle) {
+    /* TLS bytes already read and not yet delivered (a record after the response, part of one)
+     * would reach the next owner as the start of its response: not reusable. */
+    bool tls_leftover = uc->tls.ssl && (SSL_has_pending(uc->tls.ssl) || BIO_ctrl_pending(uc->tls.rbio));
+    if (u->freeing || u->n_idle >= u->opts.max_idle || tls_leftover) {
         sb_upstream_close(uc);
         return;
     }

@@ -68,6 +68,7 @@ struct sb_upstream_conn {
     int state;
     int handles_open;
     sb_tls tls; /* tls.ssl NULL: plain */
+    bool tls_early_data; /* application data arrived inside the handshake (refused) */
 };
 
 /* Creates the pool. An IPv4/IPv6 literal is its address at once; a name is resolved
