@@ -47,7 +47,8 @@ bool sb_sse_is_usage_chunk(const char *ev, size_t len)
     /* One line, "data:" and an optional space, then the blank line and nothing else. */
     size_t e = line_end(ev, len);
     size_t t1 = terminator(ev + e, len - e);
-    if (e < 5 || memcmp(ev, "data:", 5) != 0 || t1 == 0 || terminator(ev + e + t1, len - e - t1) != len - e - t1)
+    size_t rest = t1 ? len - e - t1 : 0;
+    if (e < 5 || memcmp(ev, "data:", 5) != 0 || rest == 0 || terminator(ev + e + t1, rest) != rest)
         return false;
     const char *v = ev + 5;
     size_t vlen = e - 5;
