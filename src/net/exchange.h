@@ -24,6 +24,8 @@ typedef struct sb_gateway_counters {
     uint64_t client_aborts;    /* client left while its request was in flight */
     uint64_t rejected;         /* answered with 4xx by the gateway itself */
     uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
+    uint64_t usage_stripped;   /* usage-only chunks the gateway asked for, kept from clients */
+    uint64_t usage_overflows;  /* events past limits.max_held_event_bytes, passed unexamined */
     uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
     uint64_t unauthorized[2];  /* 401: [0] client API key, [1] admin token */
 } sb_gateway_counters;

@@ -261,6 +261,8 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     };
     sb_usage_scan(s->tail, s->tail_len, &log.usage);
     sb_token_clock_log(&s->tokens, &log);
+    env->counters->usage_stripped += s->strip.stripped;
+    env->counters->usage_overflows += s->strip.overflows;
     if (s->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && s->t_first_body && log.outcome[0] == 'o')
         sb_router_observe_ttft(env->router, s->t.pool, s->ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,

@@ -159,6 +159,8 @@ static void record(exchange *x)
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     sb_token_clock_log(&x->tokens, &log);
+    x->env->counters->usage_stripped += x->strip.stripped;
+    x->env->counters->usage_overflows += x->strip.overflows;
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
      * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
     if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&

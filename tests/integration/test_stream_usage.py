@@ -14,18 +14,18 @@ import socket
 import statistics
 import unittest
 
-from fixtures import Gateway, send_request, read_head, wait_until
+from fixtures import Gateway, Upstream, send_request, read_head, wait_until
 from test_sim import MODEL, Sim, chat, metric, metrics
 
 PROMPT = " ".join("word%d" % i for i in range(1500))  # prefill, not the loopback, makes the time
 
 
-def raw_stream(port, body):
+def raw_stream(port, body, headers=None):
     """POSTs body; returns (status, headers, body bytes), the chunked framing checked strictly
     (hex size, CRLF after each chunk, the zero chunk and its CRLF last)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
     try:
-        send_request(s, "POST", "/v1/chat/completions" if "messages" in body else "/v1/completions", body)
+        send_request(s, "POST", "/v1/chat/completions" if "messages" in body else "/v1/completions", body, headers)
         line, headers, rest = read_head(s)
         status = int(line.split(" ")[1])
         if headers.get("transfer-encoding", "").lower() != "chunked":
@@ -152,12 +152,70 @@ class StreamUsageTest(unittest.TestCase):
             self.assertEqual(normalised(via), normalised(direct), body)
             asked = (body.get("stream_options") or {}).get("include_usage") is True
             self.assertEqual(b'"choices":[],"usage"' in via, asked, body)
+        # Stripped where the gateway asked (all but the one that asked itself), and only there.
+        self.assertEqual(metric(metrics(self.gw.admin_port), "switchboard_stream_usage_stripped_total"),
+                         len(cases) - 1)
         # Every stream's usage reached the log, asked or not.
         lines = self.log_lines(len(cases))
         self.assertEqual(len(lines), len(cases))
         for l in lines:
             self.assertGreater(l["prompt_tokens"], 0, l)
             self.assertGreater(l["completion_tokens"], 0, l)
+
+
+USAGE_EV = (b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[],'
+            b'"usage":{"prompt_tokens":17,"completion_tokens":2,"total_tokens":19,'
+            b'"prompt_tokens_details":{"cached_tokens":5}}}\r\n\r\n')
+
+
+class StripHostileTest(unittest.TestCase):
+    """A scripted upstream cuts the answer where the test says: the usage chunk across writes
+    (inside "data:", between \\r and \\n), an event longer than limits.max_held_event_bytes (passed
+    on, counted), a body framed by Content-Length (the client's is re-framed chunked)."""
+
+    def setUp(self):
+        self.up = Upstream("u")
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}],
+                          extra='access_log: "-"\nlimits: { max_held_event_bytes: 1024 }\n')
+
+    def tearDown(self):
+        try:
+            self.gw.close()
+        finally:
+            self.up.close()
+
+    def run_script(self, chunked):
+        big = b'data: {"choices":[{"delta":{"content":"' + b"x" * 3000 + b'"}}]}\n\n'
+        body = (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n' + big +
+                b'data: {"choices":[{"delta":{"content":"!"}}]}\r\n\r\n' + USAGE_EV + b"data: [DONE]\n\n")
+        u = body.index(USAGE_EV)
+        # cut inside the big event, inside "data:" of the usage chunk, inside its JSON, and
+        # between the \r and \n of its blank line
+        cuts = sorted({0, 100, 1500, u + 2, u + 40, u + len(USAGE_EV) - 3, u + len(USAGE_EV) - 1, len(body)})
+        pieces = [body[x:y] for x, y in zip(cuts, cuts[1:])]
+        if chunked:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
+        else:
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+        self.up.script = (head, pieces)
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        st, headers, got = raw_stream(self.gw.port, req, {"x-fixture-mode": "script"})
+        self.assertEqual(st, 200)
+        self.assertEqual(headers.get("transfer-encoding"), "chunked")  # the length changed: re-framed
+        self.assertEqual(got, body.replace(USAGE_EV, b""))
+        sent = json.loads(self.up.requests[-1][3])
+        self.assertEqual(sent["stream_options"], {"include_usage": True})
+
+    def test_cut_usage_chunk_oversized_event_and_content_length(self):
+        for chunked in (True, False):
+            with self.subTest(chunked=chunked):
+                self.run_script(chunked)
+        gm = metrics(self.gw.admin_port)
+        self.assertEqual(metric(gm, "switchboard_stream_usage_stripped_total"), 2)
+        self.assertEqual(metric(gm, "switchboard_stream_usage_overflows_total"), 2)  # the big event, twice
+        self.assertEqual(metric(gm, "switchboard_prompt_tokens_total", pool="p"), 34)
+        self.assertEqual(metric(gm, "switchboard_cached_tokens_total", pool="p"), 10)
 
 
 class StreamUsageOffTest(unittest.TestCase):
