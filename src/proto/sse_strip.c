@@ -73,7 +73,9 @@ bool sb_sse_is_usage_chunk(const char *ev, size_t len)
            toks[val[1]].type == SB_JSON_OBJECT;
 }
 
-/* An event ended; at[0..n) are its bytes in the current piece (s->held more before them). */
+/* An event ended; at[0..n) are its bytes in the current piece (s->held more before them).
+ * Its length is measured without the \n of a final \r\n: a cut between the two ends the
+ * event at the \r (the \n follows it out later), and the verdict must not depend on the cut. */
 static void end_event(sb_sse_strip *s, const char *at, size_t n, bool *dropped)
 {
     *dropped = false;
@@ -82,26 +84,23 @@ static void end_event(sb_sse_strip *s, const char *at, size_t n, bool *dropped)
         s->emit(s->ud, at, n);
         return;
     }
-    const char *ev = at;
-    size_t len = n;
-    if (s->held) {
-        if (s->held + n > s->cap) {
-            s->overflows++;
-            s->emit(s->ud, s->hold, s->held);
-            s->held = 0;
-            s->emit(s->ud, at, n);
-            return;
-        }
-        memcpy(s->hold + s->held, at, n);
-        ev = s->hold;
-        len = s->held + n;
-        s->held = 0;
-    } else if (n > s->cap) {
-        /* Too long to be the usage chunk, whether or not the network cut it: the same answer
-         * whatever the split. */
+    size_t lf = n >= 2 && at[n - 1] == '\n' && at[n - 2] == '\r' ? 1 : 0;
+    if (s->held + n - lf > s->cap) {
+        /* Too long to be the usage chunk, whether or not the network cut it. */
         s->overflows++;
+        if (s->held)
+            s->emit(s->ud, s->hold, s->held);
+        s->held = 0;
         s->emit(s->ud, at, n);
         return;
+    }
+    const char *ev = at;
+    size_t len = n - lf;
+    if (s->held) {
+        memcpy(s->hold + s->held, at, n - lf);
+        ev = s->hold;
+        len = s->held + n - lf;
+        s->held = 0;
     }
     if (sb_sse_is_usage_chunk(ev, len)) {
         s->stripped++;
@@ -109,6 +108,8 @@ static void end_event(sb_sse_strip *s, const char *at, size_t n, bool *dropped)
         return;
     }
     s->emit(s->ud, ev, len);
+    if (lf)
+        s->emit(s->ud, at + n - 1, 1);
 }
 
 void sb_sse_strip_feed(sb_sse_strip *s, const char *at, size_t len)

@@ -5,6 +5,11 @@
 
 #include "proto/sse_strip.h"
 
+#include <dirent.h>
+#include <stdio.h>
+
+#include "../../fuzz/sse_strip_check.h"
+
 #define USAGE "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[]," \
               "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}"
 
@@ -224,6 +229,43 @@ static void test_unfinished_and_cr_edges(void **state)
     assert_int_equal(st.stripped, 1);
 }
 
+/* The fuzz corpus, replayed through the fuzz target's checks (tests/fuzz/sse_strip_check.h),
+ * and an event at the buffer's size with its \r\n cut between \r and \n. */
+static void test_corpus_and_cut_independence(void **state)
+{
+    (void)state;
+    static uint8_t data[8192];
+    char path[1024];
+    int files = 0;
+    DIR *dir = opendir("tests/fuzz/corpus/sse_strip");
+    if (!dir)
+        fail_msg("cannot open tests/fuzz/corpus/sse_strip (run from the repository root)");
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "tests/fuzz/corpus/sse_strip/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        size_t len = fread(data, 1, sizeof data, f);
+        fclose(f);
+        files++;
+        assert_int_equal(sse_strip_check(data, len), 0);
+    }
+    closedir(dir);
+    assert_true(files >= 8);
+    /* A usage chunk of exactly 64 bytes to its \r, so 65 with its \n: one verdict either way. */
+    char ev[128] = "data: {\"choices\":[],\"usage\":{\"k\":\"";
+    size_t n = strlen(ev);
+    while (n < 64 - 6)
+        ev[n++] = 'z';
+    memcpy(ev + n, "\"}}\r\n\r\n", 7);
+    n += 7;
+    assert_true(sb_sse_is_usage_chunk(ev, n));
+    assert_int_equal(n, 65);
+    assert_int_equal(sse_strip_check((const uint8_t *)ev, n), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_nothing_to_strip),
         cmocka_unit_test(test_oversized_event_passes),
         cmocka_unit_test(test_unfinished_and_cr_edges),
+        cmocka_unit_test(test_corpus_and_cut_independence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
