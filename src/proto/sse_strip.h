@@ -32,19 +32,19 @@ typedef void (*sb_sse_emit_fn)(void *ud, const char *at, size_t len);
 
 typedef struct sb_sse_strip {
     /* public: set before the first feed */
-    char *hold;        /* lent buffer for an unfinished event (not owned) */
-    size_t cap;        /* its size in bytes; 0 passes everything through */
+    char *hold; /* lent buffer for an unfinished event (not owned) */
+    size_t cap; /* its size in bytes; 0 passes everything through */
     sb_sse_emit_fn emit;
     void *ud;
     /* read-only */
     uint64_t stripped;  /* usage-only events dropped */
     uint64_t overflows; /* events longer than cap, passed through unexamined */
     /* private */
-    size_t held;      /* bytes of the current event in hold */
-    bool passing;     /* the current event overflowed: forwarded as it comes */
-    bool line_empty;  /* nothing yet on the current line (true at a zeroed start: see init) */
-    bool after_cr;    /* the last byte was \r: a \n next ends no further line */
-    uint8_t owe_lf;   /* the last event ended at a \r that ended a piece: its \n may follow */
+    size_t held;     /* bytes of the current event in hold */
+    bool passing;    /* the current event overflowed: forwarded as it comes */
+    bool line_empty; /* nothing yet on the current line (true at a zeroed start: see init) */
+    bool after_cr;   /* the last byte was \r: a \n next ends no further line */
+    uint8_t owe_lf;  /* the last event ended at a \r that ended a piece: its \n may follow */
 } sb_sse_strip;
 
 /* Readies s to strip a stream from its first byte, forwarding through emit(ud, ...), holding

@@ -602,7 +602,10 @@ static void test_keep_alive_reuse(void **state)
 /* ---- writes made outside the poll phase ---- */
 
 static bool later_fired;
-static void on_later(uv_timer_t *t) { later_fired = true; }
+static void on_later(uv_timer_t *t)
+{
+    later_fired = true;
+}
 static void on_answer_timer(uv_timer_t *t)
 {
     fx *f = t->data;

@@ -641,10 +641,13 @@ static void test_usage_edit(void **state)
         {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":null,\"y\":2}}",
          "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"y\":2}}"},
         /* duplicates: the last one is what the server reads, so the last one is changed */
-        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}",
+        {SB_API_CHAT,
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}",
          "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usage\":true}}"},
-        {SB_API_CHAT, "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{}}",
-         "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {SB_API_CHAT,
+         "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{}}",
+         "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{\"include_"
+         "usage\":true}}"},
         /* nothing to do */
         {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL},
         {SB_API_CHAT, "{\"model\":\"m\",\"stream\":false}", NULL},
@@ -687,7 +690,6 @@ static void test_usage_edit(void **state)
     assert_string_equal(out, "{\"model\":\"d\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
     assert_int_equal(total, at);
 }
-
 
 int main(void)
 {

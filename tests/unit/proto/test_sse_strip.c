@@ -10,8 +10,9 @@
 
 #include "../../fuzz/sse_strip_check.h"
 
-#define USAGE "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[]," \
-              "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}"
+#define USAGE                                                                                                          \
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],"                        \
+    "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}"
 
 /* A vLLM stream with what else SSE allows: a comment, an event: field, a two-line event, CRLF
  * and CR endings, a "data:" without the space, text that quotes the usage chunk, a chunk with
@@ -68,14 +69,14 @@ static void test_classify(void **state)
     static const char bare[] = "data:{\"choices\":[],\"usage\":{}}\n\n"; /* no space, empty usage */
     assert_true(sb_sse_is_usage_chunk(bare, strlen(bare)));
     static const char *const not_usage[] = {
-        "data: {\"choices\":[],\"usage\":null}\n\n",            /* no usage object */
-        "data: {\"choices\":[{}],\"usage\":{}}\n\n",            /* choices not empty */
-        "data: {\"usage\":{}}\n\n",                             /* no choices */
-        "data: {\"choices\":[],\"usage\":{}\n\n",               /* malformed */
-        "event: x\ndata: {\"choices\":[],\"usage\":{}}\n\n",    /* another field */
-        "data: {\"choices\":[],\n\ndata: \"usage\":{}}\n\n",    /* two events */
-        "data: {\"choices\":[],\ndata: \"usage\":{}}\n\n",      /* two data lines */
-        "data: {\"choices\":[],\"usage\":{}} x\n\n",            /* trailing junk */
+        "data: {\"choices\":[],\"usage\":null}\n\n",         /* no usage object */
+        "data: {\"choices\":[{}],\"usage\":{}}\n\n",         /* choices not empty */
+        "data: {\"usage\":{}}\n\n",                          /* no choices */
+        "data: {\"choices\":[],\"usage\":{}\n\n",            /* malformed */
+        "event: x\ndata: {\"choices\":[],\"usage\":{}}\n\n", /* another field */
+        "data: {\"choices\":[],\n\ndata: \"usage\":{}}\n\n", /* two events */
+        "data: {\"choices\":[],\ndata: \"usage\":{}}\n\n",   /* two data lines */
+        "data: {\"choices\":[],\"usage\":{}} x\n\n",         /* trailing junk */
         "data: [DONE]\n\n",
         "\n",
         "data: {\"choices\":[],\"usage\":{}}\n", /* unfinished */
