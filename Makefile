@@ -11,11 +11,17 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wmissing-prototypes
 INC     := -Isrc -Ibuild/gen
 LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lnghttp2 -lssl -lcrypto -lzmq -lmsgpackc -lprotobuf-c -lm
-CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC)
+# EXTRA_CFLAGS / EXTRA_LDFLAGS: a packager's flags (debian/rules passes dpkg-buildflags' hardening).
+CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC) $(EXTRA_CFLAGS)
 CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(WARN) $(INC)
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cmd/*' | sort)
+# Assembly units (src/net/ui_files.S: the dashboard's files under src/ui/, put in read-only data
+# with .incbin). Their objects depend on every file under src/ui/ as well, so editing a UI file
+# rebuilds the binary.
+ASM_SRC  := $(shell find src -name '*.S' | sort)
+UI_FILES := $(shell find src/ui -type f | sort)
 CMD_SRC  := $(shell find src/cmd -name '*.c' | sort)
 # Protocol buffers (src/proto/*.proto): protoc-c generates C into build/gen/ at build time
 # (never committed); the generated units go into libsb.a beside src/, and every object
@@ -26,8 +32,8 @@ GEN_HDRS := $(PROTO_SRC:src/proto/%.proto=build/gen/%.pb-c.h)
 HDRS     := $(shell find src -name '*.h') $(GEN_HDRS)
 TEST_SRC := $(shell find tests/unit -name 'test_*.c' | sort)
 
-REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o) $(GEN_SRC:build/gen/%.c=build/rel/gen/%.o)
-SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o) $(GEN_SRC:build/gen/%.c=build/san/gen/%.o)
+REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o) $(GEN_SRC:build/gen/%.c=build/rel/gen/%.o) $(ASM_SRC:src/%.S=build/rel/%.o)
+SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o) $(GEN_SRC:build/gen/%.c=build/san/gen/%.o) $(ASM_SRC:src/%.S=build/san/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=build/bench/%)
@@ -40,7 +46,8 @@ CFLAGS_FUZZ  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
                 -fno-sanitize-recover=undefined $(WARN) $(INC)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
-FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o) $(GEN_SRC:build/gen/%.c=build/fuzz/obj/gen/%.o)
+FUZZ_OBJ := $(LIB_SRC:src/%.c=build/fuzz/obj/%.o) $(GEN_SRC:build/gen/%.c=build/fuzz/obj/gen/%.o) \
+            $(ASM_SRC:src/%.S=build/fuzz/obj/%.o)
 # check-format compares with this revision: only lines changed since it are checked, since
 # the tree as a whole predates .clang-format.
 FORMAT_BASE ?= main
@@ -49,7 +56,7 @@ FORMAT_BASE ?= main
 # run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
 PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
+.PHONY: install uninstall package all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -79,6 +86,17 @@ build/fuzz/obj/gen/%.o: build/gen/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC fuzz $<"; $(FUZZ_CC) $(CFLAGS_FUZZ) $(GEN_WARN) -c $< -o $@
 
+# The assembler only includes bytes (.incbin): no sanitizer or optimisation flags apply, so the
+# variants differ by directory only. (One rule per variant: a pattern rule with several targets
+# would be taken as making them all at once.)
+ASM_RECIPE = @mkdir -p $(dir $@); echo "AS      $<"; $(CC) -c $< -o $@
+build/rel/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
+build/san/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
+build/fuzz/obj/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
+
 build/rel/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC      $<"; $(CC) $(CFLAGS_REL) -c $< -o $@
@@ -94,7 +112,7 @@ build/san/libsb.a: $(SAN_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
 build/switchboard: $(CMD_SRC) build/rel/libsb.a $(HDRS)
-	$(CC) $(CFLAGS_REL) $(CMD_SRC) build/rel/libsb.a $(LIBS) -o $@
+	$(CC) $(CFLAGS_REL) $(CMD_SRC) build/rel/libsb.a $(EXTRA_LDFLAGS) $(LIBS) -o $@
 
 build/san/switchboard: $(CMD_SRC) build/san/libsb.a $(HDRS)
 	$(CC) $(CFLAGS_SAN) $(CMD_SRC) build/san/libsb.a $(LIBS) -o $@
@@ -153,6 +171,44 @@ fuzz: fuzz-build
 
 check-format:
 	@scripts/check_format.sh $(FORMAT_BASE)
+
+# Installation: the binary, its manual page, the demo configuration as $(SYSCONFDIR)/switchboard/
+# switchboard.yaml (kept when one is there: it is the operator's), systemd units with this
+# prefix's paths, the licence and the docs. DESTDIR stages (the Debian package does).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/switchboard
+UNITS      := switchboard.service switchboard-demo-fleet.service
+UNIT_SUBST := -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
+install: build/switchboard
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/switchboard $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)/examples
+	install -m 0755 build/switchboard $(DESTDIR)$(BINDIR)/switchboard
+	[ -e $(DESTDIR)$(SYSCONFDIR)/switchboard/switchboard.yaml ] || \
+		install -m 0644 examples/demo.yaml $(DESTDIR)$(SYSCONFDIR)/switchboard/switchboard.yaml
+	for u in $(UNITS); do sed $(UNIT_SUBST) deploy/systemd/$$u.in > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	gzip -9n < docs/switchboard.1 > $(DESTDIR)$(MANDIR)/man1/switchboard.1.gz
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 examples/*.yaml $(DESTDIR)$(DOCDIR)/examples/
+	$(if $(NO_LICENSE),,install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE)
+
+# The configuration stays (it is the operator's); everything else install put there goes.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/switchboard $(DESTDIR)$(MANDIR)/man1/switchboard.1.gz
+	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+# A Debian package from debian/ (dpkg-buildpackage, binary only, unsigned) into build/pkg/,
+# then lintian over it.
+package:
+	@scripts/deps.sh package
+	@scripts/package.sh
 
 clean:
 	rm -rf build

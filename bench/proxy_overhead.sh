@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Proxy overhead: wrk against nginx (a fixed JSON answer) directly, through switchboard, and
 # through HAProxy (HTTP mode, round robin, keep-alive), all in one run, with a ~4 KiB chat body.
-# Prints requests/s and latency percentiles (medians of RUNS runs) and the ratios.
-# Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32).
+# Prints requests/s and latency percentiles (medians of RUNS runs) and the ratios. With TLS
+# (default on), the same over HTTPS: switchboard's client listener and an HAProxy ssl bind with
+# the same certificate (P-256, made here), keep-alive throughput and handshakes per second (each
+# request on a new connection).
+# Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32), TLS (1/0, default 1),
+# PORT_BASE (default 18101).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}
+RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}
 work=$(mktemp -d /tmp/sb-bench.XXXXXX)
-P_NGINX=18101; P_SB=18102; P_HA=18103
+B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5; B+3 and B+6 for the admin listeners
+P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5))
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -47,6 +52,18 @@ defaults
 frontend fe
   bind 127.0.0.1:$P_HA
   default_backend be
+HAP
+if [ "$TLS" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
+    -days 2 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+  cat "$work/cert.pem" "$work/key.pem" > "$work/haproxy.pem"
+  cat >> "$work/haproxy.cfg" <<HAP
+frontend fe_tls
+  bind 127.0.0.1:$P_HAT ssl crt $work/haproxy.pem alpn http/1.1
+  default_backend be
+HAP
+fi
+cat >> "$work/haproxy.cfg" <<HAP
 backend be
   balance roundrobin
   server n1 127.0.0.1:$P_NGINX
@@ -63,12 +80,19 @@ SBY
 nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
 haproxy -q -f "$work/haproxy.cfg" & pids+=($!)
 build/switchboard serve -q -c "$work/sb.yaml" & pids+=($!)
-for p in $P_NGINX $P_SB $P_HA; do
+ports="$P_NGINX $P_SB $P_HA"
+if [ "$TLS" = 1 ]; then
+  sed -e "s/$P_SB/$P_SBT/" -e "s/$((P_SB + 2))/$((P_SBT + 2))/" "$work/sb.yaml" > "$work/sbt.yaml"
+  printf 'tls: { cert: %s, key: %s }\n' "$work/cert.pem" "$work/key.pem" >> "$work/sbt.yaml"
+  build/switchboard serve -q -c "$work/sbt.yaml" & pids+=($!)
+  ports="$ports $P_SBT $P_HAT"
+fi
+for p in $ports; do
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
 done
 
-run() { # target port, conns -> JSON line
-  wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua "http://127.0.0.1:$1" | grep '^{'
+run() { # target port, conns [scheme [extra wrk args]] -> JSON line
+  wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua ${4:-} "${3:-http}://127.0.0.1:$1" | grep '^{'
 }
 results="$work/results.tsv"
 for target in direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA; do
@@ -79,6 +103,18 @@ for target in direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA; do
     printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
   done
 done
+if [ "$TLS" = 1 ]; then
+  for target in switchboard:$P_SBT haproxy:$P_HAT; do
+    name=${target%%:*}-tls; port=${target##*:}
+    run "$port" 4 https > /dev/null  # warm-up
+    for i in $(seq "$RUNS"); do
+      printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS" https)" >> "$results"
+      printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1 https)" >> "$results"
+      # A new connection (and handshake) per request.
+      printf '%s,hs,%s\t%s\n' "$name" "$i" "$(run "$port" 8 https "-H Connection:close")" >> "$results"
+    done
+  done
+fi
 python3 - "$RUNS" "$CONNS" "$results" <<'PY'
 import json, statistics, sys
 runs, conns = int(sys.argv[1]), sys.argv[2]
@@ -99,4 +135,14 @@ print("switchboard/haproxy throughput: %.2fx   switchboard/direct: %.2fx   hapro
 print("added median latency at 1 connection: switchboard %+.0f us, haproxy %+.0f us (over direct)" % (
     med("switchboard", "one", "p50_us") - med("direct", "one", "p50_us"),
     med("haproxy", "one", "p50_us") - med("direct", "one", "p50_us")))
+if "switchboard-tls,load,1" in R:
+    print("over TLS (same P-256 certificate; TLS 1.3):")
+    print("%-16s %12s %10s %10s | %14s | %14s" % ("target", "rps@%sconn" % conns, "p50 us", "p99 us", "p50 us @1conn",
+                                                 "handshakes/s"))
+    for n in ("switchboard-tls", "haproxy-tls"):
+        print("%-16s %12.0f %10.0f %10.0f | %14.0f | %14.0f" % (n, med(n, "load", "rps"), med(n, "load", "p50_us"),
+              med(n, "load", "p99_us"), med(n, "one", "p50_us"), med(n, "hs", "rps")))
+    print("switchboard/haproxy over TLS: throughput %.2fx, handshakes %.2fx" % (
+        med("switchboard-tls", "load", "rps") / med("haproxy-tls", "load", "rps"),
+        med("switchboard-tls", "hs", "rps") / med("haproxy-tls", "hs", "rps")))
 PY

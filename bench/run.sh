@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 echo "== scheduling decision time (bench/bench_sched.c) =="
 build/bench/bench_sched
 echo
+echo "== keeping each decision: the ring of recent decisions, per request and per admin read (bench/bench_decisions.c) =="
+build/bench/bench_decisions
+echo
 echo "== prefix index and decision time vs prompt length (bench/bench_prefix.c) =="
 build/bench/bench_prefix
 echo

@@ -7,11 +7,16 @@ set -euo pipefail
 # certificate. Node.js itself only when the machine has none (an installed node ships npm).
 extproc="python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev python3-yaml openssl"
 command -v npm >/dev/null 2>&1 || extproc="$extproc nodejs npm"
+# The dashboard's browser test (tests/integration/test_dashboard.py): Debian's chromium, driven
+# by playwright-core from npm (tests/browser); playwright's own browser downloads are never used.
+browser="chromium"
 purpose=${1:-build}
 pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev protobuf-c-compiler libprotobuf-c-dev"
 case "$purpose" in
   build|demo) ;;
-  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus $extproc" ;;
+  # systemd for systemd-analyze (the installed units are verified), absent from container images.
+  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus systemd $extproc $browser" ;;
+  package) pkgs="$pkgs dpkg-dev debhelper fakeroot lintian" ;;
   bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl nghttp2-client $extproc" ;;
   *) echo "deps.sh: unknown purpose '$purpose'" >&2; exit 2 ;;
 esac
@@ -19,15 +24,20 @@ missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-# tests/extproc's npm packages, pinned by its package-lock.json; reinstalled when the lock changes.
+# The test clients' npm packages (tests/extproc, and for tests tests/browser), each pinned by its
+# package-lock.json; reinstalled when the lock changes.
 npm_deps() {
-  case "$purpose" in test|bench) ;; *) return 0 ;; esac
-  local dir=tests/extproc
+  local dirs
+  case "$purpose" in test) dirs="tests/extproc tests/browser" ;; bench) dirs="tests/extproc" ;; *) return 0 ;; esac
   cd "$(dirname "$0")/.."
-  if [ ! -f "$dir/node_modules/.package-lock.json" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
-    echo "deps.sh: npm ci in $dir" >&2
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-  fi
+  for dir in $dirs; do
+    if [ ! -f "$dir/node_modules/.package-lock.json" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+      echo "deps.sh: npm ci in $dir" >&2
+      # playwright-core downloads no browser on install (it has no install script); said
+      # anyway, so a later version that did would not fetch one.
+      (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+  done
 }
 if [ -z "$missing" ]; then
   npm_deps

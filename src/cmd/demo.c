@@ -64,14 +64,17 @@ static void on_signal(uv_signal_t *h, int signum)
 static int usage(void)
 {
     fprintf(stderr, "usage: switchboard demo [--port P] [--admin-port P] [--sim-port P] [--kv-port P] [--speed X]\n"
-                    "                        [--access-log]\n"
+                    "                        [--access-log] [--fleet-only | --print-config]\n"
                     "  --port P       gateway port (default 8080)\n"
-                    "  --admin-port P admin port: /metrics, /debug/* (default 8081)\n"
+                    "  --admin-port P admin port: the dashboard (/), /metrics, /debug/* (default 8081)\n"
                     "  --sim-port P   first simulated replica's port (default 8101; uses P..P+3)\n"
                     "  --kv-port P    first Llama replica's KV-event publisher (default sim port + 1000,\n"
                     "                 or - 1000 near the top of the range; uses P..P+2)\n"
                     "  --speed X      simulated engine clock speed (default 1: real time)\n"
-                    "  --access-log   print one JSON line per request\n");
+                    "  --access-log   print one JSON line per request\n"
+                    "  --fleet-only   run the simulated fleet alone (a gateway runs from a config file:\n"
+                    "                 the packaged switchboard-demo-fleet service does this)\n"
+                    "  --print-config print the gateway's YAML for these ports and exit\n");
     return 2;
 }
 
@@ -79,6 +82,7 @@ typedef struct demo_args {
     unsigned port, admin_port, sim_port, kv_port; /* kv_port 0: sim_port + 1000 */
     double speed;
     bool access_log;
+    bool fleet_only, print_config;
 } demo_args;
 
 /* Returns 0, or usage()'s exit code for flags it does not know or values out of range. */
@@ -98,11 +102,15 @@ static int parse_args(int argc, char **argv, demo_args *a)
             a->speed = atof(argv[++i]);
         else if (!strcmp(argv[i], "--access-log"))
             a->access_log = true;
+        else if (!strcmp(argv[i], "--fleet-only"))
+            a->fleet_only = true;
+        else if (!strcmp(argv[i], "--print-config"))
+            a->print_config = true;
         else
             return usage();
     }
     if (a->port == 0 || a->port > 65535 || a->admin_port == 0 || a->admin_port > 65535 || a->admin_port == a->port ||
-        a->sim_port == 0 || a->sim_port > 65532 || a->speed <= 0)
+        a->sim_port == 0 || a->sim_port > 65532 || a->speed <= 0 || (a->fleet_only && a->print_config))
         return usage();
     if (a->kv_port == 0)
         a->kv_port = a->sim_port + 1002 <= 65535 ? a->sim_port + 1000 : a->sim_port - 1000;
@@ -151,27 +159,34 @@ static int start_fleets(uv_loop_t *loop, const demo_args *a, demo *d)
     return rc;
 }
 
-/* The same shape as examples/demo.yaml, with the chosen ports. NULL (after saying why) if it
- * does not parse. */
+/* The demo gateway's configuration as YAML, with the chosen ports: examples/demo.yaml is this
+ * with the default ports (tests/integration/test_install.py compares them), and the package
+ * installs it as /etc/switchboard/switchboard.yaml. */
+static int demo_yaml(const demo_args *a, sb_buf *y)
+{
+    return sb_buf_printf(y,
+                         "listen: \"127.0.0.1:%u\"\n%s"
+                         "admin: { listen: \"127.0.0.1:%u\" }\n"
+                         "pools:\n"
+                         "  - name: llama\n"
+                         "    models: [\"meta-llama/Llama-3.1-8B-Instruct\", \"llama-3.1-8b\"]\n"
+                         "    adapters: [\"sql-lora\", \"chat-lora\"]\n"
+                         "    engine: vllm\n"
+                         "    endpoints: [\"127.0.0.1:%u\", \"127.0.0.1:%u\", \"127.0.0.1:%u\"]\n"
+                         "    kv_events: { endpoint: \"tcp://{host}:{port%+d}\" }\n"
+                         "  - name: qwen\n"
+                         "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
+                         "    engine: vllm\n"
+                         "    endpoints: [\"127.0.0.1:%u\"]\n",
+                         a->port, a->access_log ? "access_log: \"-\"\n" : "", a->admin_port, a->sim_port,
+                         a->sim_port + 1, a->sim_port + 2, (int)a->kv_port - (int)a->sim_port, a->sim_port + 3);
+}
+
+/* demo_yaml parsed. NULL (after saying why) if it does not parse. */
 static sb_config *demo_config(const demo_args *a)
 {
     sb_buf y = {0};
-    sb_buf_printf(&y,
-                  "listen: \"127.0.0.1:%u\"\n%s"
-                  "admin: { listen: \"127.0.0.1:%u\" }\n"
-                  "pools:\n"
-                  "  - name: llama\n"
-                  "    models: [\"meta-llama/Llama-3.1-8B-Instruct\", \"llama-3.1-8b\"]\n"
-                  "    adapters: [\"sql-lora\", \"chat-lora\"]\n"
-                  "    engine: vllm\n"
-                  "    endpoints: [\"127.0.0.1:%u\", \"127.0.0.1:%u\", \"127.0.0.1:%u\"]\n"
-                  "    kv_events: { endpoint: \"tcp://{host}:{port%+d}\" }\n"
-                  "  - name: qwen\n"
-                  "    models: [\"Qwen/Qwen2.5-7B-Instruct\", \"qwen-7b\"]\n"
-                  "    engine: vllm\n"
-                  "    endpoints: [\"127.0.0.1:%u\"]\n",
-                  a->port, a->access_log ? "access_log: \"-\"\n" : "", a->admin_port, a->sim_port, a->sim_port + 1,
-                  a->sim_port + 2, (int)a->kv_port - (int)a->sim_port, a->sim_port + 3);
+    demo_yaml(a, &y);
     sb_config *cfg = NULL;
     sb_config_errors errs = {0};
     if (!y.data || sb_config_parse(y.data, y.len, &cfg, &errs) < 0) {
@@ -189,7 +204,7 @@ static void print_banner(const demo_args *a, unsigned admin_port)
     unsigned port = a->port;
     printf("switchboard demo\n"
            "  gateway    http://127.0.0.1:%u  (pools: llama x3 replicas with LoRA sql-lora, chat-lora; qwen x1)\n"
-           "  admin      http://127.0.0.1:%u  (/metrics, /debug/*; loopback only)\n"
+           "  admin      http://127.0.0.1:%u  (dashboard at /, /metrics, /debug/*; loopback only)\n"
            "  replicas   http://127.0.0.1:%u-%u  (simulated vLLM, Llama-3.1-8B on H100 timing, speed %gx)\n"
            "  kv events  tcp://127.0.0.1:%u-%u  (the Llama replicas' KV-cache events; the llama pool subscribes)\n\n"
            "Try:\n"
@@ -214,22 +229,36 @@ int sb_cmd_demo(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc;
+    if (a.print_config) {
+        sb_buf y = {0};
+        if (demo_yaml(&a, &y) < 0 || fwrite(y.data, 1, y.len, stdout) != y.len || fflush(stdout) != 0) {
+            sb_buf_free(&y);
+            return 1;
+        }
+        sb_buf_free(&y);
+        return 0;
+    }
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     demo d = {0};
     if (start_fleets(loop, &a, &d) < 0)
         return 1;
-    sb_config *cfg = demo_config(&a);
-    if (!cfg)
+    sb_config *cfg = a.fleet_only ? NULL : demo_config(&a);
+    if (a.fleet_only) {
+        printf("switchboard demo fleet: simulated replicas on 127.0.0.1:%u-%u, KV events on %u-%u\n", a.sim_port,
+               a.sim_port + 3, a.kv_port, a.kv_port + 2);
+        fflush(stdout);
+    } else if (!cfg) {
         return 1;
-    if (sb_gateway_start(loop, cfg, &d.gw) < 0) {
+    } else if (sb_gateway_start(loop, cfg, &d.gw) < 0) {
         fprintf(stderr, "demo: cannot start the gateway on port %u\n", a.port);
         sb_sim_fleet_stop(d.llama);
         sb_sim_fleet_stop(d.qwen);
         uv_run(loop, UV_RUN_DEFAULT);
         return 1;
     }
-    print_banner(&a, sb_gateway_admin_port(d.gw));
+    if (d.gw)
+        print_banner(&a, sb_gateway_admin_port(d.gw));
     uv_signal_init(loop, &d.sigint);
     uv_signal_init(loop, &d.sigterm);
     uv_signal_init(loop, &d.sigquit);

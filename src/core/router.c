@@ -433,6 +433,7 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
     p->pick_matched_tokens = ep >= 0 && blocks ? (double)p->prefix_match[ep] * ctx.block_tokens : 0.0;
     p->last_profile = *ctx.profile;
     p->last.profile = &p->last_profile;
+    p->last.pool_name = p->name;
     /* Recorded at once, so the next request already sees it (DESIGN.md, prefix index), but
      * as pending: until this request's first token the engine has not computed the new blocks,
      * and a request sent there meanwhile would compute them again behind it (the opening burst

@@ -35,6 +35,7 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
     const sb_profile *p = ctx->profile;
     d->profile = p;
     d->pool = req->pool;
+    d->pool_name = NULL; /* the router names it */
     d->n = n;
     d->picked = -1;
     d->n_live = 0;
@@ -109,48 +110,4 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
     else
         d->reason = d->n_stale == m && p->n_scorers ? "all candidates stale: scored as loaded" : p->picker->name;
     return d->picked;
-}
-
-/* Appends s as a JSON string, quotes included; profile names and addresses come from
- * configuration and may hold anything. */
-static int put_string(sb_buf *b, const char *s)
-{
-    int rc = sb_buf_puts(b, "\"");
-    rc |= sb_buf_json_escape(b, s ? s : "", s ? strlen(s) : 0);
-    rc |= sb_buf_puts(b, "\"");
-    return rc;
-}
-
-int sb_decision_render(const sb_decision *d, sb_buf *b)
-{
-    const sb_profile *p = d->profile;
-    int rc = sb_buf_printf(b, "{\"pool\":%u,\"profile\":", d->pool);
-    rc |= put_string(b, p->name);
-    rc |= sb_buf_printf(b, ",\"picker\":\"%s\",\"picked\":%d,\"reason\":", p->picker->name, d->picked);
-    rc |= put_string(b, d->reason);
-    rc |= sb_buf_puts(b, ",\"candidates\":[");
-    for (size_t i = 0; i < d->n; i++) {
-        const sb_candidate *c = &d->cands[i];
-        rc |= sb_buf_printf(b, "%s{\"endpoint\":%zu,\"address\":", i ? "," : "", i);
-        rc |= put_string(b, c->ep->address);
-        rc |= sb_buf_printf(b, ",\"stale\":%s", c->stale || c->serving ? "true" : "false");
-        if (c->serving)
-            rc |= sb_buf_puts(b, ",\"serving\":true");
-        if (c->panic)
-            rc |= sb_buf_puts(b, ",\"panic\":true");
-        if (c->prefix_source != SB_PREFIX_NONE)
-            rc |= sb_buf_printf(b, ",\"prefix\":{\"blocks\":%u,\"source\":\"%s\"}", c->prefix_blocks,
-                                c->prefix_source == SB_PREFIX_REPORTED ? "reported" : "routed");
-        if (c->removed_by) {
-            rc |= sb_buf_printf(b, ",\"removed_by\":\"%s\"}", c->removed_by);
-            continue;
-        }
-        rc |= sb_buf_printf(b, ",\"total\":%.4f,\"scores\":{", c->total);
-        for (size_t s = 0; s < p->n_scorers; s++)
-            rc |= sb_buf_printf(b, "%s\"%s\":%.4f", s ? "," : "", p->scorers[s].def->name,
-                                d->scores[s * d->n_live + (size_t)c->slot]);
-        rc |= sb_buf_puts(b, "}}");
-    }
-    rc |= sb_buf_puts(b, "]}");
-    return rc ? -1 : 0;
 }

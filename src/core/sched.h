@@ -168,6 +168,7 @@ void sb_profile_init(sb_profile *p, const char *name);
 typedef struct sb_decision {
     const sb_profile *profile;
     uint32_t pool;
+    const char *pool_name;    /* the router's copy (NULL when run outside a router) */
     sb_candidate *cands;      /* every endpoint of the pool, in order (n entries) */
     size_t n;
     sb_candidate *live;       /* scratch: the candidates left after filters (n entries) */
@@ -184,8 +185,7 @@ typedef struct sb_decision {
  * when every endpoint was filtered out. */
 int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *eps, size_t n, sb_decision *d);
 
-/* Appends the decision as JSON to b (0, or -1 on ENOMEM). */
-int sb_decision_render(const sb_decision *d, sb_buf *b);
+/* Its JSON rendering, and a copy that outlives the router's scratch: core/explain.h. */
 
 /* xorshift64* step, shared by pickers and tie-breaks. */
 static inline uint64_t sb_rand_next(uint64_t *s)

@@ -1,6 +1,8 @@
 /* admin: what the gateway tells about itself. GET /metrics (Prometheus text, prefix
  * switchboard_), GET /debug/endpoints (each endpoint's merged state), GET /debug/decisions
- * (each pool's last scheduling decision, explained). The per-request record that feeds the
+ * (recent scheduling decisions, explained, newest first, or one by request id: the ring of
+ * net/decisions.h). The dashboard shows them (GET /
+ * and /ui/..., files compiled in: net/ui.h). The per-request record that feeds the
  * metrics and the access log is net/stats.c. */
 #include <http_parser.h>
 #include <math.h>
@@ -18,12 +20,14 @@
 #include "core/prefix_index.h"
 #include "net/admin.h"
 #include "net/agent_reports.h"
+#include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/kv_feed.h"
 #include "net/picker.h"
 #include "net/precise.h"
 #include "net/probe.h"
 #include "net/stats.h"
+#include "net/ui.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
@@ -138,6 +142,16 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
     for (size_t i = 0; i < n; i++)
         sb_buf_printf(b, "switchboard_body_budget_refusals_total{listener=\"%s\"} %llu\n", name[i],
                       (unsigned long long)st[i].body_budget_refusals);
+    if (gw->server && gw->cfg->tls_cert)
+        sb_buf_printf(b,
+                      "# HELP switchboard_tls_handshakes_total TLS handshakes completed on the client listener.\n"
+                      "# TYPE switchboard_tls_handshakes_total counter\n"
+                      "switchboard_tls_handshakes_total{listener=\"client\"} %llu\n"
+                      "# HELP switchboard_tls_handshake_failures_total Client connections closed for a failed TLS "
+                      "handshake (not TLS, no common protocol or cipher, a bad record).\n"
+                      "# TYPE switchboard_tls_handshake_failures_total counter\n"
+                      "switchboard_tls_handshake_failures_total{listener=\"client\"} %llu\n",
+                      (unsigned long long)st[0].tls_handshakes, (unsigned long long)st[0].tls_failures);
 }
 
 /* Gateway-wide counters, listener statistics, refusals, and responses by endpoint and class. */
@@ -793,19 +807,48 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
     sb_buf_puts(b, "]}");
 }
 
-static void render_decisions(sb_gateway *gw, sb_buf *b)
+static void admin_error(sb_http_req *req, int status, const char *message, const char *code, const char *headers);
+
+/* GET /debug/decisions[?id=..|?pool=..&limit=..]: from the ring, rendered now. Answers req
+ * itself when the query is refused (400) or the id is not held (404); else fills b. */
+static bool render_decisions(sb_gateway *gw, sb_http_req *req, sb_buf *b)
 {
+    const sb_decisions *ring = gw->decisions;
+    size_t cap = ring ? sb_decisions_capacity(ring) : 0;
+    const char *q = req->path_len < req->url_len ? req->url + req->path_len + 1 : "";
+    size_t qlen = req->path_len < req->url_len ? req->url_len - req->path_len - 1 : 0;
+    sb_decisions_query dq;
+    char err[160];
+    if (sb_decisions_query_parse(q, qlen, cap ? cap : 1, &dq, err, sizeof err) < 0) {
+        admin_error(req, 400, err, "bad_query", NULL);
+        return false;
+    }
     sb_buf_puts(b, "{\"decisions\":[");
-    bool first = true;
-    for (size_t p = 0; p < gw->cfg->n_pools; p++) {
-        const sb_decision *d = sb_router_last_decision(gw->router, (uint32_t)p);
-        if (!d)
-            continue;
-        sb_buf_puts(b, first ? "" : ",");
-        first = false;
-        sb_decision_render(d, b);
+    if (dq.id_len) {
+        const sb_explain *e = ring ? sb_decisions_find(ring, dq.id, dq.id_len) : NULL;
+        if (!e) {
+            char msg[240];
+            snprintf(
+                msg, sizeof msg,
+                ring ? "no decision for request id '%.*s': unknown, or it has left the ring of the last %zu"
+                     : "no decision for request id '%.*s': the ring of recent decisions is off (admin.decisions: %zu)",
+                (int)(dq.id_len > 128 ? 128 : dq.id_len), dq.id, cap);
+            admin_error(req, 404, msg, "decision_not_found", NULL);
+            return false;
+        }
+        sb_explain_render(e, SB_EXPLAIN_FULL, b);
+    } else {
+        size_t shown = 0;
+        for (size_t k = 0, n = ring ? sb_decisions_count(ring) : 0; k < n && shown < dq.limit; k++) {
+            const sb_explain *e = sb_decisions_newest(ring, k);
+            if (dq.has_pool && strcmp(e->pool, dq.pool))
+                continue;
+            sb_buf_puts(b, shown++ ? "," : "");
+            sb_explain_render(e, SB_EXPLAIN_FULL, b);
+        }
     }
     sb_buf_puts(b, "]}");
+    return true;
 }
 
 static void render_adaptive(sb_gateway *gw, sb_buf *b)
@@ -861,7 +904,8 @@ enum admin_page {
     PAGE_ADAPTIVE,
     PAGE_AGENT_REPORT,
     PAGE_HEALTHZ,
-    PAGE_MEMBERS
+    PAGE_MEMBERS,
+    PAGE_UI
 };
 
 /* The checks the head decides (token, method, path, no body), shared by the head hook and the
@@ -869,6 +913,31 @@ enum admin_page {
 static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page)
 {
     const sb_config *cfg = gw->cfg;
+    /* The dashboard's files (/ and /ui/...) are open: they are the same in every gateway and
+     * carry no fleet data (net/ui.h). The page reads the fleet from the pages below, which keep
+     * their token; on a 401 it asks the operator for the token (docs/dashboard.md, "Access").
+     * An unknown /ui/ path is 404 without the token: the list of files is public, like the
+     * binary. */
+    if (sb_ui_owns(req->path, req->path_len)) {
+        sb_ui_file f;
+        if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+            admin_error(req, 405, "method not allowed: use GET", NULL, "Allow: GET, HEAD\r\n");
+            return true;
+        }
+        if (!sb_ui_find(req->path, req->path_len, &f)) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "no dashboard file %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
+                     req->path);
+            admin_error(req, 404, msg, "not_found", NULL);
+            return true;
+        }
+        if (req->has_body) {
+            admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
+            return true;
+        }
+        *page = PAGE_UI;
+        return false;
+    }
     bool metrics = path_eq(req, "/metrics");
     /* /healthz is open: a load balancer's probe carries no token, and it tells only ok or
      * draining (the client listener's is closed while draining; this one answers until exit). */
@@ -936,6 +1005,35 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
     return false;
 }
 
+/* One of the dashboard's files, with an entity tag: the page is fetched again on every load
+ * (no-cache) but costs a 304 while the binary's copy is unchanged. The security headers keep the
+ * page to its own files: no inline script, nothing from elsewhere, not framed by another site
+ * (it holds the admin token while open). */
+static void serve_ui(sb_http_req *req)
+{
+    sb_ui_file f;
+    if (!sb_ui_find(req->path, req->path_len, &f)) { /* checked by admin_refuse */
+        admin_error(req, 404, "no such dashboard file", "not_found", NULL);
+        return;
+    }
+    char etag[SB_UI_ETAG_MAX], headers[512];
+    sb_ui_etag(&f, etag);
+    snprintf(headers, sizeof headers,
+             "ETag: %s\r\nCache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+             "Referrer-Policy: no-referrer\r\n"
+             "Content-Security-Policy: default-src 'self'; img-src 'self' data:; frame-ancestors 'none'\r\n",
+             etag);
+    /* If-None-Match holds one tag, a list, W/ tags or "*": weak comparison (RFC 9110 13.1.2)
+     * means finding our tag in it, or a lone "*". One linear scan of a bounded header. */
+    const sb_http_header *inm = sb_http_req_header(req, "if-none-match");
+    size_t tl = strlen(etag);
+    if (inm && ((inm->value_len == 1 && inm->value[0] == '*') || memmem(inm->value, inm->value_len, etag, tl))) {
+        sb_http_respond(req, 304, f.content_type, headers, NULL, 0);
+        return;
+    }
+    sb_http_respond(req, 200, f.content_type, headers, f.data, f.len);
+}
+
 bool sb_gateway_admin_head(sb_http_req *req, void *ctx)
 {
     enum admin_page page;
@@ -950,6 +1048,10 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         return;
     if (page == PAGE_MEMBERS) {
         sb_discovery_admin(gw->disc, req);
+        return;
+    }
+    if (page == PAGE_UI) {
+        serve_ui(req);
         return;
     }
     if (page == PAGE_HEALTHZ) {
@@ -968,10 +1070,16 @@ void sb_gateway_admin(sb_http_req *req, void *ctx)
         ct = "text/plain; version=0.0.4; charset=utf-8";
         break;
     case PAGE_ENDPOINTS: render_endpoints(gw, &b); break;
-    case PAGE_DECISIONS: render_decisions(gw, &b); break;
+    case PAGE_DECISIONS:
+        if (!render_decisions(gw, req, &b)) {
+            sb_buf_free(&b);
+            return;
+        }
+        break;
     case PAGE_ADAPTIVE: render_adaptive(gw, &b); break;
     case PAGE_AGENT_REPORT: sb_gateway_agent_report(gw, req); return;
-    case PAGE_HEALTHZ: break; /* answered above */
+    case PAGE_HEALTHZ: /* answered above */
+    case PAGE_UI: break;
     }
     if (!b.data) {
         admin_error(req, 500, "out of memory", NULL, NULL);

@@ -1,6 +1,7 @@
 #include "net/gateway.h"
 #include "net/admin.h"
 #include "net/admission.h"
+#include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/errors.h"
 #include "net/gateway_types.h"
@@ -10,6 +11,7 @@
 #include "net/proxy.h"
 #include "net/routes.h"
 #include "net/stats.h"
+#include "net/tls.h"
 
 #include <string.h>
 
@@ -141,6 +143,7 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw->adaptive);
     sb_gateway_admission_free(gw);
     sb_router_free(gw->router);
+    sb_decisions_release(gw->decisions);
     sb_inspect_ctx_free(&gw->ictx);
     sb_free(gw->hashes);
     sb_free(gw->models_json);
@@ -157,10 +160,28 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw);
 }
 
+/* The client listener's TLS context from tls.cert and tls.key, read now (start and every
+ * reload, so a rotated certificate is picked up by SIGHUP). NULL without TLS; -1 in *failed
+ * (the reason logged) when the files do not load. The caller frees its reference. */
+static SSL_CTX *listener_tls(const sb_config *cfg, bool *failed)
+{
+    static const sb_tls_alpn alpn = {SB_TLS_ALPN_HTTP1, sizeof SB_TLS_ALPN_HTTP1 - 1, false};
+    *failed = false;
+    if (!cfg->tls_cert || !cfg->listen_host)
+        return NULL;
+    char err[256];
+    SSL_CTX *ctx = sb_tls_server_ctx(cfg->tls_cert, cfg->tls_key, &alpn, err, sizeof err);
+    if (!ctx) {
+        SB_ERROR("tls: certificate %s / key %s: %s", cfg->tls_cert, cfg->tls_key, err);
+        *failed = true;
+    }
+    return ctx;
+}
+
 /* The listeners' limits, from the configuration (start and reload). The admin listener has
  * the same request limits and its own connection budget, so a full client listener leaves room
- * for operators. */
-static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_server_opts *admin)
+ * for operators. TLS (tls, may be NULL) is the client listener's only. */
+static void server_opts(const sb_config *cfg, SSL_CTX *tls, sb_http_server_opts *so, sb_http_server_opts *admin)
 {
     *so = (sb_http_server_opts){
         .max_header_bytes = cfg->max_header_bytes,
@@ -175,6 +196,7 @@ static void server_opts(const sb_config *cfg, sb_http_server_opts *so, sb_http_s
         .linger_bytes = cfg->linger_bytes ? cfg->linger_bytes : 1,
     };
     *admin = *so;
+    so->tls_ctx = tls;
     admin->max_connections = cfg->admin_max_connections;
     admin->max_body_bytes = cfg->admin_max_body_bytes; /* registrations: a few hundred bytes */
 }
@@ -256,7 +278,28 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .end = proxy_end,
                           .record = proxy_record,
                           .error = proxy_error,
-                          .prober = proxy_prober};
+                          .prober = proxy_prober,
+                          .decisions = gw->decisions};
+}
+
+/* The ring of recent decisions cfg asks for: old's when it has that size (a reload keeps the
+ * history), else a new one (NULL when off, or out of memory: routing goes on unrecorded). */
+static void decisions_apply(sb_gateway *gw, sb_decisions *old)
+{
+    const sb_config *cfg = gw->cfg;
+    sb_decisions *ring = NULL;
+    if (old && sb_decisions_capacity(old) == cfg->admin_decisions &&
+        sb_decisions_max_cands(old) == cfg->admin_decision_candidates) {
+        ring = old;
+        sb_decisions_hold(ring);
+    } else if (cfg->admin_decisions) {
+        ring = sb_decisions_new(cfg->admin_decisions, cfg->admin_decision_candidates);
+        if (!ring)
+            SB_WARN("the ring of recent decisions: out of memory; /debug/decisions stays empty");
+    }
+    sb_decisions_release(gw->decisions); /* the one this gateway held, if any (after the hold) */
+    gw->decisions = ring;
+    gw->proxy.decisions = ring;
 }
 
 /* A static name that does not resolve marks its endpoint down (with the reason, shown by the
@@ -329,16 +372,29 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     for (size_t i = 0; i < pc->n_adapters; i++)
         if (sb_router_add_model(gw->router, (uint32_t)p, pc->adapters[i], SB_MODEL_ADAPTER) == -1)
             return UV_ENOMEM;
-    for (size_t e = 0; e < pc->n_endpoints; e++) {
-        int rc = sb_upstream_new(gw->loop, pc->endpoints[e].host, pc->endpoints[e].port, uo,
-                                 &gw->ups[gw->pool_first_up[p] + e]);
-        if (rc < 0) {
-            SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
-            return rc;
+    sb_upstream_opts o = *uo;
+    if (pc->tls) {
+        char err[256];
+        o.tls_ctx = sb_tls_client_ctx(pc->tls_ca_file, pc->tls_cert, pc->tls_key, pc->tls_verify, err, sizeof err);
+        o.tls_server_name = pc->tls_server_name;
+        if (!o.tls_ctx) {
+            SB_ERROR("pool %s: tls: %s", pc->name, err);
+            return UV_EINVAL;
         }
     }
-    return 0;
+    int rc = 0;
+    for (size_t e = 0; e < pc->n_endpoints && rc == 0; e++) {
+        rc = sb_upstream_new(gw->loop, pc->endpoints[e].host, pc->endpoints[e].port, &o,
+                             &gw->ups[gw->pool_first_up[p] + e]);
+        if (rc < 0)
+            SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
+    }
+    SSL_CTX_free(o.tls_ctx); /* each endpoint's pool holds its own reference */
+    return rc;
 }
+
+static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *server, sb_http_server *admin_server,
+                            struct sb_picker *picker, const sb_http_server_opts *sop, const sb_http_server_opts *aop);
 
 /* The listeners: the old gateway's (handover, a reload; new options applied) or new ones. 0,
  * or a negative libuv error (then what this call started is set in gw). The client listener
@@ -347,9 +403,23 @@ static int attach_servers(sb_gateway *gw, bool handover, sb_http_server *server,
                           struct sb_picker *picker)
 {
     const sb_config *cfg = gw->cfg;
-    uv_loop_t *loop = gw->loop;
+    bool tls_failed;
+    SSL_CTX *tls = listener_tls(cfg, &tls_failed);
+    if (tls_failed)
+        return UV_EINVAL;
     sb_http_server_opts so, ao;
-    server_opts(cfg, &so, &ao);
+    server_opts(cfg, tls, &so, &ao);
+    int rc = attach_listeners(gw, handover, server, admin_server, picker, &so, &ao);
+    SSL_CTX_free(tls); /* the server holds its own reference */
+    return rc;
+}
+
+static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *server, sb_http_server *admin_server,
+                            struct sb_picker *picker, const sb_http_server_opts *sop, const sb_http_server_opts *aop)
+{
+    const sb_config *cfg = gw->cfg;
+    uv_loop_t *loop = gw->loop;
+    sb_http_server_opts so = *sop, ao = *aop;
     if (handover) {
         gw->server = server;
         gw->admin_server = admin_server;
@@ -438,6 +508,7 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->hash_secret = hash_secret;
     gw->router = sb_router_new(uv_hrtime(), hash_secret);
     gw->proxy = proxy_env(gw);
+    decisions_apply(gw, old ? old->decisions : NULL);
     gw->pick = sb_picker_dispatch;
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
@@ -726,6 +797,10 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
                 return "a pool's endpoints changed";
         if (strcmp(x->engine ? x->engine : "", y->engine ? y->engine : ""))
             return "a pool's engine changed";
+        /* Connections hold their TLS context: new settings, or the same files rotated on disk,
+         * need new connection pools (the endpoints' state is carried over). */
+        if (x->tls || y->tls)
+            return "a pool's endpoints are https:// (its TLS files are read again)";
     }
     if (!same_str(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";
@@ -907,10 +982,30 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
         sb_config_free(cfg);
         return -1;
     }
-    if (why)
+    if (!gw->cfg->tls_cert != !cfg->tls_cert) {
+        SB_WARN("reload refused: tls was turned %s on the client listener (restart to apply)",
+                cfg->tls_cert ? "on" : "off");
+        sb_config_free(cfg);
+        return -1;
+    }
+    /* Certificate files are read at every reload (a rotation is a SIGHUP): read before anything
+     * is applied, so files that do not load refuse the whole reload. The replacing path reads
+     * them again in gateway_build (a rename between the two reads fails that build, also a
+     * refusal). */
+    bool tls_failed;
+    SSL_CTX *tls = listener_tls(cfg, &tls_failed);
+    if (tls_failed) {
+        SB_WARN("reload refused: the TLS certificate or key did not load; keeping the running ones");
+        sb_config_free(cfg);
+        return -1;
+    }
+    if (why) {
+        SSL_CTX_free(tls);
         return reload_replace(gwp, cfg, why);
+    }
     sb_snapshot *ns = sb_calloc(1, sizeof(*ns));
     if (!ns) {
+        SSL_CTX_free(tls);
         sb_config_free(cfg);
         return -1;
     }
@@ -919,9 +1014,10 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     for (size_t p = 0; p < cfg->n_pools; p++)
         reload_pool_in_place(gw, cfg, p);
     sb_http_server_opts so, ao;
-    server_opts(cfg, &so, &ao);
+    server_opts(cfg, tls, &so, &ao);
     if (gw->server)
         sb_http_server_set_opts(gw->server, &so);
+    SSL_CTX_free(tls);
     if (gw->admin_server)
         sb_http_server_set_opts(gw->admin_server, &ao);
     if (gw->prober)
@@ -934,6 +1030,7 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     gw->cfg = cfg;
     gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
+    decisions_apply(gw, gw->decisions);
     sb_gateway_kv_reconfigure(gw);
     if (sb_gateway_admission_reconfigure(gw) < 0)
         SB_WARN("reload: flow control could not take the new bounds (out of memory); some pools keep the old ones");

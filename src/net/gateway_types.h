@@ -91,6 +91,9 @@ struct sb_gateway {
      * membership change that replaces the gateway updates. */
     struct sb_discovery *disc;
     sb_gateway **home;
+    /* Recent decisions (net/decisions.h, admin.decisions): NULL when off. A reload of the same
+     * size keeps it (a replacing gateway shares it); the proxy's env points at it. */
+    struct sb_decisions *decisions;
 };
 
 #endif

@@ -3,7 +3,6 @@
 #include "net/grpc_server_internal.h"
 #include "net/sock.h"
 
-#include <openssl/err.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -98,24 +97,13 @@ static int write_out(gs_conn *c, sb_buf *b)
     return 0;
 }
 
-/* Moves what TLS has produced (handshake records, encrypted frames) into b. */
-static int take_tls_output(gs_conn *c, sb_buf *b)
-{
-    char tmp[16 * 1024];
-    int n;
-    while ((n = BIO_read(c->wbio, tmp, sizeof(tmp))) > 0)
-        if (sb_buf_append(b, tmp, (size_t)n) < 0)
-            return -1;
-    return 0;
-}
-
 /* Everything nghttp2 has to send, in one write per turn, while fewer than write_high_water
  * bytes are already in flight (the rest waits in the calls' buffers and nghttp2). */
 static void flush(gs_conn *c)
 {
     sb_buf b = {0};
     int rc = 0;
-    if (!c->ssl || c->tls_ready) {
+    if (!c->tls.ssl || c->tls.ready) {
         while (c->writing + b.len < c->srv->opts.write_high_water) {
             const uint8_t *p;
             ssize_t n = nghttp2_session_mem_send(c->ng, &p);
@@ -125,14 +113,14 @@ static void flush(gs_conn *c)
             }
             if (n == 0)
                 break;
-            if (c->ssl ? SSL_write(c->ssl, p, (int)n) != (int)n : sb_buf_append(&b, p, (size_t)n) < 0) {
+            if (c->tls.ssl ? sb_tls_write(&c->tls, p, (size_t)n) < 0 : sb_buf_append(&b, p, (size_t)n) < 0) {
                 rc = -1;
                 break;
             }
         }
     }
-    if (rc == 0 && c->ssl)
-        rc = take_tls_output(c, &b);
+    if (rc == 0 && c->tls.ssl)
+        rc = sb_tls_take(&c->tls, &b); /* handshake records and encrypted frames */
     if (rc == 0)
         rc = write_out(c, &b);
     sb_buf_free(&b);
@@ -245,9 +233,7 @@ void gs_conn_close(gs_conn *c)
     gs_calls_cancel_all(c); /* closing is set: their sends and finishes return -1 */
     nghttp2_session_del(c->ng);
     c->ng = NULL;
-    if (c->ssl)
-        SSL_free(c->ssl); /* and its BIOs */
-    c->ssl = NULL;
+    sb_tls_free(&c->tls);
     uv_timer_stop(&c->idle);
     uv_close((uv_handle_t *)&c->idle, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
@@ -348,47 +334,41 @@ static int feed(gs_conn *c, const uint8_t *p, size_t n)
     return 0;
 }
 
-static int alpn_h2(const SSL *ssl)
+/* The handshake is done: gRPC needs HTTP/2 (the context refuses clients without h2; this
+ * also refuses one that sent no ALPN at all). */
+static int tls_ready(void *arg, const sb_tls *t)
 {
-    const unsigned char *p;
-    unsigned len;
-    SSL_get0_alpn_selected(ssl, &p, &len);
-    return len == 2 && memcmp(p, "h2", 2) == 0;
+    gs_conn *c = arg;
+    size_t len;
+    const char *p = sb_tls_alpn_selected(t, &len);
+    if (len == 2 && memcmp(p, "h2", 2) == 0)
+        return 0;
+    SB_DEBUG("grpc: %s did not agree on ALPN h2", c->peer);
+    return -1;
+}
+
+/* Decrypted bytes to nghttp2: 0 to go on; nonzero stops (a feed that failed, or closing). */
+static int tls_plain(void *arg, const char *p, size_t n)
+{
+    gs_conn *c = arg;
+    if (feed(c, (const uint8_t *)p, n) < 0) {
+        c->tls_feed_failed = true;
+        return 1;
+    }
+    return c->closing || c->close_when_flushed;
 }
 
 static int feed_tls(gs_conn *c, const uint8_t *p, size_t n)
 {
-    if (BIO_write(c->rbio, p, (int)n) != (int)n)
-        return -1;
-    if (!c->tls_ready) {
-        int r = SSL_do_handshake(c->ssl);
-        gs_conn_mark_dirty(c); /* handshake records to send */
-        if (r != 1) {
-            int e = SSL_get_error(c->ssl, r);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-                return 0;
-            SB_DEBUG("grpc: TLS handshake with %s failed", c->peer);
-            ERR_clear_error();
-            return -1;
-        }
-        if (!alpn_h2(c->ssl)) {
-            SB_DEBUG("grpc: %s did not agree on ALPN h2", c->peer);
-            return -1;
-        }
-        c->tls_ready = true;
-    }
-    for (;;) {
-        int r = SSL_read(c->ssl, c->srv->tlsbuf, sizeof(c->srv->tlsbuf));
-        if (r <= 0) {
-            int e = SSL_get_error(c->ssl, r);
-            ERR_clear_error();
-            return e == SSL_ERROR_WANT_READ ? 0 : -1; /* close_notify or a TLS error: the end */
-        }
-        if (feed(c, c->srv->tlsbuf, (size_t)r) < 0)
-            return -1;
-        if (c->closing || c->close_when_flushed)
-            return 0;
-    }
+    c->tls_feed_failed = false;
+    bool was_ready = c->tls.ready;
+    int rc = sb_tls_feed(&c->tls, (const char *)p, n, (char *)c->srv->tlsbuf, sizeof(c->srv->tlsbuf), tls_ready,
+                         tls_plain, c);
+    if (sb_tls_pending(&c->tls) || (!was_ready && c->tls.ready))
+        gs_conn_mark_dirty(c); /* handshake records or alerts to send; once ready, our SETTINGS */
+    if (rc < 0 && !c->tls.ready)
+        SB_DEBUG("grpc: TLS handshake with %s failed", c->peer);
+    return rc < 0 || c->tls_feed_failed ? -1 : 0;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
@@ -400,8 +380,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         gs_conn_close(c); /* the peer went away: every call still held hears on_cancel */
         return;
     }
-    int rc =
-        c->ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n) : feed(c, (const uint8_t *)buf->base, (size_t)n);
+    int rc = c->tls.ssl ? feed_tls(c, (const uint8_t *)buf->base, (size_t)n)
+                        : feed(c, (const uint8_t *)buf->base, (size_t)n);
     if (c->closing)
         return;
     if (rc < 0) {
@@ -454,18 +434,8 @@ static int session_start(gs_conn *c)
     if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0 ||
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0, (int32_t)win) != 0)
         return -1;
-    if (s->ssl_ctx) {
-        c->ssl = SSL_new(s->ssl_ctx);
-        c->rbio = BIO_new(BIO_s_mem());
-        c->wbio = BIO_new(BIO_s_mem());
-        if (!c->ssl || !c->rbio || !c->wbio) {
-            BIO_free(c->rbio);
-            BIO_free(c->wbio);
-            return -1;
-        }
-        SSL_set_bio(c->ssl, c->rbio, c->wbio);
-        SSL_set_accept_state(c->ssl);
-    }
+    if (s->ssl_ctx && sb_tls_init(&c->tls, s->ssl_ctx) < 0)
+        return -1;
     return 0;
 }
 
@@ -525,42 +495,14 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- the server ---- */
 
-static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
-                       unsigned inlen, void *arg)
-{
-    for (unsigned i = 0; i < inlen;) {
-        unsigned l = in[i];
-        if (i + 1 + l > inlen)
-            break;
-        if (l == 2 && memcmp(in + i + 1, "h2", 2) == 0) {
-            *out = in + i + 1;
-            *outlen = 2;
-            return SSL_TLSEXT_ERR_OK;
-        }
-        i += 1 + l;
-    }
-    return SSL_TLSEXT_ERR_ALERT_FATAL; /* gRPC needs HTTP/2: no fallback to offer */
-}
-
 static SSL_CTX *tls_context(const sb_grpc_server_opts *o)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    /* gRPC needs HTTP/2: no fallback to offer a client without h2. */
+    static const sb_tls_alpn alpn = {SB_TLS_ALPN_H2, sizeof SB_TLS_ALPN_H2 - 1, true};
+    char err[256];
+    SSL_CTX *ctx = sb_tls_server_ctx(o->tls_cert_file, o->tls_key_file, &alpn, err, sizeof err);
     if (!ctx)
-        return NULL;
-    /* RFC 9113 9.2: HTTP/2 over TLS is TLS 1.2 or later. */
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
-    if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert_file) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx, o->tls_key_file, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
-        char err[256];
-        ERR_error_string_n(ERR_get_error(), err, sizeof(err));
         SB_ERROR("grpc: TLS certificate %s / key %s: %s", o->tls_cert_file, o->tls_key_file, err);
-        ERR_clear_error();
-        SSL_CTX_free(ctx);
-        return NULL;
-    }
-    SSL_CTX_set_alpn_select_cb(ctx, select_alpn, NULL);
     return ctx;
 }
 

@@ -14,6 +14,7 @@
 
 #include "base/buf.h"
 #include "net/grpc_server.h"
+#include "net/tls.h"
 
 typedef struct gs_conn gs_conn;
 
@@ -52,9 +53,7 @@ struct gs_conn {
     uv_timer_t idle; /* handshake deadline, then idle close, then close grace */
     int handles_open;
     nghttp2_session *ng;
-    SSL *ssl;         /* NULL: h2c */
-    BIO *rbio, *wbio; /* memory BIOs: network -> TLS, TLS -> network */
-    bool tls_ready;   /* handshake done, ALPN h2 agreed */
+    sb_tls tls; /* tls.ssl NULL: h2c; tls.ready: handshake done, ALPN h2 agreed */
     sb_grpc_call *calls;
     size_t n_calls;
     size_t queued;  /* bytes accepted from the application or nghttp2 and not yet written */
@@ -62,6 +61,7 @@ struct gs_conn {
     bool reading, closing, dirty, close_when_flushed, proto_error;
     bool opened;      /* a stream has begun (until then: on the fresh list, handshake deadline) */
     bool drain_final; /* the final GOAWAY of a drain is queued */
+    bool tls_feed_failed; /* decrypted bytes nghttp2 refused (feed_tls) */
     gs_conn *prev, *next, *dirty_next, *fresh_prev, *fresh_next;
     char peer[64];
 };

@@ -146,7 +146,7 @@ static void send_get(sb_http_get *g)
     }
     w->data = g;
     uv_buf_t b = uv_buf_init(g->request.data, (unsigned)g->request.len);
-    if (uv_write(w, (uv_stream_t *)&uc->tcp, &b, 1, on_written) < 0) {
+    if (sb_upstream_write(uc, w, &b, 1, on_written) < 0) {
         sb_free(w);
         finish(g, UV_ECONNRESET);
         return;

@@ -337,6 +337,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->srv->read_buf, sizeof(c->srv->read_buf));
 }
 
+static void plain_input(conn *c, const char *base, size_t nread);
+static int on_plain(void *arg, const char *p, size_t n);
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     conn *c = stream->data;
@@ -359,6 +362,38 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         hs_conn_close(c);
         return;
     }
+    if (c->tls.ssl) {
+        bool was_ready = c->tls.ready;
+        int rc =
+            sb_tls_feed(&c->tls, buf->base, (size_t)nread, c->srv->tls_buf, sizeof(c->srv->tls_buf), NULL, on_plain, c);
+        if (!was_ready && c->tls.ready)
+            c->srv->tls_handshakes++;
+        if (rc < 0) {
+            /* A failed handshake, a TLS error or the client's close_notify: nothing more can
+             * be read. An answer in progress is lost with the connection, as on a reset. */
+            if (!c->tls.ready)
+                c->srv->tls_failures++;
+            hs_conn_close(c);
+            return;
+        }
+        if (c->state != CONN_CLOSING && sb_tls_pending(&c->tls))
+            hs_mark_dirty(c); /* handshake records, or alerts */
+        return;
+    }
+    plain_input(c, buf->base, (size_t)nread);
+}
+
+/* Plaintext from TLS. 0 to go on, 1 once the connection no longer reads. */
+static int on_plain(void *arg, const char *p, size_t n)
+{
+    conn *c = arg;
+    plain_input(c, p, n);
+    return c->state == CONN_CLOSING || c->state == CONN_LINGERING;
+}
+
+/* Bytes of the request stream (read, or decrypted). */
+static void plain_input(conn *c, const char *base, size_t nread)
+{
     if (c->close_after)
         return;
     if (c->state == CONN_HANDLING || c->state == CONN_STREAMING) {
@@ -369,8 +404,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
          * once some are lost the stream cannot be framed again, so the connection closes
          * after this answer (a lingering close). Dropping is bounded by linger_bytes too: a
          * client streaming junk behind its request loses the request. */
-        if (!c->discarding && c->pending.len + (size_t)nread <= MAX_PENDING_BYTES) {
-            if (buf_append_capped(&c->pending, buf->base, (size_t)nread, PENDING_CAP) < 0)
+        if (!c->discarding && c->pending.len + nread <= MAX_PENDING_BYTES) {
+            if (buf_append_capped(&c->pending, base, nread, PENDING_CAP) < 0)
                 hs_conn_close(c);
             return;
         }
@@ -378,12 +413,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
             c->discarding = true;
             sb_buf_free(&c->pending);
         }
-        if ((c->discarded += (size_t)nread) > c->srv->opts.linger_bytes)
+        if ((c->discarded += nread) > c->srv->opts.linger_bytes)
             hs_conn_close(c);
         return;
     }
     c->processing = true;
-    process(c, buf->base, (size_t)nread);
+    process(c, base, nread);
     c->processing = false;
     if (c->resume && c->state == CONN_IDLE && c->pending.len)
         hs_run_pending(c);

@@ -15,6 +15,7 @@ const char *sb_http_status_text(int status)
     case 200: return "OK";
     case 201: return "Created";
     case 204: return "No Content";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
@@ -92,17 +93,30 @@ void hs_undirty(conn *c)
     c->dirty = false;
 }
 
-/* Hands the out buffer to libuv (the buffer itself: no copy). */
+/* Hands the out buffer to libuv (the buffer itself: no copy). Over TLS, what leaves is the
+ * ciphertext of the out buffer, after any handshake records waiting. */
 int hs_conn_flush(conn *c)
 {
     hs_undirty(c);
-    if (c->out.len == 0)
+    if (c->out.len == 0 && !(c->tls.ssl && sb_tls_pending(&c->tls)))
         return 0;
+    sb_buf cipher = {0};
+    if (c->tls.ssl) {
+        if (sb_tls_write(&c->tls, c->out.data, c->out.len) < 0 || sb_tls_take(&c->tls, &cipher) < 0) {
+            sb_buf_free(&cipher);
+            return -1;
+        }
+        c->out.len = 0; /* kept: the next answer reuses its capacity */
+        if (!cipher.len)
+            return 0;
+    }
     wreq *r = sb_malloc(sizeof(wreq));
-    if (!r)
+    if (!r) {
+        sb_buf_free(&cipher);
         return -1;
+    }
     r->c = c;
-    r->data = sb_buf_steal(&c->out, &r->len);
+    r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
     uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {
@@ -132,16 +146,9 @@ static void on_kick(uv_idle_t *h)
     (void)h;
 }
 
-/* Appends to the out buffer; flushed at the end of this loop iteration. */
-static int conn_append(conn *c, const uv_buf_t *bufs, int n)
+/* Flushed at the end of this loop iteration (TLS handshake records, or the out buffer). */
+void hs_mark_dirty(conn *c)
 {
-    size_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += bufs[i].len;
-    if (sb_buf_reserve(&c->out, total) < 0)
-        return -1;
-    for (int i = 0; i < n; i++)
-        sb_buf_append(&c->out, bufs[i].base, bufs[i].len);
     if (!c->dirty) {
         c->dirty = true;
         c->dirty_prev = NULL;
@@ -152,6 +159,19 @@ static int conn_append(conn *c, const uv_buf_t *bufs, int n)
         uv_check_start(&c->srv->flusher, on_check);
         uv_idle_start(&c->srv->kick, on_kick);
     }
+}
+
+/* Appends to the out buffer; flushed at the end of this loop iteration. */
+static int conn_append(conn *c, const uv_buf_t *bufs, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += bufs[i].len;
+    if (sb_buf_reserve(&c->out, total) < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        sb_buf_append(&c->out, bufs[i].base, bufs[i].len);
+    hs_mark_dirty(c);
     return 0;
 }
 

@@ -11,6 +11,12 @@
 
 /* ---- lifecycle ---- */
 
+static void server_free(sb_http_server *s)
+{
+    SSL_CTX_free(s->tls_ctx);
+    sb_free(s);
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
     conn *c = h->data;
@@ -21,9 +27,10 @@ static void on_handle_closed(uv_handle_t *h)
     hs_body_release(c);
     sb_buf_free(&c->pending);
     sb_buf_free(&c->out);
+    sb_tls_free(&c->tls);
     sb_free(c);
     if (--s->n_alive == 0 && s->stopping && s->listener_closed)
-        sb_free(s);
+        server_free(s);
 }
 
 void hs_conn_close(conn *c)
@@ -124,6 +131,16 @@ void hs_linger_drained(conn *c)
 {
     if (c->shut || c->queued || c->out.len)
         return;
+    if (c->tls.ssl && c->tls.ready && !c->tls.notified) {
+        /* TLS ends with close_notify before the FIN, so the client tells a complete answer
+         * from a truncated one; its write comes back here once it has left. */
+        sb_tls_close_notify(&c->tls);
+        if (hs_conn_flush(c) < 0)
+            hs_conn_close(c);
+        else if (!c->queued)
+            hs_linger_drained(c);
+        return;
+    }
     if (c->peer_eof || !c->linger_ms || !c->linger_bytes) {
         hs_conn_close(c);
         return;
@@ -270,6 +287,14 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    /* A refused connection over TLS is closed unanswered: a 503 would need a handshake first,
+     * the work the limit is there to avoid. */
+    if (s->tls_ctx && (over || sb_tls_init(&c->tls, s->tls_ctx) < 0)) {
+        if (over)
+            s->reset_total++;
+        hs_conn_close(c);
+        return;
+    }
     if (over) {
         refuse_connection(c);
         return;
@@ -290,7 +315,7 @@ static void on_server_handle_closed(uv_handle_t *h)
     if (++s->server_handles_closed == 3) {
         s->listener_closed = true;
         if (s->n_alive == 0)
-            sb_free(s);
+            server_free(s);
     }
 }
 
@@ -329,6 +354,11 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->opts.linger_ms = 5000;
     if (!s->opts.linger_bytes)
         s->opts.linger_bytes = (size_t)64 << 20;
+    if (s->opts.tls_ctx) {
+        SSL_CTX_up_ref(s->opts.tls_ctx);
+        s->tls_ctx = s->opts.tls_ctx;
+        s->opts.tls_ctx = NULL;
+    }
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     uv_check_init(loop, &s->flusher);
@@ -394,6 +424,12 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
         o.linger_ms = s->opts.linger_ms;
     if (!o.linger_bytes)
         o.linger_bytes = s->opts.linger_bytes;
+    if (o.tls_ctx && s->tls_ctx && o.tls_ctx != s->tls_ctx) {
+        SSL_CTX_up_ref(o.tls_ctx);
+        SSL_CTX_free(s->tls_ctx); /* each connection holds its own reference */
+        s->tls_ctx = o.tls_ctx;
+    }
+    o.tls_ctx = NULL; /* s->tls_ctx is the one in use */
     s->opts = o;
 }
 
@@ -409,6 +445,8 @@ void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out
         .refused_total = s->refused_total,
         .reset_total = s->reset_total,
         .body_budget_refusals = s->body_budget_refusals,
+        .tls_handshakes = s->tls_handshakes,
+        .tls_failures = s->tls_failures,
     };
 }
 

@@ -42,7 +42,8 @@
  *   64 KiB at most). At most max_refusing of those are answered at once; beyond that a new
  *   connection is accepted and closed unanswered (the client sees a reset or EOF).
  *
- * Not for: routing or anything about OpenAI; TLS; HTTP/2. Used by the gateway (net/proxy.c),
+ * TLS is optional per listener (opts.tls_ctx, net/tls.h): the same framing runs over the
+ * decrypted bytes. Not for: routing or anything about OpenAI; HTTP/2. Used by the gateway (net/proxy.c),
  * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
 #ifndef SB_NET_HTTP_SERVER_H
 #define SB_NET_HTTP_SERVER_H
@@ -160,6 +161,11 @@ typedef struct sb_http_server_opts {
     uint32_t linger_ms;             /* lingering close, after the answer left; default 5 s; or SB_HTTP_LINGER_OFF */
     size_t linger_bytes;            /* bytes discarded while lingering before giving up; default 64 MiB */
     size_t write_high_water;        /* backpressure threshold, bytes queued; default 1 MiB */
+    /* TLS (net/tls.h) on every connection accepted from now on, or NULL: plain at start, the
+     * current context kept by set_opts. The server takes its own reference (the caller frees
+     * its own); connections hold theirs, so a replaced context lives until its last one closes.
+     * A server started plain stays plain, and one with TLS keeps TLS. */
+    struct ssl_ctx_st *tls_ctx;
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */
@@ -171,6 +177,8 @@ typedef struct sb_http_server_stats {
     uint64_t refused_total;        /* connections answered 503 at max_connections */
     uint64_t reset_total;          /* connections closed unanswered (max_refusing reached) */
     uint64_t body_budget_refusals; /* requests answered 503: body budget spent */
+    uint64_t tls_handshakes;       /* TLS handshakes completed */
+    uint64_t tls_failures;         /* connections closed for a failed handshake or a TLS error */
 } sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).

@@ -19,6 +19,7 @@
 
 #include "base/buf.h"
 #include "net/http_server.h"
+#include "net/tls.h"
 
 #define MAX_HEADERS 128
 #define READ_BUF_BYTES 65536
@@ -99,6 +100,7 @@ typedef struct conn {
     size_t linger_seen;
     uv_shutdown_t shutdown_req;
     sb_http_req req;
+    sb_tls tls; /* tls.ssl NULL: a plain connection */
     char peer[64];
 } conn;
 
@@ -137,6 +139,11 @@ struct sb_http_server {
      * and each read is consumed (copied into head/body/pending) before the next one. Owned
      * here rather than file-scope so that servers on different loops share nothing. */
     char read_buf[READ_BUF_BYTES];
+    /* TLS: the context new connections get (NULL: plain), and where plaintext is decrypted to
+     * (one record at a time, consumed before the next, as read_buf). */
+    SSL_CTX *tls_ctx;
+    uint64_t tls_handshakes, tls_failures;
+    char tls_buf[16 * 1024];
 };
 
 typedef struct wreq {
@@ -180,6 +187,8 @@ void hs_body_release(conn *c);
 int hs_conn_write(conn *c, const char *data, size_t len);
 /* Hands the out buffer to libuv (no copy). Returns 0 or -1 (the caller closes). */
 int hs_conn_flush(conn *c);
+/* Puts the connection on the server's list of connections with bytes to flush. */
+void hs_mark_dirty(conn *c);
 /* Takes the connection off the server's list of connections with bytes to flush. */
 void hs_undirty(conn *c);
 

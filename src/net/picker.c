@@ -21,6 +21,8 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "core/decide.h"
+#include "core/explain.h"
+#include "net/decisions.h"
 #include "net/errors.h"
 #include "net/grpc_server.h"
 #include "net/probe.h"
@@ -123,6 +125,8 @@ struct pstream {
     char *hold;
     sb_buf strip_out;
     sb_buf decision;
+    sb_decision_ref dref; /* its record in the ring of recent decisions (net/decisions.h) */
+    uint32_t attempts;    /* endpoints that took it: the pick, and one Envoy served it on instead */
     /* the synchronous probe (probe.sync_max_age_ms), as the proxy's */
     sb_sched_request rr;       /* what decides; its hashes valid until the first decision */
     sb_probe_wait *probe_wait; /* waiting for fresh reports */
@@ -185,6 +189,7 @@ static void bury(pstream *s)
 
 static void stream_free(pstream *s)
 {
+    sb_decisions_drop(&s->dref); /* finished already, unless the stream ended unrecorded */
     sb_buf_free(&s->head);
     sb_buf_free(&s->body);
     sb_buf_free(&s->decision);
@@ -263,6 +268,8 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     sb_token_clock_log(&s->tokens, &log);
     env->counters->usage_stripped += s->strip.stripped;
     env->counters->usage_overflows += s->strip.overflows;
+    const sb_endpoint *served = log.upstream_status ? sb_router_endpoint(env->router, s->t.pool, s->ep) : NULL;
+    sb_decisions_finish(&s->dref, status, sb_decisions_ttft_ms(&log), s->attempts, served ? served->address : NULL);
     if (s->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && s->t_first_body && log.outcome[0] == 'o')
         sb_router_observe_ttft(env->router, s->t.pool, s->ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
@@ -930,6 +937,9 @@ static void decide(pstream *s)
     s->rr.n_kv_keys = 0;
     if (rk.n > 1 + (size_t)cfg->extproc_fallbacks)
         rk.n = 1 + cfg->extproc_fallbacks;
+    /* Copied now: the decision scratch is the pool's, reused by the next pick. */
+    if (rk.why && !s->dref.ring)
+        s->dref = sb_decisions_record(env->decisions, rk.why, t->ident.id, s->model, sb_decisions_clock_ms());
     if (cfg->log_decisions && rk.why) {
         sb_buf_reset(&s->decision);
         sb_decision_render(rk.why, &s->decision);
@@ -947,6 +957,7 @@ static void decide(pstream *s)
     s->ep = (uint32_t)ep;
     s->ticket = sb_router_dispatched(env->router, t->pool, s->ep, s->prompt_tokens, now);
     s->dispatched = true;
+    s->attempts = 1;
     /* A non-streamed answer arrives whole: its first token is never seen on its own. */
     if (!t->stream)
         sb_router_first_token_unseen(env->router, t->pool, s->ep, &s->ticket, now);
@@ -1017,6 +1028,7 @@ static void served_by(pstream *s, const char *addr, size_t len)
     if (!s->t.stream)
         sb_router_first_token_unseen(env->router, s->t.pool, s->ep, &s->ticket, now);
     s->t_last = now;
+    s->attempts++;
     s->pk->stats.served_elsewhere++;
 }
 

@@ -414,14 +414,25 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
     for (size_t i = 0; i < cfg->n_pools; i++) {
         const sb_pool_config *pc = &cfg->pools[i];
         p->first[i] = k;
+        char err[256];
+        SSL_CTX *tls =
+            pc->tls ? sb_tls_client_ctx(pc->tls_ca_file, pc->tls_cert, pc->tls_key, pc->tls_verify, err, sizeof err)
+                    : NULL;
         for (size_t e = 0; e < pc->n_endpoints; e++, k++) {
             probe *pr = &p->probes[k];
             pr->owner = p;
             pr->pool = (uint32_t)i;
             pr->ep = (uint32_t)e;
             configure(pr, pc);
-            sb_upstream_opts uo = {.connect_ms = pc->probe_timeout_ms, .idle_ms = 60000, .max_idle = 1};
-            if (sb_upstream_new(loop, pc->endpoints[e].host, pc->endpoints[e].port, &uo, &pr->up) < 0)
+            sb_upstream_opts uo = {.connect_ms = pc->probe_timeout_ms,
+                                   .idle_ms = 60000,
+                                   .max_idle = 1,
+                                   .tls_ctx = tls,
+                                   .tls_server_name = pc->tls_server_name};
+            /* An https:// pool whose TLS settings did not load (logged by the gateway, which then
+             * refuses the configuration) gets no prober connection. */
+            if ((pc->tls && !tls) ||
+                sb_upstream_new(loop, pc->endpoints[e].host, pc->endpoints[e].port, &uo, &pr->up) < 0)
                 pr->up = NULL;
             uv_timer_init(loop, &pr->scrape_timer);
             uv_timer_init(loop, &pr->health_timer);
@@ -433,6 +444,7 @@ int sb_prober_start(uv_loop_t *loop, const sb_config *cfg, sb_router *router, sb
             if (pr->up && pc->health_interval_ms)
                 uv_timer_start(&pr->health_timer, on_health_timer, pc->health_interval_ms, 0);
         }
+        SSL_CTX_free(tls); /* each endpoint's connection pool holds its own reference */
     }
     p->n = k;
     p->first[cfg->n_pools] = k;

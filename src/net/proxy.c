@@ -29,8 +29,10 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "core/decide.h"
+#include "core/explain.h"
 #include "core/flow.h"
 #include "core/retry.h"
+#include "net/decisions.h"
 #include "net/probe.h"
 #include "net/proxy.h"
 #include "net/stats.h"
@@ -117,6 +119,7 @@ typedef struct exchange {
     char *hold;
     char model[SB_MODEL_NAME_MAX + 1];
     sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
+    sb_decision_ref dref;      /* its record in the ring of recent decisions, for the outcome */
 } exchange;
 
 /* Defined (const) after its callbacks, before sb_proxy_start. */
@@ -161,6 +164,9 @@ static void record(exchange *x)
     sb_token_clock_log(&x->tokens, &log);
     x->env->counters->usage_stripped += x->strip.stripped;
     x->env->counters->usage_overflows += x->strip.overflows;
+    sb_decisions_finish(&x->dref, log.status, sb_decisions_ttft_ms(&log), (uint32_t)x->attempts,
+                        log.upstream_status ? sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep))
+                                            : NULL);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
      * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
     if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
@@ -912,7 +918,7 @@ static void send_request(exchange *x)
         return;
     }
     s->x = x;
-    if (uv_write(&s->w, (uv_stream_t *)&uc->tcp, bufs, (unsigned)nb, on_sent) < 0) {
+    if (sb_upstream_write(uc, &s->w, bufs, (unsigned)nb, on_sent) < 0) {
         sb_free(s);
         retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
         return;
@@ -1013,7 +1019,11 @@ static void attempt(exchange *x)
         ep = sb_decide(env->router, &desc, probe ? pc->probe_sync_candidates : 1, now, &rk);
         if (probe && ep >= 0 && sync_probe(x, &rk, pc, now))
             return; /* the pick is not dispatched: the router settles its pending mark at the next pick */
-        /* Rendered now: the decision scratch is the pool's, reused by the next pick. */
+        /* Copied now: the decision scratch is the pool's, reused by the next pick. The first
+         * decision is the request's record; a retry's shows in its outcome (attempts,
+         * served_by). */
+        if (x->attempts == 0 && rk.why && !x->dref.ring)
+            x->dref = sb_decisions_record(env->decisions, rk.why, x->t.ident.id, x->model, sb_decisions_clock_ms());
         if (x->snap->cfg->log_decisions) {
             sb_buf_reset(&x->decision);
             if (rk.why)

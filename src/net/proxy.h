@@ -35,6 +35,9 @@ typedef struct sb_proxy_env {
     /* The prober, for the synchronous probe (a pool's probe.sync_max_age_ms); NULL: none now
      * (probing off, or the gateway is being replaced). */
     struct sb_prober *(*prober)(void *owner);
+    /* Where each request's decision and outcome are kept (net/decisions.h); NULL: nowhere.
+     * The owner may swap it (a reload that resizes it): a request holds its own reference. */
+    struct sb_decisions *decisions;
     /* Set by the owner when it cuts what is still running (the end of a drain window): an
      * exchange whose client side is closed now logs outcome drain_cut, not client_abort. */
     bool cutting;

@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/log.h"
 
-enum { UC_CONNECTING = 1, UC_WAITING, UC_OWNED, UC_IDLE, UC_CLOSING };
+/* UC_HANDSHAKE: connected, the TLS handshake under way (the connect timer still runs). */
+enum { UC_CONNECTING = 1, UC_WAITING, UC_HANDSHAKE, UC_OWNED, UC_IDLE, UC_CLOSING };
 enum { READ_BUF_BYTES = 65536 };
 
 struct sb_upstream {
@@ -31,6 +33,8 @@ struct sb_upstream {
      * is consumed by its owner before the callback returns. Per pool rather than file-scope
      * so that pools on different loops share nothing; embedded, so it costs no allocation. */
     char read_buf[READ_BUF_BYTES];
+    char *server_name;       /* TLS: SNI and the name verified (a copy) */
+    char tls_buf[16 * 1024]; /* TLS: decrypted bytes, handed to the owner at once */
 };
 
 static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -39,6 +43,8 @@ static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void maybe_free_pool(sb_upstream *u)
 {
     if (u->freeing && u->n_open == 0) {
+        SSL_CTX_free(u->opts.tls_ctx);
+        sb_free(u->server_name);
         sb_free(u->host);
         sb_free(u);
     }
@@ -51,6 +57,7 @@ static void on_closed(uv_handle_t *h)
         return;
     sb_upstream *u = uc->up;
     u->n_open--;
+    sb_tls_free(&uc->tls);
     sb_free(uc);
     maybe_free_pool(u);
 }
@@ -204,6 +211,14 @@ int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_u
         u->opts.retry_max_ms = u->opts.retry_ms > 30000 ? u->opts.retry_ms : 30000;
     u->retry_ms = u->opts.retry_ms;
     u->port = port;
+    if (u->opts.tls_ctx) {
+        if (!(u->server_name = sb_strdup(u->opts.tls_server_name ? u->opts.tls_server_name : host))) {
+            sb_free(u);
+            return UV_ENOMEM;
+        }
+        SSL_CTX_up_ref(u->opts.tls_ctx);
+    }
+    u->opts.tls_server_name = NULL; /* u->server_name is the copy */
     snprintf(u->address, sizeof(u->address), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&u->addr) == 0 ||
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&u->addr) == 0) {
@@ -212,6 +227,8 @@ int sb_upstream_new(uv_loop_t *loop, const char *host, uint16_t port, const sb_u
     }
     /* A name: resolved off the loop, and again with backoff while it does not resolve. */
     if (!(u->host = sb_strdup(host))) {
+        SSL_CTX_free(u->opts.tls_ctx);
+        sb_free(u->server_name);
         sb_free(u);
         return UV_ENOMEM;
     }
@@ -267,11 +284,35 @@ static void on_connect_timeout(uv_timer_t *t)
         cb(uc, UV_ETIMEDOUT, arg);
 }
 
+/* Ciphertext the session has produced (handshake records, alerts): written by the pool itself.
+ * 0, or -1 (out of memory, or the write could not start). */
+static int tls_flush(sb_upstream_conn *uc);
+
+/* The TLS handshake after the TCP connect, within the same connect timer. */
+static void start_tls(sb_upstream_conn *uc)
+{
+    void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
+    void *arg = uc->connect_arg;
+    sb_upstream *u = uc->up;
+    uv_tcp_nodelay(&uc->tcp, 1);
+    uc->state = UC_HANDSHAKE;
+    if (sb_tls_init_client(&uc->tls, u->opts.tls_ctx, u->server_name) < 0 || sb_tls_start(&uc->tls) < 0 ||
+        tls_flush(uc) < 0 || uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
+        uc->connect_cb = NULL;
+        sb_upstream_close(uc);
+        cb(uc, UV_EPROTO, arg);
+    }
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     sb_upstream_conn *uc = req->data;
     if (uc->state != UC_CONNECTING)
         return; /* closed meanwhile (timeout or owner gave up): nobody to tell */
+    if (status == 0 && uc->up->opts.tls_ctx) {
+        start_tls(uc);
+        return;
+    }
     uv_timer_stop(&uc->timer);
     void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
     void *arg = uc->connect_arg;
@@ -353,11 +394,83 @@ static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 /* Every read of a pooled connection comes here. An idle connection must stay silent: EOF,
  * an error or unsolicited bytes all mean it can no longer carry a request. */
+/* Plaintext from TLS: to the owner; on an idle connection it is unsolicited (closed). 0 to
+ * go on, 1 once the connection is no longer the owner's (released, closed). */
+static int tls_plain(void *arg, const char *p, size_t n)
+{
+    sb_upstream_conn *uc = arg;
+    if (uc->state == UC_OWNED && uc->on_read) {
+        uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+        uc->on_read(uc, (ssize_t)n, &b);
+        return uc->state != UC_OWNED;
+    }
+    sb_upstream_close(uc);
+    return 1;
+}
+
+/* A handshake that finished: the connection is the acquirer's. */
+static void tls_established(sb_upstream_conn *uc)
+{
+    void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
+    void *arg = uc->connect_arg;
+    uc->connect_cb = NULL;
+    uv_timer_stop(&uc->timer);
+    uc->state = UC_OWNED;
+    cb(uc, 0, arg);
+}
+
+static void tls_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
+{
+    int state = uc->state;
+    int rc = nread < 0 ? -1
+                       : sb_tls_feed(&uc->tls, buf->base, (size_t)nread, uc->up->tls_buf, sizeof uc->up->tls_buf, NULL,
+                                     tls_plain, uc);
+    if (state == UC_HANDSHAKE && uc->state == UC_HANDSHAKE) {
+        if (rc < 0) {
+            void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
+            void *arg = uc->connect_arg;
+            SB_DEBUG("upstream %s: TLS handshake failed", uc->up->address);
+            uc->connect_cb = NULL;
+            sb_upstream_close(uc);
+            cb(uc, nread < 0 ? (int)nread : UV_EPROTO, arg);
+            return;
+        }
+        if (tls_flush(uc) < 0) {
+            void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
+            void *arg = uc->connect_arg;
+            uc->connect_cb = NULL;
+            sb_upstream_close(uc);
+            cb(uc, UV_ENOMEM, arg);
+            return;
+        }
+        if (uc->tls.ready)
+            tls_established(uc);
+        return;
+    }
+    if (uc->state == UC_CLOSING)
+        return;
+    if (rc < 0) { /* the server's close_notify or EOF (an end), a TLS error (a read error) */
+        if (uc->state == UC_OWNED && uc->on_read) {
+            uv_buf_t none = uv_buf_init(NULL, 0);
+            uc->on_read(uc, nread < 0 ? nread : uc->tls.peer_closed ? UV_EOF : UV_EPROTO, &none);
+        } else {
+            sb_upstream_close(uc);
+        }
+        return;
+    }
+    if ((uc->state == UC_OWNED || uc->state == UC_IDLE) && tls_flush(uc) < 0)
+        sb_upstream_close(uc);
+}
+
 static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     sb_upstream_conn *uc = s->data;
     if (nread == 0)
         return;
+    if (uc->tls.ssl && uc->state != UC_CLOSING) {
+        tls_read(uc, nread, buf);
+        return;
+    }
     if (uc->state == UC_OWNED && uc->on_read) {
         uc->on_read(uc, nread, buf);
         return;
@@ -411,4 +524,69 @@ void sb_upstream_release(sb_upstream_conn *uc)
     /* Still reading (paused owners are resumed here), so a server closing it is seen. */
     if (sb_upstream_resume_idle(uc) < 0)
         sb_upstream_close(uc);
+}
+
+/* ---- writing (TLS: encrypted into a buffer the write owns) ---- */
+
+typedef struct tls_wreq {
+    uv_write_t w;
+    uv_write_t *user; /* NULL: the pool's own write (handshake records, alerts) */
+    uv_write_cb cb;
+    char *data;
+} tls_wreq;
+
+static void on_tls_written(uv_write_t *w, int status)
+{
+    tls_wreq *t = (tls_wreq *)w;
+    uv_write_t *user = t->user;
+    uv_write_cb cb = t->cb;
+    uv_stream_t *handle = w->handle; /* read before t (and w in it) is freed */
+    sb_free(t->data);
+    sb_free(t);
+    if (user) {
+        user->handle = handle;
+        cb(user, status);
+    }
+}
+
+/* Writes what the session has produced; the user's request (may be NULL) hears when it left. */
+static int tls_send(sb_upstream_conn *uc, uv_write_t *user, uv_write_cb cb)
+{
+    sb_buf out = {0};
+    if (sb_tls_take(&uc->tls, &out) < 0) {
+        sb_buf_free(&out);
+        return UV_ENOMEM;
+    }
+    if (!out.len && !user)
+        return 0;
+    tls_wreq *t = sb_malloc(sizeof *t);
+    if (!t) {
+        sb_buf_free(&out);
+        return UV_ENOMEM;
+    }
+    *t = (tls_wreq){.user = user, .cb = cb};
+    size_t len;
+    t->data = sb_buf_steal(&out, &len);
+    uv_buf_t b = uv_buf_init(t->data ? t->data : "", (unsigned)len);
+    int rc = uv_write(&t->w, (uv_stream_t *)&uc->tcp, &b, 1, on_tls_written);
+    if (rc < 0) {
+        sb_free(t->data);
+        sb_free(t);
+    }
+    return rc;
+}
+
+static int tls_flush(sb_upstream_conn *uc)
+{
+    return sb_tls_pending(&uc->tls) ? tls_send(uc, NULL, NULL) : 0;
+}
+
+int sb_upstream_write(sb_upstream_conn *uc, uv_write_t *req, const uv_buf_t *bufs, unsigned n, uv_write_cb cb)
+{
+    if (!uc->tls.ssl)
+        return uv_write(req, (uv_stream_t *)&uc->tcp, bufs, n, cb);
+    for (unsigned i = 0; i < n; i++)
+        if (bufs[i].len && sb_tls_write(&uc->tls, bufs[i].base, bufs[i].len) < 0)
+            return UV_EPROTO;
+    return tls_send(uc, req, cb);
 }

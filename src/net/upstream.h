@@ -10,6 +10,12 @@
  * past upstream_idle_ms, leaves the pool. The pool never holds more than max_idle idle
  * connections; beyond that, released connections are closed.
  *
+ * TLS (https:// endpoints): with opts.tls_ctx every connection runs a client handshake after
+ * its TCP connect, within the same connect timeout, and the connect callback hears of it only
+ * once the handshake is done (a failed one is UV_EPROTO). Owners write with sb_upstream_write
+ * (encrypted here) and read plaintext through on_read as before; a TLS error while owned is a
+ * read of UV_EPROTO.
+ *
  * Not for: HTTP framing (the proxy parses responses), health or load state (core/). */
 #ifndef SB_NET_UPSTREAM_H
 #define SB_NET_UPSTREAM_H
@@ -18,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
+
+#include "net/tls.h"
 
 typedef struct sb_upstream sb_upstream;
 typedef struct sb_upstream_conn sb_upstream_conn;
@@ -33,6 +41,10 @@ typedef struct sb_upstream_opts {
      * error), on the loop; may be NULL. It must not free the pool. */
     void (*on_resolved)(sb_upstream *u, int status, void *arg);
     void *resolved_arg;
+    /* TLS toward this endpoint (net/tls.h sb_tls_client_ctx), or NULL: plain. The pool takes
+     * its own reference. tls_server_name: SNI and the name verified (NULL: the host). */
+    SSL_CTX *tls_ctx;
+    const char *tls_server_name;
 } sb_upstream_opts;
 
 /* Caller-embedded view of a connection. */
@@ -55,6 +67,7 @@ struct sb_upstream_conn {
     uv_connect_t connect_req;
     int state;
     int handles_open;
+    sb_tls tls; /* tls.ssl NULL: plain */
 };
 
 /* Creates the pool. An IPv4/IPv6 literal is its address at once; a name is resolved
@@ -82,6 +95,10 @@ int sb_upstream_adopt_address(sb_upstream *u, const sb_upstream *src);
  * could be started. */
 int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void *), void *arg,
                         sb_upstream_conn **out);
+
+/* Writes bufs on an owned connection, as uv_write does (req is the caller's; cb gets it back
+ * with its handle set), encrypting them over TLS. 0, or a negative libuv error (cb not called). */
+int sb_upstream_write(sb_upstream_conn *uc, uv_write_t *req, const uv_buf_t *bufs, unsigned n, uv_write_cb cb);
 
 /* Flow control for an owner whose consumer is slower than the server: stop and resume
  * reading (0, or a negative libuv error from resume). */

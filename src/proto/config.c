@@ -96,6 +96,12 @@ static const field shutdown_fields[] = {
     FN("drain_ms", drain_ms, K_MS, 0, 3600000),
 };
 
+/* The client listener's certificate chain and key (PEM files; both or neither). */
+static const field tls_fields[] = {
+    FN("cert", tls_cert, K_NAME, 0, 0),
+    FN("key", tls_key, K_NAME, 0, 0),
+};
+
 #undef FN
 
 /* A top-level scalar rather than a section: it belongs with access_log. */
@@ -130,6 +136,7 @@ static const section sections[] = {
     {"tokenize", tokenize_fields, ARRAY_LEN(tokenize_fields)},
     {"shutdown", shutdown_fields, ARRAY_LEN(shutdown_fields)},
     {"discovery", discovery_fields, ARRAY_LEN(discovery_fields)},
+    {"tls", tls_fields, ARRAY_LEN(tls_fields)},
 };
 
 #undef F
@@ -573,6 +580,10 @@ static void parse_root(parse *p, const yaml_node_t *root)
     /* Cross-references last, once every pool and profile is known. */
     cfg_check_pool_profiles(p, root);
     const sb_config *cfg = p->cfg;
+    if (!cfg->tls_cert != !cfg->tls_key)
+        cfg_node_error(p, cfg_lookup(p, root, "tls"), "tls: give both cert and key (TLS on listen), or neither");
+    else if (cfg->tls_cert && !cfg->listen_host)
+        cfg_node_error(p, cfg_lookup(p, root, "tls"), "tls is for the client listener, and listen is null");
     if (!cfg->listen_host && !cfg->extproc_host)
         cfg_node_error(p, cfg_lookup(p, root, "listen"),
                        "listen: null turns the HTTP proxy listener off, and without ext_proc nothing would be served");
@@ -677,6 +688,8 @@ static bool set_defaults(sb_config *cfg)
         .admin_port = 8081,
         .admin_max_connections = 64,
         .admin_max_body_bytes = 64 << 10,
+        .admin_decisions = 512,
+        .admin_decision_candidates = 16,
         .extproc_port = 9002,
         .extproc_fallbacks = 0,
         .extproc_chunk_bytes = 62000,
@@ -795,6 +808,10 @@ void sb_config_free(sb_config *cfg)
             OPENSSL_cleanse(pc->upstream_auth_header, strlen(pc->upstream_auth_header));
         sb_free(pc->upstream_auth_header);
         sb_free(pc->upstream_api_key_file);
+        sb_free(pc->tls_ca_file);
+        sb_free(pc->tls_cert);
+        sb_free(pc->tls_key);
+        sb_free(pc->tls_server_name);
         sb_free(pc->dns_host);
         if (pc->kv_events) {
             sb_free(pc->kv_events->endpoint);
@@ -820,6 +837,8 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->admin_host);
     sb_free(cfg->admin_token_file);
     sb_free(cfg->extproc_host);
+    sb_free(cfg->tls_cert);
+    sb_free(cfg->tls_key);
     sb_free(cfg->extproc_tls_cert);
     sb_free(cfg->extproc_tls_key);
     OPENSSL_cleanse(cfg->extproc_token_digest, sizeof cfg->extproc_token_digest);

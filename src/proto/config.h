@@ -100,6 +100,14 @@ typedef struct sb_pool_config {
      * Wiped when freed. With `upstream_api_key_file`, filled by the cmd layer from that file. */
     char *upstream_auth_header;
     char *upstream_api_key_file; /* as written; NULL if none */
+    /* TLS toward the pool's endpoints (net/upstream.h): on when they are written https://
+     * (every one of them; discovered and registered endpoints follow the pool). `tls:` sets
+     * how: ca_file (NULL: the system's store), a client certificate (cert and key, or
+     * neither), server_name (SNI and the name verified; NULL: each endpoint's host), verify
+     * (default true; false accepts any certificate). */
+    bool tls;
+    char *tls_ca_file, *tls_cert, *tls_key, *tls_server_name;
+    bool tls_verify;
     sb_kv_events_config *kv_events; /* NULL: no event subscription (the approximate index alone) */
     /* `endpoints_from: {dns: "name:port", interval_ms}`: every A and AAAA address of the name is
      * an endpoint (net/discovery.c), beside the listed ones. NULL host: none. */
@@ -185,6 +193,14 @@ typedef struct sb_config {
     uint8_t admin_token_digest[SB_AUTH_DIGEST_LEN];
     char *admin_token_file;       /* as written; NULL if none */
     size_t admin_max_body_bytes;  /* bodies of admin POSTs (registrations, reports); 64 KiB */
+    /* TLS on the client listener (`tls: {cert, key}`, net/tls.h): PEM files, re-read on every
+     * reload (SIGHUP) so certificates rotate without a restart; NULL: plain HTTP (both NULL) */
+    char *tls_cert;
+    char *tls_key;
+    /* The ring of recent decisions behind /debug/decisions (net/decisions.h): records kept
+     * (0: none, the page answers an empty list) and candidates per record. 512 and 16. */
+    size_t admin_decisions;
+    size_t admin_decision_candidates;
     /* the endpoint picker (`ext_proc:`; net/picker.c): Envoy's external-processing stream on a
      * gRPC listener, beside or instead of the proxy's */
     char *extproc_host;     /* NULL: no ext_proc listener (the default) */

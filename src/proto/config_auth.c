@@ -33,6 +33,15 @@ static const field admin_fields[] = {
      .offset = offsetof(sb_config, admin_max_body_bytes),
      .min = 64,
      .max = 1u << 20},
+    /* The ring of recent decisions: ~3.5 KiB a record at 16 candidates (~170 bytes each),
+     * so the default costs under 2 MiB; the bounds keep a typo from asking for gigabytes
+     * (65536 records of 256 candidates would be 2.8 GiB: refused below, past 1M candidates). */
+    {.key = "decisions", .kind = K_COUNT, .offset = offsetof(sb_config, admin_decisions), .min = 0, .max = 65536},
+    {.key = "decision_candidates",
+     .kind = K_COUNT,
+     .offset = offsetof(sb_config, admin_decision_candidates),
+     .min = 1,
+     .max = 256},
 };
 
 /* ---- secrets: admin token, API keys, upstream keys ---- */
@@ -87,7 +96,8 @@ void cfg_parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, 
         cfg_out_of_memory(p);
 }
 
-/* admin: { listen, max_connections, token, token_file, metrics_auth, debug_endpoints } */
+/* admin: { listen, max_connections, token, token_file, metrics_auth, debug_endpoints, decisions,
+ * decision_candidates } */
 void cfg_parse_admin(parse *p, const yaml_node_t *map)
 {
     sb_config *cfg = p->cfg;
@@ -145,6 +155,11 @@ void cfg_parse_admin(parse *p, const yaml_node_t *map)
     if (cfg->admin_metrics_auth && !has_token)
         cfg_node_error(p, cfg_lookup(p, map, "metrics_auth"),
                        "admin.metrics_auth needs admin.token or admin.token_file");
+    if (cfg->admin_decisions * cfg->admin_decision_candidates > ((size_t)1 << 20))
+        cfg_node_error(p, cfg_lookup(p, map, "decisions") ? cfg_lookup(p, map, "decisions") : map,
+                       "admin.decisions times admin.decision_candidates is %zu: at most 1048576 candidates "
+                       "(about 170 MiB) are kept",
+                       cfg->admin_decisions * cfg->admin_decision_candidates);
 }
 
 /* Inside auth a mapping key may be a secret written in the wrong place (`- sk-...: {..}`), and

@@ -53,9 +53,16 @@ static const field metrics_fields[] = {
     PF("kv_usage", metric_kv_usage, K_METRIC, 0, 0),
 };
 
+static const field tls_fields[] = {
+    PF("ca_file", tls_ca_file, K_NAME, 0, 0), PF("cert", tls_cert, K_NAME, 0, 0),
+    PF("key", tls_key, K_NAME, 0, 0),         PF("server_name", tls_server_name, K_NAME, 0, 0),
+    PF("verify", tls_verify, K_BOOL, 0, 1),
+};
+
 #undef PF
 
 static const section probe_section = {"probe", probe_fields, ARRAY_LEN(probe_fields)};
+static const section tls_section = {"tls", tls_fields, ARRAY_LEN(tls_fields)};
 static const section metrics_section = {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)};
 
 static const char *const engines[] = {"auto", "vllm", "sglang", "llamacpp", "trtllm", "custom"};
@@ -142,22 +149,42 @@ const char *sb_config_split_address(const char *s, char *host, size_t cap, uint1
     return NULL;
 }
 
-/* Parses an address node into a fresh host copy and port. Returns false after reporting. */
-static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
+/* Parses an address node into a fresh host copy and port. Returns false after reporting.
+ * scheme, when not NULL, allows an endpoint's "http://" or "https://" before the address and
+ * says which (0 none, 1 http, 2 https); https without a port is port 443. */
+static bool parse_address_scheme(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port,
+                                 int *scheme)
 {
     const char *s = cfg_string_of(p, n, what);
     if (!s)
         return false;
+    const char *written = s;
+    if (scheme) {
+        *scheme = !strncmp(s, "https://", 8) ? 2 : !strncmp(s, "http://", 7) ? 1 : 0;
+        s += *scheme == 2 ? 8 : *scheme == 1 ? 7 : 0;
+    }
     const char *h;
     size_t hlen;
     const char *why = split_address(s, &h, &hlen, port);
+    char with_port[300];
+    /* No port after the host (or after an IPv6 literal's ']'): https's own. */
+    const char *tail = s[0] == '[' && strchr(s, ']') ? strchr(s, ']') : s;
+    if (why && scheme && *scheme == 2 && !strchr(tail, ':') && strlen(s) < sizeof with_port - 5) {
+        snprintf(with_port, sizeof with_port, "%s:443", s);
+        why = split_address(with_port, &h, &hlen, port);
+    }
     if (why) {
-        cfg_node_error(p, n, "%s: bad address '%s': %s", what, s, why);
+        cfg_node_error(p, n, "%s: bad address '%s': %s", what, written, why);
         return false;
     }
     if (!(*host = sb_strndup(h, hlen)))
         return cfg_out_of_memory(p);
     return true;
+}
+
+static bool parse_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port)
+{
+    return parse_address_scheme(p, n, what, host, port, NULL);
 }
 
 /* A listening address: an IP literal, since names are not resolved for listening (a name
@@ -332,14 +359,15 @@ void cfg_free_endpoint(sb_endpoint_config *ep)
 /* One `endpoints:` item: "host:port", or { address, labels, draining }. Returns the node
  * holding the address, or NULL when the item has no valid address (after reporting); ep may
  * then still hold labels, for the caller to free. */
-static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, const char *what, sb_endpoint_config *ep)
+static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, const char *what, sb_endpoint_config *ep,
+                                         int *scheme)
 {
     if (item->type != YAML_MAPPING_NODE) {
         if (item->type != YAML_SCALAR_NODE) {
             cfg_node_error(p, item, "%s must be \"host:port\" or a mapping, got %s", what, cfg_type_name(item));
             return NULL;
         }
-        return parse_address(p, item, what, &ep->host, &ep->port) ? item : NULL;
+        return parse_address_scheme(p, item, what, &ep->host, &ep->port, scheme) ? item : NULL;
     }
     const yaml_node_t *address = NULL;
     bool address_ok = false;
@@ -352,7 +380,7 @@ static const yaml_node_t *parse_endpoint(parse *p, const yaml_node_t *item, cons
         snprintf(sub, sizeof sub, "%s.%s", what, key);
         if (!strcmp(key, "address")) {
             address = v;
-            address_ok = parse_address(p, v, sub, &ep->host, &ep->port);
+            address_ok = parse_address_scheme(p, v, sub, &ep->host, &ep->port, scheme);
         } else if (!strcmp(key, "labels")) {
             char *keys[SB_MAX_LABELS], *values[SB_MAX_LABELS];
             size_t n = cfg_parse_labels(p, v, sub, SB_MAX_LABELS, keys, values);
@@ -403,16 +431,36 @@ static void parse_endpoints(parse *p, size_t pool, const yaml_node_t *seq)
         cfg_out_of_memory(p);
         return;
     }
+    int first_scheme = -1; /* https for one endpoint is https for all (the pool's TLS) */
     for (size_t i = 0; i < n; i++) {
         const yaml_node_t *item = cfg_node_at(p, seq->data.sequence.items.start[i]);
         sb_endpoint_config ep = {0};
         snprintf(what, sizeof what, "%s: endpoints[%zu]", label, i);
-        const yaml_node_t *addr = parse_endpoint(p, item, what, &ep);
+        int scheme = 0;
+        const yaml_node_t *addr = parse_endpoint(p, item, what, &ep, &scheme);
         if (!addr) {
             cfg_free_endpoint(&ep);
             continue;
         }
         const char *text = (const char *)addr->data.scalar.value;
+        if (first_scheme < 0) {
+            first_scheme = scheme;
+            pc->tls = scheme == 2;
+        } else if ((scheme == 2) != pc->tls) {
+            cfg_node_error(p, addr, "%s: '%s' mixes https:// and plain endpoints in one pool (TLS is the pool's)",
+                           label, text);
+            cfg_free_endpoint(&ep);
+            continue;
+        }
+        char formatted[300];
+        if (scheme) { /* the address without its scheme, as logs, metrics and Envoy want it */
+            if (!sb_config_format_address(ep.host, ep.port, formatted, sizeof formatted)) {
+                cfg_node_error(p, addr, "%s: address too long", what);
+                cfg_free_endpoint(&ep);
+                continue;
+            }
+            text = formatted;
+        }
         bool dup = false;
         for (size_t j = 0; j < pc->n_endpoints && !dup; j++)
             dup = pc->endpoints[j].port == ep.port && !strcmp(pc->endpoints[j].host, ep.host);
@@ -526,6 +574,7 @@ typedef struct pool_walk {
     const yaml_node_t *engine, *metrics; /* metrics: the key, for its line */
     const yaml_node_t *upstream_key, *upstream_key_file;
     const yaml_node_t *kv_events; /* the mapping, checked against the endpoints in pool_finish */
+    const yaml_node_t *tls;       /* the key, for its line */
     bool metrics_ok, seen_models, seen_endpoints;
 } pool_walk;
 
@@ -694,6 +743,12 @@ static void pool_metrics(parse *p, pool_walk *w, const yaml_node_t *k, const yam
     w->metrics_ok = p->errs->total == before;
 }
 
+static void pool_tls(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    w->tls = k;
+    cfg_parse_section(p, &tls_section, v, w->pc, what);
+}
+
 static void pool_kv_events(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     if (!cfg_is_null(v))
@@ -719,6 +774,7 @@ static const struct {
     {"upstream_api_key_file", pool_upstream_key_file},
     {"metrics", pool_metrics},
     {"kv_events", pool_kv_events},
+    {"tls", pool_tls},
 };
 
 static void pool_defaults(sb_pool_config *pc)
@@ -746,6 +802,7 @@ static void pool_defaults(sb_pool_config *pc)
     pc->min_requests = 10;
     pc->window_ms = 10000;
     pc->max_eject_percent = 50;
+    pc->tls_verify = true;
 }
 
 /* The name first, whatever its position, so that every other message can use it. */
@@ -797,6 +854,11 @@ static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
     if (engine_ok && w->metrics_ok && pc->engine)
         check_metrics(p, pc, w->label, w->engine, w->metrics);
     cfg_check_kv_events(p, w->pc, w->kv_events, w->label);
+    if (w->tls && !pc->tls)
+        cfg_node_error(p, w->tls, "%s: tls is for https:// endpoints, and this pool's are plain (write them https://)",
+                       w->label);
+    if (!pc->tls_cert != !pc->tls_key)
+        cfg_node_error(p, w->tls, "%s: tls: give both cert and key (a client certificate), or neither", w->label);
 }
 
 /* Fills cfg->pools[i], which the caller has zeroed and already counted in n_pools, so that

@@ -485,10 +485,10 @@ class ExtProcTest(SharedGatewayCase):
             # decision matters here.
             http(self.gw.port, "POST", "/v1/chat/completions", chat("session", model=SESSION_MODEL), dict(key),
                  timeout=60)
-            by_proxy = self.last_decision(pool=2)
+            by_proxy = self.last_decision(pool="sess")
             sid, p = self.request_phase(chat("session", model=SESSION_MODEL), extra_headers=key)
             self.assertEqual(p.endpoints[0], by_proxy, "session %d" % i)
-            self.assertEqual(self.last_decision(pool=2), by_proxy)
+            self.assertEqual(self.last_decision(pool="sess"), by_proxy)
             self.drv.cancel(sid)
             self.drv.wait_status(sid)
             wait_until(lambda: sum(e["own"]["in_flight"] for e in endpoints(self.gw, 2).values()) == 0, 10,
@@ -496,11 +496,10 @@ class ExtProcTest(SharedGatewayCase):
             picks.append(by_proxy)
         self.assertGreater(len(set(picks)), 1, "sessions spread over the replicas: %s" % picks)
 
-    def last_decision(self, pool=0):
-        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
+    def last_decision(self, pool="p"):
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions?pool=%s&limit=1" % pool)
         self.assertEqual(st, 200)
-        d = [x for x in json.loads(body)["decisions"] if x["pool"] == pool][0]
-        return d["candidates"][d["picked"]]["address"]
+        return json.loads(body)["decisions"][0]["picked"]
 
     # ---- response phase accounting ----
 
@@ -531,6 +530,13 @@ class ExtProcTest(SharedGatewayCase):
         self.assertEqual((line["endpoint"], line["status"], line["outcome"]), (ep0, 200, "ok"))
         self.assertEqual(line["completion_tokens"], usage["completion_tokens"])
         self.assertEqual(line["path"], "/v1/chat/completions")
+        # The picker's decision is kept by the request's id, with how the response phase ended.
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions?id=" + rid)
+        self.assertEqual(st, 200)
+        d = json.loads(body)["decisions"][0]
+        self.assertEqual((d["id"], d["picked"]), (rid, ep0))
+        o = d["outcome"]
+        self.assertEqual((o["status"], o["attempts"], o["served_by"]), (200, 1, ep0))
 
     def test_streamed_answer_usage_counted(self):
         before = metrics(self.gw)
@@ -579,7 +585,7 @@ class ExtProcTest(SharedGatewayCase):
             self.assertEqual(metric(after, name) - metric(before, name), usage[key], name)
 
     def test_served_endpoint_feedback(self):
-        sid, p = self.request_phase(chat("served elsewhere"))
+        sid, p = self.request_phase(chat("served elsewhere"), extra_headers=[("x-request-id", "served-elsewhere-1")])
         picked, fallback = p.endpoints[0], p.endpoints[1]
         before = endpoints(self.gw)
         st, h, rbody = self.proxy_to(fallback, p.body)
@@ -591,6 +597,11 @@ class ExtProcTest(SharedGatewayCase):
                          "the endpoint that served is credited")
         self.assertEqual(after[picked]["own"]["completed"], before[picked]["own"]["completed"])
         self.assertEqual(sum(e["own"]["in_flight"] for e in after.values()), 0)
+        # The record keeps the pick; its outcome names the fallback Envoy served on.
+        st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions?id=served-elsewhere-1")
+        d = json.loads(body)["decisions"][0]
+        self.assertEqual(d["picked"], picked)
+        self.assertEqual((d["outcome"]["attempts"], d["outcome"]["served_by"]), (2, fallback))
 
     # ---- subset hint ----
 

@@ -67,8 +67,9 @@ class FlowControlTest(unittest.TestCase):
                    20, "both replicas to report a queue over the gate's threshold")
         # Sheddable: refused at once, with the reason and a Retry-After.
         st, h, body = http(self.gw.port, "POST", "/v1/chat/completions", chat("shed me", 4),
-                           {"x-priority": "sheddable"})
+                           {"x-priority": "sheddable", "x-request-id": "shed-1"})
         self.assertEqual(st, 429)
+        self.assertEqual(h["x-request-id"], "shed-1", "the gateway's refusals carry the request's id")
         self.assertEqual(h["x-switchboard-refusal"], "shed")
         self.assertGreaterEqual(int(h["retry-after"]), 1)
         self.assertEqual(json.loads(body)["error"]["code"], "shed")

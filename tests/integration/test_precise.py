@@ -89,7 +89,7 @@ class PreciseRoutingTest(unittest.TestCase):
 
     def last_decision(self, gw):
         st, _, body = http(gw.admin_port, "GET", "/debug/decisions")
-        return [d for d in json.loads(body)["decisions"] if d["pool"] == 0][0]
+        return [d for d in json.loads(body)["decisions"] if d["pool"] == "p"][0]
 
     def wait_subscribed(self):
         """ZMQ drops what a publisher sends before a subscription is up: prompt each replica
@@ -114,7 +114,7 @@ class PreciseRoutingTest(unittest.TestCase):
         system = "You are a careful assistant for the billing team. " * 24  # ~20 blocks
         st, _, _ = http(a.port, "POST", "/v1/chat/completions", json.dumps(chat(system, "first?")).encode())
         self.assertEqual(st, 200)
-        holder = self.last_decision(a)["picked"]
+        holder = self.last_decision(a)["picked_index"]
         # The holder's engine reported the prompt's blocks; gateway b heard it too.
         wait_until(lambda: self.endpoints(b)[holder]["kv_index"]["blocks"] >= 16, 10, "b's index to fill")
         for i in range(3):
@@ -122,7 +122,7 @@ class PreciseRoutingTest(unittest.TestCase):
                             json.dumps(chat(system, "question %d?" % i)).encode())
             self.assertEqual(st, 200)
             d = self.last_decision(b)
-            self.assertEqual(d["picked"], holder, "b sends the shared prefix where the engine holds it")
+            self.assertEqual(d["picked_index"], holder, "b sends the shared prefix where the engine holds it")
             c = d["candidates"][holder]
             self.assertGreaterEqual(c["prefix"]["blocks"], 16)
             # b's first request knows the prefix from the engine's reports alone; later ones

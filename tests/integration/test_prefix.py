@@ -160,7 +160,7 @@ class PrefixRoutingTest(unittest.TestCase):
                     {"role": "system", "content": hot}, {"role": "user", "content": "after"}]}, timeout=60)
                 self.assertEqual(st, 200)
                 st, _, body = http(gw.admin_port, "GET", "/debug/decisions")
-                d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+                d = [x for x in json.loads(body)["decisions"] if x["pool"] == "p"][0]
                 picked = [c for c in d["candidates"] if c.get("picked")] or \
                          [max(d["candidates"], key=lambda c: c.get("total", 0))]
                 self.assertGreater(picked[0]["scores"]["prefix"], 0.9)

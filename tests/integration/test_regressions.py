@@ -169,7 +169,7 @@ class PendingPrefixTest(unittest.TestCase):
 
     def prefix_scores(self):
         st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
-        d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+        d = [x for x in json.loads(body)["decisions"] if x["pool"] == "p"][0]
         return [c["scores"]["prefix"] for c in d["candidates"]]
 
     def test_error_bodies_do_not_make_a_prefix_count(self):

@@ -87,7 +87,7 @@ class PoolsAndLoraTest(unittest.TestCase):
         self.assertEqual(endpoints(self.gw)[a_holder]["own"]["dispatched"] - before, 5,
                          "every lora-a request went to the replica that has lora-a loaded")
         st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
-        d = [x for x in json.loads(body)["decisions"] if x["pool"] == 0][0]
+        d = [x for x in json.loads(body)["decisions"] if x["pool"] == "pa"][0]
         self.assertIn("lora", [c.get("removed_by") for c in d["candidates"]])
         for s in holders:
             s.close()
@@ -272,8 +272,10 @@ class ReloadAndAdminTest(unittest.TestCase):
         st, _, body = http(self.gw.admin_port, "GET", "/debug/decisions")
         d = json.loads(body)["decisions"][0]
         self.assertEqual(d["profile"], "round-robin")
+        self.assertEqual(d["pool"], "p")
         self.assertEqual(len(d["candidates"]), 2)
-        self.assertIn(d["picked"], (0, 1))
+        self.assertIn(d["picked"], (self.up1.address, self.up2.address))
+        self.assertEqual([c["endpoint"] for c in d["candidates"]], [self.up1.address, self.up2.address])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "core/explain.h"
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "core/router.h"

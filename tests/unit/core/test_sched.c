@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "base/buf.h"
+#include "core/explain.h"
 #include "core/sched.h"
 
 #define T0 SB_MS(10000)
@@ -282,7 +283,7 @@ static void test_hard_filter_empties(void **state)
     sb_buf b = {0};
     assert_int_equal(sb_decision_render(&d, &b), 0);
     assert_true(json_valid(b.data));
-    assert_non_null(strstr(b.data, "\"picked\":-1"));
+    assert_non_null(strstr(b.data, "\"picked\":null"));
     assert_null(strstr(b.data, "\"scores\""));
     sb_buf_free(&b);
 
@@ -353,12 +354,16 @@ static void test_render_json(void **state)
     sb_buf b = {0};
     assert_int_equal(sb_decision_render(&d, &b), 0);
     assert_true(json_valid(b.data));
-    const char *want[] = {"\"pool\":0", "\"profile\":\"test\"", "\"picker\":\"max-score\"", "\"picked\":0",
-                          "\"reason\":\"max-score\"", "\"address\":\"10.0.0.1:8000\"",
-                          ("{\"endpoint\":2,\"address\":\"10.0.0.3:8000\",\"stale\":false,"
+    const char *want[] = {"\"pool\":\"\"",
+                          "\"profile\":\"test\"",
+                          "\"picker\":\"max-score\"",
+                          "\"reason\":\"max-score\"",
+                          "\"picked\":\"10.0.0.1:8000\",\"picked_index\":0",
+                          ("{\"endpoint\":\"10.0.0.3:8000\",\"index\":2,\"stale\":false,"
                            "\"removed_by\":\"healthy\"}"),
                           "\"scores\":{\"queue\":1.0000,\"kv-cache\":0.5000}",
-                          "\"scores\":{\"queue\":0.5000,\"kv-cache\":0.7500}", "\"total\":0.8333",
+                          "\"scores\":{\"queue\":0.5000,\"kv-cache\":0.7500}",
+                          "\"total\":0.8333",
                           "\"total\":0.5833"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (!strstr(b.data, want[i]))

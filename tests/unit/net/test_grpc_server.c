@@ -11,6 +11,7 @@
 
 #include "net/grpc_server.h"
 #include "net_fixture.h"
+#include "tls_fixture.h"
 
 #define MAXS 300
 
@@ -1219,38 +1220,6 @@ static void test_idle_close(void **state)
     assert_int_equal(stats(s).protocol_errors, 0);
     cl_close(&cl, false);
     finish(s);
-}
-
-/* A self-signed certificate and key, written as PEM to temporary files. */
-static void make_cert(char *cert, char *key)
-{
-    EVP_PKEY *pk = EVP_EC_gen("P-256");
-    assert_non_null(pk);
-    X509 *x = X509_new();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), 0);
-    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
-    X509_set_pubkey(x, pk);
-    X509_NAME *n = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1, 0);
-    X509_set_issuer_name(x, n);
-    X509_EXTENSION *san = X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, "DNS:localhost");
-    assert_non_null(san);
-    X509_add_ext(x, san, -1);
-    X509_EXTENSION_free(san);
-    assert_true(X509_sign(x, pk, EVP_sha256()) > 0);
-    strcpy(cert, "/tmp/sb_grpc_cert_XXXXXX");
-    strcpy(key, "/tmp/sb_grpc_key_XXXXXX");
-    FILE *fc = fdopen(mkstemp(cert), "w"), *fk = fdopen(mkstemp(key), "w");
-    assert_non_null(fc);
-    assert_non_null(fk);
-    assert_true(PEM_write_X509(fc, x) == 1);
-    assert_true(PEM_write_PrivateKey(fk, pk, NULL, NULL, 0, NULL, NULL) == 1);
-    fclose(fc);
-    fclose(fk);
-    X509_free(x);
-    EVP_PKEY_free(pk);
 }
 
 /* TLS with ALPN h2 serves calls; a client that offers only http/1.1, or speaks plain h2c to

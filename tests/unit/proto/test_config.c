@@ -1407,6 +1407,29 @@ static void test_admin_and_decision_log(void **state)
                      "access_log_decisions must be true or false, got a mapping");
 }
 
+/* admin.decisions and admin.decision_candidates size the ring of recent decisions. */
+static void test_admin_decisions_ring(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->admin_decisions, 512);
+    assert_int_equal(cfg->admin_decision_candidates, 16);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("admin: { decisions: 0 }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->admin_decisions, 0);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("admin: { decisions: 4096, decision_candidates: 256 }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->admin_decision_candidates, 256);
+    sb_config_free(cfg);
+    expect_one_error("admin: { decisions: 65537 }\n" POOL_OK, 1, "admin.decisions");
+    expect_one_error("admin: { decision_candidates: 0 }\n" POOL_OK, 1, "admin.decision_candidates");
+    expect_one_error("admin: { decision_candidates: 257 }\n" POOL_OK, 1, "admin.decision_candidates");
+    expect_one_error("admin: { decisions: -1 }\n" POOL_OK, 1, "admin.decisions");
+    /* Each bound alone allows 2.8 GiB: their product is bounded too. */
+    expect_one_error("admin: { decisions: 65536, decision_candidates: 17 }\n" POOL_OK, 1, "at most 1048576 candidates");
+}
+
 static void test_error_default_pool(void **state)
 {
     expect_one_error("routing:\n"
@@ -1961,6 +1984,7 @@ int main(void)
         cmocka_unit_test(test_custom_metrics),
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
+        cmocka_unit_test(test_admin_decisions_ring),
         cmocka_unit_test(test_admin_listener),
         cmocka_unit_test(test_ext_proc),
         cmocka_unit_test(test_client_auth),

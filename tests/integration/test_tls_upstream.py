@@ -1,0 +1,195 @@
+"""TLS toward model servers: a pool whose endpoints are written https:// reaches them over TLS
+(SNI, the certificate verified against tls.ca_file and the host's name or IP, an optional
+client certificate), proxying and streaming as over plain TCP, with the prober on TLS too. A
+server whose certificate does not verify is a connect failure the client hears about (and the
+gateway goes on); `verify: false` accepts it. Certificates are made here with openssl."""
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import unittest
+
+from fixtures import GATEWAY_BIN, Gateway, Upstream, chat_body, http, read_response, send_request, wait_until
+from test_tls import make_cert
+
+
+class TlsUpstream(Upstream):
+    """The fixture upstream behind TLS: records the SNI each handshake carried and the client
+    certificate's subject (when it asks for one)."""
+
+    def __init__(self, cert, key, client_ca=None):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        if client_ca:
+            self.ctx.verify_mode = ssl.CERT_REQUIRED
+            self.ctx.load_verify_locations(client_ca)
+        self.sni = []
+        self.client_subjects = []
+        self.handshake_failures = 0
+        self.ctx.sni_callback = lambda sock, name, ctx: self.sni.append(name)
+        super().__init__(name="tls-up")
+
+    def _serve(self, c):
+        try:
+            c.settimeout(10)
+            t = self.ctx.wrap_socket(c, server_side=True)
+            t.settimeout(None)
+        except (ssl.SSLError, OSError):
+            self.handshake_failures += 1
+            c.close()
+            return
+        peer = t.getpeercert()
+        if peer:
+            self.client_subjects.append(dict(x[0] for x in peer["subject"]).get("commonName"))
+        plain_close = t.close
+
+        def close_notify():  # a TLS server ends with close_notify (Python's close() sends none)
+            try:
+                t.settimeout(0.5)
+                t.unwrap()
+            except (ssl.SSLError, OSError, ValueError):
+                pass
+            plain_close()
+        t.close = close_notify
+        super()._serve(t)
+
+
+class TlsUpstreamTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("openssl"):
+            raise AssertionError("openssl is missing: scripts/deps.sh test installs it")
+        cls.dir = tempfile.mkdtemp(prefix="sb-tlsup-")
+        cls.cert, cls.key = make_cert(cls.dir, "server", "model-server")
+        cls.other, _ = make_cert(cls.dir, "other", "someone-else")
+        cls.ccert, cls.ckey = make_cert(cls.dir, "client", "switchboard-gateway")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def gateway(self, up, host="localhost", tls="", extra=""):
+        pool = {"name": "p", "models": ["m1"], "endpoints": ["https://%s:%d" % (host, up.port)],
+                "yaml": ["tls: { %s }" % tls] if tls else []}
+        return Gateway([pool], extra=extra)
+
+    def chat(self, gw, stream=False, headers=None):
+        return http(gw.port, "POST", "/v1/chat/completions", chat_body(stream=stream), headers)
+
+    def test_proxy_stream_and_probe_over_tls(self):
+        up = TlsUpstream(self.cert, self.key)
+        gw = self.gateway(up, tls="ca_file: %s" % self.cert)
+        try:
+            st, h, body = self.chat(gw)
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body)["upstream"], "tls-up")
+            # Events cross one at a time: the upstream sends the next only once the client read
+            # the previous one (decrypted by the gateway, re-framed for the client).
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            send_request(s, "POST", "/v1/chat/completions", chat_body(stream=True),
+                         {"x-fixture-mode": "sse", "x-fixture-events": "3", "x-fixture-lockstep": "1"})
+            got = b""
+            for i in range(3):
+                while got.count(b"data: ") <= i:
+                    chunk = s.recv(65536)
+                    self.assertTrue(chunk, "the stream ended early")
+                    got += chunk
+                up.gate.release()
+            while b"[DONE]" not in got:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk)
+                got += chunk
+            s.close()
+            self.assertIn("localhost", up.sni, "SNI carries the endpoint's host name")
+            # A close-delimited answer ends with the server's close_notify: the end of the body,
+            # not an error.
+            st, _, body = self.chat(gw, headers={"x-fixture-mode": "close"})
+            self.assertEqual((st, body), (200, b"close-delimited body from tls-up"))
+            wait_until(lambda: up.probes > 0, 10, "the prober's scrape over TLS")
+            # Keep-alive over TLS: more requests than new handshakes.
+            for _ in range(5):
+                self.assertEqual(self.chat(gw)[0], 200)
+            self.assertLess(up.connections, 5, "pooled TLS connections are reused")
+        finally:
+            gw.close()
+            up.close()
+
+    def test_ip_literal_verified_by_ip(self):
+        up = TlsUpstream(self.cert, self.key)
+        gw = self.gateway(up, host="127.0.0.1", tls="ca_file: %s" % self.cert)
+        try:
+            st, _, body = self.chat(gw)
+            self.assertEqual(st, 200, body)
+            self.assertNotIn("127.0.0.1", [n for n in up.sni if n], "no SNI for an address (RFC 6066)")
+        finally:
+            gw.close()
+            up.close()
+
+    def test_unverified_certificate_refused_then_allowed(self):
+        up = TlsUpstream(self.cert, self.key)
+        gw = self.gateway(up, tls="ca_file: %s" % self.other)
+        try:
+            st, _, body = self.chat(gw)
+            self.assertIn(st, (502, 503), body)
+            self.assertIn(b"error", body)
+            self.assertEqual(up.requests, [], "nothing was sent to a server that did not verify")
+            st, _, _ = http(gw.port, "GET", "/v1/models")
+            self.assertEqual(st, 200, "the gateway goes on")
+        finally:
+            gw.close()
+        gw = self.gateway(up, tls="verify: false")
+        try:
+            self.assertEqual(self.chat(gw)[0], 200)
+        finally:
+            gw.close()
+            up.close()
+
+    def test_client_certificate(self):
+        up = TlsUpstream(self.cert, self.key, client_ca=self.ccert)
+        gw = self.gateway(up, tls="ca_file: %s" % self.cert)
+        try:
+            self.assertIn(self.chat(gw)[0], (502, 503), "the server wants a client certificate")
+        finally:
+            gw.close()
+        gw = self.gateway(up, tls="ca_file: %s, cert: %s, key: %s" % (self.cert, self.ccert, self.ckey))
+        try:
+            self.assertEqual(self.chat(gw)[0], 200)
+            self.assertIn("switchboard-gateway", up.client_subjects)
+        finally:
+            gw.close()
+            up.close()
+
+    def test_config_errors(self):
+        d = tempfile.mkdtemp(prefix="sb-tlsup-cfg-")
+        try:
+            p = os.path.join(d, "c.yaml")
+            cases = (
+                ('["https://a:1", "b:2"]', "", "mixes https:// and plain"),
+                ('["a:1"]', "tls: { verify: false }", "tls is for https:// endpoints"),
+                ('["https://a:1"]', "tls: { cert: c.pem }", "give both cert and key"),
+                ('["https://a:1"]', "tls: { ca_file: %s/none.pem }" % d, "none.pem"),
+                ('["https://:1"]', "", "bad address"),
+            )
+            for eps, tls, want in cases:
+                with open(p, "w") as f:
+                    f.write('listen: "127.0.0.1:1"\npools:\n  - name: p\n    models: [m]\n    endpoints: %s\n'
+                            '    %s\n' % (eps, tls))
+                r = subprocess.run([GATEWAY_BIN, "check", "-c", p], capture_output=True, text=True)
+                self.assertNotEqual(r.returncode, 0, eps + " " + tls)
+                self.assertIn(want, r.stderr + r.stdout)
+            # https:// without a port is 443; the address is written without its scheme.
+            with open(p, "w") as f:
+                f.write('listen: "127.0.0.1:1"\npools:\n  - name: p\n    models: [m]\n'
+                        '    endpoints: ["https://api.example.com", "https://[::1]"]\n')
+            r = subprocess.run([GATEWAY_BIN, "check", "-c", p], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
