@@ -71,6 +71,18 @@ build/gen/%.pb-c.c build/gen/%.pb-c.h: src/proto/%.proto $(PROTO_SRC)
 
 .SECONDARY: $(GEN_SRC) $(GEN_HDRS)
 
+# The release and commit (base/version.c): regenerated on every make, replaced only when they
+# changed, so a new commit rebuilds version.o and the binaries, and nothing else. A tree
+# outside git (a tarball) builds with commit "unknown".
+build/gen/sb_build_version.h: FORCE
+	@mkdir -p build/gen
+	@scripts/gen_version.sh > $@.tmp && { cmp -s $@.tmp $@ || mv $@.tmp $@; }; rm -f $@.tmp
+
+build/rel/base/version.o build/san/base/version.o build/fuzz/obj/base/version.o: build/gen/sb_build_version.h
+
+.PHONY: FORCE
+FORCE:
+
 # protoc-c's initialisers for messages with a oneof ({0} for a union) trip -Wmissing-braces.
 GEN_WARN := -Wno-missing-braces
 

@@ -2,17 +2,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/version.h"
 #include "cmd/cmd.h"
-
-#ifndef SB_VERSION
-#define SB_VERSION "0.1.0"
-#endif
 
 static int cmd_version(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    printf("switchboard %s\n", SB_VERSION);
+    printf("switchboard %s (%s)\n", sb_version, sb_commit);
     return 0;
 }
 
@@ -27,7 +24,7 @@ static const struct {
     {"demo", sb_cmd_demo, "demo                a gateway in front of a simulated fleet"},
     {"agent", sb_cmd_agent, "agent [options]     report a model server's models and load to gateways"},
     {"replay", sb_cmd_replay, "replay [options]    compare routing policies on a simulated fleet, offline"},
-    {"version", cmd_version, "version             print the version"},
+    {"version", cmd_version, "version             print the version and commit (also --version)"},
 };
 
 static void usage(FILE *f)
@@ -43,6 +40,8 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))
+        return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

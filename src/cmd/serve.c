@@ -27,11 +27,13 @@ static void on_reload_signal(uv_signal_t *h, int signum)
         return;
     if (st->draining) {
         SB_WARN("reload: ignored while draining");
+        sb_gateway_reload_refused(st->gw);
         return;
     }
     sb_config *cfg = sb_load_config(st->path);
     if (!cfg) {
         SB_WARN("reload: %s has errors; keeping the running configuration", st->path);
+        sb_gateway_reload_refused(st->gw);
         return;
     }
     sb_gateway_reload(&st->gw, cfg);

@@ -14,6 +14,7 @@
 #include <openssl/crypto.h>
 
 #include "base/buf.h"
+#include "base/version.h"
 #include "core/adaptive.h"
 #include "core/admission.h"
 #include "core/kv_index.h"
@@ -26,22 +27,55 @@
 #include "net/picker.h"
 #include "net/precise.h"
 #include "net/probe.h"
+#include "net/process.h"
 #include "net/stats.h"
 #include "net/ui.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
-static void histo_render(sb_buf *b, const char *name, const char *pool, const sb_histo *h, const double *bounds)
+/* A label value as the text format wants it: backslash, double quote and newline escaped.
+ * Model names come from the configuration, which allows any string. */
+static void label_value(sb_buf *b, const char *v)
+{
+    const char *run = v;
+    for (const char *c = v; *c; c++)
+        if (*c == '\\' || *c == '"' || *c == '\n') {
+            sb_buf_append(b, run, (size_t)(c - run));
+            sb_buf_puts(b, *c == '\n' ? "\\n" : *c == '"' ? "\\\"" : "\\\\");
+            run = c + 1;
+        }
+    sb_buf_puts(b, run);
+}
+
+/* `labels` is the series' labels before le, without braces ("pool=\"p\",model=\"m\""). */
+static void histo_render(sb_buf *b, const char *name, const char *labels, const sb_histo *h, const double *bounds)
 {
     uint64_t cum = 0;
     for (size_t i = 0; i < SB_HISTO_BUCKETS; i++) {
         cum += h->counts[i];
-        sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i], (unsigned long long)cum);
+        sb_buf_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[SB_HISTO_BUCKETS];
-    sb_buf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool, (unsigned long long)cum);
-    sb_buf_printf(b, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name, pool, h->sum, name, pool,
+    sb_buf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
+    sb_buf_printf(b, "%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
                   (unsigned long long)h->n);
+}
+
+/* pool="P",model="M" for pool p's model slot s, into lb (reset first). */
+static const char *pool_model_labels(sb_buf *lb, const sb_gateway *gw, size_t p, uint32_t s)
+{
+    sb_buf_reset(lb);
+    sb_buf_printf(lb, "pool=\"%s\",model=\"", gw->cfg->pools[p].name);
+    label_value(lb, sb_stats_model_name(&gw->stats, (uint32_t)p, s));
+    sb_buf_puts(lb, "\"");
+    return lb->data ? lb->data : "";
+}
+
+/* A pool's model slot is shown once it has seen a request; slot 0 (the served name) always, so
+ * every pool has its series from the start. */
+static bool slot_shown(const sb_gateway *gw, size_t p, uint32_t s)
+{
+    return s == 0 || gw->stats.model_metrics[gw->stats.models[p].first + s].duration.n > 0;
 }
 
 /* The endpoint picker's streams (`ext_proc:`), when it runs. */
@@ -119,10 +153,17 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
         sb_http_server_get_stats(gw->admin_server, &st[n++]);
     }
     sb_buf_puts(b, "# HELP switchboard_open_connections Connections open on each listener (lingering ones "
-                   "included), counted against limits.max_connections (client) or admin.max_connections (admin).\n"
+                   "included), counted against limits.max_connections (client), admin.max_connections (admin) or "
+                   "ext_proc.max_connections (ext_proc).\n"
                    "# TYPE switchboard_open_connections gauge\n");
     for (size_t i = 0; i < n; i++)
         sb_buf_printf(b, "switchboard_open_connections{listener=\"%s\"} %zu\n", name[i], st[i].open_connections);
+    if (gw->picker) { /* the endpoint picker's gRPC listener (`ext_proc:`, ext_proc.max_connections) */
+        sb_picker_stats ps;
+        sb_picker_get_stats(gw->picker, &ps);
+        sb_buf_printf(b, "switchboard_open_connections{listener=\"ext_proc\"} %llu\n",
+                      (unsigned long long)ps.connections_open);
+    }
     sb_buf_puts(b, "# HELP switchboard_connections_refused_total Connections refused at the listener's connection "
                    "limit: answered 503, or closed unanswered once max_refusing_connections were being answered.\n"
                    "# TYPE switchboard_connections_refused_total counter\n");
@@ -190,6 +231,23 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
         "# TYPE switchboard_stream_usage_overflows_total counter\nswitchboard_stream_usage_overflows_total "
         "%llu\n",
         (unsigned long long)c->usage_stripped, (unsigned long long)c->usage_overflows);
+    sb_buf_printf(b,
+                  "# HELP switchboard_reloads_total Configuration reloads by result: success (applied) or failure "
+                  "(refused, the running configuration kept: a file with errors, a changed listen address, "
+                  "a SIGHUP while draining, out of memory). Membership changes are counted apart "
+                  "(switchboard_discovery_*).\n"
+                  "# TYPE switchboard_reloads_total counter\n"
+                  "switchboard_reloads_total{result=\"success\"} %llu\n"
+                  "switchboard_reloads_total{result=\"failure\"} %llu\n"
+                  "# HELP switchboard_last_reload_success_timestamp_seconds Unix time the running configuration "
+                  "was applied (start or reload).\n"
+                  "# TYPE switchboard_last_reload_success_timestamp_seconds gauge\n"
+                  "switchboard_last_reload_success_timestamp_seconds %.3f\n"
+                  "# HELP switchboard_build_info The running build: its release (VERSION) and git commit.\n"
+                  "# TYPE switchboard_build_info gauge\n"
+                  "switchboard_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+                  (unsigned long long)gw->reload_successes, (unsigned long long)gw->reload_failures,
+                  gw->last_reload_ok_s, sb_version, sb_commit);
     render_listener_stats(gw, b);
     render_picker_stats(gw, b);
     sb_buf_printf(b,
@@ -204,27 +262,42 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "switchboard_unauthorized_total{listener=\"client\"} %llu\n"
                   "switchboard_unauthorized_total{listener=\"admin\"} %llu\n",
                   (unsigned long long)c->unauthorized[0], (unsigned long long)c->unauthorized[1]);
-    sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error.\n"
+    /* By status class and reason (the error code the answer carried): each reason under the
+     * class it was answered with, once counted; model_not_found always, so the family has a
+     * sample (a 0) from the start. */
+    int always = sb_stats_reason("model_not_found", 404);
+    sb_buf_puts(b, "# HELP switchboard_rejected_total Requests answered by the gateway itself with an error, by "
+                   "status class and reason (the error code of the answer).\n"
                    "# TYPE switchboard_rejected_total counter\n");
-    for (int k = 4; k <= 5; k++)
-        sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\"} %llu\n", k,
-                      (unsigned long long)gw->stats.rejected_by_status[k]);
-    sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, endpoint and response class.\n"
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < SB_REASONS; r++)
+            if (gw->stats.rejected_by_reason[r][k] || (k == 0 && r == always))
+                sb_buf_printf(b, "switchboard_rejected_total{code=\"%dxx\",reason=\"%s\"} %llu\n", k + 4,
+                              sb_stats_reason_names[r], (unsigned long long)gw->stats.rejected_by_reason[r][k]);
+    sb_buf_puts(b, "# HELP switchboard_requests_total Proxied requests by pool, model (the served name for it and "
+                   "its aliases, an adapter's own name, \"other\" past metrics.max_models), endpoint and response "
+                   "class.\n"
                    "# TYPE switchboard_requests_total counter\n");
     /* "cut": a response that began and did not finish (net/stats.h), not the 2xx it began as. */
     static const char *const cls[SB_CLASS_COUNT] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx", "cut"};
-    for (size_t p = 0; p < cfg->n_pools; p++)
-        for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
-            const sb_ep_metrics *m = &gw->stats.ep_metrics[gw->pool_first_up[p] + e];
-            for (int k = 0; k < SB_CLASS_COUNT; k++)
-                if (m->by_class[k] || k == 2)
-                    sb_buf_printf(b, "switchboard_requests_total{pool=\"%s\",endpoint=\"%s\",code=\"%s\"} %llu\n",
-                                  cfg->pools[p].name, cfg->pools[p].endpoints[e].address, cls[k],
-                                  (unsigned long long)m->by_class[k]);
-        }
+    sb_buf lb = {0};
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_stats_models *sm = &gw->stats.models[p];
+        for (uint32_t s = 0; s < sm->slots; s++)
+            for (size_t e = 0; e < cfg->pools[p].n_endpoints; e++) {
+                const sb_ep_metrics *m = &gw->stats.ep_metrics[sm->ep_first + e * sm->slots + s];
+                for (int k = 0; k < SB_CLASS_COUNT; k++)
+                    if (m->by_class[k] || (k == 2 && s == 0))
+                        sb_buf_printf(b, "switchboard_requests_total{%s,endpoint=\"%s\",code=\"%s\"} %llu\n",
+                                      pool_model_labels(&lb, gw, p, s), cfg->pools[p].endpoints[e].address, cls[k],
+                                      (unsigned long long)m->by_class[k]);
+            }
+    }
+    sb_buf_free(&lb);
 }
 
-/* Per pool: latency histograms and the token counters of upstream usage. */
+/* Per pool and model: latency histograms and the token counters of upstream usage; per pool,
+ * the queue wait (before a request's answer, so by pool only). */
 static void render_pool_usage(sb_gateway *gw, sb_buf *b)
 {
     const sb_config *cfg = gw->cfg;
@@ -236,28 +309,39 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
         const double *bounds;
     } hs[] = {
         {"switchboard_request_duration_seconds", "Time from request to the end of its response.",
-         offsetof(sb_pool_metrics, duration), sb_histo_bounds},
+         offsetof(sb_model_metrics, duration), sb_histo_bounds},
         {"switchboard_time_to_first_byte_seconds",
          "Time from request to the first byte of the response head (headers time; for streams see "
          "switchboard_time_to_first_token_seconds).",
-         offsetof(sb_pool_metrics, ttfb), sb_histo_bounds},
+         offsetof(sb_model_metrics, ttfb), sb_histo_bounds},
         {"switchboard_time_to_first_token_seconds",
          "Time from request to the first token of a successful answer: a stream's first SSE data event, "
          "else the first body byte.",
-         offsetof(sb_pool_metrics, ttft), sb_histo_ttft_bounds},
+         offsetof(sb_model_metrics, ttft), sb_histo_ttft_bounds},
         {"switchboard_inter_token_latency_seconds",
          "Mean time between SSE data events of a successful stream, one observation per request: "
          "(last event - first event) / (events - 1).",
-         offsetof(sb_pool_metrics, itl), sb_histo_itl_bounds},
-        {"switchboard_queue_wait_seconds",
-         "Time a request flow control admitted waited before dispatch (0 when dispatched at once).",
-         offsetof(sb_pool_metrics, queue_wait), sb_histo_queue_bounds},
+         offsetof(sb_model_metrics, itl), sb_histo_itl_bounds},
     };
+    sb_buf lb = {0};
     for (size_t k = 0; k < sizeof(hs) / sizeof(hs[0]); k++) {
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", hs[k].name, hs[k].help, hs[k].name);
         for (size_t p = 0; p < cfg->n_pools; p++)
-            histo_render(b, hs[k].name, cfg->pools[p].name,
-                         (const sb_histo *)((const char *)&gw->stats.pool_metrics[p] + hs[k].off), hs[k].bounds);
+            for (uint32_t s = 0; s < gw->stats.models[p].slots; s++)
+                if (slot_shown(gw, p, s))
+                    histo_render(
+                        b, hs[k].name, pool_model_labels(&lb, gw, p, s),
+                        (const sb_histo *)((const char *)&gw->stats.model_metrics[gw->stats.models[p].first + s] +
+                                           hs[k].off),
+                        hs[k].bounds);
+    }
+    sb_buf_printf(b, "# HELP switchboard_queue_wait_seconds Time a request flow control admitted waited before "
+                     "dispatch (0 when dispatched at once).\n# TYPE switchboard_queue_wait_seconds histogram\n");
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        sb_buf_reset(&lb);
+        sb_buf_printf(&lb, "pool=\"%s\"", cfg->pools[p].name);
+        histo_render(b, "switchboard_queue_wait_seconds", lb.data ? lb.data : "", &gw->stats.pool_metrics[p].queue_wait,
+                     sb_histo_queue_bounds);
     }
     static const struct {
         const char *name, *help;
@@ -266,12 +350,16 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
                {"switchboard_completion_tokens_total", "Completion tokens reported by upstream usage."}};
     for (size_t t = 0; t < 3; t++) {
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", tok[t].name, tok[t].help, tok[t].name);
-        for (size_t p = 0; p < cfg->n_pools; p++) {
-            const sb_pool_metrics *pm = &gw->stats.pool_metrics[p];
-            uint64_t v = t == 0 ? pm->prompt_tokens : t == 1 ? pm->cached_tokens : pm->completion_tokens;
-            sb_buf_printf(b, "%s{pool=\"%s\"} %llu\n", tok[t].name, cfg->pools[p].name, (unsigned long long)v);
-        }
+        for (size_t p = 0; p < cfg->n_pools; p++)
+            for (uint32_t s = 0; s < gw->stats.models[p].slots; s++) {
+                if (!slot_shown(gw, p, s))
+                    continue;
+                const sb_model_metrics *mm = &gw->stats.model_metrics[gw->stats.models[p].first + s];
+                uint64_t v = t == 0 ? mm->prompt_tokens : t == 1 ? mm->cached_tokens : mm->completion_tokens;
+                sb_buf_printf(b, "%s{%s} %llu\n", tok[t].name, pool_model_labels(&lb, gw, p, s), (unsigned long long)v);
+            }
     }
+    sb_buf_free(&lb);
 }
 
 /* Per endpoint: the state the router scores with, and the probe cadence. */
@@ -284,6 +372,8 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
         {"switchboard_endpoint_stale", "1 if the endpoint's last load report is older than stale_ms."},
         {"switchboard_endpoint_in_flight", "Requests the gateway has in flight to the endpoint."},
         {"switchboard_endpoint_waiting", "Effective queue: reported waiting plus requests sent since the report."},
+        {"switchboard_endpoint_running",
+         "Requests the engine reported running (without a report: the gateway's own in flight)."},
         {"switchboard_endpoint_kv_cache_usage", "KV-cache utilisation used for scoring (0..1)."},
         {"switchboard_endpoint_report_age_seconds", "Age of the endpoint's last load report (-1: none)."},
         {"switchboard_probe_interval_seconds", "Current metrics scrape interval (adaptive)."},
@@ -301,8 +391,9 @@ static void render_endpoint_gauges(sb_gateway *gw, sb_buf *b)
                 case 1: v = sb_endpoint_is_stale(ep, pp->stale_ns, now); break;
                 case 2: v = ep->in_flight; break;
                 case 3: v = sb_endpoint_waiting(ep); break;
-                case 4: v = sb_endpoint_kv_usage(ep); break;
-                case 5: v = ep->report_ns ? (double)(now - ep->report_ns) / 1e9 : -1; break;
+                case 4: v = sb_endpoint_running(ep); break;
+                case 5: v = sb_endpoint_kv_usage(ep); break;
+                case 6: v = ep->report_ns ? (double)(now - ep->report_ns) / 1e9 : -1; break;
                 default: v = ps ? ps->interval_ms / 1e3 : 0; break;
                 }
                 sb_buf_printf(b, "%s{pool=\"%s\",endpoint=\"%s\"} %g\n", gauges[g][0], cfg->pools[p].name,
@@ -684,6 +775,34 @@ static void render_precise(sb_gateway *gw, sb_buf *b)
                       (unsigned long long)v[i]);
 }
 
+/* The standard process_* families (net/process.h), each only when it could be read. */
+static void render_process(sb_buf *b)
+{
+    sb_process_sample ps;
+    sb_process_sample_read(&ps);
+    if (ps.have_stat)
+        sb_buf_printf(b,
+                      "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+                      "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n"
+                      "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                      "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %.0f\n"
+                      "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                      "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %.0f\n"
+                      "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                      "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                      ps.cpu_seconds, ps.resident_bytes, ps.virtual_bytes, ps.start_time_s);
+    if (ps.open_fds >= 0)
+        sb_buf_printf(b,
+                      "# HELP process_open_fds Number of open file descriptors.\n"
+                      "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+                      ps.open_fds);
+    if (ps.max_fds >= 0)
+        sb_buf_printf(b,
+                      "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                      "# TYPE process_max_fds gauge\nprocess_max_fds %ld\n",
+                      ps.max_fds);
+}
+
 /* GET /metrics: Prometheus text, sections in a fixed order. */
 static void render_metrics(sb_gateway *gw, sb_buf *b)
 {
@@ -700,6 +819,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     render_kv_indexes(gw, b);
     render_precise(gw, b);
     sb_discovery_render_metrics(gw->disc, b);
+    render_process(b);
 }
 
 /* The report's engine: configured ("auto" or a name), the mapping in use (null while auto has

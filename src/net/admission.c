@@ -41,6 +41,7 @@ static sb_exchange_log known_of(const sb_proxy_target *t, const char *model)
 {
     return (sb_exchange_log){.pool = (int)t->pool,
                              .ep = -1,
+                             .adapter = t->adapter,
                              .model = model,
                              .stream = t->stream,
                              .band = t->band >= 0 ? sb_band_name((enum sb_band)t->band) : NULL,

@@ -34,6 +34,7 @@ static void error_response(sb_stats *st, sb_http_req *req, const sb_exchange_log
     if (status < 500)
         (*st->rejected)++;
     st->rejected_by_status[status / 100 < 6 ? status / 100 : 0]++;
+    st->rejected_by_reason[sb_stats_reason(code, status)][status >= 500]++;
     /* The log needs the request's identity, read before the answer ends the request. */
     sb_request_ident ident;
     sb_exchange_log log = {.pool = -1, .ep = -1, .model = ""};

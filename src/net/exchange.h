@@ -92,6 +92,9 @@ typedef struct sb_proxy_target {
 typedef struct sb_exchange_log {
     int pool;            /* -1: refused before a pool was chosen */
     int ep;              /* -1: never dispatched */
+    int adapter;         /* the pool's adapter asked for, -1: its base model (an alias too); the
+                          * model label's slot (net/stats.h). Set by whoever sets pool and not
+                          * gateway_answer: 0 is an adapter */
     int status;          /* sent to the client; 499 if it left before the answer */
     int upstream_status; /* the endpoint's status; 0: no response head was read */
     const char *outcome; /* see above */

@@ -14,6 +14,7 @@
 #include "net/tls.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -23,6 +24,13 @@
 #include "core/kv_index.h"
 #include "net/probe.h"
 #include "proto/engine_metrics.h"
+
+static double wall_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void exchange_done(sb_gateway *gw);
 static int membership_apply(void *arg, sb_config *cfg);
@@ -135,8 +143,7 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw->kv_subs);
     sb_free(gw->ups);
     sb_free(gw->pool_first_up);
-    sb_free(gw->stats.pool_metrics);
-    sb_free(gw->stats.ep_metrics);
+    sb_stats_free(&gw->stats);
     if (gw->adaptive && gw->cfg)
         for (size_t p = 0; p < gw->cfg->n_pools; p++)
             sb_adaptive_free(gw->adaptive[p]);
@@ -466,13 +473,10 @@ static int alloc_endpoints(sb_gateway *gw)
     }
     gw->pool_first_up[cfg->n_pools] = total;
     gw->ups = sb_calloc(total ? total : 1, sizeof(sb_upstream *));
-    gw->stats.ep_metrics = sb_calloc(total ? total : 1, sizeof(sb_ep_metrics));
-    gw->stats.pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
-    gw->stats.cfg = gw->cfg;
-    gw->stats.pool_first_up = gw->pool_first_up;
+    int stats_rc = sb_stats_init(&gw->stats, gw->cfg);
     gw->stats.rejected = &gw->counters.rejected;
     gw->kv_subs = sb_calloc(total ? total : 1, sizeof(sb_kv_sub *));
-    return gw->ups && gw->stats.ep_metrics && gw->stats.pool_metrics && gw->kv_subs ? 0 : -1;
+    return gw->ups && stats_rc == 0 && gw->kv_subs ? 0 : -1;
 }
 
 /* Names the old gateway had resolved connect at once on the new one. O(endpoints^2) per
@@ -602,6 +606,7 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
         return rc;
     }
     (*out)->id_secret = secret[1];
+    (*out)->last_reload_ok_s = wall_now_s(); /* the first configuration loaded counts, as Prometheus counts its own */
     (*out)->disc = disc;
     (*out)->home = out;
     return 0;
@@ -802,6 +807,8 @@ static const char *shape_differs(const sb_config *a, const sb_config *b)
         if (x->tls || y->tls)
             return "a pool's endpoints are https:// (its TLS files are read again)";
     }
+    if (a->metrics_max_models != b->metrics_max_models)
+        return "metrics.max_models changed"; /* the statistics' model slots are laid out anew */
     if (!same_str(a->listen_host, b->listen_host) || a->listen_port != b->listen_port)
         return "the listen address changed";
     return NULL;
@@ -863,15 +870,17 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
     memcpy(ngw->agent_refused, old->agent_refused, sizeof(ngw->agent_refused));
     ngw->id_secret = old->id_secret;
     ngw->id_seq = old->id_seq;
-    memcpy(ngw->stats.rejected_by_status, old->stats.rejected_by_status, sizeof(ngw->stats.rejected_by_status));
+    sb_stats_carry(&ngw->stats, &old->stats);
     ngw->reloads = old->reloads;
+    ngw->reload_failures = old->reload_failures;
+    ngw->reload_successes = old->reload_successes;
+    ngw->last_reload_ok_s = old->last_reload_ok_s;
     for (size_t p = 0; p < ngw->cfg->n_pools; p++) {
         const sb_pool_config *np = &ngw->cfg->pools[p];
         for (size_t q = 0; q < old->cfg->n_pools; q++) {
             const sb_pool_config *op = &old->cfg->pools[q];
             if (strcmp(np->name, op->name))
                 continue;
-            ngw->stats.pool_metrics[p] = old->stats.pool_metrics[q];
             sb_router_pool_carry_counters(ngw->router, (uint32_t)p, old->router, (uint32_t)q);
             bool same = np->n_endpoints == op->n_endpoints;
             /* Old endpoint f is new map[f] (-1: gone), for the prefix index's renumbering. */
@@ -884,7 +893,6 @@ static void carry_state(sb_gateway *ngw, sb_gateway *old)
                         continue;
                     sb_endpoint_adopt(sb_router_endpoint(ngw->router, (uint32_t)p, (uint32_t)e),
                                       sb_router_endpoint(old->router, (uint32_t)q, (uint32_t)f));
-                    ngw->stats.ep_metrics[ngw->pool_first_up[p] + e] = old->stats.ep_metrics[old->pool_first_up[q] + f];
                     if (map && map[f] < 0)
                         map[f] = (int32_t)e; /* the first new endpoint of that address */
                     break;
@@ -1039,18 +1047,38 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     return 0;
 }
 
+/* reload_effective, counted: every path that refuses returns -1 with the running gateway in
+ * place; one that applies may have replaced it (*gwp), which carried the counts over. */
+static int reload_counted(sb_gateway **gwp, sb_config *cfg)
+{
+    int rc = reload_effective(gwp, cfg);
+    if (rc < 0) {
+        (*gwp)->reload_failures++;
+    } else {
+        (*gwp)->reload_successes++;
+        (*gwp)->last_reload_ok_s = wall_now_s();
+    }
+    return rc;
+}
+
+void sb_gateway_reload_refused(sb_gateway *gw)
+{
+    gw->reload_failures++;
+}
+
 int sb_gateway_reload(sb_gateway **gwp, sb_config *cfg)
 {
     sb_discovery *disc = (*gwp)->disc;
     if (!disc)
-        return reload_effective(gwp, cfg);
+        return reload_counted(gwp, cfg);
     sb_config *eff = sb_discovery_effective(disc, cfg);
     if (!eff) {
         SB_WARN("reload refused: out of memory; keeping the running configuration");
         sb_config_free(cfg);
+        (*gwp)->reload_failures++;
         return -1;
     }
-    int rc = reload_effective(gwp, eff);
+    int rc = reload_counted(gwp, eff);
     if (rc == 0)
         sb_discovery_set_base(disc, cfg); /* later membership changes build on the new file */
     sb_config_free(cfg);                  /* discovery holds its own reference */
@@ -1066,7 +1094,7 @@ static int membership_apply(void *arg, sb_config *cfg)
         sb_config_free(cfg);
         return -1;
     }
-    return reload_effective(home, cfg);
+    return reload_effective(home, cfg); /* discovery counts its own applies and failures */
 }
 
 static sb_gateway *membership_current(void *arg)

@@ -61,6 +61,10 @@ uint16_t sb_gateway_admin_port(const sb_gateway *gw);
  * and the old gateway finishes its requests in flight, then frees itself. A change of the
  * listen address, or of admin.listen, is refused (-1, reason logged): that needs a restart. */
 int sb_gateway_reload(sb_gateway **gw, sb_config *cfg);
+/* Counts a reload its caller refused before it reached the gateway (a config file with
+ * errors, a SIGHUP while draining) as a failed one: switchboard_reloads_total{result="failure"}
+ * counts those and every refusal of sb_gateway_reload alike. */
+void sb_gateway_reload_refused(sb_gateway *gw);
 /* SIGHUP keeps the endpoints discovered or registered at run time: cfg is the file's, and the
  * configuration applied is cfg with them (net/discovery.h). */
 

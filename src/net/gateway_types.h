@@ -37,6 +37,11 @@ struct sb_gateway {
     sb_snapshot *snap;
     sb_snapshot *retired;
     uint64_t reloads;
+    /* Configuration reloads (SIGHUP: sb_gateway_reload, sb_gateway_reload_refused), apart from
+     * `reloads`, which membership changes (net/discovery.h) apply through the same path. */
+    uint64_t reload_successes;
+    uint64_t reload_failures; /* refused, the running configuration kept */
+    double last_reload_ok_s;  /* Unix time of the last configuration applied; the start counts */
     sb_router *router;
     sb_upstream **ups;     /* all endpoints, pool-major */
     size_t *pool_first_up; /* index into ups of each pool's first endpoint */

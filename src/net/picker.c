@@ -249,6 +249,7 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     sb_exchange_log log = {
         .pool = (int)s->t.pool,
         .ep = (int)s->ep,
+        .adapter = s->t.adapter,
         .status = status,
         .upstream_status = s->status >= 200 ? s->status : 0,
         .outcome = outcome ? outcome : relayed_outcome(status),

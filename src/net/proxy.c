@@ -144,6 +144,7 @@ static void record(exchange *x)
     sb_exchange_log log = {
         .pool = x->t.pool,
         .ep = x->dispatched || x->attempts ? (int)x->ep : -1,
+        .adapter = x->t.adapter,
         .status = x->final_status,
         .upstream_status = x->status >= 200 ? x->status : 0,
         .outcome = x->outcome ? x->outcome : relayed_outcome(x->final_status),

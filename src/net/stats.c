@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/buf.h"
 
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
@@ -35,6 +36,139 @@ static void histo_add(sb_histo *h, const double *bounds, double v)
     h->counts[i]++;
     h->sum += v;
     h->n++;
+}
+
+/* Every code the gateway's own error answers carry (net/errors.c's callers, core/admission.c's
+ * refusals, the picker's), then the names given to answers without a code, then "other" for a
+ * code added later and not listed here (a test pins the list against the callers). */
+const char *const sb_stats_reason_names[SB_REASONS] = {
+    "invalid_api_key",  "json_too_large",
+    "json_too_deep",    "model_not_found",
+    "body_not_allowed", "not_found",
+    "body_too_large",   "shed",
+    "queue_full",       "no_healthy_endpoint",
+    "queue_timeout",    "draining",
+    "empty_subset",     "request_bodies_over_budget",
+    "invalid_request",  "method_not_allowed",
+    "internal_error",   "other",
+};
+
+int sb_stats_reason(const char *code, int status)
+{
+    if (!code)
+        code = status == 400   ? "invalid_request"
+               : status == 405 ? "method_not_allowed"
+               : status == 500 ? "internal_error"
+                               : "other";
+    for (int i = 0; i < SB_REASONS - 1; i++)
+        if (!strcmp(code, sb_stats_reason_names[i]))
+            return i;
+    return SB_REASONS - 1;
+}
+
+static void layout(const sb_config *cfg, size_t max_models, sb_stats_models *out, size_t *n_model, size_t *n_ep)
+{
+    size_t first = 0, ep_first = 0;
+    for (size_t p = 0; p < cfg->n_pools; p++) {
+        const sb_pool_config *pc = &cfg->pools[p];
+        size_t names = 1 + pc->n_adapters;
+        sb_stats_models *m = &out[p];
+        m->named = (uint32_t)(names < max_models ? names : max_models);
+        m->slots = m->named + (names > max_models);
+        m->first = first;
+        m->ep_first = ep_first;
+        first += m->slots;
+        ep_first += pc->n_endpoints * m->slots;
+    }
+    *n_model = first;
+    *n_ep = ep_first;
+}
+
+int sb_stats_init(sb_stats *st, const sb_config *cfg)
+{
+    size_t max_models = cfg->metrics_max_models ? cfg->metrics_max_models : 32, n_model = 0, n_ep = 0;
+    st->cfg = cfg;
+    st->models = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_stats_models));
+    if (st->models)
+        layout(cfg, max_models, st->models, &n_model, &n_ep);
+    st->model_metrics = sb_calloc(n_model ? n_model : 1, sizeof(sb_model_metrics));
+    st->pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
+    st->ep_metrics = sb_calloc(n_ep ? n_ep : 1, sizeof(sb_ep_metrics));
+    if (st->models && st->model_metrics && st->pool_metrics && st->ep_metrics)
+        return 0;
+    sb_stats_free(st);
+    return -1;
+}
+
+void sb_stats_free(sb_stats *st)
+{
+    sb_free(st->models);
+    sb_free(st->model_metrics);
+    sb_free(st->pool_metrics);
+    sb_free(st->ep_metrics);
+    st->models = NULL;
+    st->model_metrics = NULL;
+    st->pool_metrics = NULL;
+    st->ep_metrics = NULL;
+}
+
+uint32_t sb_stats_model_slot(const sb_stats *st, uint32_t pool, int adapter)
+{
+    const sb_stats_models *m = &st->models[pool];
+    uint32_t s = adapter < 0 ? 0 : (uint32_t)adapter + 1;
+    /* Past the named ones: "other", the last slot. An index past the pool's adapters cannot come
+     * from the router; it still lands inside the pool's slots. */
+    return s < m->named ? s : m->slots - 1;
+}
+
+const char *sb_stats_model_name(const sb_stats *st, uint32_t pool, uint32_t slot)
+{
+    const sb_pool_config *pc = &st->cfg->pools[pool];
+    if (slot >= st->models[pool].named)
+        return "other";
+    return slot == 0 ? pc->models[0] : pc->adapters[slot - 1];
+}
+
+/* The slot of `from`'s pool q named like st's slot s of pool p, or -1. O(slots): at a reload. */
+static long same_model(const sb_stats *st, uint32_t p, uint32_t s, const sb_stats *from, uint32_t q)
+{
+    const char *name = sb_stats_model_name(st, p, s);
+    for (uint32_t t = 0; t < from->models[q].slots; t++)
+        if (!strcmp(name, sb_stats_model_name(from, q, t)))
+            return t;
+    return -1;
+}
+
+void sb_stats_carry(sb_stats *st, const sb_stats *from)
+{
+    memcpy(st->rejected_by_status, from->rejected_by_status, sizeof st->rejected_by_status);
+    memcpy(st->rejected_by_reason, from->rejected_by_reason, sizeof st->rejected_by_reason);
+    const sb_config *cfg = st->cfg, *ocfg = from->cfg;
+    for (uint32_t p = 0; p < cfg->n_pools; p++) {
+        const sb_pool_config *np = &cfg->pools[p];
+        uint32_t q = 0;
+        while (q < ocfg->n_pools && strcmp(np->name, ocfg->pools[q].name))
+            q++;
+        if (q == ocfg->n_pools)
+            continue;
+        const sb_pool_config *op = &ocfg->pools[q];
+        const sb_stats_models *nm = &st->models[p], *om = &from->models[q];
+        st->pool_metrics[p] = from->pool_metrics[q];
+        for (uint32_t s = 0; s < nm->slots; s++) {
+            long t = same_model(st, p, s, from, q);
+            if (t < 0)
+                continue;
+            st->model_metrics[nm->first + s] = from->model_metrics[om->first + (size_t)t];
+            /* O(endpoints^2) per model: tens to hundreds of endpoints, once per reload. */
+            for (size_t e = 0; e < np->n_endpoints; e++)
+                for (size_t f = 0; f < op->n_endpoints; f++)
+                    if (!strcmp(np->endpoints[e].address, op->endpoints[f].address)) {
+                        st->ep_metrics[nm->ep_first + e * nm->slots + s] =
+                            from->ep_metrics[om->ep_first + f * om->slots + (size_t)t];
+                        break;
+                    }
+        }
+    }
 }
 
 _Static_assert(SB_REQUEST_ID_MAX == SB_HTTP_REQ_ID_MAX, "a request's id fits its log record");
@@ -80,22 +214,24 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
                        ? (double)(log->t_last_token - log->t_first_token) / 1e9 / (double)(log->token_events - 1)
                        : -1;
     if (log->pool >= 0 && (size_t)log->pool < st->cfg->n_pools && !log->gateway_answer) {
-        sb_pool_metrics *pm = &st->pool_metrics[log->pool];
-        histo_add(&pm->duration, sb_histo_bounds, total_s);
+        const sb_stats_models *m = &st->models[log->pool];
+        uint32_t slot = sb_stats_model_slot(st, (uint32_t)log->pool, log->adapter);
+        sb_model_metrics *mm = &st->model_metrics[m->first + slot];
+        histo_add(&mm->duration, sb_histo_bounds, total_s);
         if (ttfb_s >= 0)
-            histo_add(&pm->ttfb, sb_histo_bounds, ttfb_s);
+            histo_add(&mm->ttfb, sb_histo_bounds, ttfb_s);
         if (ttft_s >= 0)
-            histo_add(&pm->ttft, sb_histo_ttft_bounds, ttft_s);
+            histo_add(&mm->ttft, sb_histo_ttft_bounds, ttft_s);
         if (itl_s >= 0)
-            histo_add(&pm->itl, sb_histo_itl_bounds, itl_s);
+            histo_add(&mm->itl, sb_histo_itl_bounds, itl_s);
         if (log->usage.prompt_tokens > 0)
-            pm->prompt_tokens += (uint64_t)log->usage.prompt_tokens;
+            mm->prompt_tokens += (uint64_t)log->usage.prompt_tokens;
         if (log->usage.cached_tokens > 0)
-            pm->cached_tokens += (uint64_t)log->usage.cached_tokens;
+            mm->cached_tokens += (uint64_t)log->usage.cached_tokens;
         if (log->usage.completion_tokens > 0)
-            pm->completion_tokens += (uint64_t)log->usage.completion_tokens;
-        if (log->ep >= 0)
-            st->ep_metrics[st->pool_first_up[log->pool] + (size_t)log->ep].by_class[sb_stats_class(log)]++;
+            mm->completion_tokens += (uint64_t)log->usage.completion_tokens;
+        if (log->ep >= 0 && (size_t)log->ep < st->cfg->pools[log->pool].n_endpoints)
+            st->ep_metrics[m->ep_first + (size_t)log->ep * m->slots + slot].by_class[sb_stats_class(log)]++;
     }
     if (!st->access_log)
         return;

@@ -24,13 +24,18 @@ typedef struct sb_histo {
     uint64_t n;
 } sb_histo;
 
-typedef struct sb_pool_metrics {
-    sb_histo duration;   /* request start to end */
-    sb_histo ttfb;       /* request start to first response byte (the head: headers time) */
-    sb_histo ttft;       /* request start to first token (sb_token_clock); answered "ok" only */
-    sb_histo itl;        /* a stream's mean gap between data events, one per request */
-    sb_histo queue_wait; /* flow control: admission to dispatch, one per dispatched request */
+/* Per pool and model label value (see sb_stats_models): what finished requests leave. */
+typedef struct sb_model_metrics {
+    sb_histo duration; /* request start to end */
+    sb_histo ttfb;     /* request start to first response byte (the head: headers time) */
+    sb_histo ttft;     /* request start to first token (sb_token_clock); answered "ok" only */
+    sb_histo itl;      /* a stream's mean gap between data events, one per request */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
+} sb_model_metrics;
+
+/* Per pool: what happens before a request has a model slot's worth of result. */
+typedef struct sb_pool_metrics {
+    sb_histo queue_wait; /* flow control: admission to dispatch, one per dispatched request */
 } sb_pool_metrics;
 
 /* Response classes of switchboard_requests_total: 1xx..5xx at index 1..5; [0] no response
@@ -42,19 +47,66 @@ typedef struct sb_ep_metrics {
     uint64_t by_class[SB_CLASS_COUNT];
 } sb_ep_metrics;
 
-/* Where finished requests are recorded. Its owner allocates the arrays and keeps every
- * pointer valid while requests can end (the gateway: for its own life). */
+/* A pool's values of the `model` label, fixed when the statistics are built: slot 0 is the
+ * pool's served name (the name sent upstream, which aliases resolve to), slots 1.. its adapters
+ * in config order (an adapter is a model name of its own, so LoRA traffic shows apart), at most
+ * metrics.max_models of them; past that one more slot, "other", takes the rest. A request's
+ * slot is then two comparisons on the adapter index the router already found: no string is
+ * hashed per request, and the label's cardinality is bounded by the configuration. */
+typedef struct sb_stats_models {
+    size_t first;    /* index in model_metrics of the pool's slot 0 */
+    size_t ep_first; /* index in ep_metrics of (endpoint 0, slot 0); endpoint e, slot s is
+                      * ep_first + e * slots + s */
+    uint32_t named;  /* slots with a name of the configuration's (>= 1) */
+    uint32_t slots;  /* named, plus 1 when the pool has more names than max_models */
+} sb_stats_models;
+
+/* Answers the gateway gives itself, by reason (the error code its body carries; statically
+ * known, so the label is bounded): see sb_stats_reason. */
+#define SB_REASONS 18
+extern const char *const sb_stats_reason_names[SB_REASONS];
+
+/* Where finished requests are recorded. sb_stats_init allocates the arrays for a
+ * configuration; sb_stats_free frees them. */
 typedef struct sb_stats {
-    const sb_config *cfg;           /* names pools (cfg->n_pools of them) and endpoints; the
-                                     * owner's current configuration (swapped by its reloads) */
-    const size_t *pool_first_up;    /* index in ep_metrics of each pool's first endpoint */
+    const sb_config *cfg;            /* names pools (cfg->n_pools of them) and endpoints; the
+                                      * owner's current configuration (swapped by its reloads,
+                                      * which keep pools, models, adapters and endpoints) */
+    sb_stats_models *models;         /* cfg->n_pools entries */
+    sb_model_metrics *model_metrics; /* per pool and model slot */
     sb_pool_metrics *pool_metrics;  /* cfg->n_pools entries */
-    sb_ep_metrics *ep_metrics;      /* one per endpoint, pool-major */
+    sb_ep_metrics *ep_metrics;      /* per endpoint and model slot, pool-major */
     FILE *access_log;               /* NULL: none; written and flushed per line, never closed here */
     uint64_t *rejected;             /* answers the gateway gave itself with a 4xx (net/errors.h) */
     uint64_t rejected_by_status[6]; /* the gateway's own error answers by status class; an upstream
                                      * failure (502/504, counted as upstream_errors) is not one */
+    uint64_t rejected_by_reason[SB_REASONS][2]; /* the same by reason: [0] 4xx, [1] 5xx */
 } sb_stats;
+
+/* Builds st's layout and zeroed arrays for cfg's pools (max_models label values per pool,
+ * cfg->metrics_max_models when 0). Returns 0, or -1 out of memory with nothing held. Keeps a
+ * pointer to cfg (st->cfg); the other fields (access_log, rejected) are the caller's. */
+int sb_stats_init(sb_stats *st, const sb_config *cfg);
+
+/* Frees what sb_stats_init allocated; st's arrays are NULL afterwards. */
+void sb_stats_free(sb_stats *st);
+
+/* Carries counts from `from` (a replaced gateway's) into st: by pool name, then model label
+ * value, then endpoint address; counts whose pool, model or endpoint are gone are dropped
+ * (their series end), and the refusal counters carry whole. Cannot fail. */
+void sb_stats_carry(sb_stats *st, const sb_stats *from);
+
+/* The model slot of a request to pool with adapter (-1: the base model or an alias of it). */
+uint32_t sb_stats_model_slot(const sb_stats *st, uint32_t pool, int adapter);
+
+/* The `model` label value of pool's slot: the served name, an adapter's name, or "other".
+ * Borrowed from st->cfg. */
+const char *sb_stats_model_name(const sb_stats *st, uint32_t pool, uint32_t slot);
+
+/* The index in sb_stats_reason_names of an error answer's code (NULL: named by its status:
+ * 400 invalid_request, 405 method_not_allowed, 500 internal_error); an unknown code is
+ * "other". O(SB_REASONS) string compares: error answers only, never the proxied path. */
+int sb_stats_reason(const char *code, int status);
 
 /* Histogram bucket bounds (seconds), SB_HISTO_BUCKETS of each: duration and TTFB; time to
  * first token; inter-token latency; queue wait. */
@@ -82,7 +134,8 @@ void sb_token_clock_log(const sb_token_clock *tc, sb_exchange_log *log);
  * once) in pool's queue_wait histogram. A pool st->cfg no longer has is ignored. */
 void sb_stats_queue_wait(sb_stats *st, uint32_t pool, sb_ns waited);
 
-/* Records one finished request: metrics (when log->pool names a pool of st->cfg), and the
+/* Records one finished request: metrics (when log->pool names a pool of st->cfg; its model
+ * slot from log->adapter), and the
  * access log line if st->access_log is set (one JSON object per line; the fields are listed in
  * docs/observability.md). Cannot fail (a line that cannot be built for lack of memory is
  * dropped). */

@@ -102,6 +102,14 @@ static const field tls_fields[] = {
     FN("key", tls_key, K_NAME, 0, 0),
 };
 
+/* The request-level series' `model` label (net/stats.h): a pool's served name, then its adapters
+ * in config order, up to this many values per pool; the rest are counted as model="other". Each
+ * value costs a few hundred series (histogram buckets by endpoint), so the bound is the
+ * operator's, with room for a pool of LoRA adapters by default. */
+static const field metrics_fields[] = {
+    FN("max_models", metrics_max_models, K_COUNT, 1, 4096),
+};
+
 #undef FN
 
 /* A top-level scalar rather than a section: it belongs with access_log. */
@@ -137,6 +145,7 @@ static const section sections[] = {
     {"shutdown", shutdown_fields, ARRAY_LEN(shutdown_fields)},
     {"discovery", discovery_fields, ARRAY_LEN(discovery_fields)},
     {"tls", tls_fields, ARRAY_LEN(tls_fields)},
+    {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)},
 };
 
 #undef F
@@ -685,6 +694,7 @@ static bool set_defaults(sb_config *cfg)
         .flow_gate_kv = -1,
         .flow_max_queued = {1024, 1024, 1024},
         .debug_endpoints = true,
+        .metrics_max_models = 32,
         .admin_port = 8081,
         .admin_max_connections = 64,
         .admin_max_body_bytes = 64 << 10,

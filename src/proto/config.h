@@ -183,6 +183,9 @@ typedef struct sb_config {
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */
     bool debug_endpoints;         /* serve GET /debug/endpoints; default true */
+    size_t metrics_max_models;    /* `metrics.max_models`: model label values per pool (the served
+                                   * name, then adapters in order); the rest share model="other";
+                                   * default 32 */
     /* the admin listener (`admin:`): /metrics and the debug pages, apart from the client listener */
     char *admin_host;             /* default "127.0.0.1"; NULL: no admin listener (listen: null) */
     uint16_t admin_port;          /* default 8081 */

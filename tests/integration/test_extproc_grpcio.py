@@ -146,7 +146,8 @@ class GrpcioTest(unittest.TestCase):
     def test_whole_request_h2c(self):
         usage = self.whole_request(self.h2c, fallbacks=1)
         text = http(self.gw.admin_port, "GET", "/metrics")[2].decode()
-        self.assertIn('switchboard_completion_tokens_total{pool="p"} %d' % usage["completion_tokens"], text)
+        self.assertIn('switchboard_completion_tokens_total{pool="p",model="%s"} %d' % (MODEL, usage["completion_tokens"]),
+                      text)
 
     def test_whole_request_tls(self):
         self.whole_request(self.tls, fallbacks=0)  # the default

@@ -261,7 +261,7 @@ class ReloadAndAdminTest(unittest.TestCase):
         total = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
                     if l.startswith("switchboard_requests_total{") and 'code="2xx"' in l)
         self.assertEqual(total, 4)
-        self.assertIn('switchboard_rejected_total{code="4xx"} 1', text)
+        self.assertIn('switchboard_rejected_total{code="4xx",reason="model_not_found"} 1', text)
         self.assertIn('switchboard_endpoint_healthy{pool="p",endpoint="%s"} 1' % self.up1.address, text)
         if PROMTOOL:
             r = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True)

@@ -10,38 +10,57 @@ typedef struct fixture {
     sb_config cfg;
     sb_pool_config pools[2];
     sb_endpoint_config eps[3];
-    size_t first_up[3];
-    sb_pool_metrics pm[2];
-    sb_ep_metrics em[3];
+    char *models_a[2], *models_b[1], *adapters_a[3];
+    sb_model_metrics *pm; /* per pool and model slot */
+    sb_pool_metrics *qm;  /* per pool */
+    sb_ep_metrics *em;
     uint64_t rejected;
     sb_stats st;
     char *log_text;
     size_t log_len;
 } fixture;
 
-/* Two pools: "a" with endpoints a0, a1, "b" with b0 (ep_metrics index 2). */
-static void setup_fixture(fixture *f, bool access_log)
+/* Two pools: "a" (model ma and its alias ma-alias) with endpoints a0, a1, and "b" (model mb)
+ * with b0. `adapters` gives pool a the adapters la, lb, lc; without, every pool has one model
+ * slot, so pm[p] is pool p's metrics and em[i] the i-th endpoint's, pool-major (b0 is em[2]). */
+static void setup_fixture_models(fixture *f, bool access_log, bool adapters, size_t max_models)
 {
     memset(f, 0, sizeof(*f));
     f->eps[0].address = "a0:1";
     f->eps[1].address = "a1:1";
     f->eps[2].address = "b0:1";
-    f->pools[0] = (sb_pool_config){.name = "a", .endpoints = &f->eps[0], .n_endpoints = 2};
-    f->pools[1] = (sb_pool_config){.name = "b", .endpoints = &f->eps[2], .n_endpoints = 1};
+    f->models_a[0] = "ma";
+    f->models_a[1] = "ma-alias";
+    f->adapters_a[0] = "la";
+    f->adapters_a[1] = "lb";
+    f->adapters_a[2] = "lc";
+    f->models_b[0] = "mb";
+    f->pools[0] = (sb_pool_config){.name = "a",
+                                   .models = f->models_a,
+                                   .n_models = 2,
+                                   .adapters = adapters ? f->adapters_a : NULL,
+                                   .n_adapters = adapters ? 3 : 0,
+                                   .endpoints = &f->eps[0],
+                                   .n_endpoints = 2};
+    f->pools[1] =
+        (sb_pool_config){.name = "b", .models = f->models_b, .n_models = 1, .endpoints = &f->eps[2], .n_endpoints = 1};
     f->cfg.pools = f->pools;
     f->cfg.n_pools = 2;
-    f->first_up[0] = 0;
-    f->first_up[1] = 2;
-    f->first_up[2] = 3;
-    f->st = (sb_stats){.cfg = &f->cfg,
-                       .pool_first_up = f->first_up,
-                       .pool_metrics = f->pm,
-                       .ep_metrics = f->em,
-                       .rejected = &f->rejected};
+    f->cfg.metrics_max_models = max_models;
+    assert_int_equal(sb_stats_init(&f->st, &f->cfg), 0);
+    f->st.rejected = &f->rejected;
+    f->pm = f->st.model_metrics;
+    f->qm = f->st.pool_metrics;
+    f->em = f->st.ep_metrics;
     if (access_log) {
         f->st.access_log = open_memstream(&f->log_text, &f->log_len);
         assert_non_null(f->st.access_log);
     }
+}
+
+static void setup_fixture(fixture *f, bool access_log)
+{
+    setup_fixture_models(f, access_log, false, 32);
 }
 
 static void teardown_fixture(fixture *f)
@@ -49,12 +68,14 @@ static void teardown_fixture(fixture *f)
     if (f->st.access_log)
         fclose(f->st.access_log);
     free(f->log_text);
+    sb_stats_free(&f->st);
 }
 
 static sb_exchange_log a_log(int pool, int ep, int status)
 {
     sb_exchange_log log = {.pool = pool,
                            .ep = ep,
+                           .adapter = -1,
                            .status = status,
                            .outcome = "ok",
                            .model = "m\"q",
@@ -75,7 +96,7 @@ static void test_record_lands_in_its_pool_and_endpoint(void **state)
     sb_stats_record(&f->st, &log);
     log = a_log(1, 0, 503);
     sb_stats_record(&f->st, &log);
-    /* pool b's endpoint 0 is ep_metrics[first_up[1] + 0] */
+    /* pool b's endpoint 0 is em[2]: pool a has two endpoints of one model slot each */
     assert_int_equal(f->em[2].by_class[2], 1);
     assert_int_equal(f->em[2].by_class[5], 1);
     assert_int_equal(f->em[0].by_class[2] + f->em[1].by_class[2], 0);
@@ -241,12 +262,104 @@ static void test_queue_wait(void **state)
     sb_stats_queue_wait(&f->st, 1, 0);
     sb_stats_queue_wait(&f->st, 1, 3000000000); /* 3 s: the (2.5, 5] bucket, index 10 */
     sb_stats_queue_wait(&f->st, 2, 1);          /* a pool a reload removed: ignored */
-    assert_int_equal(f->pm[1].queue_wait.n, 2);
-    assert_int_equal(f->pm[1].queue_wait.counts[0], 1);
-    assert_int_equal(f->pm[1].queue_wait.counts[10], 1);
-    assert_int_equal(f->pm[0].queue_wait.n, 0);
+    assert_int_equal(f->qm[1].queue_wait.n, 2);
+    assert_int_equal(f->qm[1].queue_wait.counts[0], 1);
+    assert_int_equal(f->qm[1].queue_wait.counts[10], 1);
+    assert_int_equal(f->qm[0].queue_wait.n, 0);
     teardown_fixture(f);
     free(f);
+}
+
+/* The model label: an alias counts as its served name, each adapter as itself up to
+ * max_models names per pool, the rest as "other"; per endpoint too. */
+static void test_model_slots_bound_the_label(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture_models(f, false, true, 3); /* ma, la, lb named; lc is "other" */
+    const sb_stats_models *m = &f->st.models[0];
+    assert_int_equal(m->named, 3);
+    assert_int_equal(m->slots, 4);
+    assert_int_equal(f->st.models[1].slots, 1);
+    assert_string_equal(sb_stats_model_name(&f->st, 0, 0), "ma");
+    assert_string_equal(sb_stats_model_name(&f->st, 0, 1), "la");
+    assert_string_equal(sb_stats_model_name(&f->st, 0, 2), "lb");
+    assert_string_equal(sb_stats_model_name(&f->st, 0, 3), "other");
+    assert_string_equal(sb_stats_model_name(&f->st, 1, 0), "mb");
+    assert_int_equal(sb_stats_model_slot(&f->st, 0, -1), 0);
+    assert_int_equal(sb_stats_model_slot(&f->st, 0, 0), 1);
+    assert_int_equal(sb_stats_model_slot(&f->st, 0, 2), 3);
+    assert_int_equal(sb_stats_model_slot(&f->st, 1, 7), 0); /* pool b has no adapters: stays in */
+
+    int adapters[] = {-1, -1, 0, 2, 2, 2}; /* base (or alias) twice, la once, lc three times */
+    for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++) {
+        sb_exchange_log log = a_log(0, 1, 200);
+        log.adapter = adapters[i];
+        sb_stats_record(&f->st, &log);
+    }
+    assert_int_equal(f->pm[m->first + 0].duration.n, 2);
+    assert_int_equal(f->pm[m->first + 1].duration.n, 1);
+    assert_int_equal(f->pm[m->first + 2].duration.n, 0);
+    assert_int_equal(f->pm[m->first + 3].duration.n, 3);
+    assert_int_equal(f->pm[m->first + 3].completion_tokens, 21);
+    /* endpoint a1 (e = 1), slot s: ep_first + e * slots + s */
+    assert_int_equal(f->em[m->ep_first + 1 * m->slots + 3].by_class[2], 3);
+    assert_int_equal(f->em[m->ep_first + 1 * m->slots + 0].by_class[2], 2);
+    assert_int_equal(f->em[m->ep_first + 0 * m->slots + 0].by_class[2], 0);
+    /* pool b lies after pool a's 4 slots and 2 x 4 endpoint slots */
+    assert_int_equal(f->st.models[1].first, 4);
+    assert_int_equal(f->st.models[1].ep_first, 8);
+    teardown_fixture(f);
+    free(f);
+}
+
+/* A reload that replaces the gateway carries counts by pool, model and endpoint names, so a
+ * counter never goes back; a model that lost its name (now past max_models) starts anew. */
+static void test_carry_maps_by_names(void **state)
+{
+    fixture *old = calloc(1, sizeof(*old)), *nw = calloc(1, sizeof(*nw));
+    setup_fixture_models(old, false, true, 32);
+    sb_exchange_log log = a_log(0, 1, 200);
+    log.adapter = 1; /* lb */
+    sb_stats_record(&old->st, &log);
+    log.adapter = -1;
+    sb_stats_record(&old->st, &log);
+    sb_stats_queue_wait(&old->st, 0, 1000000);
+    old->st.rejected_by_reason[sb_stats_reason("shed", 429)][0] = 5;
+    /* The new configuration: pool a's endpoints swapped, max_models 2 (ma, la; lb is "other"). */
+    setup_fixture_models(nw, false, true, 2);
+    nw->eps[0].address = "a1:1";
+    nw->eps[1].address = "a0:1";
+    sb_stats_carry(&nw->st, &old->st);
+    const sb_stats_models *m = &nw->st.models[0];
+    assert_int_equal(nw->pm[m->first + 0].duration.n, 1);                    /* ma kept */
+    assert_int_equal(nw->em[m->ep_first + 0 * m->slots + 0].by_class[2], 1); /* a1 is now e = 0 */
+    assert_int_equal(nw->pm[m->first + 2].duration.n, 0);                    /* "other" is new */
+    assert_int_equal(nw->qm[0].queue_wait.n, 1);
+    assert_int_equal(nw->st.rejected_by_reason[sb_stats_reason("shed", 429)][0], 5);
+    teardown_fixture(old);
+    teardown_fixture(nw);
+    free(old);
+    free(nw);
+}
+
+/* Error answers' reasons: known codes by name, codeless answers by status, anything else other. */
+static void test_reasons(void **state)
+{
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason("model_not_found", 404)], "model_not_found");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason("queue_full", 429)], "queue_full");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason(NULL, 400)], "invalid_request");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason(NULL, 405)], "method_not_allowed");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason(NULL, 500)], "internal_error");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason("made_up", 400)], "other");
+    assert_string_equal(sb_stats_reason_names[sb_stats_reason(NULL, 418)], "other");
+    /* label-safe, distinct names */
+    for (int i = 0; i < SB_REASONS; i++) {
+        assert_non_null(sb_stats_reason_names[i]);
+        for (const char *c = sb_stats_reason_names[i]; *c; c++)
+            assert_true((*c >= 'a' && *c <= 'z') || *c == '_');
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(sb_stats_reason_names[i], sb_stats_reason_names[j]);
+    }
 }
 
 int main(void)
@@ -259,6 +372,9 @@ int main(void)
         cmocka_unit_test(test_stream_ttft_and_mean_gap),
         cmocka_unit_test(test_unstreamed_and_failed_answers),
         cmocka_unit_test(test_queue_wait),
+        cmocka_unit_test(test_model_slots_bound_the_label),
+        cmocka_unit_test(test_carry_maps_by_names),
+        cmocka_unit_test(test_reasons),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1430,6 +1430,22 @@ static void test_admin_decisions_ring(void **state)
     expect_one_error("admin: { decisions: 65536, decision_candidates: 17 }\n" POOL_OK, 1, "at most 1048576 candidates");
 }
 
+/* metrics.max_models: the model label's bound, 32 by default, 1 .. 4096. */
+static void test_metrics_max_models(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->metrics_max_models, 32);
+    sb_config_free(cfg);
+    assert_int_equal(parse_str("metrics: { max_models: 1 }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(cfg->metrics_max_models, 1);
+    sb_config_free(cfg);
+    expect_one_error("metrics:\n  max_models: 0\n" POOL_OK, 2, "metrics.max_models must be between 1 and 4096, got 0");
+    expect_one_error("metrics:\n  max_models: 4097\n" POOL_OK, 2, "metrics.max_models must be between 1 and 4096");
+    expect_one_error("metrics:\n  model_label: true\n" POOL_OK, 2, "unknown key 'model_label' in metrics");
+}
+
 static void test_error_default_pool(void **state)
 {
     expect_one_error("routing:\n"
@@ -1985,6 +2001,7 @@ int main(void)
         cmocka_unit_test(test_endpoint_mappings),
         cmocka_unit_test(test_admin_and_decision_log),
         cmocka_unit_test(test_admin_decisions_ring),
+        cmocka_unit_test(test_metrics_max_models),
         cmocka_unit_test(test_admin_listener),
         cmocka_unit_test(test_ext_proc),
         cmocka_unit_test(test_client_auth),
