@@ -221,6 +221,16 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   (unsigned long long)c->midstream_errors, (unsigned long long)c->client_aborts,
                   (unsigned long long)c->orca_reports, (unsigned long long)gw->reloads, gw->in_flight,
                   gw->draining ? 1 : 0);
+    sb_buf_printf(
+        b,
+        "# HELP switchboard_stream_usage_stripped_total Usage-only stream chunks the gateway asked for "
+        "(upstream.stream_usage) and kept from clients that did not.\n"
+        "# TYPE switchboard_stream_usage_stripped_total counter\nswitchboard_stream_usage_stripped_total %llu\n"
+        "# HELP switchboard_stream_usage_overflows_total Stream events longer than "
+        "limits.max_held_event_bytes, passed on unexamined.\n"
+        "# TYPE switchboard_stream_usage_overflows_total counter\nswitchboard_stream_usage_overflows_total "
+        "%llu\n",
+        (unsigned long long)c->usage_stripped, (unsigned long long)c->usage_overflows);
     sb_buf_printf(b,
                   "# HELP switchboard_reloads_total Configuration reloads by result: success (applied) or failure "
                   "(refused, the running configuration kept: a file with errors, a changed listen address, "

@@ -24,6 +24,8 @@ typedef struct sb_gateway_counters {
     uint64_t client_aborts;    /* client left while its request was in flight */
     uint64_t rejected;         /* answered with 4xx by the gateway itself */
     uint64_t orca_reports;     /* endpoint-load-metrics headers applied */
+    uint64_t usage_stripped;   /* usage-only chunks the gateway asked for, kept from clients */
+    uint64_t usage_overflows;  /* events past limits.max_held_event_bytes, passed unexamined */
     uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
     uint64_t unauthorized[2];  /* 401: [0] client API key, [1] admin token */
 } sb_gateway_counters;
@@ -57,6 +59,13 @@ typedef struct sb_proxy_target {
     size_t served_len;
     size_t model_tok_start, model_tok_end;
     int stream;
+    /* upstream.stream_usage: a stream that did not ask for usage is asked for it upstream
+     * (body[usage_edit_start, usage_edit_end) replaced by usage_edit, a static string) and the
+     * usage-only chunk is stripped from what the client receives (proto/sse_strip.h).
+     * usage_edit NULL: the body goes as it is, and nothing is stripped. */
+    const char *usage_edit;
+    size_t usage_edit_len;
+    size_t usage_edit_start, usage_edit_end;
     const char *model; /* as requested, for the access log */
     /* who asked (gateway.c, from the Authorization bearer token) */
     uint64_t key_id;                     /* 64 bits of the token's SHA-256; 0: no bearer token */

@@ -137,6 +137,13 @@ static void on_check(uv_check_t *h)
             hs_conn_close(c);
     }
     uv_check_stop(&s->flusher);
+    uv_idle_stop(&s->kick);
+}
+
+/* Its being active is what counts (the poll does not block); nothing to do when it runs. */
+static void on_kick(uv_idle_t *h)
+{
+    (void)h;
 }
 
 /* Flushed at the end of this loop iteration (TLS handshake records, or the out buffer). */
@@ -150,6 +157,7 @@ void hs_mark_dirty(conn *c)
             c->srv->dirty->dirty_prev = c;
         c->srv->dirty = c;
         uv_check_start(&c->srv->flusher, on_check);
+        uv_idle_start(&c->srv->kick, on_kick);
     }
 }
 

@@ -307,12 +307,12 @@ static void on_connection(uv_stream_t *server, int status)
     hs_conn_read_start(c);
 }
 
-/* The listener and the flusher: the server is freed when both are closed and no
- * connection struct is left. */
+/* The listener, the flusher and its kick: the server is freed when all three are closed and
+ * no connection struct is left. */
 static void on_server_handle_closed(uv_handle_t *h)
 {
     sb_http_server *s = h->data;
-    if (++s->server_handles_closed == 2) {
+    if (++s->server_handles_closed == 3) {
         s->listener_closed = true;
         if (s->n_alive == 0)
             server_free(s);
@@ -363,12 +363,15 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
     s->listener.data = s;
     uv_check_init(loop, &s->flusher);
     s->flusher.data = s;
+    uv_idle_init(loop, &s->kick);
+    s->kick.data = s;
     if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0) {
         /* The handles close on the loop's next turn, which frees the server. */
         s->stopping = true;
         uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
         uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+        uv_close((uv_handle_t *)&s->kick, on_server_handle_closed);
         return rc;
     }
     struct sockaddr_storage bound;
@@ -458,6 +461,7 @@ void sb_http_server_stop(sb_http_server *s)
     if (!s->draining) /* a drain closed the listener already */
         uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->flusher, on_server_handle_closed);
+    uv_close((uv_handle_t *)&s->kick, on_server_handle_closed);
 }
 
 /* Whether c waits for a request with nothing of its own in progress: no request bytes read, no

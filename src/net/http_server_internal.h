@@ -126,8 +126,13 @@ struct sb_http_server {
     /* Writes made during one loop iteration are coalesced per connection and flushed by a
      * check handle at the end of the iteration: a response head, its body and the chunk
      * terminator leave in one write(2) instead of three, and an SSE event still leaves in the
-     * iteration that produced it. */
+     * iteration that produced it. Check handles run after the poll, which blocks until the
+     * next timer or I/O: a write made before it (from a timer, as the simulator writes each
+     * token, or a queued request answered at its deadline) would wait that long (measured: one
+     * decode step, ~6 ms, on every streamed first token). So while writes are pending an idle
+     * handle, `kick`, is active too, which makes that poll return at once. */
     uv_check_t flusher;
+    uv_idle_t kick;
     conn *dirty;
     int server_handles_closed;
     /* Every connection of this server reads into this one buffer: the loop is single-threaded

@@ -29,8 +29,10 @@
 #include "net/routes.h"
 #include "net/stats.h"
 #include "proto/auth.h"
+#include "proto/body_edit.h"
 #include "proto/extproc.h"
 #include "proto/orca.h"
+#include "proto/sse_strip.h"
 #include "proto/usage.h"
 
 #define PROCESS_METHOD "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
@@ -115,6 +117,13 @@ struct pstream {
     uint64_t bytes_out;
     char tail[2048]; /* the response body's last bytes: usage comes last */
     size_t tail_len;
+    /* upstream.stream_usage, as the proxy's: include_usage was added to the body sent on
+     * (usage_asked), and the usage-only chunk is taken out of the response chunks Envoy gets
+     * back (stripping; full-duplex response mode only). strip_out: one chunk's bytes kept. */
+    bool usage_asked, stripping, strip_failed;
+    sb_sse_strip strip;
+    char *hold;
+    sb_buf strip_out;
     sb_buf decision;
     sb_decision_ref dref; /* its record in the ring of recent decisions (net/decisions.h) */
     uint32_t attempts;    /* endpoints that took it: the pick, and one Envoy served it on instead */
@@ -184,6 +193,8 @@ static void stream_free(pstream *s)
     sb_buf_free(&s->head);
     sb_buf_free(&s->body);
     sb_buf_free(&s->decision);
+    sb_buf_free(&s->strip_out);
+    sb_free(s->hold);
     sb_free(s->hdrs);
     sb_free(s->subset);
     sb_free(s->probe_keys);
@@ -256,6 +267,8 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
     };
     sb_usage_scan(s->tail, s->tail_len, &log.usage);
     sb_token_clock_log(&s->tokens, &log);
+    env->counters->usage_stripped += s->strip.stripped;
+    env->counters->usage_overflows += s->strip.overflows;
     const sb_endpoint *served = log.upstream_status ? sb_router_endpoint(env->router, s->t.pool, s->ep) : NULL;
     sb_decisions_finish(&s->dref, status, sb_decisions_ttft_ms(&log), s->attempts, served ? served->address : NULL);
     if (s->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && s->t_first_body && log.outcome[0] == 'o')
@@ -665,26 +678,41 @@ static bool in_subset(const char *subset, const char *addr)
 }
 
 /* The body Envoy sends on: the client's, with the model field rewritten to the served name
- * when the client named an alias (or inserted for the default pool), as the proxy does. Sets
- * *out (s->body's bytes, or rewritten's). 0, or -1 on ENOMEM. */
+ * when the client named an alias (or inserted for the default pool), and include_usage asked
+ * for a stream that did not (only when the response comes back through here in full duplex,
+ * where the usage chunk can be taken out again), as the proxy does. Sets *out (s->body's
+ * bytes, or rewritten's). 0, or -1 on ENOMEM. */
 static int body_to_send(pstream *s, sb_buf *rewritten, const char **out, size_t *len)
 {
     const sb_proxy_target *t = &s->t;
     *out = s->body.data ? s->body.data : "";
     *len = s->body.len;
-    if (!t->served)
-        return 0;
-    size_t a = t->model_tok_start, b = t->insert_model ? t->model_tok_start : t->model_tok_end;
-    if (a > s->body.len || b > s->body.len || a > b)
-        return 0;
-    int rc = sb_buf_append(rewritten, s->body.data, a);
-    rc |= sb_buf_puts(rewritten, t->insert_model ? "\"model\":\"" : "\"");
-    rc |= sb_buf_json_escape(rewritten, t->served, t->served_len);
-    rc |= sb_buf_puts(rewritten, t->insert_model && t->insert_comma ? "\"," : "\"");
-    rc |= sb_buf_append(rewritten, s->body.data + b, s->body.len - b);
+    sb_buf quoted = {0};
+    sb_body_edit edits[2];
+    size_t ne = 0;
+    int rc = 0;
+    if (t->served) {
+        rc |= sb_buf_puts(&quoted, t->insert_model ? "\"model\":\"" : "\"");
+        rc |= sb_buf_json_escape(&quoted, t->served, t->served_len);
+        rc |= sb_buf_puts(&quoted, t->insert_model && t->insert_comma ? "\"," : "\"");
+        edits[ne++] = (sb_body_edit){t->model_tok_start, t->insert_model ? t->model_tok_start : t->model_tok_end,
+                                     quoted.data, quoted.len};
+    }
+    bool usage = t->usage_edit && s->resp_mode == SB_EXTPROC_MODE_FULL_DUPLEX;
+    if (usage)
+        edits[ne++] = (sb_body_edit){t->usage_edit_start, t->usage_edit_end, t->usage_edit, t->usage_edit_len};
+    sb_body_piece pieces[SB_BODY_PIECES_MAX];
+    size_t total = 0;
+    int np = rc || ne == 0 ? -1 : sb_body_edit_pieces(*out, *len, edits, ne, pieces, &total);
+    for (int i = 0; i < np && rc == 0; i++)
+        rc |= sb_buf_append(rewritten, pieces[i].at, pieces[i].len);
+    sb_buf_free(&quoted);
     if (rc)
         return -1;
-    *out = rewritten->data;
+    if (np < 0) /* nothing to change (or offsets that are not this body's: sent as it is) */
+        return 0;
+    s->usage_asked = usage;
+    *out = rewritten->data ? rewritten->data : "";
     *len = rewritten->len;
     return 0;
 }
@@ -701,7 +729,7 @@ static int answer_pick(pstream *s, const char *dest, size_t dest_len)
         sb_buf_free(&rewritten);
         return -1;
     }
-    bool changed = body != s->body.data && s->t.served;
+    bool changed = body != s->body.data && (s->t.served || s->usage_asked);
     bool buffered = s->req_mode == SB_EXTPROC_MODE_BUFFERED && s->headers_answered;
     char clen[24];
     int cl = snprintf(clen, sizeof clen, "%zu", body_len);
@@ -1005,6 +1033,15 @@ static void served_by(pstream *s, const char *addr, size_t len)
     s->pk->stats.served_elsewhere++;
 }
 
+/* The strip's output for the chunk being answered (sb_sse_emit_fn). Out of memory: the bytes
+ * are lost, so the stream is ended (the client sees a cut, never a silent gap). */
+static void keep_chunk_bytes(void *ud, const char *at, size_t len)
+{
+    pstream *s = ud;
+    if (!s->strip_failed && sb_buf_append(&s->strip_out, at, len) < 0)
+        s->strip_failed = true;
+}
+
 static void on_response_headers(pstream *s, const sb_extproc_msg *m)
 {
     sb_picker *pk = s->pk;
@@ -1044,6 +1081,18 @@ static void on_response_headers(pstream *s, const sb_extproc_msg *m)
             }
         }
     }
+    /* The usage chunk the gateway asked for comes out of a 2xx event stream. Not from a body
+     * framed by a content-length, which these chunks would then contradict: that one passes
+     * whole (engines stream SSE chunked, or over HTTP/2 without a length). */
+    const sb_extproc_header *ct = sb_extproc_header_find(m, "content-type");
+    if (s->usage_asked && s->status >= 200 && s->status < 300 && ct && ct->value_len >= 17 &&
+        !strncasecmp(ct->value, "text/event-stream", 17) && !sb_extproc_header_find(m, "content-length")) {
+        size_t cap = s->snap ? s->snap->cfg->max_held_event_bytes : 0;
+        if (!s->hold && cap)
+            s->hold = sb_malloc(cap);
+        sb_sse_strip_init(&s->strip, s->hold, s->hold ? cap : 0, keep_chunk_bytes, s);
+        s->stripping = true;
+    }
     sb_extproc_common c = {.kind = SB_EXTPROC_RESPONSE_HEADERS};
     if (sb_extproc_encode_common(&c, &pk->out) == 0)
         send_out(s);
@@ -1068,15 +1117,30 @@ static void on_response_body(pstream *s, const sb_extproc_msg *m)
     if (env)
         sb_token_clock_feed(&s->tokens, (const char *)at, len, now_ns());
     sb_usage_tail_push(s->tail, sizeof(s->tail), &s->tail_len, at, len);
-    s->bytes_out += len;
     sb_extproc_common c = {.kind = SB_EXTPROC_RESPONSE_BODY};
     if (s->resp_mode == SB_EXTPROC_MODE_FULL_DUPLEX) {
-        /* Full duplex: Envoy forwards only what comes back; the bytes go back unchanged. */
+        /* Full duplex: Envoy forwards only what comes back; the bytes go back unchanged, but
+         * for the usage chunk the gateway asked for (held while unfinished, bounded). */
         c.streamed = true;
         c.body = m->body;
         c.body_len = m->body_len;
         c.end_of_stream = m->end_of_stream;
+        if (s->stripping) {
+            s->strip_out.len = 0;
+            sb_sse_strip_feed(&s->strip, (const char *)at, len);
+            if (m->end_of_stream)
+                sb_sse_strip_finish(&s->strip);
+            if (s->strip_failed) {
+                end_call(s, SB_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+                abandon(s);
+                return;
+            }
+            c.body = (const uint8_t *)s->strip_out.data;
+            c.body_len = s->strip_out.len;
+            len = s->strip_out.len;
+        }
     }
+    s->bytes_out += len;
     if (sb_extproc_encode_common(&c, &pk->out) == 0)
         send_out(s);
     if (m->end_of_stream)

@@ -36,9 +36,11 @@
 #include "net/probe.h"
 #include "net/proxy.h"
 #include "net/stats.h"
+#include "proto/body_edit.h"
 #include "proto/inspect.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
+#include "proto/sse_strip.h"
 #include "proto/usage.h"
 
 /* The backoff before a retry: its own allocation, so the exchange can be freed while the
@@ -109,6 +111,12 @@ typedef struct exchange {
     const char *reason;
     char tail[2048];           /* last bytes of the response body: usage comes last */
     size_t tail_len;
+    /* upstream.stream_usage: the gateway asked this stream for usage (t.usage_edit): the
+     * usage-only chunk is read (tail) but not passed on. hold: the strip's buffer for an
+     * unfinished event (limits.max_held_event_bytes), allocated when such a stream begins. */
+    bool stripping;
+    sb_sse_strip strip;
+    char *hold;
     char model[SB_MODEL_NAME_MAX + 1];
     sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
     sb_decision_ref dref;      /* its record in the ring of recent decisions, for the outcome */
@@ -118,6 +126,7 @@ typedef struct exchange {
 static const http_parser_settings resp_settings;
 static void attempt(exchange *x);
 static void close_header_line(exchange *x);
+static void to_client(void *ud, const char *at, size_t len);
 static void upstream_read_start(exchange *x);
 static void on_response_timeout(uv_timer_t *t);
 
@@ -154,6 +163,8 @@ static void record(exchange *x)
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     sb_token_clock_log(&x->tokens, &log);
+    x->env->counters->usage_stripped += x->strip.stripped;
+    x->env->counters->usage_overflows += x->strip.overflows;
     sb_decisions_finish(&x->dref, log.status, sb_decisions_ttft_ms(&log), (uint32_t)x->attempts,
                         log.upstream_status ? sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep))
                                             : NULL);
@@ -184,6 +195,7 @@ static void exchange_maybe_free(exchange *x)
     sb_buf_free(&x->resp_headers);
     sb_buf_free(&x->decision);
     sb_free(x->probe_keys);
+    sb_free(x->hold);
     sb_free(x);
     /* Capacity freed: queued requests of this pool may go; the owner may be freed. */
     env->end(env->owner, snap, pool);
@@ -604,6 +616,16 @@ static int r_on_headers_complete(http_parser *p)
         return 0;
     }
     int64_t cl = (p->flags & F_CONTENTLENGTH) ? (int64_t)p->content_length : -1;
+    if (x->t.usage_edit && x->sse && p->status_code >= 200 && p->status_code < 300) {
+        /* Stripping changes the length: the client's answer is chunked (or ends with the
+         * connection, for HTTP/1.0). Without memory for the buffer, the stream passes whole:
+         * the client sees one chunk it did not ask for, never a broken stream. */
+        if (!x->hold)
+            x->hold = sb_malloc(x->snap->cfg->max_held_event_bytes);
+        sb_sse_strip_init(&x->strip, x->hold, x->hold ? x->snap->cfg->max_held_event_bytes : 0, to_client, x);
+        x->stripping = true;
+        cl = -1;
+    }
     if (sb_http_stream_begin(x->req, p->status_code, x->resp_headers.data ? x->resp_headers.data : "",
                              x->resp_headers.len, cl) < 0) {
         detach_client(x);
@@ -612,6 +634,23 @@ static int r_on_headers_complete(http_parser *p)
     x->started = true;
     x->final_status = p->status_code;
     return 0;
+}
+
+/* Body bytes for the client (sb_sse_emit_fn: the strip forwards through it too). */
+static void to_client(void *ud, const char *at, size_t len)
+{
+    exchange *x = ud;
+    if (!x->req)
+        return;
+    x->bytes_out += len;
+    int rc = sb_http_stream_write(x->req, at, len);
+    if (rc < 0) {
+        detach_client(x);
+    } else if (rc == 1 && !x->paused) {
+        /* The client reads slower than the model writes: stop reading upstream until the
+         * client's queue drains, so memory stays bounded and TCP pushes back. */
+        x->paused = true;
+    }
 }
 
 static int r_on_body(http_parser *p, const char *at, size_t len)
@@ -626,17 +665,10 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
     }
     sb_token_clock_feed(&x->tokens, at, len, now_ns());
     sb_usage_tail_push(x->tail, sizeof(x->tail), &x->tail_len, at, len);
-    if (!x->req)
-        return 0;
-    x->bytes_out += len;
-    int rc = sb_http_stream_write(x->req, at, len);
-    if (rc < 0) {
-        detach_client(x);
-    } else if (rc == 1 && !x->paused) {
-        /* The client reads slower than the model writes: stop reading upstream until the
-         * client's queue drains, so memory stays bounded and TCP pushes back. */
-        x->paused = true;
-    }
+    if (x->stripping)
+        sb_sse_strip_feed(&x->strip, at, len);
+    else
+        to_client(x, at, len);
     return 0;
 }
 
@@ -662,6 +694,8 @@ static void finish_complete(exchange *x)
     bool reusable = http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED && !x->pending_writes;
     drop_upstream(x, reusable);
     report_end(x, true, x->status);
+    if (x->stripping)
+        sb_sse_strip_finish(&x->strip); /* an unfinished last event goes as it came */
     if (x->req) {
         sb_http_req *req = x->req;
         detach_client(x);
@@ -855,20 +889,25 @@ static void send_request(exchange *x)
     x->status = 0;
     x->t_first_byte = 0;
 
-    /* Body: the client's bytes as they are, or three pieces with the served name spliced
-     * in place of an alias: never re-serialised, never copied. */
-    uv_buf_t bufs[4];
-    int nb = 1;
-    size_t body_len = req->body_len;
-    if (x->t.served) {
-        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)x->t.model_tok_start);
-        bufs[nb++] = uv_buf_init(x->served_quoted, (unsigned)x->served_quoted_len);
-        bufs[nb++] = uv_buf_init((char *)req->body + x->t.model_tok_end,
-                                 (unsigned)(req->body_len - x->t.model_tok_end));
-        body_len = req->body_len - (x->t.model_tok_end - x->t.model_tok_start) + x->served_quoted_len;
-    } else if (req->body_len) {
-        bufs[nb++] = uv_buf_init((char *)req->body, (unsigned)req->body_len);
+    /* Body: the client's bytes as they are, with the served name spliced in place of an
+     * alias and include_usage asked for: never re-serialised, never copied. */
+    sb_body_edit edits[2];
+    size_t ne = 0;
+    if (x->t.served)
+        edits[ne++] = (sb_body_edit){x->t.model_tok_start, x->t.model_tok_end, x->served_quoted, x->served_quoted_len};
+    if (x->t.usage_edit)
+        edits[ne++] = (sb_body_edit){x->t.usage_edit_start, x->t.usage_edit_end, x->t.usage_edit, x->t.usage_edit_len};
+    sb_body_piece pieces[SB_BODY_PIECES_MAX];
+    size_t body_len = 0;
+    int np = sb_body_edit_pieces(req->body, req->body_len, edits, ne, pieces, &body_len);
+    if (np < 0) { /* the inspector's offsets are the body's: never */
+        fail_before_response(x, 500, "request body edit out of range", NULL);
+        return;
     }
+    uv_buf_t bufs[1 + SB_BODY_PIECES_MAX];
+    int nb = 1;
+    for (int i = 0; i < np; i++)
+        bufs[nb++] = uv_buf_init((char *)pieces[i].at, (unsigned)pieces[i].len);
     if (build_head(x, body_len) < 0) {
         fail_before_response(x, 500, "out of memory", NULL);
         return;

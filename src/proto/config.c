@@ -34,6 +34,9 @@ static const field limits_fields[] = {
     F(linger_ms, K_MS, 0, UINT32_MAX),
     F(linger_bytes, K_BYTES, 0, SIZE_MAX),
     F(max_refusing_connections, K_COUNT, 1, SIZE_MAX),
+    /* A usage chunk with a 256-byte model name fits in 1 KiB; past 1 MiB an event is held
+     * back from the client for no use. */
+    F(max_held_event_bytes, K_BYTES, 1024, 1u << 20),
 };
 
 /* The bound is the field's width; a timeout that large means "never" in practice. */
@@ -51,6 +54,7 @@ static const field upstream_fields[] = {
     /* 0 is allowed: it turns connection reuse off, which helps when debugging an upstream. */
     F(max_idle_per_endpoint, K_COUNT, 0, SIZE_MAX),
     F(orca_request, K_BOOL, 0, 1),
+    F(stream_usage, K_BOOL, 0, 1),
 };
 
 static const field routing_fields[] = {
@@ -669,6 +673,8 @@ static bool set_defaults(sb_config *cfg)
         .retry = sb_retry_policy_default(),
         .max_idle_per_endpoint = 64,
         .orca_request = true,
+        .stream_usage = true,
+        .max_held_event_bytes = 16u << 10,
         .block_bytes = 64,
         .prefix_chars = 100,
         .kv_max_entries = (size_t)1 << 20,

@@ -146,6 +146,8 @@ typedef struct sb_config {
     /* upstream */
     size_t max_idle_per_endpoint; /* pooled keep-alive connections per endpoint; default 64 */
     bool orca_request;            /* ask upstreams for endpoint-load-metrics; default true */
+    bool stream_usage;            /* ask streams for usage, strip it from clients that did not; true */
+    size_t max_held_event_bytes;  /* limits: an unfinished SSE event held while stripping; 16 KiB */
     /* `retry:` (core/retry.h): what is retried, how often, with what backoff and budget */
     sb_retry_policy retry;
     /* routing */

@@ -182,13 +182,37 @@ static int read_model(struct request *rq, sb_inspect_result *res)
     return SB_INSPECT_OK;
 }
 
+/* The splices that ask a stream for usage (inspect.h, usage_edit). */
+enum { USAGE_MEMBER, USAGE_OBJECT, USAGE_KEY, USAGE_KEY_COMMA, USAGE_TRUE };
+static const struct {
+    const char *text;
+    size_t len;
+} usage_edits[] = {
+    [USAGE_MEMBER] = {SB_KEY(",\"stream_options\":{\"include_usage\":true}")},
+    [USAGE_OBJECT] = {SB_KEY("{\"include_usage\":true}")},
+    [USAGE_KEY] = {SB_KEY("\"include_usage\":true")},
+    [USAGE_KEY_COMMA] = {SB_KEY("\"include_usage\":true,")},
+    [USAGE_TRUE] = {SB_KEY("true")},
+};
+
+/* Sets the usage edit for a stream that did not ask, on the APIs that take stream_options. */
+static void set_usage_edit(const struct request *rq, sb_inspect_result *res, int kind, int start, int end)
+{
+    if (!res->stream || res->include_usage || (rq->kind != SB_API_CHAT && rq->kind != SB_API_COMPLETIONS))
+        return;
+    res->usage_edit = usage_edits[kind].text;
+    res->usage_edit_len = usage_edits[kind].len;
+    res->usage_edit_start = (size_t)start;
+    res->usage_edit_end = (size_t)end;
+}
+
 /* `stream` and `stream_options.include_usage`: booleans. */
 static int read_stream(struct request *rq, sb_inspect_result *res)
 {
     const sb_json_tok *t = rq->t;
     const char *b = rq->body;
-    int v = rq->v[TOP_STREAM], iu;
-    static const sb_json_key include_usage = {SB_KEY("include_usage")};
+    int v = rq->v[TOP_STREAM], iu, opt[2];
+    static const sb_json_key stream_option_keys[] = {{SB_KEY("include_usage")}, {SB_KEY("continuous_usage_stats")}};
 
     if (sb_json_present(t, v, b)) {
         if (!is_bool(&t[v], b))
@@ -196,16 +220,28 @@ static int read_stream(struct request *rq, sb_inspect_result *res)
         res->stream = b[t[v].start] == 't';
     }
     v = rq->v[TOP_STREAM_OPTIONS];
-    if (!sb_json_present(t, v, b))
+    if (!sb_json_present(t, v, b)) {
+        if (v >= 0) /* null: the object in its place */
+            set_usage_edit(rq, res, USAGE_OBJECT, t[v].start, t[v].end);
+        else
+            set_usage_edit(rq, res, USAGE_MEMBER, t[0].end - 1, t[0].end - 1);
         return SB_INSPECT_OK;
+    }
     if (t[v].type != SB_JSON_OBJECT)
         return bad_field(res, "stream_options");
-    sb_json_find_keys(t, rq->n, b, v, &include_usage, 1, &iu);
+    sb_json_find_keys(t, rq->n, b, v, stream_option_keys, 2, opt);
+    iu = opt[0];
     if (sb_json_present(t, iu, b)) {
         if (!is_bool(&t[iu], b))
             return bad_field(res, "stream_options.include_usage");
         res->include_usage = b[t[iu].start] == 't';
     }
+    if (opt[1] >= 0 && t[opt[1]].type == SB_JSON_PRIMITIVE && b[t[opt[1]].start] == 't')
+        return SB_INSPECT_OK; /* continuous_usage_stats: usage in every chunk, not ours to ask */
+    if (iu >= 0)
+        set_usage_edit(rq, res, USAGE_TRUE, t[iu].start, t[iu].end);
+    else
+        set_usage_edit(rq, res, t[v].size ? USAGE_KEY_COMMA : USAGE_KEY, t[v].start + 1, t[v].start + 1);
     return SB_INSPECT_OK;
 }
 
@@ -284,6 +320,8 @@ static void reset_result(sb_inspect_result *res, enum sb_api_kind kind)
     res->model_len = 0;
     res->model_tok_start = res->model_tok_end = 0;
     res->stream = res->include_usage = 0;
+    res->usage_edit = NULL;
+    res->usage_edit_len = res->usage_edit_start = res->usage_edit_end = 0;
     res->user[0] = '\0';
     res->user_len = 0;
     res->prompt_tok = res->instructions_tok = -1;

@@ -74,6 +74,20 @@ typedef struct sb_inspect_result {
     size_t model_tok_end;    /* body offset just past its closing quote */
     int stream;              /* 1 if "stream": true */
     int include_usage;       /* 1 if stream_options.include_usage is true */
+    /* How to ask for usage in a stream that did not: replace body[usage_edit_start,
+     * usage_edit_end) with usage_edit[0..usage_edit_len) (a static string), a splice that
+     * leaves every other byte as the client sent it. usage_edit is NULL when there is nothing
+     * to do: not a stream, include_usage already true, an API without stream_options
+     * (/v1/embeddings, /v1/responses), or stream_options.continuous_usage_stats true (vLLM would
+     * then put usage in every chunk, which no stripping of one chunk could hide). The edit:
+     * no stream_options: `,"stream_options":{"include_usage":true}` before the root's closing
+     * brace (a stream request has a member already: `stream`); stream_options null: the object
+     * in its place; an object without include_usage: `"include_usage":true` (and a comma) after
+     * its brace; include_usage false or null: `true` in its place (the last duplicate: the one
+     * the server reads). */
+    const char *usage_edit;
+    size_t usage_edit_len;
+    size_t usage_edit_start, usage_edit_end;
     char user[SB_USER_MAX + 1]; /* decoded, NUL-terminated; empty if absent */
     size_t user_len;
     int prompt_tok;          /* token index of `prompt` / `messages` / `input` value, -1 if none */

@@ -222,6 +222,15 @@ class Upstream:
             with self.lock:
                 self.finished_streams += 1
             return True
+        if mode == "script":
+            # self.script = (head bytes, [body pieces]): each piece its own write, framed by the
+            # test (chunked or not), so a test decides where the network cuts the answer.
+            head, pieces = self.script
+            c.sendall(head)
+            for p in pieces:
+                c.sendall(p)
+                time.sleep(0.005)
+            return True
         if mode == "silent":
             # Reads the request and never answers, until the gateway gives up and closes.
             c.settimeout(30)

@@ -218,9 +218,11 @@ class PickerCase(unittest.TestCase):
         host, port = endpoint.rsplit(":", 1)
         return http(int(port), "POST", "/v1/chat/completions", body, headers or {}, timeout=60)
 
-    def response_phase(self, sid, status, headers, body, chunks=3, meta=None, body_mode="FULL_DUPLEX_STREAMED"):
+    def response_phase(self, sid, status, headers, body, chunks=3, meta=None, body_mode="FULL_DUPLEX_STREAMED",
+                       expect=None):
         """Sends response headers and the body in chunks; checks the picker's answers (headers
-        CONTINUE, each body chunk echoed unchanged); half-closes; returns the stream's status."""
+        CONTINUE, the body chunks echoed: unchanged, or as `expect` when given); half-closes;
+        returns the stream's status."""
         before = len(self.drv.responses(sid))
         hdrs = [(":status", str(status))] + [(k, v) for k, v in headers.items() if k not in ("connection",)]
         self.drv.send(sid, response_headers(hdrs, not body, meta))
@@ -241,7 +243,8 @@ class PickerCase(unittest.TestCase):
                 if body_mode == "FULL_DUPLEX_STREAMED":
                     echoed.append(unb64(bm["streamed_response"].get("body")))
             if body_mode == "FULL_DUPLEX_STREAMED":
-                self.assertEqual(b"".join(echoed), body, "response body echoed byte for byte")
+                self.assertEqual(b"".join(echoed), body if expect is None else expect,
+                                 "response body echoed byte for byte")
                 last = msgs[-1]["response_body"]["response"]["body_mutation"]["streamed_response"]
                 self.assertTrue(last.get("end_of_stream"))
         self.drv.end(sid)
@@ -553,6 +556,33 @@ class ExtProcTest(SharedGatewayCase):
                              metric(before, "switchboard_time_to_first_token_seconds_sum"),
                              metric(after, "switchboard_request_duration_seconds_sum") -
                              metric(before, "switchboard_request_duration_seconds_sum"))
+
+    def test_stream_usage_asked_and_stripped(self):
+        """A stream that did not ask for usage: the body Envoy sends on asks for it (its
+        content-length the new length), and the usage-only chunk is taken out of the chunks Envoy
+        gets back, whatever the chunking, while the counters learn the usage."""
+        req = chat("stream me, no usage", max_tokens=5, stream=True)
+        body = json.dumps(req).encode()
+        sid, p = self.request_phase(body)
+        self.assert_destination(p)
+        sent = json.loads(p.body)
+        self.assertEqual(sent["stream_options"], {"include_usage": True})
+        self.assertEqual(p.body[:len(body) - 1], body[:-1], "the client's bytes, then the splice")
+        self.assertEqual(p.headers.get("content-length"), str(len(p.body)))
+        st, h, rbody = self.proxy_to(p.endpoints[0], p.body)
+        self.assertEqual(st, 200)
+        events = rbody.split(b"\n\n")
+        usage_ev = [e for e in events if b'"choices":[],"usage"' in e]
+        self.assertEqual(len(usage_ev), 1, rbody)
+        usage = json.loads(usage_ev[0][len(b"data: "):])["usage"]
+        before = metrics(self.gw)
+        # 7 chunks: cuts land inside events, the usage chunk's among them.
+        status = self.response_phase(sid, st, h, rbody, chunks=7, expect=rbody.replace(usage_ev[0] + b"\n\n", b""))
+        self.assertEqual(status["code"], 0, status)
+        after = metrics(self.gw)
+        for name, key in (("switchboard_prompt_tokens_total", "prompt_tokens"),
+                          ("switchboard_completion_tokens_total", "completion_tokens")):
+            self.assertEqual(metric(after, name) - metric(before, name), usage[key], name)
 
     def test_served_endpoint_feedback(self):
         sid, p = self.request_phase(chat("served elsewhere"), extra_headers=[("x-request-id", "served-elsewhere-1")])

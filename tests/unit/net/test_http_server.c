@@ -599,6 +599,48 @@ static void test_keep_alive_reuse(void **state)
     fx_stop(f);
 }
 
+/* ---- writes made outside the poll phase ---- */
+
+static bool later_fired;
+static void on_later(uv_timer_t *t)
+{
+    later_fired = true;
+}
+static void on_answer_timer(uv_timer_t *t)
+{
+    fx *f = t->data;
+    /* A stream's head and an event, as the simulator writes a token (no flush of its own). */
+    assert_int_equal(sb_http_stream_begin(f->held, 200, "", 0, -1), 0);
+    assert_int_equal(sb_http_stream_write(f->held, "late", 4), 0);
+}
+
+/* An answer written from a timer (as the simulator writes each token, or as a queued request
+ * is answered at its deadline) leaves in that loop iteration: the poll that follows does not
+ * block until the next timer or I/O first. (It did: the flush ran after the poll, so every
+ * streamed first token through the simulator came one decode step late, ~6 ms.) The next timer
+ * here is 1 s away: the answer must be read before it fires. An ordering, not a timing. */
+static void test_write_from_timer_is_not_held_by_the_poll(void **state)
+{
+    fx *f = fx_start(NULL);
+    netfx_sends(&f->cl, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+    netfx_run_until(&f->loop, is_held, f, "the held request");
+    uv_timer_t answer, later;
+    uv_timer_init(&f->loop, &answer);
+    uv_timer_init(&f->loop, &later);
+    answer.data = f;
+    later_fired = false;
+    uv_timer_start(&answer, on_answer_timer, 0, 0);
+    uv_timer_start(&later, on_later, 1000, 0);
+    netfx_wait_for(&f->loop, &f->cl, "late");
+    assert_false(later_fired);
+    assert_int_equal(sb_http_stream_end(f->held), 0);
+    f->held = NULL;
+    netfx_wait_for(&f->loop, &f->cl, "0\r\n\r\n");
+    uv_close((uv_handle_t *)&answer, NULL);
+    uv_close((uv_handle_t *)&later, NULL);
+    fx_stop(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -629,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_stream_backpressure_drain),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_set_opts_next_request),
+        cmocka_unit_test(test_write_from_timer_is_not_held_by_the_poll),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

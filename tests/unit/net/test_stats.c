@@ -214,7 +214,7 @@ static void test_stream_ttft_and_mean_gap(void **state)
     sb_stats_record(&f->st, &log);
     assert_int_equal(f->pm[0].ttft.n, 1);
     assert_true(f->pm[0].ttft.sum > 0.1199 && f->pm[0].ttft.sum < 0.1201);
-    assert_int_equal(f->pm[0].ttft.counts[5], 1); /* (0.1, 0.15] */
+    assert_int_equal(f->pm[0].ttft.counts[8], 1); /* (0.1, 0.15] */
     /* (180 - 120) ms over 3 gaps */
     assert_int_equal(f->pm[0].itl.n, 1);
     assert_true(f->pm[0].itl.sum > 0.0199 && f->pm[0].itl.sum < 0.0201);

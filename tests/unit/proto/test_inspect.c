@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "proto/body_edit.h"
 #include "proto/prompt.h" /* a failed inspect hashes as an empty prompt */
 
 #include <dirent.h>
@@ -597,6 +598,99 @@ static void test_tokens_match_jsmn(void **state)
         check_tokens_as_jsmn(realistic_chat, i);
 }
 
+/* ---- asking a stream for usage (usage_edit) ---- */
+
+/* Applies r's usage edit to body (through sb_body_edit_pieces, as the proxy does) into out. */
+static size_t apply_usage_edit(const char *body, const sb_inspect_result *r, char *out, size_t cap)
+{
+    sb_body_edit e = {r->usage_edit_start, r->usage_edit_end, r->usage_edit, r->usage_edit_len};
+    sb_body_piece p[SB_BODY_PIECES_MAX];
+    size_t total = 0, at = 0;
+    int np = sb_body_edit_pieces(body, strlen(body), &e, 1, p, &total);
+    assert_true(np > 0 && total < cap);
+    for (int i = 0; i < np; i++) {
+        memcpy(out + at, p[i].at, p[i].len);
+        at += p[i].len;
+    }
+    out[at] = '\0';
+    assert_int_equal(at, total);
+    return at;
+}
+
+/* Each shape a stream's body may take gets the one splice that makes include_usage true, every
+ * other byte untouched; the edited body reads back as asking for usage. */
+static void test_usage_edit(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sb_api_kind kind;
+        const char *in, *out; /* out NULL: no edit */
+    } cases[] = {
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {SB_API_COMPLETIONS, " { \"stream\" : true , \"model\":\"m\" } \n",
+         " { \"stream\" : true , \"model\":\"m\" ,\"stream_options\":{\"include_usage\":true}} \n"},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":null}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{}}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{ \"x\":1}}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true, \"x\":1}}"},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":false}}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":null,\"y\":2}}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"y\":2}}"},
+        /* duplicates: the last one is what the server reads, so the last one is changed */
+        {SB_API_CHAT,
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}",
+         "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usage\":true}}"},
+        {SB_API_CHAT,
+         "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{}}",
+         "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true},\"stream\":true,\"stream_options\":{\"include_"
+         "usage\":true}}"},
+        /* nothing to do */
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":false}", NULL},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":null,\"stream_options\":{}}", NULL},
+        {SB_API_CHAT, "{\"model\":\"m\"}", NULL},
+        {SB_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":true}}", NULL},
+        {SB_API_RESPONSES, "{\"model\":\"m\",\"stream\":true,\"input\":\"x\"}", NULL},
+        {SB_API_EMBEDDINGS, "{\"model\":\"m\",\"stream\":true,\"input\":\"x\"}", NULL},
+    };
+    char out[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sb_inspect_result r;
+        assert_int_equal(inspect_n(cases[i].kind, cases[i].in, strlen(cases[i].in), &r), SB_INSPECT_OK);
+        if (!cases[i].out) {
+            assert_null(r.usage_edit);
+            continue;
+        }
+        assert_non_null(r.usage_edit);
+        size_t n = apply_usage_edit(cases[i].in, &r, out, sizeof out);
+        assert_string_equal(out, cases[i].out);
+        assert_int_equal(inspect_n(cases[i].kind, out, n, &r), SB_INSPECT_OK);
+        assert_int_equal(r.include_usage, 1);
+        assert_null(r.usage_edit);
+    }
+    /* A body naming no model (the default pool's name is inserted after its brace) gets both
+     * edits, each in its place. */
+    static const char nomodel[] = "{\"stream\":true}";
+    sb_inspect_result r;
+    assert_int_equal(inspect_n(SB_API_CHAT, LIT(nomodel), &r), SB_INSPECT_NO_MODEL);
+    assert_non_null(r.usage_edit);
+    sb_body_edit e[2] = {{r.usage_edit_start, r.usage_edit_end, r.usage_edit, r.usage_edit_len},
+                         {1, 1, LIT("\"model\":\"d\",")}};
+    sb_body_piece p[SB_BODY_PIECES_MAX];
+    size_t total = 0, at = 0;
+    int np = sb_body_edit_pieces(nomodel, strlen(nomodel), e, 2, p, &total);
+    assert_int_equal(np, 5);
+    for (int i = 0; i < np; i++, at += p[i - 1].len)
+        memcpy(out + at, p[i].at, p[i].len);
+    out[at] = '\0';
+    assert_string_equal(out, "{\"model\":\"d\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    assert_int_equal(total, at);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -619,6 +713,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_n_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corpus_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_match_jsmn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_usage_edit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
