@@ -58,6 +58,94 @@ class TlsUpstream(Upstream):
         super()._serve(t)
 
 
+class ScriptedTlsServer:
+    """A TLS server on memory BIOs, one thread per connection, whose bytes the test scripts:
+    `on_request(obj, out, sock)` answers each request head (it may write several records into
+    one segment); `early` sends an HTTP answer inside the handshake's flight (TLS 1.2: right
+    after the server's Finished, in the same segment)."""
+
+    def __init__(self, cert, key, on_request=None, early=False):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        if early:
+            self.ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        self.on_request, self.early = on_request, early
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.ctx.wrap_bio(inc, out, server_side=True)
+        try:
+            while True:
+                try:
+                    obj.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    if out.pending:
+                        c.sendall(out.read())
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    inc.write(data)
+            if self.early:
+                obj.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+                c.sendall(out.read())  # Finished and the answer in one segment
+                c.recv(1)
+                return
+            c.sendall(out.read())
+            buf = b""
+            while True:
+                try:
+                    buf += obj.read(65536)
+                except ssl.SSLWantReadError:
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    inc.write(data)
+                    continue
+                while b"\r\n\r\n" in buf:
+                    head, rest = buf.split(b"\r\n\r\n", 1)
+                    n = 0
+                    for line in head.split(b"\r\n"):
+                        if line.lower().startswith(b"content-length:"):
+                            n = int(line.split(b":")[1])
+                    if len(rest) < n:
+                        break
+                    buf = rest[n:]
+                    if head.split(b" ")[1] in (b"/metrics", b"/health", b"/v1/models"):
+                        obj.write(b"HTTP/1.1 404 X\r\nContent-Length: 0\r\n\r\n")
+                    else:
+                        self.requests += 1
+                        self.on_request(self, obj)
+                    c.sendall(out.read())
+        except (OSError, ssl.SSLError):
+            return
+
+
+def answer(body):
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
 class TlsUpstreamTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -162,6 +250,35 @@ class TlsUpstreamTest(unittest.TestCase):
         finally:
             gw.close()
             up.close()
+
+    def test_bytes_after_the_answer_never_reach_the_next_request(self):
+        """The answer and a stray record in one segment: the connection is not reused, so the
+        next client gets its own answer (before: the stray record, then every client the
+        previous one's answer)."""
+        def junk(srv, obj):
+            obj.write(answer(b'{"id":"resp-%d"}' % srv.requests))
+            obj.write(b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{"id":"X"}')
+        srv = ScriptedTlsServer(self.cert, self.key, on_request=junk)
+        gw = self.gateway(srv, tls="ca_file: %s" % self.cert)
+        try:
+            for i in range(1, 4):
+                st, _, body = self.chat(gw)
+                self.assertEqual((st, body), (200, b'{"id":"resp-%d"}' % i))
+        finally:
+            gw.close()
+            srv.close()
+
+    def test_data_inside_the_handshake_fails_the_connect(self):
+        """A server that answers inside its handshake flight: the connect fails (the client
+        hears 502/503 at once), nothing hangs, nothing is freed twice (ASan)."""
+        srv = ScriptedTlsServer(self.cert, self.key, early=True)
+        gw = self.gateway(srv, tls="ca_file: %s" % self.cert)
+        try:
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat_body(), timeout=8)
+            self.assertIn(st, (502, 503), body)
+        finally:
+            gw.close()
+            srv.close()
 
     def test_config_errors(self):
         d = tempfile.mkdtemp(prefix="sb-tlsup-cfg-")
