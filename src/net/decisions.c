@@ -244,11 +244,13 @@ int sb_decisions_query_parse(const char *q, size_t len, size_t max_limit, sb_dec
     if (has_limit) {
         char *e;
         unsigned long long v = strtoull(limit, &e, 10);
-        if (*e || limit[0] < '0' || limit[0] > '9' || v < 1 || v > max_limit) {
-            snprintf(err, cap, "limit must be an integer from 1 to %zu", max_limit);
+        if (*e || limit[0] < '0' || limit[0] > '9' || v < 1) {
+            snprintf(err, cap, "limit must be a positive integer");
             return -1;
         }
-        out->limit = (size_t)v;
+        /* Clamped, not refused: the ring's size is the server's configuration, which a client
+         * (the dashboard asks for 50) cannot know; asking for more than is kept gets all. */
+        out->limit = v > max_limit ? max_limit : (size_t)v;
     }
     if (has_id && (has_limit || out->has_pool)) {
         snprintf(err, cap, "id looks up one decision: give it alone");

@@ -102,7 +102,7 @@ class LookupTest(unittest.TestCase):
         self.assertEqual((st, page["decisions"]), (200, []))
 
     def test_bad_queries_refused(self):
-        for q in ("?verbose=1", "?limit=0", "?limit=abc", "?limit=100000", "?limit=1&limit=2", "?id=",
+        for q in ("?verbose=1", "?limit=0", "?limit=abc", "?limit=-3", "?limit=1&limit=2", "?id=",
                   "?id=%zz", "?id=x&limit=2", "?pool"):
             st, page = decisions(self.gw, q)
             self.assertEqual(st, 400, q)
@@ -182,8 +182,14 @@ class OutcomeTest(unittest.TestCase):
                 self.assertEqual(st, 404, rid)
                 self.assertIn("left the ring of the last 4", page["error"]["message"])
             self.assertEqual(decisions(gw, "?id=e2")[0], 200)
-            self.assertEqual(decisions(gw, "?limit=4")[0], 200)
-            self.assertEqual(decisions(gw, "?limit=5")[0], 400, "a limit past the ring is refused")
+            # A limit past the ring is clamped to it (a client cannot know the ring's size: the
+            # dashboard asks for 50), and the listing says how many the ring holds.
+            for q in ("?limit=4", "?limit=5", "?limit=50", "?limit=100000"):
+                st, page = decisions(gw, q)
+                self.assertEqual(st, 200, q)
+                self.assertEqual([d["id"] for d in page["decisions"]], ["e5", "e4", "e3", "e2"], q)
+                self.assertEqual(page["capacity"], 4, q)
+            self.assertEqual(decisions(gw, "?limit=0")[0], 400)
         finally:
             gw.close()
             up.close()
@@ -199,7 +205,11 @@ class OutcomeTest(unittest.TestCase):
             self.assertEqual(st, 401, "the admin token guards the page")
             auth = {"Authorization": "Bearer s3cret"}
             st, page = decisions(gw, headers=auth)
-            self.assertEqual((st, page), (200, {"decisions": []}))
+            self.assertEqual((st, page), (200, {"decisions": [], "capacity": 0}))
+            # What the dashboard asks, whatever the ring's size: an empty answer, not a 400.
+            st, page = decisions(gw, "?limit=50", headers=auth)
+            self.assertEqual((st, page), (200, {"decisions": [], "capacity": 0}))
+            self.assertEqual(decisions(gw, "?limit=0", headers=auth)[0], 400)
             st, page = decisions(gw, "?id=off-1", headers=auth)
             self.assertEqual(st, 404)
             self.assertIn("admin.decisions: 0", page["error"]["message"])
