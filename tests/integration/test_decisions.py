@@ -167,6 +167,46 @@ class OutcomeTest(unittest.TestCase):
             gw.close()
             up.close()
 
+    def test_failed_retry_does_not_name_the_first_endpoint(self):
+        """Issue 16: attempt 1 to A answers 503 (retryable: its answer is dropped), the retry to
+        B fails to connect. The client gets the gateway's 502; neither the outcome nor the access
+        log may say B answered 503 (once A's status was kept while the endpoint was B's)."""
+        dead = "127.0.0.1:%d" % free_port()
+        up = Upstream("live")
+        gw = Gateway([{"name": "p", "models": ["m"], "profile": "round-robin", "endpoints": [up.address, dead]}],
+                     extra='retry: { on: [connect-failure, 503], backoff_ms: 1, max_backoff_ms: 1 }\n'
+                           'access_log: "{log}"',
+                     pre_start=lambda d: {"log": os.path.join(d, "access.log")})
+        try:
+            seen = {}
+            for i in range(6):
+                rid = "r503-%d" % i
+                st, _, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", rid),
+                                {"x-request-id": rid, "x-fixture-mode": "status", "x-fixture-status": "503"})
+                d = decisions(gw, "?id=" + rid)[1]["decisions"][0]
+                seen[rid] = (st, d)
+            first_live = [(rid, st, d) for rid, (st, d) in seen.items() if d["picked"] == up.address]
+            self.assertTrue(first_live, seen)
+            with open(os.path.join(gw.dir, "access.log")) as f:
+                log = {x["request_id"]: x for x in (json.loads(l) for l in f if l.strip())}
+            for rid, st, d in first_live:
+                o = d["outcome"]
+                line = log[rid]
+                if o["attempts"] == 2:
+                    # A's 503 was dropped for the retry, and B never answered.
+                    self.assertEqual((st, o["status"], o["served_by"]), (502, 502, None), d)
+                    self.assertEqual((line["status"], line["upstream_status"]), (502, 0), line)
+                    self.assertEqual(line["endpoint"], dead, line)
+                else:
+                    # Not retried (B out of the running): A's own 503, passed through, named as A's.
+                    self.assertEqual((st, o["status"], o["served_by"]), (503, 503, up.address), d)
+                    self.assertEqual((line["status"], line["upstream_status"], line["endpoint"]),
+                                     (503, 503, up.address), line)
+            self.assertIn(2, [d["outcome"]["attempts"] for _, _, d in first_live], seen)
+        finally:
+            gw.close()
+            up.close()
+
     def test_eviction_after_capacity(self):
         up = Upstream("u")
         gw = Gateway([{"name": "p", "models": ["m"], "profile": "round-robin", "endpoints": [up.address]}],
