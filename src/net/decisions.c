@@ -7,6 +7,11 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "proto/config.h"
+
+/* What the configuration lets through fits a record's fields whole: nothing is cut. */
+_Static_assert(SB_EXPLAIN_NAME_MAX >= SB_POOL_NAME_MAX && SB_EXPLAIN_NAME_MAX >= SB_PROFILE_NAME_MAX,
+               "a pool or profile name the configuration accepts would be cut in decision records");
 
 struct sb_decisions {
     size_t refs;

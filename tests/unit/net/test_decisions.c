@@ -7,6 +7,7 @@
 #include "core/explain.h"
 #include "core/router.h"
 #include "net/decisions.h"
+#include "proto/config.h"
 #include "proto/json.h"
 
 static char addr_buf[8][48];
@@ -109,6 +110,32 @@ static void test_record_outlives_router(void **state)
     assert_non_null(strstr(b2.data, "\"ttft_ms\":null,\"attempts\":1,\"served_by\":null"));
     sb_buf_free(&b2);
     sb_decisions_release(ring);
+}
+
+/* The longest names the configuration accepts are kept whole (issue 16: a 253-byte host name
+ * was cut at 95 bytes, a pool name at 63 when the configuration did not bound it). */
+static void test_longest_names_kept_whole(void **state)
+{
+    (void)state;
+    char pool[SB_POOL_NAME_MAX], addr[253 + 7], served[253 + 7];
+    memset(pool, 'p', sizeof pool - 1);
+    pool[sizeof pool - 1] = '\0';
+    memset(addr, 'h', 253);
+    strcpy(addr + 253, ":65535");
+    memcpy(served, addr, sizeof addr);
+    served[0] = 's';
+    sb_router *r = sb_router_new(7, 1);
+    assert_int_equal(sb_router_add_pool(r, pool, sb_profile_builtin("round-robin"), 1, NULL), 0);
+    sb_router_endpoint(r, 0, 0)->address = addr;
+    sb_decisions *ring = sb_decisions_new(2, 4);
+    sb_decision_ref ref = sb_decisions_record(ring, pick(r, 0), "long", "m", 1);
+    sb_decisions_finish(&ref, 200, 1, 1, served);
+    const sb_explain *e = sb_decisions_newest(ring, 0);
+    assert_string_equal(e->pool, pool);
+    assert_string_equal(e->cands[0].endpoint, addr);
+    assert_string_equal(e->outcome.served_by, served);
+    sb_decisions_release(ring);
+    sb_router_free(r);
 }
 
 /* Past capacity the oldest goes: newest first, the evicted one unknown; a late outcome for an
@@ -323,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_renders_names_scores_outcome),
         cmocka_unit_test(test_record_outlives_router),
+        cmocka_unit_test(test_longest_names_kept_whole),
         cmocka_unit_test(test_wrap_and_generation_guard),
         cmocka_unit_test(test_lookup_misses),
         cmocka_unit_test(test_reference_outlives_owner),
