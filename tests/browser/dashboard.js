@@ -11,6 +11,8 @@
 //   chromium     the browser binary (default /usr/bin/chromium)
 //   decisionsOff the gateway keeps no decisions (admin.decisions: 0): instead of opening one,
 //                read what the decisions section says
+//   failPath     a data page (e.g. /debug/decisions) answered 500 by the browser itself: the
+//                other sections must draw, and the page's section must say what failed
 // Between the two reads of the numbers it prints "LOAD" and waits for a line on stdin: the
 // test applies load then, so the page's numbers must change by themselves (polling).
 'use strict';
@@ -61,15 +63,22 @@ async function main() {
     // Before the token is given, the page's own data requests answer 401 by design (that is
     // how it learns it needs one): those are recorded apart, not as failures.
     let loggedIn = !opts.token;
+    const injected = (url) => opts.failPath && new URL(url).pathname === opts.failPath;
+    if (opts.failPath) {
+      await page.route((url) => url.pathname === opts.failPath,
+        (route) => route.fulfill({ status: 500, contentType: 'application/json', body: '{"error":{"message":"injected"}}' }));
+    }
     page.on('console', (m) => {
       if (m.type() !== 'error') return;
       if (!loggedIn && /401/.test(m.text())) return;
+      if (m.location() && m.location().url && injected(m.location().url)) return; // the 500s asked for
       result.errors.push(m.text());
     });
     page.on('pageerror', (e) => result.errors.push('page error: ' + e.message));
     page.on('requestfailed', (r) => result.failed.push(`${r.method()} ${r.url()}: ${r.failure() && r.failure().errorText}`));
     page.on('response', (r) => {
       if (r.status() < 400) return;
+      if (injected(r.url())) { result.injected = (result.injected || 0) + 1; return; }
       if (!loggedIn && r.status() === 401) { result.unauthorized = (result.unauthorized || 0) + 1; return; }
       result.failed.push(`${r.request().method()} ${r.url()}: HTTP ${r.status()}`);
     });
@@ -121,7 +130,11 @@ async function main() {
     result.steps.push('numbers changed under load');
     result.ms.load = Date.now() - t0;
 
-    if (opts.decisionsOff) {
+    if (opts.failPath) {
+      await page.waitForSelector('[data-failed]', { timeout: TIMEOUT });
+      result.failedSections = await page.$$eval('[data-failed]', (els) => els.map((e) => ({ page: e.dataset.failed, text: e.textContent })));
+      result.steps.push('says which section failed');
+    } else if (opts.decisionsOff) {
       await page.waitForSelector('#decisions-body [data-off=decisions]', { timeout: TIMEOUT });
       result.decisionsText = await page.textContent('#decisions-body');
       result.steps.push('says decisions are off');

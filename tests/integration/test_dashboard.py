@@ -309,6 +309,28 @@ class DashboardBrowserTest(unittest.TestCase):
                 llama.stop()
                 qwen.stop()
 
+    def test_one_failing_page_blanks_nothing_else(self):
+        """/debug/decisions answers 500 (the browser is made to see it so): once, the page's
+        Promise.all rejected and nothing at all was drawn. Every other section draws and follows
+        load; the decisions section says its read failed and why."""
+        llama, qwen, gw = fleet()
+        try:
+            bad = []
+            rep = run_browser({"url": "http://127.0.0.1:%d/" % gw.admin_port, "failPath": "/debug/decisions",
+                               "endpoints": ["127.0.0.1:%d" % p for p in llama.ports + qwen.ports]},
+                              lambda: bad.extend(load(gw)))
+            self.assertEqual(bad, [])
+            self.check_report(rep, llama, qwen, decisions=False)
+            self.assertGreater(rep.get("injected", 0), 0)
+            self.assertEqual([f["page"] for f in rep["failedSections"]], ["decisions"], rep["failedSections"])
+            self.assertIn("HTTP 500", rep["failedSections"][0]["text"])
+        finally:
+            try:
+                gw.close()
+            finally:
+                llama.stop()
+                qwen.stop()
+
     def test_token_prompt(self):
         llama, qwen, gw = fleet(admin="token: %s, metrics_auth: true" % TOKEN)
         try:
