@@ -61,7 +61,7 @@ typedef struct sb_kv_events_config {
 #define SB_POOL_NAME_MAX 64
 
 typedef struct sb_pool_config {
-    char *name; /* at most SB_POOL_NAME_MAX - 1 bytes */
+    char *name;           /* at most SB_POOL_NAME_MAX - 1 bytes */
     char **models;        /* [0] is the served name, the rest are aliases; n_models >= 1 */
     size_t n_models;
     char **adapters;      /* LoRA adapters served by this pool, requested as `model` */
