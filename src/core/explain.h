@@ -27,8 +27,11 @@
 
 #define SB_EXPLAIN_ID_MAX 128    /* request id (net's x-request-id bound) */
 #define SB_EXPLAIN_MODEL_MAX 128 /* the model name asked; longer ones are cut */
-#define SB_EXPLAIN_NAME_MAX 64   /* pool and profile names (a profile name is at most 63 bytes) */
-#define SB_EXPLAIN_ADDR_MAX 96   /* "host:port": a bracketed IPv6 literal with port is 47 */
+#define SB_EXPLAIN_NAME_MAX 64   /* pool and profile names: the configuration allows 63 bytes */
+/* "host:port" with its NUL: the configuration allows a 253-byte host name (RFC 1035's limit),
+ * so ':' and a 5-digit port make 259 bytes; 262 would also hold that host in brackets. A record
+ * is ~6 KiB at 16 candidates (336 bytes each, most of it this field). */
+#define SB_EXPLAIN_ADDR_MAX 262
 
 typedef struct sb_explain_cand {
     char endpoint[SB_EXPLAIN_ADDR_MAX]; /* the address, cut at SB_EXPLAIN_ADDR_MAX - 1 bytes */

@@ -929,8 +929,9 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
 
 static void admin_error(sb_http_req *req, int status, const char *message, const char *code, const char *headers);
 
-/* GET /debug/decisions[?id=..|?pool=..&limit=..]: from the ring, rendered now. Answers req
- * itself when the query is refused (400) or the id is not held (404); else fills b. */
+/* GET /debug/decisions[?id=..|?pool=..&limit=..]: from the ring, rendered now; a listing also
+ * carries the ring's capacity (limit is clamped to it). Answers req itself when the query is
+ * refused (400) or the id is not held (404); else fills b. */
 static bool render_decisions(sb_gateway *gw, sb_http_req *req, sb_buf *b)
 {
     const sb_decisions *ring = gw->decisions;
@@ -966,6 +967,10 @@ static bool render_decisions(sb_gateway *gw, sb_http_req *req, sb_buf *b)
             sb_buf_puts(b, shown++ ? "," : "");
             sb_explain_render(e, SB_EXPLAIN_FULL, b);
         }
+        /* The ring's size beside the list: 0 tells a reader (the dashboard) that recording is
+         * off (admin.decisions: 0), which an empty list alone cannot. */
+        sb_buf_printf(b, "],\"capacity\":%zu}", cap);
+        return true;
     }
     sb_buf_puts(b, "]}");
     return true;

@@ -7,6 +7,11 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "proto/config.h"
+
+/* What the configuration lets through fits a record's fields whole: nothing is cut. */
+_Static_assert(SB_EXPLAIN_NAME_MAX >= SB_POOL_NAME_MAX && SB_EXPLAIN_NAME_MAX >= SB_PROFILE_NAME_MAX,
+               "a pool or profile name the configuration accepts would be cut in decision records");
 
 struct sb_decisions {
     size_t refs;
@@ -244,11 +249,13 @@ int sb_decisions_query_parse(const char *q, size_t len, size_t max_limit, sb_dec
     if (has_limit) {
         char *e;
         unsigned long long v = strtoull(limit, &e, 10);
-        if (*e || limit[0] < '0' || limit[0] > '9' || v < 1 || v > max_limit) {
-            snprintf(err, cap, "limit must be an integer from 1 to %zu", max_limit);
+        if (*e || limit[0] < '0' || limit[0] > '9' || v < 1) {
+            snprintf(err, cap, "limit must be a positive integer");
             return -1;
         }
-        out->limit = (size_t)v;
+        /* Clamped, not refused: the ring's size is the server's configuration, which a client
+         * (the dashboard asks for 50) cannot know; asking for more than is kept gets all. */
+        out->limit = v > max_limit ? max_limit : (size_t)v;
     }
     if (has_id && (has_limit || out->has_pool)) {
         snprintf(err, cap, "id looks up one decision: give it alone");

@@ -75,7 +75,8 @@ const sb_explain *sb_decisions_newest(const sb_decisions *r, size_t k);
 const sb_explain *sb_decisions_find(const sb_decisions *r, const char *id, size_t len);
 
 /* GET /debug/decisions's query: `id=<request id>` alone, or any of `pool=<name>` and
- * `limit=<1..max_limit>` (default SB_DECISIONS_DEFAULT_LIMIT, or max_limit when smaller).
+ * `limit=<n>`, n >= 1, clamped to max_limit (default SB_DECISIONS_DEFAULT_LIMIT, or max_limit
+ * when smaller).
  * Values are percent-decoded ('+' is a space). */
 #define SB_DECISIONS_DEFAULT_LIMIT 100
 typedef struct sb_decisions_query {
@@ -88,7 +89,8 @@ typedef struct sb_decisions_query {
 
 /* Parses the query string q[0..len) (after the '?'; empty: the defaults), strictly: an unknown
  * or repeated parameter, one without '=' or a value, a bad escape, a NUL, a value longer than
- * its field, a limit out of 1..max_limit, or id with another parameter is refused. Returns 0,
+ * its field, a limit that is not a positive integer, or id with another parameter is refused
+ * (a limit past max_limit is not: it is clamped, out->limit <= max_limit). Returns 0,
  * or -1 with a message in err[cap]. Linear in len, no allocation. */
 int sb_decisions_query_parse(const char *q, size_t len, size_t max_limit, sb_decisions_query *out, char *err,
                              size_t cap);

@@ -373,6 +373,11 @@ static void start_retry(exchange *x, enum sb_retry_reason reason)
         c->retries_live++;
     }
     x->excluded[x->n_excluded++] = x->ep;
+    /* The failed attempt's status and first byte were the endpoint just left's: kept, they
+     * would be logged (and recorded as served_by) against the next one even if it never
+     * answers (its connect fails before send_request). */
+    x->status = 0;
+    x->t_first_byte = 0;
     if (!rng)
         rng = uv_hrtime() | 1;
     uint32_t ms = sb_retry_backoff_ms(&x->snap->cfg->retry, (uint32_t)x->attempts, sb_rand_next(&rng));
@@ -885,7 +890,7 @@ static void send_request(exchange *x)
     x->hfield_start = 0;
     x->in_value = false;
     x->got_bytes = false;
-    /* This attempt's, not a failed one's: the log's upstream status and the TTFB figures. */
+    /* This attempt's: a same-endpoint retry on a fresh connection starts here too. */
     x->status = 0;
     x->t_first_byte = 0;
 

@@ -55,8 +55,13 @@ typedef struct sb_kv_events_config {
     sb_kv_limits limits;            /* max_batch_bytes, max_events, ...: sb_kv_limits_default() */
 } sb_kv_events_config;
 
+/* A pool name's bytes with its NUL: names go into fixed fields of decision records
+ * (core/explain.h) and metric labels, so the configuration refuses longer ones rather than let
+ * them be cut there. As SB_PROFILE_NAME_MAX for profile names. */
+#define SB_POOL_NAME_MAX 64
+
 typedef struct sb_pool_config {
-    char *name;
+    char *name;           /* at most SB_POOL_NAME_MAX - 1 bytes */
     char **models;        /* [0] is the served name, the rest are aliases; n_models >= 1 */
     size_t n_models;
     char **adapters;      /* LoRA adapters served by this pool, requested as `model` */

@@ -33,9 +33,10 @@ static const field admin_fields[] = {
      .offset = offsetof(sb_config, admin_max_body_bytes),
      .min = 64,
      .max = 1u << 20},
-    /* The ring of recent decisions: ~3.5 KiB a record at 16 candidates (~170 bytes each),
-     * so the default costs under 2 MiB; the bounds keep a typo from asking for gigabytes
-     * (65536 records of 256 candidates would be 2.8 GiB: refused below, past 1M candidates). */
+    /* The ring of recent decisions: ~6 KiB a record at 16 candidates (336 bytes each, most of
+     * it the address field, sized for a 253-byte host name), so the default costs about 3 MiB;
+     * the bounds keep a typo from asking for gigabytes (65536 records of 256 candidates would
+     * be 5.5 GiB: refused below, past 512 Ki candidates, about 170 MiB). */
     {.key = "decisions", .kind = K_COUNT, .offset = offsetof(sb_config, admin_decisions), .min = 0, .max = 65536},
     {.key = "decision_candidates",
      .kind = K_COUNT,
@@ -155,9 +156,9 @@ void cfg_parse_admin(parse *p, const yaml_node_t *map)
     if (cfg->admin_metrics_auth && !has_token)
         cfg_node_error(p, cfg_lookup(p, map, "metrics_auth"),
                        "admin.metrics_auth needs admin.token or admin.token_file");
-    if (cfg->admin_decisions * cfg->admin_decision_candidates > ((size_t)1 << 20))
+    if (cfg->admin_decisions * cfg->admin_decision_candidates > ((size_t)1 << 19))
         cfg_node_error(p, cfg_lookup(p, map, "decisions") ? cfg_lookup(p, map, "decisions") : map,
-                       "admin.decisions times admin.decision_candidates is %zu: at most 1048576 candidates "
+                       "admin.decisions times admin.decision_candidates is %zu: at most 524288 candidates "
                        "(about 170 MiB) are kept",
                        cfg->admin_decisions * cfg->admin_decision_candidates);
 }

@@ -819,6 +819,8 @@ static void pool_name(parse *p, size_t i, const yaml_node_t *map)
     const char *s = cfg_string_of(p, name, label);
     if (s && !cfg_plain_name(s, false)) {
         cfg_node_error(p, name, "pool name '%s' may only contain letters, digits, '-', '_' and '.'", s);
+    } else if (s && strlen(s) >= SB_POOL_NAME_MAX) {
+        cfg_node_error(p, name, "pool name '%.*s...' is longer than %d characters", 32, s, SB_POOL_NAME_MAX - 1);
     } else if (s) {
         bool dup = false;
         for (size_t j = 0; j < i && !dup; j++)

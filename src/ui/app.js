@@ -16,7 +16,7 @@ const POLL_MS = 1000;
 // little more. Each kept scrape holds only the families the page reads (KEEP), so memory stays
 // bounded by (families x series x scrapes) whatever else /metrics grows to hold.
 const HISTORY_MAX_S = 310;
-const KEEP = /^switchboard_(request_duration_seconds|time_to_first_token_seconds|inter_token_latency_seconds|queue_wait_seconds)_(bucket|count)$|^switchboard_(prompt|cached|completion)_tokens_total$|^switchboard_requests_total$|^switchboard_prefix_index_entries$|^switchboard_queue_(length|dispatched_total|refused_total)$|^switchboard_rejected_total$/;
+const KEEP = /^switchboard_(request_duration_seconds|time_to_first_token_seconds|inter_token_latency_seconds|queue_wait_seconds)_(bucket|count)$|^switchboard_(prompt|cached|completion)_tokens_total$|^switchboard_requests_total$|^switchboard_prefix_index_entries$|^switchboard_queue_(length|dispatched_total|refused_total)$|^switchboard_rejected_total$|^process_start_time_seconds$/;
 const TOKEN_KEY = 'switchboard-admin-token';
 const SCORER_CLASSES = 5;
 
@@ -28,6 +28,9 @@ const state = {
   adaptive: null,
   decisions: null,
   selected: null, // the decision open in the detail pane (a copy: the ring moves on)
+  // Per data page, why its last read failed (null: it worked): each section says so in place,
+  // and the others keep drawing.
+  failed: { metrics: null, endpoints: null, adaptive: null, decisions: null },
   // Per pool, the adaptive loop's samples and regime changes accumulated across polls, keyed by
   // the server's own tick time, so the charts reach back further than the server's ring.
   adaptiveHist: new Map(),
@@ -154,16 +157,20 @@ function bucketsBy(m, name) {
 
 // The q-quantile of the observations between two scrapes of cumulative buckets, interpolated
 // linearly inside the bucket as Prometheus' histogram_quantile does. null when none.
+// le values are text: '+Inf' (what Prometheus writes) is not a number to parseFloat, and a NaN
+// in the comparator would leave it anywhere in the order, so it is mapped to Infinity first.
+function leValue(le) { return /^\+?Inf$/i.test(le) ? Infinity : parseFloat(le); }
+
 function quantile(q, now, then) {
-  const les = [...now.keys()].sort((a, b) => parseFloat(a) - parseFloat(b));
+  const les = [...now.keys()].sort((a, b) => leValue(a) - leValue(b));
   const cum = les.map((le) => (now.get(le) || 0) - ((then && then.get(le)) || 0));
   const total = cum[cum.length - 1];
   if (!total || total <= 0) return null;
   const rank = q * total;
   for (let i = 0; i < les.length; i++) {
     if (cum[i] >= rank) {
-      const hi = parseFloat(les[i]);
-      const lo = i ? parseFloat(les[i - 1]) : 0;
+      const hi = leValue(les[i]);
+      const lo = i ? leValue(les[i - 1]) : 0;
       if (!Number.isFinite(hi)) return lo; // in +Inf: the highest finite bound, as Prometheus
       const below = i ? cum[i - 1] : 0;
       const inBucket = cum[i] - below;
@@ -244,34 +251,69 @@ async function get(path, asText) {
   return asText ? r.text() : r.json();
 }
 
+// The gateway process's start (process_start_time_seconds), null when the scrape lacks it.
+function gatewayStart(m) {
+  const x = series(m, 'process_start_time_seconds');
+  return x.length ? x[0].value : null;
+}
+
+// Keeps one scrape. A new process start means the gateway restarted: counter deltas across it
+// would be nonsense (negative, or too small when the new process has already counted more), and
+// the adaptive loop's samples belong to the old process, so both histories start again. Counters
+// alone cannot tell: a reload that drops a pool lowers the totals without a restart.
+function keepScrape(t, m) {
+  const prev = state.scrapes[state.scrapes.length - 1];
+  const was = prev ? gatewayStart(prev.m) : null, now = gatewayStart(m);
+  if (was !== null && now !== null && was !== now) {
+    state.scrapes = [];
+    state.adaptiveHist.clear();
+  }
+  state.scrapes.push({ t, m });
+  while (state.scrapes.length && t - state.scrapes[0].t > HISTORY_MAX_S) state.scrapes.shift();
+}
+
+// The data pages, read together; each one's failure stays its own: a section whose page failed
+// says why, the others draw (one refused read must not blank the whole page).
+const PAGES = [
+  ['metrics', () => get('/metrics', true)],
+  ['endpoints', () => get('/debug/endpoints')],
+  ['adaptive', () => get('/debug/adaptive')],
+  ['decisions', () => get('/debug/decisions?limit=50')],
+];
+
 async function poll() {
   if (state.paused || state.needToken || state.inFlight) return;
   state.inFlight = true;
   try {
-    const [metrics, endpoints, adaptive, decisions] = await Promise.all([
-      get('/metrics', true), get('/debug/endpoints'), get('/debug/adaptive'), get('/debug/decisions?limit=50'),
-    ]);
-    const t = performance.now() / 1000;
-    const m = parseProm(metrics || '', KEEP);
-    // Counters that went down: the gateway restarted. Deltas across that would be negative
-    // rates, so the history starts again.
-    const total = (mm) => series(mm, 'switchboard_request_duration_seconds_count').reduce((a, x) => a + x.value, 0);
-    const prev = state.scrapes[state.scrapes.length - 1];
-    if (prev && total(m) < total(prev.m)) state.scrapes = [];
-    state.scrapes.push({ t, m });
-    while (state.scrapes.length && t - state.scrapes[0].t > HISTORY_MAX_S) state.scrapes.shift();
-    state.endpoints = endpoints;
-    state.adaptive = adaptive;
-    mergeAdaptive(adaptive);
-    state.decisions = decisions;
-    setStatus('live · ' + new Date().toLocaleTimeString(), 'ok');
+    const got = await Promise.allSettled(PAGES.map(([, f]) => f()));
+    if (got.some((r) => r.status === 'rejected' && r.reason instanceof Unauthorized)) {
+      askToken(sessionStorage.getItem(TOKEN_KEY) ? 'that token was refused' : null);
+      return;
+    }
+    const val = {};
+    PAGES.forEach(([name], i) => {
+      state.failed[name] = got[i].status === 'rejected' ? String(got[i].reason && got[i].reason.message || got[i].reason) : null;
+      val[name] = got[i].value;
+    });
+    if (!state.failed.metrics) keepScrape(performance.now() / 1000, parseProm(val.metrics || '', KEEP));
+    if (!state.failed.endpoints) state.endpoints = val.endpoints;
+    if (!state.failed.adaptive) { state.adaptive = val.adaptive; mergeAdaptive(val.adaptive); }
+    if (!state.failed.decisions) state.decisions = val.decisions;
+    const bad = PAGES.filter(([name]) => state.failed[name]);
+    if (bad.length === PAGES.length) setStatus('cannot reach the gateway: ' + state.failed.metrics, 'bad');
+    else if (bad.length) setStatus(`live · ${new Date().toLocaleTimeString()} · ${bad.map(([n]) => n).join(', ')} failed`, 'warn');
+    else setStatus('live · ' + new Date().toLocaleTimeString(), 'ok');
     render();
-  } catch (e) {
-    if (e instanceof Unauthorized) askToken(sessionStorage.getItem(TOKEN_KEY) ? 'that token was refused' : null);
-    else setStatus('cannot reach the gateway: ' + e.message, 'bad');
   } finally {
     state.inFlight = false;
   }
+}
+
+// Draws, in place of a section, why its page could not be read; true when it did.
+function showFailure(id, page) {
+  if (!state.failed[page]) return false;
+  replace(id, h('p', { class: 'bad', 'data-failed': page }, `could not read this section's data: ${state.failed[page]}`));
+  return true;
 }
 
 function setStatus(text, cls) {
@@ -302,6 +344,7 @@ function render() {
 }
 
 function renderTraffic() {
+  if (showFailure('traffic-body', 'metrics')) return;
   const last = state.scrapes[state.scrapes.length - 1];
   if (!last) return;
   const base = windowBase();
@@ -379,6 +422,7 @@ function healthBadge(ep) {
 }
 
 function renderPools() {
+  if (showFailure('pools-body', 'endpoints')) return;
   const data = state.endpoints;
   if (!data) { replace('pools-body', h('p', { class: 'dim' }, '/debug/endpoints is off (debug_endpoints: false)')); return; }
   const last = state.scrapes[state.scrapes.length - 1];
@@ -440,11 +484,9 @@ function mergeAdaptive(data) {
   for (const p of (data && data.pools) || []) {
     const st = p.state;
     if (!st) continue;
-    if (!state.adaptiveHist.has(p.pool)) state.adaptiveHist.set(p.pool, { samples: new Map(), changes: new Map(), last: 0 });
+    if (!state.adaptiveHist.has(p.pool)) state.adaptiveHist.set(p.pool, { samples: new Map(), changes: new Map() });
     const hh = state.adaptiveHist.get(p.pool);
     const nowMs = st.now_ns / 1e6;
-    if (nowMs < hh.last) { hh.samples.clear(); hh.changes.clear(); } // a restarted gateway
-    hh.last = nowMs;
     for (const x of st.history || []) hh.samples.set(Math.round(nowMs - x.ago_ms), x);
     for (const c of st.changes || []) hh.changes.set(`${Math.round(nowMs - c.ago_ms)} ${c.detector} ${c.event}`, { ...c, at: nowMs - c.ago_ms });
     for (const [k] of hh.samples) if (nowMs - k > HISTORY_MAX_S * 1000) hh.samples.delete(k);
@@ -453,6 +495,7 @@ function mergeAdaptive(data) {
 }
 
 function renderAdaptive() {
+  if (showFailure('adaptive-body', 'adaptive')) return;
   const data = state.adaptive;
   if (!data) { replace('adaptive-body', h('p', { class: 'dim' }, '/debug/adaptive is off (debug_endpoints: false)')); return; }
   const cards = [];
@@ -488,6 +531,7 @@ function renderAdaptive() {
 }
 
 function renderFlow() {
+  if (showFailure('flow-body', 'metrics')) return;
   const last = state.scrapes[state.scrapes.length - 1];
   if (!last) return;
   const base = windowBase();
@@ -549,8 +593,13 @@ function normaliseDecision(d) {
 }
 
 function renderDecisions() {
+  if (showFailure('decisions-body', 'decisions')) return;
   const data = state.decisions;
   if (!data) { replace('decisions-body', h('p', { class: 'dim' }, '/debug/decisions is off (debug_endpoints: false)')); return; }
+  if (data.capacity === 0) {
+    replace('decisions-body', h('p', { class: 'dim', 'data-off': 'decisions' }, 'decisions are off: the gateway keeps none (admin.decisions: 0)'));
+    return;
+  }
   const list = (data.decisions || []).map(normaliseDecision);
   list.sort((a, b) => (b.at_ms || 0) - (a.at_ms || 0));
   if (!list.length) { replace('decisions-body', h('p', { class: 'dim' }, 'no decision yet: send a request')); return; }

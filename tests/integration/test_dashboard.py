@@ -219,7 +219,7 @@ class DashboardBrowserTest(unittest.TestCase):
             self.fail("the dashboard's browser test cannot run: " + why)
         os.makedirs(ARTIFACTS, exist_ok=True)
 
-    def check_report(self, rep, llama, qwen):
+    def check_report(self, rep, llama, qwen, decisions=True):
         self.assertNotIn("exception", rep, rep.get("exception"))
         self.assertEqual(rep["errors"], [], "console errors")
         self.assertEqual(rep["failed"], [], "failed requests")
@@ -229,19 +229,23 @@ class DashboardBrowserTest(unittest.TestCase):
         after = sum(e["dispatched"] for e in rep["after"]["endpoints"].values())
         self.assertGreater(after, before)
         # Both pools' traffic rows counted the load in the window, with a rate and a TTFT.
+        # Rows are keyed "pool" or "pool/model" (when the series carry a model label).
         for pool in ("llama", "qwen"):
-            t = rep["after"]["traffic"][pool]
-            self.assertGreater(t["requests"], rep["before"]["traffic"].get(pool, {}).get("requests", 0), pool)
+            keys = [k for k in rep["after"]["traffic"] if k.split("/")[0] == pool]
+            self.assertEqual(len(keys), 1, rep["after"]["traffic"])
+            t = rep["after"]["traffic"][keys[0]]
+            self.assertGreater(t["requests"], rep["before"]["traffic"].get(keys[0], {}).get("requests", 0), pool)
             self.assertNotEqual(t["rate"], "—", pool)
             self.assertTrue(t["ttft"].endswith("ms") or t["ttft"].endswith(" s"), t)
-        dec = rep["decision"]
-        # The default profile's scorers, each with a number per candidate.
-        for scorer in ("prefix", "queue", "kv-cache"):
-            self.assertIn(scorer, dec["scorers"])
-        self.assertGreaterEqual(dec["candidates"], 1)
-        self.assertTrue(dec["scores"] and all(s == "—" or float(s) >= 0 for s in dec["scores"]), dec)
-        self.assertTrue(any(s != "—" for s in dec["scores"]), dec)
-        self.assertIn(dec["picked"], want)
+        if decisions:
+            dec = rep["decision"]
+            # The default profile's scorers, each with a number per candidate.
+            for scorer in ("prefix", "queue", "kv-cache"):
+                self.assertIn(scorer, dec["scorers"])
+            self.assertGreaterEqual(dec["candidates"], 1)
+            self.assertTrue(dec["scores"] and all(s == "—" or float(s) >= 0 for s in dec["scores"]), dec)
+            self.assertTrue(any(s != "—" for s in dec["scores"]), dec)
+            self.assertIn(dec["picked"], want)
         self.assertGreater(rep["charts"], 0, "the adaptive loop's charts")
         u = rep["units"]
         # Prometheus text: escaped label values, exponents, junk lines skipped.
@@ -253,6 +257,14 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertAlmostEqual(u["p50window"], 0.3)
         self.assertIsNone(u["none"])
         self.assertEqual(u["inf"], 1)
+        # '+Inf' sorts last wherever it sits in the scrape (parseFloat('+Inf') is NaN: once it
+        # sorted first and the median came out as 0).
+        self.assertAlmostEqual(u["infFirst"], 0.5)
+        # A restart is a new process_start_time_seconds: counter and adaptive history start
+        # again even when the new process has already counted more; a reload lowering the
+        # counters (a pool dropped) is not one.
+        self.assertEqual(u["restart"]["newProcess"], {"scrapes": 1, "adaptivePools": 0})
+        self.assertEqual(u["restart"]["sameProcess"], {"scrapes": 2, "adaptivePools": 1})
         # Decisions in the old shape (indexes) and the new (request id, addresses).
         self.assertEqual((u["oldPicked"], u["oldEndpoints"]), ("y:2", ["x:1", "y:2"]))
         self.assertEqual((u["newPicked"], u["newKey"]), ("y:2", "r1"))
@@ -269,6 +281,49 @@ class DashboardBrowserTest(unittest.TestCase):
             self.check_report(rep, llama, qwen)
             with open(shot, "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        finally:
+            try:
+                gw.close()
+            finally:
+                llama.stop()
+                qwen.stop()
+
+    def test_decisions_off(self):
+        """admin.decisions: 0 (no ring). The page asks /debug/decisions?limit=50 as always: the
+        gateway clamps the limit rather than refusing it, and one section's trouble never blanks
+        the others. Everything draws; the decisions section says they are off."""
+        llama, qwen, gw = fleet(admin="decisions: 0")
+        try:
+            bad = []
+            rep = run_browser({"url": "http://127.0.0.1:%d/" % gw.admin_port, "decisionsOff": True,
+                               "screenshot": os.path.join(ARTIFACTS, "dashboard-decisions-off.png"),
+                               "endpoints": ["127.0.0.1:%d" % p for p in llama.ports + qwen.ports]},
+                              lambda: bad.extend(load(gw)))
+            self.assertEqual(bad, [])
+            self.check_report(rep, llama, qwen, decisions=False)
+            self.assertIn("admin.decisions: 0", rep["decisionsText"])
+        finally:
+            try:
+                gw.close()
+            finally:
+                llama.stop()
+                qwen.stop()
+
+    def test_one_failing_page_blanks_nothing_else(self):
+        """/debug/decisions answers 500 (the browser is made to see it so): once, the page's
+        Promise.all rejected and nothing at all was drawn. Every other section draws and follows
+        load; the decisions section says its read failed and why."""
+        llama, qwen, gw = fleet()
+        try:
+            bad = []
+            rep = run_browser({"url": "http://127.0.0.1:%d/" % gw.admin_port, "failPath": "/debug/decisions",
+                               "endpoints": ["127.0.0.1:%d" % p for p in llama.ports + qwen.ports]},
+                              lambda: bad.extend(load(gw)))
+            self.assertEqual(bad, [])
+            self.check_report(rep, llama, qwen, decisions=False)
+            self.assertGreater(rep.get("injected", 0), 0)
+            self.assertEqual([f["page"] for f in rep["failedSections"]], ["decisions"], rep["failedSections"])
+            self.assertIn("HTTP 500", rep["failedSections"][0]["text"])
         finally:
             try:
                 gw.close()

@@ -102,7 +102,7 @@ class LookupTest(unittest.TestCase):
         self.assertEqual((st, page["decisions"]), (200, []))
 
     def test_bad_queries_refused(self):
-        for q in ("?verbose=1", "?limit=0", "?limit=abc", "?limit=100000", "?limit=1&limit=2", "?id=",
+        for q in ("?verbose=1", "?limit=0", "?limit=abc", "?limit=-3", "?limit=1&limit=2", "?id=",
                   "?id=%zz", "?id=x&limit=2", "?pool"):
             st, page = decisions(self.gw, q)
             self.assertEqual(st, 400, q)
@@ -167,6 +167,46 @@ class OutcomeTest(unittest.TestCase):
             gw.close()
             up.close()
 
+    def test_failed_retry_does_not_name_the_first_endpoint(self):
+        """Issue 16: attempt 1 to A answers 503 (retryable: its answer is dropped), the retry to
+        B fails to connect. The client gets the gateway's 502; neither the outcome nor the access
+        log may say B answered 503 (once A's status was kept while the endpoint was B's)."""
+        dead = "127.0.0.1:%d" % free_port()
+        up = Upstream("live")
+        gw = Gateway([{"name": "p", "models": ["m"], "profile": "round-robin", "endpoints": [up.address, dead]}],
+                     extra='retry: { on: [connect-failure, 503], backoff_ms: 1, max_backoff_ms: 1 }\n'
+                           'access_log: "{log}"',
+                     pre_start=lambda d: {"log": os.path.join(d, "access.log")})
+        try:
+            seen = {}
+            for i in range(6):
+                rid = "r503-%d" % i
+                st, _, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", rid),
+                                {"x-request-id": rid, "x-fixture-mode": "status", "x-fixture-status": "503"})
+                d = decisions(gw, "?id=" + rid)[1]["decisions"][0]
+                seen[rid] = (st, d)
+            first_live = [(rid, st, d) for rid, (st, d) in seen.items() if d["picked"] == up.address]
+            self.assertTrue(first_live, seen)
+            with open(os.path.join(gw.dir, "access.log")) as f:
+                log = {x["request_id"]: x for x in (json.loads(l) for l in f if l.strip())}
+            for rid, st, d in first_live:
+                o = d["outcome"]
+                line = log[rid]
+                if o["attempts"] == 2:
+                    # A's 503 was dropped for the retry, and B never answered.
+                    self.assertEqual((st, o["status"], o["served_by"]), (502, 502, None), d)
+                    self.assertEqual((line["status"], line["upstream_status"]), (502, 0), line)
+                    self.assertEqual(line["endpoint"], dead, line)
+                else:
+                    # Not retried (B out of the running): A's own 503, passed through, named as A's.
+                    self.assertEqual((st, o["status"], o["served_by"]), (503, 503, up.address), d)
+                    self.assertEqual((line["status"], line["upstream_status"], line["endpoint"]),
+                                     (503, 503, up.address), line)
+            self.assertIn(2, [d["outcome"]["attempts"] for _, _, d in first_live], seen)
+        finally:
+            gw.close()
+            up.close()
+
     def test_eviction_after_capacity(self):
         up = Upstream("u")
         gw = Gateway([{"name": "p", "models": ["m"], "profile": "round-robin", "endpoints": [up.address]}],
@@ -182,8 +222,14 @@ class OutcomeTest(unittest.TestCase):
                 self.assertEqual(st, 404, rid)
                 self.assertIn("left the ring of the last 4", page["error"]["message"])
             self.assertEqual(decisions(gw, "?id=e2")[0], 200)
-            self.assertEqual(decisions(gw, "?limit=4")[0], 200)
-            self.assertEqual(decisions(gw, "?limit=5")[0], 400, "a limit past the ring is refused")
+            # A limit past the ring is clamped to it (a client cannot know the ring's size: the
+            # dashboard asks for 50), and the listing says how many the ring holds.
+            for q in ("?limit=4", "?limit=5", "?limit=50", "?limit=100000"):
+                st, page = decisions(gw, q)
+                self.assertEqual(st, 200, q)
+                self.assertEqual([d["id"] for d in page["decisions"]], ["e5", "e4", "e3", "e2"], q)
+                self.assertEqual(page["capacity"], 4, q)
+            self.assertEqual(decisions(gw, "?limit=0")[0], 400)
         finally:
             gw.close()
             up.close()
@@ -199,7 +245,11 @@ class OutcomeTest(unittest.TestCase):
             self.assertEqual(st, 401, "the admin token guards the page")
             auth = {"Authorization": "Bearer s3cret"}
             st, page = decisions(gw, headers=auth)
-            self.assertEqual((st, page), (200, {"decisions": []}))
+            self.assertEqual((st, page), (200, {"decisions": [], "capacity": 0}))
+            # What the dashboard asks, whatever the ring's size: an empty answer, not a 400.
+            st, page = decisions(gw, "?limit=50", headers=auth)
+            self.assertEqual((st, page), (200, {"decisions": [], "capacity": 0}))
+            self.assertEqual(decisions(gw, "?limit=0", headers=auth)[0], 400)
             st, page = decisions(gw, "?id=off-1", headers=auth)
             self.assertEqual(st, 404)
             self.assertIn("admin.decisions: 0", page["error"]["message"])

@@ -590,6 +590,22 @@ static void test_error_wrong_types(void **state)
                      "    models: [m]\n"
                      "    endpoints: [\"127.0.0.1:9000\"]\n",
                      2, "pool name 'p q' may only contain");
+    /* 63 bytes is a name; 64 is refused (decision records and labels keep 63). */
+    expect_one_error("pools:\n"
+                     "  - name: a123456789a123456789a123456789a123456789a123456789a123456789abcd\n"
+                     "    models: [m]\n"
+                     "    endpoints: [\"127.0.0.1:9000\"]\n",
+                     2, "is longer than 63 characters");
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str("pools:\n"
+                               "  - name: a123456789a123456789a123456789a123456789a123456789a123456789abc\n"
+                               "    models: [m]\n"
+                               "    endpoints: [\"127.0.0.1:9000\"]\n",
+                               &cfg, &errs),
+                     0);
+    assert_int_equal(strlen(cfg->pools[0].name), 63);
+    sb_config_free(cfg);
     expect_one_error("[1, 2]\n", 1, "the configuration must be a mapping, got a list");
     expect_one_error("? [a]\n: b\n" POOL_OK, 1, "keys in the top level must be strings");
 }
@@ -1419,15 +1435,16 @@ static void test_admin_decisions_ring(void **state)
     assert_int_equal(parse_str("admin: { decisions: 0 }\n" POOL_OK, &cfg, &errs), 0);
     assert_int_equal(cfg->admin_decisions, 0);
     sb_config_free(cfg);
-    assert_int_equal(parse_str("admin: { decisions: 4096, decision_candidates: 256 }\n" POOL_OK, &cfg, &errs), 0);
+    assert_int_equal(parse_str("admin: { decisions: 2048, decision_candidates: 256 }\n" POOL_OK, &cfg, &errs), 0);
     assert_int_equal(cfg->admin_decision_candidates, 256);
     sb_config_free(cfg);
     expect_one_error("admin: { decisions: 65537 }\n" POOL_OK, 1, "admin.decisions");
     expect_one_error("admin: { decision_candidates: 0 }\n" POOL_OK, 1, "admin.decision_candidates");
     expect_one_error("admin: { decision_candidates: 257 }\n" POOL_OK, 1, "admin.decision_candidates");
     expect_one_error("admin: { decisions: -1 }\n" POOL_OK, 1, "admin.decisions");
-    /* Each bound alone allows 2.8 GiB: their product is bounded too. */
-    expect_one_error("admin: { decisions: 65536, decision_candidates: 17 }\n" POOL_OK, 1, "at most 1048576 candidates");
+    /* Each bound alone allows 5.5 GiB: their product is bounded too (a candidate is 336 bytes). */
+    expect_one_error("admin: { decisions: 65536, decision_candidates: 9 }\n" POOL_OK, 1, "at most 524288 candidates");
+    expect_one_error("admin: { decisions: 4096, decision_candidates: 129 }\n" POOL_OK, 1, "at most 524288 candidates");
 }
 
 /* metrics.max_models: the model label's bound, 32 by default, 1 .. 4096. */
