@@ -1022,6 +1022,25 @@ static bool admin_authorized(const sb_config *cfg, const sb_http_req *req)
     return CRYPTO_memcmp(d, cfg->admin_token_digest, sizeof d) == 0;
 }
 
+/* 404 naming the path (its first 100 bytes). */
+static void not_found(sb_http_req *req, const char *what)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s %.*s", what, (int)(req->path_len > 100 ? 100 : req->path_len), req->path);
+    admin_error(req, 404, msg, "not_found", NULL);
+}
+
+/* No admin page takes a body: refused from the head (the hook runs when one is declared), so an
+ * open /metrics or the dashboard's files cannot make this listener buffer bodies. True when it
+ * answered. */
+static bool no_body(sb_http_req *req)
+{
+    if (!req->has_body)
+        return false;
+    admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
+    return true;
+}
+
 enum admin_page {
     PAGE_METRICS,
     PAGE_ENDPOINTS,
@@ -1050,18 +1069,11 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
             return true;
         }
         if (!sb_ui_find(req->path, req->path_len, &f)) {
-            char msg[160];
-            snprintf(msg, sizeof(msg), "no dashboard file %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
-                     req->path);
-            admin_error(req, 404, msg, "not_found", NULL);
-            return true;
-        }
-        if (req->has_body) {
-            admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
+            not_found(req, "no dashboard file");
             return true;
         }
         *page = PAGE_UI;
-        return false;
+        return no_body(req);
     }
     bool metrics = path_eq(req, "/metrics");
     /* /healthz is open: a load balancer's probe carries no token, and it tells only ok or
@@ -1115,19 +1127,10 @@ static bool admin_refuse(sb_gateway *gw, sb_http_req *req, enum admin_page *page
     } else if (cfg->debug_endpoints && path_eq(req, "/debug/adaptive")) {
         *page = PAGE_ADAPTIVE;
     } else {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "no admin route for %.*s", (int)(req->path_len > 100 ? 100 : req->path_len),
-                 req->path);
-        admin_error(req, 404, msg, "not_found", NULL);
+        not_found(req, "no admin route for");
         return true;
     }
-    /* No admin page takes a body: refused from the head (the hook runs when one is declared),
-     * so an open /metrics cannot make this listener buffer bodies. */
-    if (req->has_body) {
-        admin_error(req, 400, "admin endpoints take no request body", "body_not_allowed", NULL);
-        return true;
-    }
-    return false;
+    return no_body(req);
 }
 
 /* One of the dashboard's files, with an entity tag: the page is fetched again on every load

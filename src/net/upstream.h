@@ -67,7 +67,7 @@ struct sb_upstream_conn {
     uv_connect_t connect_req;
     int state;
     int handles_open;
-    sb_tls tls; /* tls.ssl NULL: plain */
+    sb_tls tls;          /* tls.ssl NULL: plain */
     bool tls_early_data; /* application data arrived inside the handshake (refused) */
 };
 

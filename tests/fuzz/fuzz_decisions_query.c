@@ -42,9 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(a.limit >= 1 && a.limit <= max_limit);
         CHECK(a.id_len <= SB_EXPLAIN_ID_MAX && strlen(a.id) == a.id_len);
         CHECK(memchr(a.pool, '\0', sizeof a.pool) != NULL);
-        CHECK(!a.id_len || (!a.has_pool && a.limit == (max_limit < SB_DECISIONS_DEFAULT_LIMIT
-                                                             ? max_limit
-                                                             : SB_DECISIONS_DEFAULT_LIMIT)));
+        CHECK(!a.id_len ||
+              (!a.has_pool &&
+               a.limit == (max_limit < SB_DECISIONS_DEFAULT_LIMIT ? max_limit : SB_DECISIONS_DEFAULT_LIMIT)));
         CHECK(a.id_len == b.id_len && !memcmp(a.id, b.id, a.id_len) && a.limit == b.limit);
     } else {
         CHECK(rc == -1);
