@@ -57,6 +57,14 @@ void sb_process_sample_read(sb_process_sample *out)
     out->cpu_seconds = (double)(st.utime_ticks + st.stime_ticks) / (double)hz;
     out->resident_bytes = (double)st.rss_pages * (double)page;
     out->virtual_bytes = (double)st.vsize_bytes;
+    /* Computed once and kept: the value identifies this process (the dashboard takes a change
+     * for a restart), and recomputing it on each scrape could move it by a tick when the wall
+     * clock is slewed. One process, one value: a static is its natural home. */
+    static double start_time_s;
+    if (start_time_s > 0) {
+        out->start_time_s = start_time_s;
+        return;
+    }
     /* Started start_ticks after boot: the wall clock now, less the time since then (boot time
      * as CLOCK_BOOTTIME counts it, the base procfs uses). */
     struct timespec wall, boot;
@@ -67,5 +75,5 @@ void sb_process_sample_read(sb_process_sample *out)
     double start = now - (since_boot - (double)st.start_ticks / (double)hz);
     /* To the tick, as procfs has it: the same value on every scrape, not one jittering by the
      * microseconds between the two clock reads. */
-    out->start_time_s = (double)(long long)(start * (double)hz + 0.5) / (double)hz;
+    out->start_time_s = start_time_s = (double)(long long)(start * (double)hz + 0.5) / (double)hz;
 }
