@@ -817,9 +817,18 @@ static int build_head(exchange *x, size_t body_len)
     sb_buf_reset(h);
     sb_upstream_conn *uc = x->uc;
     sb_http_req *req = x->req;
+    /* Host names the server as TLS does: an https:// pool's tls.server_name, when set, is the
+     * name the endpoint answers to (an ingress or a provider routes on it), with the port
+     * unless it is 443; else the endpoint's address as written. */
+    const sb_pool_config *pc = &x->snap->cfg->pools[x->t.pool];
+    const sb_endpoint_config *ec = &pc->endpoints[x->ep];
+    char host[300];
+    if (pc->tls && pc->tls_server_name && ec->port != 443)
+        snprintf(host, sizeof host, "%s:%u", pc->tls_server_name, ec->port);
+    else
+        snprintf(host, sizeof host, "%s", pc->tls && pc->tls_server_name ? pc->tls_server_name : sb_upstream_address(uc->up));
     sb_buf_printf(h, "%.*s %.*s HTTP/1.1\r\nHost: %s\r\n", req->method == HTTP_POST ? 4 : 3,
-                  req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url,
-                  sb_upstream_address(uc->up));
+                  req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url, host);
     bool has_orca_fmt = false;
     bool has_forwarded = false;
     /* A pool with upstream_api_key speaks to its model servers with that key: the client's

@@ -217,6 +217,19 @@ class TlsUpstreamTest(unittest.TestCase):
             gw.close()
             up.close()
 
+    def test_server_name_is_the_host(self):
+        """An endpoint by address with tls.server_name: SNI, the certificate check and the Host
+        header all name the server (an ingress routes on Host)."""
+        up = TlsUpstream(self.cert, self.key)
+        gw = self.gateway(up, host="127.0.0.1", tls="ca_file: %s, server_name: localhost" % self.cert)
+        try:
+            self.assertEqual(self.chat(gw)[0], 200)
+            self.assertIn("localhost", up.sni)
+            self.assertEqual(up.requests[-1][2].get("host"), "localhost:%d" % up.port)
+        finally:
+            gw.close()
+            up.close()
+
     def test_unverified_certificate_refused_then_allowed(self):
         up = TlsUpstream(self.cert, self.key)
         gw = self.gateway(up, tls="ca_file: %s" % self.other)
