@@ -26,6 +26,26 @@ def make_cert(dirname, name, cn):
     return cert, key
 
 
+def read_lockstep_stream(test, s, up, events=3):
+    """Sends a streamed chat on s whose upstream (the fixture) sends each event only once the
+    test releases it, and releases each only after the client has read the previous one: the
+    gateway forwards events one by one. Returns the bytes read, through [DONE]."""
+    send_request(s, "POST", "/v1/chat/completions", chat_body(stream=True),
+                 {"x-fixture-mode": "sse", "x-fixture-events": str(events), "x-fixture-lockstep": "1"})
+    got = b""
+    for i in range(events):
+        while got.count(b"data: ") <= i:
+            chunk = s.recv(65536)
+            test.assertTrue(chunk, "the stream ended early")
+            got += chunk
+        up.gate.release()
+    while b"[DONE]" not in got:
+        chunk = s.recv(65536)
+        test.assertTrue(chunk, "the stream ended early")
+        got += chunk
+    return got
+
+
 def metric(port, name):
     st, _, body = http(port, "GET", "/metrics")
     m = re.search(r"^%s\{[^}]*\} (\d+)$" % re.escape(name), body.decode(), re.M)
@@ -79,19 +99,7 @@ class TlsTest(unittest.TestCase):
         """Each event is encrypted and sent as it arrives: the upstream sends the next only once
         the client has read the previous one through TLS."""
         s = self.tls()
-        send_request(s, "POST", "/v1/chat/completions", chat_body(stream=True),
-                     {"x-fixture-mode": "sse", "x-fixture-events": "3", "x-fixture-lockstep": "1"})
-        got = b""
-        for i in range(3):
-            while got.count(b"data: ") <= i:
-                chunk = s.recv(65536)
-                self.assertTrue(chunk, "the stream ended early")
-                got += chunk
-            self.up.gate.release()
-        while b"[DONE]" not in got:
-            chunk = s.recv(65536)
-            self.assertTrue(chunk, "the stream ended early")
-            got += chunk
+        read_lockstep_stream(self, s, self.up)
         s.close()
 
     def test_keepalive_and_pipelining(self):

@@ -13,8 +13,8 @@ import tempfile
 import threading
 import unittest
 
-from fixtures import GATEWAY_BIN, Gateway, Upstream, chat_body, http, read_response, send_request, wait_until
-from test_tls import make_cert
+from fixtures import GATEWAY_BIN, Gateway, Upstream, chat_body, http, wait_until
+from test_tls import make_cert, read_lockstep_stream
 
 
 class TlsUpstream(Upstream):
@@ -178,19 +178,7 @@ class TlsUpstreamTest(unittest.TestCase):
             # Events cross one at a time: the upstream sends the next only once the client read
             # the previous one (decrypted by the gateway, re-framed for the client).
             s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-            send_request(s, "POST", "/v1/chat/completions", chat_body(stream=True),
-                         {"x-fixture-mode": "sse", "x-fixture-events": "3", "x-fixture-lockstep": "1"})
-            got = b""
-            for i in range(3):
-                while got.count(b"data: ") <= i:
-                    chunk = s.recv(65536)
-                    self.assertTrue(chunk, "the stream ended early")
-                    got += chunk
-                up.gate.release()
-            while b"[DONE]" not in got:
-                chunk = s.recv(65536)
-                self.assertTrue(chunk)
-                got += chunk
+            read_lockstep_stream(self, s, up)
             s.close()
             self.assertIn("localhost", up.sni, "SNI carries the endpoint's host name")
             # A close-delimited answer ends with the server's close_notify: the end of the body,
