@@ -133,7 +133,7 @@ build/san/tests/%: tests/unit/%.c build/san/libsb.a $(HDRS) tests/unit/sb_test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_SAN) -Itests/unit $< build/san/libsb.a $(LIBS) -lcmocka -o $@
 
-build/bench/%: bench/%.c build/rel/libsb.a $(HDRS)
+build/bench/%: bench/%.c build/rel/libsb.a $(HDRS) bench/bench_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_REL) $< build/rel/libsb.a $(LIBS) -o $@
 

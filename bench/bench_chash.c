@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/chash.h"
 
 #define RUNS 5
@@ -41,12 +42,6 @@ static uint64_t xorshift(uint64_t *s)
     x ^= x >> 27;
     *s = x;
     return x * 0x2545F4914F6CDD1DULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static char idbuf[MAXN][48];

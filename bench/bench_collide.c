@@ -73,6 +73,7 @@
 #undef SB_PREFIX_INDEX_AHEAD
 /* (b), (c): the real one, from libsb. */
 #undef SB_CORE_PREFIX_INDEX_H
+#include "bench_util.h"
 #include "core/prefix_index.h"
 
 enum {
@@ -90,12 +91,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double median(double *v, int n)

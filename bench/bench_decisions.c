@@ -15,24 +15,12 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/explain.h"
 #include "core/router.h"
 #include "net/decisions.h"
 
 #define RUNS 5
-
-static sb_ns clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (sb_ns)ts.tv_sec * SB_NS_PER_S + (sb_ns)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static char (*addrs)[32];
 

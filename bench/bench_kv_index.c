@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/kv_index.h"
 #include "core/tok_cache.h"
 #include "proto/tokenize.h"
@@ -30,12 +31,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double median5(double v[5])

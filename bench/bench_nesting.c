@@ -13,6 +13,7 @@
  *   wide     what the default bound still admits at its dearest: a token every 2-3 bytes.
  * Figures only: a benchmark never decides whether a build passes. */
 #include "base/buf.h"
+#include "bench_util.h"
 #include "proto/prompt.h"
 
 #include <stdio.h>
@@ -27,12 +28,6 @@ static double now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* {"model":"m1","x":OPEN...INNER CLOSE...,"messages":[]} of about `bytes` bytes. */

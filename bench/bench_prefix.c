@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "bench_util.h"
 #include "core/prefix_index.h"
 #include "core/router.h"
 #include "proto/prompt.h"
@@ -22,12 +23,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double median5(double v[5])

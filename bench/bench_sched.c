@@ -15,23 +15,11 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/decide.h"
 #include "core/router.h"
 
 #define RUNS 5
-
-static sb_ns clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (sb_ns)ts.tv_sec * SB_NS_PER_S + (sb_ns)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* A pool of n endpoints as a real fleet looks between two scrapes: mixed queues and KV
  * use, some own traffic since the report, a few saturated, a few unhealthy, LoRA state. */
