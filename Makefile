@@ -56,7 +56,7 @@ FORMAT_BASE ?= main
 # run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
 PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: install uninstall package all deps test call-graph unit integration bench soak demo clean check-format fuzz fuzz-build
+.PHONY: install uninstall package all deps test call-graph unit integration bench bench-build soak demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -156,11 +156,15 @@ integration: build/san/switchboard build/switchboard
 test:
 	@scripts/deps.sh test
 	@python3 scripts/include_graph.py
-	@SB_REQUIRE_EXTPROC=1 $(MAKE) --no-print-directory call-graph unit integration
+	@SB_REQUIRE_EXTPROC=1 $(MAKE) --no-print-directory call-graph bench-build unit integration
 
 # Call circles between modules, from the objects' symbols (what #include lines cannot show).
 call-graph: build/san/libsb.a
 	@python3 scripts/call_graph.py build/san
+
+# The benchmarks are compiled by `make test` too, so a change that breaks one is seen at once
+# (bench_collide once stopped `make bench` for sessions unnoticed).
+bench-build: $(BENCH_BIN)
 
 bench: all $(BENCH_BIN)
 	@scripts/deps.sh bench
