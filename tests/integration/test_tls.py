@@ -132,6 +132,62 @@ class TlsTest(unittest.TestCase):
         self.assertEqual(s.recv(100), b"", "close_notify, then EOF (ssl raises on a truncated stream)")
         s.close()
 
+    def test_pipelining_past_the_pause_keeps_order(self):
+        """Thousands of pipelined requests sent before any answer is read: the gateway pauses
+        (its answers pile up past write_high_water), TLS has decrypted more than the request it
+        stopped at, and what follows must queue behind it in order (before de3266a: parsed ahead
+        of the queued bytes, so the stream was misframed: 400 and a close). One thread drives the
+        socket through memory BIOs, writing until the gateway stops reading, then both ways.
+        Answers are counted on the new bytes only (counting the whole buffer each turn made the
+        first version of this test quadratic and slow)."""
+        import select
+        import time
+        n = 20000
+        reqs = b"".join(b"GET /nope/%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(n))
+        raw = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.ctx.wrap_bio(inc, out, server_hostname="localhost")
+        while True:
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                inc.write(raw.recv(65536))
+        raw.sendall(out.read())
+        obj.write(reqs)
+        raw.setblocking(False)
+        wire, reading = out.read(), False
+        answers, statuses, tail = 0, set(), b""
+        deadline = time.monotonic() + 120
+        while answers < n and time.monotonic() < deadline:
+            r, w, _ = select.select([raw] if reading else [], [raw] if wire else [], [], 0.5)
+            if not r and not w:
+                reading = True  # the gateway stopped reading: its answers wait for us
+            if w:
+                wire = wire[raw.send(wire[:65536]):]
+            if r:
+                data = raw.recv(1 << 20)
+                self.assertTrue(data, "the gateway closed the connection after %d answers: %r" % (answers, tail))
+                inc.write(data)
+                try:
+                    while True:
+                        plain = obj.read(1 << 20)
+                        self.assertTrue(plain, "the gateway ended TLS after %d answers: %r" % (answers, tail))
+                        buf = tail + plain
+                        found = list(re.finditer(rb"HTTP/1\.1 (\d{3}) ", buf))
+                        answers += len(found)
+                        statuses.update(m.group(1) for m in found)
+                        # a status line cut by this read is at most 12 bytes: keep 13, never
+                        # bytes of a line already counted
+                        tail = buf[max(found[-1].end() if found else 0, len(buf) - 13):]
+                except ssl.SSLWantReadError:
+                    pass
+        raw.close()
+        self.assertEqual(answers, n)
+        self.assertEqual(statuses, {b"404"})
+        self.assertTrue(reading, "the gateway never paused: the test did not reach the case")
+
     def test_alpn(self):
         for offer, want in (("http/1.1", "http/1.1"), ("h2,http/1.1", "http/1.1"), ("h2", None)):
             r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.gw.port, "-alpn", offer,
