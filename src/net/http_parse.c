@@ -85,7 +85,10 @@ static int on_message_begin(http_parser *p)
     hs_reset_request(c);
     c->state = CONN_READING;
     c->req.start_ns = uv_hrtime();
-    hs_arm_timer(c, c->srv->opts.header_ms);
+    /* header_ms is armed when process() returns with this request unfinished (arm_head_timer),
+     * not here: a pipelined request whose bytes are all here needs no deadline, and a long run
+     * of them in one loop turn would otherwise arm it against the loop's cached time, long
+     * past, and time out a request whose bytes arrived seconds ago. */
     return 0;
 }
 
@@ -284,8 +287,29 @@ static const http_parser_settings parser_settings = {
     .on_message_complete = on_message_complete,
 };
 
+/* The request being read waits for more bytes: its header_ms deadline starts now, once per
+ * request (a head dribbled over many reads does not push it back), against a fresh clock
+ * (the loop's cached time lags by whatever this loop turn has spent, thousands of pipelined
+ * requests under a sanitizer took seconds). */
+static void process_input(conn *c, const char *data, size_t len);
+
+static void arm_head_timer(conn *c)
+{
+    if (c->state != CONN_READING || c->request_timed)
+        return;
+    c->request_timed = true;
+    uv_update_time(c->tcp.loop);
+    hs_arm_timer(c, c->srv->opts.header_ms);
+}
+
 /* Runs the parser over data; dispatches a completed request to the handler. */
 static void process(conn *c, const char *data, size_t len)
+{
+    process_input(c, data, len);
+    arm_head_timer(c);
+}
+
+static void process_input(conn *c, const char *data, size_t len)
 {
     size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
     enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);

@@ -109,6 +109,7 @@ void hs_reset_request(conn *c)
     c->saw_cl = c->saw_te = c->expect_continue = false;
     c->head_done = false;
     c->body_follows = false;
+    c->request_timed = false;
     c->error_status = 0;
     c->chunked = false;
     c->resp_left = -1;

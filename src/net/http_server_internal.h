@@ -87,6 +87,7 @@ typedef struct conn {
     bool discarding;      /* read ahead past MAX_PENDING_BYTES: input dropped, close after the answer */
     size_t discarded;     /* bytes dropped so far; past linger_bytes the connection is closed */
     bool body_follows;    /* the head declares a body (Content-Length above 0, or chunked) */
+    bool request_timed;   /* header_ms runs for the request being read (armed once, at process()'s end) */
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     struct conn *dirty_prev, *dirty_next;

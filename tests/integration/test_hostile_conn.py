@@ -14,7 +14,9 @@ wire matters.
 """
 import http.client as httpclient
 import json
+import re
 import socket
+import threading
 import time
 import unittest
 
@@ -276,6 +278,36 @@ class BodyMemory(unittest.TestCase):
             s.close()
             gw.close()
 
+
+    def test_long_pipelined_runs_do_not_time_out_the_request_after(self):
+        # 20,000 pipelined requests sent at once: thousands are parsed and answered in one loop
+        # turn, and one read ends in the middle of a head. Its header_ms deadline was armed
+        # against the loop's cached time, older by the whole turn, so under the sanitizers
+        # (a turn of ~1 s) the request whose bytes were already there got a 408 and the
+        # connection closed (before the fix; the release build's turns were short enough).
+        gw = Gateway([{"name": "p", "models": [MODEL], "endpoints": [self.up.address]}],
+                     extra="timeouts: { header_ms: 300 }")
+        n = 20000
+        wire = b"".join(b"GET /nope/%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(n))
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+        try:
+            sender = threading.Thread(target=s.sendall, args=(wire,), daemon=True)
+            sender.start()
+            got, tail = 0, b""
+            statuses = set()
+            while got < n:
+                data = s.recv(1 << 20)
+                self.assertTrue(data, "the gateway closed after %d answers: %r" % (got, tail))
+                buf = tail + data
+                found = list(re.finditer(rb"HTTP/1\.1 (\d{3}) ", buf))
+                got += len(found)
+                statuses.update(m.group(1) for m in found)
+                tail = buf[max(found[-1].end() if found else 0, len(buf) - 13):]
+            self.assertEqual(statuses, {b"404"})
+            sender.join(10)
+        finally:
+            s.close()
+            gw.close()
 
     def test_chunked_body_capacity_stays_within_max_body_bytes(self):
         # A chunked body of exactly max_body_bytes, held open before its last chunk: its buffer
