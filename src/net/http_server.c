@@ -426,6 +426,7 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
     if (!o.linger_bytes)
         o.linger_bytes = s->opts.linger_bytes;
     if (o.tls_ctx && s->tls_ctx && o.tls_ctx != s->tls_ctx) {
+        sb_tls_keep_tickets(o.tls_ctx, s->tls_ctx); /* sessions resume across the reload */
         SSL_CTX_up_ref(o.tls_ctx);
         SSL_CTX_free(s->tls_ctx); /* each connection holds its own reference */
         s->tls_ctx = o.tls_ctx;

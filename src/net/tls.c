@@ -49,6 +49,20 @@ SSL_CTX *sb_tls_server_ctx(const char *cert_file, const char *key_file, const sb
     return ctx;
 }
 
+bool sb_tls_keep_tickets(SSL_CTX *to, SSL_CTX *from)
+{
+    X509 *a = SSL_CTX_get0_certificate(to), *b = SSL_CTX_get0_certificate(from);
+    if (!a || !b || X509_cmp(a, b) != 0)
+        return false;
+    /* OpenSSL's ticket key block: name (16), HMAC secret (32), AES key (32). */
+    unsigned char keys[80];
+    bool ok = SSL_CTX_get_tlsext_ticket_keys(from, keys, sizeof keys) == 1 &&
+              SSL_CTX_set_tlsext_ticket_keys(to, keys, sizeof keys) == 1;
+    OPENSSL_cleanse(keys, sizeof keys);
+    ERR_clear_error();
+    return ok;
+}
+
 SSL_CTX *sb_tls_client_ctx(const char *ca_file, const char *cert_file, const char *key_file, bool verify, char *err,
                            size_t err_len)
 {

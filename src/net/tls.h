@@ -40,6 +40,13 @@ typedef struct sb_tls_alpn {
 SSL_CTX *sb_tls_server_ctx(const char *cert_file, const char *key_file, const sb_tls_alpn *alpn, char *err,
                            size_t err_len);
 
+/* A reload's new server context `to` takes the session-ticket keys of the context it replaces,
+ * `from`, when both present the same certificate: clients resume their sessions across a
+ * SIGHUP instead of paying a full handshake each. A rotated certificate keeps the new
+ * context's own fresh keys (a rotation also retires what was resumable under the old one).
+ * Returns true when the keys were carried over. */
+bool sb_tls_keep_tickets(SSL_CTX *to, SSL_CTX *from);
+
 /* A client context (toward model servers and providers): TLS 1.2 or later, ALPN http/1.1.
  * verify: the server's chain must verify against ca_file (NULL: the system's store) and name
  * the host (sb_tls_init_client); false accepts any certificate (a test fleet's self-signed

@@ -232,6 +232,27 @@ class TlsTest(unittest.TestCase):
         # The gateway still serves.
         self.assertEqual(self.curl("https://localhost:%d/v1/models" % self.gw.port).returncode, 0)
 
+    def test_sessions_resume_across_a_reload(self):
+        """A SIGHUP that keeps the certificate keeps the session-ticket keys: a client resumes
+        its session after the reload instead of a full handshake (before: each reload drew new
+        keys, so every client paid a full handshake after it)."""
+        def session_after_request(session=None):
+            raw = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+            s = self.ctx.wrap_socket(raw, server_hostname="localhost", session=session)
+            send_request(s, "GET", "/v1/models")
+            self.assertEqual(read_response(s)[0], 200)  # TLS 1.3 tickets come after the handshake
+            reused, sess = s.session_reused, s.session
+            s.close()
+            return reused, sess
+        reused, sess = session_after_request()
+        self.assertFalse(reused)
+        self.assertTrue(session_after_request(sess)[0], "no resumption even without a reload")
+        before = metric(self.gw.admin_port, "switchboard_reloads_total") or 0
+        self.gw.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: (metric(self.gw.admin_port, "switchboard_reloads_total") or 0) > before, 10,
+                   "the reload applied")
+        self.assertTrue(session_after_request(sess)[0], "the session did not resume after the reload")
+
     def test_zz_rotation_on_sighup(self):
         def subject():
             r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.gw.port,
