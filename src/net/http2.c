@@ -101,6 +101,7 @@ typedef struct h2_conn {
 } h2_conn;
 
 static const sb_http_req_ops h2_ops;
+static void arm(conn *c);
 
 static h2_stream *stream_of(sb_http_req *req) { return (h2_stream *)req; }
 
@@ -342,7 +343,10 @@ static int h2_stream_write(sb_http_req *req, const char *data, size_t len)
     nghttp2_session_resume_data(st->hc->ng, st->id);
     hs_mark_dirty(st->hc->c);
     if (st->out.len - st->out_off > stream_high_water(st->hc)) {
-        st->wants_drain = true;
+        if (!st->wants_drain) {
+            st->wants_drain = true;
+            arm(st->hc->c); /* a client that never reads this is closed after idle_ms */
+        }
         return 1;
     }
     return 0;
@@ -764,8 +768,6 @@ void hs_h2_server_free(sb_http_server *s)
     s->h2_cbs = NULL;
     s->h2_opts = NULL;
 }
-
-static void arm(conn *c);
 
 int hs_h2_start(conn *c)
 {

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -211,7 +212,7 @@ class Http2Test(unittest.TestCase):
     def setUpClass(cls):
         cls.up = Upstream()
         cls.gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % cls.up.port]}],
-                         extra="limits: { max_body_bytes: 4096 }\n"
+                         extra="limits: { max_body_bytes: 4096 }\ntimeouts: { idle_ms: 1500 }\n"
                                "http2: { max_concurrent_streams: 4, initial_window_size: 65535 }")
 
     @classmethod
@@ -295,6 +296,49 @@ class Http2Test(unittest.TestCase):
             c.close()
         self.assertEqual(len([r for r in self.up.requests if len(r[3]) > 4096]), 0)
 
+    SSE_MANY = [("x-fixture-mode", "sse"), ("x-fixture-events", "4000")]
+
+    def test_a_slow_reader_is_paced_and_gets_the_whole_stream(self):
+        # The client's windows are 1 KiB and it opens them only as it reads: the gateway holds
+        # the rest back (the handler is told to pause, then on_drain resumes it), and every
+        # event arrives, in order.
+        c = H2(self.gw.port, settings=struct.pack(">HI", 4, 1024))
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", chat_body(stream=True), self.SSE_MANY,
+                                    port=self.gw.port))
+            got = b""
+            while True:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "the connection closed")
+                if f[0] == DATA and f[2] == 1:
+                    got += f[3]
+                    if f[3]:
+                        inc = struct.pack(">I", len(f[3]))
+                        c.send(frame(WINDOW_UPDATE, 0, 1, inc) + frame(WINDOW_UPDATE, 0, 0, inc))
+                if f[2] == 1 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
+                    break
+            events = [l for l in got.decode().split("\n") if l.startswith("data: ")]
+            self.assertEqual(len(events), 4001)
+            self.assertEqual([json.loads(e[6:])["i"] for e in events[:-1]], list(range(4000)))
+            self.assertEqual(events[-1], "data: [DONE]")
+        finally:
+            c.close()
+
+    def test_a_client_that_stops_reading_is_closed_after_idle_ms(self):
+        # Windows of 1 KiB never opened: the stream's held answer reaches its bound, the
+        # upstream is paused, and after idle_ms without a write the connection is closed and the
+        # request let go (nothing holds memory or the upstream for ever).
+        c = H2(self.gw.port, settings=struct.pack(">HI", 4, 1024))
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", chat_body(stream=True), self.SSE_MANY,
+                                    port=self.gw.port))
+            while c.next_frame() is not None:
+                pass  # EOF: the gateway closed
+        finally:
+            c.close()
+        wait_until(lambda: gw_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
+                   "the request let go")
+
     def goaway_code(self, c):
         """Reads to EOF; the error code of the server's GOAWAY (None: none came)."""
         code = None
@@ -345,6 +389,57 @@ class Http2Test(unittest.TestCase):
             self.assertEqual(self.goaway_code(c), 0xb)
         finally:
             c.close()
+
+class Http2DrainTest(unittest.TestCase):
+    def test_sigterm_sends_goaway_lets_the_stream_finish_and_closes(self):
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % up.port]}],
+                     extra="shutdown: { drain_ms: 10000 }")
+        try:
+            c = H2(gw.port)
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", chat_body(stream=True),
+                                    [("x-fixture-mode", "sse"), ("x-fixture-events", "5"),
+                                     ("x-fixture-delay-ms", "150")], port=gw.port))
+            while True:  # the stream has begun
+                f = c.next_frame()
+                self.assertIsNotNone(f)
+                if f[0] == DATA and f[2] == 1:
+                    break
+            got = f[3]
+            gw.proc.send_signal(signal.SIGTERM)
+            goaway, ended = None, False
+            while True:
+                f = c.next_frame()
+                if f is None:
+                    break
+                if f[0] == GOAWAY:
+                    goaway = struct.unpack(">II", f[3][:8])
+                if f[0] == DATA and f[2] == 1:
+                    got += f[3]
+                    ended = ended or bool(f[1] & END_STREAM)
+            self.assertEqual(goaway, (1, 0), "GOAWAY NO_ERROR naming stream 1 as the last")
+            self.assertTrue(ended, "the stream finished before the close")
+            self.assertIn(b"data: [DONE]", got)
+            c.close()
+            self.assertEqual(gw.proc.wait(10), 0)
+        finally:
+            gw.close()
+            up.close()
+
+    def test_http2_disabled_leaves_the_preface_to_http1(self):
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % up.port]}],
+                     extra="http2: { enabled: false }")
+        try:
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 400"))
+            s.close()
+            self.assertEqual(gw_metric(gw.admin_port, "switchboard_http2_connections_total"), 0)
+        finally:
+            gw.close()
+            up.close()
+
 
 class Http2TlsTest(unittest.TestCase):
     @classmethod
