@@ -441,6 +441,47 @@ class Http2DrainTest(unittest.TestCase):
             up.close()
 
 
+class Http2HeadHookTest(unittest.TestCase):
+    def test_a_stream_without_a_key_is_refused_from_its_head(self):
+        # The head hook runs when a stream's HEADERS are complete, before any DATA: the 401
+        # comes while the body has not been sent, the stream is then reset NO_ERROR (the body is
+        # not wanted), and the connection serves a request with the key.
+        key = "sk-h2-test-key"
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % up.port]}],
+                     extra="auth: { api_keys: [%s] }" % key)
+        c = H2(gw.port)
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", end=False, port=gw.port,
+                                    headers=[("content-length", "100000")]))
+            data, reset = b"", None
+            while reset is None:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "closed")
+                if f[2] == 1 and f[0] == DATA:
+                    data += f[3]
+                if f[2] == 1 and f[0] == RST_STREAM:
+                    reset = struct.unpack(">I", f[3])[0]
+            self.assertEqual(json.loads(data)["error"]["code"], "invalid_api_key")
+            self.assertEqual(reset, 0)
+            c.send(c.request_frames(3, "POST", "/v1/chat/completions", chat_body(), port=gw.port,
+                                    headers=[("authorization", "Bearer " + key)]))
+            data = b""
+            while True:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "closed")
+                if f[2] == 3 and f[0] == DATA:
+                    data += f[3]
+                if f[2] == 3 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
+                    break
+            self.assertEqual(json.loads(data)["model"], "m1")
+            self.assertEqual(len(up.requests), 1)
+        finally:
+            c.close()
+            gw.close()
+            up.close()
+
+
 class Http2TlsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
