@@ -97,7 +97,10 @@ typedef struct h2_conn {
     size_t n_streams;
     bool goaway;    /* drain: GOAWAY sent; the connection closes when no stream is left */
     bool drain_due; /* some stream's on_drain is due */
-    uint64_t last_io_ms, last_write_ms;
+    uint64_t last_io_ms;
+    /* Since when answers have been waiting for the client without a write completing (0: none
+     * waiting): past idle_ms the client is taken as gone. */
+    uint64_t waiting_since_ms;
 } h2_conn;
 
 static const sb_http_req_ops h2_ops;
@@ -111,6 +114,28 @@ static size_t stream_high_water(const h2_conn *hc)
 {
     size_t hw = srv_of(hc)->opts.write_high_water;
     return hw < STREAM_HIGH_WATER ? hw : STREAM_HIGH_WATER;
+}
+
+/* Answers now wait on the client: starts the stall clock unless it runs already. */
+static void note_waiting(h2_conn *hc)
+{
+    if (!hc->waiting_since_ms) {
+        hc->waiting_since_ms = uv_now(hc->c->srv->loop);
+        arm(hc->c);
+    }
+}
+
+/* Whether some answer is still to reach the client: bytes handed to libuv or in the out buffer,
+ * frames nghttp2 holds, or a stream's body not yet taken (its window shut). O(streams). */
+static bool output_waiting(const h2_conn *hc)
+{
+    const conn *c = hc->c;
+    if (c->queued || c->out.len || nghttp2_session_want_write(hc->ng))
+        return true;
+    for (const h2_stream *st = hc->streams; st; st = st->next)
+        if ((st->state == ST_STREAMING || st->state == ST_DONE) && st->out.len > st->out_off)
+            return true;
+    return false;
 }
 
 /* ---- streams ---- */
@@ -264,8 +289,10 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_out};
     int rc = nghttp2_submit_response(hc->ng, st->id, nv, n, body ? &prd : NULL);
     sb_buf_free(&low);
-    if (rc == 0)
+    if (rc == 0) {
         hs_mark_dirty(hc->c);
+        note_waiting(hc);
+    }
     return rc == 0 ? 0 : -1;
 }
 
@@ -342,11 +369,9 @@ static int h2_stream_write(sb_http_req *req, const char *data, size_t len)
         return -1;
     nghttp2_session_resume_data(st->hc->ng, st->id);
     hs_mark_dirty(st->hc->c);
+    note_waiting(st->hc);
     if (st->out.len - st->out_off > stream_high_water(st->hc)) {
-        if (!st->wants_drain) {
-            st->wants_drain = true;
-            arm(st->hc->c); /* a client that never reads this is closed after idle_ms */
-        }
+        st->wants_drain = true;
         return 1;
     }
     return 0;
@@ -797,7 +822,7 @@ int hs_h2_start(conn *c)
     c->h2 = hc;
     c->state = CONN_H2;
     s->h2_connections++;
-    hc->last_io_ms = hc->last_write_ms = uv_now(s->loop);
+    hc->last_io_ms = uv_now(s->loop);
     sb_buf_free(&c->head);
     sb_buf_free(&c->pending);
     hs_mark_dirty(c);
@@ -907,7 +932,9 @@ int hs_h2_pull(conn *c)
 void hs_h2_written(conn *c)
 {
     h2_conn *hc = c->h2;
-    hc->last_io_ms = hc->last_write_ms = uv_now(c->srv->loop);
+    hc->last_io_ms = uv_now(c->srv->loop);
+    /* The client reads: the stall clock restarts, or stops if nothing is left to send. */
+    hc->waiting_since_ms = output_waiting(hc) ? hc->last_io_ms : 0;
     run_drains(c);
     if (c->state != CONN_H2)
         return;
@@ -920,8 +947,8 @@ void hs_h2_written(conn *c)
 }
 
 /* The next deadline: a stream's head or body late (header_ms from its HEADERS), a client that
- * does not read a stream it holds back (idle_ms without a write completing), or no stream at
- * all (idle_ms without input or output). O(streams), bounded by h2_max_streams. */
+ * reads none of the answers waiting for it (idle_ms without a write completing), or no stream
+ * at all (idle_ms without input or output). O(streams), bounded by h2_max_streams. */
 static uint64_t next_due(conn *c, bool *idle)
 {
     h2_conn *hc = c->h2;
@@ -930,12 +957,11 @@ static uint64_t next_due(conn *c, bool *idle)
     *idle = !hc->n_streams;
     if (*idle)
         due = hc->last_io_ms + s->opts.idle_ms;
-    for (h2_stream *st = hc->streams; st; st = st->next) {
+    if (hc->waiting_since_ms && hc->waiting_since_ms + s->opts.idle_ms < due)
+        due = hc->waiting_since_ms + s->opts.idle_ms;
+    for (h2_stream *st = hc->streams; st; st = st->next)
         if ((st->state == ST_HEAD || st->state == ST_BODY) && st->begin_ms + s->opts.header_ms < due)
             due = st->begin_ms + s->opts.header_ms;
-        if (st->wants_drain && hc->last_write_ms + s->opts.idle_ms < due)
-            due = hc->last_write_ms + s->opts.idle_ms;
-    }
     return due;
 }
 
@@ -967,12 +993,14 @@ void hs_h2_timeout(conn *c)
         arm(c);
         return;
     }
-    for (h2_stream *st = hc->streams; st; st = st->next) {
-        if (st->wants_drain && now >= hc->last_write_ms + s->opts.idle_ms) {
-            /* The client has stopped reading an answer it holds back: gone in effect. */
+    if (hc->waiting_since_ms && now >= hc->waiting_since_ms + s->opts.idle_ms) {
+        if (output_waiting(hc)) {
+            /* The client has read nothing of its answers for idle_ms: gone in effect. Closing
+             * aborts its requests, which releases their upstreams. */
             hs_conn_close(c);
             return;
         }
+        hc->waiting_since_ms = 0;
     }
     for (h2_stream *st = hc->streams; st; st = st->next)
         if ((st->state == ST_HEAD || st->state == ST_BODY) && now >= st->begin_ms + s->opts.header_ms) {

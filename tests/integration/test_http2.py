@@ -339,6 +339,20 @@ class Http2Test(unittest.TestCase):
         wait_until(lambda: gw_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
                    "the request let go")
 
+    def test_a_finished_answer_never_read_does_not_hold_the_connection(self):
+        # A short stream (a few KiB, under the per-stream bound) ends upstream while the client's
+        # 1 KiB window stays shut: no backpressure reached the handler, yet the answer waits on
+        # the client. After idle_ms without a write it is closed all the same.
+        c = H2(self.gw.port, settings=struct.pack(">HI", 4, 1024))
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", chat_body(stream=True),
+                                    [("x-fixture-mode", "sse"), ("x-fixture-events", "100")], port=self.gw.port))
+            while c.next_frame() is not None:
+                pass  # EOF: the gateway closed
+        finally:
+            c.close()
+        wait_until(lambda: self.up.finished_streams >= 1, 10, "the upstream to have finished")
+
     def goaway_code(self, c):
         """Reads to EOF; the error code of the server's GOAWAY (None: none came)."""
         code = None
