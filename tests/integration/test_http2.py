@@ -440,6 +440,39 @@ class Http2DrainTest(unittest.TestCase):
             gw.close()
             up.close()
 
+    def test_a_stream_whose_body_never_comes_gets_408_and_the_connection_serves_on(self):
+        up = Upstream()
+        gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % up.port]}],
+                     extra="timeouts: { header_ms: 400 }")
+        c = H2(gw.port)
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", end=False, port=gw.port,
+                                    headers=[("content-length", "10")]))
+            data = b""
+            while True:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "closed")
+                if f[2] == 1 and f[0] == DATA:
+                    data += f[3]
+                if f[2] == 1 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
+                    break
+            self.assertEqual(json.loads(data)["error"]["code"], "request_timeout")
+            c.send(c.request_frames(3, "GET", "/v1/models", port=gw.port))
+            data = b""
+            while True:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "closed")
+                if f[2] == 3 and f[0] == DATA:
+                    data += f[3]
+                if f[2] == 3 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
+                    break
+            self.assertEqual(json.loads(data)["data"][0]["id"], "m1")
+            self.assertEqual(len(up.requests), 0)
+        finally:
+            c.close()
+            gw.close()
+            up.close()
+
     def test_http2_disabled_leaves_the_preface_to_http1(self):
         up = Upstream()
         gw = Gateway([{"name": "p", "models": ["m1"], "endpoints": ["127.0.0.1:%d" % up.port]}],
