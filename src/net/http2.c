@@ -231,8 +231,6 @@ static bool hop_by_hop(const char *n, size_t len)
     return false;
 }
 
-#define NV_MAX 64
-
 static ssize_t read_out(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
                         nghttp2_data_source *src, void *user);
 
@@ -246,7 +244,14 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
     char status_s[8], cl_s[24];
     snprintf(status_s, sizeof status_s, "%d", status < 100 || status > 999 ? 500 : status);
     snprintf(cl_s, sizeof cl_s, "%lld", (long long)content_length);
-    nghttp2_nv nv[NV_MAX];
+    size_t nv_max = 4;
+    for (const char *q = lines; q && q < lines + lines_len; q++)
+        nv_max += *q == '\n';
+    if (lines_len && lines[lines_len - 1] != '\n')
+        nv_max++;
+    nghttp2_nv *nv = sb_malloc(nv_max * sizeof(nghttp2_nv));
+    if (!nv)
+        return -1;
     size_t n = 0;
 #define NV(name, nlen, value, vlen)                                                                                    \
     nv[n++] = (nghttp2_nv){(uint8_t *)(name), (uint8_t *)(value), (nlen), (vlen), NGHTTP2_NV_FLAG_NONE}
@@ -259,10 +264,12 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
         NV("x-request-id", 12, st->req.id, strlen(st->req.id));
     /* Lowercased copy of the names (nghttp2 copies the list when it is submitted). */
     sb_buf low = {0};
-    if (lines_len && sb_buf_reserve(&low, lines_len) < 0)
+    if (lines_len && sb_buf_reserve(&low, lines_len) < 0) {
+        sb_free(nv);
         return -1;
+    }
     const char *p = lines, *end = lines + lines_len;
-    while (p < end && n < NV_MAX) {
+    while (p < end && n < nv_max) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         const char *line_end = eol ? eol : end;
         const char *colon = memchr(p, ':', (size_t)(line_end - p));
@@ -289,6 +296,7 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_out};
     int rc = nghttp2_submit_response(hc->ng, st->id, nv, n, body ? &prd : NULL);
     sb_buf_free(&low);
+    sb_free(nv);
     if (rc == 0) {
         hs_mark_dirty(hc->c);
         note_waiting(hc);
@@ -524,7 +532,6 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     h2_stream *st = sb_calloc(1, sizeof(*st));
     if (!st) {
-        srv_of(hc)->h2_refused_streams++;
         nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_REFUSED_STREAM);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
@@ -718,7 +725,9 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 
 static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
-    (void)user;
+    h2_conn *hc = user;
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR)
+        srv_of(hc)->h2_refused_streams++; /* nghttp2's REFUSED_STREAM included */
     if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     h2_stream *st = stream_get(ng, f->hd.stream_id);

@@ -208,7 +208,8 @@ typedef struct sb_http_server_stats {
     uint64_t tls_failures;         /* connections closed for a failed handshake or a TLS error */
     uint64_t h2_connections;       /* connections served as HTTP/2 */
     uint64_t h2_streams;           /* HTTP/2 requests handed on (to the head hook or the handler) */
-    uint64_t h2_refused_streams;   /* streams reset by the server: limits, floods, its own errors */
+    uint64_t h2_refused_streams;   /* streams the server reset with an error (REFUSED_STREAM past the
+                                    * limit, INTERNAL_ERROR for an aborted answer, ...) */
 } sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).

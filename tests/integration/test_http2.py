@@ -239,6 +239,7 @@ class Http2Test(unittest.TestCase):
         # Four streams are allowed (max_concurrent_streams: 4); the fifth, sent before the
         # client has seen the server's SETTINGS, is refused with REFUSED_STREAM (safe to retry),
         # while the four are served.
+        resets = gw_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total")
         c = H2(self.gw.port)
         try:
             out = b""
@@ -260,6 +261,7 @@ class Http2Test(unittest.TestCase):
                     answered.add(f[2])
             self.assertEqual(refused, {9})
             self.assertEqual(answered, {1, 3, 5, 7})
+            self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total"), resets + 1)
         finally:
             c.close()
 
