@@ -73,19 +73,19 @@ typedef struct h2_stream {
     bool aborting;    /* reset once `out` has left */
     bool wants_drain;
     bool drain_due;
-    bool discard;     /* answered before the body came: what still comes is dropped */
-    bool at_head;     /* the head hook runs */
-    int error;        /* a status to answer instead of handing on (431, 400, ...), 0: none */
+    bool discard; /* answered before the body came: what still comes is dropped */
+    bool at_head; /* the head hook runs */
+    int error;    /* a status to answer instead of handing on (431, 400, ...), 0: none */
     uint64_t begin_ms;
-    sb_buf head;      /* header names and values; offs indexes it */
-    sb_buf offs;      /* hdr_off[] */
+    sb_buf head; /* header names and values; offs indexes it */
+    sb_buf offs; /* hdr_off[] */
     size_t list_bytes;
     size_t path_off, path_len, auth_off, auth_len;
     bool has_path, has_auth, has_host;
     int64_t content_length; /* declared, -1: none */
     sb_http_header *headers;
-    sb_buf body;      /* capacity charged to the server's body budget */
-    sb_buf out;       /* the answer's body not yet taken by nghttp2, from out_off */
+    sb_buf body; /* capacity charged to the server's body budget */
+    sb_buf out;  /* the answer's body not yet taken by nghttp2, from out_off */
     size_t out_off;
 } h2_stream;
 
@@ -106,9 +106,15 @@ typedef struct h2_conn {
 static const sb_http_req_ops h2_ops;
 static void arm(conn *c);
 
-static h2_stream *stream_of(sb_http_req *req) { return (h2_stream *)req; }
+static h2_stream *stream_of(sb_http_req *req)
+{
+    return (h2_stream *)req;
+}
 
-static sb_http_server *srv_of(const h2_conn *hc) { return hc->c->srv; }
+static sb_http_server *srv_of(const h2_conn *hc)
+{
+    return hc->c->srv;
+}
 
 static size_t stream_high_water(const h2_conn *hc)
 {
@@ -618,8 +624,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
             cl = cl * 10 + (value[i] - '0');
         st->content_length = cl;
     }
-    hdr_off o = {.name_off = st->head.len, .name_len = namelen, .value_off = st->head.len + namelen,
-                 .value_len = valuelen};
+    hdr_off o = {
+        .name_off = st->head.len, .name_len = namelen, .value_off = st->head.len + namelen, .value_len = valuelen};
     if (sb_buf_append(&st->head, name, namelen) < 0 || sb_buf_append(&st->head, value, valuelen) < 0 ||
         sb_buf_append(&st->offs, &o, sizeof o) < 0)
         st->error = 500;
@@ -1046,8 +1052,8 @@ void hs_h2_drain(conn *c)
     if (hc->goaway || c->state != CONN_H2)
         return;
     hc->goaway = true;
-    nghttp2_submit_goaway(hc->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(hc->ng),
-                          NGHTTP2_NO_ERROR, NULL, 0);
+    nghttp2_submit_goaway(hc->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(hc->ng), NGHTTP2_NO_ERROR,
+                          NULL, 0);
     hs_mark_dirty(c);
 }
 
@@ -1073,7 +1079,7 @@ void hs_h2_cut(conn *c)
         }
     }
     hc->goaway = true;
-    nghttp2_submit_goaway(hc->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(hc->ng),
-                          NGHTTP2_NO_ERROR, NULL, 0);
+    nghttp2_submit_goaway(hc->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(hc->ng), NGHTTP2_NO_ERROR,
+                          NULL, 0);
     hs_conn_linger(c, 0);
 }

@@ -379,8 +379,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->tls.ssl) {
         bool was_ready = c->tls.ready;
-        int rc =
-            sb_tls_feed(&c->tls, buf->base, (size_t)nread, c->srv->tls_buf, sizeof(c->srv->tls_buf), on_tls_ready, on_plain, c);
+        int rc = sb_tls_feed(&c->tls, buf->base, (size_t)nread, c->srv->tls_buf, sizeof(c->srv->tls_buf), on_tls_ready,
+                             on_plain, c);
         if (!was_ready && c->tls.ready)
             c->srv->tls_handshakes++;
         if (rc < 0) {
