@@ -235,6 +235,31 @@ class Http2Test(unittest.TestCase):
         self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_connections_total"), before + 1)
         self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_streams_total"), streams + 40)
 
+    def test_an_upstream_dying_midstream_resets_only_its_stream(self):
+        # The upstream cuts its SSE answer: the client gets the events, the gateway's error
+        # event, then RST_STREAM INTERNAL_ERROR (never a silent END_STREAM), and the connection
+        # serves the next stream.
+        c = H2(self.gw.port)
+        try:
+            c.send(c.request_frames(1, "POST", "/v1/chat/completions", chat_body(stream=True),
+                                    [("x-fixture-mode", "die"), ("x-fixture-events", "3")], port=self.gw.port))
+            data, reset = b"", None
+            while reset is None:
+                f = c.next_frame()
+                self.assertIsNotNone(f, "closed")
+                self.assertFalse(f[2] == 1 and f[0] == DATA and f[1] & END_STREAM, "a cut stream ended cleanly")
+                if f[2] == 1 and f[0] == DATA:
+                    data += f[3]
+                if f[2] == 1 and f[0] == RST_STREAM:
+                    reset = struct.unpack(">I", f[3])[0]
+            self.assertEqual(reset, 0x2)
+            self.assertEqual(data.count(b'"upstream"'), 3)
+            self.assertIn(b"upstream_failed_midstream", data)
+            out = self.exchange(c, 3, "GET", "/v1/models")
+            self.assertEqual(json.loads(out)["data"][0]["id"], "m1")
+        finally:
+            c.close()
+
     def test_streams_past_the_limit_are_refused(self):
         # Four streams are allowed (max_concurrent_streams: 4); the fifth, sent before the
         # client has seen the server's SETTINGS, is refused with REFUSED_STREAM (safe to retry),
