@@ -5,14 +5,18 @@
 # (default on), the same over HTTPS: switchboard's client listener and an HAProxy ssl bind with
 # the same certificate (P-256, made here), keep-alive throughput and handshakes per second (each
 # request on a new connection).
+# With H2 (default on), HTTP/2 with prior knowledge (h2c) by h2load: switchboard's client listener
+# (the same port as HTTP/1.1) and an HAProxy `proto h2` bind, H2_CONNS connections of H2_STREAMS
+# concurrent streams each, the same body.
 # Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32), TLS (1/0, default 1),
-# PORT_BASE (default 18101).
+# H2 (1/0, default 1), H2_CONNS (default 4), H2_STREAMS (default 8), PORT_BASE (default 18101).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}
+H2=${H2:-1}; H2_CONNS=${H2_CONNS:-4}; H2_STREAMS=${H2_STREAMS:-8}
 work=$(mktemp -d /tmp/sb-bench.XXXXXX)
-B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5; B+3 and B+6 for the admin listeners
-P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5))
+B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5, B+7; B+3 and B+6 for the admin listeners
+P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5)); P_HA2=$((B + 7))
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -63,6 +67,13 @@ frontend fe_tls
   default_backend be
 HAP
 fi
+if [ "$H2" = 1 ]; then
+  cat >> "$work/haproxy.cfg" <<HAP
+frontend fe_h2
+  bind 127.0.0.1:$P_HA2 proto h2
+  default_backend be
+HAP
+fi
 cat >> "$work/haproxy.cfg" <<HAP
 backend be
   balance roundrobin
@@ -87,6 +98,7 @@ if [ "$TLS" = 1 ]; then
   build/switchboard serve -q -c "$work/sbt.yaml" & pids+=($!)
   ports="$ports $P_SBT $P_HAT"
 fi
+[ "$H2" = 1 ] && ports="$ports $P_HA2"
 for p in $ports; do
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
 done
@@ -115,7 +127,31 @@ if [ "$TLS" = 1 ]; then
     done
   done
 fi
-python3 - "$RUNS" "$CONNS" "$results" <<'PY'
+if [ "$H2" = 1 ]; then
+  # h2load has no Lua: the same body as chat4k.lua, from a file.
+  python3 -c 'import sys; f="The quick brown fox jumps over the lazy dog. "*86; sys.stdout.write("{\"model\":\"bench-model\",\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":16}" % f)' > "$work/chat4k.json"
+  h2run() { # port, conns, streams -> JSON line
+    h2load -t1 -c"$2" -m"$3" -D"$DURATION" -d "$work/chat4k.json" -H 'content-type: application/json' \
+      "http://127.0.0.1:$1/v1/chat/completions" | python3 -c '
+import json, re, sys
+t = sys.stdin.read()
+rps = float(re.search(r"finished in [^,]+, ([0-9.]+) req/s", t).group(1))
+ok = int(re.search(r"(\d+) succeeded", t).group(1))
+bad = sum(int(x) for x in re.search(r"(\d+) failed, (\d+) errored, (\d+) timeout", t).groups())
+m = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", t)
+def us(v): return float(v[:-2]) if v.endswith("us") else float(v[:-2]) * 1e3 if v.endswith("ms") else float(v[:-1]) * 1e6
+print(json.dumps({"rps": rps, "mean_us": us(m.group(3)), "max_us": us(m.group(2)), "errors": bad, "requests": ok}))'
+  }
+  for target in switchboard:$P_SB haproxy:$P_HA2; do
+    name=${target%%:*}-h2; port=${target##*:}
+    h2run "$port" 2 4 > /dev/null  # warm-up
+    for i in $(seq "$RUNS"); do
+      printf '%s,load,%s\t%s\n' "$name" "$i" "$(h2run "$port" "$H2_CONNS" "$H2_STREAMS")" >> "$results"
+      printf '%s,one,%s\t%s\n' "$name" "$i" "$(h2run "$port" 1 1)" >> "$results"
+    done
+  done
+fi
+python3 - "$RUNS" "$CONNS" "$results" "$H2_CONNS" "$H2_STREAMS" <<'PY'
 import json, statistics, sys
 runs, conns = int(sys.argv[1]), sys.argv[2]
 R = {}
@@ -145,4 +181,15 @@ if "switchboard-tls,load,1" in R:
     print("switchboard/haproxy over TLS: throughput %.2fx, handshakes %.2fx" % (
         med("switchboard-tls", "load", "rps") / med("haproxy-tls", "load", "rps"),
         med("switchboard-tls", "hs", "rps") / med("haproxy-tls", "hs", "rps")))
+if "switchboard-h2,load,1" in R:
+    print("HTTP/2 with prior knowledge (h2load, %s connections x %s streams; 1x1 for the latency column):" % (
+        sys.argv[4], sys.argv[5]))
+    print("%-16s %12s %12s %10s | %16s" % ("target", "rps", "mean us", "errors", "mean us @1x1"))
+    for n in ("switchboard-h2", "haproxy-h2"):
+        print("%-16s %12.0f %12.0f %10d | %16.0f" % (n, med(n, "load", "rps"), med(n, "load", "mean_us"),
+              sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1)),
+              med(n, "one", "mean_us")))
+    print("switchboard/haproxy over h2c: throughput %.2fx, mean latency at 1x1 %.2fx" % (
+        med("switchboard-h2", "load", "rps") / med("haproxy-h2", "load", "rps"),
+        med("switchboard-h2", "one", "mean_us") / med("haproxy-h2", "one", "mean_us")))
 PY

@@ -193,6 +193,20 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
                       "# TYPE switchboard_tls_handshake_failures_total counter\n"
                       "switchboard_tls_handshake_failures_total{listener=\"client\"} %llu\n",
                       (unsigned long long)st[0].tls_handshakes, (unsigned long long)st[0].tls_failures);
+    if (gw->server)
+        sb_buf_printf(b,
+                      "# HELP switchboard_http2_connections_total Client connections served as HTTP/2 (h2c or h2).\n"
+                      "# TYPE switchboard_http2_connections_total counter\n"
+                      "switchboard_http2_connections_total{listener=\"client\"} %llu\n"
+                      "# HELP switchboard_http2_streams_total HTTP/2 requests handed to the gateway.\n"
+                      "# TYPE switchboard_http2_streams_total counter\n"
+                      "switchboard_http2_streams_total{listener=\"client\"} %llu\n"
+                      "# HELP switchboard_http2_streams_reset_total HTTP/2 streams the gateway reset with an "
+                      "error (REFUSED_STREAM past max_concurrent_streams, an answer cut).\n"
+                      "# TYPE switchboard_http2_streams_reset_total counter\n"
+                      "switchboard_http2_streams_reset_total{listener=\"client\"} %llu\n",
+                      (unsigned long long)st[0].h2_connections, (unsigned long long)st[0].h2_streams,
+                      (unsigned long long)st[0].h2_refused_streams);
 }
 
 /* Gateway-wide counters, listener statistics, refusals, and responses by endpoint and class. */

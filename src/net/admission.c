@@ -117,10 +117,10 @@ static void on_queued_abort(sb_http_req *req)
 }
 
 /* Scheduling's turn: the proxy forwards the request, or, for an endpoint picker's request
- * (req->ops set: it came on an ext_proc stream), the picker answers with the pick. */
+ * (req->ops->pick set: it came on an ext_proc stream), the picker answers with the pick. */
 static void dispatch(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
-    if (req->ops && gw->pick)
+    if (req->ops && req->ops->pick && gw->pick)
         gw->pick(&gw->proxy, req, t, rr);
     else
         sb_proxy_start(&gw->proxy, req, t, rr);

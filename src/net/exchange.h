@@ -47,6 +47,7 @@ typedef struct sb_request_ident {
     char peer[64];                  /* client address "ip:port" */
     char path[SB_LOG_PATH_MAX + 1]; /* URL path, cut at SB_LOG_PATH_MAX bytes */
     int method;                     /* enum http_method; -1 when the head was not parsed */
+    const char *proto;              /* "h2", "http/1.1" or "http/1.0" (a string literal) */
 } sb_request_ident;
 
 /* A routed request, as the gateway hands it to admission and the proxy. */

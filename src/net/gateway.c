@@ -173,11 +173,15 @@ static void gateway_free(sb_gateway *gw)
 static SSL_CTX *listener_tls(const sb_config *cfg, bool *failed)
 {
     static const sb_tls_alpn alpn = {SB_TLS_ALPN_HTTP1, sizeof SB_TLS_ALPN_HTTP1 - 1, false};
+    /* h2 first: a client offering both gets HTTP/2 (http2.enabled). */
+    static const sb_tls_alpn alpn_h2 = {SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1,
+                                        sizeof SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1 - 1, false};
     *failed = false;
     if (!cfg->tls_cert || !cfg->listen_host)
         return NULL;
     char err[256];
-    SSL_CTX *ctx = sb_tls_server_ctx(cfg->tls_cert, cfg->tls_key, &alpn, err, sizeof err);
+    SSL_CTX *ctx =
+        sb_tls_server_ctx(cfg->tls_cert, cfg->tls_key, cfg->http2_enabled ? &alpn_h2 : &alpn, err, sizeof err);
     if (!ctx) {
         SB_ERROR("tls: certificate %s / key %s: %s", cfg->tls_cert, cfg->tls_key, err);
         *failed = true;
@@ -201,6 +205,10 @@ static void server_opts(const sb_config *cfg, SSL_CTX *tls, sb_http_server_opts 
         /* 0 in the configuration means "close at once", 0 in the options "default". */
         .linger_ms = cfg->linger_ms && cfg->linger_bytes ? cfg->linger_ms : SB_HTTP_LINGER_OFF,
         .linger_bytes = cfg->linger_bytes ? cfg->linger_bytes : 1,
+        .h2_off = !cfg->http2_enabled,
+        .h2_max_streams = cfg->http2_max_streams,
+        .h2_window_bytes = (uint32_t)cfg->http2_window_bytes, /* at most 2^31-1 (config) */
+        .h2_max_header_list_bytes = cfg->http2_max_header_list_bytes,
     };
     *admin = *so;
     so->tls_ctx = tls;

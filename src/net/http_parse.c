@@ -364,6 +364,21 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void plain_input(conn *c, const char *base, size_t nread);
 static int on_plain(void *arg, const char *p, size_t n);
 
+/* TLS's handshake is complete: ALPN "h2" makes the connection HTTP/2. 0, or -1 to close. */
+static int on_tls_ready(void *arg, const sb_tls *t)
+{
+    conn *c = arg;
+    size_t len;
+    const char *p = sb_tls_alpn_selected(t, &len);
+    if (p && len == 2 && !memcmp(p, "h2", 2)) {
+        c->sniffed = true;
+        return hs_h2_start(c);
+    }
+    if (p) /* http/1.1 agreed: no preface to look for */
+        c->sniffed = true;
+    return 0;
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     conn *c = stream->data;
@@ -388,8 +403,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->tls.ssl) {
         bool was_ready = c->tls.ready;
-        int rc =
-            sb_tls_feed(&c->tls, buf->base, (size_t)nread, c->srv->tls_buf, sizeof(c->srv->tls_buf), NULL, on_plain, c);
+        int rc = sb_tls_feed(&c->tls, buf->base, (size_t)nread, c->srv->tls_buf, sizeof(c->srv->tls_buf), on_tls_ready,
+                             on_plain, c);
         if (!was_ready && c->tls.ready)
             c->srv->tls_handshakes++;
         if (rc < 0) {
@@ -415,9 +430,51 @@ static int on_plain(void *arg, const char *p, size_t n)
     return c->state == CONN_CLOSING || c->state == CONN_LINGERING;
 }
 
+/* The connection's first bytes: the HTTP/2 client preface (h2c with prior knowledge) or
+ * HTTP/1.1. Bytes that may still be the preface are held (at most its 24); a mismatch replays
+ * them to HTTP/1.1. Returns true when the bytes were taken here. */
+static bool sniff(conn *c, const char *base, size_t nread)
+{
+    if (c->srv->opts.h2_off || c->state != CONN_IDLE) {
+        c->sniffed = true;
+        return false;
+    }
+    size_t want = H2_PREFACE_LEN - c->preface_seen;
+    size_t k = nread < want ? nread : want;
+    if (memcmp(base, H2_PREFACE + c->preface_seen, k) != 0) {
+        c->sniffed = true;
+        if (c->preface_seen) {
+            uint8_t held = c->preface_seen;
+            c->preface_seen = 0;
+            plain_input(c, c->preface_buf, held);
+            return c->state == CONN_CLOSING || c->state == CONN_LINGERING; /* the rest is not wanted */
+        }
+        return false;
+    }
+    memcpy(c->preface_buf + c->preface_seen, base, k);
+    c->preface_seen = (uint8_t)(c->preface_seen + k);
+    if (c->preface_seen < H2_PREFACE_LEN)
+        return true;
+    c->sniffed = true;
+    if (hs_h2_start(c) < 0) {
+        hs_conn_close(c);
+        return true;
+    }
+    hs_h2_input(c, c->preface_buf, H2_PREFACE_LEN);
+    if (c->state == CONN_H2 && nread > k)
+        hs_h2_input(c, base + k, nread - k);
+    return true;
+}
+
 /* Bytes of the request stream (read, or decrypted). */
 static void plain_input(conn *c, const char *base, size_t nread)
 {
+    if (c->state == CONN_H2) {
+        hs_h2_input(c, base, nread);
+        return;
+    }
+    if (!c->sniffed && sniff(c, base, nread))
+        return;
     if (c->close_after)
         return;
     if (c->state == CONN_HANDLING || c->state == CONN_STREAMING) {

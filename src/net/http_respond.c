@@ -57,6 +57,10 @@ static void on_write(uv_write_t *w, int status)
         hs_linger_drained(c);
         return;
     }
+    if (c->state == CONN_H2) {
+        hs_h2_written(c);
+        return;
+    }
     if (c->queued == 0 && c->close_after && c->state == CONN_IDLE) {
         hs_conn_close(c);
         return;
@@ -98,6 +102,8 @@ void hs_undirty(conn *c)
 int hs_conn_flush(conn *c)
 {
     hs_undirty(c);
+    if (c->h2 && hs_h2_pull(c) < 0) /* HTTP/2: nghttp2's frames, up to write_high_water */
+        return -1;
     if (c->out.len == 0 && !(c->tls.ssl && sb_tls_pending(&c->tls)))
         return 0;
     sb_buf cipher = {0};
@@ -253,8 +259,8 @@ static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof
 int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
                          int64_t content_length)
 {
-    if (req->ops)
-        return -1; /* a request from elsewhere is answered whole (sb_http_req.ops) */
+    if (req->ops) /* a request from elsewhere: its ops stream, or it is answered whole */
+        return req->ops->stream_begin ? req->ops->stream_begin(req, status, headers, headers_len, content_length) : -1;
     conn *c = req_conn(req);
     if (c->state != CONN_HANDLING)
         return -1;
@@ -294,7 +300,7 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
 int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
 {
     if (req->ops)
-        return -1;
+        return req->ops->stream_write ? req->ops->stream_write(req, data, len) : -1;
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;
@@ -330,7 +336,7 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len)
 int sb_http_stream_end(sb_http_req *req)
 {
     if (req->ops)
-        return -1;
+        return req->ops->stream_end ? req->ops->stream_end(req) : -1;
     conn *c = req_conn(req);
     if (c->state != CONN_STREAMING)
         return -1;

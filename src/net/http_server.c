@@ -13,6 +13,7 @@
 
 static void server_free(sb_http_server *s)
 {
+    hs_h2_server_free(s);
     SSL_CTX_free(s->tls_ctx);
     sb_free(s);
 }
@@ -28,6 +29,7 @@ static void on_handle_closed(uv_handle_t *h)
     sb_buf_free(&c->pending);
     sb_buf_free(&c->out);
     sb_tls_free(&c->tls);
+    hs_h2_free(c);
     sb_free(c);
     if (--s->n_alive == 0 && s->stopping && s->listener_closed)
         server_free(s);
@@ -46,6 +48,7 @@ void hs_conn_close(conn *c)
         c->req.on_cut = NULL;
         cb(&c->req);
     }
+    hs_h2_abort_all(c); /* HTTP/2: every stream a handler holds */
     sb_http_server *s = c->srv;
     hs_body_release(c); /* the handler is done with the request: give the budget back now */
     if (c->prev)
@@ -69,6 +72,10 @@ void hs_conn_close(conn *c)
 static void on_timeout(uv_timer_t *t)
 {
     conn *c = t->data;
+    if (c->state == CONN_H2) {
+        hs_h2_timeout(c);
+        return;
+    }
     if (c->state == CONN_LINGERING || c->close_after) {
         /* Closing after queued bytes, and the client does not read them: give up. */
         hs_conn_close(c);
@@ -355,6 +362,14 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->opts.linger_ms = 5000;
     if (!s->opts.linger_bytes)
         s->opts.linger_bytes = (size_t)64 << 20;
+    /* HTTP/2: nghttp2's stream limit default (and RFC 9113's advice of at least 100), a window
+     * that lets an upload of a few prompts go without waiting for WINDOW_UPDATE. */
+    if (!s->opts.h2_max_streams)
+        s->opts.h2_max_streams = 100;
+    if (!s->opts.h2_window_bytes)
+        s->opts.h2_window_bytes = 256 * 1024;
+    if (!s->opts.h2_max_header_list_bytes)
+        s->opts.h2_max_header_list_bytes = s->opts.max_header_bytes;
     if (s->opts.tls_ctx) {
         SSL_CTX_up_ref(s->opts.tls_ctx);
         s->tls_ctx = s->opts.tls_ctx;
@@ -425,6 +440,12 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
         o.linger_ms = s->opts.linger_ms;
     if (!o.linger_bytes)
         o.linger_bytes = s->opts.linger_bytes;
+    if (!o.h2_max_streams)
+        o.h2_max_streams = s->opts.h2_max_streams;
+    if (!o.h2_window_bytes)
+        o.h2_window_bytes = s->opts.h2_window_bytes;
+    if (!o.h2_max_header_list_bytes)
+        o.h2_max_header_list_bytes = s->opts.h2_max_header_list_bytes;
     if (o.tls_ctx && s->tls_ctx && o.tls_ctx != s->tls_ctx) {
         sb_tls_keep_tickets(o.tls_ctx, s->tls_ctx); /* sessions resume across the reload */
         SSL_CTX_up_ref(o.tls_ctx);
@@ -449,6 +470,9 @@ void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out
         .body_budget_refusals = s->body_budget_refusals,
         .tls_handshakes = s->tls_handshakes,
         .tls_failures = s->tls_failures,
+        .h2_connections = s->h2_connections,
+        .h2_streams = s->h2_streams,
+        .h2_refused_streams = s->h2_refused_streams,
     };
 }
 
@@ -483,7 +507,9 @@ void sb_http_server_drain(sb_http_server *s)
     uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
     for (conn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        if (conn_idle(c))
+        if (c->state == CONN_H2)
+            hs_h2_drain(c); /* GOAWAY: its streams finish, then it closes */
+        else if (conn_idle(c))
             hs_conn_close(c);
     }
 }
@@ -492,6 +518,10 @@ void sb_http_server_cut(sb_http_server *s)
 {
     for (conn *c = s->conns, *next; c; c = next) {
         next = c->next;
+        if (c->state == CONN_H2) {
+            hs_h2_cut(c);
+            continue;
+        }
         if (c->state == CONN_HANDLING && c->req.on_cut) {
             void (*cb)(sb_http_req *) = c->req.on_cut;
             c->req.on_cut = NULL;

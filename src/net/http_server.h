@@ -43,7 +43,18 @@
  *   connection is accepted and closed unanswered (the client sees a reset or EOF).
  *
  * TLS is optional per listener (opts.tls_ctx, net/tls.h): the same framing runs over the
- * decrypted bytes. Not for: routing or anything about OpenAI; HTTP/2. Used by the gateway (net/proxy.c),
+ * decrypted bytes.
+ *
+ * HTTP/2 (net/http2.c) is a mode of a connection: a plain connection whose first bytes are the
+ * client preface (h2c with prior knowledge), or a TLS one whose ALPN agreed "h2", is served by
+ * nghttp2 instead of http-parser. Each stream becomes an sb_http_req handed to the same head hook
+ * and handler (req.h2 set, req.ops routing the answer to the stream), so nothing above the server
+ * changes. Bounds: opts.h2_max_streams concurrent streams (more are refused with REFUSED_STREAM),
+ * the same head, body and body-budget limits per stream, each stream's unsent answer held up to
+ * write_high_water (then stream_write reports backpressure), rapid reset and SETTINGS/PING
+ * floods cut by nghttp2's limits (GOAWAY). Upgrade from HTTP/1.1 (h2c Upgrade) is not offered.
+ *
+ * Not for: routing or anything about OpenAI. Used by the gateway (net/proxy.c),
  * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
 #ifndef SB_NET_HTTP_SERVER_H
 #define SB_NET_HTTP_SERVER_H
@@ -82,6 +93,7 @@ struct sb_http_req {
     int http_minor;              /* 0 for HTTP/1.0 clients */
     bool keep_alive;             /* the client wants the connection kept */
     bool has_body;               /* the head declares a body (Content-Length above 0, or chunked) */
+    bool h2;                     /* came on an HTTP/2 stream (the access log's proto) */
     const char *peer;            /* client address "ip:port", NUL-terminated */
     uint64_t start_ns;           /* uv_hrtime when the head began arriving */
     /* public, set by the handler */
@@ -117,6 +129,14 @@ typedef struct sb_http_req_ops {
                    size_t body_len);
     /* The answer could not be built (out of memory): end the request abnormally. */
     void (*abort)(sb_http_req *req);
+    /* Optional (NULL: the sb_http_stream_* call returns -1): a streamed answer, with the
+     * contracts of sb_http_stream_begin, _write and _end. */
+    int (*stream_begin)(sb_http_req *req, int status, const char *headers, size_t headers_len, int64_t content_length);
+    int (*stream_write)(sb_http_req *req, const char *data, size_t len);
+    int (*stream_end)(sb_http_req *req);
+    /* The request asks where it would go rather than to be forwarded (the endpoint picker's,
+     * net/picker.c): scheduling hands it to the picker, not the proxy. */
+    bool pick;
 } sb_http_req_ops;
 
 typedef void (*sb_http_handler)(sb_http_req *req, void *ctx);
@@ -166,6 +186,13 @@ typedef struct sb_http_server_opts {
      * its own); connections hold theirs, so a replaced context lives until its last one closes.
      * A server started plain stays plain, and one with TLS keeps TLS. */
     struct ssl_ctx_st *tls_ctx;
+    /* HTTP/2 (copied as is by set_opts, unlike the zero-means-keep fields above). */
+    bool h2_off;                    /* no h2c preface detection (TLS ALPN is the context's) */
+    /* The numbers below: zero takes the default (start) or keeps the value (set_opts); a
+     * change reaches connections opened afterwards. */
+    uint32_t h2_max_streams;        /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
+    uint32_t h2_window_bytes;       /* SETTINGS_INITIAL_WINDOW_SIZE (upload per stream); default 256 KiB */
+    size_t h2_max_header_list_bytes; /* one stream's head (RFC 9113 6.5.2 accounting); default max_header_bytes */
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */
@@ -179,6 +206,10 @@ typedef struct sb_http_server_stats {
     uint64_t body_budget_refusals; /* requests answered 503: body budget spent */
     uint64_t tls_handshakes;       /* TLS handshakes completed */
     uint64_t tls_failures;         /* connections closed for a failed handshake or a TLS error */
+    uint64_t h2_connections;       /* connections served as HTTP/2 */
+    uint64_t h2_streams;           /* HTTP/2 requests handed on (to the head hook or the handler) */
+    uint64_t h2_refused_streams;   /* streams the server reset with an error (REFUSED_STREAM past the
+                                    * limit, INTERNAL_ERROR for an aborted answer, ...) */
 } sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).
@@ -225,7 +256,8 @@ int sb_http_respond(sb_http_req *req, int status, const char *content_type, cons
 
 /* Starts a streamed response. `headers` holds "Name: value\r\n" lines without framing or
  * Connection headers; content_length >= 0 frames by length, -1 chunks (HTTP/1.1) or
- * delimits by close (HTTP/1.0). */
+ * delimits by close (HTTP/1.0). On HTTP/2 the names are sent lowercase, hop-by-hop ones
+ * dropped, and the body goes as DATA frames. */
 int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
                          int64_t content_length);
 /* Queues body bytes (copied). Returns 0, 1 if the queue is above the high watermark (the
@@ -234,7 +266,8 @@ int sb_http_stream_write(sb_http_req *req, const char *data, size_t len);
 /* Finishes the response (terminating chunk if chunked). */
 int sb_http_stream_end(sb_http_req *req);
 /* Ends the response abnormally: the connection is closed without a terminator, so the
- * client sees an aborted transfer, never a silent truncation. */
+ * client sees an aborted transfer, never a silent truncation (on HTTP/2 the stream is
+ * reset, INTERNAL_ERROR, after what was queued; the connection lives on). */
 void sb_http_stream_abort(sb_http_req *req);
 
 const char *sb_http_status_text(int status);

@@ -47,6 +47,7 @@ enum conn_state {
     CONN_HANDLING,     /* the handler owns the request, response not started */
     CONN_STREAMING,    /* response started, not finished */
     CONN_LINGERING,    /* answered and closing: draining the answer, then reading and discarding */
+    CONN_H2,           /* an HTTP/2 connection: its streams carry the requests (net/http2.c) */
     CONN_CLOSING,
 };
 
@@ -103,6 +104,12 @@ typedef struct conn {
     sb_http_req req;
     sb_tls tls; /* tls.ssl NULL: a plain connection */
     char peer[64];
+    /* HTTP/2: NULL for HTTP/1.1. Chosen once, by the connection's first bytes (the client
+     * preface, while preface_seen of them matched) or by ALPN. */
+    struct h2_conn *h2;
+    bool sniffed;           /* the protocol is decided */
+    uint8_t preface_seen;   /* bytes of a possible preface held in preface_buf */
+    char preface_buf[24];
 } conn;
 
 struct sb_http_server {
@@ -145,6 +152,11 @@ struct sb_http_server {
     SSL_CTX *tls_ctx;
     uint64_t tls_handshakes, tls_failures;
     char tls_buf[16 * 1024];
+    /* HTTP/2: nghttp2's callbacks and options, shared by this server's connections (NULL until
+     * the first h2 connection), and counters. */
+    struct nghttp2_session_callbacks *h2_cbs;
+    struct nghttp2_option *h2_opts;
+    uint64_t h2_connections, h2_streams, h2_refused_streams;
 };
 
 typedef struct wreq {
@@ -181,6 +193,33 @@ void hs_conn_read_start(conn *c);
 void hs_run_pending(conn *c);
 /* Frees the request body and gives its capacity back to the server's body budget. */
 void hs_body_release(conn *c);
+
+/* http2.c: HTTP/2 connections (a conn in CONN_H2 with c->h2 set). */
+
+/* The client preface, the first bytes of an h2c connection with prior knowledge. */
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define H2_PREFACE_LEN 24
+/* Turns c into an HTTP/2 connection (CONN_H2) and sends the server's SETTINGS. 0, or -1 (out
+ * of memory: the caller closes). */
+int hs_h2_start(conn *c);
+/* Bytes of the connection (plaintext): framing by nghttp2, requests to the handler. */
+void hs_h2_input(conn *c, const char *p, size_t n);
+/* Moves what nghttp2 has to send into c->out, while under write_high_water. 0, or -1. */
+int hs_h2_pull(conn *c);
+/* A write of the connection completed (on_write). */
+void hs_h2_written(conn *c);
+/* The connection's timer fired. */
+void hs_h2_timeout(conn *c);
+/* The connection closes: every request a handler holds gets on_abort. */
+void hs_h2_abort_all(conn *c);
+/* Frees the session and the streams (the handles are closed). */
+void hs_h2_free(conn *c);
+/* GOAWAY: streams begun go on, the connection closes once they are done. */
+void hs_h2_drain(conn *c);
+/* sb_http_server_cut for one h2 connection: on_cut or on_abort per stream, then close. */
+void hs_h2_cut(conn *c);
+/* Frees the server's nghttp2 callbacks and options. */
+void hs_h2_server_free(sb_http_server *s);
 
 /* http_respond.c: writing. */
 

@@ -420,7 +420,7 @@ static void answer_abort(sb_http_req *req)
     bury(s);
 }
 
-static const sb_http_req_ops picker_ops = {.respond = answer_immediate, .abort = answer_abort};
+static const sb_http_req_ops picker_ops = {.respond = answer_immediate, .abort = answer_abort, .pick = true};
 
 /* ---- the request phase ---- */
 

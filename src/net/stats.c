@@ -187,6 +187,7 @@ void sb_stats_ident(const sb_http_req *req, sb_request_ident *out)
         memcpy(out->path, req->path, n);
     out->path[n] = 0;
     out->method = req->path ? req->method : -1; /* no head parsed: no method either */
+    out->proto = req->h2 ? "h2" : req->http_minor ? "http/1.1" : "http/1.0";
 }
 
 int sb_stats_class(const sb_exchange_log *log)
@@ -251,6 +252,7 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
     sb_buf_printf(&b, "\",\"method\":\"%s\",\"path\":\"",
                   id && id->method >= 0 ? http_method_str((enum http_method)id->method) : "");
     json_str(&b, id ? id->path : "");
+    sb_buf_printf(&b, "\",\"proto\":\"%s", id && id->proto ? id->proto : "");
     sb_buf_puts(&b, "\",\"model\":\"");
     json_str(&b, log->model ? log->model : "");
     const char *pool = log->pool >= 0 ? st->cfg->pools[log->pool].name : "";

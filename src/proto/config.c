@@ -102,6 +102,16 @@ static const field tls_fields[] = {
     FN("key", tls_key, K_NAME, 0, 0),
 };
 
+/* HTTP/2 toward clients. A stream count past a few hundred is memory per connection (each
+ * stream may hold a body and 64 KiB of answer) for no client in practice; the window is
+ * RFC 9113's range. */
+static const field http2_fields[] = {
+    FN("enabled", http2_enabled, K_BOOL, 0, 1),
+    FN("max_concurrent_streams", http2_max_streams, K_COUNT32, 1, 1000),
+    FN("initial_window_size", http2_window_bytes, K_BYTES, 1024, 2147483647),
+    FN("max_header_list_bytes", http2_max_header_list_bytes, K_BYTES, 1024, UINT32_MAX),
+};
+
 /* The request-level series' `model` label (net/stats.h): a pool's served name, then its adapters
  * in config order, up to this many values per pool; the rest are counted as model="other". Each
  * value costs a few hundred series (histogram buckets by endpoint), so the bound is the
@@ -145,6 +155,7 @@ static const section sections[] = {
     {"shutdown", shutdown_fields, ARRAY_LEN(shutdown_fields)},
     {"discovery", discovery_fields, ARRAY_LEN(discovery_fields)},
     {"tls", tls_fields, ARRAY_LEN(tls_fields)},
+    {"http2", http2_fields, ARRAY_LEN(http2_fields)},
     {"metrics", metrics_fields, ARRAY_LEN(metrics_fields)},
 };
 
@@ -656,6 +667,9 @@ static bool set_defaults(sb_config *cfg)
         .listen_port = 8080,
         .max_body_bytes = 16u << 20,
         .max_header_bytes = 64u << 10,
+        .http2_enabled = true,
+        .http2_max_streams = 100,
+        .http2_window_bytes = 256u << 10,
         .max_connections = 10000,
         .max_prompt_blocks = 16384,
         .max_json_depth = 128,

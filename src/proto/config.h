@@ -186,6 +186,11 @@ typedef struct sb_config {
     char *auth_api_keys_file;     /* as written; NULL if none */
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
+    /* `http2:` on the client listener (net/http2.c): h2c by prior knowledge and h2 by ALPN. */
+    bool http2_enabled;                 /* default true */
+    uint32_t http2_max_streams;         /* max_concurrent_streams; default 100 */
+    size_t http2_window_bytes;          /* initial_window_size; default 256 KiB */
+    size_t http2_max_header_list_bytes; /* default limits.max_header_bytes */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */
     bool debug_endpoints;         /* serve GET /debug/endpoints; default true */
     size_t metrics_max_models;    /* `metrics.max_models`: model label values per pool (the served

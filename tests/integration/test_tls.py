@@ -189,7 +189,8 @@ class TlsTest(unittest.TestCase):
         self.assertTrue(reading, "the gateway never paused: the test did not reach the case")
 
     def test_alpn(self):
-        for offer, want in (("http/1.1", "http/1.1"), ("h2,http/1.1", "http/1.1"), ("h2", None)):
+        # h2 first in the server's order (http2.enabled, the default): test_http2.py serves it.
+        for offer, want in (("http/1.1", "http/1.1"), ("h2,http/1.1", "h2"), ("h2", "h2"), ("spdy/3", None)):
             r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.gw.port, "-alpn", offer,
                                 "-CAfile", self.cert, "-servername", "localhost", "-verify_return_error"],
                                input="", capture_output=True, text=True, timeout=20)
@@ -198,9 +199,9 @@ class TlsTest(unittest.TestCase):
                 self.assertIn("ALPN protocol: " + want, r.stdout, offer)
             else:
                 self.assertIn("No ALPN negotiated", r.stdout, offer)
-        # A client that offers only h2 still gets HTTP/1.1 (no ALPN: HTTP/1.1 is implied).
+        # A client that offers nothing we speak still gets HTTP/1.1 (no ALPN: HTTP/1.1 is implied).
         ctx = ssl.create_default_context(cafile=self.cert)
-        ctx.set_alpn_protocols(["h2"])
+        ctx.set_alpn_protocols(["spdy/3"])
         s = self.tls(ctx)
         self.assertIsNone(s.selected_alpn_protocol())
         send_request(s, "GET", "/v1/models")

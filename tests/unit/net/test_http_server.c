@@ -641,9 +641,84 @@ static void test_write_from_timer_is_not_held_by_the_poll(void **state)
     fx_stop(f);
 }
 
+/* ---- the first bytes choose HTTP/2 (the h2c preface) or HTTP/1.1 ---- */
+
+static bool sent_all(void *arg)
+{
+    netfx_client *c = arg;
+    return c->out_off == c->out_len;
+}
+
+/* Sends bytes and lets the server read them before anything else is sent: each piece is
+ * its own read on the server's side. */
+static void send_piece(fx *f, const char *p, size_t n)
+{
+    netfx_send(&f->cl, p, n);
+    netfx_run_until(&f->loop, sent_all, &f->cl, "bytes sent");
+    for (int i = 0; i < 4; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+static bool server_settings_read(void *arg)
+{
+    netfx_client *c = arg;
+    return c->in_len >= 9 && c->in[3] == 0x4; /* a frame header: type SETTINGS */
+}
+
+/* The preface split over reads (a byte, then some, then the rest with the client's SETTINGS)
+ * still makes the connection HTTP/2: the server answers with its SETTINGS frame. */
+static void test_h2c_preface_in_pieces(void **state)
+{
+    fx *f = fx_start(NULL);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    static const char settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    send_piece(f, preface, 1);
+    send_piece(f, preface + 1, 10);
+    assert_int_equal(f->cl.in_len, 0); /* nothing decided yet, nothing answered */
+    send_piece(f, preface + 11, sizeof(preface) - 1 - 11);
+    netfx_send(&f->cl, settings, sizeof settings);
+    netfx_run_until(&f->loop, server_settings_read, &f->cl, "the server's SETTINGS");
+    assert_int_equal(stats(f).h2_connections, 1);
+    assert_int_equal(f->handled, 0);
+    fx_stop(f);
+}
+
+/* An HTTP/1.1 request whose first byte arrives alone ("P", as a preface would begin) is
+ * replayed whole to HTTP/1.1; so is one that matches the preface for 18 bytes. */
+static void test_http1_first_byte_alone(void **state)
+{
+    fx *f = fx_start(NULL);
+    send_piece(f, "P", 1);
+    netfx_sends(&f->cl, "OST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    netfx_wait_for(&f->loop, &f->cl, "\r\n\r\nhi");
+    assert_non_null(strstr(f->cl.in, "HTTP/1.1 200"));
+    assert_int_equal(f->body_len, 2);
+    assert_int_equal(stats(f).h2_connections, 0);
+    netfx_close(&f->cl, false);
+    netfx_connect(&f->loop, &f->cl2, sb_http_server_port(f->srv));
+    netfx_sends(&f->cl2, "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl2, "HTTP/1.1 400");
+    assert_int_equal(stats(f).h2_connections, 0);
+    fx_stop(f);
+}
+
+/* h2_off: the preface is HTTP/1.1's to refuse (400), as before HTTP/2 existed here. */
+static void test_h2_off_leaves_the_preface_to_http1(void **state)
+{
+    sb_http_server_opts o = {.h2_off = true};
+    fx *f = fx_start(&o);
+    netfx_sends(&f->cl, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    netfx_wait_for(&f->loop, &f->cl, "HTTP/1.1 400");
+    assert_int_equal(stats(f).h2_connections, 0);
+    fx_stop(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_h2c_preface_in_pieces),
+        cmocka_unit_test(test_http1_first_byte_alone),
+        cmocka_unit_test(test_h2_off_leaves_the_preface_to_http1),
         cmocka_unit_test(test_content_length),
         cmocka_unit_test(test_chunked_extensions_trailers),
         cmocka_unit_test(test_pipelining_in_order),

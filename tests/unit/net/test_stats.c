@@ -139,13 +139,14 @@ static void test_access_log_line_names_pool_and_endpoint(void **state)
     log.tenant = "t1";
     log.upstream_status = 200;
     log.retries = 2;
-    sb_request_ident id = {.id = "r-1", .peer = "10.0.0.2:5555", .path = "/v1/chat/\"x", .method = 3 /* POST */};
+    sb_request_ident id = {
+        .id = "r-1", .peer = "10.0.0.2:5555", .path = "/v1/chat/\"x", .method = 3 /* POST */, .proto = "h2"};
     log.ident = &id;
     sb_stats_record(&f->st, &log);
     fflush(f->st.access_log);
     const char *l = f->log_text;
     assert_non_null(strstr(l, "\"request_id\":\"r-1\",\"client\":\"10.0.0.2:5555\",\"method\":\"POST\","
-                              "\"path\":\"/v1/chat/\\\"x\",\"model\":\"m\\\"q\""));
+                              "\"path\":\"/v1/chat/\\\"x\",\"proto\":\"h2\",\"model\":\"m\\\"q\""));
     assert_non_null(strstr(l, "\"pool\":\"a\",\"endpoint\":\"a1:1\",\"status\":200,\"upstream_status\":200,"
                               "\"outcome\":\"ok\",\"reason\":\"\""));
     assert_non_null(strstr(l, "\"retries\":2,"));
