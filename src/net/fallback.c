@@ -25,11 +25,10 @@ bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *
     for (size_t i = 0; i < n; i++) {
         uint32_t p = pc->fallbacks[i].pool;
         pools[i] = p;
-        /* Envoy forwards what the picker picks to the address it is given, over its own
-         * cluster's transport and with the client's headers: a provider behind TLS or an
-         * upstream key is not reachable that way (docs/endpoint-picker.md). */
-        skip[i] = p >= n_router || p >= cfg->n_pools ||
-                  (for_picker && (cfg->pools[p].tls || cfg->pools[p].upstream_auth_header));
+        /* Envoy forwards what the picker picks to the address it is given over its own
+         * cluster's transport (ORIGINAL_DST: plain): an https:// pool is not reachable that
+         * way (docs/endpoint-picker.md). An upstream key is (the picker sets it). */
+        skip[i] = p >= n_router || p >= cfg->n_pools || (for_picker && cfg->pools[p].tls);
     }
     size_t cursor = t->fallback_next;
     enum sb_band band = t->band >= 0 && t->band < SB_BAND_COUNT ? (enum sb_band)t->band : SB_BAND_STANDARD;

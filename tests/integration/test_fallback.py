@@ -13,8 +13,10 @@ import tempfile
 import unittest
 
 from fixtures import Gateway, Upstream, chat_body, free_port, http, read_response, send_request, wait_until
+from test_extproc import PickerCase, _can_connect, require_client
 from test_tls import make_cert
 from test_tls_upstream import TlsUpstream
+from extproc_driver import Driver
 
 SATURATED = "vllm:num_requests_waiting 10\nvllm:num_requests_running 4\nvllm:gpu_cache_usage_perc 0.5\n"
 IDLE = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:gpu_cache_usage_perc 0.1\n"
@@ -251,6 +253,48 @@ class FallbackTest(unittest.TestCase):
         text = http(self.gw.admin_port, "GET", "/metrics")[2].decode()
         self.assertNotIn("switchboard_fallbacks_total{", text)
         self.assertEqual(len(big.requests), 0)
+
+
+class PickerFallbackTest(PickerCase):
+    """Through the endpoint picker (Envoy's ext_proc): a pool with no endpoint available falls
+    back to another pool of the gateway, Envoy getting that pool's endpoint and the body with
+    the fallback's model; a provider pool (https://, its own key) is passed over there, since
+    Envoy would reach it with its own cluster and the client's headers."""
+
+    def setUp(self):
+        super().setUp()
+        self.gw = self.drv = None
+        self.up = Upstream("backup")
+        require_client(self)
+        ext_port = free_port()
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [{"address": self.up.address, "draining": True}],
+                            "yaml": ["fallbacks: [{pool: openai, model: gpt-4o-mini}, q]"]},
+                           {"name": "openai", "models": ["openai-m"],
+                            "endpoints": ["https://localhost:%d" % free_port()],
+                            "yaml": ["upstream_api_key: sk-provider", "probe: { enabled: false, health_interval_ms: 0 }"]},
+                           {"name": "q", "models": ["q-m"], "endpoints": [self.up.address]}],
+                          extra='ext_proc: { listen: "127.0.0.1:%d" }' % ext_port)
+        wait_until(lambda: _can_connect(ext_port), 15, "the ext_proc listener")
+        self.drv = Driver(ext_port)
+
+    def tearDown(self):
+        try:
+            self.cancel_open()
+            if self.drv:
+                self.drv.close()
+            if self.gw:
+                self.gw.close()
+        finally:
+            self.up.close()
+
+    def test_picker_falls_back_to_a_pool_of_the_gateway(self):
+        sid, picked = self.request_phase(chat_body("m"))
+        self.assertIsNone(picked.immediate, picked.responses)
+        self.assertEqual(picked.endpoints, [self.up.address])
+        self.assertEqual(json.loads(picked.body)["model"], "q-m")
+        text = http(self.gw.admin_port, "GET", "/metrics")[2].decode()
+        self.assertIn('switchboard_fallbacks_total{pool="p",fallback="q",reason="unavailable"} 1', text)
+        self.assertIn('switchboard_fallbacks_total{pool="p",fallback="openai",reason="unavailable"} 0', text)
 
 
 if __name__ == "__main__":
