@@ -165,8 +165,8 @@ int sb_admission_fallback(sb_admission *a, sb_router *r, const uint32_t *pools, 
             continue;
         sb_admission_refusal out;
         sb_request_desc d = {.sched.pool = pools[i], .band = band};
-        bool takes = a ? sb_admission_admit(a, &d, now, &out) == SB_ADMIT_DISPATCH
-                       : sb_router_pool_available(r, pools[i], now);
+        bool takes =
+            a ? sb_admission_admit(a, &d, now, &out) == SB_ADMIT_DISPATCH : sb_router_pool_available(r, pools[i], now);
         if (takes)
             return (int)i;
     }

@@ -94,7 +94,8 @@ enum sb_explain_render {
 
 /* Appends rec as one JSON object to b:
  *   {["id","at_ms","model",] "pool","profile","picker","reason","picked":"<address>"|null,
- *    "picked_index", ["fallback":{"from":"<pool asked for>","reason":...},] "candidates":[{"endpoint":"<address>","index","stale",["serving",]
+ *    "picked_index", ["fallback":{"from":"<pool asked for>","reason":...},]
+ *    "candidates":[{"endpoint":"<address>","index","stale",["serving",]
  *    ["panic",] ["removed_by":"<filter>" | "total","scores":{...}] ["prefix":{...}]}],
  *    ["omitted",] ["outcome":{...}|null]}
  * (docs/operations.md shows one). 0, or -1 on ENOMEM. */

@@ -20,7 +20,6 @@
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
 #include "net/admin.h"
-#include "net/fallback.h"
 #include "net/agent_reports.h"
 #include "net/decisions.h"
 #include "net/discovery.h"
@@ -351,7 +350,8 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
         for (size_t f = 0; f < cfg->pools[p].n_fallbacks && f < SB_FALLBACKS_MAX; f++)
             for (int r = 0; r < SB_FALLBACK_REASONS; r++)
                 sb_buf_printf(b, "switchboard_fallbacks_total{pool=\"%s\",fallback=\"%s\",reason=\"%s\"} %llu\n",
-                              cfg->pools[p].name, cfg->pools[p].fallbacks[f].pool_name, sb_fallback_reason_names[r],
+                              cfg->pools[p].name, cfg->pools[p].fallbacks[f].pool_name,
+                              sb_stats_fallback_reason_names[r],
                               (unsigned long long)gw->stats.fallbacks[p * SB_FALLBACKS_MAX + f][r]);
     static const struct {
         const char *name, *help;

@@ -5,9 +5,6 @@
 #include <uv.h>
 
 #include "core/admission.h"
-#include "net/gateway.h"
-
-const char *const sb_fallback_reason_names[SB_FALLBACK_REASONS] = {"saturated", "failed", "unavailable"};
 
 bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *t, sb_sched_request *rr,
                          enum sb_fallback_reason why, bool for_picker)

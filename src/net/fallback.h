@@ -26,19 +26,17 @@
 #include "net/exchange.h"
 #include "net/gateway_types.h"
 
-/* enum sb_fallback_reason: net/exchange.h (the statistics count by it). */
-
-/* "saturated", "failed", "unavailable": the access log's fallback_reason and the metric's label. */
-extern const char *const sb_fallback_reason_names[SB_FALLBACK_REASONS];
+/* enum sb_fallback_reason: net/exchange.h; its names: net/stats.h (the statistics count by it). */
 
 /* Moves t and rr (a request of t->pool, or of a fallback already) to the next entry of the
  * requested pool's fallbacks in cfg that takes the request now (sb_admission_fallback with
  * gw's flow control), for reason why: t's pool, adapter (none), served name (the body's
  * model rewritten) and fallback fields; rr's pool, profile, adapter, with no prefix hashes.
  * for_picker: the request came through the endpoint picker (Envoy forwards it), so pools
- * Envoy cannot reach as it reaches the gateway's plain endpoints (https://) are passed over. Counts switchboard_fallbacks_total. Returns true when moved; false
- * leaves t and rr as they were, apart from t->fallback_next (the entries asked are used up).
- * cfg must have gw's pools (a reload in place keeps them). */
+ * Envoy cannot reach as it reaches the gateway's plain endpoints (https://) are passed over.
+ * Counts switchboard_fallbacks_total. Returns true when moved; false leaves t and rr as they
+ * were, apart from t->fallback_next (the entries asked are used up). cfg must have gw's pools
+ * (a reload in place keeps them). */
 bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *t, sb_sched_request *rr,
                          enum sb_fallback_reason why, bool for_picker);
 

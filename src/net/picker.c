@@ -23,7 +23,6 @@
 #include "core/decide.h"
 #include "core/explain.h"
 #include "net/decisions.h"
-#include "net/fallback.h"
 #include "net/errors.h"
 #include "net/grpc_server.h"
 #include "net/probe.h"
@@ -267,7 +266,8 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
         .tenant = s->t.tenant,
         .fell_back = s->t.fell_back,
         .requested_pool = s->t.requested_pool,
-        .fallback_reason = s->t.fell_back ? sb_fallback_reason_names[s->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
+        .fallback_reason =
+            s->t.fell_back ? sb_stats_fallback_reason_names[s->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
     };
     sb_usage_scan(s->tail, s->tail_len, &log.usage);
     sb_token_clock_log(&s->tokens, &log);
@@ -947,7 +947,7 @@ static void decide(pstream *s)
         s->dref = sb_decisions_record(env->decisions, rk.why, t->ident.id, s->model, sb_decisions_clock_ms());
         if (t->fell_back && t->requested_pool < cfg->n_pools)
             sb_decisions_fallback(&s->dref, cfg->pools[t->requested_pool].name,
-                                  sb_fallback_reason_names[t->fallback_reason % SB_FALLBACK_REASONS]);
+                                  sb_stats_fallback_reason_names[t->fallback_reason % SB_FALLBACK_REASONS]);
     }
     if (cfg->log_decisions && rk.why) {
         sb_buf_reset(&s->decision);

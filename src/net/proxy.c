@@ -33,7 +33,6 @@
 #include "core/flow.h"
 #include "core/retry.h"
 #include "net/decisions.h"
-#include "net/fallback.h"
 #include "net/probe.h"
 #include "net/proxy.h"
 #include "net/stats.h"
@@ -164,7 +163,8 @@ static void record(exchange *x)
         .tenant = x->t.tenant,
         .fell_back = x->t.fell_back,
         .requested_pool = x->t.requested_pool,
-        .fallback_reason = x->t.fell_back ? sb_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
+        .fallback_reason =
+            x->t.fell_back ? sb_stats_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     sb_token_clock_log(&x->tokens, &log);
@@ -253,8 +253,7 @@ static void fail_before_response(exchange *x, int status, const char *message, c
 {
     drop_upstream(x, false);
     report_end(x, false, status);
-    if (code && x->req && !x->started &&
-        fall_back(x, x->attempts ? SB_FALLBACK_FAILED : SB_FALLBACK_UNAVAILABLE))
+    if (code && x->req && !x->started && fall_back(x, x->attempts ? SB_FALLBACK_FAILED : SB_FALLBACK_UNAVAILABLE))
         return;
     x->env->counters->upstream_errors++;
     if (x->req) {
@@ -643,8 +642,8 @@ static int r_on_headers_complete(http_parser *p)
      * lists); should none take it then, the client gets the gateway's answer with that
      * status instead of the replica's body. */
     bool to_fallback = false;
-    if (p->status_code >= 500 && (may_retry(x, SB_RETRY_STATUS, p->status_code) ||
-                                  (to_fallback = status_may_fall_back(x, p->status_code)))) {
+    if (p->status_code >= 500 &&
+        (may_retry(x, SB_RETRY_STATUS, p->status_code) || (to_fallback = status_may_fall_back(x, p->status_code)))) {
         x->retry_status = p->status_code;
         x->status_to_fallback = to_fallback;
         http_parser_pause(p, 1);
@@ -1071,7 +1070,7 @@ static void attempt(exchange *x)
             x->dref = sb_decisions_record(env->decisions, rk.why, x->t.ident.id, x->model, sb_decisions_clock_ms());
             if (x->t.fell_back)
                 sb_decisions_fallback(&x->dref, x->snap->cfg->pools[x->t.requested_pool].name,
-                                      sb_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS]);
+                                      sb_stats_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS]);
         }
         if (x->snap->cfg->log_decisions) {
             sb_buf_reset(&x->decision);

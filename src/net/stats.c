@@ -84,6 +84,8 @@ static void layout(const sb_config *cfg, size_t max_models, sb_stats_models *out
     *n_ep = ep_first;
 }
 
+const char *const sb_stats_fallback_reason_names[SB_FALLBACK_REASONS] = {"saturated", "failed", "unavailable"};
+
 int sb_stats_init(sb_stats *st, const sb_config *cfg)
 {
     size_t max_models = cfg->metrics_max_models ? cfg->metrics_max_models : 32, n_model = 0, n_ep = 0;
@@ -289,7 +291,9 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
     /* A request served by a fallback keeps the pool it asked for in "pool"; "fallback" names
      * the pool that took it, whose endpoint "endpoint" is. */
     bool fell = log->fell_back && log->pool >= 0 && log->requested_pool < st->cfg->n_pools;
-    const char *pool = fell ? st->cfg->pools[log->requested_pool].name : log->pool >= 0 ? st->cfg->pools[log->pool].name : "";
+    const char *pool = fell             ? st->cfg->pools[log->requested_pool].name
+                       : log->pool >= 0 ? st->cfg->pools[log->pool].name
+                                        : "";
     const char *ep = log->pool >= 0 && log->ep >= 0 ? st->cfg->pools[log->pool].endpoints[log->ep].address : "";
     sb_buf_printf(
         &b,

@@ -86,6 +86,10 @@ typedef struct sb_stats {
     uint64_t (*fallbacks)[SB_FALLBACK_REASONS];
 } sb_stats;
 
+/* enum sb_fallback_reason's names, "saturated", "failed", "unavailable": the access log's
+ * fallback_reason and the label of switchboard_fallbacks_total. */
+extern const char *const sb_stats_fallback_reason_names[SB_FALLBACK_REASONS];
+
 /* Builds st's layout and zeroed arrays for cfg's pools (max_models label values per pool,
  * cfg->metrics_max_models when 0). Returns 0, or -1 out of memory with nothing held. Keeps a
  * pointer to cfg (st->cfg); the other fields (access_log, rejected) are the caller's. */

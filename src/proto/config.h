@@ -64,7 +64,7 @@ typedef struct sb_kv_events_config {
  * saturated past flow control's bound, it has no available endpoint, or every endpoint failed
  * before the first byte. Tried in order, each once; only the requested pool's list is followed
  * (a fallback's own fallbacks are not: one hop), so A -> B and B -> A are both allowed. */
-#define SB_FALLBACKS_MAX 8   /* entries per pool: bounds the metric's label set and the tries */
+#define SB_FALLBACKS_MAX 8 /* entries per pool: bounds the metric's label set and the tries */
 typedef struct sb_fallback_config {
     char *pool_name; /* as written: another pool of this file */
     uint32_t pool;   /* its index in cfg->pools (resolved once every pool is read) */

@@ -819,8 +819,7 @@ static void pool_fallbacks(parse *p, pool_walk *w, const yaml_node_t *k, const y
     if (cfg_is_null(v))
         return;
     if (v->type != YAML_SEQUENCE_NODE) {
-        cfg_node_error(p, v, "%s must be a list of pools ({pool: name, model: name}), got %s", what,
-                       cfg_type_name(v));
+        cfg_node_error(p, v, "%s must be a list of pools ({pool: name, model: name}), got %s", what, cfg_type_name(v));
         return;
     }
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -880,17 +879,19 @@ void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
             }
             /* The item's node, for its line: kept items are in list order, skipped ones reported already. */
             const yaml_node_t *at = seq;
-            for (yaml_node_item_t *it = seq ? seq->data.sequence.items.start : NULL; seq && it < seq->data.sequence.items.top; it++) {
+            for (yaml_node_item_t *it = seq ? seq->data.sequence.items.start : NULL;
+                 seq && it < seq->data.sequence.items.top; it++) {
                 const yaml_node_t *n = cfg_node_at(p, *it);
                 const yaml_node_t *name = n->type == YAML_MAPPING_NODE ? cfg_lookup(p, n, "pool") : n;
-                if (name && name->type == YAML_SCALAR_NODE && !strcmp((const char *)name->data.scalar.value, fb->pool_name)) {
+                if (name && name->type == YAML_SCALAR_NODE &&
+                    !strcmp((const char *)name->data.scalar.value, fb->pool_name)) {
                     at = name;
                     break;
                 }
             }
             char label[96];
-            cfg_node_error(p, at, "%s: fallback '%s' is not a pool of this file", cfg_pool_label(p->cfg, i, label, sizeof label),
-                           fb->pool_name);
+            cfg_node_error(p, at, "%s: fallback '%s' is not a pool of this file",
+                           cfg_pool_label(p->cfg, i, label, sizeof label), fb->pool_name);
         }
     }
 }
