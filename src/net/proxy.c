@@ -1168,10 +1168,13 @@ static bool fall_back(exchange *x, enum sb_fallback_reason why)
     x->t.fallback_next = t.fallback_next; /* the entries asked are used up either way */
     if (!moved)
         return false;
+    sb_proxy_target was = x->t;
     x->t = t;
     x->rr = rr;
-    if (quote_served(x) < 0)
+    if (quote_served(x) < 0) {
+        x->t = was; /* answered as the pool left would: its failure, its log line */
         return false;
+    }
     sb_decisions_finish(&x->dref, x->last_status ? x->last_status : 503, -1, (uint32_t)x->attempts, NULL);
     x->n_excluded = 0;
     x->attempts = 0;
