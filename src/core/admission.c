@@ -156,6 +156,23 @@ int sb_admission_admit(sb_admission *a, const sb_request_desc *req, sb_ns now, s
     return SB_ADMIT_WAIT;
 }
 
+int sb_admission_fallback(sb_admission *a, sb_router *r, const uint32_t *pools, const bool *skip, size_t n,
+                          size_t *cursor, enum sb_band band, sb_ns now)
+{
+    while (*cursor < n) {
+        size_t i = (*cursor)++;
+        if (skip && skip[i])
+            continue;
+        sb_admission_refusal out;
+        sb_request_desc d = {.sched.pool = pools[i], .band = band};
+        bool takes =
+            a ? sb_admission_admit(a, &d, now, &out) == SB_ADMIT_DISPATCH : sb_router_pool_available(r, pools[i], now);
+        if (takes)
+            return (int)i;
+    }
+    return -1;
+}
+
 int sb_admission_enqueue(sb_admission *a, const sb_request_desc *req, void *user, sb_ns now, sb_flow_handle *handle,
                          sb_admission_refusal *out)
 {

@@ -90,6 +90,16 @@ enum { SB_ADMIT_DISPATCH = 0, SB_ADMIT_WAIT, SB_ADMIT_QUEUED, SB_ADMIT_REFUSED }
 /* Returns SB_ADMIT_DISPATCH (schedule it now), SB_ADMIT_WAIT (call sb_admission_enqueue) or
  * SB_ADMIT_REFUSED with *out filled. Calls no op. */
 int sb_admission_admit(sb_admission *a, const sb_request_desc *req, sb_ns now, sb_admission_refusal *out);
+/* Fallbacks (a pool's `fallbacks:`, net/fallback.c): the first of pools[*cursor..n) that takes
+ * a request of band now, that is one sb_admission_admit would dispatch at once. A fallback never
+ * queues: the request was refused (or held, then dropped) once already, and waiting behind the
+ * fallback's own queue would jump it or double the wait. a NULL (flow control off): the pool's
+ * availability alone decides. skip (NULL: none) marks pools the caller cannot use. *cursor ends
+ * past every pool examined, so across calls each pool is tried at most once. Returns an index
+ * into pools, or -1 when none takes it. Calls no op; counts an admitted or shed request in the
+ * flow statistics of each pool it asks, as an arrival there would. */
+int sb_admission_fallback(sb_admission *a, sb_router *r, const uint32_t *pools, const bool *skip, size_t n,
+                          size_t *cursor, enum sb_band band, sb_ns now);
 /* Holds a request admit answered WAIT for, by its pool, band, tenant and body bytes, until
  * `user` comes back through the ops: SB_ADMIT_QUEUED (*handle set; handle may be NULL) or
  * SB_ADMIT_REFUSED (queue full: *out filled, nothing held). May refuse queued sheddable

@@ -70,6 +70,8 @@ void sb_explain_fill(sb_explain *rec, size_t max_cands, const sb_decision *d, co
         rec->scorers[s] = p->scorers[s].def->name;
     rec->panic = d->panic;
     rec->picked = -1;
+    rec->fallback_from[0] = '\0';
+    rec->fallback_reason = NULL;
     memset(&rec->outcome, 0, sizeof rec->outcome);
     rec->outcome.ttft_ms = -1;
     /* keep[] only when the pool outgrows the record: the common case copies in order. */
@@ -175,6 +177,13 @@ int sb_explain_render(const sb_explain *rec, enum sb_explain_render how, sb_buf 
     }
     if (rec->panic)
         rc |= sb_buf_puts(b, ",\"panic\":true");
+    if (rec->fallback_from[0]) {
+        rc |= sb_buf_puts(b, ",\"fallback\":{\"from\":");
+        rc |= put_string(b, rec->fallback_from);
+        rc |= sb_buf_puts(b, ",\"reason\":");
+        rc |= put_string(b, rec->fallback_reason ? rec->fallback_reason : "");
+        rc |= sb_buf_puts(b, "}");
+    }
     rc |= sb_buf_puts(b, ",\"candidates\":[");
     for (size_t i = 0; i < rec->n_cands; i++) {
         rc |= sb_buf_puts(b, i ? "," : "");

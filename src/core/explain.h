@@ -68,6 +68,10 @@ typedef struct sb_explain {
     uint32_t n_cands; /* kept, in pool order */
     uint32_t omitted; /* the pool's other candidates, not kept */
     sb_explain_outcome outcome;
+    /* The request left the pool it asked for (a pool's fallbacks): that pool's name, and why
+     * (static). fallback_from "": it did not. */
+    char fallback_from[SB_EXPLAIN_NAME_MAX];
+    const char *fallback_reason;
     sb_explain_cand cands[]; /* the owner sizes it: sb_explain_size */
 } sb_explain;
 
@@ -90,7 +94,8 @@ enum sb_explain_render {
 
 /* Appends rec as one JSON object to b:
  *   {["id","at_ms","model",] "pool","profile","picker","reason","picked":"<address>"|null,
- *    "picked_index", "candidates":[{"endpoint":"<address>","index","stale",["serving",]
+ *    "picked_index", ["fallback":{"from":"<pool asked for>","reason":...},]
+ *    "candidates":[{"endpoint":"<address>","index","stale",["serving",]
  *    ["panic",] ["removed_by":"<filter>" | "total","scores":{...}] ["prefix":{...}]}],
  *    ["omitted",] ["outcome":{...}|null]}
  * (docs/operations.md shows one). 0, or -1 on ENOMEM. */

@@ -357,6 +357,16 @@ static void render_pool_usage(sb_gateway *gw, sb_buf *b)
         histo_render(b, "switchboard_queue_wait_seconds", lb.data ? lb.data : "", &gw->stats.pool_metrics[p].queue_wait,
                      sb_histo_queue_bounds);
     }
+    /* One series per configured (pool, fallback) and reason: bounded by the configuration. */
+    sb_buf_printf(b, "# HELP switchboard_fallbacks_total Requests a pool passed to one of its fallbacks, by "
+                     "reason (saturated, failed, unavailable).\n# TYPE switchboard_fallbacks_total counter\n");
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        for (size_t f = 0; f < cfg->pools[p].n_fallbacks && f < SB_FALLBACKS_MAX; f++)
+            for (int r = 0; r < SB_FALLBACK_REASONS; r++)
+                sb_buf_printf(b, "switchboard_fallbacks_total{pool=\"%s\",fallback=\"%s\",reason=\"%s\"} %llu\n",
+                              cfg->pools[p].name, cfg->pools[p].fallbacks[f].pool_name,
+                              sb_stats_fallback_reason_names[r],
+                              (unsigned long long)gw->stats.fallbacks[p * SB_FALLBACKS_MAX + f][r]);
     static const struct {
         const char *name, *help;
     } tok[] = {{"switchboard_prompt_tokens_total", "Prompt tokens reported by upstream usage."},

@@ -20,6 +20,7 @@
 #include "core/admission.h"
 #include "net/admission.h"
 #include "net/errors.h"
+#include "net/fallback.h"
 #include "net/proxy.h"
 #include "net/stats.h"
 #include "proto/auth.h"
@@ -126,6 +127,22 @@ static void dispatch(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t,
         sb_proxy_start(&gw->proxy, req, t, rr);
 }
 
+/* Flow control or availability refused the request in t's pool: the pool's first fallback that
+ * takes it now serves it (net/fallback.h), else the refusal r is answered. */
+static void refuse_or_fall_back(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr,
+                                const char *model, const sb_admission_refusal *r)
+{
+    sb_proxy_target ft = *t;
+    sb_sched_request frr = *rr;
+    enum sb_fallback_reason why = r->why == SB_REFUSE_NO_ENDPOINT ? SB_FALLBACK_UNAVAILABLE : SB_FALLBACK_SATURATED;
+    if (sb_gateway_fallback(gw, gw->cfg, &ft, &frr, why, req->ops != NULL)) {
+        ft.model = model;
+        dispatch(gw, req, &ft, &frr);
+        return;
+    }
+    refuse(gw, req, t, model, r);
+}
+
 static void start(sb_gateway *gw, queued *q)
 {
     detach(q);
@@ -145,11 +162,14 @@ static bool on_dispatch(void *ctx, void *user)
     return true;
 }
 
+/* Dropped from the queue (its wait expired, or evicted for a higher band): the pool stayed
+ * saturated past flow control's bound, so a fallback may take it. */
 static void on_refuse(void *ctx, void *user, const sb_admission_refusal *r)
 {
     queued *q = user;
     detach(q);
-    refuse(ctx, q->req, &q->t, q->model, r);
+    q->t.model = q->model;
+    refuse_or_fall_back(ctx, q->req, &q->t, &q->rr, q->model, r);
     free_queued(q);
 }
 
@@ -190,7 +210,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     sb_admission_refusal r;
     if (sb_admission_enqueue(gw->adm, desc, q, now, &q->handle, &r) != SB_ADMIT_QUEUED) {
         free_queued(q);
-        refuse(gw, req, t, t->model, &r);
+        refuse_or_fall_back(gw, req, t, &desc->sched, t->model, &r);
         return;
     }
     req->user = q;
@@ -208,7 +228,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
             dispatch(gw, req, t, rr);
         } else {
             r = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
-            refuse(gw, req, t, t->model, &r);
+            refuse_or_fall_back(gw, req, t, rr, t->model, &r);
         }
         return;
     }
@@ -224,7 +244,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);
         break;
-    default: refuse(gw, req, &tb, t->model, &r);
+    default: refuse_or_fall_back(gw, req, &tb, rr, t->model, &r);
     }
 }
 

@@ -94,6 +94,16 @@ sb_decision_ref sb_decisions_record(sb_decisions *r, const sb_decision *d, const
     return ref;
 }
 
+void sb_decisions_fallback(const sb_decision_ref *ref, const char *from, const char *reason)
+{
+    sb_decisions *r = ref->ring;
+    if (!r || ref->slot >= r->capacity || r->seq[ref->slot] != ref->seq)
+        return;
+    sb_explain *rec = slot_at(r, ref->slot);
+    snprintf(rec->fallback_from, sizeof rec->fallback_from, "%s", from ? from : "");
+    rec->fallback_reason = reason;
+}
+
 void sb_decisions_finish(sb_decision_ref *ref, int status, double ttft_ms, uint32_t attempts, const char *served_by)
 {
     sb_decisions *r = ref->ring;

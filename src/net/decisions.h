@@ -58,6 +58,10 @@ sb_decision_ref sb_decisions_record(sb_decisions *r, const sb_decision *d, const
  * "": never answered by an endpoint. A zero handle is ignored; ref is zeroed after. */
 void sb_decisions_finish(sb_decision_ref *ref, int status, double ttft_ms, uint32_t attempts, const char *served_by);
 
+/* Marks the record as a fallback's decision: the request asked for pool `from` and left it
+ * for `reason` (static). Nothing when the slot was reused or the handle is zero. */
+void sb_decisions_fallback(const sb_decision_ref *ref, const char *from, const char *reason);
+
 /* Releases the handle's reference without an outcome (the record keeps outcome null). A zero
  * handle is ignored; ref is zeroed after. */
 void sb_decisions_drop(sb_decision_ref *ref);

@@ -50,6 +50,14 @@ typedef struct sb_request_ident {
     const char *proto;              /* "h2", "http/1.1" or "http/1.0" (a string literal) */
 } sb_request_ident;
 
+/* Why a request left its pool for a fallback (net/fallback.h). */
+enum sb_fallback_reason {
+    SB_FALLBACK_SATURATED = 0, /* flow control refused it, or dropped it from the queue */
+    SB_FALLBACK_FAILED,        /* every attempt failed before the first response byte */
+    SB_FALLBACK_UNAVAILABLE,   /* no endpoint of the pool was available */
+    SB_FALLBACK_REASONS
+};
+
 /* A routed request, as the gateway hands it to admission and the proxy. */
 typedef struct sb_proxy_target {
     uint32_t pool;
@@ -74,6 +82,13 @@ typedef struct sb_proxy_target {
     char tenant[SB_AUTH_TENANT_MAX + 1]; /* the key's tenant; "" if none named */
     int band;                            /* set by admission: the band it queued the request in; -1 */
     sb_request_ident ident;              /* for the access log and the upstream request's head */
+    /* Fallbacks (net/fallback.h): set when the request left the pool it asked for. Zeroed: it
+     * did not, and requested_pool is pool. fallback_next: the next entry of the requested
+     * pool's `fallbacks:` to try (each is tried once, in order). */
+    bool fell_back;
+    uint8_t fallback_next;
+    uint8_t fallback_reason; /* enum sb_fallback_reason of the last move */
+    uint32_t requested_pool;
 } sb_proxy_target;
 
 /* What the access log and metrics learn of one request when it ends. Every request the client
@@ -115,6 +130,11 @@ typedef struct sb_exchange_log {
     const sb_request_ident *ident; /* NULL: unknown (logged as empty strings) */
     bool gateway_answer;           /* answered by the gateway, never dispatched: a log line, no
                                     * pool or endpoint metrics */
+    /* Served by a fallback (net/fallback.h): pool is the fallback's, requested_pool the pool the
+     * request asked for, fallback_reason why it left (a static name). */
+    bool fell_back;
+    uint32_t requested_pool;
+    const char *fallback_reason;
 } sb_exchange_log;
 
 #endif

@@ -4,6 +4,7 @@
 #include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/errors.h"
+#include "net/fallback.h"
 #include "net/gateway_types.h"
 #include "net/kv_feed.h"
 #include "net/picker.h"
@@ -281,6 +282,12 @@ static struct sb_prober *proxy_prober(void *owner)
     return ((sb_gateway *)owner)->prober;
 }
 
+/* A request the proxy could not serve in its pool goes on in a fallback, if one takes it. */
+static bool proxy_fallback(void *owner, const sb_config *cfg, sb_proxy_target *t, sb_sched_request *rr, int why)
+{
+    return sb_gateway_fallback(owner, cfg, t, rr, (enum sb_fallback_reason)why, false);
+}
+
 /* The proxy's view of gw (after gw->router is set). */
 static sb_proxy_env proxy_env(sb_gateway *gw)
 {
@@ -294,6 +301,7 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .record = proxy_record,
                           .error = proxy_error,
                           .prober = proxy_prober,
+                          .fallback = proxy_fallback,
                           .decisions = gw->decisions};
 }
 
@@ -1044,6 +1052,7 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     gw->retired = old;
     gw->snap = ns;
     gw->cfg = cfg;
+    sb_stats_renumber_fallbacks(&gw->stats, cfg);
     gw->stats.cfg = cfg; /* names pools and endpoints in metrics and log lines: the current ones */
     gw->reloads++;
     decisions_apply(gw, gw->decisions);

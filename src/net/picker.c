@@ -264,6 +264,10 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
         .decision = s->decision.data,
         .band = s->t.band >= 0 ? sb_band_name((enum sb_band)s->t.band) : NULL,
         .tenant = s->t.tenant,
+        .fell_back = s->t.fell_back,
+        .requested_pool = s->t.requested_pool,
+        .fallback_reason =
+            s->t.fell_back ? sb_stats_fallback_reason_names[s->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
     };
     sb_usage_scan(s->tail, s->tail_len, &log.usage);
     sb_token_clock_log(&s->tokens, &log);
@@ -939,8 +943,12 @@ static void decide(pstream *s)
     if (rk.n > 1 + (size_t)cfg->extproc_fallbacks)
         rk.n = 1 + cfg->extproc_fallbacks;
     /* Copied now: the decision scratch is the pool's, reused by the next pick. */
-    if (rk.why && !s->dref.ring)
+    if (rk.why && !s->dref.ring) {
         s->dref = sb_decisions_record(env->decisions, rk.why, t->ident.id, s->model, sb_decisions_clock_ms());
+        if (t->fell_back && t->requested_pool < cfg->n_pools)
+            sb_decisions_fallback(&s->dref, cfg->pools[t->requested_pool].name,
+                                  sb_stats_fallback_reason_names[t->fallback_reason % SB_FALLBACK_REASONS]);
+    }
     if (cfg->log_decisions && rk.why) {
         sb_buf_reset(&s->decision);
         sb_decision_render(rk.why, &s->decision);

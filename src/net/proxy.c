@@ -63,6 +63,7 @@ typedef struct exchange {
     int retries;      /* attempts on another endpoint after a failure (the log's retries) */
     bool retrying;    /* past its first attempt: counted in retries_live */
     int retry_status; /* a retryable 5xx head just read: discard it and retry */
+    bool status_to_fallback; /* ...on a fallback: no endpoint of this pool is left to try */
     backoff *backoff; /* waiting to retry */
     /* The synchronous probe (probe.sync_max_age_ms): waiting for fresh reports of the best
      * candidates before the first dispatch; the prompt's hashes copied out of the gateway's
@@ -160,6 +161,10 @@ static void record(exchange *x)
         .decision = x->decision.data,
         .band = x->t.band >= 0 ? sb_band_name((enum sb_band)x->t.band) : NULL,
         .tenant = x->t.tenant,
+        .fell_back = x->t.fell_back,
+        .requested_pool = x->t.requested_pool,
+        .fallback_reason =
+            x->t.fell_back ? sb_stats_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS] : NULL,
     };
     sb_usage_scan(x->tail, x->tail_len, &log.usage);
     sb_token_clock_log(&x->tokens, &log);
@@ -240,11 +245,16 @@ static void detach_client(exchange *x)
     x->req = NULL;
 }
 
-/* Fails the exchange before anything reached the client. */
+static bool fall_back(exchange *x, enum sb_fallback_reason why);
+
+/* Fails the exchange before anything reached the client: unless the pool's next fallback
+ * takes the request (an upstream failure or no endpoint, not the gateway's own error). */
 static void fail_before_response(exchange *x, int status, const char *message, const char *code)
 {
     drop_upstream(x, false);
     report_end(x, false, status);
+    if (code && x->req && !x->started && fall_back(x, x->attempts ? SB_FALLBACK_FAILED : SB_FALLBACK_UNAVAILABLE))
+        return;
     x->env->counters->upstream_errors++;
     if (x->req) {
         x->final_status = status;
@@ -442,8 +452,18 @@ static void retry_or_fail(exchange *x, int err, enum sb_retry_reason reason)
     fail_before_response(x, x->last_status, x->last_msg, x->last_code);
 }
 
+/* Whether a retryable 5xx with no endpoint left may go to a fallback: the pool the request
+ * asked for has entries not tried yet (whether one takes it is asked afterwards). */
+static bool status_may_fall_back(exchange *x, int status)
+{
+    const sb_config *cfg = x->snap->cfg;
+    uint32_t from = x->t.fell_back ? x->t.requested_pool : x->t.pool;
+    return x->req && !x->started && x->env->fallback && from < cfg->n_pools &&
+           x->t.fallback_next < cfg->pools[from].n_fallbacks && sb_retry_on(&cfg->retry, SB_RETRY_STATUS, status);
+}
+
 /* The head of a retryable 5xx was read (nothing forwarded): its body is dropped with the
- * connection, and the request goes to another endpoint. */
+ * connection, and the request goes to another endpoint, or to a fallback pool. */
 static void retry_status(exchange *x)
 {
     int status = x->retry_status;
@@ -453,7 +473,10 @@ static void retry_status(exchange *x)
     char what[40];
     snprintf(what, sizeof(what), "answered %d", status);
     note_failure(x, status, "upstream_error", what);
-    if (x->req)
+    if (x->req && x->status_to_fallback) {
+        x->status_to_fallback = false;
+        fail_before_response(x, x->last_status, x->last_msg, x->last_code);
+    } else if (x->req)
         start_retry(x, SB_RETRY_STATUS);
     else
         exchange_maybe_free(x);
@@ -614,9 +637,15 @@ static int r_on_headers_complete(http_parser *p)
     x->sse = ct && strncasecmp(ct + 13 + strspn(ct + 13, " "), "text/event-stream", 17) == 0;
     if (!x->req)
         return 0;
-    /* A 5xx another endpoint may answer better: nothing of it goes to the client. */
-    if (p->status_code >= 500 && may_retry(x, SB_RETRY_STATUS, p->status_code)) {
+    /* A 5xx another endpoint may answer better: nothing of it goes to the client. With no
+     * endpoint of the pool left to try, a fallback pool may (the status is one retry.on
+     * lists); should none take it then, the client gets the gateway's answer with that
+     * status instead of the replica's body. */
+    bool to_fallback = false;
+    if (p->status_code >= 500 &&
+        (may_retry(x, SB_RETRY_STATUS, p->status_code) || (to_fallback = status_may_fall_back(x, p->status_code)))) {
         x->retry_status = p->status_code;
+        x->status_to_fallback = to_fallback;
         http_parser_pause(p, 1);
         return 0;
     }
@@ -1037,8 +1066,12 @@ static void attempt(exchange *x)
         /* Copied now: the decision scratch is the pool's, reused by the next pick. The first
          * decision is the request's record; a retry's shows in its outcome (attempts,
          * served_by). */
-        if (x->attempts == 0 && rk.why && !x->dref.ring)
+        if (x->attempts == 0 && rk.why && !x->dref.ring) {
             x->dref = sb_decisions_record(env->decisions, rk.why, x->t.ident.id, x->model, sb_decisions_clock_ms());
+            if (x->t.fell_back)
+                sb_decisions_fallback(&x->dref, x->snap->cfg->pools[x->t.requested_pool].name,
+                                      sb_stats_fallback_reason_names[x->t.fallback_reason % SB_FALLBACK_REASONS]);
+        }
         if (x->snap->cfg->log_decisions) {
             sb_buf_reset(&x->decision);
             if (rk.why)
@@ -1100,6 +1133,63 @@ static const http_parser_settings resp_settings = {
     .on_message_complete = r_on_message_complete,
 };
 
+/* The served name, quoted, as the body splice puts it (x->t.served non-NULL). Escaped into the
+ * fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes, so 6x plus quotes (and the
+ * key, for an insertion) always fits. 0, or -1 out of memory. */
+static int quote_served(exchange *x)
+{
+    const sb_proxy_target *t = &x->t;
+    sb_buf tmp = {0};
+    sb_buf_puts(&tmp, t->insert_model ? "\"model\":\"" : "\"");
+    sb_buf_json_escape(&tmp, t->served, t->served_len);
+    sb_buf_puts(&tmp, t->insert_model && t->insert_comma ? "\"," : "\"");
+    int rc = -1;
+    if (tmp.data && tmp.len < sizeof(x->served_quoted)) {
+        memcpy(x->served_quoted, tmp.data, tmp.len);
+        x->served_quoted_len = tmp.len;
+        rc = 0;
+    }
+    sb_buf_free(&tmp);
+    return rc;
+}
+
+/* Nothing reached the client and the pool cannot serve the request: the pool's next fallback
+ * that takes it now is asked (the env's fallback, net/fallback.h), and the exchange starts
+ * over there: that pool's decision, retries and endpoints, the body's model rewritten. The
+ * decision made in the pool left gets its outcome now (the last failure); the fallback's
+ * decision is recorded anew, marked as one. Bounded: each listed fallback is asked once.
+ * True when the request went on; false: answer as without fallbacks. */
+static bool fall_back(exchange *x, enum sb_fallback_reason why)
+{
+    const sb_proxy_env *env = x->env;
+    sb_proxy_target t = x->t;
+    sb_sched_request rr = x->rr;
+    bool moved = env->fallback && env->fallback(env->owner, x->snap->cfg, &t, &rr, (int)why);
+    x->t.fallback_next = t.fallback_next; /* the entries asked are used up either way */
+    if (!moved)
+        return false;
+    sb_proxy_target was = x->t;
+    x->t = t;
+    x->rr = rr;
+    if (quote_served(x) < 0) {
+        x->t = was; /* answered as the pool left would: its failure, its log line */
+        return false;
+    }
+    sb_decisions_finish(&x->dref, x->last_status ? x->last_status : 503, -1, (uint32_t)x->attempts, NULL);
+    x->n_excluded = 0;
+    x->attempts = 0;
+    x->fresh_retry_used = false;
+    x->retry_same_ep = false;
+    x->carry_pending = false;
+    x->status = 0;
+    x->t_first_byte = 0;
+    x->probed = true; /* no synchronous probe: it waits for the prompt's hashes' best, and there are none */
+    sb_free(x->probe_keys);
+    x->probe_keys = NULL;
+    attempt(x);
+    return true;
+}
+
 /* No exchange could be made (out of memory): answered 500 and recorded, the one line it gets. */
 static void fail_unstarted(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t)
 {
@@ -1134,22 +1224,10 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
     x->rr = *rr;
     snprintf(x->model, sizeof(x->model), "%s", t->model ? t->model : "");
     x->prompt_tokens = rr->prompt_tokens;
-    if (t->served) {
-        /* Escape into the fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes,
-         * so 6x plus quotes (and the key, for an insertion) always fits. */
-        sb_buf tmp = {0};
-        sb_buf_puts(&tmp, t->insert_model ? "\"model\":\"" : "\"");
-        sb_buf_json_escape(&tmp, t->served, t->served_len);
-        sb_buf_puts(&tmp, t->insert_model && t->insert_comma ? "\"," : "\"");
-        if (!tmp.data || tmp.len >= sizeof(x->served_quoted)) {
-            sb_buf_free(&tmp);
-            sb_free(x);
-            fail_unstarted(env, req, t);
-            return;
-        }
-        memcpy(x->served_quoted, tmp.data, tmp.len);
-        x->served_quoted_len = tmp.len;
-        sb_buf_free(&tmp);
+    if (t->served && quote_served(x) < 0) {
+        sb_free(x);
+        fail_unstarted(env, req, t);
+        return;
     }
     x->snap = env->begin(env->owner);
     env->counters->exchanges_live++;

@@ -38,6 +38,11 @@ typedef struct sb_proxy_env {
     /* Where each request's decision and outcome are kept (net/decisions.h); NULL: nowhere.
      * The owner may swap it (a reload that resizes it): a request holds its own reference. */
     struct sb_decisions *decisions;
+    /* Before anything reached the client, the request cannot be served in t's pool (why: enum
+     * sb_fallback_reason, net/fallback.h): moves t and rr to the next fallback of the pool the
+     * request asked for that takes it now (true), or leaves them as they were (false: answer
+     * as without fallbacks). cfg is the configuration the request runs under. NULL: none. */
+    bool (*fallback)(void *owner, const sb_config *cfg, sb_proxy_target *t, sb_sched_request *rr, int why);
     /* Set by the owner when it cuts what is still running (the end of a drain window): an
      * exchange whose client side is closed now logs outcome drain_cut, not client_abort. */
     bool cutting;

@@ -84,6 +84,8 @@ static void layout(const sb_config *cfg, size_t max_models, sb_stats_models *out
     *n_ep = ep_first;
 }
 
+const char *const sb_stats_fallback_reason_names[SB_FALLBACK_REASONS] = {"saturated", "failed", "unavailable"};
+
 int sb_stats_init(sb_stats *st, const sb_config *cfg)
 {
     size_t max_models = cfg->metrics_max_models ? cfg->metrics_max_models : 32, n_model = 0, n_ep = 0;
@@ -94,7 +96,8 @@ int sb_stats_init(sb_stats *st, const sb_config *cfg)
     st->model_metrics = sb_calloc(n_model ? n_model : 1, sizeof(sb_model_metrics));
     st->pool_metrics = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(sb_pool_metrics));
     st->ep_metrics = sb_calloc(n_ep ? n_ep : 1, sizeof(sb_ep_metrics));
-    if (st->models && st->model_metrics && st->pool_metrics && st->ep_metrics)
+    st->fallbacks = sb_calloc((cfg->n_pools ? cfg->n_pools : 1) * SB_FALLBACKS_MAX, sizeof *st->fallbacks);
+    if (st->models && st->model_metrics && st->pool_metrics && st->ep_metrics && st->fallbacks)
         return 0;
     sb_stats_free(st);
     return -1;
@@ -106,6 +109,8 @@ void sb_stats_free(sb_stats *st)
     sb_free(st->model_metrics);
     sb_free(st->pool_metrics);
     sb_free(st->ep_metrics);
+    sb_free(st->fallbacks);
+    st->fallbacks = NULL;
     st->models = NULL;
     st->model_metrics = NULL;
     st->pool_metrics = NULL;
@@ -139,6 +144,35 @@ static long same_model(const sb_stats *st, uint32_t p, uint32_t s, const sb_stat
     return -1;
 }
 
+void sb_stats_carry_fallbacks(sb_stats *st, uint32_t p, const sb_stats *from, uint32_t q)
+{
+    const sb_pool_config *np = &st->cfg->pools[p], *op = &from->cfg->pools[q];
+    for (size_t f = 0; f < np->n_fallbacks && f < SB_FALLBACKS_MAX; f++)
+        for (size_t g = 0; g < op->n_fallbacks && g < SB_FALLBACKS_MAX; g++)
+            if (!strcmp(np->fallbacks[f].pool_name, op->fallbacks[g].pool_name)) {
+                memcpy(st->fallbacks[p * SB_FALLBACKS_MAX + f], from->fallbacks[q * SB_FALLBACKS_MAX + g],
+                       sizeof *st->fallbacks);
+                break;
+            }
+}
+
+void sb_stats_renumber_fallbacks(sb_stats *st, const sb_config *cfg)
+{
+    size_t n = st->cfg->n_pools * SB_FALLBACKS_MAX;
+    uint64_t(*old)[SB_FALLBACK_REASONS] = n ? sb_malloc(n * sizeof *old) : NULL;
+    if (!old)
+        return; /* the counts stay by position: at worst a series takes another entry's label */
+    memcpy(old, st->fallbacks, n * sizeof *old);
+    memset(st->fallbacks, 0, n * sizeof *old);
+    sb_stats from = {.cfg = st->cfg, .fallbacks = old};
+    const sb_config *prev = st->cfg;
+    st->cfg = cfg;
+    for (uint32_t p = 0; p < cfg->n_pools && p < prev->n_pools; p++)
+        sb_stats_carry_fallbacks(st, p, &from, p);
+    st->cfg = prev;
+    sb_free(old);
+}
+
 void sb_stats_carry(sb_stats *st, const sb_stats *from)
 {
     memcpy(st->rejected_by_status, from->rejected_by_status, sizeof st->rejected_by_status);
@@ -154,6 +188,7 @@ void sb_stats_carry(sb_stats *st, const sb_stats *from)
         const sb_pool_config *op = &ocfg->pools[q];
         const sb_stats_models *nm = &st->models[p], *om = &from->models[q];
         st->pool_metrics[p] = from->pool_metrics[q];
+        sb_stats_carry_fallbacks(st, p, from, q);
         for (uint32_t s = 0; s < nm->slots; s++) {
             long t = same_model(st, p, s, from, q);
             if (t < 0)
@@ -255,7 +290,12 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
     sb_buf_printf(&b, "\",\"proto\":\"%s", id && id->proto ? id->proto : "");
     sb_buf_puts(&b, "\",\"model\":\"");
     json_str(&b, log->model ? log->model : "");
-    const char *pool = log->pool >= 0 ? st->cfg->pools[log->pool].name : "";
+    /* A request served by a fallback keeps the pool it asked for in "pool"; "fallback" names
+     * the pool that took it, whose endpoint "endpoint" is. */
+    bool fell = log->fell_back && log->pool >= 0 && log->requested_pool < st->cfg->n_pools;
+    const char *pool = fell             ? st->cfg->pools[log->requested_pool].name
+                       : log->pool >= 0 ? st->cfg->pools[log->pool].name
+                                        : "";
     const char *ep = log->pool >= 0 && log->ep >= 0 ? st->cfg->pools[log->pool].endpoints[log->ep].address : "";
     sb_buf_printf(
         &b,
@@ -271,6 +311,9 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
                   (long long)log->usage.prompt_tokens, (long long)log->usage.cached_tokens,
                   (long long)log->usage.completion_tokens);
     /* Who asked, as flow control saw it: never the key, only what the configuration names. */
+    if (fell)
+        sb_buf_printf(&b, ",\"fallback\":\"%s\",\"fallback_reason\":\"%s\"", st->cfg->pools[log->pool].name,
+                      log->fallback_reason ? log->fallback_reason : "");
     if (log->band)
         sb_buf_printf(&b, ",\"band\":\"%s\"", log->band);
     if (log->tenant && log->tenant[0])

@@ -81,7 +81,14 @@ typedef struct sb_stats {
     uint64_t rejected_by_status[6]; /* the gateway's own error answers by status class; an upstream
                                      * failure (502/504, counted as upstream_errors) is not one */
     uint64_t rejected_by_reason[SB_REASONS][2]; /* the same by reason: [0] 4xx, [1] 5xx */
+    /* switchboard_fallbacks_total: per requested pool p and entry f of its `fallbacks:`, at
+     * [p * SB_FALLBACKS_MAX + f], by enum sb_fallback_reason. Bounded by the configuration. */
+    uint64_t (*fallbacks)[SB_FALLBACK_REASONS];
 } sb_stats;
+
+/* enum sb_fallback_reason's names, "saturated", "failed", "unavailable": the access log's
+ * fallback_reason and the label of switchboard_fallbacks_total. */
+extern const char *const sb_stats_fallback_reason_names[SB_FALLBACK_REASONS];
 
 /* Builds st's layout and zeroed arrays for cfg's pools (max_models label values per pool,
  * cfg->metrics_max_models when 0). Returns 0, or -1 out of memory with nothing held. Keeps a
@@ -95,6 +102,14 @@ void sb_stats_free(sb_stats *st);
  * value, then endpoint address; counts whose pool, model or endpoint are gone are dropped
  * (their series end), and the refusal counters carry whole. Cannot fail. */
 void sb_stats_carry(sb_stats *st, const sb_stats *from);
+
+/* Carries pool q's fallback counts of `from` into st's pool p, by fallback pool name (an
+ * entry no longer listed ends its series). st's and from's arrays must not overlap. */
+void sb_stats_carry_fallbacks(sb_stats *st, uint32_t p, const sb_stats *from, uint32_t q);
+
+/* A reload in place (same pools) to cfg, before st->cfg becomes it: the fallback counts move
+ * to their entries' new positions by fallback pool name. Out of memory: they stay put. */
+void sb_stats_renumber_fallbacks(sb_stats *st, const sb_config *cfg);
 
 /* The model slot of a request to pool with adapter (-1: the base model or an alias of it). */
 uint32_t sb_stats_model_slot(const sb_stats *st, uint32_t pool, int adapter);

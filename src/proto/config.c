@@ -599,6 +599,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
 
     /* Cross-references last, once every pool and profile is known. */
     cfg_check_pool_profiles(p, root);
+    cfg_check_pool_fallbacks(p, root);
     const sb_config *cfg = p->cfg;
     if (!cfg->tls_cert != !cfg->tls_key)
         cfg_node_error(p, cfg_lookup(p, root, "tls"), "tls: give both cert and key (TLS on listen), or neither");
@@ -837,6 +838,11 @@ void sb_config_free(sb_config *cfg)
         sb_free(pc->tls_key);
         sb_free(pc->tls_server_name);
         sb_free(pc->dns_host);
+        for (size_t j = 0; j < pc->n_fallbacks; j++) {
+            sb_free(pc->fallbacks[j].pool_name);
+            sb_free(pc->fallbacks[j].model);
+        }
+        sb_free(pc->fallbacks);
         if (pc->kv_events) {
             sb_free(pc->kv_events->endpoint);
             sb_free(pc->kv_events->replay_endpoint);

@@ -60,6 +60,17 @@ typedef struct sb_kv_events_config {
  * them be cut there. As SB_PROFILE_NAME_MAX for profile names. */
 #define SB_POOL_NAME_MAX 64
 
+/* `fallbacks:` (net/fallback.c): where a pool's requests go when it cannot take them: it is
+ * saturated past flow control's bound, it has no available endpoint, or every endpoint failed
+ * before the first byte. Tried in order, each once; only the requested pool's list is followed
+ * (a fallback's own fallbacks are not: one hop), so A -> B and B -> A are both allowed. */
+#define SB_FALLBACKS_MAX 8 /* entries per pool: bounds the metric's label set and the tries */
+typedef struct sb_fallback_config {
+    char *pool_name; /* as written: another pool of this file */
+    uint32_t pool;   /* its index in cfg->pools (resolved once every pool is read) */
+    char *model;     /* sent upstream in the body's model; NULL: the fallback pool's served name */
+} sb_fallback_config;
+
 typedef struct sb_pool_config {
     char *name;           /* at most SB_POOL_NAME_MAX - 1 bytes */
     char **models;        /* [0] is the served name, the rest are aliases; n_models >= 1 */
@@ -119,6 +130,8 @@ typedef struct sb_pool_config {
     char *dns_host;
     uint16_t dns_port;
     uint32_t dns_interval_ms; /* default 5000 */
+    sb_fallback_config *fallbacks; /* `fallbacks:`, in order; at most SB_FALLBACKS_MAX */
+    size_t n_fallbacks;
 } sb_pool_config;
 
 /* ext_proc body modes as configured (Envoy's processing_mode.request_body_mode and

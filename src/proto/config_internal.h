@@ -84,6 +84,9 @@ void cfg_parse_section(parse *p, const section *s, const yaml_node_t *map, void 
 
 /* config_pool.c */
 bool cfg_parse_listen_address(parse *p, const yaml_node_t *n, const char *what, char **host, uint16_t *port);
+/* Resolves every pool's fallbacks to pool indices once all pools are read; an unknown name is
+ * reported at its node. */
+void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root);
 const char *cfg_pool_label(const sb_config *cfg, size_t i, char *buf, size_t cap);
 bool cfg_plain_name(const char *s, bool slash);
 size_t cfg_mapping_len(const yaml_node_t *n);

@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 
 #include "proto/config_internal.h"
+#include "proto/inspect.h"
 
 #define PF(key_, m, k, lo, hi)                                                                                         \
     {                                                                                                                  \
@@ -756,10 +757,150 @@ static void pool_kv_events(parse *p, pool_walk *w, const yaml_node_t *k, const y
     cfg_parse_kv_events(p, w->pc, v, what);
 }
 
+/* One `fallbacks:` item: "pool" or {pool: name, model: name}. Fills fb (pool_name, model);
+ * returns the node naming the pool, or NULL after reporting what is wrong. */
+static const yaml_node_t *parse_fallback(parse *p, const yaml_node_t *item, const char *what, sb_fallback_config *fb)
+{
+    const yaml_node_t *name = item, *model = NULL;
+    if (item->type == YAML_MAPPING_NODE) {
+        name = NULL;
+        for (yaml_node_pair_t *q = item->data.mapping.pairs.start; q < item->data.mapping.pairs.top; q++) {
+            const char *key = cfg_pair_key(p, item, q, what);
+            if (!key)
+                continue;
+            if (!strcmp(key, "pool"))
+                name = cfg_node_at(p, q->value);
+            else if (!strcmp(key, "model"))
+                model = cfg_node_at(p, q->value);
+            else
+                cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in %s (expected pool, model)", key, what);
+        }
+        if (!name) {
+            cfg_node_error(p, item, "%s has no 'pool' (the name of another pool)", what);
+            return NULL;
+        }
+    }
+    char sub[260];
+    snprintf(sub, sizeof sub, "%.240s.pool", what);
+    const char *s = cfg_string_of(p, name, sub);
+    if (!s)
+        return NULL;
+    if (!*s) {
+        cfg_node_error(p, name, "%s must name a pool", sub);
+        return NULL;
+    }
+    if (model) {
+        snprintf(sub, sizeof sub, "%.240s.model", what);
+        const char *m = cfg_string_of(p, model, sub);
+        if (!m)
+            return NULL;
+        /* The body's model is spliced in a fixed buffer sized for a model name (net/proxy.c). */
+        if (!*m || strlen(m) > SB_MODEL_NAME_MAX) {
+            cfg_node_error(p, model, "%s must be 1 to %d bytes", sub, SB_MODEL_NAME_MAX);
+            return NULL;
+        }
+        if (!(fb->model = sb_strdup(m))) {
+            cfg_out_of_memory(p);
+            return NULL;
+        }
+    }
+    if (!(fb->pool_name = sb_strdup(s))) {
+        cfg_out_of_memory(p);
+        return NULL;
+    }
+    return name;
+}
+
+/* fallbacks: ["pool", {pool: name, model: name}, ...]: the shape, the bound, no self and no
+ * duplicates here; the names are resolved once every pool is read (cfg_check_pool_fallbacks). */
+static void pool_fallbacks(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    sb_pool_config *pc = w->pc;
+    if (cfg_is_null(v))
+        return;
+    if (v->type != YAML_SEQUENCE_NODE) {
+        cfg_node_error(p, v, "%s must be a list of pools ({pool: name, model: name}), got %s", what, cfg_type_name(v));
+        return;
+    }
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n > SB_FALLBACKS_MAX) {
+        cfg_node_error(p, v, "%s: at most %d fallbacks, got %zu", what, SB_FALLBACKS_MAX, n);
+        return;
+    }
+    if (n && !(pc->fallbacks = sb_calloc(n, sizeof *pc->fallbacks))) {
+        cfg_out_of_memory(p);
+        return;
+    }
+    char item[240];
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *it = cfg_node_at(p, v->data.sequence.items.start[i]);
+        snprintf(item, sizeof item, "%s[%zu]", what, i);
+        sb_fallback_config *fb = &pc->fallbacks[pc->n_fallbacks];
+        const yaml_node_t *at = parse_fallback(p, it, item, fb);
+        bool keep = at != NULL;
+        if (keep && pc->name && !strcmp(fb->pool_name, pc->name)) {
+            cfg_node_error(p, at, "%s: a pool cannot fall back to itself ('%s')", item, pc->name);
+            keep = false;
+        }
+        for (size_t j = 0; keep && j < pc->n_fallbacks; j++)
+            if (!strcmp(pc->fallbacks[j].pool_name, fb->pool_name)) {
+                cfg_node_error(p, at, "%s: pool '%s' is already a fallback of %s (each is tried once)", item,
+                               fb->pool_name, w->label);
+                keep = false;
+            }
+        if (keep) {
+            pc->n_fallbacks++;
+        } else {
+            sb_free(fb->pool_name);
+            sb_free(fb->model);
+            *fb = (sb_fallback_config){0};
+        }
+    }
+}
+
+void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
+{
+    const yaml_node_t *pools = cfg_lookup(p, root, "pools");
+    if (!pools || pools->type != YAML_SEQUENCE_NODE)
+        return;
+    for (size_t i = 0; i < p->cfg->n_pools; i++) {
+        sb_pool_config *pc = &p->cfg->pools[i];
+        if (!pc->n_fallbacks)
+            continue;
+        const yaml_node_t *seq = cfg_lookup(p, cfg_node_at(p, pools->data.sequence.items.start[i]), "fallbacks");
+        for (size_t f = 0; f < pc->n_fallbacks; f++) {
+            sb_fallback_config *fb = &pc->fallbacks[f];
+            size_t j = 0;
+            while (j < p->cfg->n_pools && !(p->cfg->pools[j].name && !strcmp(p->cfg->pools[j].name, fb->pool_name)))
+                j++;
+            if (j < p->cfg->n_pools) {
+                fb->pool = (uint32_t)j;
+                continue;
+            }
+            /* The item's node, for its line: kept items are in list order, skipped ones reported already. */
+            const yaml_node_t *at = seq;
+            for (yaml_node_item_t *it = seq ? seq->data.sequence.items.start : NULL;
+                 seq && it < seq->data.sequence.items.top; it++) {
+                const yaml_node_t *n = cfg_node_at(p, *it);
+                const yaml_node_t *name = n->type == YAML_MAPPING_NODE ? cfg_lookup(p, n, "pool") : n;
+                if (name && name->type == YAML_SCALAR_NODE &&
+                    !strcmp((const char *)name->data.scalar.value, fb->pool_name)) {
+                    at = name;
+                    break;
+                }
+            }
+            char label[96];
+            cfg_node_error(p, at, "%s: fallback '%s' is not a pool of this file",
+                           cfg_pool_label(p->cfg, i, label, sizeof label), fb->pool_name);
+        }
+    }
+}
+
 static const struct {
     const char *key;
     pool_key_fn *parse;
 } pool_keys[] = {
+    {"fallbacks", pool_fallbacks},
     {"name", pool_skip},
     {"models", pool_models},
     {"adapters", pool_adapters},

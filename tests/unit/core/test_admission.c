@@ -383,6 +383,52 @@ static void test_refusal_table(void **state)
     assert_string_equal(r.reason, "shed");
 }
 
+/* Fallbacks: the first listed pool that would dispatch at once takes the request; a pool that
+ * is saturated (it would queue or shed), has no endpoint available, or is skipped by the
+ * caller is passed over, and the cursor moves past each pool asked, so none is asked twice. */
+static void test_fallback_takes_first_pool_with_room(void **state)
+{
+    (void)state;
+    sb_router *r = sb_router_new(7, 0x5ec7e7);
+    assert_non_null(r);
+    for (int p = 0; p < 4; p++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", p);
+        assert_int_equal(sb_router_add_pool(r, name, sb_profile_builtin("default"), 1, NULL), p);
+        sb_endpoint_report rep = {
+            .have_waiting = true, .waiting = p == 1 ? 3 : 0, .have_kv = true, .kv_usage = 0.1, .requests_total = -1};
+        sb_endpoint_report_set(sb_router_endpoint(r, (uint32_t)p, 0), &rep, SB_REPORT_SCRAPE, T0);
+    }
+    sb_router_endpoint(r, 2, 0)->draining = true; /* p2: nothing available */
+    seen s = {0};
+    sb_flow_config c = gate_config();
+    sb_admission *a = sb_admission_new(r, 4, &c, &ops, &s);
+    assert_non_null(a);
+    const uint32_t list[] = {1, 2, 3, 0};
+    size_t cursor = 0;
+    /* p1 saturated (it would queue: skipped, not queued), p2 unavailable: p3 takes it. */
+    assert_int_equal(sb_admission_fallback(a, r, list, NULL, 4, &cursor, SB_BAND_STANDARD, T0), 2);
+    assert_int_equal(cursor, 3);
+    /* The next call goes on from there: p0, never p1..p3 again. */
+    assert_int_equal(sb_admission_fallback(a, r, list, NULL, 4, &cursor, SB_BAND_STANDARD, T0), 3);
+    assert_int_equal(sb_admission_fallback(a, r, list, NULL, 4, &cursor, SB_BAND_STANDARD, T0), -1);
+    assert_int_equal(cursor, 4);
+    /* The caller's skip list passes over a pool with room (p3) too. */
+    const bool skip[] = {false, false, true, false};
+    cursor = 0;
+    assert_int_equal(sb_admission_fallback(a, r, list, skip, 4, &cursor, SB_BAND_STANDARD, T0), 3);
+    /* Without flow control, availability alone decides: saturated p1 takes it, p2 never. */
+    cursor = 0;
+    assert_int_equal(sb_admission_fallback(NULL, r, list, NULL, 4, &cursor, SB_BAND_STANDARD, T0), 0);
+    const uint32_t only_p2[] = {2};
+    cursor = 0;
+    assert_int_equal(sb_admission_fallback(NULL, r, only_p2, NULL, 1, &cursor, SB_BAND_STANDARD, T0), -1);
+    /* Nothing was queued or answered through the ops. */
+    assert_int_equal(s.n_dispatched + s.n_refused, 0);
+    sb_admission_free(a);
+    sb_router_free(r);
+}
+
 static void test_allocation_failure(void **state)
 {
     (void)state;
@@ -416,6 +462,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dispatch_can_stop_release, open_fixture, close_fixture),
         cmocka_unit_test_setup_teardown(test_reconfigure_moves_the_gate, open_fixture, close_fixture),
         cmocka_unit_test(test_refusal_table),
+        cmocka_unit_test(test_fallback_takes_first_pool_with_room),
         cmocka_unit_test(test_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

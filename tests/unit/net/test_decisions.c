@@ -172,6 +172,33 @@ static void test_wrap_and_generation_guard(void **state)
     sb_router_free(r);
 }
 
+/* A fallback's decision says where the request came from and why; a record whose slot was
+ * reused is not marked (the mark follows the generation, like an outcome); a new record of
+ * the slot starts unmarked. */
+static void test_fallback_mark(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(2);
+    sb_decisions *ring = sb_decisions_new(1, 16);
+    sb_decision_ref a = sb_decisions_record(ring, pick(r, 1), "fb-1", "m", 1);
+    sb_decisions_fallback(&a, "chat", "saturated");
+    sb_buf b = {0};
+    assert_int_equal(sb_explain_render(sb_decisions_find(ring, "fb-1", 4), SB_EXPLAIN_FULL, &b), 0);
+    assert_json(&b);
+    assert_non_null(strstr(b.data, "\"pool\":\"embed\","));
+    assert_non_null(strstr(b.data, ",\"fallback\":{\"from\":\"chat\",\"reason\":\"saturated\"},"));
+    sb_decision_ref c = sb_decisions_record(ring, pick(r, 0), "plain", "m", 2); /* takes a's slot */
+    sb_decisions_fallback(&a, "chat", "failed");
+    sb_buf_reset(&b);
+    assert_int_equal(sb_explain_render(sb_decisions_find(ring, "plain", 5), SB_EXPLAIN_FULL, &b), 0);
+    assert_null(strstr(b.data, "\"fallback\""));
+    sb_buf_free(&b);
+    sb_decisions_drop(&a);
+    sb_decisions_drop(&c);
+    sb_decisions_release(ring);
+    sb_router_free(r);
+}
+
 /* Look-ups: exact ids only (no prefix match), newest of a repeated id, bounded lengths. */
 static void test_lookup_misses(void **state)
 {
@@ -352,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_record_outlives_router),
         cmocka_unit_test(test_longest_names_kept_whole),
         cmocka_unit_test(test_wrap_and_generation_guard),
+        cmocka_unit_test(test_fallback_mark),
         cmocka_unit_test(test_lookup_misses),
         cmocka_unit_test(test_reference_outlives_owner),
         cmocka_unit_test(test_candidates_bounded),

@@ -343,6 +343,62 @@ static void test_carry_maps_by_names(void **state)
     free(nw);
 }
 
+/* A request a fallback served: "pool" stays the pool asked for, "endpoint" is the fallback's,
+ * and the metrics land in the pool that served it. */
+static void test_fallback_in_the_access_log(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    setup_fixture(f, true);
+    sb_exchange_log log = a_log(1, 0, 200);
+    log.fell_back = true;
+    log.requested_pool = 0;
+    log.fallback_reason = "failed";
+    sb_stats_record(&f->st, &log);
+    fflush(f->st.access_log);
+    assert_non_null(strstr(f->log_text, "\"pool\":\"a\",\"endpoint\":\"b0:1\","));
+    assert_non_null(strstr(f->log_text, ",\"fallback\":\"b\",\"fallback_reason\":\"failed\"}\n"));
+    assert_int_equal(f->pm[1].duration.n, 1);
+    assert_int_equal(f->pm[0].duration.n, 0);
+    teardown_fixture(f);
+    free(f);
+}
+
+/* switchboard_fallbacks_total follows its (pool, fallback) pair by name: across a replaced
+ * gateway (carry) and a reload in place that reorders the list (renumber); a pair no longer
+ * listed starts from zero. */
+static void test_fallback_counts_follow_their_names(void **state)
+{
+    fixture *old = calloc(1, sizeof(*old)), *nw = calloc(1, sizeof(*nw));
+    sb_fallback_config one[] = {{.pool_name = "b", .pool = 1}};
+    sb_fallback_config two[] = {{.pool_name = "x", .pool = 1}, {.pool_name = "b", .pool = 1}};
+    setup_fixture(old, false);
+    old->pools[0].fallbacks = one;
+    old->pools[0].n_fallbacks = 1;
+    old->st.fallbacks[0][SB_FALLBACK_FAILED] = 3;
+    old->st.fallbacks[0][SB_FALLBACK_SATURATED] = 2;
+    setup_fixture(nw, false);
+    nw->pools[0].fallbacks = two;
+    nw->pools[0].n_fallbacks = 2;
+    sb_stats_carry(&nw->st, &old->st);
+    assert_int_equal(nw->st.fallbacks[0][SB_FALLBACK_FAILED], 0); /* x: new */
+    assert_int_equal(nw->st.fallbacks[1][SB_FALLBACK_FAILED], 3);
+    assert_int_equal(nw->st.fallbacks[1][SB_FALLBACK_SATURATED], 2);
+    /* In place: old's configuration becomes two's shape. */
+    sb_config cfg2 = old->cfg;
+    sb_pool_config pools2[2] = {old->pools[0], old->pools[1]};
+    pools2[0].fallbacks = two;
+    pools2[0].n_fallbacks = 2;
+    cfg2.pools = pools2;
+    sb_stats_renumber_fallbacks(&old->st, &cfg2);
+    assert_int_equal(old->st.fallbacks[0][SB_FALLBACK_FAILED], 0);
+    assert_int_equal(old->st.fallbacks[1][SB_FALLBACK_FAILED], 3);
+    assert_int_equal(old->st.fallbacks[1][SB_FALLBACK_SATURATED], 2);
+    teardown_fixture(old);
+    teardown_fixture(nw);
+    free(old);
+    free(nw);
+}
+
 /* Error answers' reasons: known codes by name, codeless answers by status, anything else other. */
 static void test_reasons(void **state)
 {
@@ -375,6 +431,8 @@ int main(void)
         cmocka_unit_test(test_queue_wait),
         cmocka_unit_test(test_model_slots_bound_the_label),
         cmocka_unit_test(test_carry_maps_by_names),
+        cmocka_unit_test(test_fallback_in_the_access_log),
+        cmocka_unit_test(test_fallback_counts_follow_their_names),
         cmocka_unit_test(test_reasons),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -702,6 +702,56 @@ static void test_error_duplicate_pool_names(void **state)
                      5, "duplicate pool name 'p'");
 }
 
+#define TWO_POOLS(fallbacks_a)                                                                                         \
+    "pools:\n"                                                                                                         \
+    "  - name: a\n"                                                                                                    \
+    "    models: [ma]\n"                                                                                               \
+    "    endpoints: [\"127.0.0.1:9000\"]\n"                                                                            \
+    "    fallbacks: " fallbacks_a "\n"                                                                                 \
+    "  - name: b\n"                                                                                                    \
+    "    models: [mb, mb-alias]\n"                                                                                     \
+    "    endpoints: [\"127.0.0.1:9001\"]\n"                                                                            \
+    "    fallbacks: [a]\n"
+
+/* fallbacks: names or {pool, model}, resolved to pool indices in order; A -> B beside B -> A is
+ * fine (only the requested pool's list is followed). */
+static void test_fallbacks(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    int rc = parse_str(TWO_POOLS("[{pool: b, model: gpt-4o-mini}]"), &cfg, &errs);
+    if (rc)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    assert_int_equal(cfg->pools[0].n_fallbacks, 1);
+    assert_string_equal(cfg->pools[0].fallbacks[0].pool_name, "b");
+    assert_int_equal(cfg->pools[0].fallbacks[0].pool, 1);
+    assert_string_equal(cfg->pools[0].fallbacks[0].model, "gpt-4o-mini");
+    assert_int_equal(cfg->pools[1].n_fallbacks, 1);
+    assert_int_equal(cfg->pools[1].fallbacks[0].pool, 0);
+    assert_null(cfg->pools[1].fallbacks[0].model); /* the fallback pool's served name */
+    sb_config_free(cfg);
+    /* Missing or null: none. */
+    assert_int_equal(parse_str(TWO_POOLS("null"), &cfg, &errs), 0);
+    assert_int_equal(cfg->pools[0].n_fallbacks, 0);
+    sb_config_free(cfg);
+}
+
+static void test_error_fallbacks(void **state)
+{
+    /* Every error at the line of the item at fault (line 5: a's fallbacks). */
+    expect_one_error(TWO_POOLS("[nope]"), 5, "fallback 'nope' is not a pool of this file");
+    expect_one_error(TWO_POOLS("[b, {pool: nope, model: x}]"), 5, "fallback 'nope' is not a pool");
+    expect_one_error(TWO_POOLS("[a]"), 5, "a pool cannot fall back to itself ('a')");
+    expect_one_error(TWO_POOLS("[b, {pool: b}]"), 5, "pool 'b' is already a fallback of pool 'a'");
+    expect_one_error(TWO_POOLS("[{model: x}]"), 5, "has no 'pool'");
+    expect_one_error(TWO_POOLS("[{pool: b, modle: x}]"), 5, "unknown key 'modle'");
+    expect_one_error(TWO_POOLS("[{pool: b, model: \"\"}]"), 5, "model must not be empty");
+    expect_one_error(TWO_POOLS("b"), 5, "must be a list of pools");
+    expect_one_error(TWO_POOLS("[[b]]"), 5, "must be a string");
+    expect_one_error(TWO_POOLS("[b, b, b, b, b, b, b, b, b]"), 5, "at most 8 fallbacks, got 9");
+}
+
 static void test_error_duplicate_names(void **state)
 {
     /* A model in two pools. */
@@ -2007,6 +2057,8 @@ int main(void)
         cmocka_unit_test(test_error_empty_and_missing),
         cmocka_unit_test(test_error_empty_document),
         cmocka_unit_test(test_error_duplicate_pool_names),
+        cmocka_unit_test(test_fallbacks),
+        cmocka_unit_test(test_error_fallbacks),
         cmocka_unit_test(test_error_duplicate_names),
         cmocka_unit_test(test_error_unknown_profile_and_engine),
         cmocka_unit_test(test_error_default_pool),
