@@ -72,7 +72,6 @@ typedef struct exchange {
     bool probed;
     int last_status;  /* the last failed attempt, for the answer if none is left */
     const char *last_code;
-    char last_msg[200];
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
     bool dispatched;           /* router was told; must be told how it ended */
@@ -82,7 +81,6 @@ typedef struct exchange {
     sb_upstream_conn *connecting; /* a connect in progress (owned by the pool until it ends) */
     http_parser parser;
     sb_buf head;               /* request head sent upstream */
-    char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
     size_t served_quoted_len;
     int pending_writes;
     /* response */
@@ -109,7 +107,6 @@ typedef struct exchange {
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;       /* NULL: decided from final_status at the end (record) */
     const char *reason;
-    char tail[2048];           /* last bytes of the response body: usage comes last */
     size_t tail_len;
     /* upstream.stream_usage: the gateway asked this stream for usage (t.usage_edit): the
      * usage-only chunk is read (tail) but not passed on. hold: the strip's buffer for an
@@ -120,7 +117,24 @@ typedef struct exchange {
     char model[SB_MODEL_NAME_MAX + 1];
     sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
     sb_decision_ref dref;      /* its record in the ring of recent decisions, for the outcome */
+    /* Buffers last: not zeroed when the exchange is made (exchange_new); each has its length
+     * or its NUL set before it is read. */
+    char last_msg[200];
+    char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
+    char tail[2048];           /* last bytes of the response body: usage comes last */
 } exchange;
+
+/* Zeroes the exchange up to its buffers: calloc cleared all 5 KiB of it, a sixth of the
+ * instructions of a request (docs/benchmarks.md, proxy overhead). */
+static exchange *exchange_new(void)
+{
+    exchange *x = sb_malloc(sizeof(*x));
+    if (x) {
+        memset(x, 0, offsetof(exchange, last_msg));
+        x->last_msg[0] = 0;
+    }
+    return x;
+}
 
 /* Defined (const) after its callbacks, before sb_proxy_start. */
 static const http_parser_settings resp_settings;
@@ -822,13 +836,17 @@ static int build_head(exchange *x, size_t body_len)
      * unless it is 443; else the endpoint's address as written. */
     const sb_pool_config *pc = &x->snap->cfg->pools[x->t.pool];
     const sb_endpoint_config *ec = &pc->endpoints[x->ep];
-    char host[300];
-    if (pc->tls && pc->tls_server_name && ec->port != 443)
-        snprintf(host, sizeof host, "%s:%u", pc->tls_server_name, ec->port);
-    else
-        snprintf(host, sizeof host, "%s", pc->tls && pc->tls_server_name ? pc->tls_server_name : sb_upstream_address(uc->up));
-    sb_buf_printf(h, "%.*s %.*s HTTP/1.1\r\nHost: %s\r\n", req->method == HTTP_POST ? 4 : 3,
-                  req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url, host);
+    /* Appends, not printf: the head is built per request (docs/benchmarks.md, proxy overhead). */
+    const char *host = pc->tls && pc->tls_server_name ? pc->tls_server_name : sb_upstream_address(uc->up);
+    sb_buf_puts(h, req->method == HTTP_POST ? "POST " : "GET ");
+    sb_buf_append(h, req->url, req->url_len);
+    sb_buf_puts(h, " HTTP/1.1\r\nHost: ");
+    sb_buf_puts(h, host);
+    if (pc->tls && pc->tls_server_name && ec->port != 443) {
+        sb_buf_puts(h, ":");
+        sb_buf_put_u64(h, ec->port);
+    }
+    sb_buf_puts(h, "\r\n");
     bool has_orca_fmt = false;
     bool has_forwarded = false;
     /* A pool with upstream_api_key speaks to its model servers with that key: the client's
@@ -868,8 +886,11 @@ static int build_head(exchange *x, size_t body_len)
     x->orca_asked = x->snap->cfg->orca_request && !has_orca_fmt;
     if (x->orca_asked)
         sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
-    if (x->t.ident.id[0])
-        sb_buf_printf(h, "x-request-id: %s\r\n", x->t.ident.id);
+    if (x->t.ident.id[0]) {
+        sb_buf_puts(h, "x-request-id: ");
+        sb_buf_puts(h, x->t.ident.id);
+        sb_buf_puts(h, "\r\n");
+    }
     /* X-Forwarded-For: what the client's side said (several headers joined in order, as one
      * list), then the client's address as this gateway saw it. Bounded by the head's limit. */
     sb_buf_puts(h, "X-Forwarded-For: ");
@@ -883,7 +904,9 @@ static int build_head(exchange *x, size_t body_len)
     const char *colon = strrchr(x->t.ident.peer, ':');
     sb_buf_append(h, x->t.ident.peer, colon ? (size_t)(colon - x->t.ident.peer) : strlen(x->t.ident.peer));
     sb_buf_puts(h, "\r\n");
-    return sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0 ? -1 : 0;
+    sb_buf_puts(h, "Content-Length: ");
+    sb_buf_put_u64(h, body_len);
+    return sb_buf_puts(h, "\r\n\r\n") < 0 ? -1 : 0;
 }
 
 static void send_request(exchange *x)
@@ -1138,7 +1161,7 @@ static void fail_unstarted(const sb_proxy_env *env, sb_http_req *req, const sb_p
 
 void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
-    exchange *x = sb_calloc(1, sizeof(*x));
+    exchange *x = exchange_new();
     if (!x) {
         fail_unstarted(env, req, t);
         return;
@@ -1148,7 +1171,11 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
     x->t = *t;
     x->t_start = now_ns();
     x->rr = *rr;
-    snprintf(x->model, sizeof(x->model), "%s", t->model ? t->model : "");
+    if (t->model) {
+        size_t n = strnlen(t->model, sizeof(x->model) - 1);
+        memcpy(x->model, t->model, n);
+        x->model[n] = 0;
+    }
     x->prompt_tokens = rr->prompt_tokens;
     if (t->served) {
         /* Escape into the fixed buffer: a served name is at most SB_MODEL_NAME_MAX bytes,

@@ -178,10 +178,18 @@ static void json_str(sb_buf *b, const char *s)
     sb_buf_json_escape(b, s, strlen(s));
 }
 
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 void sb_stats_ident(const sb_http_req *req, sb_request_ident *out)
 {
-    snprintf(out->id, sizeof(out->id), "%s", req->id);
-    snprintf(out->peer, sizeof(out->peer), "%s", req->peer ? req->peer : "");
+    /* Bounded copies, not snprintf("%s"): per request (docs/benchmarks.md, proxy overhead). */
+    copy_str(out->id, sizeof(out->id), req->id);
+    copy_str(out->peer, sizeof(out->peer), req->peer ? req->peer : "");
     size_t n = !req->path ? 0 : req->path_len < SB_LOG_PATH_MAX ? req->path_len : SB_LOG_PATH_MAX;
     if (n)
         memcpy(out->path, req->path, n);
