@@ -286,9 +286,18 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
         sb_buf_puts(&b, log->decision);
     }
     sb_buf_puts(&b, "}\n");
-    if (b.data) {
+    if (b.data) { /* else flushed by the owner (net/gateway.c: once per loop turn) */
+        if (st->access_log_buffered && st->access_log_buffered + b.len > st->access_log_cap) {
+            fflush(st->access_log);
+            st->access_log_buffered = 0;
+        }
         fwrite(b.data, 1, b.len, st->access_log);
-        fflush(st->access_log);
+        if (b.len >= st->access_log_cap) {
+            fflush(st->access_log); /* as large as the buffer: stdio may have kept a tail */
+            st->access_log_buffered = 0;
+        } else {
+            st->access_log_buffered += b.len;
+        }
     }
     sb_buf_free(&b);
 }
