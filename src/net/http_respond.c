@@ -111,7 +111,7 @@ int hs_conn_flush(conn *c)
             return 0;
     }
     size_t sent = 0;
-    if (!c->tls.ssl && c->queued == 0) {
+    if (!c->tls.ssl && c->queued == 0 && !c->wants_drain) {
         /* Plain and nothing in flight: write what the socket takes now. An answer of a few
          * KiB leaves here whole: the out buffer keeps its capacity for the next one, and no
          * write request, callback or epoll_ctl (libuv's queue draining) is spent on it.
@@ -119,7 +119,8 @@ int hs_conn_flush(conn *c)
          * flush (docs/benchmarks.md, proxy overhead: two syscalls fewer per request). An
          * error (the client reset) is left to the uv_write below, which reports it from the
          * loop through on_write as before: a handler writing from its own callbacks is never
-         * aborted under its feet. */
+         * aborted under its feet. A handler waiting for the drain (it wrote past the high-
+         * water mark) hears of it from on_write: that write goes through uv_write whole. */
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         sent = n > 0 ? (size_t)n : 0;
