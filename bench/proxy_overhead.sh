@@ -5,18 +5,26 @@
 # (default on), the same over HTTPS: switchboard's client listener and an HAProxy ssl bind with
 # the same certificate (P-256, made here), keep-alive throughput and handshakes per second (each
 # request on a new connection).
+# Pinned as issue 17 measures: wrk on CPU 1, each proxy on CPU 0, nginx left to the scheduler
+# (PIN=0: nothing pinned).
+# Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32), TLS (1/0, default 1),
+# PORT_BASE (default 18101), PROFILE (the pool's routing profile, default `default`: every body
+# parsed and its blocks hashed), SB_BIN (the switchboard under test, default build/switchboard),
+# SB_BASE_BIN (another build, e.g. main's, run as a "base" row beside it in the same
+# invocation, runs alternated with the others).
 # With H2 (default on), HTTP/2 with prior knowledge (h2c) by h2load: switchboard's client listener
 # (the same port as HTTP/1.1) and an HAProxy `proto h2` bind, H2_CONNS connections of H2_STREAMS
-# concurrent streams each, the same body.
-# Env: RUNS (default 3), DURATION (s, default 5), CONNS (default 32), TLS (1/0, default 1),
-# H2 (1/0, default 1), H2_CONNS (default 4), H2_STREAMS (default 8), PORT_BASE (default 18101).
+# concurrent streams each, the same body. Env: H2 (1/0), H2_CONNS (default 4), H2_STREAMS (default 8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}
+RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}; PROFILE=${PROFILE:-default}
 H2=${H2:-1}; H2_CONNS=${H2_CONNS:-4}; H2_STREAMS=${H2_STREAMS:-8}
+SB_BIN=${SB_BIN:-build/switchboard}; SB_BASE_BIN=${SB_BASE_BIN:-}; PIN=${PIN:-1}
+if [ "$PIN" = 1 ]; then PROXY_CPU="taskset -c 0"; LOAD_CPU="taskset -c 1"; else PROXY_CPU=""; LOAD_CPU=""; fi
 work=$(mktemp -d /tmp/sb-bench.XXXXXX)
-B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5, B+7; B+3 and B+6 for the admin listeners
-P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5)); P_HA2=$((B + 7))
+B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5, B+7, B+8; B+3, B+6 and B+9 for the admin listeners
+P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5)); P_BASE=$((B + 7))
+P_HA2=$((B + 8))
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -85,17 +93,24 @@ admin: { listen: "127.0.0.1:$((P_SB + 2))" }
 pools:
   - name: bench
     models: ["bench-model"]
-    profile: round-robin
+    profile: $PROFILE
     endpoints: ["127.0.0.1:$P_NGINX"]
 SBY
 nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
-haproxy -q -f "$work/haproxy.cfg" & pids+=($!)
-build/switchboard serve -q -c "$work/sb.yaml" & pids+=($!)
+$PROXY_CPU haproxy -q -f "$work/haproxy.cfg" & pids+=($!)
+$PROXY_CPU "$SB_BIN" serve -q -c "$work/sb.yaml" & pids+=($!)
 ports="$P_NGINX $P_SB $P_HA"
+targets="direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA"
+if [ -n "$SB_BASE_BIN" ]; then
+  sed -e "s/$P_SB/$P_BASE/" -e "s/$((P_SB + 2))/$((P_BASE + 2))/" "$work/sb.yaml" > "$work/sbb.yaml"
+  $PROXY_CPU "$SB_BASE_BIN" serve -q -c "$work/sbb.yaml" & pids+=($!)
+  ports="$ports $P_BASE"
+  targets="direct:$P_NGINX switchboard:$P_SB base:$P_BASE haproxy:$P_HA"
+fi
 if [ "$TLS" = 1 ]; then
   sed -e "s/$P_SB/$P_SBT/" -e "s/$((P_SB + 2))/$((P_SBT + 2))/" "$work/sb.yaml" > "$work/sbt.yaml"
   printf 'tls: { cert: %s, key: %s }\n' "$work/cert.pem" "$work/key.pem" >> "$work/sbt.yaml"
-  build/switchboard serve -q -c "$work/sbt.yaml" & pids+=($!)
+  $PROXY_CPU "$SB_BIN" serve -q -c "$work/sbt.yaml" & pids+=($!)
   ports="$ports $P_SBT $P_HAT"
 fi
 [ "$H2" = 1 ] && ports="$ports $P_HA2"
@@ -104,13 +119,17 @@ for p in $ports; do
 done
 
 run() { # target port, conns [scheme [extra wrk args]] -> JSON line
-  wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua ${4:-} "${3:-http}://127.0.0.1:$1" | grep '^{'
+  $LOAD_CPU wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua ${4:-} "${3:-http}://127.0.0.1:$1" | grep '^{'
 }
 results="$work/results.tsv"
-for target in direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA; do
-  name=${target%%:*}; port=${target##*:}
-  run "$port" 4 > /dev/null  # warm-up
-  for i in $(seq "$RUNS"); do
+for target in $targets; do
+  run "${target##*:}" 4 > /dev/null  # warm-up
+done
+# Round by round (each target once per round), so a neighbour's burst of load on the shared
+# machine lands on every row alike rather than on whichever target ran then.
+for i in $(seq "$RUNS"); do
+  for target in $targets; do
+    name=${target%%:*}; port=${target##*:}
     printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS")" >> "$results"
     printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
   done
@@ -131,7 +150,7 @@ if [ "$H2" = 1 ]; then
   # h2load has no Lua: the same body as chat4k.lua, from a file.
   python3 -c 'import sys; f="The quick brown fox jumps over the lazy dog. "*86; sys.stdout.write("{\"model\":\"bench-model\",\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":16}" % f)' > "$work/chat4k.json"
   h2run() { # port, conns, streams -> JSON line
-    h2load -t1 -c"$2" -m"$3" -D"$DURATION" -d "$work/chat4k.json" -H 'content-type: application/json' \
+    $LOAD_CPU h2load -t1 -c"$2" -m"$3" -D"$DURATION" -d "$work/chat4k.json" -H 'content-type: application/json' \
       "http://127.0.0.1:$1/v1/chat/completions" | python3 -c '
 import json, re, sys
 t = sys.stdin.read()
@@ -160,9 +179,10 @@ for line in open(sys.argv[3]):
     R[k] = json.loads(v)
 def med(name, kind, key):
     return statistics.median(R["%s,%s,%d" % (name, kind, i)][key] for i in range(1, runs + 1))
+names = [n for n in ("direct", "switchboard", "base", "haproxy") if "%s,load,1" % n in R]
 print("proxy overhead: %d runs each (medians), ~4 KiB chat body, wrk 1 thread; nginx fixed JSON upstream" % runs)
 print("%-12s %12s %10s %10s %10s | %14s %10s" % ("target", "rps@%sconn" % conns, "p50 us", "p90 us", "p99 us", "p50 us @1conn", "errors"))
-for n in ("direct", "switchboard", "haproxy"):
+for n in names:
     print("%-12s %12.0f %10.0f %10.0f %10.0f | %14.0f %10d" % (n, med(n, "load", "rps"), med(n, "load", "p50_us"),
           med(n, "load", "p90_us"), med(n, "load", "p99_us"), med(n, "one", "p50_us"),
           sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1))))
@@ -171,6 +191,14 @@ print("switchboard/haproxy throughput: %.2fx   switchboard/direct: %.2fx   hapro
 print("added median latency at 1 connection: switchboard %+.0f us, haproxy %+.0f us (over direct)" % (
     med("switchboard", "one", "p50_us") - med("direct", "one", "p50_us"),
     med("haproxy", "one", "p50_us") - med("direct", "one", "p50_us")))
+print("added latency at %s connections (over direct): switchboard p50 %+.0f us p99 %+.0f us, haproxy p50 %+.0f us p99 %+.0f us" % (
+    conns, med("switchboard", "load", "p50_us") - med("direct", "load", "p50_us"),
+    med("switchboard", "load", "p99_us") - med("direct", "load", "p99_us"),
+    med("haproxy", "load", "p50_us") - med("direct", "load", "p50_us"),
+    med("haproxy", "load", "p99_us") - med("direct", "load", "p99_us")))
+if "base" in names:
+    b = med("base", "load", "rps")
+    print("switchboard/base throughput: %.2fx   base/haproxy: %.2fx" % (sb / b, b / ha))
 if "switchboard-tls,load,1" in R:
     print("over TLS (same P-256 certificate; TLS 1.3):")
     print("%-16s %12s %10s %10s | %14s | %14s" % ("target", "rps@%sconn" % conns, "p50 us", "p99 us", "p50 us @1conn",

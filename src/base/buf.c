@@ -34,6 +34,32 @@ int sb_buf_append(sb_buf *b, const void *p, size_t n)
 
 int sb_buf_puts(sb_buf *b, const char *s) { return sb_buf_append(b, s, strlen(s)); }
 
+size_t sb_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+void sb_fmt_hex64(char *out, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
+}
+
+int sb_buf_put_u64(sb_buf *b, uint64_t v)
+{
+    char tmp[20];
+    return sb_buf_append(b, tmp, sb_fmt_u64(tmp, v));
+}
+
 int sb_buf_vprintf(sb_buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -60,6 +60,7 @@ struct sb_gateway {
     uv_timer_t adaptive_timer; /* ticks them on the probing cadence */
     bool adaptive_timer_open;
     sb_stats stats; /* metrics and access log (net/stats.h); its ep_metrics parallel ups */
+    struct log_flusher *log_flusher; /* flushes stats.access_log once per loop turn (gateway.c) */
     bool stopping;
     /* Graceful drain (sb_gateway_drain): the listener is closed, /healthz says 503, requests in
      * flight finish until drain_deadline; then what is left is cut (drain_cut_at set), and

@@ -116,6 +116,25 @@ int hs_conn_flush(conn *c)
         if (!cipher.len)
             return 0;
     }
+    size_t sent = 0;
+    if (!c->tls.ssl && c->queued == 0 && !c->wants_drain) {
+        /* Plain and nothing in flight: write what the socket takes now. An answer of a few
+         * KiB leaves here whole: the out buffer keeps its capacity for the next one, and no
+         * write request, callback or epoll_ctl (libuv's queue draining) is spent on it.
+         * Callers see a write that completed at once as queued == 0, as they do for an empty
+         * flush (docs/benchmarks.md, proxy overhead: two syscalls fewer per request). An
+         * error (the client reset) is left to the uv_write below, which reports it from the
+         * loop through on_write as before: a handler writing from its own callbacks is never
+         * aborted under its feet. A handler waiting for the drain (it wrote past the high-
+         * water mark) hears of it from on_write: that write goes through uv_write whole. */
+        uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        sent = n > 0 ? (size_t)n : 0;
+        if (sent == c->out.len) {
+            c->out.len = 0;
+            return 0;
+        }
+    }
     wreq *r = sb_malloc(sizeof(wreq));
     if (!r) {
         sb_buf_free(&cipher);
@@ -123,7 +142,8 @@ int hs_conn_flush(conn *c)
     }
     r->c = c;
     r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
-    uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
+    r->len -= sent;
+    uv_buf_t b = uv_buf_init(r->data + sent, (unsigned)r->len);
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {
         sb_free(r->data);
@@ -254,6 +274,16 @@ const sb_http_header *sb_http_req_header(const sb_http_req *req, const char *nam
     return NULL;
 }
 
+/* Copies a string literal or a short bounded string into a header piece; returns its length. */
+static size_t put_bounded(char *out, const char *s, size_t max)
+{
+    size_t n = strnlen(s, max);
+    memcpy(out, s, n);
+    return n;
+}
+
+static size_t put(char *out, const char *s) { return put_bounded(out, s, 64); }
+
 static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof(conn, req)); }
 
 int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size_t headers_len,
@@ -273,20 +303,35 @@ int sb_http_stream_begin(sb_http_req *req, int status, const char *headers, size
                          (content_length >= 0 || http11 || c->head_only);
     c->chunked = content_length < 0 && http11 && !bodiless;
     c->resp_left = content_length;
+    /* Pieces appended, not printf'd: three snprintf calls were ~3,000 instructions of every
+     * answer (docs/benchmarks.md, proxy overhead). */
     char line[160];
-    int n = snprintf(line, sizeof(line), "HTTP/1.%d %d %s\r\n", http11 ? 1 : 0, status, sb_http_status_text(status));
+    size_t n = put(line, http11 ? "HTTP/1.1 " : "HTTP/1.0 ");
+    n += sb_fmt_u64(line + n, (uint64_t)(status < 0 ? 0 : status) % 1000);
+    line[n++] = ' ';
+    n += put_bounded(line + n, sb_http_status_text(status), sizeof(line) - n - 2);
+    n += put(line + n, "\r\n");
     char framing[128];
-    int m;
-    if (bodiless)
-        m = snprintf(framing, sizeof(framing), "%s\r\n", c->keep_alive_resp ? "" : "Connection: close\r\n");
-    else if (content_length >= 0)
-        m = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n%s\r\n", (long long)content_length,
-                     c->keep_alive_resp ? (http11 ? "" : "Connection: keep-alive\r\n") : "Connection: close\r\n");
-    else
-        m = snprintf(framing, sizeof(framing), "%s%s\r\n", c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
-                     c->keep_alive_resp ? "" : "Connection: close\r\n");
-    char rid[SB_HTTP_REQ_ID_MAX + 24] = "";
-    int k = req->id[0] ? snprintf(rid, sizeof(rid), "x-request-id: %s\r\n", req->id) : 0;
+    size_t m = 0;
+    const char *conn_hdr = c->keep_alive_resp ? "" : "Connection: close\r\n";
+    if (!bodiless && content_length >= 0) {
+        m = put(framing, "Content-Length: ");
+        m += sb_fmt_u64(framing + m, (uint64_t)content_length);
+        m += put(framing + m, "\r\n");
+        if (c->keep_alive_resp && !http11)
+            conn_hdr = "Connection: keep-alive\r\n";
+    } else if (!bodiless && c->chunked) {
+        m = put(framing, "Transfer-Encoding: chunked\r\n");
+    }
+    m += put(framing + m, conn_hdr);
+    m += put(framing + m, "\r\n");
+    char rid[SB_HTTP_REQ_ID_MAX + 24];
+    size_t k = 0;
+    if (req->id[0]) {
+        k = put(rid, "x-request-id: ");
+        k += put_bounded(rid + k, req->id, SB_HTTP_REQ_ID_MAX);
+        k += put(rid + k, "\r\n");
+    }
     uv_buf_t bufs[4] = {uv_buf_init(line, (unsigned)n), uv_buf_init((char *)headers, (unsigned)headers_len),
                         uv_buf_init(rid, (unsigned)k), uv_buf_init(framing, (unsigned)m)};
     if (conn_append(c, bufs, 4) < 0) {

@@ -73,7 +73,6 @@ typedef struct exchange {
     bool probed;
     int last_status;  /* the last failed attempt, for the answer if none is left */
     const char *last_code;
-    char last_msg[200];
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
     bool dispatched;           /* router was told; must be told how it ended */
@@ -83,7 +82,6 @@ typedef struct exchange {
     sb_upstream_conn *connecting; /* a connect in progress (owned by the pool until it ends) */
     http_parser parser;
     sb_buf head;               /* request head sent upstream */
-    char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
     size_t served_quoted_len;
     int pending_writes;
     /* response */
@@ -93,6 +91,8 @@ typedef struct exchange {
     bool skip_header;
     bool orca_header;          /* the current header line is endpoint-load-metrics */
     size_t orca_off;           /* its value within resp_headers */
+    bool ctype_header;         /* the current header line is Content-Type */
+    size_t ctype_off;          /* the Content-Type value within resp_headers (0: none yet) */
     bool orca_asked;           /* we added the request header: strip the answer */
     bool got_bytes;            /* anything read from upstream for this attempt */
     bool started;              /* response head sent to the client */
@@ -110,7 +110,6 @@ typedef struct exchange {
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;       /* NULL: decided from final_status at the end (record) */
     const char *reason;
-    char tail[2048];           /* last bytes of the response body: usage comes last */
     size_t tail_len;
     /* upstream.stream_usage: the gateway asked this stream for usage (t.usage_edit): the
      * usage-only chunk is read (tail) but not passed on. hold: the strip's buffer for an
@@ -121,7 +120,24 @@ typedef struct exchange {
     char model[SB_MODEL_NAME_MAX + 1];
     sb_buf decision;           /* the pick explained, rendered at pick time (access_log_decisions) */
     sb_decision_ref dref;      /* its record in the ring of recent decisions, for the outcome */
+    /* Buffers last: not zeroed when the exchange is made (exchange_new); each has its length
+     * or its NUL set before it is read. */
+    char last_msg[200];
+    char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
+    char tail[2048];           /* last bytes of the response body: usage comes last */
 } exchange;
+
+/* Zeroes the exchange up to its buffers: calloc cleared all 5 KiB of it, a sixth of the
+ * instructions of a request (docs/benchmarks.md, proxy overhead). */
+static exchange *exchange_new(void)
+{
+    exchange *x = sb_malloc(sizeof(*x));
+    if (x) {
+        memset(x, 0, offsetof(exchange, last_msg));
+        x->last_msg[0] = 0;
+    }
+    return x;
+}
 
 /* Defined (const) after its callbacks, before sb_proxy_start. */
 static const http_parser_settings resp_settings;
@@ -577,9 +593,10 @@ static void classify_header(exchange *x)
 {
     const char *name = x->resp_headers.data + x->hfield_start;
     size_t n = x->resp_headers.len - x->hfield_start;
-    for (int i = 0; hop_by_hop[i]; i++)
+    for (int i = 0; hop_by_hop[i] && !x->skip_header; i++)
         if (strlen(hop_by_hop[i]) == n && strncasecmp(name, hop_by_hop[i], n) == 0)
             x->skip_header = true;
+    x->ctype_header = n == 12 && strncasecmp(name, "content-type", 12) == 0;
     /* The client gets the gateway's id (added by the server for every answer), not a second one. */
     if (n == 12 && strncasecmp(name, "x-request-id", 12) == 0)
         x->skip_header = true;
@@ -619,6 +636,8 @@ static int r_on_header_value(http_parser *p, const char *at, size_t len)
         if (sb_buf_puts(&x->resp_headers, ": ") < 0)
             return -1;
         x->orca_off = x->resp_headers.len;
+        if (x->ctype_header && !x->ctype_off)
+            x->ctype_off = x->resp_headers.len;
     }
     return sb_buf_append(&x->resp_headers, at, len);
 }
@@ -633,8 +652,10 @@ static int r_on_headers_complete(http_parser *p)
     if (p->status_code < 200)
         return 0; /* 1xx interim: its headers are dropped, the real head follows */
     /* Content type decides how a mid-stream failure is shown (SSE error event). */
-    const char *ct = x->resp_headers.data ? strcasestr(x->resp_headers.data, "content-type:") : NULL;
-    x->sse = ct && strncasecmp(ct + 13 + strspn(ct + 13, " "), "text/event-stream", 17) == 0;
+    /* Its first Content-Type, noted as the head was read (a search of the whole head for it
+     * was ~1,500 instructions per answer: docs/benchmarks.md, proxy overhead). */
+    const char *ct = x->ctype_off ? x->resp_headers.data + x->ctype_off : NULL;
+    x->sse = ct && strncasecmp(ct + strspn(ct, " "), "text/event-stream", 17) == 0;
     if (!x->req)
         return 0;
     /* A 5xx another endpoint may answer better: nothing of it goes to the client. With no
@@ -713,6 +734,7 @@ static int r_on_message_complete(http_parser *p)
         /* An interim response: reset header collection for the final one. */
         x->resp_headers.len = 0;
         x->hfield_start = 0;
+        x->ctype_off = 0;
         x->in_value = false;
         return 0;
     }
@@ -851,13 +873,17 @@ static int build_head(exchange *x, size_t body_len)
      * unless it is 443; else the endpoint's address as written. */
     const sb_pool_config *pc = &x->snap->cfg->pools[x->t.pool];
     const sb_endpoint_config *ec = &pc->endpoints[x->ep];
-    char host[300];
-    if (pc->tls && pc->tls_server_name && ec->port != 443)
-        snprintf(host, sizeof host, "%s:%u", pc->tls_server_name, ec->port);
-    else
-        snprintf(host, sizeof host, "%s", pc->tls && pc->tls_server_name ? pc->tls_server_name : sb_upstream_address(uc->up));
-    sb_buf_printf(h, "%.*s %.*s HTTP/1.1\r\nHost: %s\r\n", req->method == HTTP_POST ? 4 : 3,
-                  req->method == HTTP_POST ? "POST" : "GET", (int)req->url_len, req->url, host);
+    /* Appends, not printf: the head is built per request (docs/benchmarks.md, proxy overhead). */
+    const char *host = pc->tls && pc->tls_server_name ? pc->tls_server_name : sb_upstream_address(uc->up);
+    sb_buf_puts(h, req->method == HTTP_POST ? "POST " : "GET ");
+    sb_buf_append(h, req->url, req->url_len);
+    sb_buf_puts(h, " HTTP/1.1\r\nHost: ");
+    sb_buf_puts(h, host);
+    if (pc->tls && pc->tls_server_name && ec->port != 443) {
+        sb_buf_puts(h, ":");
+        sb_buf_put_u64(h, ec->port);
+    }
+    sb_buf_puts(h, "\r\n");
     bool has_orca_fmt = false;
     bool has_forwarded = false;
     /* A pool with upstream_api_key speaks to its model servers with that key: the client's
@@ -897,8 +923,11 @@ static int build_head(exchange *x, size_t body_len)
     x->orca_asked = x->snap->cfg->orca_request && !has_orca_fmt;
     if (x->orca_asked)
         sb_buf_puts(h, "endpoint-load-metrics-format: TEXT\r\n");
-    if (x->t.ident.id[0])
-        sb_buf_printf(h, "x-request-id: %s\r\n", x->t.ident.id);
+    if (x->t.ident.id[0]) {
+        sb_buf_puts(h, "x-request-id: ");
+        sb_buf_puts(h, x->t.ident.id);
+        sb_buf_puts(h, "\r\n");
+    }
     /* X-Forwarded-For: what the client's side said (several headers joined in order, as one
      * list), then the client's address as this gateway saw it. Bounded by the head's limit. */
     sb_buf_puts(h, "X-Forwarded-For: ");
@@ -912,7 +941,9 @@ static int build_head(exchange *x, size_t body_len)
     const char *colon = strrchr(x->t.ident.peer, ':');
     sb_buf_append(h, x->t.ident.peer, colon ? (size_t)(colon - x->t.ident.peer) : strlen(x->t.ident.peer));
     sb_buf_puts(h, "\r\n");
-    return sb_buf_printf(h, "Content-Length: %zu\r\n\r\n", body_len) < 0 ? -1 : 0;
+    sb_buf_puts(h, "Content-Length: ");
+    sb_buf_put_u64(h, body_len);
+    return sb_buf_puts(h, "\r\n\r\n") < 0 ? -1 : 0;
 }
 
 static void send_request(exchange *x)
@@ -926,6 +957,7 @@ static void send_request(exchange *x)
     x->parser.data = x;
     x->resp_headers.len = 0;
     x->hfield_start = 0;
+    x->ctype_off = 0;
     x->in_value = false;
     x->got_bytes = false;
     /* This attempt's: a same-endpoint retry on a fresh connection starts here too. */
@@ -956,18 +988,34 @@ static void send_request(exchange *x)
         return;
     }
     bufs[0] = uv_buf_init(x->head.data, (unsigned)x->head.len);
-    send_req *s = sb_malloc(sizeof(*s));
-    if (!s) {
-        fail_before_response(x, 500, "out of memory", NULL);
-        return;
+    /* Head and body in one writev, at once: a few KiB fit the socket (no write request, no
+     * callback, no epoll_ctl when libuv's queue drains); whatever did not fit is queued. */
+    int wrote = sb_upstream_try_write(uc, bufs, (unsigned)nb);
+    int i = 0;
+    for (size_t left = (size_t)wrote; i < nb; i++) {
+        if (left < bufs[i].len) {
+            bufs[i].base += left;
+            bufs[i].len -= left;
+            break;
+        }
+        left -= bufs[i].len;
     }
-    s->x = x;
-    if (sb_upstream_write(uc, &s->w, bufs, (unsigned)nb, on_sent) < 0) {
-        sb_free(s);
-        retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
-        return;
+    uv_buf_t *rest = bufs + i;
+    unsigned nrest = (unsigned)(nb - i);
+    if (nrest) {
+        send_req *s = sb_malloc(sizeof(*s));
+        if (!s) {
+            fail_before_response(x, 500, "out of memory", NULL);
+            return;
+        }
+        s->x = x;
+        if (sb_upstream_write(uc, &s->w, rest, nrest, on_sent) < 0) {
+            sb_free(s);
+            retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
+            return;
+        }
+        x->pending_writes++;
     }
-    x->pending_writes++;
     uint32_t rto = x->snap->cfg->response_ms;
     uv_timer_start(&uc->timer, on_response_timeout, rto, rto);
     upstream_read_start(x);
@@ -1212,7 +1260,7 @@ static void fail_unstarted(const sb_proxy_env *env, sb_http_req *req, const sb_p
 
 void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
-    exchange *x = sb_calloc(1, sizeof(*x));
+    exchange *x = exchange_new();
     if (!x) {
         fail_unstarted(env, req, t);
         return;
@@ -1222,7 +1270,11 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
     x->t = *t;
     x->t_start = now_ns();
     x->rr = *rr;
-    snprintf(x->model, sizeof(x->model), "%s", t->model ? t->model : "");
+    if (t->model) {
+        size_t n = strnlen(t->model, sizeof(x->model) - 1);
+        memcpy(x->model, t->model, n);
+        x->model[n] = 0;
+    }
     x->prompt_tokens = rr->prompt_tokens;
     if (t->served && quote_served(x) < 0) {
         sb_free(x);

@@ -213,10 +213,18 @@ static void json_str(sb_buf *b, const char *s)
     sb_buf_json_escape(b, s, strlen(s));
 }
 
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 void sb_stats_ident(const sb_http_req *req, sb_request_ident *out)
 {
-    snprintf(out->id, sizeof(out->id), "%s", req->id);
-    snprintf(out->peer, sizeof(out->peer), "%s", req->peer ? req->peer : "");
+    /* Bounded copies, not snprintf("%s"): per request (docs/benchmarks.md, proxy overhead). */
+    copy_str(out->id, sizeof(out->id), req->id);
+    copy_str(out->peer, sizeof(out->peer), req->peer ? req->peer : "");
     size_t n = !req->path ? 0 : req->path_len < SB_LOG_PATH_MAX ? req->path_len : SB_LOG_PATH_MAX;
     if (n)
         memcpy(out->path, req->path, n);
@@ -323,9 +331,18 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
         sb_buf_puts(&b, log->decision);
     }
     sb_buf_puts(&b, "}\n");
-    if (b.data) {
+    if (b.data) { /* else flushed by the owner (net/gateway.c: once per loop turn) */
+        if (st->access_log_buffered && st->access_log_buffered + b.len > st->access_log_cap) {
+            fflush(st->access_log);
+            st->access_log_buffered = 0;
+        }
         fwrite(b.data, 1, b.len, st->access_log);
-        fflush(st->access_log);
+        if (b.len >= st->access_log_cap) {
+            fflush(st->access_log); /* as large as the buffer: stdio may have kept a tail */
+            st->access_log_buffered = 0;
+        } else {
+            st->access_log_buffered += b.len;
+        }
     }
     sb_buf_free(&b);
 }

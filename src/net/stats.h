@@ -76,7 +76,12 @@ typedef struct sb_stats {
     sb_model_metrics *model_metrics; /* per pool and model slot */
     sb_pool_metrics *pool_metrics;  /* cfg->n_pools entries */
     sb_ep_metrics *ep_metrics;      /* per endpoint and model slot, pool-major */
-    FILE *access_log;               /* NULL: none; written and flushed per line, never closed here */
+    FILE *access_log;               /* NULL: none; written per line, flushed and closed by the owner */
+    /* The owner's stdio buffer size for access_log (0: flushed after every line) and what is in
+     * it: a line that would not fit flushes what is there first, so no line is ever split
+     * between two writes with another writer's (a reload's new gateway) in between. The owner
+     * zeroes access_log_buffered when it flushes. */
+    size_t access_log_cap, access_log_buffered;
     uint64_t *rejected;             /* answers the gateway gave itself with a 4xx (net/errors.h) */
     uint64_t rejected_by_status[6]; /* the gateway's own error answers by status class; an upstream
                                      * failure (502/504, counted as upstream_errors) is not one */

@@ -602,3 +602,11 @@ int sb_upstream_write(sb_upstream_conn *uc, uv_write_t *req, const uv_buf_t *buf
             return UV_EPROTO;
     return tls_send(uc, req, cb);
 }
+
+int sb_upstream_try_write(sb_upstream_conn *uc, const uv_buf_t *bufs, unsigned n)
+{
+    if (uc->tls.ssl)
+        return 0;
+    int rc = uv_try_write((uv_stream_t *)&uc->tcp, bufs, n);
+    return rc > 0 ? rc : 0;
+}

@@ -91,6 +91,42 @@ static void test_not_events(void **state)
     assert_int_equal(c.first_ns, 9);
 }
 
+/* Long decided lines (a JSON answer, a long event) are skipped eight bytes a step: a line end
+ * at every offset of that step, \n, \r or \r\n, cut anywhere, counts as when read byte by
+ * byte. The reference is the byte-by-byte feed (one byte can never take the wide path). */
+static void test_line_ends_at_every_alignment(void **state)
+{
+    (void)state;
+    static const char *const ends[] = {"\n", "\r", "\r\n"};
+    char s[256];
+    for (size_t e = 0; e < 3; e++) {
+        for (size_t pad = 0; pad < 24; pad++) {
+            /* A decided line of pad + 3 bytes, its end, then an event; then a long value. */
+            size_t n = 0;
+            n += (size_t)sprintf(s + n, "id:");
+            memset(s + n, 'x', pad);
+            n += pad;
+            n += (size_t)sprintf(s + n, "%sdata: {\"a\":1}%s%s", ends[e], ends[e], ends[e]);
+            memset(s + n, 'y', 17);
+            n += 17;
+            n += (size_t)sprintf(s + n, "%s%sdata: [DONE]%s%sdata:z%s", ends[e], ends[e], ends[e], ends[e], ends[e]);
+            sb_sse_clock ref = {0};
+            for (size_t i = 0; i < n; i++)
+                sb_sse_clock_feed(&ref, s + i, 1, (sb_ns)(i + 1));
+            assert_int_equal(ref.events, 2);
+            for (size_t cut = 0; cut <= n; cut++) {
+                sb_sse_clock c = {0};
+                sb_sse_clock_feed(&c, s, cut, 1);
+                sb_sse_clock_feed(&c, s + cut, n - cut, 2);
+                assert_int_equal(c.events, ref.events);
+                sb_sse_clock w = {0};
+                sb_sse_clock_feed(&w, s, n, 1);
+                assert_memory_equal(&w.state, &ref.state, 4); /* state, matched, in_event, after_cr */
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -98,6 +134,7 @@ int main(void)
         cmocka_unit_test(test_every_split),
         cmocka_unit_test(test_byte_by_byte),
         cmocka_unit_test(test_not_events),
+        cmocka_unit_test(test_line_ends_at_every_alignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
