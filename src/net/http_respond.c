@@ -117,7 +117,7 @@ int hs_conn_flush(conn *c)
             return 0;
     }
     size_t sent = 0;
-    if (!c->tls.ssl && c->queued == 0 && !c->wants_drain) {
+    if (!c->tls.ssl && !c->h2 && c->queued == 0 && !c->wants_drain) {
         /* Plain and nothing in flight: write what the socket takes now. An answer of a few
          * KiB leaves here whole: the out buffer keeps its capacity for the next one, and no
          * write request, callback or epoll_ctl (libuv's queue draining) is spent on it.
@@ -126,7 +126,9 @@ int hs_conn_flush(conn *c)
          * error (the client reset) is left to the uv_write below, which reports it from the
          * loop through on_write as before: a handler writing from its own callbacks is never
          * aborted under its feet. A handler waiting for the drain (it wrote past the high-
-         * water mark) hears of it from on_write: that write goes through uv_write whole. */
+         * water mark) hears of it from on_write: that write goes through uv_write whole. Not
+         * for HTTP/2: its on_write (hs_h2_written) pulls nghttp2's next frames, wakes the
+         * streams waiting for room and closes after a final GOAWAY. */
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         sent = n > 0 ? (size_t)n : 0;
