@@ -25,7 +25,10 @@ static double kv_signal(const sb_endpoint *ep) { return sb_endpoint_kv_usage(ep)
 static double inflight_signal(const sb_endpoint *ep) { return ep->in_flight; }
 static double prefill_signal(const sb_endpoint *ep) { return (double)ep->pending_prefill_tokens; }
 /* Never dispatched: 0, the oldest. */
-static double last_dispatch_signal(const sb_endpoint *ep) { return (double)ep->last_dispatch_ns; }
+static double last_dispatch_signal(const sb_endpoint *ep)
+{
+    return (double)ep->last_dispatch_ns;
+}
 
 static void score_with(signal_fn f, bool own, double min_range, const sb_candidate *c, size_t n, double *out)
 {
