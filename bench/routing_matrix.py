@@ -30,12 +30,24 @@ Verdict per figure (p90, p99): with m the median over seeds and s half its range
 
 usage: bench/routing_matrix.py [--quick] [--seeds 1,2,3,4,5] [--requests N] [--replicas R]
                                [--jobs J] [--out DIR] [--only WORKLOAD,...] [--caches C,...]
+                               [--config FILE --candidates NAME,... [--peers-from CSV,...]]
 --quick: cache ample and quarter, load near, 2 seeds, 400 requests (about 4 minutes on one
 core). The full run: every cell, 5 seeds, 800 requests (measured: see docs/benchmarks.md).
 Needs build/switchboard (make), or the binary named by $SB_BIN.
+
+Trying profiles (how `default` is tuned): --config FILE names a gateway config whose `profiles:`
+replay runs too, --candidates the ones to compare (NAME+events runs one with the engines' events);
+they run in the same replay as `default`, so per cell and seed they see the same arrivals. A
+summary per candidate follows the table: cells better / level / WORSE against the best peer, and
+the geometric means of p90 and p99 over the best peer's (below 1 is ahead). --peers-from takes the
+peers' medians and spreads from earlier runs' matrix.csv instead of running them again (replay
+is deterministic and the peers' rows are byte-identical across changes to `default`:
+scripts/replay_fingerprint.sh), which makes a candidate round several times cheaper; those
+medians are over the earlier run's seeds, so compare candidates with `default` run alongside.
 """
 import argparse
 import csv
+import math
 import os
 import statistics
 import subprocess
@@ -115,16 +127,17 @@ def capacity(wl, requests, replicas, blocks, tmp):
 
 
 def run_cell(job):
-    wl, cache, blocks, load, rate, gw, seed, requests, replicas, tmp = job
+    wl, cache, blocks, load, rate, gw, seed, requests, replicas, tmp, policies, config = job
     figures = {}
     groups = {}
-    for label, name, extra in POLICIES:
+    for label, name, extra in policies:
         groups.setdefault(tuple(extra), []).append((label, name))
     for extra, members in groups.items():
         out = os.path.join(tmp, "%s-%s-%s-g%d-s%d-%d" % (wl, cache, load, gw, seed, abs(hash(extra)) % 10**6))
         replay(WORKLOADS[wl] + list(extra) + [
             "--requests", requests, "--replicas", replicas, "--rate", "%.4f" % rate, "--num-gpu-blocks", blocks,
-            "--gateways", gw, "--seed", seed, "--policies", ",".join(n for _, n in members), "--out", out])
+            "--gateways", gw, "--seed", seed, "--policies", ",".join(n for _, n in members), "--out", out]
+            + (["--config", config] if config else []))
         rows = read_rows(os.path.join(out, "results.csv"))
         for label, name in members:
             r = rows[name]
@@ -145,6 +158,58 @@ def verdict_of(d, b):
     return "WORSE"
 
 
+def read_stored(paths):
+    """Earlier runs' matrix.csv: {cell: {label: [(p90 m, s), (p99 m, s), (hit m, s)]}}, every
+    label but default's (the candidates are compared with a `default` run alongside them)."""
+    stored = {}
+    for path in paths:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                if r["policy"] == "default":
+                    continue
+                key = (r["workload"], r["cache"], r["load"], int(r["gateways"]))
+                stored.setdefault(key, {})[r["policy"]] = [
+                    (float(r[k + "_median_ms" if k != "hit" else "hit_median"]),
+                     float(r[k + "_spread_ms" if k != "hit" else "hit_spread"])) for k in ("p90", "p99", "hit")]
+    return stored
+
+
+def cell_verdict(mine, stats, best):
+    v90 = verdict_of(mine[0], stats[best[0]][0])
+    v99 = verdict_of(mine[1], stats[best[1]][1])
+    return "WORSE" if "WORSE" in (v90, v99) else "better" if v90 == v99 == "better" else "level"
+
+
+def summarize(labels, all_stats, workloads):
+    """Per profile: cells better / level / WORSE against the best peer, geometric means of its
+    p90 and p99 over the best peer's, overall and per workload; and which cells are WORSE."""
+    print()
+    print("| profile | better | level | WORSE | geomean p90 / best peer | geomean p99 / best peer | "
+          "p90 geomean per workload (%s) |" % ", ".join(workloads))
+    print("|---|---:|---:|---:|---:|---:|---|")
+    worse = {}
+    for label in labels:
+        tally = {"better": 0, "level": 0, "WORSE": 0}
+        logs = {wl: [] for wl in workloads}
+        l90, l99 = [], []
+        for key, stats in all_stats.items():
+            best = [min(PEERS, key=lambda p: stats[p[0]][k][0])[0] for k in range(2)]
+            v = cell_verdict(stats[label], stats, best)
+            tally[v] += 1
+            if v == "WORSE":
+                worse.setdefault(label, []).append("%s/%s/%s/%d" % key)
+            r90 = math.log(stats[label][0][0] / stats[best[0]][0][0])
+            l90.append(r90)
+            l99.append(math.log(stats[label][1][0] / stats[best[1]][1][0]))
+            logs[key[0]].append(r90)
+        gm = lambda xs: math.exp(sum(xs) / len(xs)) if xs else float("nan")
+        print("| %s | %d | %d | %d | %.3f | %.3f | %s |" % (
+            label, tally["better"], tally["level"], tally["WORSE"], gm(l90), gm(l99),
+            " / ".join("%.3f" % gm(logs[wl]) for wl in workloads)))
+    for label in labels:
+        print("%s WORSE: %s" % (label, " ".join(worse.get(label, [])) or "none"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -155,7 +220,15 @@ def main():
     ap.add_argument("--out", help="directory for matrix.csv (every policy's medians per cell)")
     ap.add_argument("--only", help="comma-separated workloads")
     ap.add_argument("--caches", help="comma-separated cache sizes (ample, half, quarter, eighth)")
+    ap.add_argument("--config", help="gateway config whose profiles --candidates names")
+    ap.add_argument("--candidates", help="comma-separated profiles of --config to compare (NAME+events too)")
+    ap.add_argument("--peers-from", help="comma-separated matrix.csv files: the peers' medians, not run again")
     a = ap.parse_args()
+    if a.candidates and not a.config:
+        sys.exit("--candidates needs --config")
+    candidates = [(c, c, []) for c in a.candidates.split(",")] if a.candidates else []
+    stored = read_stored(a.peers_from.split(",")) if a.peers_from else None
+    run_policies = ([DEFAULT] + candidates if stored else POLICIES + candidates)
     if not os.access(BIN, os.X_OK):
         sys.exit("build/switchboard not found: run make first")
     seeds = [int(s) for s in (a.seeds or ("1,2" if a.quick else "1,2,3,4,5")).split(",")]
@@ -172,7 +245,8 @@ def main():
         blocks = {c: ws + biggest if f is None else max(biggest + 1, int(ws * f)) for c, f in caches}
         cap = {c: capacity(wl, requests, a.replicas, blocks[c], tmp) for c, _ in caches}
         derived[wl] = (ws, cap, blocks)
-    jobs = [(wl, c, derived[wl][2][c], l, derived[wl][1][c] * lf, gw, s, requests, a.replicas, tmp)
+    jobs = [(wl, c, derived[wl][2][c], l, derived[wl][1][c] * lf, gw, s, requests, a.replicas, tmp, run_policies,
+             a.config)
             for wl in workloads for c, _ in caches for l, lf in loads for gw in GATEWAYS for s in seeds]
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         results = list(ex.map(run_cell, jobs))
@@ -197,6 +271,7 @@ def main():
           "min-pred-ttft p90 | verdict | +events p90 | p99 | hit | events vs default |")
     print("|---|---|---|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---|")
     rows = []
+    all_stats = {}
     tally = {"better": 0, "level": 0, "WORSE": 0}
     ev_tally = {"better": 0, "level": 0, "WORSE": 0}
     for wl in workloads:
@@ -204,10 +279,11 @@ def main():
             for l, _ in loads:
                 for gw in GATEWAYS:
                     per_seed = cells[(wl, c, l, gw)]
-                    stats = {}
-                    for label, _, _ in POLICIES:
+                    stats = dict(stored[(wl, c, l, gw)]) if stored else {}
+                    for label, _, _ in run_policies:
                         vals = list(zip(*[per_seed[s][label] for s in seeds]))
                         stats[label] = [med_spread(list(v)) for v in vals]
+                    all_stats[(wl, c, l, gw)] = stats
                     best = []
                     for k in range(3):  # p90, p99: lowest; hit: highest
                         pick = (min if k < 2 else max)(PEERS, key=lambda p: stats[p[0]][k][0])[0]
@@ -225,7 +301,7 @@ def main():
                               wl, c, l, gw, d[0][0], d[1][0], d[2][0], stats[best[0]][0][0], best[0],
                               stats[best[1]][1][0], best[1], stats[best[2]][2][0], best[2],
                               stats["min-predicted-ttft"][0][0], cell, e[0][0], e[1][0], e[2][0], ev))
-                    for label, _, _ in POLICIES:
+                    for label in stats:
                         s = stats[label]
                         rows.append([wl, c, l, gw, label] + ["%.3f" % x for pair in s for x in pair])
     n = sum(tally.values())
@@ -236,6 +312,8 @@ def main():
               "met" if tally["WORSE"] == 0 and 3 * tally["better"] >= n else "not met"))
     print("With events against default (approximate): %d better (p90 or p99 at least 10%% lower, neither worse), "
           "%d level, %d worse." % (ev_tally["better"], ev_tally["level"], ev_tally["WORSE"]))
+    if candidates or stored:
+        summarize(["default"] + [c for c, _, _ in candidates], all_stats, workloads)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "matrix.csv"), "w", newline="") as f:

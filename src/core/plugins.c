@@ -8,7 +8,8 @@
 extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturation, sb_filter_labels, sb_filter_gate;
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
     sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens,
-    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens, sb_scorer_slots;
+    sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens, sb_scorer_slots,
+    sb_scorer_cold_prefix, sb_scorer_lru;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
@@ -27,6 +28,8 @@ static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,
                                                &sb_scorer_prefix_hash,
                                                &sb_scorer_sent_tokens,
                                                &sb_scorer_slots,
+                                               &sb_scorer_cold_prefix,
+                                               &sb_scorer_lru,
                                                NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};

@@ -9,7 +9,12 @@
  *   in-flight        the router's own in-flight requests (never stale: it is ours)
  *   pending-prefill  the router's estimate of prompt tokens sent whose first byte has not come
  *   sent-tokens      uncached prompt tokens sent lately, decayed (sb_endpoint_sent_tokens)
- * One file for the six because each is one line of signal over a shared normalisation. */
+ *   lru              when the router last sent the endpoint a request: the least recently used
+ *                    scores 1, the last used 0 (min-max over the time of the last dispatch).
+ *                    A tie-break among equals that rotates like round robin where max-score's
+ *                    random tie-break collides (llm-d's no-hit LRU scorer spreads cold
+ *                    requests the same way)
+ * One file for the seven because each is one line of signal over a shared normalisation. */
 #include "core/sched.h"
 
 typedef double (*signal_fn)(const sb_endpoint *ep);
@@ -19,6 +24,11 @@ static double running_signal(const sb_endpoint *ep) { return sb_endpoint_running
 static double kv_signal(const sb_endpoint *ep) { return sb_endpoint_kv_usage(ep); }
 static double inflight_signal(const sb_endpoint *ep) { return ep->in_flight; }
 static double prefill_signal(const sb_endpoint *ep) { return (double)ep->pending_prefill_tokens; }
+/* Never dispatched: 0, the oldest. */
+static double last_dispatch_signal(const sb_endpoint *ep)
+{
+    return (double)ep->last_dispatch_ns;
+}
 
 static void score_with(signal_fn f, bool own, double min_range, const sb_candidate *c, size_t n, double *out)
 {
@@ -42,6 +52,8 @@ static void score_with(signal_fn f, bool own, double min_range, const sb_candida
 /* Minimum ranges: 4 requests; 4096 prompt tokens (~70 ms of prefill on the reference H100). */
 LOAD_SCORER(queue, "queue", queue_signal, false, 4)
 LOAD_SCORER(running, "running", running_signal, false, 4)
+/* A minimum range of 1 ns: any difference in order is the whole range, as a rotation wants. */
+LOAD_SCORER(lru, "lru", last_dispatch_signal, true, 1)
 static void kv_cache_score(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
                            double *out)
 {

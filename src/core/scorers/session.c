@@ -3,6 +3,12 @@
  * scores 1.0; the others score 0.
  *   session      key = the request's session key (header, `user`, API key or client address)
  *   prefix-hash  key = adapter + the first characters of the prompt (KubeAI's prefix hash)
+ *   cold-prefix  prefix-hash's key, but only for a cold prompt: when no candidate holds any of
+ *                its blocks by the prefix index, it names where the prefix should live; once
+ *                some endpoint holds it, it abstains and the prefix scorers decide. Gateway
+ *                replicas that never hear each other's routing then place a new prefix on the
+ *                same endpoint (each one's own index sees every prefix the others started as
+ *                cold), instead of one copy per gateway.
  * Load is the router's own in-flight count (never stale), bound c = 1.25: a hot session or
  * prefix stays on its endpoint until that holds 1.25x the candidates' average, then spills
  * clockwise. No key, no ring, or no candidate on the ring: every candidate scores 1.0 (the
@@ -60,6 +66,22 @@ static void prefix_hash_score(const sb_sched_ctx *ctx, const sb_sched_request *r
     score_key(ctx, req->prefix_key, c, n, out);
 }
 
+static void cold_prefix_score(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                              double *out)
+{
+    bool warm = false;
+    for (size_t i = 0; ctx->prefix_match && i < n && !warm; i++)
+        warm = ctx->prefix_match[c[i].ep->index] > 0;
+    if (warm || req->n_blocks == 0) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = 1.0;
+        return;
+    }
+    score_key(ctx, req->prefix_key, c, n, out);
+}
+
 const sb_scorer_def sb_scorer_session = {.name = "session", .category = SB_AFFINITY, .score = session_score};
 const sb_scorer_def sb_scorer_prefix_hash = {
     .name = "prefix-hash", .category = SB_AFFINITY, .score = prefix_hash_score};
+const sb_scorer_def sb_scorer_cold_prefix = {
+    .name = "cold-prefix", .category = SB_AFFINITY, .score = cold_prefix_score};

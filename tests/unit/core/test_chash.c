@@ -11,7 +11,7 @@
 #include "core/chash.h"
 #include "core/sched.h"
 
-extern const sb_scorer_def sb_scorer_session, sb_scorer_prefix_hash;
+extern const sb_scorer_def sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_cold_prefix;
 
 #define KEYS 100000
 #define MAXN 32
@@ -461,6 +461,56 @@ static void test_session_decision_spills_at_bound(void **state)
     sb_chash_free(ring);
 }
 
+/* cold-prefix: a prompt no candidate holds any block of scores like prefix-hash (the bounded
+ * owner of its prefix key, so gateway replicas agree where a new prefix goes); as soon as one
+ * candidate holds a block, or for a prompt without blocks, every candidate scores 1. Found by
+ * name in the registry, as a profile would name it. */
+static void test_cold_prefix_only_when_cold(void **state)
+{
+    size_t n = 8;
+    make_ids(n);
+    scorer_setup(n);
+    sb_chash *ring = sb_chash_new(ids, n, 0);
+    const sb_scorer_def *cold = sb_scorer_find("cold-prefix");
+    assert_non_null(cold);
+    assert_ptr_equal(cold, &sb_scorer_cold_prefix);
+    assert_int_equal(cold->category, SB_AFFINITY);
+    uint32_t match[MAXN] = {0};
+    uint64_t blocks[4] = {1, 2, 3, 4};
+    sb_sched_ctx ctx = {.ring = ring, .prefix_match = match, .prefix_blocks = 4};
+    uint64_t s = 5;
+    for (size_t i = 0; i < n; i++)
+        eps[i].in_flight = (uint32_t)(next_key(&s) % 3);
+    bool el[MAXN];
+    uint32_t load[MAXN];
+    for (size_t i = 0; i < n; i++) {
+        el[i] = true;
+        load[i] = eps[i].in_flight;
+    }
+    double out[MAXN];
+    size_t which = 0;
+    for (int k = 0; k < 500; k++) {
+        uint64_t key = next_key(&s) | 1;
+        sb_sched_request req = {.prefix_key = key, .block_hashes = blocks, .n_blocks = 4};
+        memset(match, 0, sizeof(match));
+        cold->score(&ctx, &req, cands, n, out);
+        assert_int_equal(count_ones(out, n, &which), 1);
+        assert_int_equal(which, (size_t)sb_chash_pick(ring, key, el, load, n, C));
+        /* Warm: one endpoint (not necessarily the owner) holds the first block. */
+        match[k % n] = 1;
+        cold->score(&ctx, &req, cands, n, out);
+        for (size_t i = 0; i < n; i++)
+            assert_true(out[i] == 1.0);
+    }
+    /* No blocks (a prompt under one block): nothing to place. */
+    memset(match, 0, sizeof(match));
+    sb_sched_request tiny = {.prefix_key = 99};
+    cold->score(&ctx, &tiny, cands, n, out);
+    for (size_t i = 0; i < n; i++)
+        assert_true(out[i] == 1.0);
+    sb_chash_free(ring);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -479,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_scorer_abstains),
         cmocka_unit_test(test_scorer_picks_bounded_owner),
         cmocka_unit_test(test_session_decision_spills_at_bound),
+        cmocka_unit_test(test_cold_prefix_only_when_cold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -491,6 +491,43 @@ static void test_burst_spreads(void **state)
     assert_true(hi >= 3);
 }
 
+/* lru: the least recently dispatched endpoint scores 1, the last one 0, the rest by the time
+ * of their last dispatch; alone it rotates like round robin (where max-score's random
+ * tie-break would pick the same endpoint twice running), and it reads only the router's own
+ * dispatches, so a stale report does not zero it. */
+static void test_lru_rotates(void **state)
+{
+    (void)state;
+    setup(4);
+    add_scorer("lru", 1);
+    int last = -1, count[4] = {0};
+    for (int r = 0; r < 12; r++) {
+        ctx.now = T0 + SB_MS(r);
+        int p = run(&base_req, 4);
+        assert_true(p >= 0);
+        assert_int_not_equal(p, last);
+        count[p]++;
+        sb_endpoint_dispatch(&eps[p], 100, ctx.now);
+        last = p;
+    }
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(count[i], 3);
+    /* Last dispatches at 8, 9, 10 and 11 ms after T0: scores 1, 2/3, 1/3, 0 in that order. */
+    ctx.now = T0 + SB_MS(12);
+    run(&base_req, 4);
+    size_t order[4];
+    for (size_t i = 0; i < 4; i++)
+        order[(eps[i].last_dispatch_ns - T0 - SB_MS(8)) / SB_MS(1)] = i;
+    assert_true(fabs(score_of(0, order[0]) - 1.0) < 1e-9);
+    assert_true(fabs(score_of(0, order[1]) - 2.0 / 3) < 1e-9);
+    assert_true(fabs(score_of(0, order[2]) - 1.0 / 3) < 1e-9);
+    assert_true(fabs(score_of(0, order[3])) < 1e-9);
+    /* Stale reports do not matter: its signal is ours. */
+    ctx.now = T0 + 2 * STALE;
+    run(&base_req, 4);
+    assert_true(fabs(score_of(0, order[0]) - 1.0) < 1e-9);
+}
+
 /* ---- determinism ---- */
 
 static void picks(const sb_profile *p, uint64_t seed, int *out, size_t m)
@@ -541,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_render_odd_values),
         cmocka_unit_test(test_positions_not_index_fields),
         cmocka_unit_test(test_burst_spreads),
+        cmocka_unit_test(test_lru_rotates),
         cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
