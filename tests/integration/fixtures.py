@@ -13,6 +13,7 @@ The fixture records what it saw (connections, requests, closes) for assertions.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -389,6 +390,24 @@ def read_response(s, buf=b"", leftover=None):
         if not chunk:
             return status, headers, body
         body += chunk
+
+
+class StatusCounter:
+    """Counts HTTP/1.1 status lines in a byte stream fed piece by piece, looking at new bytes
+    only (counting over everything read so far each time is quadratic). `answers` and
+    `statuses` (the set of status codes seen, as bytes); `tail` for messages."""
+
+    def __init__(self):
+        self.answers, self.statuses, self.tail = 0, set(), b""
+
+    def feed(self, data):
+        buf = self.tail + data
+        found = list(re.finditer(rb"HTTP/1\.1 (\d{3}) ", buf))
+        self.answers += len(found)
+        self.statuses.update(m.group(1) for m in found)
+        # A status line cut by this piece is at most 12 bytes: keep 13, never bytes of a line
+        # already counted.
+        self.tail = buf[max(found[-1].end() if found else 0, len(buf) - 13):]
 
 
 def read_until_eof(s):

@@ -14,13 +14,12 @@ wire matters.
 """
 import http.client as httpclient
 import json
-import re
 import socket
 import threading
 import time
 import unittest
 
-from fixtures import Gateway, Upstream, chat_body, http, read_head, read_response, send_request, wait_until
+from fixtures import Gateway, StatusCounter, Upstream, chat_body, http, read_head, read_response, send_request, wait_until
 
 MODEL = "m1"
 
@@ -293,17 +292,12 @@ class BodyMemory(unittest.TestCase):
         try:
             sender = threading.Thread(target=s.sendall, args=(wire,), daemon=True)
             sender.start()
-            got, tail = 0, b""
-            statuses = set()
-            while got < n:
+            seen = StatusCounter()
+            while seen.answers < n:
                 data = s.recv(1 << 20)
-                self.assertTrue(data, "the gateway closed after %d answers: %r" % (got, tail))
-                buf = tail + data
-                found = list(re.finditer(rb"HTTP/1\.1 (\d{3}) ", buf))
-                got += len(found)
-                statuses.update(m.group(1) for m in found)
-                tail = buf[max(found[-1].end() if found else 0, len(buf) - 13):]
-            self.assertEqual(statuses, {b"404"})
+                self.assertTrue(data, "the gateway closed after %d answers: %r" % (seen.answers, seen.tail))
+                seen.feed(data)
+            self.assertEqual(seen.statuses, {b"404"})
             sender.join(10)
         finally:
             s.close()

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import Gateway, free_port, Upstream, chat_body, http, read_response, send_request, wait_until
+from fixtures import Gateway, free_port, StatusCounter, Upstream, chat_body, http, read_response, send_request, wait_until
 
 
 def make_cert(dirname, name, cn):
@@ -158,9 +158,9 @@ class TlsTest(unittest.TestCase):
         obj.write(reqs)
         raw.setblocking(False)
         wire, reading = out.read(), False
-        answers, statuses, tail = 0, set(), b""
+        seen = StatusCounter()
         deadline = time.monotonic() + 120
-        while answers < n and time.monotonic() < deadline:
+        while seen.answers < n and time.monotonic() < deadline:
             r, w, _ = select.select([raw] if reading else [], [raw] if wire else [], [], 0.5)
             if not r and not w:
                 reading = True  # the gateway stopped reading: its answers wait for us
@@ -168,24 +168,18 @@ class TlsTest(unittest.TestCase):
                 wire = wire[raw.send(wire[:65536]):]
             if r:
                 data = raw.recv(1 << 20)
-                self.assertTrue(data, "the gateway closed the connection after %d answers: %r" % (answers, tail))
+                self.assertTrue(data, "the gateway closed the connection after %d answers" % seen.answers)
                 inc.write(data)
                 try:
                     while True:
                         plain = obj.read(1 << 20)
-                        self.assertTrue(plain, "the gateway ended TLS after %d answers: %r" % (answers, tail))
-                        buf = tail + plain
-                        found = list(re.finditer(rb"HTTP/1\.1 (\d{3}) ", buf))
-                        answers += len(found)
-                        statuses.update(m.group(1) for m in found)
-                        # a status line cut by this read is at most 12 bytes: keep 13, never
-                        # bytes of a line already counted
-                        tail = buf[max(found[-1].end() if found else 0, len(buf) - 13):]
+                        self.assertTrue(plain, "the gateway ended TLS after %d answers: %r" % (seen.answers, seen.tail))
+                        seen.feed(plain)
                 except ssl.SSLWantReadError:
                     pass
         raw.close()
-        self.assertEqual(answers, n)
-        self.assertEqual(statuses, {b"404"})
+        self.assertEqual(seen.answers, n)
+        self.assertEqual(seen.statuses, {b"404"})
         self.assertTrue(reading, "the gateway never paused: the test did not reach the case")
 
     def test_alpn(self):
