@@ -137,6 +137,9 @@ static void on_adaptive_timer_closed(uv_handle_t *h);
  * client that got its answer and then asks anything (the admin API included) finds it there;
  * a crash loses at most the turn's lines. Its own allocation, closed apart from the gateway:
  * the handle's close completes after the gateway is gone. */
+/* The access log file's buffer: many lines per write, flushed once per loop turn. */
+#define SB_ACCESS_LOG_BUF (64 << 10)
+
 typedef struct log_flusher {
     uv_prepare_t prepare;
     sb_stats *st; /* the gateway's: the flusher is stopped before the gateway is freed */
@@ -163,7 +166,8 @@ static void start_log_flusher(sb_gateway *gw)
         return; /* access_log_cap stays 0: every line flushed as it is written */
     /* Our file's buffer was set when it was opened; stdout's is stdio's own, at least a page
      * (glibc sizes it by the device's block size). */
-    gw->stats.access_log_cap = gw->stats.access_log == stdout ? 4096 : 64 << 10;
+    if (gw->stats.access_log == stdout || gw->access_log_buf)
+        gw->stats.access_log_cap = gw->stats.access_log == stdout ? 4096 : SB_ACCESS_LOG_BUF;
     lf->st = &gw->stats;
     uv_prepare_init(gw->loop, &lf->prepare);
     lf->prepare.data = lf;
@@ -204,6 +208,7 @@ static void gateway_free(sb_gateway *gw)
     sb_free(gw->models_json);
     if (gw->stats.access_log && gw->stats.access_log != stdout)
         fclose(gw->stats.access_log);
+    sb_free(gw->access_log_buf); /* after fclose: stdio writes out of it until then */
     while (gw->retired) {
         sb_snapshot *n = gw->retired->next;
         sb_config_free(gw->retired->cfg);
@@ -606,10 +611,11 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
             rc = UV_EACCES;
             goto fail;
         }
-        /* A file of ours gets a buffer for many lines (stdio's default holds a few); stdout
-         * is shared and may have been written already, so its buffering stays as it is. */
-        if (gw->stats.access_log != stdout)
-            setvbuf(gw->stats.access_log, NULL, _IOFBF, 64 << 10);
+        /* A file of ours gets a buffer for many lines (stdio's default holds a few), given
+         * with its memory: glibc ignores the size of a NULL buffer. stdout is shared and may
+         * have been written already, so its buffering stays as it is. */
+        if (gw->stats.access_log != stdout && (gw->access_log_buf = sb_malloc(SB_ACCESS_LOG_BUF)))
+            setvbuf(gw->stats.access_log, gw->access_log_buf, _IOFBF, SB_ACCESS_LOG_BUF);
     }
     rc = attach_servers(gw, old != NULL, server, admin_server, picker);
     if (rc < 0)

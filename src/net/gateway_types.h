@@ -60,6 +60,10 @@ struct sb_gateway {
     uv_timer_t adaptive_timer; /* ticks them on the probing cadence */
     bool adaptive_timer_open;
     sb_stats stats; /* metrics and access log (net/stats.h); its ep_metrics parallel ups */
+    /* The access log file's stdio buffer (SB_ACCESS_LOG_BUF bytes), ours: glibc ignores the size
+     * given with a NULL buffer and keeps its own (a page), so lines would straddle writes, and
+     * interleave with a replaced gateway's during a reload. Freed after the file is closed. */
+    char *access_log_buf;
     struct log_flusher *log_flusher; /* flushes stats.access_log once per loop turn (gateway.c) */
     bool stopping;
     /* Graceful drain (sb_gateway_drain): the listener is closed, /healthz says 503, requests in

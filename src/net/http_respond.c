@@ -133,7 +133,13 @@ int hs_conn_flush(conn *c)
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         sent = n > 0 ? (size_t)n : 0;
         if (sent == c->out.len) {
-            c->out.len = 0;
+            /* Kept for the next answer when small; a big one (a 64 KiB stream flush, /metrics)
+             * is not held for the connection's idle life (thousands of idle keep-alive
+             * connections would hold ~100 KiB each). */
+            if (c->out.cap > OUT_KEEP_BYTES)
+                sb_buf_free(&c->out);
+            else
+                c->out.len = 0;
             return 0;
         }
     }

@@ -33,6 +33,9 @@
 /* A head buffer up to this size is kept for the connection's next request; a larger one
  * (a client that once sent a big head) is freed when its response is done. */
 #define HEAD_KEEP_BYTES 4096
+/* An out buffer up to this capacity is kept after an answer left at once (the next answer
+ * reuses it); a larger one is freed. */
+#define OUT_KEEP_BYTES (16 * 1024)
 /* First allocation for a body; then it doubles with the bytes that arrive (never with the
  * bytes a Content-Length promises), up to the declared length. */
 #define BODY_FIRST_BYTES 4096

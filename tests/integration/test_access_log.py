@@ -195,3 +195,58 @@ class AccessLogTest(LoggedGateway):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AccessLogAcrossReload(LoggedGateway):
+    def test_lines_stay_whole_when_old_and_new_gateway_write_at_once(self):
+        """A reload that replaces the gateway (a pool added) leaves the old one finishing its
+        streams beside the new one, each with its own buffered FILE on the same file. Every
+        write must hold whole lines: before, glibc kept its own 4 KiB buffer (the 64 KiB size
+        was given with a NULL buffer, which glibc ignores) while lines were counted against
+        64 KiB, so writes ended mid-line and the other gateway's lines landed in the gap
+        (unparseable lines)."""
+        self.start([self.up.address])
+        n = 80
+        socks = []
+        hdrs = {"Content-Type": "application/json", "x-fixture-mode": "hang"}
+
+        def open_streams():
+            for _ in range(n):
+                c = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+                send_request(c, "POST", "/v1/chat/completions", chat_body("m", "s" * 10, stream=True), hdrs)
+                socks.append(c)
+        keep = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        try:
+            send_request(keep, "POST", "/v1/chat/completions", chat_body("m", "k", stream=True), hdrs)
+            open_streams()
+            wait_until(lambda: len(self.up.requests) >= n + 1, 10, "the old gateway's streams upstream")
+            before = int(metric_lines(self.gw, "switchboard_reloads_total{result=\"success\"}")[0].split()[-1])
+            with open(self.gw.config_path) as f:
+                cfg = f.read()
+            with open(self.gw.config_path, "w") as f:
+                f.write(cfg + "  - name: q\n    models: [\"m2\"]\n    endpoints: [\"%s\"]\n" % self.up.address)
+            self.gw.proc.send_signal(__import__("signal").SIGHUP)
+            wait_until(lambda: int(metric_lines(self.gw, "switchboard_reloads_total{result=\"success\"}")[0]
+                                   .split()[-1]) > before, 10, "the reload applied")
+            open_streams()
+            wait_until(lambda: len(self.up.requests) >= 2 * n + 1, 10, "the new gateway's streams upstream")
+            for c in socks:  # both gateways log their aborted streams in the same loop turns
+                c.close()
+            wait_until(lambda: sum(1 for _ in open(self.access_log)) >= 2 * n, 10, "the lines written")
+        finally:
+            for c in socks:
+                c.close()
+            keep.close()
+        self.gw.close()
+        self.gw = None
+        with open(self.access_log, "rb") as f:
+            raw = f.read().split(b"\n")
+        bad = []
+        for l in raw:
+            if l.strip():
+                try:
+                    json.loads(l)
+                except ValueError:
+                    bad.append(l[:120])
+        self.assertEqual(bad, [])
+        self.assertGreaterEqual(len([l for l in raw if l.strip()]), 2 * n)
