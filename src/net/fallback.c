@@ -46,7 +46,10 @@ bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *
     t->served_len = strlen(served);
     rr->pool = fb->pool;
     rr->adapter = -1;
-    rr->profile = sb_router_pool_profile(gw->router, fb->pool);
+    /* The router's profile of the pool at each pick, as a fresh request of that pool gets:
+     * the pointer into gw->cfg would be the configuration in force now, which the exchange does
+     * not hold (it holds its own snapshot); a second reload would free it under the retry. */
+    rr->profile = NULL;
     rr->gated = false;
     rr->exclude = NULL;
     rr->n_exclude = 0;
