@@ -106,6 +106,7 @@ typedef struct exchange {
     bool wipe_head;            /* head holds the pool's upstream key: wiped before it is freed */
     uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
+    sb_ns t_attempt;           /* the last attempt's dispatch: the served endpoint's prefill starts there */
     sb_token_clock tokens;     /* when the answer's tokens came: the TTFT and ITL figures */
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;       /* NULL: decided from final_status at the end (record) */
@@ -190,12 +191,14 @@ static void record(exchange *x)
                         log.upstream_status ? sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep))
                                             : NULL);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
-     * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
-    if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
+     * prefill speed from it (non-streamed answers arrive whole: no time to first token), timed
+     * from the attempt it answered, not the request's start (failed attempts, backoff, the pool
+     * a fallback left are not this endpoint's prefill). */
+    if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body && x->t_attempt &&
         log.outcome[0] == 'o' && log.ep >= 0)
         sb_router_observe_ttft(x->env->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
-                               x->t_first_body - x->t_start);
+                               x->t_first_body - x->t_attempt);
     x->env->record(x->env->owner, &log);
 }
 
@@ -1159,6 +1162,7 @@ static void attempt(exchange *x)
         x->ticket = sb_router_dispatched(env->router, x->t.pool, x->ep, x->prompt_tokens, now);
     }
     x->dispatched = true;
+    x->t_attempt = now;
     if (x->carry_pending) {
         x->carry_pending = false;
         x->ticket.has_prefix_pending = true;

@@ -353,6 +353,38 @@ class FallbackTest(unittest.TestCase):
         line = self.line_for("twice")
         self.assertEqual((line["fallback"], line["retries"]), ("b", 1))
 
+    def test_fallback_counted_by_name_after_a_reload_reorders_the_list(self):
+        # The request runs under its snapshot (fallbacks [b, c]) and falls back to b; the reload
+        # made the list [c, b] meanwhile. Counted by position, b's move showed as c's.
+        gate, shared = threading.Event(), {"lock": threading.Lock(), "n": 0}
+        a1 = Held("a1", gate, shared)
+        self.ups.append(a1)
+        b, c = self.upstream("b"), self.upstream("c")
+        self.start([{"name": "a", "models": ["m"], "endpoints": [a1.address], "yaml": [NOPROBE, "fallbacks: [b, c]"]},
+                    {"name": "b", "models": ["b-m"], "endpoints": [b.address], "yaml": [NOPROBE]},
+                    {"name": "c", "models": ["c-m"], "endpoints": [c.address], "yaml": [NOPROBE]}])
+        res = {}
+        th = threading.Thread(target=lambda: res.setdefault("r", http(
+            self.gw.port, "POST", "/v1/chat/completions", chat_body("m"), {"x-request-id": "moved"}, timeout=30)))
+        th.start()
+        try:
+            wait_until(lambda: len(a1.requests) == 1, 10, "the request in pool a")
+            with open(self.gw.config_path) as f:
+                cfg = f.read()
+            with open(self.gw.config_path, "w") as f:
+                f.write(cfg.replace("fallbacks: [b, c]", "fallbacks: [c, b]"))
+            self.gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "configuration reloaded (1)" in open(self.gw.log_path).read(), 10, "the reload")
+        finally:
+            gate.set()
+            th.join(30)
+        st, _, body = res["r"]
+        self.assertEqual((st, json.loads(body)["upstream"]), (200, "b"))
+        self.assertEqual(self.line_for("moved")["fallback"], "b")
+        self.assertEqual(metric_value(self.gw, 'switchboard_fallbacks_total{pool="a",fallback="b",reason="failed"}'), 1)
+        self.assertIn(metric_value(self.gw, 'switchboard_fallbacks_total{pool="a",fallback="c",reason="failed"}'),
+                      (None, 0))
+
     def test_reload_that_removes_the_fallback_pool(self):
         big = self.upstream("big", SATURATED)
         small = self.upstream("small")
