@@ -1245,6 +1245,9 @@ static bool fall_back(exchange *x, enum sb_fallback_reason why)
     x->probed = true; /* no synchronous probe: it waits for the prompt's hashes' best, and there are none */
     sb_free(x->probe_keys);
     x->probe_keys = NULL;
+    /* Its attempts in the pool left are over (report_end): what that pool queues may go now. */
+    if (env->left)
+        env->left(env->owner, was.pool);
     attempt(x);
     return true;
 }
