@@ -303,6 +303,43 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(len(backup.requests), 1, body)
         self.assertEqual(st, 504, body)
 
+    def test_reset_is_sent_to_a_fallback_only_when_retry_on_has_it(self):
+        class Closing(Upstream):  # reads the request, closes without a byte of answer
+            def _answer(self, c, headers, body):
+                return False
+        for retry_on, want in (("[connect-failure, 503]", 502), ("[connect-failure, reset, 503]", 200)):
+            with self.subTest(retry_on=retry_on):
+                closing = Closing("closing")
+                closing.metrics_text = IDLE
+                self.ups.append(closing)
+                backup = self.upstream("backup")
+                self.start([{"name": "p", "models": ["m"], "endpoints": [closing.address],
+                             "yaml": [NOPROBE, "fallbacks: [q]"]},
+                            {"name": "q", "models": ["q-m"], "endpoints": [backup.address], "yaml": [NOPROBE]}],
+                           extra="retry: { on: %s }\n" % retry_on)
+                st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"))
+                self.assertEqual((st, len(backup.requests)), (want, 1 if want == 200 else 0), body)
+                self.gw.close()
+                self.gw = None
+
+    def test_malformed_answer_is_not_sent_to_a_fallback(self):
+        # The endpoint read the request and answered something that is not HTTP: it may have
+        # run it. Never retried, so never resent to a fallback either: 502.
+        class Garbage(Upstream):
+            def _answer(self, c, headers, body):
+                c.sendall(b"this is not HTTP\r\n\r\n")
+                return False
+        bad = Garbage("bad")
+        bad.metrics_text = IDLE
+        self.ups.append(bad)
+        backup = self.upstream("backup")
+        self.start([{"name": "p", "models": ["m"], "endpoints": [bad.address], "yaml": [NOPROBE, "fallbacks: [q]"]},
+                    {"name": "q", "models": ["q-m"], "endpoints": [backup.address], "yaml": [NOPROBE]}])
+        st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"), {"x-request-id": "junk"})
+        self.assertEqual(st, 502, body)
+        self.assertEqual(len(backup.requests), 0)
+        self.assertEqual(self.line_for("junk")["reason"], "bad_upstream_response")
+
     def test_retry_in_a_fallback_after_two_reloads(self):
         # The fallback's profile was a pointer into the configuration in force when it fell back,
         # which the exchange does not hold: a second reload freed it, and the retry in the fallback
