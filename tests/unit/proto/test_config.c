@@ -753,13 +753,13 @@ static void test_error_fallbacks(void **state)
 }
 
 #define PROVIDER_FALLBACK(auth, provider_key)                                                                          \
-    auth "pools:\n"                                                                                                     \
-         "  - name: local\n"                                                                                            \
-         "    models: [llama]\n"                                                                                        \
-         "    endpoints: [\"127.0.0.1:9000\"]\n"                                                                        \
-         "    fallbacks: [{pool: openai, model: gpt-4o-mini}]\n"                                                        \
-         "  - name: openai\n"                                                                                           \
-         "    models: [openai-fallback]\n"                                                                              \
+    auth "pools:\n"                                                                                                    \
+         "  - name: local\n"                                                                                           \
+         "    models: [llama]\n"                                                                                       \
+         "    endpoints: [\"127.0.0.1:9000\"]\n"                                                                       \
+         "    fallbacks: [{pool: openai, model: gpt-4o-mini}]\n"                                                       \
+         "  - name: openai\n"                                                                                          \
+         "    models: [openai-fallback]\n"                                                                             \
          "    endpoints: [\"https://api.example.com\"]\n" provider_key
 
 /* With auth on, an https:// fallback (an external provider) without its own key would be sent
