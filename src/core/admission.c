@@ -163,10 +163,13 @@ int sb_admission_fallback(sb_admission *a, sb_router *r, const uint32_t *pools, 
         size_t i = (*cursor)++;
         if (skip && skip[i])
             continue;
-        sb_admission_refusal out;
-        sb_request_desc d = {.sched.pool = pools[i], .band = band};
-        bool takes =
-            a ? sb_admission_admit(a, &d, now, &out) == SB_ADMIT_DISPATCH : sb_router_pool_available(r, pools[i], now);
+        /* Admit's test, without its counts in a pool that does not take the request: a
+         * saturated fallback passed over neither shed nor saw an arrival; with saturated false,
+         * sb_flow_admit counts `admitted` only when it dispatches, so only the taker counts. */
+        uint32_t p = pools[i];
+        bool takes = a ? p < a->n_pools && sb_router_pool_available(a->router, p, now) && !saturated(a, p, now) &&
+                             sb_flow_admit(a->flows[p], false, band) == SB_FLOW_DISPATCH
+                       : sb_router_pool_available(r, p, now);
         if (takes)
             return (int)i;
     }

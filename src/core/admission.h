@@ -96,8 +96,8 @@ int sb_admission_admit(sb_admission *a, const sb_request_desc *req, sb_ns now, s
  * fallback's own queue would jump it or double the wait. a NULL (flow control off): the pool's
  * availability alone decides. skip (NULL: none) marks pools the caller cannot use. *cursor ends
  * past every pool examined, so across calls each pool is tried at most once. Returns an index
- * into pools, or -1 when none takes it. Calls no op; counts an admitted or shed request in the
- * flow statistics of each pool it asks, as an arrival there would. */
+ * into pools, or -1 when none takes it. Calls no op; counts the request as admitted in the flow
+ * statistics of the pool that takes it only (one passed over counts nothing: no shed). */
 int sb_admission_fallback(sb_admission *a, sb_router *r, const uint32_t *pools, const bool *skip, size_t n,
                           size_t *cursor, enum sb_band band, sb_ns now);
 /* Holds a request admit answered WAIT for, by its pool, band, tenant and body bytes, until

@@ -135,7 +135,9 @@ static void refuse_or_fall_back(sb_gateway *gw, sb_http_req *req, const sb_proxy
     sb_proxy_target ft = *t;
     sb_sched_request frr = *rr;
     enum sb_fallback_reason why = r->why == SB_REFUSE_NO_ENDPOINT ? SB_FALLBACK_UNAVAILABLE : SB_FALLBACK_SATURATED;
-    if (sb_gateway_fallback(gw, gw->cfg, &ft, &frr, why, req->ops != NULL)) {
+    /* The picker's request is the one with ops->pick (dispatch): an HTTP/2 stream has ops too,
+     * and is proxied like any other (an https:// fallback is open to it). */
+    if (sb_gateway_fallback(gw, gw->cfg, &ft, &frr, why, req->ops && req->ops->pick)) {
         ft.model = model;
         dispatch(gw, req, &ft, &frr);
         return;

@@ -46,7 +46,10 @@ bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *
     t->served_len = strlen(served);
     rr->pool = fb->pool;
     rr->adapter = -1;
-    rr->profile = sb_router_pool_profile(gw->router, fb->pool);
+    /* The router's profile of the pool at each pick, as a fresh request of that pool gets:
+     * the pointer into gw->cfg would be the configuration in force now, which the exchange does
+     * not hold (it holds its own snapshot); a second reload would free it under the retry. */
+    rr->profile = NULL;
     rr->gated = false;
     rr->exclude = NULL;
     rr->n_exclude = 0;
@@ -56,7 +59,18 @@ bool sb_gateway_fallback(sb_gateway *gw, const sb_config *cfg, sb_proxy_target *
     rr->kv_keys = NULL;
     rr->n_kv_keys = 0;
     rr->prefix_key = 0;
-    if (gw->stats.fallbacks && from < gw->stats.cfg->n_pools)
-        gw->stats.fallbacks[(size_t)from * SB_FALLBACKS_MAX + (size_t)i][why]++;
+    /* The counters are laid out by the entries of the configuration in force (stats.cfg), and
+     * cfg may be the request's older snapshot: a reload that reordered the list would count
+     * under another fallback's label by position. By name; an entry the reload removed is not
+     * counted (its series is gone). */
+    const sb_config *sc = gw->stats.cfg;
+    if (gw->stats.fallbacks && sc && from < sc->n_pools) {
+        const sb_pool_config *sp = &sc->pools[from];
+        for (size_t k = 0; k < sp->n_fallbacks && k < SB_FALLBACKS_MAX; k++)
+            if (!strcmp(sp->fallbacks[k].pool_name, fb->pool_name)) {
+                gw->stats.fallbacks[(size_t)from * SB_FALLBACKS_MAX + k][why]++;
+                break;
+            }
+    }
     return true;
 }

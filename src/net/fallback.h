@@ -31,7 +31,8 @@
 /* Moves t and rr (a request of t->pool, or of a fallback already) to the next entry of the
  * requested pool's fallbacks in cfg that takes the request now (sb_admission_fallback with
  * gw's flow control), for reason why: t's pool, adapter (none), served name (the body's
- * model rewritten) and fallback fields; rr's pool, profile, adapter, with no prefix hashes.
+ * model rewritten) and fallback fields; rr's pool, adapter, with no prefix hashes and no profile
+ * of its own (NULL: the router's current one of that pool at each pick).
  * for_picker: the request came through the endpoint picker (Envoy forwards it), so pools
  * Envoy cannot reach as it reaches the gateway's plain endpoints (https://) are passed over.
  * Counts switchboard_fallbacks_total. Returns true when moved; false leaves t and rr as they

@@ -294,6 +294,15 @@ static void proxy_end(void *owner, sb_snapshot *snap, uint32_t pool)
     exchange_done(gw);
 }
 
+/* A request moved to a fallback: the pool it left may release what it queues now, not at the
+ * next tick (end releases the fallback's pool). */
+static void proxy_left(void *owner, uint32_t pool)
+{
+    sb_gateway *gw = owner;
+    if (!gw->stopping)
+        sb_gateway_admission_done(gw, pool);
+}
+
 static void proxy_record(void *owner, const sb_exchange_log *log)
 {
     sb_gateway *gw = owner;
@@ -354,6 +363,7 @@ static sb_proxy_env proxy_env(sb_gateway *gw)
                           .error = proxy_error,
                           .prober = proxy_prober,
                           .fallback = proxy_fallback,
+                          .left = proxy_left,
                           .decisions = gw->decisions};
 }
 

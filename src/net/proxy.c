@@ -106,6 +106,7 @@ typedef struct exchange {
     bool wipe_head;            /* head holds the pool's upstream key: wiped before it is freed */
     uint64_t carried_hash;
     sb_ns t_first_body;        /* first body byte: for a stream, about the first token */
+    sb_ns t_attempt;           /* the last attempt's dispatch: the served endpoint's prefill starts there */
     sb_token_clock tokens;     /* when the answer's tokens came: the TTFT and ITL figures */
     int final_status;          /* what the client got (499: it left first) */
     const char *outcome;       /* NULL: decided from final_status at the end (record) */
@@ -190,12 +191,14 @@ static void record(exchange *x)
                         log.upstream_status ? sb_upstream_address(x->env->upstream(x->env->owner, x->t.pool, x->ep))
                                             : NULL);
     /* A streamed answer's first body bytes come with its first token: learn the endpoint's
-     * prefill speed from it (non-streamed answers arrive whole: no time to first token). */
-    if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body &&
+     * prefill speed from it (non-streamed answers arrive whole: no time to first token), timed
+     * from the attempt it answered, not the request's start (failed attempts, backoff, the pool
+     * a fallback left are not this endpoint's prefill). */
+    if (x->t.stream && log.usage.found && log.usage.prompt_tokens > 0 && x->t_first_body && x->t_attempt &&
         log.outcome[0] == 'o' && log.ep >= 0)
         sb_router_observe_ttft(x->env->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
-                               x->t_first_body - x->t_start);
+                               x->t_first_body - x->t_attempt);
     x->env->record(x->env->owner, &log);
 }
 
@@ -264,12 +267,17 @@ static void detach_client(exchange *x)
 static bool fall_back(exchange *x, enum sb_fallback_reason why);
 
 /* Fails the exchange before anything reached the client: unless the pool's next fallback
- * takes the request (an upstream failure or no endpoint, not the gateway's own error). */
-static void fail_before_response(exchange *x, int status, const char *message, const char *code)
+ * takes the request (an upstream failure or no endpoint, not the gateway's own error).
+ * resend_ok: the failure is one that may be sent elsewhere, as retry.on says (a connect failure
+ * or no endpoint always: nothing ran). A fallback sends the request again, so a response
+ * timeout, a reset or a bad answer the policy does not retry (the generation may be running, a
+ * paid provider would run it twice) is answered, never moved. */
+static void fail_before_response(exchange *x, int status, const char *message, const char *code, bool resend_ok)
 {
     drop_upstream(x, false);
     report_end(x, false, status);
-    if (code && x->req && !x->started && fall_back(x, x->attempts ? SB_FALLBACK_FAILED : SB_FALLBACK_UNAVAILABLE))
+    if (code && resend_ok && x->req && !x->started &&
+        fall_back(x, x->attempts ? SB_FALLBACK_FAILED : SB_FALLBACK_UNAVAILABLE))
         return;
     x->env->counters->upstream_errors++;
     if (x->req) {
@@ -465,7 +473,8 @@ static void retry_or_fail(exchange *x, int err, enum sb_retry_reason reason)
         start_retry(x, reason);
         return;
     }
-    fail_before_response(x, x->last_status, x->last_msg, x->last_code);
+    fail_before_response(x, x->last_status, x->last_msg, x->last_code,
+                         reason == SB_RETRY_CONNECT || sb_retry_on(&x->snap->cfg->retry, reason, 0));
 }
 
 /* Whether a retryable 5xx with no endpoint left may go to a fallback: the pool the request
@@ -491,7 +500,7 @@ static void retry_status(exchange *x)
     note_failure(x, status, "upstream_error", what);
     if (x->req && x->status_to_fallback) {
         x->status_to_fallback = false;
-        fail_before_response(x, x->last_status, x->last_msg, x->last_code);
+        fail_before_response(x, x->last_status, x->last_msg, x->last_code, true); /* retry.on has the status */
     } else if (x->req)
         start_retry(x, SB_RETRY_STATUS);
     else
@@ -821,7 +830,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         if (x->started)
             fail_midstream(x, "upstream sent a malformed response", "bad_upstream_response");
         else
-            fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response");
+            fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response", false);
         return;
     }
     if (x->paused) {
@@ -976,7 +985,7 @@ static void send_request(exchange *x)
     size_t body_len = 0;
     int np = sb_body_edit_pieces(req->body, req->body_len, edits, ne, pieces, &body_len);
     if (np < 0) { /* the inspector's offsets are the body's: never */
-        fail_before_response(x, 500, "request body edit out of range", NULL);
+        fail_before_response(x, 500, "request body edit out of range", NULL, false);
         return;
     }
     uv_buf_t bufs[1 + SB_BODY_PIECES_MAX];
@@ -984,7 +993,7 @@ static void send_request(exchange *x)
     for (int i = 0; i < np; i++)
         bufs[nb++] = uv_buf_init((char *)pieces[i].at, (unsigned)pieces[i].len);
     if (build_head(x, body_len) < 0) {
-        fail_before_response(x, 500, "out of memory", NULL);
+        fail_before_response(x, 500, "out of memory", NULL, false);
         return;
     }
     bufs[0] = uv_buf_init(x->head.data, (unsigned)x->head.len);
@@ -1005,7 +1014,7 @@ static void send_request(exchange *x)
     if (nrest) {
         send_req *s = sb_malloc(sizeof(*s));
         if (!s) {
-            fail_before_response(x, 500, "out of memory", NULL);
+            fail_before_response(x, 500, "out of memory", NULL, false);
             return;
         }
         s->x = x;
@@ -1135,9 +1144,10 @@ static void attempt(exchange *x)
         x->probe_keys = NULL;
         if (ep < 0) {
             if (x->attempts == 0)
-                fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint");
+                fail_before_response(x, 503, "no healthy endpoint for this model", "no_healthy_endpoint", true);
             else
-                fail_before_response(x, x->last_status, x->last_msg, x->last_code); /* what the last said */
+                /* what the last said; it was retried, so retry.on allows its reason */
+                fail_before_response(x, x->last_status, x->last_msg, x->last_code, true);
             return;
         }
         x->attempts++;
@@ -1152,6 +1162,7 @@ static void attempt(exchange *x)
         x->ticket = sb_router_dispatched(env->router, x->t.pool, x->ep, x->prompt_tokens, now);
     }
     x->dispatched = true;
+    x->t_attempt = now;
     if (x->carry_pending) {
         x->carry_pending = false;
         x->ticket.has_prefix_pending = true;
@@ -1234,6 +1245,9 @@ static bool fall_back(exchange *x, enum sb_fallback_reason why)
     x->probed = true; /* no synchronous probe: it waits for the prompt's hashes' best, and there are none */
     sb_free(x->probe_keys);
     x->probe_keys = NULL;
+    /* Its attempts in the pool left are over (report_end): what that pool queues may go now. */
+    if (env->left)
+        env->left(env->owner, was.pool);
     attempt(x);
     return true;
 }

@@ -43,6 +43,9 @@ typedef struct sb_proxy_env {
      * request asked for that takes it now (true), or leaves them as they were (false: answer
      * as without fallbacks). cfg is the configuration the request runs under. NULL: none. */
     bool (*fallback)(void *owner, const sb_config *cfg, sb_proxy_target *t, sb_sched_request *rr, int why);
+    /* The request left pool for a fallback (its attempts there ended): that pool has capacity
+     * again, as at end, which will name the fallback's pool. NULL: nothing to do. */
+    void (*left)(void *owner, uint32_t pool);
     /* Set by the owner when it cuts what is still running (the end of a drain window): an
      * exchange whose client side is closed now logs outcome drain_cut, not client_abort. */
     bool cutting;

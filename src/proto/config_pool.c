@@ -858,6 +858,19 @@ static void pool_fallbacks(parse *p, pool_walk *w, const yaml_node_t *k, const y
     }
 }
 
+/* The node of the item of seq naming pool `name`, for the error's line (seq itself if none). */
+static const yaml_node_t *fallback_node(parse *p, const yaml_node_t *seq, const char *name)
+{
+    for (yaml_node_item_t *it = seq ? seq->data.sequence.items.start : NULL; seq && it < seq->data.sequence.items.top;
+         it++) {
+        const yaml_node_t *n = cfg_node_at(p, *it);
+        const yaml_node_t *v = n->type == YAML_MAPPING_NODE ? cfg_lookup(p, n, "pool") : n;
+        if (v && v->type == YAML_SCALAR_NODE && !strcmp((const char *)v->data.scalar.value, name))
+            return v;
+    }
+    return seq;
+}
+
 void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
 {
     const yaml_node_t *pools = cfg_lookup(p, root, "pools");
@@ -873,25 +886,26 @@ void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
             size_t j = 0;
             while (j < p->cfg->n_pools && !(p->cfg->pools[j].name && !strcmp(p->cfg->pools[j].name, fb->pool_name)))
                 j++;
-            if (j < p->cfg->n_pools) {
-                fb->pool = (uint32_t)j;
+            char label[96];
+            if (j >= p->cfg->n_pools) {
+                /* Kept items are in list order, skipped ones reported already. */
+                cfg_node_error(p, fallback_node(p, seq, fb->pool_name), "%s: fallback '%s' is not a pool of this file",
+                               cfg_pool_label(p->cfg, i, label, sizeof label), fb->pool_name);
                 continue;
             }
-            /* The item's node, for its line: kept items are in list order, skipped ones reported already. */
-            const yaml_node_t *at = seq;
-            for (yaml_node_item_t *it = seq ? seq->data.sequence.items.start : NULL;
-                 seq && it < seq->data.sequence.items.top; it++) {
-                const yaml_node_t *n = cfg_node_at(p, *it);
-                const yaml_node_t *name = n->type == YAML_MAPPING_NODE ? cfg_lookup(p, n, "pool") : n;
-                if (name && name->type == YAML_SCALAR_NODE &&
-                    !strcmp((const char *)name->data.scalar.value, fb->pool_name)) {
-                    at = name;
-                    break;
-                }
-            }
-            char label[96];
-            cfg_node_error(p, at, "%s: fallback '%s' is not a pool of this file",
-                           cfg_pool_label(p->cfg, i, label, sizeof label), fb->pool_name);
+            fb->pool = (uint32_t)j;
+            /* With auth on, the client's Authorization is the gateway's key; a pool without its
+             * own key is sent the client's. The clients asked for this pool's model, not for the
+             * provider's: a fallback over https:// (an external provider) would hand every
+             * client's gateway key to a third party. Refused here rather than stripped at run
+             * time: a pool whose model servers check the gateway's key (the same key, on
+             * purpose) keeps working, and the operator decides with a line, not a surprise. */
+            const sb_pool_config *to = &p->cfg->pools[j];
+            if (p->cfg->auth_enabled && to->tls && !to->upstream_auth_header && !to->upstream_api_key_file)
+                cfg_node_error(p, fallback_node(p, seq, fb->pool_name),
+                               "%s: fallback '%s' is reached over https:// without its own upstream_api_key (or "
+                               "upstream_api_key_file): with auth on, the clients' gateway keys would be sent to it",
+                               cfg_pool_label(p->cfg, i, label, sizeof label), fb->pool_name);
         }
     }
 }

@@ -9,7 +9,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import tempfile
+import threading
 import unittest
 
 from fixtures import Gateway, Upstream, chat_body, free_port, http, read_response, send_request, wait_until
@@ -21,6 +23,28 @@ from extproc_driver import Driver
 SATURATED = "vllm:num_requests_waiting 10\nvllm:num_requests_running 4\nvllm:gpu_cache_usage_perc 0.5\n"
 IDLE = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:gpu_cache_usage_perc 0.1\n"
 FAST_PROBE = "probe: { interval_ms: 50, min_interval_ms: 20, max_interval_ms: 100 }"
+NOPROBE = "probe: { enabled: false, health_interval_ms: 0 }"
+
+
+class Held(Upstream):
+    """Holds every proxied request until `gate` is set, then answers 503 to the first `fail`
+    requests it (and the fixtures sharing its `shared` counter) saw, as the fixture does to the
+    rest. The test orders events by what the fixture saw, never by sleeping."""
+
+    def __init__(self, name, gate, shared, fail=1):
+        super().__init__(name)
+        self.metrics_text = IDLE
+        self.gate, self.shared, self.fail = gate, shared, fail
+
+    def _answer(self, c, headers, body):
+        self.gate.wait(20)
+        with self.shared["lock"]:
+            self.shared["n"] += 1
+            failing = self.shared["n"] <= self.fail
+        if failing:
+            c.sendall(b"HTTP/1.1 503 X\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            return True
+        return super()._answer(c, headers, body)
 
 
 def metric_value(gw, line_prefix):
@@ -219,6 +243,184 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(provider.sni[-1], "localhost")
         line = self.line_for("prov")
         self.assertEqual((line["pool"], line["fallback"], line["fallback_reason"]), ("local", "openai", "failed"))
+
+    def provider_behind_unavailable_pool(self):
+        d = tempfile.mkdtemp(prefix="sb-fb-")
+        cert, key = make_cert(d, "provider", "provider")
+        provider = TlsUpstream(cert, key)
+        provider.metrics_text = IDLE
+        self.ups.append(provider)
+        up = self.upstream("local")
+        self.start([{"name": "local", "models": ["llama"], "endpoints": [{"address": up.address, "draining": True}],
+                     "yaml": [NOPROBE, "fallbacks: [{pool: openai, model: gpt-4o-mini}]"]},
+                    {"name": "openai", "models": ["openai-fallback"],
+                     "endpoints": ["https://localhost:%d" % provider.port],
+                     "yaml": ["tls: { ca_file: %s }" % cert, "upstream_api_key: sk-provider-secret", NOPROBE]}])
+        return provider, up
+
+    def test_http2_client_falls_back_to_an_https_pool(self):
+        # Every HTTP/2 stream carries request ops (not the picker's): it is proxied, so an
+        # https:// fallback is open to it as to HTTP/1.1 (before: passed over, 503).
+        provider, up = self.provider_behind_unavailable_pool()
+        out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-o", "-", "-w", "\n%{http_version} %{http_code}",
+                              "-H", "content-type: application/json", "-H", "x-request-id: h2",
+                              "--data", json.dumps(chat_body("llama")),
+                              "http://127.0.0.1:%d/v1/chat/completions" % self.gw.port],
+                             capture_output=True, text=True, timeout=20).stdout
+        self.assertTrue(out.endswith("\n2 200"), out)
+        self.assertEqual(json.loads(out.rsplit("\n", 1)[0])["model"], "gpt-4o-mini")
+        self.assertEqual(len(provider.requests), 1)
+        self.assertEqual(len(up.requests), 0)
+        line = self.line_for("h2")
+        self.assertEqual((line["pool"], line["fallback"], line["fallback_reason"]), ("local", "openai", "unavailable"))
+
+    def timeout_setup(self, retry=""):
+        slow = self.upstream("slow")
+        backup = self.upstream("backup")
+        self.start([{"name": "p", "models": ["m"], "endpoints": [slow.address], "yaml": [NOPROBE, "fallbacks: [q]"]},
+                    {"name": "q", "models": ["q-m"], "endpoints": [backup.address], "yaml": [NOPROBE]}],
+                   extra="timeouts: { response_ms: 300 }\n" + retry)
+        return slow, backup
+
+    def test_response_timeout_is_not_sent_to_a_fallback_unless_retry_on_has_it(self):
+        # retry.on without `timeout` (the default): the request may be running on `slow`; a
+        # fallback would run it a second time (a paid provider twice). Answered 504 instead.
+        slow, backup = self.timeout_setup()
+        st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"),
+                           {"x-request-id": "slow", "x-fixture-head-delay-ms": "1000"})
+        self.assertEqual(st, 504, body)
+        self.assertEqual(len(backup.requests), 0, "sent again after a response timeout")
+        line = self.line_for("slow")
+        self.assertNotIn("fallback", line)
+        self.assertEqual(line["reason"], "upstream_timeout")
+
+    def test_response_timeout_falls_back_when_retry_on_has_it(self):
+        slow, backup = self.timeout_setup("retry: { on: [connect-failure, reset, timeout, 503] }\n")
+        st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"),
+                           {"x-request-id": "slow-ok", "x-fixture-head-delay-ms": "1000"})
+        # backup sleeps as well (the header goes with the request): 1000 ms > response_ms, so
+        # the fallback times out too; what matters is that it was asked.
+        self.assertEqual(len(backup.requests), 1, body)
+        self.assertEqual(st, 504, body)
+
+    def test_reset_is_sent_to_a_fallback_only_when_retry_on_has_it(self):
+        class Closing(Upstream):  # reads the request, closes without a byte of answer
+            def _answer(self, c, headers, body):
+                return False
+        for retry_on, want in (("[connect-failure, 503]", 502), ("[connect-failure, reset, 503]", 200)):
+            with self.subTest(retry_on=retry_on):
+                closing = Closing("closing")
+                closing.metrics_text = IDLE
+                self.ups.append(closing)
+                backup = self.upstream("backup")
+                self.start([{"name": "p", "models": ["m"], "endpoints": [closing.address],
+                             "yaml": [NOPROBE, "fallbacks: [q]"]},
+                            {"name": "q", "models": ["q-m"], "endpoints": [backup.address], "yaml": [NOPROBE]}],
+                           extra="retry: { on: %s }\n" % retry_on)
+                st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"))
+                self.assertEqual((st, len(backup.requests)), (want, 1 if want == 200 else 0), body)
+                self.gw.close()
+                self.gw = None
+
+    def test_malformed_answer_is_not_sent_to_a_fallback(self):
+        # The endpoint read the request and answered something that is not HTTP: it may have
+        # run it. Never retried, so never resent to a fallback either: 502.
+        class Garbage(Upstream):
+            def _answer(self, c, headers, body):
+                c.sendall(b"this is not HTTP\r\n\r\n")
+                return False
+        bad = Garbage("bad")
+        bad.metrics_text = IDLE
+        self.ups.append(bad)
+        backup = self.upstream("backup")
+        self.start([{"name": "p", "models": ["m"], "endpoints": [bad.address], "yaml": [NOPROBE, "fallbacks: [q]"]},
+                    {"name": "q", "models": ["q-m"], "endpoints": [backup.address], "yaml": [NOPROBE]}])
+        st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"), {"x-request-id": "junk"})
+        self.assertEqual(st, 502, body)
+        self.assertEqual(len(backup.requests), 0)
+        self.assertEqual(self.line_for("junk")["reason"], "bad_upstream_response")
+
+    def test_retry_in_a_fallback_after_two_reloads(self):
+        # The fallback's profile was a pointer into the configuration in force when it fell back,
+        # which the exchange does not hold: a second reload freed it, and the retry in the fallback
+        # pool read freed memory (AddressSanitizer). Now: the pool's current profile at each pick.
+        gate_a, gate_b = threading.Event(), threading.Event()
+        shared_a, shared_b = {"lock": threading.Lock(), "n": 0}, {"lock": threading.Lock(), "n": 0}
+        a1 = Held("a1", gate_a, shared_a)
+        b1, b2 = Held("b1", gate_b, shared_b), Held("b2", gate_b, shared_b)
+        self.ups += [a1, b1, b2]
+        prof = "profiles:\n  pb:\n    filters: [healthy]\n    scorers: { in-flight: 3, queue: 1 }\n"
+        self.start([{"name": "a", "models": ["m"], "endpoints": [a1.address], "yaml": [NOPROBE, "fallbacks: [b]"]},
+                    {"name": "b", "models": ["b-m"], "profile": "pb", "endpoints": [b1.address, b2.address],
+                     "yaml": [NOPROBE]}], extra=prof)
+        cfg = open(self.gw.config_path).read()
+        res = {}
+
+        def client():
+            try:
+                res["r"] = http(self.gw.port, "POST", "/v1/chat/completions", chat_body("m"),
+                                {"x-request-id": "twice"}, timeout=30)
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                res["r"] = repr(e)
+
+        def reload(i):
+            with open(self.gw.config_path, "w") as f:
+                f.write(cfg.replace("in-flight: 3", "in-flight: %d" % (3 + i)))
+            self.gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "configuration reloaded (%d)" % i in open(self.gw.log_path).read(), 10, "reload")
+
+        th = threading.Thread(target=client)
+        th.start()
+        try:
+            wait_until(lambda: len(a1.requests) == 1, 10, "the request in pool a")
+            reload(1)
+            gate_a.set()  # a answers 503: the request falls back to b under configuration 1
+            wait_until(lambda: len(b1.requests) + len(b2.requests) == 1, 10, "the request in pool b")
+            reload(2)  # configuration 1 is freed: nothing holds it
+            gate_b.set()  # b's first endpoint answers 503: the retry picks in b
+        finally:
+            gate_a.set()
+            gate_b.set()
+            th.join(30)
+        log = open(self.gw.log_path).read()
+        self.assertNotIn("AddressSanitizer", log)
+        st, _, body = res["r"]
+        self.assertEqual(st, 200, body)
+        self.assertEqual(len(b1.requests) + len(b2.requests), 2, "the retry went to b's other endpoint")
+        line = self.line_for("twice")
+        self.assertEqual((line["fallback"], line["retries"]), ("b", 1))
+
+    def test_fallback_counted_by_name_after_a_reload_reorders_the_list(self):
+        # The request runs under its snapshot (fallbacks [b, c]) and falls back to b; the reload
+        # made the list [c, b] meanwhile. Counted by position, b's move showed as c's.
+        gate, shared = threading.Event(), {"lock": threading.Lock(), "n": 0}
+        a1 = Held("a1", gate, shared)
+        self.ups.append(a1)
+        b, c = self.upstream("b"), self.upstream("c")
+        self.start([{"name": "a", "models": ["m"], "endpoints": [a1.address], "yaml": [NOPROBE, "fallbacks: [b, c]"]},
+                    {"name": "b", "models": ["b-m"], "endpoints": [b.address], "yaml": [NOPROBE]},
+                    {"name": "c", "models": ["c-m"], "endpoints": [c.address], "yaml": [NOPROBE]}])
+        res = {}
+        th = threading.Thread(target=lambda: res.setdefault("r", http(
+            self.gw.port, "POST", "/v1/chat/completions", chat_body("m"), {"x-request-id": "moved"}, timeout=30)))
+        th.start()
+        try:
+            wait_until(lambda: len(a1.requests) == 1, 10, "the request in pool a")
+            with open(self.gw.config_path) as f:
+                cfg = f.read()
+            with open(self.gw.config_path, "w") as f:
+                f.write(cfg.replace("fallbacks: [b, c]", "fallbacks: [c, b]"))
+            self.gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "configuration reloaded (1)" in open(self.gw.log_path).read(), 10, "the reload")
+        finally:
+            gate.set()
+            th.join(30)
+        st, _, body = res["r"]
+        self.assertEqual((st, json.loads(body)["upstream"]), (200, "b"))
+        self.assertEqual(self.line_for("moved")["fallback"], "b")
+        self.assertEqual(metric_value(self.gw, 'switchboard_fallbacks_total{pool="a",fallback="b",reason="failed"}'), 1)
+        self.assertIn(metric_value(self.gw, 'switchboard_fallbacks_total{pool="a",fallback="c",reason="failed"}'),
+                      (None, 0))
 
     def test_reload_that_removes_the_fallback_pool(self):
         big = self.upstream("big", SATURATED)

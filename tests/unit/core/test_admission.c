@@ -425,6 +425,17 @@ static void test_fallback_takes_first_pool_with_room(void **state)
     assert_int_equal(sb_admission_fallback(NULL, r, only_p2, NULL, 1, &cursor, SB_BAND_STANDARD, T0), -1);
     /* Nothing was queued or answered through the ops. */
     assert_int_equal(s.n_dispatched + s.n_refused, 0);
+    /* Counted in the pool that took it only: p1, saturated, was asked (sheddable, too) and
+     * neither shed nor admitted it; p3 admitted the one standard request it took above. */
+    cursor = 0;
+    const uint32_t p1_then_p3[] = {1, 3};
+    assert_int_equal(sb_admission_fallback(a, r, p1_then_p3, NULL, 2, &cursor, SB_BAND_SHEDDABLE, T0), 1);
+    sb_flow_stats st1, st3;
+    sb_flow_stats_get(sb_admission_flow(a, 1), &st1);
+    sb_flow_stats_get(sb_admission_flow(a, 3), &st3);
+    assert_int_equal(st1.total.shed + st1.total.admitted, 0);
+    assert_int_equal(st3.band[SB_BAND_STANDARD].admitted, 1);
+    assert_int_equal(st3.band[SB_BAND_SHEDDABLE].admitted, 1);
     sb_admission_free(a);
     sb_router_free(r);
 }

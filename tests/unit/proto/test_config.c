@@ -752,6 +752,40 @@ static void test_error_fallbacks(void **state)
     expect_one_error(TWO_POOLS("[b, b, b, b, b, b, b, b, b]"), 5, "at most 8 fallbacks, got 9");
 }
 
+#define PROVIDER_FALLBACK(auth, provider_key)                                                                          \
+    auth "pools:\n"                                                                                                    \
+         "  - name: local\n"                                                                                           \
+         "    models: [llama]\n"                                                                                       \
+         "    endpoints: [\"127.0.0.1:9000\"]\n"                                                                       \
+         "    fallbacks: [{pool: openai, model: gpt-4o-mini}]\n"                                                       \
+         "  - name: openai\n"                                                                                          \
+         "    models: [openai-fallback]\n"                                                                             \
+         "    endpoints: [\"https://api.example.com\"]\n" provider_key
+
+/* With auth on, an https:// fallback (an external provider) without its own key would be sent
+ * the clients' gateway keys: refused at the fallback's line. Its own key, or auth off: fine. */
+static void test_error_fallback_to_provider_without_key(void **state)
+{
+    expect_one_error(PROVIDER_FALLBACK("auth: { api_keys: [sk-gateway-key-1] }\n", ""), 6,
+                     "fallback 'openai' is reached over https:// without its own upstream_api_key");
+    expect_one_error(PROVIDER_FALLBACK("auth: { api_keys_file: /nonexistent/keys }\n", ""), 6,
+                     "the clients' gateway keys would be sent to it");
+    const char *ok[] = {
+        PROVIDER_FALLBACK("auth: { api_keys: [sk-gateway-key-1] }\n", "    upstream_api_key: sk-provider\n"),
+        PROVIDER_FALLBACK("auth: { api_keys: [sk-gateway-key-1] }\n", "    upstream_api_key_file: /etc/key\n"),
+        PROVIDER_FALLBACK("", ""),
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        sb_config *cfg;
+        sb_config_errors errs;
+        int rc = parse_str(ok[i], &cfg, &errs);
+        if (rc)
+            print_errors(&errs);
+        assert_int_equal(rc, 0);
+        sb_config_free(cfg);
+    }
+}
+
 static void test_error_duplicate_names(void **state)
 {
     /* A model in two pools. */
@@ -2059,6 +2093,7 @@ int main(void)
         cmocka_unit_test(test_error_duplicate_pool_names),
         cmocka_unit_test(test_fallbacks),
         cmocka_unit_test(test_error_fallbacks),
+        cmocka_unit_test(test_error_fallback_to_provider_without_key),
         cmocka_unit_test(test_error_duplicate_names),
         cmocka_unit_test(test_error_unknown_profile_and_engine),
         cmocka_unit_test(test_error_default_pool),
