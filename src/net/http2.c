@@ -1027,6 +1027,15 @@ static void calm_down(conn *c)
 void hs_h2_input(conn *c, const char *p, size_t n)
 {
     h2_conn *hc = c->h2;
+    /* What the last read left queued in nghttp2 (the room was short) is taken first, so that
+     * its ACKs and this read's never add up to its flood limit for a client within it. */
+    if (nghttp2_session_want_write(hc->ng)) {
+        hs_mark_dirty(c); /* what is pulled leaves at the iteration's end */
+        if (hs_h2_pull(c) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+    }
     ssize_t rv = nghttp2_session_mem_recv(hc->ng, (const uint8_t *)p, n);
     if (c->state != CONN_H2)
         return;
@@ -1047,8 +1056,17 @@ void hs_h2_input(conn *c, const char *p, size_t n)
     dispatch_ready(c);
     if (c->state != CONN_H2)
         return;
-    if (nghttp2_session_want_write(hc->ng))
+    if (nghttp2_session_want_write(hc->ng)) {
+        /* Pulled now, not only at the iteration's end: libuv reads up to 32 times in a row,
+         * and what each read makes nghttp2 queue (ACKs, resets) would otherwise pile up there
+         * and trip its flood limits for a client that merely sends fast. Past write_high_water
+         * this stops reading (hs_h2_pull). */
         hs_mark_dirty(c);
+        if (hs_h2_pull(c) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+    }
     maybe_finish(c);
     if (c->state == CONN_H2)
         arm(c);
