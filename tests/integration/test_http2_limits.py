@@ -3,7 +3,7 @@ by the review finding it closes. A client that does not read is not read either,
 keeps making the server queue resets is ended (GOAWAY ENHANCE_YOUR_CALM); streams nghttp2 resets
 for an invalid frame never reach the handler (MadeYouReset, CVE-2025-8671); decoded heads are
 charged per connection (HPACK amplification); cheap frames do not keep an idle connection open;
-the connection window is opened; HEAD and 204 answers over h2.
+and the connection window is opened.
 
 Raw frames through test_http2's H2 helpers; small limits in each config keep the floods short."""
 import json
@@ -185,11 +185,10 @@ def hpack_big_then_indexed(value_len):
 class Http2HeadBudgetTest(unittest.TestCase):
     def test_decoded_heads_are_bounded_per_connection(self):
         # 16 streams of ~60 KiB decoded head each (HPACK indexing: ~30 bytes on the wire), no body
-        # yet. max_connection_header_bytes 200 KiB: three are held, the rest refused at once with
-        # REFUSED_STREAM, not held until header_ms. The connection serves on.
+        # yet. The default bound is 4 x max_header_list_bytes (64 KiB): four are held, the rest
+        # refused at once with REFUSED_STREAM, not held until header_ms.
         up = Upstream()
-        gw = Gateway(pool(up), extra="timeouts: { header_ms: 4000 }\n"
-                                     "http2: { max_concurrent_streams: 100, max_connection_header_bytes: 200KiB }")
+        gw = Gateway(pool(up), extra="timeouts: { header_ms: 4000 }")
         c = H2(gw.port)
         c.s.settimeout(3)
         try:
@@ -202,7 +201,7 @@ class Http2HeadBudgetTest(unittest.TestCase):
             c.send(out)
             refused = set()
             try:
-                while len(refused) < 13:
+                while len(refused) < 12:
                     f = c.next_frame()
                     self.assertIsNotNone(f, "closed")
                     self.assertNotEqual(f[0], GOAWAY)
@@ -212,7 +211,7 @@ class Http2HeadBudgetTest(unittest.TestCase):
                     self.assertNotEqual(f[0], HEADERS, "a stream was answered (408?) before the refusals")
             except socket.timeout:
                 pass
-            self.assertEqual(refused, set(range(7, 33, 2)))
+            self.assertEqual(refused, set(range(9, 33, 2)))
         finally:
             c.close()
             gw.close()
@@ -275,37 +274,6 @@ class Http2WindowTest(unittest.TestCase):
                 c.close()
                 gw.close()
         up.close()
-
-
-class Http2AnswersTest(unittest.TestCase):
-    def test_head_over_h2_is_answered_like_get_without_a_body(self):
-        up = Upstream()
-        gw = Gateway(pool(up))
-        c = H2(gw.port)
-        c.s.settimeout(5)
-        try:
-            for sid, method in ((1, "GET"), (3, "HEAD")):
-                c.send(c.request_frames(sid, method, "/v1/models", port=gw.port))
-                heads, data = None, b""
-                while True:
-                    f = c.next_frame()
-                    self.assertIsNotNone(f, "closed")
-                    self.assertNotEqual(f[0], RST_STREAM, "stream %d reset" % sid)
-                    if f[2] == sid and f[0] == HEADERS:
-                        heads = f
-                    if f[2] == sid and f[0] == DATA:
-                        data += f[3]
-                    if f[2] == sid and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
-                        break
-                if method == "GET":
-                    self.assertTrue(json.loads(data)["data"])
-                else:
-                    self.assertEqual(data, b"")
-                    self.assertTrue(heads[1] & END_STREAM)
-        finally:
-            c.close()
-            gw.close()
-            up.close()
 
 
 if __name__ == "__main__":
