@@ -6,7 +6,6 @@ charged per connection (HPACK amplification); cheap frames do not keep an idle c
 and the connection window is opened.
 
 Raw frames through test_http2's H2 helpers; small limits in each config keep the floods short."""
-import json
 import select
 import socket
 import struct
@@ -14,9 +13,10 @@ import threading
 import time
 import unittest
 
-from fixtures import Gateway, Upstream, http, wait_until
+from fixtures import Gateway, Upstream, http
+from test_sim import Sim
 from test_http2 import (DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM,
-                        SETTINGS, WINDOW_UPDATE, H2, chat_body, frame, gw_metric, hpack_int, hpack_literal)
+                        SETTINGS, WINDOW_UPDATE, H2, chat_body, frame, hpack_int, hpack_literal)
 
 ENHANCE_YOUR_CALM = 0xB
 
@@ -274,6 +274,20 @@ class Http2WindowTest(unittest.TestCase):
                 c.close()
                 gw.close()
         up.close()
+
+
+class Http2SimReplicaTest(unittest.TestCase):
+    def test_simulated_replicas_speak_http1_only(self):
+        # vLLM's server is HTTP/1.1: a replica answers the h2c preface as HTTP/1.1 does (400),
+        # where before it took the connection as HTTP/2.
+        sim = Sim()
+        try:
+            s = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+            s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 400"))
+            s.close()
+        finally:
+            sim.stop()
 
 
 if __name__ == "__main__":
