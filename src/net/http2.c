@@ -13,18 +13,25 @@
  *   past the number the client has not yet acknowledged with REFUSED_STREAM, and treats one past
  *   the acknowledged number as the protocol error it is).
  * - A stream's head: h2_max_header_list_bytes (name + value + 32 per field, RFC 9113 6.5.2) and
- *   MAX_HEADERS fields, else 431 on that stream. Its body: max_body_bytes (413) and the server's
- *   max_buffered_body_bytes (503), the same budget as HTTP/1.1's.
- * - Output: nghttp2's frames are pulled only while the connection's unsent bytes are under
- *   write_high_water; a stream's answer not yet taken by nghttp2 (the client's window is shut)
- *   is held up to STREAM_HIGH_WATER, then stream_write returns 1 and on_drain follows. A client
- *   that reads nothing holds at most h2_max_streams of those; after idle_ms without a write
- *   completing it is closed.
+ *   MAX_HEADERS fields, else 431 on that stream. Decoded heads are charged to the connection
+ *   (h2_max_connection_header_bytes) and to the server's max_buffered_body_bytes while held; past
+ *   either a new stream is refused (REFUSED_STREAM). Its body: max_body_bytes (413) and the
+ *   server's max_buffered_body_bytes (503), the same budget as HTTP/1.1's.
+ * - Output: nghttp2's frames are pulled after each read and at the flush, only while the
+ *   connection's unsent bytes are under write_high_water; at it, with more to send, the
+ *   connection stops reading until the client reads below half (as HTTP/1.1's write_paused).
+ *   nghttp2's queue past a bound ends the session (ENHANCE_YOUR_CALM). A stream's answer not yet
+ *   taken by nghttp2 (the client's window is shut) is held up to h2_stream_buffer_bytes, then
+ *   stream_write returns 1 and on_drain follows. After idle_ms without a write completing while
+ *   answers wait, the connection is closed.
  * - Floods: SETTINGS entries, queued ACKs (SETTINGS and PING), CONTINUATION frames and the rate
  *   of streams the client resets (CVE-2023-44487) are limited by nghttp2's options: past them it
- *   sends GOAWAY and the connection closes.
+ *   sends GOAWAY and the connection closes. The resets the server sends with an error code (a
+ *   client making its streams invalid, CVE-2025-8671) take tokens from a bucket of the same
+ *   figures: past it GOAWAY ENHANCE_YOUR_CALM; a stream nghttp2 resets is never handed on.
  * - Time: a stream whose head or body is not complete header_ms after its HEADERS is answered
- *   408; a connection without streams for idle_ms gets GOAWAY and closes. */
+ *   408; a connection without stream activity (HEADERS, DATA, a stream's close) for idle_ms
+ *   gets GOAWAY and closes. */
 #include "net/http_server_internal.h"
 
 #include <nghttp2/nghttp2.h>

@@ -50,9 +50,12 @@
  * nghttp2 instead of http-parser. Each stream becomes an sb_http_req handed to the same head hook
  * and handler (req.h2 set, req.ops routing the answer to the stream), so nothing above the server
  * changes. Bounds: opts.h2_max_streams concurrent streams (more are refused with REFUSED_STREAM),
- * the same head, body and body-budget limits per stream, each stream's unsent answer held up to
- * write_high_water (then stream_write reports backpressure), rapid reset and SETTINGS/PING
- * floods cut by nghttp2's limits (GOAWAY). Upgrade from HTTP/1.1 (h2c Upgrade) is not offered.
+ * the same head, body and body-budget limits per stream (decoded heads charged per connection and
+ * to the body budget), each stream's unsent answer held up to h2_stream_buffer_bytes (then
+ * stream_write reports backpressure), reading paused while write_high_water is queued, rapid
+ * reset and SETTINGS/PING floods cut by nghttp2's limits and the server's own resets by a bucket
+ * of the same figures (GOAWAY). 1xx answers are refused on h2. Upgrade from HTTP/1.1 (h2c
+ * Upgrade) is not offered.
  *
  * Not for: routing or anything about OpenAI. Used by the gateway (net/proxy.c),
  * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
