@@ -2,6 +2,7 @@
  * streaming and keep-alive, each checked on the bytes a raw loopback client reads or on the
  * server's stats. One loop runs the server and the client (net_fixture.h). */
 #include <http_parser.h>
+#include <nghttp2/nghttp2.h>
 
 #include "net/http_server.h"
 #include "net_fixture.h"
@@ -77,6 +78,8 @@ static void handler(sb_http_req *req, void *ctx)
         req->on_drain = on_drain;
         assert_int_equal(sb_http_stream_begin(req, 200, "", 0, -1), 0);
         assert_int_equal(sb_http_stream_write(req, big, sizeof(big)), 1);
+    } else if (path_is(req, "/nocontent")) {
+        sb_http_respond(req, 204, "text/plain", NULL, "", 0);
     } else if (path_is(req, "/interim")) {
         /* HTTP/2 has no way to send a 1xx through this call without ending the stream. */
         if (req->h2)
@@ -812,6 +815,52 @@ static void test_h2_interim_refused(void **state)
     fx_stop(f);
 }
 
+/* Whether stream 1's HEADERS block (the first, unpadded, as nghttp2 sends it) names `field`. */
+static bool stream1_head_has(const netfx_client *c, const char *field)
+{
+    nghttp2_hd_inflater *inf;
+    assert_int_equal(nghttp2_hd_inflate_new(&inf), 0);
+    bool found = false;
+    for (size_t off = 0; off + 9 <= c->in_len;) {
+        const uint8_t *h = (const uint8_t *)c->in + off;
+        size_t n = (size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2];
+        uint32_t sid = ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) & 0x7fffffff;
+        if (h[3] == 0x1 && sid == 1) {
+            const uint8_t *in = h + 9;
+            size_t left = n;
+            for (;;) {
+                nghttp2_nv nv;
+                int flags = 0;
+                ssize_t rv = nghttp2_hd_inflate_hd2(inf, &nv, &flags, in, left, 1);
+                assert_true(rv >= 0);
+                in += rv;
+                left -= (size_t)rv;
+                if (flags & NGHTTP2_HD_INFLATE_EMIT)
+                    found |= nv.namelen == strlen(field) && !memcmp(nv.name, field, nv.namelen);
+                if (flags & NGHTTP2_HD_INFLATE_FINAL)
+                    break;
+            }
+            break;
+        }
+        off += 9 + n;
+    }
+    nghttp2_hd_inflate_del(inf);
+    return found;
+}
+
+/* 204 over HTTP/2: no content-type (and no body), though the handler named one. */
+static void test_h2_no_content_has_no_type(void **state)
+{
+    fx *f = fx_start(NULL);
+    h2_request(f, "GET", "/nocontent");
+    netfx_run_until(&f->loop, stream1_done, &f->cl, "stream 1's end");
+    bool ended;
+    assert_int_equal(stream1_frames(&f->cl, &ended), 1u << 0x1);
+    assert_true(stream1_head_has(&f->cl, ":status"));
+    assert_false(stream1_head_has(&f->cl, "content-type"));
+    fx_stop(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -820,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_h2_off_leaves_the_preface_to_http1),
         cmocka_unit_test(test_h2_head_streamed),
         cmocka_unit_test(test_h2_interim_refused),
+        cmocka_unit_test(test_h2_no_content_has_no_type),
         cmocka_unit_test(test_content_length),
         cmocka_unit_test(test_chunked_extensions_trailers),
         cmocka_unit_test(test_pipelining_in_order),
