@@ -105,8 +105,8 @@ typedef struct h2_conn {
     size_t n_streams;
     bool goaway;    /* drain: GOAWAY sent; the connection closes when no stream is left */
     bool drain_due; /* some stream's on_drain is due */
-    bool read_paused; /* reading stopped: the client does not read what is queued for it */
-    bool calm;        /* past a flood limit: GOAWAY ENHANCE_YOUR_CALM is due, nothing more is served */
+    bool read_paused;  /* reading stopped: the client does not read what is queued for it */
+    bool calm;         /* past a flood limit: GOAWAY ENHANCE_YOUR_CALM is due, nothing more is served */
     size_t head_bytes; /* decoded heads held by the streams (h2_max_connection_header_bytes) */
     /* Token bucket of the resets the server sends with an error code (CVE-2025-8671): a client
      * that makes its streams invalid has them reset by nghttp2, outside the client-reset limit. */
@@ -365,8 +365,9 @@ static int h2_respond(sb_http_req *req, int status, const char *content_type, co
     /* A HEAD answer keeps the GET answer's length and type; 204 and 304 have neither. */
     bool no_content = status == 204 || status == 304;
     int64_t cl = no_content ? -1 : (int64_t)body_len;
-    if (submit_head(st, status, no_content ? NULL : content_type ? content_type : "application/json", headers,
-                    headers ? strlen(headers) : 0, cl, !bodiless && body_len) < 0) {
+    const char *type = content_type ? content_type : "application/json";
+    if (submit_head(st, status, no_content ? NULL : type, headers, headers ? strlen(headers) : 0, cl,
+                    !bodiless && body_len) < 0) {
         nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         hs_mark_dirty(st->hc->c);
     }
@@ -817,8 +818,8 @@ static bool reset_token(h2_conn *hc)
     uint64_t now = uv_now(s->loop);
     uint64_t add = (now - hc->rst_refill_ms) * s->opts.h2_reset_rate / 1000;
     if (add) {
-        hc->rst_tokens = hc->rst_tokens + add >= s->opts.h2_reset_burst ? s->opts.h2_reset_burst
-                                                                         : hc->rst_tokens + (uint32_t)add;
+        hc->rst_tokens =
+            hc->rst_tokens + add >= s->opts.h2_reset_burst ? s->opts.h2_reset_burst : hc->rst_tokens + (uint32_t)add;
         hc->rst_refill_ms = now;
     }
     if (!hc->rst_tokens)
@@ -1046,8 +1047,9 @@ void hs_h2_input(conn *c, const char *p, size_t n)
     ssize_t rv = nghttp2_session_mem_recv(hc->ng, (const uint8_t *)p, n);
     if (c->state != CONN_H2)
         return;
-    if (rv >= 0 && (hc->calm || nghttp2_session_get_outbound_queue_size(hc->ng) >
-                                    MAX_OUTBOUND_ACK + OUTBOUND_FRAMES_PER_STREAM * (size_t)c->srv->opts.h2_max_streams)) {
+    if (rv >= 0 &&
+        (hc->calm || nghttp2_session_get_outbound_queue_size(hc->ng) >
+                         MAX_OUTBOUND_ACK + OUTBOUND_FRAMES_PER_STREAM * (size_t)c->srv->opts.h2_max_streams)) {
         calm_down(c);
         return;
     }

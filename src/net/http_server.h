@@ -201,7 +201,7 @@ typedef struct sb_http_server_opts {
      * charged to max_buffered_body_bytes while held. Default 4 x h2_max_header_list_bytes. */
     size_t h2_max_connection_header_bytes;
     uint32_t h2_connection_window_bytes; /* connection-level receive window (stream 0); default 4 x h2_window_bytes */
-    size_t h2_stream_buffer_bytes;  /* a stream's answer held before nghttp2 takes it; default 64 KiB */
+    size_t h2_stream_buffer_bytes;       /* a stream's answer held before nghttp2 takes it; default 64 KiB */
     /* Resets per connection, client's (RST_STREAM, CVE-2023-44487) and the server's with an error
      * code (CVE-2025-8671): a burst, refilled at rate per second; past it GOAWAY. Default 1000, 33. */
     uint32_t h2_reset_burst;
