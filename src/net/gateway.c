@@ -262,6 +262,11 @@ static void server_opts(const sb_config *cfg, SSL_CTX *tls, sb_http_server_opts 
         .h2_max_streams = cfg->http2_max_streams,
         .h2_window_bytes = (uint32_t)cfg->http2_window_bytes, /* at most 2^31-1 (config) */
         .h2_max_header_list_bytes = cfg->http2_max_header_list_bytes,
+        .h2_max_connection_header_bytes = cfg->http2_max_connection_header_bytes,
+        .h2_connection_window_bytes = (uint32_t)cfg->http2_connection_window_bytes, /* at most 2^31-1 */
+        .h2_stream_buffer_bytes = cfg->http2_stream_buffer_bytes,
+        .h2_reset_burst = cfg->http2_reset_burst,
+        .h2_reset_rate = cfg->http2_reset_rate,
     };
     *admin = *so;
     so->tls_ctx = tls;

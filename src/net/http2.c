@@ -13,18 +13,25 @@
  *   past the number the client has not yet acknowledged with REFUSED_STREAM, and treats one past
  *   the acknowledged number as the protocol error it is).
  * - A stream's head: h2_max_header_list_bytes (name + value + 32 per field, RFC 9113 6.5.2) and
- *   MAX_HEADERS fields, else 431 on that stream. Its body: max_body_bytes (413) and the server's
- *   max_buffered_body_bytes (503), the same budget as HTTP/1.1's.
- * - Output: nghttp2's frames are pulled only while the connection's unsent bytes are under
- *   write_high_water; a stream's answer not yet taken by nghttp2 (the client's window is shut)
- *   is held up to STREAM_HIGH_WATER, then stream_write returns 1 and on_drain follows. A client
- *   that reads nothing holds at most h2_max_streams of those; after idle_ms without a write
- *   completing it is closed.
+ *   MAX_HEADERS fields, else 431 on that stream. Decoded heads are charged to the connection
+ *   (h2_max_connection_header_bytes) and to the server's max_buffered_body_bytes while held; past
+ *   either a new stream is refused (REFUSED_STREAM). Its body: max_body_bytes (413) and the
+ *   server's max_buffered_body_bytes (503), the same budget as HTTP/1.1's.
+ * - Output: nghttp2's frames are pulled after each read and at the flush, only while the
+ *   connection's unsent bytes are under write_high_water; at it, with more to send, the
+ *   connection stops reading until the client reads below half (as HTTP/1.1's write_paused).
+ *   nghttp2's queue past a bound ends the session (ENHANCE_YOUR_CALM). A stream's answer not yet
+ *   taken by nghttp2 (the client's window is shut) is held up to h2_stream_buffer_bytes, then
+ *   stream_write returns 1 and on_drain follows. After idle_ms without a write completing while
+ *   answers wait, the connection is closed.
  * - Floods: SETTINGS entries, queued ACKs (SETTINGS and PING), CONTINUATION frames and the rate
  *   of streams the client resets (CVE-2023-44487) are limited by nghttp2's options: past them it
- *   sends GOAWAY and the connection closes.
+ *   sends GOAWAY and the connection closes. The resets the server sends with an error code (a
+ *   client making its streams invalid, CVE-2025-8671) take tokens from a bucket of the same
+ *   figures: past it GOAWAY ENHANCE_YOUR_CALM; a stream nghttp2 resets is never handed on.
  * - Time: a stream whose head or body is not complete header_ms after its HEADERS is answered
- *   408; a connection without streams for idle_ms gets GOAWAY and closes. */
+ *   408; a connection without stream activity (HEADERS, DATA, a stream's close) for idle_ms
+ *   gets GOAWAY and closes. */
 #include "net/http_server_internal.h"
 
 #include <nghttp2/nghttp2.h>
@@ -36,20 +43,18 @@
 #include "base/buf.h"
 #include "proto/openai_error.h"
 
-/* A stream's answer held before nghttp2 takes it (the client's window shut): enough for a
- * burst of SSE events or a few TCP windows of a large body, small enough that h2_max_streams of
- * them per connection stay a few MiB. Capped by write_high_water. */
-#define STREAM_HIGH_WATER (64 * 1024)
 #define BODY_FIRST_BYTES_H2 4096
 /* nghttp2's own defaults for the flood limits (lib/nghttp2_session.h), named here so that the
  * choice is visible: a SETTINGS frame of at most 32 entries, 1000 ACKs queued for a client that
- * does not read, 8 CONTINUATION frames per head, and a burst of 1000 client resets refilled at
- * 33 per second. */
+ * does not read, 8 CONTINUATION frames per head. The reset limits are options (h2_reset_*). */
 #define MAX_SETTINGS_ENTRIES 32
 #define MAX_OUTBOUND_ACK 1000
 #define MAX_CONTINUATIONS 8
-#define RESET_BURST 1000
-#define RESET_RATE 33
+/* Frames nghttp2 may hold queued (not DATA, which stays in the streams' buffers): the ACKs it
+ * bounds itself, and per allowed stream a response HEADERS, a RST_STREAM and a WINDOW_UPDATE,
+ * with room. Past it the client is making the server write faster than it reads (refused or
+ * reset streams it keeps opening): GOAWAY ENHANCE_YOUR_CALM. */
+#define OUTBOUND_FRAMES_PER_STREAM 4
 
 enum st_state {
     ST_HEAD,      /* HEADERS arriving */
@@ -75,6 +80,9 @@ typedef struct h2_stream {
     bool drain_due;
     bool discard; /* answered before the body came: what still comes is dropped */
     bool at_head; /* the head hook runs */
+    bool doomed;  /* nghttp2 resets it (an invalid frame on it): never handed to the handler */
+    bool refused; /* over the connection's head budget: reset REFUSED_STREAM at the head's end */
+    bool bodiless; /* a streamed answer without a body (HEAD): writes are dropped */
     int error;    /* a status to answer instead of handing on (431, 400, ...), 0: none */
     uint64_t begin_ms;
     sb_buf head; /* header names and values; offs indexes it */
@@ -97,6 +105,15 @@ typedef struct h2_conn {
     size_t n_streams;
     bool goaway;    /* drain: GOAWAY sent; the connection closes when no stream is left */
     bool drain_due; /* some stream's on_drain is due */
+    bool read_paused;  /* reading stopped: the client does not read what is queued for it */
+    bool calm;         /* past a flood limit: GOAWAY ENHANCE_YOUR_CALM is due, nothing more is served */
+    size_t head_bytes; /* decoded heads held by the streams (h2_max_connection_header_bytes) */
+    /* Token bucket of the resets the server sends with an error code (CVE-2025-8671): a client
+     * that makes its streams invalid has them reset by nghttp2, outside the client-reset limit. */
+    uint32_t rst_tokens;
+    uint64_t rst_refill_ms;
+    /* Stream activity (HEADERS, DATA, a stream's close): a connection without streams idles out
+     * idle_ms after it, whatever cheap frames (PING, WINDOW_UPDATE) the client keeps sending. */
     uint64_t last_io_ms;
     /* Since when answers have been waiting for the client without a write completing (0: none
      * waiting): past idle_ms the client is taken as gone. */
@@ -118,8 +135,8 @@ static sb_http_server *srv_of(const h2_conn *hc)
 
 static size_t stream_high_water(const h2_conn *hc)
 {
-    size_t hw = srv_of(hc)->opts.write_high_water;
-    return hw < STREAM_HIGH_WATER ? hw : STREAM_HIGH_WATER;
+    size_t hw = srv_of(hc)->opts.write_high_water, sb = srv_of(hc)->opts.h2_stream_buffer_bytes;
+    return hw < sb ? hw : sb;
 }
 
 /* Answers now wait on the client: starts the stall clock unless it runs already. */
@@ -152,6 +169,14 @@ static void body_release(h2_stream *st)
     sb_buf_free(&st->body);
 }
 
+/* Gives the decoded head's charge back (connection and server budgets). */
+static void head_release(h2_stream *st)
+{
+    st->hc->head_bytes -= st->list_bytes;
+    srv_of(st->hc)->body_bytes -= st->list_bytes;
+    st->list_bytes = 0;
+}
+
 static void stream_free(h2_stream *st)
 {
     h2_conn *hc = st->hc;
@@ -162,6 +187,7 @@ static void stream_free(h2_stream *st)
     if (st->next)
         st->next->prev = st->prev;
     hc->n_streams--;
+    head_release(st);
     body_release(st);
     sb_buf_free(&st->head);
     sb_buf_free(&st->offs);
@@ -325,7 +351,8 @@ static int h2_respond(sb_http_req *req, int status, const char *content_type, co
                       size_t body_len)
 {
     h2_stream *st = stream_of(req);
-    if (!answerable(st) || st->state == ST_STREAMING)
+    /* An interim answer (1xx) is not one an sb_http_req gives: on h2 it would end the stream. */
+    if (!answerable(st) || st->state == ST_STREAMING || status < 200)
         return -1;
     bool bodiless = head_only(st, status);
     if (!bodiless && body_len && sb_buf_append(&st->out, body, body_len) < 0)
@@ -335,10 +362,12 @@ static int h2_respond(sb_http_req *req, int status, const char *content_type, co
     st->ended = true;
     st->state = ST_DONE;
     disown(st);
-    /* A HEAD answer keeps the GET answer's length; 1xx, 204 and 304 have none. */
-    int64_t cl = status < 200 || status == 204 || status == 304 ? -1 : (int64_t)body_len;
-    if (submit_head(st, status, content_type ? content_type : "application/json", headers,
-                    headers ? strlen(headers) : 0, cl, !bodiless && body_len) < 0) {
+    /* A HEAD answer keeps the GET answer's length and type; 204 and 304 have neither. */
+    bool no_content = status == 204 || status == 304;
+    int64_t cl = no_content ? -1 : (int64_t)body_len;
+    const char *type = content_type ? content_type : "application/json";
+    if (submit_head(st, status, no_content ? NULL : type, headers, headers ? strlen(headers) : 0, cl,
+                    !bodiless && body_len) < 0) {
         nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         hs_mark_dirty(st->hc->c);
     }
@@ -349,16 +378,13 @@ static int h2_stream_begin(sb_http_req *req, int status, const char *headers, si
                            int64_t content_length)
 {
     h2_stream *st = stream_of(req);
-    if (!answerable(st) || st->state != ST_HANDLING)
+    if (!answerable(st) || st->state != ST_HANDLING || status < 200)
         return -1;
-    bool bodiless = head_only(st, status);
+    /* Without a body (HEAD, 204, 304) the HEADERS frame ends the stream; the handler still
+     * streams as it would on HTTP/1.1: its writes are dropped and its end succeeds. */
+    st->bodiless = head_only(st, status);
     st->state = ST_STREAMING;
-    if (bodiless) {
-        st->ended = true;
-        st->state = ST_DONE;
-        disown(st);
-    }
-    if (submit_head(st, status, NULL, headers, headers_len, content_length, !bodiless) < 0) {
+    if (submit_head(st, status, NULL, headers, headers_len, content_length, !st->bodiless) < 0) {
         abort_owner(st);
         nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         return -1;
@@ -366,9 +392,22 @@ static int h2_stream_begin(sb_http_req *req, int status, const char *headers, si
     return 0;
 }
 
+/* Lets go of a bodiless stream the handler ends or abandons: freed here if nghttp2 has closed
+ * it already (on_stream_close kept it for the handler). */
+static void bodiless_done(h2_stream *st)
+{
+    st->ended = true;
+    st->state = ST_DONE;
+    disown(st);
+    if (st->closed)
+        stream_free(st);
+}
+
 static int h2_stream_write(sb_http_req *req, const char *data, size_t len)
 {
     h2_stream *st = stream_of(req);
+    if (st->bodiless && st->owned && st->state == ST_STREAMING)
+        return 0;
     if (!answerable(st) || st->state != ST_STREAMING)
         return -1;
     if (len == 0)
@@ -394,6 +433,10 @@ static int h2_stream_write(sb_http_req *req, const char *data, size_t len)
 static int h2_stream_end(sb_http_req *req)
 {
     h2_stream *st = stream_of(req);
+    if (st->bodiless && st->owned && st->state == ST_STREAMING) {
+        bodiless_done(st);
+        return 0;
+    }
     if (!answerable(st) || st->state != ST_STREAMING)
         return -1;
     st->ended = true;
@@ -407,6 +450,10 @@ static int h2_stream_end(sb_http_req *req)
 static void h2_abort(sb_http_req *req)
 {
     h2_stream *st = stream_of(req);
+    if (st->bodiless && st->owned && st->state == ST_STREAMING) {
+        bodiless_done(st); /* its answer is complete already */
+        return;
+    }
     if (!answerable(st))
         return;
     bool begun = st->state == ST_STREAMING;
@@ -581,15 +628,30 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     if (f->hd.type != NGHTTP2_HEADERS)
         return 0;
     h2_stream *st = stream_get(ng, f->hd.stream_id);
-    if (!st || st->state != ST_HEAD || st->error)
+    if (!st || st->state != ST_HEAD || st->error || st->refused)
         return 0; /* trailers are not kept; an erred head is answered at its end */
-    sb_http_server *s = srv_of(st->hc);
-    size_t limit = s->opts.h2_max_header_list_bytes;
-    st->list_bytes += namelen + valuelen + 32;
-    if (st->list_bytes > limit) {
+    h2_conn *hc = st->hc;
+    sb_http_server *s = srv_of(hc);
+    size_t add = namelen + valuelen + 32;
+    if (st->list_bytes + add > s->opts.h2_max_header_list_bytes) {
         st->error = 431;
         return 0;
     }
+    /* The decoded head is charged as it grows: HPACK's dynamic table lets a few wire bytes
+     * stand for kilobytes, so the connection's streams together, and all heads and bodies of the
+     * server, are bounded here rather than by what was read. Past either bound the stream is
+     * refused (REFUSED_STREAM: retried by the client once others are done). */
+    if (hc->head_bytes + add > s->opts.h2_max_connection_header_bytes ||
+        s->body_bytes + add > s->opts.max_buffered_body_bytes) {
+        st->refused = true;
+        head_release(st);
+        sb_buf_free(&st->head);
+        sb_buf_free(&st->offs);
+        return 0;
+    }
+    st->list_bytes += add;
+    hc->head_bytes += add;
+    s->body_bytes += add;
     if (namelen && name[0] == ':') {
         /* nghttp2 has checked the pseudo-headers (which, where, no duplicates). */
         if (namelen == 7 && !memcmp(name, ":method", 7)) {
@@ -646,6 +708,12 @@ static void queue_ready(h2_stream *st)
 static void head_complete(h2_stream *st, bool end_stream)
 {
     sb_http_server *s = srv_of(st->hc);
+    if (st->refused) {
+        st->state = ST_DONE;
+        nghttp2_submit_rst_stream(st->hc->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_REFUSED_STREAM);
+        hs_mark_dirty(st->hc->c);
+        return;
+    }
     if (!st->error && !st->has_path)
         st->error = 400; /* CONNECT (no :path): not served */
     if (!st->error && st->has_auth && !st->has_host) {
@@ -697,9 +765,10 @@ static void head_complete(h2_stream *st, bool end_stream)
 
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
-    (void)user;
+    h2_conn *hc = user;
     if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
         return 0;
+    hc->last_io_ms = uv_now(srv_of(hc)->loop); /* stream activity: not idle */
     h2_stream *st = stream_get(ng, f->hd.stream_id);
     if (!st)
         return 0;
@@ -729,11 +798,44 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     return 0;
 }
 
+/* A frame nghttp2 found invalid for its stream (a WINDOW_UPDATE overflowing the window, DATA
+ * after END_STREAM, ...): nghttp2 resets the stream, but the reset leaves only with the next
+ * write, so the stream is marked now and never handed to the handler (no routing, admission or
+ * upstream work for a request its client has made void). */
+static int on_invalid_frame(nghttp2_session *ng, const nghttp2_frame *f, int lib_error, void *user)
+{
+    (void)lib_error, (void)user;
+    h2_stream *st = f->hd.stream_id ? stream_get(ng, f->hd.stream_id) : NULL;
+    if (st)
+        st->doomed = true;
+    return 0;
+}
+
+/* Takes one token for a reset the server sends with an error code; false when none is left. */
+static bool reset_token(h2_conn *hc)
+{
+    sb_http_server *s = srv_of(hc);
+    uint64_t now = uv_now(s->loop);
+    uint64_t add = (now - hc->rst_refill_ms) * s->opts.h2_reset_rate / 1000;
+    if (add) {
+        hc->rst_tokens =
+            hc->rst_tokens + add >= s->opts.h2_reset_burst ? s->opts.h2_reset_burst : hc->rst_tokens + (uint32_t)add;
+        hc->rst_refill_ms = now;
+    }
+    if (!hc->rst_tokens)
+        return false;
+    hc->rst_tokens--;
+    return true;
+}
+
 static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
     h2_conn *hc = user;
-    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR)
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
         srv_of(hc)->h2_refused_streams++; /* nghttp2's REFUSED_STREAM included */
+        if (!reset_token(hc))
+            hc->calm = true; /* GOAWAY from hs_h2_pull, outside nghttp2's send loop */
+    }
     if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     h2_stream *st = stream_get(ng, f->hd.stream_id);
@@ -753,6 +855,9 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code,
         return 0;
     nghttp2_session_set_stream_user_data(ng, id, NULL);
     st->closed = true;
+    hc->last_io_ms = uv_now(srv_of(hc)->loop);
+    if (st->bodiless && st->owned)
+        return 0; /* a HEAD answer sent whole: freed when the handler ends its (dropped) stream */
     if (st->state == ST_READY) {
         /* Reset before the handler had it: taken off the queue when dispatching. */
         st->state = ST_DONE;
@@ -782,6 +887,7 @@ static int callbacks_new(sb_http_server *s)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cb, on_invalid_frame);
     nghttp2_option *o;
     if (nghttp2_option_new(&o) != 0) {
         nghttp2_session_callbacks_del(cb);
@@ -790,7 +896,6 @@ static int callbacks_new(sb_http_server *s)
     nghttp2_option_set_max_settings(o, MAX_SETTINGS_ENTRIES);
     nghttp2_option_set_max_outbound_ack(o, MAX_OUTBOUND_ACK);
     nghttp2_option_set_max_continuations(o, MAX_CONTINUATIONS);
-    nghttp2_option_set_stream_reset_rate_limit(o, RESET_BURST, RESET_RATE);
     /* Closed streams are not kept for priorities: their memory would grow with a client's
      * stream churn. */
     nghttp2_option_set_no_closed_streams(o, 1);
@@ -819,6 +924,11 @@ int hs_h2_start(conn *c)
         return -1;
     hc->c = c;
     hc->ready_tail = &hc->ready;
+    hc->rst_tokens = s->opts.h2_reset_burst;
+    hc->rst_refill_ms = uv_now(s->loop);
+    /* Set per session (the option object is copied at creation): a reload's figures reach the
+     * connections opened after it. */
+    nghttp2_option_set_stream_reset_rate_limit(s->h2_opts, s->opts.h2_reset_burst, s->opts.h2_reset_rate);
     if (nghttp2_session_server_new2(&hc->ng, s->h2_cbs, hc, s->h2_opts) != 0) {
         sb_free(hc);
         return -1;
@@ -829,7 +939,12 @@ int hs_h2_start(conn *c)
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
          s->opts.h2_max_header_list_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)s->opts.h2_max_header_list_bytes},
     };
-    if (nghttp2_submit_settings(hc->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]) != 0) {
+    /* The connection's window too (SETTINGS only sets the streams'): at 65,535 an upload of a
+     * few prompts at once would wait a round trip per 64 KiB. Bodies are charged to the body
+     * budget as they arrive, so a larger window adds no unbounded memory. */
+    if (nghttp2_submit_settings(hc->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]) != 0 ||
+        nghttp2_session_set_local_window_size(hc->ng, NGHTTP2_FLAG_NONE, 0,
+                                              (int32_t)s->opts.h2_connection_window_bytes) != 0) {
         nghttp2_session_del(hc->ng);
         sb_free(hc);
         return -1;
@@ -858,6 +973,10 @@ static void dispatch_ready(conn *c)
             hc->ready_tail = &hc->ready;
         if (st->closed) {
             stream_free(st); /* reset by the client while queued */
+            continue;
+        }
+        if (st->doomed || hc->calm) {
+            st->state = ST_DONE; /* its reset (or the GOAWAY) is queued: freed when it closes */
             continue;
         }
         fill_req(st);
@@ -901,13 +1020,39 @@ static void maybe_finish(conn *c)
     }
 }
 
+/* Past a flood limit of ours: GOAWAY ENHANCE_YOUR_CALM, the handlers' requests aborted, and
+ * the connection closes once the GOAWAY has left (or idle_ms passed). */
+static void calm_down(conn *c)
+{
+    h2_conn *hc = c->h2;
+    hc->calm = true;
+    nghttp2_session_terminate_session(hc->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    hs_h2_abort_all(c);
+    if (c->state == CONN_H2)
+        hs_conn_linger(c, 0);
+}
+
 void hs_h2_input(conn *c, const char *p, size_t n)
 {
     h2_conn *hc = c->h2;
-    hc->last_io_ms = uv_now(c->srv->loop);
+    /* What the last read left queued in nghttp2 (the room was short) is taken first, so that
+     * its ACKs and this read's never add up to its flood limit for a client within it. */
+    if (nghttp2_session_want_write(hc->ng)) {
+        hs_mark_dirty(c); /* what is pulled leaves at the iteration's end */
+        if (hs_h2_pull(c) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+    }
     ssize_t rv = nghttp2_session_mem_recv(hc->ng, (const uint8_t *)p, n);
     if (c->state != CONN_H2)
         return;
+    if (rv >= 0 &&
+        (hc->calm || nghttp2_session_get_outbound_queue_size(hc->ng) >
+                         MAX_OUTBOUND_ACK + OUTBOUND_FRAMES_PER_STREAM * (size_t)c->srv->opts.h2_max_streams)) {
+        calm_down(c);
+        return;
+    }
     if (rv < 0) {
         /* A protocol error or a flood: nghttp2 has queued GOAWAY where one is due; it leaves
          * before the connection closes. */
@@ -920,8 +1065,17 @@ void hs_h2_input(conn *c, const char *p, size_t n)
     dispatch_ready(c);
     if (c->state != CONN_H2)
         return;
-    if (nghttp2_session_want_write(hc->ng))
+    if (nghttp2_session_want_write(hc->ng)) {
+        /* Pulled now, not only at the iteration's end: libuv reads up to 32 times in a row,
+         * and what each read makes nghttp2 queue (ACKs, resets) would otherwise pile up there
+         * and trip its flood limits for a client that merely sends fast. Past write_high_water
+         * this stops reading (hs_h2_pull). */
         hs_mark_dirty(c);
+        if (hs_h2_pull(c) < 0) {
+            hs_conn_close(c);
+            return;
+        }
+    }
     maybe_finish(c);
     if (c->state == CONN_H2)
         arm(c);
@@ -931,6 +1085,7 @@ int hs_h2_pull(conn *c)
 {
     h2_conn *hc = c->h2;
     sb_http_server *s = c->srv;
+    bool was_calm = hc->calm;
     while (c->queued + c->out.len < s->opts.write_high_water) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(hc->ng, &p);
@@ -940,6 +1095,24 @@ int hs_h2_pull(conn *c)
             break;
         if (sb_buf_append(&c->out, p, (size_t)n) < 0)
             return -1;
+        if (hc->calm && !was_calm) {
+            /* Too many resets sent (on_frame_send): the GOAWAY goes next in this same loop.
+             * The handlers hear of it when the connection closes. */
+            was_calm = true;
+            nghttp2_session_terminate_session(hc->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+        }
+    }
+    if (c->state == CONN_H2 && !hc->read_paused && c->queued + c->out.len >= s->opts.write_high_water &&
+        nghttp2_session_want_write(hc->ng)) {
+        /* The client does not read what it asks for: stop reading it, as HTTP/1.1's
+         * write_paused, or every frame it sends (a stream to refuse, a PING) would queue an
+         * answer without bound. idle_ms without a write completing closes it (note_waiting). */
+        hc->read_paused = true;
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+        note_waiting(hc);
     }
     return 0;
 }
@@ -947,9 +1120,12 @@ int hs_h2_pull(conn *c)
 void hs_h2_written(conn *c)
 {
     h2_conn *hc = c->h2;
-    hc->last_io_ms = uv_now(c->srv->loop);
     /* The client reads: the stall clock restarts, or stops if nothing is left to send. */
-    hc->waiting_since_ms = output_waiting(hc) ? hc->last_io_ms : 0;
+    hc->waiting_since_ms = output_waiting(hc) ? uv_now(c->srv->loop) : 0;
+    if (hc->read_paused && c->queued + c->out.len < c->srv->opts.write_high_water / 2) {
+        hc->read_paused = false;
+        hs_conn_read_start(c);
+    }
     run_drains(c);
     if (c->state != CONN_H2)
         return;

@@ -327,6 +327,25 @@ static void on_server_handle_closed(uv_handle_t *h)
     }
 }
 
+/* HTTP/2's derived and fixed defaults, once the window and the list size are known. Set on
+ * every set_opts too (not kept from before): a derived value follows what it derives from. */
+static void h2_defaults(sb_http_server_opts *o)
+{
+    if (!o->h2_max_connection_header_bytes)
+        o->h2_max_connection_header_bytes = 4 * o->h2_max_header_list_bytes;
+    if (!o->h2_connection_window_bytes) {
+        uint64_t w = 4 * (uint64_t)o->h2_window_bytes;
+        o->h2_connection_window_bytes = w > INT32_MAX ? INT32_MAX : (uint32_t)w;
+    }
+    if (!o->h2_stream_buffer_bytes)
+        o->h2_stream_buffer_bytes = 64 * 1024;
+    /* nghttp2's own defaults for the client-reset limit (lib/nghttp2_session.h). */
+    if (!o->h2_reset_burst)
+        o->h2_reset_burst = 1000;
+    if (!o->h2_reset_rate)
+        o->h2_reset_rate = 33;
+}
+
 int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const sb_http_server_opts *opts,
                          sb_http_handler handler, void *ctx, sb_http_server **out)
 {
@@ -370,6 +389,7 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->opts.h2_window_bytes = 256 * 1024;
     if (!s->opts.h2_max_header_list_bytes)
         s->opts.h2_max_header_list_bytes = s->opts.max_header_bytes;
+    h2_defaults(&s->opts);
     if (s->opts.tls_ctx) {
         SSL_CTX_up_ref(s->opts.tls_ctx);
         s->tls_ctx = s->opts.tls_ctx;
@@ -446,6 +466,7 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
         o.h2_window_bytes = s->opts.h2_window_bytes;
     if (!o.h2_max_header_list_bytes)
         o.h2_max_header_list_bytes = s->opts.h2_max_header_list_bytes;
+    h2_defaults(&o);
     if (o.tls_ctx && s->tls_ctx && o.tls_ctx != s->tls_ctx) {
         sb_tls_keep_tickets(o.tls_ctx, s->tls_ctx); /* sessions resume across the reload */
         SSL_CTX_up_ref(o.tls_ctx);

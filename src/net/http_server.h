@@ -50,9 +50,12 @@
  * nghttp2 instead of http-parser. Each stream becomes an sb_http_req handed to the same head hook
  * and handler (req.h2 set, req.ops routing the answer to the stream), so nothing above the server
  * changes. Bounds: opts.h2_max_streams concurrent streams (more are refused with REFUSED_STREAM),
- * the same head, body and body-budget limits per stream, each stream's unsent answer held up to
- * write_high_water (then stream_write reports backpressure), rapid reset and SETTINGS/PING
- * floods cut by nghttp2's limits (GOAWAY). Upgrade from HTTP/1.1 (h2c Upgrade) is not offered.
+ * the same head, body and body-budget limits per stream (decoded heads charged per connection and
+ * to the body budget), each stream's unsent answer held up to h2_stream_buffer_bytes (then
+ * stream_write reports backpressure), reading paused while write_high_water is queued, rapid
+ * reset and SETTINGS/PING floods cut by nghttp2's limits and the server's own resets by a bucket
+ * of the same figures (GOAWAY). 1xx answers are refused on h2. Upgrade from HTTP/1.1 (h2c
+ * Upgrade) is not offered.
  *
  * Not for: routing or anything about OpenAI. Used by the gateway (net/proxy.c),
  * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
@@ -193,6 +196,16 @@ typedef struct sb_http_server_opts {
     uint32_t h2_max_streams;        /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
     uint32_t h2_window_bytes;       /* SETTINGS_INITIAL_WINDOW_SIZE (upload per stream); default 256 KiB */
     size_t h2_max_header_list_bytes; /* one stream's head (RFC 9113 6.5.2 accounting); default max_header_bytes */
+    /* The decoded heads one connection's streams hold at once (HPACK lets a few bytes on the wire
+     * stand for a large head): a new stream past it is refused (REFUSED_STREAM). Heads are also
+     * charged to max_buffered_body_bytes while held. Default 4 x h2_max_header_list_bytes. */
+    size_t h2_max_connection_header_bytes;
+    uint32_t h2_connection_window_bytes; /* connection-level receive window (stream 0); default 4 x h2_window_bytes */
+    size_t h2_stream_buffer_bytes;       /* a stream's answer held before nghttp2 takes it; default 64 KiB */
+    /* Resets per connection, client's (RST_STREAM, CVE-2023-44487) and the server's with an error
+     * code (CVE-2025-8671): a burst, refilled at rate per second; past it GOAWAY. Default 1000, 33. */
+    uint32_t h2_reset_burst;
+    uint32_t h2_reset_rate;
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */

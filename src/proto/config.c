@@ -110,6 +110,13 @@ static const field http2_fields[] = {
     FN("max_concurrent_streams", http2_max_streams, K_COUNT32, 1, 1000),
     FN("initial_window_size", http2_window_bytes, K_BYTES, 1024, 2147483647),
     FN("max_header_list_bytes", http2_max_header_list_bytes, K_BYTES, 1024, UINT32_MAX),
+    FN("max_connection_header_bytes", http2_max_connection_header_bytes, K_BYTES, 1024, SIZE_MAX),
+    FN("connection_window_size", http2_connection_window_bytes, K_BYTES, 65535, 2147483647),
+    /* Below 1 KiB an SSE event would not fit; above a few MiB per stream, max_concurrent_streams
+     * of them make one connection's memory large. */
+    FN("stream_buffer_bytes", http2_stream_buffer_bytes, K_BYTES, 1024, 64u << 20),
+    FN("reset_burst", http2_reset_burst, K_COUNT32, 1, 1000000),
+    FN("reset_rate", http2_reset_rate, K_COUNT32, 1, 1000000),
 };
 
 /* The request-level series' `model` label (net/stats.h): a pool's served name, then its adapters

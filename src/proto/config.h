@@ -204,6 +204,11 @@ typedef struct sb_config {
     uint32_t http2_max_streams;         /* max_concurrent_streams; default 100 */
     size_t http2_window_bytes;          /* initial_window_size; default 256 KiB */
     size_t http2_max_header_list_bytes; /* default limits.max_header_bytes */
+    size_t http2_max_connection_header_bytes; /* heads held per connection; 0: 4 x max_header_list_bytes */
+    size_t http2_connection_window_bytes;     /* connection_window_size; 0: 4 x initial_window_size */
+    size_t http2_stream_buffer_bytes;         /* a stream's answer held for a slow client; 0: 64 KiB */
+    uint32_t http2_reset_burst;               /* resets per connection (client's and the server's); 0: 1000 */
+    uint32_t http2_reset_rate;                /* refill per second; 0: 33 */
     bool log_decisions;           /* access log lines carry the decision explanation; default false */
     bool debug_endpoints;         /* serve GET /debug/endpoints; default true */
     size_t metrics_max_models;    /* `metrics.max_models`: model label values per pool (the served

@@ -564,7 +564,10 @@ static void handler(sb_http_req *h, void *ctx)
 static int listen_replica(replica *r)
 {
     sb_sim_fleet *f = r->fleet;
-    int rc = sb_http_server_start(f->loop, f->host, r->port, NULL, handler, r, &r->srv);
+    /* HTTP/1.1 only, as vLLM's server (uvicorn): a replica that took h2c would hide a gateway
+     * speaking HTTP/2 to an engine that cannot. */
+    sb_http_server_opts o = {.h2_off = true};
+    int rc = sb_http_server_start(f->loop, f->host, r->port, &o, handler, r, &r->srv);
     if (rc < 0) {
         r->srv = NULL;
         return rc;

@@ -2,6 +2,7 @@
  * streaming and keep-alive, each checked on the bytes a raw loopback client reads or on the
  * server's stats. One loop runs the server and the client (net_fixture.h). */
 #include <http_parser.h>
+#include <nghttp2/nghttp2.h>
 
 #include "net/http_server.h"
 #include "net_fixture.h"
@@ -77,6 +78,13 @@ static void handler(sb_http_req *req, void *ctx)
         req->on_drain = on_drain;
         assert_int_equal(sb_http_stream_begin(req, 200, "", 0, -1), 0);
         assert_int_equal(sb_http_stream_write(req, big, sizeof(big)), 1);
+    } else if (path_is(req, "/nocontent")) {
+        sb_http_respond(req, 204, "text/plain", NULL, "", 0);
+    } else if (path_is(req, "/interim")) {
+        /* HTTP/2 has no way to send a 1xx through this call without ending the stream. */
+        if (req->h2)
+            assert_int_equal(sb_http_respond(req, 100, NULL, NULL, "", 0), -1);
+        sb_http_respond(req, 200, "text/plain", NULL, "done", 4);
     } else if (path_is(req, "/hold")) {
         f->held = req;
     } else {
@@ -713,12 +721,155 @@ static void test_h2_off_leaves_the_preface_to_http1(void **state)
     fx_stop(f);
 }
 
+/* ---- HTTP/2 streams (raw frames: literal HPACK out, frame headers in) ---- */
+
+static size_t h2_frame(char *out, uint8_t type, uint8_t flags, uint32_t sid, const char *payload, size_t n)
+{
+    out[0] = (char)(n >> 16), out[1] = (char)(n >> 8), out[2] = (char)n;
+    out[3] = (char)type, out[4] = (char)flags;
+    out[5] = (char)(sid >> 24), out[6] = (char)(sid >> 16), out[7] = (char)(sid >> 8), out[8] = (char)sid;
+    memcpy(out + 9, payload, n);
+    return 9 + n;
+}
+
+/* Literal header field without indexing, new name (RFC 7541 6.2.2); names and values < 127. */
+static size_t hpack_field(char *out, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    out[0] = 0;
+    out[1] = (char)nl;
+    memcpy(out + 2, name, nl);
+    out[2 + nl] = (char)vl;
+    memcpy(out + 3 + nl, value, vl);
+    return 3 + nl + vl;
+}
+
+/* Sends the preface, empty SETTINGS and one request without a body on stream 1. */
+static void h2_request(fx *f, const char *method, const char *path)
+{
+    char blk[256], buf[512];
+    size_t n = hpack_field(blk, ":method", method);
+    n += hpack_field(blk + n, ":scheme", "http");
+    n += hpack_field(blk + n, ":path", path);
+    n += hpack_field(blk + n, ":authority", "x");
+    memcpy(buf, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+    size_t len = 24 + h2_frame(buf + 24, 0x4, 0, 0, "", 0);
+    len += h2_frame(buf + len, 0x1, 0x1 | 0x4, 1, blk, n); /* END_STREAM | END_HEADERS */
+    netfx_send(&f->cl, buf, len);
+}
+
+/* The frames the server sent on stream 1: a bit per type seen, and whether one ended it. */
+static unsigned stream1_frames(const netfx_client *c, bool *ended)
+{
+    unsigned seen = 0;
+    *ended = false;
+    for (size_t off = 0; off + 9 <= c->in_len;) {
+        const uint8_t *h = (const uint8_t *)c->in + off;
+        size_t n = (size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2];
+        if (off + 9 + n > c->in_len)
+            break;
+        uint32_t sid = ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) & 0x7fffffff;
+        if (sid == 1) {
+            seen |= 1u << h[3];
+            *ended |= (h[3] == 0x0 || h[3] == 0x1) && (h[4] & 0x1);
+        }
+        off += 9 + n;
+    }
+    return seen;
+}
+
+static bool stream1_done(void *arg)
+{
+    bool ended;
+    unsigned seen = stream1_frames(arg, &ended);
+    return ended || (seen & 1u << 0x3); /* END_STREAM, or RST_STREAM */
+}
+
+/* A HEAD answer streamed over HTTP/2 behaves as on HTTP/1.1: the HEADERS frame ends the
+ * stream, the handler's writes are dropped and its end succeeds (/sized asserts both). */
+static void test_h2_head_streamed(void **state)
+{
+    fx *f = fx_start(NULL);
+    h2_request(f, "HEAD", "/sized");
+    netfx_run_until(&f->loop, stream1_done, &f->cl, "stream 1's end");
+    bool ended;
+    unsigned seen = stream1_frames(&f->cl, &ended);
+    assert_true(ended);
+    assert_int_equal(seen, 1u << 0x1); /* HEADERS only: no DATA, no RST_STREAM */
+    assert_int_equal(f->handled, 1);
+    fx_stop(f);
+}
+
+/* A 1xx through sb_http_respond is refused on HTTP/2 (it would end the stream); the final
+ * answer that follows goes out whole. */
+static void test_h2_interim_refused(void **state)
+{
+    fx *f = fx_start(NULL);
+    h2_request(f, "GET", "/interim");
+    netfx_run_until(&f->loop, stream1_done, &f->cl, "stream 1's end");
+    bool ended;
+    unsigned seen = stream1_frames(&f->cl, &ended);
+    assert_true(ended);
+    assert_int_equal(seen, 1u << 0x1 | 1u << 0x0); /* HEADERS and DATA */
+    assert_non_null(memmem(f->cl.in, f->cl.in_len, "done", 4));
+    fx_stop(f);
+}
+
+/* Whether stream 1's HEADERS block (the first, unpadded, as nghttp2 sends it) names `field`. */
+static bool stream1_head_has(const netfx_client *c, const char *field)
+{
+    nghttp2_hd_inflater *inf;
+    assert_int_equal(nghttp2_hd_inflate_new(&inf), 0);
+    bool found = false;
+    for (size_t off = 0; off + 9 <= c->in_len;) {
+        const uint8_t *h = (const uint8_t *)c->in + off;
+        size_t n = (size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2];
+        uint32_t sid = ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) & 0x7fffffff;
+        if (h[3] == 0x1 && sid == 1) {
+            const uint8_t *in = h + 9;
+            size_t left = n;
+            for (;;) {
+                nghttp2_nv nv;
+                int flags = 0;
+                ssize_t rv = nghttp2_hd_inflate_hd2(inf, &nv, &flags, in, left, 1);
+                assert_true(rv >= 0);
+                in += rv;
+                left -= (size_t)rv;
+                if (flags & NGHTTP2_HD_INFLATE_EMIT)
+                    found |= nv.namelen == strlen(field) && !memcmp(nv.name, field, nv.namelen);
+                if (flags & NGHTTP2_HD_INFLATE_FINAL)
+                    break;
+            }
+            break;
+        }
+        off += 9 + n;
+    }
+    nghttp2_hd_inflate_del(inf);
+    return found;
+}
+
+/* 204 over HTTP/2: no content-type (and no body), though the handler named one. */
+static void test_h2_no_content_has_no_type(void **state)
+{
+    fx *f = fx_start(NULL);
+    h2_request(f, "GET", "/nocontent");
+    netfx_run_until(&f->loop, stream1_done, &f->cl, "stream 1's end");
+    bool ended;
+    assert_int_equal(stream1_frames(&f->cl, &ended), 1u << 0x1);
+    assert_true(stream1_head_has(&f->cl, ":status"));
+    assert_false(stream1_head_has(&f->cl, "content-type"));
+    fx_stop(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_h2c_preface_in_pieces),
         cmocka_unit_test(test_http1_first_byte_alone),
         cmocka_unit_test(test_h2_off_leaves_the_preface_to_http1),
+        cmocka_unit_test(test_h2_head_streamed),
+        cmocka_unit_test(test_h2_interim_refused),
+        cmocka_unit_test(test_h2_no_content_has_no_type),
         cmocka_unit_test(test_content_length),
         cmocka_unit_test(test_chunked_extensions_trailers),
         cmocka_unit_test(test_pipelining_in_order),
