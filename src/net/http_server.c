@@ -106,6 +106,7 @@ static void on_timer(uv_timer_t *t)
     if (now < c->timer_due) {
         /* Pushed back since it was started (the next request on a keep-alive connection). */
         c->timer_fires = c->timer_due;
+        c->srv->timer_starts++;
         uv_timer_start(&c->timer, on_timer, c->timer_due - now, 0);
         return;
     }
@@ -132,6 +133,7 @@ void hs_arm_timer(conn *c, uint32_t ms)
     if (c->timer_fires && c->timer_fires <= due)
         return;
     c->timer_fires = due;
+    c->srv->timer_starts++;
     uv_timer_start(&c->timer, on_timer, ms, 0);
 }
 
@@ -503,6 +505,7 @@ void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out
         .h2_connections = s->h2_connections,
         .h2_streams = s->h2_streams,
         .h2_refused_streams = s->h2_refused_streams,
+        .timer_starts = s->timer_starts,
     };
 }
 

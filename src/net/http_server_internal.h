@@ -160,6 +160,7 @@ struct sb_http_server {
     struct nghttp2_session_callbacks *h2_cbs;
     struct nghttp2_option *h2_opts;
     uint64_t h2_connections, h2_streams, h2_refused_streams;
+    uint64_t timer_starts; /* sb_http_server_stats.timer_starts */
 };
 
 typedef struct wreq {
