@@ -52,7 +52,7 @@ struct sb_prefix_index {
      * only how often sb_hash_u64 runs. Entries below memo_n are set; at most MEMO_MAX blocks. */
     uint64_t *memo_raw, *memo_key;
     size_t memo_n, memo_cap;
-    uint64_t hashes;       /* keyed hashes computed (memo misses), for tests and benchmarks */
+    uint64_t hashes; /* keyed hashes computed (memo misses), for tests and benchmarks */
     ep_state *eps;
     uint32_t n_eps;
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
@@ -497,4 +497,7 @@ uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evict
 
 sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->tab.probes; }
 
-uint64_t sb_prefix_index_hashes(const sb_prefix_index *ix) { return ix->hashes; }
+uint64_t sb_prefix_index_hashes(const sb_prefix_index *ix)
+{
+    return ix->hashes;
+}

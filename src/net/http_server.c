@@ -116,7 +116,7 @@ static void on_timer(uv_timer_t *t)
 
 /* Every request set and cleared this deadline two or three times (cleared when the request is
  * complete, set to idle_ms when its answer left, header_ms while a request arrives), each a
- * uv_timer_start or _stop: a heap removal and insertion, ~300 instructions of a proxied
+ * uv_timer_start or _stop: a heap removal and insertion, ~270 instructions of a proxied
  * request (callgrind, bench/proxy_overhead.sh's setup). Keep-alive pushes the deadline back
  * each time, so the timer started after one answer is left running: at most one early wake
  * per idle_ms per connection, and a restart only when a deadline comes nearer (header_ms

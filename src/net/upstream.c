@@ -293,7 +293,7 @@ static void on_deadline(uv_timer_t *t)
 
 /* A proxied request set or cleared this deadline five times (idle cleared at acquire,
  * response timeout set at send and pushed back at each read, cleared at the end, idle set at
- * release), each a timer heap removal and insertion: ~800 instructions of a request
+ * release), each a timer heap removal and insertion: ~380 instructions of a request
  * (callgrind, bench/proxy_overhead.sh's setup). Loop times, as uv_timer_start's, so a
  * deadline passes exactly when a timer started for it would have fired. */
 void sb_upstream_deadline(sb_upstream_conn *uc, uint32_t ms, void (*cb)(sb_upstream_conn *uc))
@@ -537,7 +537,10 @@ int sb_upstream_resume(sb_upstream_conn *uc)
     return rc == UV_EALREADY ? 0 : rc;
 }
 
-static void idle_timeout(sb_upstream_conn *uc) { sb_upstream_close(uc); }
+static void idle_timeout(sb_upstream_conn *uc)
+{
+    sb_upstream_close(uc);
+}
 
 static int sb_upstream_resume_idle(sb_upstream_conn *uc)
 {

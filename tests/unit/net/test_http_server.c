@@ -495,7 +495,10 @@ static void test_idle_timeout(void **state)
  * at most a few times, not once or more per request. The deadlines themselves are pinned by
  * test_idle_timeout and the header timeout tests. */
 static size_t want_answers;
-static bool has_answers(void *arg) { return netfx_count(arg, "HTTP/1.1 200") >= want_answers; }
+static bool has_answers(void *arg)
+{
+    return netfx_count(arg, "HTTP/1.1 200") >= want_answers;
+}
 
 static void test_keep_alive_leaves_timer_running(void **state)
 {
