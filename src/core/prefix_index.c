@@ -42,12 +42,17 @@ struct sb_prefix_index {
      * arranged without the secret. The table's probe counters count inserts, lookups,
      * settles and removals; growth is not counted. */
     sb_table tab;
-    /* The keyed hashes computed by the last match, memo_n of them, with the block hashes they
-     * came from: the router inserts the prompt it just matched, and finds them here instead
-     * of hashing every block twice (each is checked against the block hash, so a caller that
-     * inserts something else just misses). At most MEMO_MAX blocks. */
+    /* Keyed hashes by block position: memo_key[i] is the keyed hash of memo_raw[i], the block
+     * hash last seen at position i by a match. Kept from one match to the next: the router
+     * inserts the prompt it just matched, and consecutive prompts to a pool share their
+     * leading blocks (system prompts, conversations), so most blocks are found here instead of
+     * hashed (a keyed hash is ~80 instructions; 64 blocks were ~5,300 of a 4 KiB request's
+     * 69,000). Each use is checked against the block hash, so a different block at a position
+     * just misses and is hashed (then replaces the entry): the memo never changes a result,
+     * only how often sb_hash_u64 runs. Entries below memo_n are set; at most MEMO_MAX blocks. */
     uint64_t *memo_raw, *memo_key;
     size_t memo_n, memo_cap;
+    uint64_t hashes; /* keyed hashes computed (memo misses), for tests and benchmarks */
     ep_state *eps;
     uint32_t n_eps;
     uint64_t *stamp;       /* per endpoint: lookup generation that last matched it */
@@ -58,7 +63,11 @@ struct sb_prefix_index {
     uint32_t evict_cursor; /* next endpoint to consider at the memory bound */
 };
 
-static uint64_t keyed(const sb_prefix_index *ix, uint64_t h) { return sb_table_tag_u64(&ix->tab, h); }
+static uint64_t keyed(sb_prefix_index *ix, uint64_t h)
+{
+    ix->hashes++;
+    return sb_table_tag_u64(&ix->tab, h);
+}
 
 /* The slot holding keyed hash kh, or the empty slot where it would go (counted). */
 static size_t find_slot(sb_prefix_index *ix, uint64_t kh) { return sb_table_find(&ix->tab, kh, NULL, NULL); }
@@ -81,10 +90,12 @@ static void look_ahead(sb_prefix_index *ix, const uint64_t *hashes, size_t first
             kh[j] = ix->memo_key[i];
         } else {
             kh[j] = keyed(ix, hashes[i]);
-            if (record && i == ix->memo_n && i < ix->memo_cap) {
+            /* Matches walk from block 0, so i <= memo_n: the set entries stay a prefix. */
+            if (record && i <= ix->memo_n && i < ix->memo_cap) {
                 ix->memo_raw[i] = hashes[i];
                 ix->memo_key[i] = kh[j];
-                ix->memo_n = i + 1;
+                if (i == ix->memo_n)
+                    ix->memo_n = i + 1;
             }
         }
         sb_table_prefetch(&ix->tab, kh[j]);
@@ -95,10 +106,10 @@ static void look_ahead(sb_prefix_index *ix, const uint64_t *hashes, size_t first
  * hashed twice. */
 #define MEMO_MAX ((size_t)1 << 16)
 
-/* Makes room for a match of n blocks to record its keyed hashes; on ENOMEM records fewer. */
-static void memo_reset(sb_prefix_index *ix, size_t n)
+/* Makes room for a match of n blocks to record its keyed hashes, keeping what is recorded;
+ * on ENOMEM records fewer. */
+static void memo_reserve(sb_prefix_index *ix, size_t n)
 {
-    ix->memo_n = 0;
     if (n > MEMO_MAX)
         n = MEMO_MAX;
     if (n <= ix->memo_cap)
@@ -369,7 +380,7 @@ size_t sb_prefix_index_match(sb_prefix_index *ix, const uint64_t *hashes, size_t
     size_t best = 0;
     /* stamp[e] == gen means e held every block so far; match[e] counts them. */
     uint64_t kh[AHEAD];
-    memo_reset(ix, n);
+    memo_reserve(ix, n);
     for (size_t i = 0; i < n; i++) {
         if (i % AHEAD == 0)
             look_ahead(ix, hashes, i, 1, n - i < AHEAD ? n - i : AHEAD, kh, true);
@@ -485,3 +496,8 @@ size_t sb_prefix_index_bytes(const sb_prefix_index *ix)
 uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix) { return ix->evictions; }
 
 sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix) { return ix->tab.probes; }
+
+uint64_t sb_prefix_index_hashes(const sb_prefix_index *ix)
+{
+    return ix->hashes;
+}

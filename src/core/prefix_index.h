@@ -100,5 +100,9 @@ uint64_t sb_prefix_index_evictions(const sb_prefix_index *ix);
 /* Table searches made by inserts, lookups, settles and removals so far, and their probe
  * lengths (the only figures that depend on the secret). */
 sb_table_probes sb_prefix_index_probes(const sb_prefix_index *ix);
+/* Keyed hashes of block hashes computed so far. Matches remember them by block position and
+ * reuse them while the same block hash comes back at the same position (a shared prefix), and
+ * an insert after a match reuses that match's: a repeated prompt costs none. */
+uint64_t sb_prefix_index_hashes(const sb_prefix_index *ix);
 
 #endif

@@ -50,7 +50,7 @@ static void drop_conn(sb_http_get *g, bool reusable)
     if (!uc)
         return;
     g->uc = NULL;
-    uv_timer_stop(&uc->timer);
+    sb_upstream_deadline(uc, 0, NULL);
     uc->timer.data = uc;
     uc->owner = NULL;
     uc->on_read = NULL;
@@ -114,9 +114,8 @@ static void on_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         finish(g, g->too_big ? UV_E2BIG : UV_EPROTO);
 }
 
-static void on_timeout(uv_timer_t *t)
+static void on_timeout(sb_upstream_conn *uc)
 {
-    sb_upstream_conn *uc = t->data;
     finish(uc->owner, UV_ETIMEDOUT);
 }
 
@@ -159,7 +158,9 @@ static void send_get(sb_http_get *g)
         uint64_t spent_ms = (uv_hrtime() - g->started_ns) / 1000000;
         wait_ms = spent_ms < g->timeout_ms ? g->timeout_ms - spent_ms : 1;
     }
-    uv_timer_start(&uc->timer, on_timeout, wait_ms, 0);
+    /* The connection's deadline, not its timer directly: the pool keeps its idle deadline
+     * lazily on the same timer (sb_upstream_deadline). */
+    sb_upstream_deadline(uc, wait_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)wait_ms, on_timeout);
     uc->on_read = on_read;
 }
 

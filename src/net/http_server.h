@@ -223,6 +223,8 @@ typedef struct sb_http_server_stats {
     uint64_t h2_streams;           /* HTTP/2 requests handed on (to the head hook or the handler) */
     uint64_t h2_refused_streams;   /* streams the server reset with an error (REFUSED_STREAM past the
                                     * limit, INTERNAL_ERROR for an aborted answer, ...) */
+    uint64_t timer_starts;         /* connection timers (re)started: a deadline came nearer than
+                                    * the running timer, or one fired early (hs_arm_timer) */
 } sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).

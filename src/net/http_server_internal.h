@@ -61,6 +61,9 @@ typedef struct hdr_off {
 typedef struct conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
+    /* The deadline hs_arm_timer set (loop ms; 0: none), and when the timer is due to fire
+     * (0: not started). The timer is moved only for an earlier deadline (see hs_arm_timer). */
+    uint64_t timer_due, timer_fires;
     sb_http_server *srv;
     struct conn *prev, *next;
     http_parser parser;
@@ -160,6 +163,7 @@ struct sb_http_server {
     struct nghttp2_session_callbacks *h2_cbs;
     struct nghttp2_option *h2_opts;
     uint64_t h2_connections, h2_streams, h2_refused_streams;
+    uint64_t timer_starts; /* sb_http_server_stats.timer_starts */
 };
 
 typedef struct wreq {
@@ -174,8 +178,10 @@ typedef struct wreq {
 /* Closes now: aborts a request in flight (on_abort), gives its body budget back, frees the
  * struct once both handles are closed. Idempotent. */
 void hs_conn_close(conn *c);
-/* Starts (ms > 0) or stops (0) the connection's one timer; what it does when it fires
- * depends on the state (on_timeout). */
+/* Sets (ms > 0, from the loop's time) or clears (0) the connection's one deadline; what
+ * happens when it passes depends on the state (on_timeout). Lazily: the libuv timer is
+ * restarted only when the deadline is earlier than it is due to fire; a later deadline or a
+ * cleared one leaves it running, and when it fires early it re-arms for what is left. */
 void hs_arm_timer(conn *c, uint32_t ms);
 /* Clears the per-request fields before the next request on the connection. */
 void hs_reset_request(conn *c);

@@ -146,7 +146,7 @@ static void attempt(exchange *x);
 static void close_header_line(exchange *x);
 static void to_client(void *ud, const char *at, size_t len);
 static void upstream_read_start(exchange *x);
-static void on_response_timeout(uv_timer_t *t);
+static void on_response_timeout(sb_upstream_conn *uc);
 
 static sb_ns now_ns(void) { return uv_hrtime(); }
 
@@ -243,7 +243,7 @@ static void drop_upstream(exchange *x, bool reusable)
         return;
     sb_upstream_conn *uc = x->uc;
     x->uc = NULL;
-    uv_timer_stop(&uc->timer);
+    sb_upstream_deadline(uc, 0, NULL);
     uc->on_read = NULL;
     uc->owner = NULL;
     if (reusable)
@@ -575,7 +575,7 @@ static void on_client_drain(sb_http_req *req)
     if (x->paused && x->uc) {
         x->paused = false;
         uint32_t rto = x->snap->cfg->response_ms;
-        uv_timer_start(&x->uc->timer, on_response_timeout, rto, rto);
+        sb_upstream_deadline(x->uc, rto, on_response_timeout);
         upstream_read_start(x);
     }
 }
@@ -769,9 +769,9 @@ static void finish_complete(exchange *x)
     exchange_maybe_free(x);
 }
 
-static void on_response_timeout(uv_timer_t *t)
+static void on_response_timeout(sb_upstream_conn *uc)
 {
-    exchange *x = ((sb_upstream_conn *)t->data)->owner;
+    exchange *x = uc->owner;
     if (x->started)
         fail_midstream(x, "upstream response timed out", "upstream_timeout");
     else
@@ -809,7 +809,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         x->t_first_byte = now_ns();
         sb_router_first_byte(x->env->router, x->t.pool, x->ep, &x->ticket, x->t_first_byte);
     }
-    uv_timer_again(&uc->timer);
+    sb_upstream_deadline(uc, x->snap->cfg->response_ms, on_response_timeout); /* pushed back */
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
     if (x->retry_status) {
         retry_status(x);
@@ -837,7 +837,7 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         /* The client, not the endpoint, is slow: no response timeout while we wait for it
          * (the client's own write stall is bounded by the server's idle timeout). */
         sb_upstream_pause(uc);
-        uv_timer_stop(&uc->timer);
+        sb_upstream_deadline(uc, 0, NULL);
     }
 }
 
@@ -1026,7 +1026,7 @@ static void send_request(exchange *x)
         x->pending_writes++;
     }
     uint32_t rto = x->snap->cfg->response_ms;
-    uv_timer_start(&uc->timer, on_response_timeout, rto, rto);
+    sb_upstream_deadline(uc, rto, on_response_timeout);
     upstream_read_start(x);
 }
 

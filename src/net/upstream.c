@@ -98,7 +98,7 @@ void sb_upstream_close(sb_upstream_conn *uc)
 }
 
 static void on_connect(uv_connect_t *req, int status);
-static void on_connect_timeout(uv_timer_t *t);
+static void on_connect_timeout(sb_upstream_conn *uc);
 static void start_resolve(sb_upstream *u);
 
 /* The retry timer's and the resolver's references (n_open) end here. */
@@ -274,9 +274,45 @@ const char *sb_upstream_address(const sb_upstream *u) { return u->address; }
 size_t sb_upstream_idle_count(const sb_upstream *u) { return u->n_idle; }
 uint64_t sb_upstream_connects(const sb_upstream *u) { return u->connects; }
 
-static void on_connect_timeout(uv_timer_t *t)
+static void on_deadline(uv_timer_t *t)
 {
     sb_upstream_conn *uc = t->data;
+    uc->deadline_fires = 0;
+    if (!uc->deadline_due)
+        return; /* cleared since the timer started */
+    uint64_t now = uv_now(t->loop);
+    if (now < uc->deadline_due) {
+        /* Pushed back since the timer started: wait for what is left. */
+        uc->deadline_fires = uc->deadline_due;
+        uv_timer_start(t, on_deadline, uc->deadline_due - now, 0);
+        return;
+    }
+    uc->deadline_due = 0;
+    uc->deadline_cb(uc);
+}
+
+/* A proxied request set or cleared this deadline five times (idle cleared at acquire,
+ * response timeout set at send and pushed back at each read, cleared at the end, idle set at
+ * release), each a timer heap removal and insertion: ~380 instructions of a request
+ * (callgrind, bench/proxy_overhead.sh's setup). Loop times, as uv_timer_start's, so a
+ * deadline passes exactly when a timer started for it would have fired. */
+void sb_upstream_deadline(sb_upstream_conn *uc, uint32_t ms, void (*cb)(sb_upstream_conn *uc))
+{
+    if (!ms) {
+        uc->deadline_due = 0;
+        return;
+    }
+    uint64_t due = uv_now(uc->timer.loop) + ms;
+    uc->deadline_due = due;
+    uc->deadline_cb = cb;
+    if (uc->deadline_fires && uc->deadline_fires <= due)
+        return;
+    uc->deadline_fires = due;
+    uv_timer_start(&uc->timer, on_deadline, ms, 0);
+}
+
+static void on_connect_timeout(sb_upstream_conn *uc)
+{
     void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
     void *arg = uc->connect_arg;
     sb_upstream_close(uc);
@@ -313,7 +349,7 @@ static void on_connect(uv_connect_t *req, int status)
         start_tls(uc);
         return;
     }
-    uv_timer_stop(&uc->timer);
+    sb_upstream_deadline(uc, 0, NULL);
     void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
     void *arg = uc->connect_arg;
     uc->connect_cb = NULL;
@@ -338,7 +374,7 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
     if (u->idle) {
         sb_upstream_conn *uc = u->idle;
         unlink_idle(uc);
-        uv_timer_stop(&uc->timer);
+        sb_upstream_deadline(uc, 0, NULL);
         uc->on_read = NULL;
         uc->state = UC_OWNED;
         uc->reused = true;
@@ -380,7 +416,7 @@ int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void
         sb_upstream_close(uc);
         return rc;
     }
-    uv_timer_start(&uc->timer, on_connect_timeout, u->opts.connect_ms, 0);
+    sb_upstream_deadline(uc, u->opts.connect_ms, on_connect_timeout);
     *out = uc;
     return 0;
 }
@@ -423,7 +459,7 @@ static void tls_established(sb_upstream_conn *uc)
     void (*cb)(sb_upstream_conn *, int, void *) = uc->connect_cb;
     void *arg = uc->connect_arg;
     uc->connect_cb = NULL;
-    uv_timer_stop(&uc->timer);
+    sb_upstream_deadline(uc, 0, NULL);
     uc->state = UC_OWNED;
     cb(uc, 0, arg);
 }
@@ -501,7 +537,10 @@ int sb_upstream_resume(sb_upstream_conn *uc)
     return rc == UV_EALREADY ? 0 : rc;
 }
 
-static void idle_timeout(uv_timer_t *t) { sb_upstream_close(t->data); }
+static void idle_timeout(sb_upstream_conn *uc)
+{
+    sb_upstream_close(uc);
+}
 
 static int sb_upstream_resume_idle(sb_upstream_conn *uc)
 {
@@ -532,7 +571,7 @@ void sb_upstream_release(sb_upstream_conn *uc)
         u->idle->prev_idle = uc;
     u->idle = uc;
     u->n_idle++;
-    uv_timer_start(&uc->timer, idle_timeout, u->opts.idle_ms, 0);
+    sb_upstream_deadline(uc, u->opts.idle_ms, idle_timeout);
     /* Still reading (paused owners are resumed here), so a server closing it is seen. */
     if (sb_upstream_resume_idle(uc) < 0)
         sb_upstream_close(uc);

@@ -51,7 +51,7 @@ typedef struct sb_upstream_opts {
 struct sb_upstream_conn {
     /* public, read-only */
     uv_tcp_t tcp;          /* the stream; tcp.data belongs to the current owner */
-    uv_timer_t timer;      /* for the owner's use while acquired (response timeouts) */
+    uv_timer_t timer;      /* the deadline's (sb_upstream_deadline); not for direct use */
     sb_upstream *up;
     bool reused;           /* it served a request before (may have been closed by the peer) */
     uint64_t requests;     /* requests sent on it so far, including the current one */
@@ -69,7 +69,18 @@ struct sb_upstream_conn {
     int handles_open;
     sb_tls tls;          /* tls.ssl NULL: plain */
     bool tls_early_data; /* application data arrived inside the handshake (refused) */
+    uint64_t deadline_due, deadline_fires; /* loop ms; 0: none / timer not started */
+    void (*deadline_cb)(sb_upstream_conn *uc);
 };
+
+/* The connection's one deadline: the connect (and handshake) timeout while connecting, the idle
+ * timeout while pooled, the owner's response timeout while acquired. Sets it ms from now (the
+ * loop's time) with the function called when it passes, or clears it (ms 0). Replaces any
+ * deadline set before. Lazy, as the HTTP server's (net/http_server.c hs_arm_timer): the timer
+ * is restarted only for a deadline earlier than it is due to fire, so pushing a response
+ * timeout back on every read, clearing it at the answer's end and setting the idle timeout
+ * costs no timer heap operation most of the time. */
+void sb_upstream_deadline(sb_upstream_conn *uc, uint32_t ms, void (*cb)(sb_upstream_conn *uc));
 
 /* Creates the pool. An IPv4/IPv6 literal is its address at once; a name is resolved
  * asynchronously (uv_getaddrinfo, never blocking the loop): connections asked for meanwhile wait

@@ -449,6 +449,47 @@ static void test_match_memo_checks_blocks(void **state)
     sb_prefix_index_free(ix);
 }
 
+/* The memo of keyed hashes outlives a match: a prompt whose leading blocks the previous match
+ * saw at the same positions is not hashed again (a repeated prompt: not at all), and a
+ * position that saw another block is hashed and answers for the new block. */
+static void test_memo_across_matches(void **state)
+{
+    (void)state;
+    sb_prefix_index *ix = sb_prefix_index_new(2, 1000, 100, 0x5ec7e7);
+    uint64_t a[64], b[64];
+    chain(5, 64, a);
+    memcpy(b, a, sizeof(a));
+    for (size_t i = 10; i < 64; i++)
+        b[i] ^= 1; /* b shares a's first 10 blocks */
+    uint32_t m[2];
+    assert_int_equal(sb_prefix_index_match(ix, a, 64, m), 0);
+    sb_prefix_index_insert(ix, 0, a, 64);
+    assert_int_equal(sb_prefix_index_match(ix, a, 64, m), 64);
+    uint64_t h = sb_prefix_index_hashes(ix);
+    assert_true(h >= 64);
+    /* The same prompt again, match then insert: every keyed hash is remembered. */
+    assert_int_equal(sb_prefix_index_match(ix, a, 64, m), 64);
+    sb_prefix_index_insert(ix, 0, a, 64);
+    assert_int_equal(sb_prefix_index_match(ix, a, 64, m), 64);
+    assert_int_equal(sb_prefix_index_hashes(ix), h);
+    /* b: its shared head is remembered; the walk stops at block 10, having looked ahead to 15. */
+    assert_int_equal(sb_prefix_index_match(ix, b, 64, m), 10);
+    assert_int_equal(m[0], 10);
+    assert_int_equal(m[1], 0);
+    assert_int_equal(sb_prefix_index_hashes(ix), h + 6);
+    sb_prefix_index_insert(ix, 1, b, 64);
+    assert_int_equal(sb_prefix_index_match(ix, b, 64, m), 64);
+    assert_int_equal(m[0], 10);
+    assert_int_equal(m[1], 64);
+    /* a again: positions 10.. now remember b's blocks, so they miss, and answer for a's. */
+    h = sb_prefix_index_hashes(ix);
+    assert_int_equal(sb_prefix_index_match(ix, a, 64, m), 64);
+    assert_int_equal(m[0], 64);
+    assert_int_equal(m[1], 10);
+    assert_int_equal(sb_prefix_index_hashes(ix), h + 54);
+    sb_prefix_index_free(ix);
+}
+
 /* Inserts keys one per prompt on endpoint 0, then looks each up: the probe figures. */
 static sb_table_probes probe_cost(uint64_t secret, const uint64_t *keys, size_t n)
 {
@@ -532,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_randomized_against_model), cmocka_unit_test(test_alloc_failure_degrades),
         cmocka_unit_test(test_pending_until_settled),    cmocka_unit_test(test_secret_changes_placement_only),
         cmocka_unit_test(test_match_memo_checks_blocks), cmocka_unit_test(test_crafted_collisions_probe_short),
+        cmocka_unit_test(test_memo_across_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -285,6 +285,28 @@ static void test_connection_reuse(void **state)
     fx_stop(f);
 }
 
+static bool pool_empty(void *arg)
+{
+    return sb_upstream_idle_count(arg) == 0;
+}
+
+/* The pool's idle deadline and a GET's answer deadline share the connection's timer
+ * (sb_upstream_deadline, lazy): a connection reused by a GET and released again is still
+ * closed by the pool's idle_ms (the loop's own timer, not the test waiting). */
+static void test_idle_deadline_after_reuse(void **state)
+{
+    fx *f = fx_start("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 4);
+    sb_upstream_free(f->up);
+    sb_upstream_opts o = {.connect_ms = 1000, .idle_ms = 30, .max_idle = 4};
+    assert_int_equal(sb_upstream_new(&f->loop, "127.0.0.1", f->srv.port, &o, &f->up), 0);
+    run_get(f, "/health", NULL, 1000, 1024);
+    run_get(f, "/health", NULL, 1000, 1024);
+    assert_int_equal(sb_upstream_connects(f->up), 1);
+    assert_int_equal(sb_upstream_idle_count(f->up), 1);
+    netfx_run_until(&f->loop, pool_empty, f->up, "the idle connection closed");
+    fx_stop(f);
+}
+
 static void test_no_reuse_without_pool(void **state)
 {
     fx *f = fx_start("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 0);
@@ -426,13 +448,21 @@ int main(void)
 {
     /* clang-format off: one test a line */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get_with_headers),   cmocka_unit_test(test_status_passed_through),
-        cmocka_unit_test(test_chunked_answer),     cmocka_unit_test(test_interim_answer_skipped),
-        cmocka_unit_test(test_body_over_max),      cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_truncated_answer),   cmocka_unit_test(test_close_delimited_answer),
-        cmocka_unit_test(test_connection_reuse),   cmocka_unit_test(test_no_reuse_without_pool),
-        cmocka_unit_test(test_connection_refused), cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_post_tokenize),      cmocka_unit_test(test_post_large_body),
+        cmocka_unit_test(test_get_with_headers),
+        cmocka_unit_test(test_status_passed_through),
+        cmocka_unit_test(test_chunked_answer),
+        cmocka_unit_test(test_interim_answer_skipped),
+        cmocka_unit_test(test_body_over_max),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_truncated_answer),
+        cmocka_unit_test(test_close_delimited_answer),
+        cmocka_unit_test(test_connection_reuse),
+        cmocka_unit_test(test_idle_deadline_after_reuse),
+        cmocka_unit_test(test_no_reuse_without_pool),
+        cmocka_unit_test(test_connection_refused),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_post_tokenize),
+        cmocka_unit_test(test_post_large_body),
         cmocka_unit_test(test_post_deadline),
     };
     /* clang-format on */

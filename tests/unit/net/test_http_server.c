@@ -498,6 +498,29 @@ static void test_idle_timeout(void **state)
     fx_stop(f);
 }
 
+/* Keep-alive requests push the connection's deadline back without restarting its timer (a
+ * timer heap removal and insertion each): 40 requests answered one after another restart it
+ * at most a few times, not once or more per request. The deadlines themselves are pinned by
+ * test_idle_timeout and the header timeout tests. */
+static size_t want_answers;
+static bool has_answers(void *arg)
+{
+    return netfx_count(arg, "HTTP/1.1 200") >= want_answers;
+}
+
+static void test_keep_alive_leaves_timer_running(void **state)
+{
+    fx *f = fx_start(NULL);
+    uint64_t before = stats(f).timer_starts;
+    for (want_answers = 1; want_answers <= 40; want_answers++) {
+        netfx_sends(&f->cl, "GET /path/k HTTP/1.1\r\nHost: x\r\n\r\n");
+        netfx_run_until(&f->loop, has_answers, &f->cl, "an answer");
+    }
+    assert_int_equal(netfx_count(&f->cl, "HTTP/1.1 200"), 40);
+    assert_true(stats(f).timer_starts - before <= 4);
+    fx_stop(f);
+}
+
 static void test_set_opts_next_request(void **state)
 {
     fx *f = fx_start(NULL);
@@ -896,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_stream_length_framed),
         cmocka_unit_test(test_stream_backpressure_drain),
         cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_keep_alive_leaves_timer_running),
         cmocka_unit_test(test_set_opts_next_request),
         cmocka_unit_test(test_write_from_timer_is_not_held_by_the_poll),
     };
