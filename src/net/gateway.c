@@ -154,7 +154,10 @@ static void on_log_flush(uv_prepare_t *h)
     }
 }
 
-static void on_log_flusher_closed(uv_handle_t *h) { sb_free(h->data); }
+static void on_log_flusher_closed(uv_handle_t *h)
+{
+    sb_free(h->data);
+}
 
 /* Started last in a build (it cannot fail then: without memory, lines flush per line). */
 static void start_log_flusher(sb_gateway *gw)
@@ -227,8 +230,8 @@ static SSL_CTX *listener_tls(const sb_config *cfg, bool *failed)
 {
     static const sb_tls_alpn alpn = {SB_TLS_ALPN_HTTP1, sizeof SB_TLS_ALPN_HTTP1 - 1, false};
     /* h2 first: a client offering both gets HTTP/2 (http2.enabled). */
-    static const sb_tls_alpn alpn_h2 = {SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1,
-                                        sizeof SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1 - 1, false};
+    static const sb_tls_alpn alpn_h2 = {SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1, sizeof SB_TLS_ALPN_H2 SB_TLS_ALPN_HTTP1 - 1,
+                                        false};
     *failed = false;
     if (!cfg->tls_cert || !cfg->listen_host)
         return NULL;

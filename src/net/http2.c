@@ -78,12 +78,12 @@ typedef struct h2_stream {
     bool aborting;    /* reset once `out` has left */
     bool wants_drain;
     bool drain_due;
-    bool discard; /* answered before the body came: what still comes is dropped */
-    bool at_head; /* the head hook runs */
-    bool doomed;  /* nghttp2 resets it (an invalid frame on it): never handed to the handler */
-    bool refused; /* over the connection's head budget: reset REFUSED_STREAM at the head's end */
+    bool discard;  /* answered before the body came: what still comes is dropped */
+    bool at_head;  /* the head hook runs */
+    bool doomed;   /* nghttp2 resets it (an invalid frame on it): never handed to the handler */
+    bool refused;  /* over the connection's head budget: reset REFUSED_STREAM at the head's end */
     bool bodiless; /* a streamed answer without a body (HEAD): writes are dropped */
-    int error;    /* a status to answer instead of handing on (431, 400, ...), 0: none */
+    int error;     /* a status to answer instead of handing on (431, 400, ...), 0: none */
     uint64_t begin_ms;
     sb_buf head; /* header names and values; offs indexes it */
     sb_buf offs; /* hdr_off[] */
@@ -103,8 +103,8 @@ typedef struct h2_conn {
     h2_stream *streams;
     h2_stream *ready, **ready_tail;
     size_t n_streams;
-    bool goaway;    /* drain: GOAWAY sent; the connection closes when no stream is left */
-    bool drain_due; /* some stream's on_drain is due */
+    bool goaway;       /* drain: GOAWAY sent; the connection closes when no stream is left */
+    bool drain_due;    /* some stream's on_drain is due */
     bool read_paused;  /* reading stopped: the client does not read what is queued for it */
     bool calm;         /* past a flood limit: GOAWAY ENHANCE_YOUR_CALM is due, nothing more is served */
     size_t head_bytes; /* decoded heads held by the streams (h2_max_connection_header_bytes) */

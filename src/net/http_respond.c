@@ -290,7 +290,10 @@ static size_t put_bounded(char *out, const char *s, size_t max)
     return n;
 }
 
-static size_t put(char *out, const char *s) { return put_bounded(out, s, 64); }
+static size_t put(char *out, const char *s)
+{
+    return put_bounded(out, s, 64);
+}
 
 static conn *req_conn(sb_http_req *req) { return (conn *)((char *)req - offsetof(conn, req)); }
 

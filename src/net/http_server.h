@@ -190,11 +190,11 @@ typedef struct sb_http_server_opts {
      * A server started plain stays plain, and one with TLS keeps TLS. */
     struct ssl_ctx_st *tls_ctx;
     /* HTTP/2 (copied as is by set_opts, unlike the zero-means-keep fields above). */
-    bool h2_off;                    /* no h2c preface detection (TLS ALPN is the context's) */
+    bool h2_off; /* no h2c preface detection (TLS ALPN is the context's) */
     /* The numbers below: zero takes the default (start) or keeps the value (set_opts); a
      * change reaches connections opened afterwards. */
-    uint32_t h2_max_streams;        /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
-    uint32_t h2_window_bytes;       /* SETTINGS_INITIAL_WINDOW_SIZE (upload per stream); default 256 KiB */
+    uint32_t h2_max_streams;         /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
+    uint32_t h2_window_bytes;        /* SETTINGS_INITIAL_WINDOW_SIZE (upload per stream); default 256 KiB */
     size_t h2_max_header_list_bytes; /* one stream's head (RFC 9113 6.5.2 accounting); default max_header_bytes */
     /* The decoded heads one connection's streams hold at once (HPACK lets a few bytes on the wire
      * stand for a large head): a new stream past it is refused (REFUSED_STREAM). Heads are also

@@ -45,12 +45,12 @@
 #define REFUSE_LINGER_BYTES (64 * 1024)
 
 enum conn_state {
-    CONN_IDLE = 0,     /* between requests (keep-alive) */
-    CONN_READING,      /* a request's head or body is arriving */
-    CONN_HANDLING,     /* the handler owns the request, response not started */
-    CONN_STREAMING,    /* response started, not finished */
-    CONN_LINGERING,    /* answered and closing: draining the answer, then reading and discarding */
-    CONN_H2,           /* an HTTP/2 connection: its streams carry the requests (net/http2.c) */
+    CONN_IDLE = 0,  /* between requests (keep-alive) */
+    CONN_READING,   /* a request's head or body is arriving */
+    CONN_HANDLING,  /* the handler owns the request, response not started */
+    CONN_STREAMING, /* response started, not finished */
+    CONN_LINGERING, /* answered and closing: draining the answer, then reading and discarding */
+    CONN_H2,        /* an HTTP/2 connection: its streams carry the requests (net/http2.c) */
     CONN_CLOSING,
 };
 
@@ -113,8 +113,8 @@ typedef struct conn {
     /* HTTP/2: NULL for HTTP/1.1. Chosen once, by the connection's first bytes (the client
      * preface, while preface_seen of them matched) or by ALPN. */
     struct h2_conn *h2;
-    bool sniffed;           /* the protocol is decided */
-    uint8_t preface_seen;   /* bytes of a possible preface held in preface_buf */
+    bool sniffed;         /* the protocol is decided */
+    uint8_t preface_seen; /* bytes of a possible preface held in preface_buf */
     char preface_buf[24];
 } conn;
 

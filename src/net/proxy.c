@@ -81,7 +81,7 @@ typedef struct exchange {
     sb_upstream_conn *uc;
     sb_upstream_conn *connecting; /* a connect in progress (owned by the pool until it ends) */
     http_parser parser;
-    sb_buf head;               /* request head sent upstream */
+    sb_buf head; /* request head sent upstream */
     size_t served_quoted_len;
     int pending_writes;
     /* response */
@@ -125,7 +125,7 @@ typedef struct exchange {
      * or its NUL set before it is read. */
     char last_msg[200];
     char served_quoted[SB_MODEL_NAME_MAX * 6 + 16];
-    char tail[2048];           /* last bytes of the response body: usage comes last */
+    char tail[2048]; /* last bytes of the response body: usage comes last */
 } exchange;
 
 /* Zeroes the exchange up to its buffers: calloc cleared all 5 KiB of it, a sixth of the

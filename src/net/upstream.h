@@ -115,10 +115,10 @@ int sb_upstream_write(sb_upstream_conn *uc, uv_write_t *req, const uv_buf_t *buf
 /* Writes what the socket takes now, in one writev, without a request or a callback: the
  * number of bytes written, 0 over TLS, when the socket is full, earlier writes are still
  * queued, or on an error (left to sb_upstream_write, which the caller uses for the rest, if
- * any, and which reports it through its callback, from the loop, as before). Why: a uv_write that completes costs the loop an epoll_ctl
- * when its queue drains (libuv stops the POLLOUT watch it never started), a request
- * allocation and a callback in the next iteration; a request of a few KiB almost always fits
- * the socket buffer at once (docs/benchmarks.md, proxy overhead). */
+ * any, and which reports it through its callback, from the loop, as before). Why: a uv_write that completes costs the
+ * loop an epoll_ctl when its queue drains (libuv stops the POLLOUT watch it never started), a request allocation and a
+ * callback in the next iteration; a request of a few KiB almost always fits the socket buffer at once
+ * (docs/benchmarks.md, proxy overhead). */
 int sb_upstream_try_write(sb_upstream_conn *uc, const uv_buf_t *bufs, unsigned n);
 
 /* Flow control for an owner whose consumer is slower than the server: stop and resume

@@ -200,10 +200,10 @@ typedef struct sb_config {
     /* observability */
     char *access_log;             /* path, "-" for stdout, NULL for none (default) */
     /* `http2:` on the client listener (net/http2.c): h2c by prior knowledge and h2 by ALPN. */
-    bool http2_enabled;                 /* default true */
-    uint32_t http2_max_streams;         /* max_concurrent_streams; default 100 */
-    size_t http2_window_bytes;          /* initial_window_size; default 256 KiB */
-    size_t http2_max_header_list_bytes; /* default limits.max_header_bytes */
+    bool http2_enabled;                       /* default true */
+    uint32_t http2_max_streams;               /* max_concurrent_streams; default 100 */
+    size_t http2_window_bytes;                /* initial_window_size; default 256 KiB */
+    size_t http2_max_header_list_bytes;       /* default limits.max_header_bytes */
     size_t http2_max_connection_header_bytes; /* heads held per connection; 0: 4 x max_header_list_bytes */
     size_t http2_connection_window_bytes;     /* connection_window_size; 0: 4 x initial_window_size */
     size_t http2_stream_buffer_bytes;         /* a stream's answer held for a slow client; 0: 64 KiB */

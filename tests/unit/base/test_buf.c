@@ -4,8 +4,9 @@
 
 #include "base/buf.h"
 
-static const uint64_t values[] = {0, 1, 9, 10, 99, 100, 4010, 65535, 1000000007ULL, 0xffffffffULL,
-                                  12345678901234567890ULL, UINT64_MAX - 1, UINT64_MAX};
+static const uint64_t values[] = {
+    0,         1, 9, 10, 99, 100, 4010, 65535, 1000000007ULL, 0xffffffffULL, 12345678901234567890ULL, UINT64_MAX - 1,
+    UINT64_MAX};
 
 static void test_decimal_as_printf(void **state)
 {
