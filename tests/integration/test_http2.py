@@ -97,6 +97,21 @@ class H2:
                     pass
             return ftype, flags, sid, payload
 
+    def read_stream(self, test, sid, no_goaway=False):
+        """The DATA of stream sid up to its END_STREAM (other streams' frames are dropped); the
+        test fails if the connection closes, the stream is reset, or (no_goaway) a GOAWAY comes."""
+        data = b""
+        while True:
+            f = self.next_frame()
+            test.assertIsNotNone(f, "the connection closed")
+            test.assertFalse(no_goaway and f[0] == GOAWAY, "GOAWAY")
+            if f[2] == sid and f[0] == DATA:
+                data += f[3]
+            if f[2] == sid and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
+                return data
+            if f[2] == sid and f[0] == RST_STREAM:
+                test.fail("stream %d reset" % sid)
+
     def close(self):
         self.s.close()
 
@@ -293,17 +308,7 @@ class Http2Test(unittest.TestCase):
     def exchange(self, c, sid, *args, **kw):
         """Sends one request on stream sid; returns its DATA (other streams' frames are dropped)."""
         c.send(c.request_frames(sid, *args, port=self.gw.port, **kw))
-        data = b""
-        while True:
-            f = c.next_frame()
-            self.assertIsNotNone(f, "the connection closed")
-            self.assertNotEqual(f[0], GOAWAY, "GOAWAY")
-            if f[2] == sid and f[0] == DATA:
-                data += f[3]
-            if f[2] == sid and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
-                return data
-            if f[2] == sid and f[0] == RST_STREAM:
-                self.fail("stream %d reset" % sid)
+        return c.read_stream(self, sid, no_goaway=True)
 
     def test_body_over_max_body_bytes_is_413_on_its_stream_only(self):
         # max_body_bytes is 4096. Declared (content-length, refused from the head) and undeclared
@@ -475,24 +480,10 @@ class Http2DrainTest(unittest.TestCase):
         try:
             c.send(c.request_frames(1, "POST", "/v1/chat/completions", end=False, port=gw.port,
                                     headers=[("content-length", "10")]))
-            data = b""
-            while True:
-                f = c.next_frame()
-                self.assertIsNotNone(f, "closed")
-                if f[2] == 1 and f[0] == DATA:
-                    data += f[3]
-                if f[2] == 1 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
-                    break
+            data = c.read_stream(self, 1)
             self.assertEqual(json.loads(data)["error"]["code"], "request_timeout")
             c.send(c.request_frames(3, "GET", "/v1/models", port=gw.port))
-            data = b""
-            while True:
-                f = c.next_frame()
-                self.assertIsNotNone(f, "closed")
-                if f[2] == 3 and f[0] == DATA:
-                    data += f[3]
-                if f[2] == 3 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
-                    break
+            data = c.read_stream(self, 3)
             self.assertEqual(json.loads(data)["data"][0]["id"], "m1")
             self.assertEqual(len(up.requests), 0)
         finally:
@@ -540,14 +531,7 @@ class Http2HeadHookTest(unittest.TestCase):
             self.assertEqual(reset, 0)
             c.send(c.request_frames(3, "POST", "/v1/chat/completions", chat_body(), port=gw.port,
                                     headers=[("authorization", "Bearer " + key)]))
-            data = b""
-            while True:
-                f = c.next_frame()
-                self.assertIsNotNone(f, "closed")
-                if f[2] == 3 and f[0] == DATA:
-                    data += f[3]
-                if f[2] == 3 and f[0] in (DATA, HEADERS) and f[1] & END_STREAM:
-                    break
+            data = c.read_stream(self, 3)
             self.assertEqual(json.loads(data)["model"], "m1")
             self.assertEqual(len(up.requests), 1)
         finally:
