@@ -49,6 +49,7 @@
 #define sb_prefix_index_expire unkeyed_index_expire
 #define sb_prefix_index_expired unkeyed_index_expired
 #define sb_prefix_index_remap unkeyed_index_remap
+#define sb_prefix_index_hashes unkeyed_index_hashes
 #include "core/prefix_index.c"
 #undef sb_hash_u64
 #undef sb_prefix_index
@@ -72,6 +73,7 @@
 #undef sb_prefix_index_expired
 #undef sb_prefix_index_probes
 #undef sb_prefix_index_remap
+#undef sb_prefix_index_hashes
 #undef SB_PREFIX_INDEX_AHEAD
 /* (b), (c): the real one, from libsb. */
 #undef SB_CORE_PREFIX_INDEX_H
