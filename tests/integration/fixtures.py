@@ -336,6 +336,14 @@ def http(port, method, path, body=None, headers=None, timeout=10):
         s.close()
 
 
+def scrape_metric(port, name):
+    """The first sample of a metric family from the admin listener at port (any labels), as an
+    int; None when absent."""
+    st, _, body = http(port, "GET", "/metrics")
+    m = re.search(r"^%s(?:\{[^}]*\})? (\d+)$" % re.escape(name), body.decode(), re.M)
+    return int(m.group(1)) if m else None
+
+
 def send_request(s, method, path, body=None, headers=None, version="1.1"):
     if isinstance(body, (dict, list)):
         body = json.dumps(body).encode()

@@ -9,7 +9,6 @@ Wire-level cases speak raw frames (the H2 class below: literal HPACK headers out
 nothing decoded beyond frame headers and DATA payloads)."""
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -18,7 +17,7 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import Gateway, Upstream, chat_body as chat_dict, http, wait_until
+from fixtures import Gateway, Upstream, chat_body as chat_dict, http, scrape_metric, wait_until
 from test_sim import MODEL, Sim, chat, metric as sim_metric, metrics as sim_metrics
 from test_tls import make_cert
 
@@ -125,12 +124,6 @@ def curl(*args, timeout=30):
     return r.returncode, r.stdout, r.stderr.decode("latin-1")
 
 
-def gw_metric(port, name):
-    st, _, body = http(port, "GET", "/metrics")
-    m = re.search(r"^%s(?:\{[^}]*\})? (\d+)$" % re.escape(name), body.decode(), re.M)
-    return int(m.group(1)) if m else None
-
-
 class Http2SimTest(unittest.TestCase):
     """Chat completions through a simulated fleet, with curl and raw frames."""
 
@@ -203,7 +196,7 @@ class Http2SimTest(unittest.TestCase):
             c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
             wait_until(lambda: sim_metric(sim_metrics(self.sim.port), "vllm:num_requests_running") == 0, 10,
                        "the engine to drop the cancelled request")
-            wait_until(lambda: gw_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
+            wait_until(lambda: scrape_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
                        "the gateway to let go of the request")
             # The connection still serves: another stream on it is answered.
             c.send(c.request_frames(3, "GET", "/v1/models", port=self.gw.port))
@@ -236,8 +229,8 @@ class Http2Test(unittest.TestCase):
         cls.up.close()
 
     def test_many_streams_on_one_connection(self):
-        before = gw_metric(self.gw.admin_port, "switchboard_http2_connections_total")
-        streams = gw_metric(self.gw.admin_port, "switchboard_http2_streams_total")
+        before = scrape_metric(self.gw.admin_port, "switchboard_http2_connections_total")
+        streams = scrape_metric(self.gw.admin_port, "switchboard_http2_streams_total")
         with tempfile.NamedTemporaryFile("wb", suffix=".json") as f:
             f.write(chat_body())
             f.flush()
@@ -247,8 +240,8 @@ class Http2Test(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
         self.assertIn("40 succeeded", r.stdout, r.stdout + r.stderr)
         self.assertIn("status codes: 40 2xx", r.stdout)
-        self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_connections_total"), before + 1)
-        self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_streams_total"), streams + 40)
+        self.assertEqual(scrape_metric(self.gw.admin_port, "switchboard_http2_connections_total"), before + 1)
+        self.assertEqual(scrape_metric(self.gw.admin_port, "switchboard_http2_streams_total"), streams + 40)
 
     def test_an_upstream_dying_midstream_resets_only_its_stream(self):
         # The upstream cuts its SSE answer: the client gets the events, the gateway's error
@@ -279,7 +272,7 @@ class Http2Test(unittest.TestCase):
         # Four streams are allowed (max_concurrent_streams: 4); the fifth, sent before the
         # client has seen the server's SETTINGS, is refused with REFUSED_STREAM (safe to retry),
         # while the four are served.
-        resets = gw_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total")
+        resets = scrape_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total")
         c = H2(self.gw.port)
         try:
             out = b""
@@ -301,7 +294,7 @@ class Http2Test(unittest.TestCase):
                     answered.add(f[2])
             self.assertEqual(refused, {9})
             self.assertEqual(answered, {1, 3, 5, 7})
-            self.assertEqual(gw_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total"), resets + 1)
+            self.assertEqual(scrape_metric(self.gw.admin_port, "switchboard_http2_streams_reset_total"), resets + 1)
         finally:
             c.close()
 
@@ -368,7 +361,7 @@ class Http2Test(unittest.TestCase):
                 pass  # EOF: the gateway closed
         finally:
             c.close()
-        wait_until(lambda: gw_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
+        wait_until(lambda: scrape_metric(self.gw.admin_port, "switchboard_in_flight_requests") == 0, 10,
                    "the request let go")
 
     def test_a_finished_answer_never_read_does_not_hold_the_connection(self):
@@ -500,7 +493,7 @@ class Http2DrainTest(unittest.TestCase):
             s.sendall(PREFACE + frame(SETTINGS, 0, 0))
             self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 400"))
             s.close()
-            self.assertEqual(gw_metric(gw.admin_port, "switchboard_http2_connections_total"), 0)
+            self.assertEqual(scrape_metric(gw.admin_port, "switchboard_http2_connections_total"), 0)
         finally:
             gw.close()
             up.close()

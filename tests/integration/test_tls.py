@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 import unittest
 
-from fixtures import Gateway, free_port, StatusCounter, Upstream, chat_body, http, read_response, send_request, wait_until
+from fixtures import (Gateway, free_port, StatusCounter, Upstream, chat_body, http, read_response, scrape_metric,
+                      send_request, wait_until)
 
 
 def make_cert(dirname, name, cn):
@@ -44,12 +45,6 @@ def read_lockstep_stream(test, s, up, events=3):
         test.assertTrue(chunk, "the stream ended early")
         got += chunk
     return got
-
-
-def metric(port, name):
-    st, _, body = http(port, "GET", "/metrics")
-    m = re.search(r"^%s\{[^}]*\} (\d+)$" % re.escape(name), body.decode(), re.M)
-    return int(m.group(1)) if m else None
 
 
 class TlsTest(unittest.TestCase):
@@ -203,7 +198,7 @@ class TlsTest(unittest.TestCase):
         s.close()
 
     def test_not_tls_and_silent_clients(self):
-        before = metric(self.gw.admin_port, "switchboard_tls_handshake_failures_total")
+        before = scrape_metric(self.gw.admin_port, "switchboard_tls_handshake_failures_total")
         # Plain HTTP on the TLS port: not a handshake; closed, counted.
         s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
         s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -217,7 +212,7 @@ class TlsTest(unittest.TestCase):
         except ConnectionResetError:
             pass
         s.close()
-        wait_until(lambda: metric(self.gw.admin_port, "switchboard_tls_handshake_failures_total") >= before + 2,
+        wait_until(lambda: scrape_metric(self.gw.admin_port, "switchboard_tls_handshake_failures_total") >= before + 2,
                    10, "the failed handshakes counted")
         # A client that connects and never finishes its handshake is closed at header_ms.
         s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
@@ -242,9 +237,9 @@ class TlsTest(unittest.TestCase):
         reused, sess = session_after_request()
         self.assertFalse(reused)
         self.assertTrue(session_after_request(sess)[0], "no resumption even without a reload")
-        before = metric(self.gw.admin_port, "switchboard_reloads_total") or 0
+        before = scrape_metric(self.gw.admin_port, "switchboard_reloads_total") or 0
         self.gw.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: (metric(self.gw.admin_port, "switchboard_reloads_total") or 0) > before, 10,
+        wait_until(lambda: (scrape_metric(self.gw.admin_port, "switchboard_reloads_total") or 0) > before, 10,
                    "the reload applied")
         self.assertTrue(session_after_request(sess)[0], "the session did not resume after the reload")
 
