@@ -19,7 +19,8 @@ def connect_refused(port):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
         return False
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # A reset: the connect landed in the backlog as the listening socket closed.
         return True
 
 
