@@ -16,6 +16,10 @@ CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC) $(EXTRA_CFLAGS)
 CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(WARN) $(INC)
 
+# ThreadSanitizer: the gateway with workers (net/guard.h, net/workers.h) under the multi-worker
+# integration tests (`make tsan`, part of `make test`). libuv itself is not instrumented.
+CFLAGS_TSAN := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=thread $(WARN) $(INC)
+
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cmd/*' | sort)
 # Assembly units (src/net/ui_files.S: the dashboard's files under src/ui/, put in read-only data
 # with .incbin). Their objects depend on every file under src/ui/ as well, so editing a UI file
@@ -34,6 +38,7 @@ TEST_SRC := $(shell find tests/unit -name 'test_*.c' | sort)
 
 REL_OBJ  := $(LIB_SRC:src/%.c=build/rel/%.o) $(GEN_SRC:build/gen/%.c=build/rel/gen/%.o) $(ASM_SRC:src/%.S=build/rel/%.o)
 SAN_OBJ  := $(LIB_SRC:src/%.c=build/san/%.o) $(GEN_SRC:build/gen/%.c=build/san/gen/%.o) $(ASM_SRC:src/%.S=build/san/%.o)
+TSAN_OBJ := $(LIB_SRC:src/%.c=build/tsan/%.o) $(GEN_SRC:build/gen/%.c=build/tsan/gen/%.o) $(ASM_SRC:src/%.S=build/tsan/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=build/san/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=build/bench/%)
@@ -56,7 +61,7 @@ FORMAT_BASE ?= main
 # run them with Debian's interpreter when there is one, not a pyenv shim that cannot see them.
 PYTHON := $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: install uninstall package all deps test call-graph unit integration bench bench-build soak demo clean check-format fuzz fuzz-build
+.PHONY: install uninstall package all deps test call-graph unit integration tsan bench bench-build soak demo clean check-format fuzz fuzz-build
 all: deps build/switchboard
 
 deps:
@@ -78,7 +83,7 @@ build/gen/sb_build_version.h: FORCE
 	@mkdir -p build/gen
 	@scripts/gen_version.sh > $@.tmp && { cmp -s $@.tmp $@ || mv $@.tmp $@; }; rm -f $@.tmp
 
-build/rel/base/version.o build/san/base/version.o build/fuzz/obj/base/version.o: build/gen/sb_build_version.h
+build/rel/base/version.o build/san/base/version.o build/tsan/base/version.o build/fuzz/obj/base/version.o: build/gen/sb_build_version.h
 
 .PHONY: FORCE
 FORCE:
@@ -94,6 +99,10 @@ build/san/gen/%.o: build/gen/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC san  $<"; $(CC) $(CFLAGS_SAN) $(GEN_WARN) -c $< -o $@
 
+build/tsan/gen/%.o: build/gen/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "CC tsan $<"; $(CC) $(CFLAGS_TSAN) $(GEN_WARN) -c $< -o $@
+
 build/fuzz/obj/gen/%.o: build/gen/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC fuzz $<"; $(FUZZ_CC) $(CFLAGS_FUZZ) $(GEN_WARN) -c $< -o $@
@@ -106,6 +115,8 @@ build/rel/%.o: src/%.S $(UI_FILES)
 	$(ASM_RECIPE)
 build/san/%.o: src/%.S $(UI_FILES)
 	$(ASM_RECIPE)
+build/tsan/%.o: src/%.S $(UI_FILES)
+	$(ASM_RECIPE)
 build/fuzz/obj/%.o: src/%.S $(UI_FILES)
 	$(ASM_RECIPE)
 
@@ -116,6 +127,16 @@ build/rel/%.o: src/%.c $(HDRS)
 build/san/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	@echo "CC san  $<"; $(CC) $(CFLAGS_SAN) -c $< -o $@
+
+build/tsan/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	@echo "CC tsan $<"; $(CC) $(CFLAGS_TSAN) -c $< -o $@
+
+build/tsan/libsb.a: $(TSAN_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+build/tsan/switchboard: $(CMD_SRC) build/tsan/libsb.a $(HDRS)
+	$(CC) $(CFLAGS_TSAN) $(CMD_SRC) build/tsan/libsb.a $(LIBS) -o $@
 
 build/rel/libsb.a: $(REL_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -153,10 +174,18 @@ unit: $(TEST_BIN)
 integration: build/san/switchboard build/switchboard
 	@$(PYTHON) tests/integration/run.py
 
+# The multi-worker tests under ThreadSanitizer: two workers (the harness pins
+# SWITCHBOARD_WORKERS), the gateway stopped on the first report (tests/integration/fixtures.py
+# fails a test whose log has one). TSAN_TESTS: the files run (globs, as run.py takes them).
+TSAN_TESTS ?= test_workers.py
+tsan: build/tsan/switchboard build/switchboard
+	@SB_BIN=$(CURDIR)/build/tsan/switchboard SWITCHBOARD_WORKERS=2 \
+	  TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" $(PYTHON) tests/integration/run.py $(TSAN_TESTS)
+
 test:
 	@scripts/deps.sh test
 	@python3 scripts/include_graph.py
-	@SB_REQUIRE_EXTPROC=1 $(MAKE) --no-print-directory call-graph bench-build unit integration
+	@SB_REQUIRE_EXTPROC=1 $(MAKE) --no-print-directory call-graph bench-build unit integration tsan
 
 # Call circles between modules, from the objects' symbols (what #include lines cannot show).
 call-graph: build/san/libsb.a

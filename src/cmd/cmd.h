@@ -4,7 +4,9 @@
 #define SB_CMD_H
 
 #include <stddef.h>
+#include <uv.h>
 
+#include "net/gateway.h"
 #include "proto/config.h"
 
 int sb_cmd_serve(int argc, char **argv);
@@ -13,6 +15,14 @@ int sb_cmd_sim(int argc, char **argv);
 int sb_cmd_demo(int argc, char **argv);
 int sb_cmd_replay(int argc, char **argv);
 int sb_cmd_agent(int argc, char **argv);
+
+/* Starts the gateway on loop (sb_gateway_start) with the workers cfg asks for: `workers: auto`
+ * (or none) is SWITCHBOARD_WORKERS when set, else the cores available; above one, the guard
+ * (net/guard.h) is turned on first. */
+int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw);
+/* Runs loop (locked but while it waits, with workers) until nothing is left, then joins the
+ * workers' threads. */
+void sb_cmd_run(uv_loop_t *loop);
 
 /* Reads a whole file into a NUL-terminated heap buffer; NULL with errno set on failure. */
 char *sb_read_file(const char *path, size_t *len);

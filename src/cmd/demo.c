@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "cmd/cmd.h"
 #include "net/gateway.h"
+#include "net/guard.h"
 #include "sim/server.h"
 
 typedef struct demo {
@@ -250,11 +251,13 @@ int sb_cmd_demo(int argc, char **argv)
         fflush(stdout);
     } else if (!cfg) {
         return 1;
-    } else if (sb_gateway_start(loop, cfg, &d.gw) < 0) {
+    } else if (sb_cmd_gateway_start(loop, cfg, &d.gw) < 0) {
         fprintf(stderr, "demo: cannot start the gateway on port %u\n", a.port);
+        sb_guard_enter();
         sb_sim_fleet_stop(d.llama);
         sb_sim_fleet_stop(d.qwen);
-        uv_run(loop, UV_RUN_DEFAULT);
+        sb_guard_leave();
+        sb_cmd_run(loop);
         return 1;
     }
     if (d.gw)
@@ -266,7 +269,7 @@ int sb_cmd_demo(int argc, char **argv)
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigquit, on_signal, SIGQUIT);
-    uv_run(loop, UV_RUN_DEFAULT);
+    sb_cmd_run(loop);
     uv_loop_close(loop);
     return 0;
 }

@@ -1,12 +1,15 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "base/log.h"
 #include "cmd/cmd.h"
 #include "net/gateway.h"
+#include "net/guard.h"
+#include "net/workers.h"
 
 /* Signals: SIGTERM drains (what orchestrators send before they kill: Kubernetes, systemd,
  * docker stop); a second SIGTERM, SIGINT (Ctrl-C: someone at a terminal wants it gone now) or
@@ -74,6 +77,44 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     stop_now(st);
 }
 
+/* `workers: auto` (or none given): SWITCHBOARD_WORKERS when set (a test harness pins it), else
+ * the cores this process may run on. Capped as the configuration caps an explicit count. */
+static size_t resolve_workers(const sb_config *cfg)
+{
+    if (cfg->workers)
+        return cfg->workers;
+    const char *env = getenv("SWITCHBOARD_WORKERS");
+    long n = env && *env ? strtol(env, NULL, 10) : (long)uv_available_parallelism();
+    return n < 1 ? 1 : n > 64 ? 64 : (size_t)n;
+}
+
+int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
+{
+    cfg->workers = resolve_workers(cfg);
+    if (cfg->workers > 1 && cfg->listen_host && !sb_guard_on() && sb_guard_start(loop) < 0) {
+        SB_ERROR("workers: cannot set up the main loop's mailbox; serving on one loop");
+        cfg->workers = 1;
+    }
+    /* Held while the gateway starts: a worker's first request waits until it is whole. */
+    sb_guard_enter();
+    int rc = sb_gateway_start(loop, cfg, gw);
+    sb_guard_leave();
+    if (rc == 0 && sb_guard_on())
+        SB_INFO("%zu workers serve the client listener (workers:)", sb_gateway_config(*gw)->workers);
+    return rc;
+}
+
+void sb_cmd_run(uv_loop_t *loop)
+{
+    sb_guard_run_main(loop);
+    if (!sb_guard_on())
+        return;
+    sb_workers_join();
+    /* What the workers left for the main loop as they ended (closes of its handles). */
+    sb_guard_mailbox_close(loop);
+    uv_run(loop, UV_RUN_DEFAULT);
+}
+
 int sb_cmd_serve(int argc, char **argv)
 {
     const char *path = NULL;
@@ -109,10 +150,10 @@ int sb_cmd_serve(int argc, char **argv)
     uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&st.sigquit, on_stop_signal, SIGQUIT);
     uv_signal_start(&st.sighup, on_reload_signal, SIGHUP);
-    int rc = sb_gateway_start(loop, cfg, &st.gw);
+    int rc = sb_cmd_gateway_start(loop, cfg, &st.gw);
     if (rc < 0) {
         close_signals(&st);
-        uv_run(loop, UV_RUN_DEFAULT);
+        sb_cmd_run(loop);
         return 1;
     }
     if (sb_gateway_port(st.gw))
@@ -137,7 +178,7 @@ int sb_cmd_serve(int argc, char **argv)
                 c0->extproc_host);
     if (sb_gateway_config(st.gw)->auth_enabled)
         SB_INFO("client authentication on: %zu API keys", sb_auth_keys_clients(&sb_gateway_config(st.gw)->api_keys));
-    uv_run(loop, UV_RUN_DEFAULT);
+    sb_cmd_run(loop);
     uv_loop_close(loop);
     return 0;
 }

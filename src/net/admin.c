@@ -23,6 +23,7 @@
 #include "net/agent_reports.h"
 #include "net/decisions.h"
 #include "net/discovery.h"
+#include "net/guard.h"
 #include "net/kv_feed.h"
 #include "net/picker.h"
 #include "net/precise.h"
@@ -30,6 +31,7 @@
 #include "net/process.h"
 #include "net/stats.h"
 #include "net/ui.h"
+#include "net/workers.h"
 #include "proto/engine_metrics.h"
 #include "proto/openai_error.h"
 
@@ -137,6 +139,45 @@ static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
         (unsigned long long)ps.calls_over_budget, (unsigned long long)ps.buffered_bytes);
 }
 
+/* The event loops serving clients and the lock over what they share (net/guard.h): how often
+ * it was taken, found busy, waited for, and held (docs/architecture.md, "Every core"). */
+static void render_workers(sb_gateway *gw, sb_buf *b)
+{
+    sb_buf_printf(b,
+                  "# HELP switchboard_workers Event loops serving the client listener (workers:).\n"
+                  "# TYPE switchboard_workers gauge\nswitchboard_workers %zu\n",
+                  gw->wset ? sb_workers_count(gw->wset) : (size_t)(gw->server != NULL));
+    if (gw->wset) {
+        sb_buf_puts(b, "# HELP switchboard_worker_connections_accepted_total Client connections each worker "
+                       "accepted (the kernel spreads them: SO_REUSEPORT).\n"
+                       "# TYPE switchboard_worker_connections_accepted_total counter\n");
+        for (size_t i = 0; i < sb_workers_count(gw->wset); i++) {
+            sb_http_server_stats st;
+            sb_workers_worker_stats(gw->wset, i, &st);
+            sb_buf_printf(b, "switchboard_worker_connections_accepted_total{worker=\"%zu\"} %llu\n", i,
+                          (unsigned long long)st.accepted_total);
+        }
+    }
+    if (!sb_guard_on())
+        return;
+    sb_guard_stats gs;
+    sb_guard_get_stats(&gs);
+    sb_buf_printf(b,
+                  "# HELP switchboard_lock_acquisitions_total Times a thread took the lock over the routing state.\n"
+                  "# TYPE switchboard_lock_acquisitions_total counter\nswitchboard_lock_acquisitions_total %llu\n"
+                  "# HELP switchboard_lock_contended_total Acquisitions that found the lock held and waited.\n"
+                  "# TYPE switchboard_lock_contended_total counter\nswitchboard_lock_contended_total %llu\n"
+                  "# HELP switchboard_lock_wait_seconds_total Time threads waited for the lock.\n"
+                  "# TYPE switchboard_lock_wait_seconds_total counter\nswitchboard_lock_wait_seconds_total %.6f\n"
+                  "# HELP switchboard_lock_held_seconds_total Time the lock was held, by the workers (requests) "
+                  "and by the main loop (control plane).\n"
+                  "# TYPE switchboard_lock_held_seconds_total counter\n"
+                  "switchboard_lock_held_seconds_total{by=\"workers\"} %.6f\n"
+                  "switchboard_lock_held_seconds_total{by=\"main\"} %.6f\n",
+                  (unsigned long long)gs.acquired, (unsigned long long)gs.contended, (double)gs.wait_ns / 1e9,
+                  (double)gs.held_ns / 1e9, (double)gs.main_held_ns / 1e9);
+}
+
 /* The connection, body and refusal figures of both listeners, one family at a time (the text
  * format wants a family's samples together), labelled listener="client" or "admin". */
 static void render_listener_stats(sb_gateway *gw, sb_buf *b)
@@ -144,9 +185,13 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
     sb_http_server_stats st[2];
     const char *name[2];
     size_t n = 0;
-    if (gw->server) { /* off in a picker-only gateway (listen: null) */
+    bool client = gw->server || gw->wset; /* off in a picker-only gateway (listen: null) */
+    if (gw->server) {
         name[n] = "client";
         sb_http_server_get_stats(gw->server, &st[n++]);
+    } else if (gw->wset) { /* the workers' servers, summed */
+        name[n] = "client";
+        sb_workers_get_stats(gw->wset, &st[n++]);
     }
     if (gw->admin_server) {
         name[n] = "admin";
@@ -183,7 +228,7 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
     for (size_t i = 0; i < n; i++)
         sb_buf_printf(b, "switchboard_body_budget_refusals_total{listener=\"%s\"} %llu\n", name[i],
                       (unsigned long long)st[i].body_budget_refusals);
-    if (gw->server && gw->cfg->tls_cert)
+    if (client && gw->cfg->tls_cert)
         sb_buf_printf(b,
                       "# HELP switchboard_tls_handshakes_total TLS handshakes completed on the client listener.\n"
                       "# TYPE switchboard_tls_handshakes_total counter\n"
@@ -193,7 +238,7 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
                       "# TYPE switchboard_tls_handshake_failures_total counter\n"
                       "switchboard_tls_handshake_failures_total{listener=\"client\"} %llu\n",
                       (unsigned long long)st[0].tls_handshakes, (unsigned long long)st[0].tls_failures);
-    if (gw->server)
+    if (client)
         sb_buf_printf(b,
                       "# HELP switchboard_http2_connections_total Client connections served as HTTP/2 (h2c or h2).\n"
                       "# TYPE switchboard_http2_connections_total counter\n"
@@ -207,6 +252,7 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
                       "switchboard_http2_streams_reset_total{listener=\"client\"} %llu\n",
                       (unsigned long long)st[0].h2_connections, (unsigned long long)st[0].h2_streams,
                       (unsigned long long)st[0].h2_refused_streams);
+    render_workers(gw, b);
 }
 
 /* Gateway-wide counters, listener statistics, refusals, and responses by endpoint and class. */

@@ -21,6 +21,7 @@
 #include "net/admission.h"
 #include "net/errors.h"
 #include "net/fallback.h"
+#include "net/guard.h"
 #include "net/proxy.h"
 #include "net/stats.h"
 #include "proto/auth.h"
@@ -121,9 +122,10 @@ static void on_queued_abort(sb_http_req *req)
  * (req->ops->pick set: it came on an ext_proc stream), the picker answers with the pick. */
 static void dispatch(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
-    if (req->ops && req->ops->pick && gw->pick)
+    if (req->ops && req->ops->pick && gw->pick) {
+        (void)sb_guard_here(req->loop); /* the picker's streams live on the main loop */
         gw->pick(&gw->proxy, req, t, rr);
-    else
+    } else
         sb_proxy_start(&gw->proxy, req, t, rr);
 }
 

@@ -6,6 +6,7 @@
 #include "net/errors.h"
 #include "net/fallback.h"
 #include "net/gateway_types.h"
+#include "net/guard.h"
 #include "net/kv_feed.h"
 #include "net/picker.h"
 #include "net/precise.h"
@@ -13,6 +14,7 @@
 #include "net/routes.h"
 #include "net/stats.h"
 #include "net/tls.h"
+#include "net/workers.h"
 
 #include <string.h>
 #include <time.h>
@@ -77,9 +79,66 @@ static int build_models_json(sb_gateway *gw)
     return 0;
 }
 
-static sb_upstream *gateway_upstream(const sb_gateway *gw, uint32_t pool, uint32_t ep)
+/* The pool of endpoint ep of pool for the calling thread: a worker's own (made now on its loop
+ * if it has none yet), else the main loop's. NULL: a worker's could not be made (no memory). */
+static sb_upstream *gateway_upstream(sb_gateway *gw, uint32_t pool, uint32_t ep)
 {
-    return gw->ups[gw->pool_first_up[pool] + ep];
+    size_t i = gw->pool_first_up[pool] + ep;
+    int w = gw->wups ? sb_worker_index() : -1;
+    if (w < 0)
+        return gw->ups[i];
+    sb_upstream **slot = &gw->wups[(size_t)w * gw->pool_first_up[gw->cfg->n_pools] + i];
+    if (!*slot) {
+        const sb_pool_config *pc = &gw->cfg->pools[pool];
+        sb_upstream_opts o = gw->uo;
+        o.on_resolved = NULL; /* the main loop's pool reports resolution */
+        o.tls_ctx = gw->pool_tls ? gw->pool_tls[pool] : NULL;
+        o.tls_server_name = pc->tls_server_name;
+        if (sb_upstream_new(sb_guard_loop(), pc->endpoints[ep].host, pc->endpoints[ep].port, &o, slot) < 0)
+            *slot = NULL;
+        else
+            (void)sb_upstream_adopt_address(*slot, gw->ups[i]);
+    }
+    return *slot;
+}
+
+/* Frees a retired or stopped gateway's per-worker pools, each on its worker's loop. */
+typedef struct pools_to_free {
+    sb_upstream **ups;
+    size_t n;
+} pools_to_free;
+
+static void free_pools(void *arg)
+{
+    pools_to_free *f = arg;
+    for (size_t i = 0; i < f->n; i++)
+        sb_upstream_free(f->ups[i]);
+    sb_free(f->ups);
+    sb_free(f);
+}
+
+static void free_worker_pools(sb_gateway *gw)
+{
+    size_t per = gw->pool_first_up[gw->cfg->n_pools];
+    for (size_t w = 0; w < sb_workers_count(gw->wset); w++) {
+        pools_to_free *f = sb_calloc(1, sizeof(*f));
+        if (f)
+            f->ups = sb_calloc(per ? per : 1, sizeof(sb_upstream *));
+        if (!f || !f->ups) {
+            sb_free(f);
+            SB_WARN("workers: out of memory; worker %zu's connection pools of a retired gateway stay open", w);
+            continue;
+        }
+        for (size_t i = 0; i < per; i++)
+            if (gw->wups[w * per + i])
+                f->ups[f->n++] = gw->wups[w * per + i];
+        if (f->n == 0 || sb_guard_post(sb_workers_loop(gw->wset, w), free_pools, f) < 0) {
+            if (f->n)
+                SB_WARN("workers: worker %zu stopped; its connection pools of a retired gateway stay open", w);
+            sb_free(f->ups);
+            sb_free(f);
+        }
+    }
 }
 
 static void on_adaptive_timer_closed(uv_handle_t *h);
@@ -181,6 +240,17 @@ static void start_log_flusher(sb_gateway *gw)
 
 static void gateway_free(sb_gateway *gw)
 {
+    (void)sb_guard_here(gw->loop); /* a worker may free it: what follows closes main-loop handles */
+    if (gw->wups) {
+        free_worker_pools(gw);
+        sb_free(gw->wups);
+    }
+    if (gw->owns_workers)
+        sb_workers_stop(gw->wset); /* after the pools' posts: a worker quits once they ran */
+    if (gw->pool_tls && gw->cfg)
+        for (size_t p = 0; p < gw->cfg->n_pools; p++)
+            SSL_CTX_free(gw->pool_tls[p]);
+    sb_free(gw->pool_tls);
     if (gw->log_flusher) {
         uv_prepare_stop(&gw->log_flusher->prepare);
         uv_close((uv_handle_t *)&gw->log_flusher->prepare, on_log_flusher_closed);
@@ -482,8 +552,106 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
         if (rc < 0)
             SB_ERROR("endpoint %s: %s", pc->endpoints[e].address, uv_strerror(rc));
     }
-    SSL_CTX_free(o.tls_ctx); /* each endpoint's pool holds its own reference */
+    if (gw->pool_tls) /* the workers' pools are made from it later */
+        gw->pool_tls[p] = o.tls_ctx;
+    else
+        SSL_CTX_free(o.tls_ctx); /* each endpoint's pool holds its own reference */
     return rc;
+}
+
+/* ---- the workers' servers (net/workers.h): their callbacks reach the serving gateway ---- */
+
+/* ctx is the gateway's home (sb_gateway_start's out): a replacing reload moves it, a stop
+ * empties it. The callbacks run under the lock. */
+static sb_gateway *serving(void *ctx)
+{
+    return *(sb_gateway **)ctx;
+}
+
+static void worker_request(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = serving(ctx);
+    if (gw)
+        sb_gateway_on_request(req, gw);
+    else
+        sb_errors_reply(req, 503, "the gateway is stopping", "service_unavailable", "draining");
+}
+
+static bool worker_head(sb_http_req *req, void *ctx)
+{
+    sb_gateway *gw = serving(ctx);
+    return gw ? sb_gateway_on_head(req, gw) : true;
+}
+
+static void worker_refused(const sb_http_req *req, int status, const char *code, void *ctx)
+{
+    sb_gateway *gw = serving(ctx);
+    if (gw)
+        on_server_refused(req, status, code, gw);
+}
+
+/* Each worker's loop turn: the access log's lines of the turn leave (as the main loop's
+ * flusher does for its own). */
+static void worker_turn(void *ctx)
+{
+    sb_gateway *gw = serving(ctx);
+    if (gw && gw->stats.access_log_buffered) {
+        fflush(gw->stats.access_log);
+        gw->stats.access_log_buffered = 0;
+    }
+}
+
+static void server_set_opts(sb_http_server *s, void *arg)
+{
+    sb_http_server_set_opts(s, arg);
+}
+
+static void opts_free(void *arg)
+{
+    sb_http_server_opts *o = arg;
+    SSL_CTX_free(o->tls_ctx);
+    sb_free(o);
+}
+
+/* New limits (and certificate) for the client listener: its server's, or every worker's. */
+static void client_set_opts(sb_gateway *gw, const sb_http_server_opts *so)
+{
+    if (gw->server)
+        sb_http_server_set_opts(gw->server, so);
+    if (!gw->wset)
+        return;
+    sb_http_server_opts *o = sb_malloc(sizeof(*o));
+    if (o) {
+        *o = *so;
+        if (o->tls_ctx)
+            SSL_CTX_up_ref(o->tls_ctx);
+    }
+    if (!o || sb_workers_each(gw->wset, server_set_opts, o, opts_free) < 0) {
+        SB_WARN("reload: the workers keep their listener limits (out of memory)");
+        if (o)
+            opts_free(o);
+    }
+}
+
+static void server_drain(sb_http_server *s, void *arg)
+{
+    (void)arg;
+    sb_http_server_drain(s);
+}
+
+static void server_cut(sb_http_server *s, void *arg)
+{
+    (void)arg;
+    sb_http_server_cut(s);
+}
+
+/* The client listener drains or cuts: its server, or every worker's (on its own loop). */
+static void client_each(sb_gateway *gw, void (*fn)(sb_http_server *s, void *arg))
+{
+    if (gw->server)
+        fn(gw->server, NULL);
+    if (gw->wset && sb_workers_each(gw->wset, fn, NULL, NULL) < 0)
+        SB_WARN("workers: out of memory; a drain step did not reach them");
 }
 
 static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *server, sb_http_server *admin_server,
@@ -517,13 +685,25 @@ static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *serve
         gw->server = server;
         gw->admin_server = admin_server;
         gw->picker = picker; /* handed over by reload_replace once the build succeeded */
-        if (server)
-            sb_http_server_set_opts(server, &so);
+        client_set_opts(gw, &so); /* the server's, or the workers' (gw->wset: the old gateway's) */
         if (admin_server)
             sb_http_server_set_opts(admin_server, &ao);
     } else {
         int rc;
-        if (cfg->listen_host) {
+        if (cfg->listen_host && gw->wups) { /* workers: each its own listener (SO_REUSEPORT) */
+            sb_workers_env env = {.handler = worker_request,
+                                  .head = worker_head,
+                                  .refused = worker_refused,
+                                  .turn = worker_turn,
+                                  .ctx = gw->home};
+            rc = sb_workers_start(cfg->workers, cfg->listen_host, cfg->listen_port, &so, &env, &gw->wset);
+            if (rc < 0) {
+                SB_ERROR("listen %s:%u (%zu workers): %s", cfg->listen_host, cfg->listen_port, cfg->workers,
+                         uv_strerror(rc));
+                return rc;
+            }
+            gw->owns_workers = true;
+        } else if (cfg->listen_host) {
             rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw,
                                       &gw->server);
             if (rc < 0) {
@@ -613,6 +793,20 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
                            .retry_max_ms = cfg->discovery_retry_max_ms,
                            .on_resolved = on_upstream_resolved,
                            .resolved_arg = gw};
+    gw->uo = uo;
+    /* Workers serve the client listener: the old gateway's (a reload), or new ones (started by
+     * attach_servers) when the configuration asks for more than one and the guard is on. */
+    gw->home = old ? old->home : out;
+    gw->wset = old ? old->wset : NULL;
+    size_t n_workers =
+        old ? sb_workers_count(old->wset) : (cfg->workers > 1 && cfg->listen_host && sb_guard_on() ? cfg->workers : 0);
+    if (n_workers) {
+        gw->pool_tls = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(SSL_CTX *));
+        gw->wups = sb_calloc(n_workers * (gw->pool_first_up[cfg->n_pools] ? gw->pool_first_up[cfg->n_pools] : 1),
+                             sizeof(sb_upstream *));
+        if (!gw->pool_tls || !gw->wups)
+            goto fail;
+    }
     for (size_t p = 0; p < cfg->n_pools; p++) {
         rc = build_pool(gw, p, &uo);
         if (rc < 0)
@@ -655,6 +849,9 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     return 0;
 fail_server:
     if (!old) { /* what this build started; a reload's listeners stay with the old gateway */
+        if (gw->owns_workers)
+            sb_workers_stop(gw->wset);
+        gw->owns_workers = false;
         if (gw->server)
             sb_http_server_stop(gw->server);
         if (gw->admin_server)
@@ -706,13 +903,13 @@ int sb_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **out)
 
 uint16_t sb_gateway_port(const sb_gateway *gw)
 {
-    return gw->server ? sb_http_server_port(gw->server) : 0;
+    return gw->server ? sb_http_server_port(gw->server) : gw->wset ? sb_workers_port(gw->wset) : 0;
 }
 
-/* The client listener's open connections (none when it is off). */
+/* The client listener's open connections (none when it is off; the workers' summed). */
 static size_t client_connections(const sb_gateway *gw)
 {
-    return gw->server ? sb_http_server_connections(gw->server) : 0;
+    return gw->server ? sb_http_server_connections(gw->server) : gw->wset ? sb_workers_connections(gw->wset) : 0;
 }
 
 const sb_config *sb_gateway_config(const sb_gateway *gw)
@@ -760,6 +957,8 @@ void sb_gateway_stop(sb_gateway *gw)
     sb_gateway_admission_stop(gw);
     if (gw->server)
         sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
+    if (gw->owns_workers)
+        sb_workers_stop_servers(gw->wset); /* the same, on each worker's loop */
     sb_picker_stop(gw->picker);      /* ...and the picker's streams */
     gw->picker = NULL;
     sb_gateway_precise_stop(gw);
@@ -797,8 +996,7 @@ static void on_drain_tick(uv_timer_t *t)
                 client_connections(gw));
         sb_gateway_admission_refuse_draining(gw);
         gw->proxy.cutting = true;
-        if (gw->server)
-            sb_http_server_cut(gw->server);
+        client_each(gw, server_cut);
         sb_picker_cut(gw->picker); /* its streams are cut (logged drain_cut), the refusals leave */
         gw->drain_cut_at = now;
         done = client_connections(gw) + sb_picker_connections(gw->picker) == 0;
@@ -828,8 +1026,7 @@ void sb_gateway_drain(sb_gateway *gw, void (*on_drained)(void *arg), void *arg)
     gw->disc = NULL;
     SB_INFO("drain: listener closed; %zu connections open, up to %u ms to finish", client_connections(gw),
             gw->cfg->drain_ms);
-    if (gw->server)
-        sb_http_server_drain(gw->server);
+    client_each(gw, server_drain);
     if (gw->picker)
         sb_picker_drain(gw->picker);
     uv_timer_init(gw->loop, &gw->drain_timer);
@@ -1048,6 +1245,8 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     ngw->home = gw->home;
     gw->disc = NULL;
     ngw->reloads++;
+    ngw->owns_workers = gw->owns_workers; /* their callbacks reach ngw through home */
+    gw->owns_workers = false;
     if (ngw->server)
         sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
     if (ngw->admin_server)
@@ -1066,6 +1265,10 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
 static int reload_effective(sb_gateway **gwp, sb_config *cfg)
 {
     sb_gateway *gw = *gwp;
+    if (cfg->workers != gw->cfg->workers && cfg->workers)
+        SB_WARN("reload: workers: %zu is read at start only (restart to apply); %zu keep serving", cfg->workers,
+                gw->cfg->workers);
+    cfg->workers = gw->cfg->workers; /* as resolved at start (auto included) */
     const char *why = shape_differs(gw->cfg, cfg);
     if (why && (!same_str(gw->cfg->listen_host, cfg->listen_host) || gw->cfg->listen_port != cfg->listen_port)) {
         SB_WARN("reload refused: the listen address changed (restart to apply)");
@@ -1115,8 +1318,7 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
         reload_pool_in_place(gw, cfg, p);
     sb_http_server_opts so, ao;
     server_opts(cfg, tls, &so, &ao);
-    if (gw->server)
-        sb_http_server_set_opts(gw->server, &so);
+    client_set_opts(gw, &so);
     SSL_CTX_free(tls);
     if (gw->admin_server)
         sb_http_server_set_opts(gw->admin_server, &ao);

@@ -104,6 +104,18 @@ struct sb_gateway {
     /* Recent decisions (net/decisions.h, admin.decisions): NULL when off. A reload of the same
      * size keeps it (a replacing gateway shares it); the proxy's env points at it. */
     struct sb_decisions *decisions;
+    /* Workers (net/workers.h; `workers:` above 1): their loops serve the client listener, and
+     * server is NULL. Owned by the serving gateway (a replacing reload hands it over); a retired
+     * gateway keeps the pointer to free its per-worker pools through it. */
+    struct sb_workers *wset;
+    bool owns_workers;
+    /* Per worker, the upstream pool of each endpoint (wups[w * endpoints + i], parallel to ups),
+     * made by the worker on its own loop at first use, with uo and the pool's TLS context. The
+     * main loop's pools (ups) stay: probes and /tokenize use them, workers adopt their
+     * resolved addresses. */
+    sb_upstream **wups;
+    sb_upstream_opts uo;
+    SSL_CTX **pool_tls;
 };
 
 #endif

@@ -32,6 +32,7 @@
  * - Time: a stream whose head or body is not complete header_ms after its HEADERS is answered
  *   408; a connection without stream activity (HEADERS, DATA, a stream's close) for idle_ms
  *   gets GOAWAY and closes. */
+#include "net/guard.h"
 #include "net/http_server_internal.h"
 
 #include <nghttp2/nghttp2.h>
@@ -165,7 +166,7 @@ static bool output_waiting(const h2_conn *hc)
 
 static void body_release(h2_stream *st)
 {
-    srv_of(st->hc)->body_bytes -= st->body.cap;
+    hs_body_refund(srv_of(st->hc), st->body.cap);
     sb_buf_free(&st->body);
 }
 
@@ -173,7 +174,7 @@ static void body_release(h2_stream *st)
 static void head_release(h2_stream *st)
 {
     st->hc->head_bytes -= st->list_bytes;
-    srv_of(st->hc)->body_bytes -= st->list_bytes;
+    hs_body_refund(srv_of(st->hc), st->list_bytes);
     st->list_bytes = 0;
 }
 
@@ -211,11 +212,13 @@ static void abort_owner(h2_stream *st)
 {
     if (!st->owned)
         return;
+    sb_guard_enter(); /* on_abort is set and read under the lock (net/guard.h) */
     void (*cb)(sb_http_req *) = st->req.on_abort;
     disown(st);
     st->state = ST_DONE;
     if (cb)
         cb(&st->req);
+    sb_guard_leave();
 }
 
 /* Appends to the stream's body within max_body_bytes, the declared length and the server's
@@ -233,8 +236,7 @@ static int body_add(h2_stream *st, const uint8_t *p, size_t n)
             cap = need;
         if (cap > cap_max && cap_max >= need)
             cap = cap_max;
-        size_t budget = s->opts.max_buffered_body_bytes;
-        size_t avail = s->body_bytes < budget ? budget - s->body_bytes : 0;
+        size_t avail = hs_body_avail(s);
         if (cap - st->body.cap > avail) {
             cap = need;
             if (cap - st->body.cap > avail)
@@ -243,7 +245,7 @@ static int body_add(h2_stream *st, const uint8_t *p, size_t n)
         char *d = sb_realloc(st->body.data, cap);
         if (!d)
             return 500;
-        s->body_bytes += cap - st->body.cap;
+        hs_body_charge(s, cap - st->body.cap);
         st->body.data = d;
         st->body.cap = cap;
     }
@@ -537,8 +539,11 @@ static void stream_fail(h2_stream *st, int status, const char *code, const char 
 {
     sb_http_server *s = srv_of(st->hc);
     fill_req(st);
-    if (s->on_refused)
+    if (s->on_refused) {
+        sb_guard_enter();
         s->on_refused(&st->req, status, code, s->ctx);
+        sb_guard_leave();
+    }
     sb_buf json = {0};
     const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
     st->owned = true; /* answered through the handler's path */
@@ -594,6 +599,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     st->content_length = -1;
     st->begin_ms = uv_now(hc->c->srv->loop);
     st->req.peer = hc->c->peer;
+    st->req.loop = hc->c->srv->loop;
     st->req.start_ns = uv_hrtime();
     st->req.method = -1;
     st->req.http_minor = 1;
@@ -641,8 +647,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
      * stand for kilobytes, so the connection's streams together, and all heads and bodies of the
      * server, are bounded here rather than by what was read. Past either bound the stream is
      * refused (REFUSED_STREAM: retried by the client once others are done). */
-    if (hc->head_bytes + add > s->opts.h2_max_connection_header_bytes ||
-        s->body_bytes + add > s->opts.max_buffered_body_bytes) {
+    if (hc->head_bytes + add > s->opts.h2_max_connection_header_bytes || add > hs_body_avail(s)) {
         st->refused = true;
         head_release(st);
         sb_buf_free(&st->head);
@@ -651,7 +656,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     }
     st->list_bytes += add;
     hc->head_bytes += add;
-    s->body_bytes += add;
+    hs_body_charge(s, add);
     if (namelen && name[0] == ':') {
         /* nghttp2 has checked the pseudo-headers (which, where, no duplicates). */
         if (namelen == 7 && !memcmp(name, ":method", 7)) {
@@ -735,7 +740,9 @@ static void head_complete(h2_stream *st, bool end_stream)
         st->owned = true;
         st->at_head = true;
         st->state = ST_HANDLING; /* what the answer calls expect */
+        sb_guard_enter();
         bool go_on = s->on_head(&st->req, s->ctx);
+        sb_guard_leave();
         st->at_head = false;
         if (st->state != ST_HANDLING)
             return; /* answered (or aborted) from its head */
@@ -982,7 +989,9 @@ static void dispatch_ready(conn *c)
         fill_req(st);
         st->state = ST_HANDLING;
         st->owned = true;
+        sb_guard_enter();
         s->handler(&st->req, s->ctx);
+        sb_guard_leave();
     }
 }
 
@@ -995,8 +1004,12 @@ static void run_drains(conn *c)
             if (!st->drain_due)
                 continue;
             st->drain_due = false;
-            if (st->owned && st->req.on_drain) {
-                st->req.on_drain(&st->req);
+            sb_guard_enter();
+            void (*drain)(sb_http_req *) = st->owned ? st->req.on_drain : NULL;
+            if (drain)
+                drain(&st->req);
+            sb_guard_leave();
+            if (drain) {
                 hc->drain_due = true; /* the list may have changed: start again */
                 break;
             }
@@ -1241,13 +1254,14 @@ void hs_h2_cut(conn *c)
     for (h2_stream *st = hc->streams; st; st = st->next) {
         if (!st->owned)
             continue;
-        if (st->state == ST_HANDLING && st->req.on_cut) {
-            void (*cb)(sb_http_req *) = st->req.on_cut;
-            st->req.on_cut = NULL;
+        sb_guard_enter();
+        void (*cb)(sb_http_req *) = st->state == ST_HANDLING ? st->req.on_cut : NULL;
+        st->req.on_cut = NULL;
+        if (cb)
             cb(&st->req); /* answers: the answer leaves before the connection closes */
-            if (c->state != CONN_H2)
-                return;
-        }
+        sb_guard_leave();
+        if (cb && c->state != CONN_H2)
+            return;
         if (st->owned) {
             st->req.cut = true;
             abort_owner(st);

@@ -1,4 +1,5 @@
 /* http_parse: reading client bytes and framing requests (see http_server_internal.h). */
+#include "net/guard.h"
 #include "net/http_server_internal.h"
 
 #include <string.h>
@@ -55,8 +56,7 @@ static int body_grow(conn *c, size_t extra)
     size_t cap = grown_cap(&c->body, extra, BODY_FIRST_BYTES, c->body_cap_max);
     if (!cap)
         return 0;
-    size_t budget = s->opts.max_buffered_body_bytes;
-    size_t avail = s->body_bytes < budget ? budget - s->body_bytes : 0; /* a reload may have lowered it */
+    size_t avail = hs_body_avail(s); /* 0 when a reload lowered the budget below what is held */
     if (cap - c->body.cap > avail) {
         /* The exact need before refusing: the doubling is a convenience, not a claim. */
         cap = c->body.len + extra + 1;
@@ -66,14 +66,14 @@ static int body_grow(conn *c, size_t extra)
     size_t more = cap - c->body.cap;
     if (buf_set_cap(&c->body, cap) < 0)
         return 500;
-    s->body_bytes += more;
+    hs_body_charge(s, more);
     return 0;
 }
 
 /* Frees the body and gives its capacity back to the budget. */
 void hs_body_release(conn *c)
 {
-    c->srv->body_bytes -= c->body.cap;
+    hs_body_refund(c->srv, c->body.cap);
     sb_buf_free(&c->body);
 }
 
@@ -191,7 +191,9 @@ static bool run_head_hook(conn *c, http_parser *p)
     fill_req(c, p);
     c->state = CONN_HANDLING; /* what sb_http_respond expects */
     c->at_head = true;
+    sb_guard_enter();
     bool go_on = s->on_head(&c->req, s->ctx);
+    sb_guard_leave();
     c->at_head = false;
     if (c->state == CONN_HANDLING && go_on) {
         c->state = CONN_READING;
@@ -319,7 +321,9 @@ static void process_input(conn *c, const char *data, size_t len)
             return;
         }
         sb_http_server *s = c->srv;
+        sb_guard_enter();
         s->handler(&c->req, s->ctx);
+        sb_guard_leave();
         return;
     }
     if (c->state == CONN_LINGERING || c->state == CONN_CLOSING)

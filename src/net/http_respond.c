@@ -1,4 +1,5 @@
 /* http_respond: writing answers (see http_server_internal.h). */
+#include "net/guard.h"
 #include "net/http_server_internal.h"
 
 #include <stdio.h>
@@ -78,8 +79,10 @@ static void on_write(uv_write_t *w, int status)
     if (c->wants_drain && c->queued < c->srv->opts.write_high_water / 2 && c->state == CONN_STREAMING) {
         c->wants_drain = false;
         hs_arm_timer(c, 0); /* the client reads again: no stall */
+        sb_guard_enter();
         if (c->req.on_drain)
             c->req.on_drain(&c->req);
+        sb_guard_leave();
     }
 }
 

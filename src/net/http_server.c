@@ -1,9 +1,12 @@
 /* http_server: the listener, connections' lifecycle and the options (see http_server_internal.h). */
+#include "net/guard.h"
 #include "net/http_server_internal.h"
 #include "net/sock.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
@@ -41,12 +44,15 @@ void hs_conn_close(conn *c)
         return;
     enum conn_state was = c->state;
     c->state = CONN_CLOSING;
-    if ((was == CONN_HANDLING || was == CONN_STREAMING) && c->req.on_abort) {
+    if (was == CONN_HANDLING || was == CONN_STREAMING) {
+        sb_guard_enter(); /* on_abort is set and read under the lock (net/guard.h) */
         void (*cb)(sb_http_req *) = c->req.on_abort;
         c->req.on_abort = NULL;
         c->req.on_drain = NULL;
         c->req.on_cut = NULL;
-        cb(&c->req);
+        if (cb)
+            cb(&c->req);
+        sb_guard_leave();
     }
     hs_h2_abort_all(c); /* HTTP/2: every stream a handler holds */
     sb_http_server *s = c->srv;
@@ -57,10 +63,13 @@ void hs_conn_close(conn *c)
         s->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (c->refused)
+    if (c->refused) {
         s->n_refusing--;
-    else
+        s->shared->refusing--;
+    } else {
         s->n_conns--;
+        s->shared->conns--;
+    }
     if (was == CONN_LINGERING)
         s->n_lingering--;
     hs_undirty(c);
@@ -155,6 +164,7 @@ void hs_reset_request(conn *c)
     c->wants_drain = false;
     memset(&c->req, 0, sizeof(c->req));
     c->req.peer = c->peer;
+    c->req.loop = c->srv->loop;
 }
 
 static void on_shutdown(uv_shutdown_t *r, int status)
@@ -242,8 +252,11 @@ void hs_conn_linger(conn *c, uint32_t drain_ms)
  * trusted, or is not wanted. `headers` is NULL or extra "Name: value\r\n" lines. */
 void hs_fail_request(conn *c, int status, const char *code, const char *message, const char *headers)
 {
-    if (c->srv->on_refused)
+    if (c->srv->on_refused) {
+        sb_guard_enter();
         c->srv->on_refused(&c->req, status, code, c->srv->ctx);
+        sb_guard_leave();
+    }
     sb_buf b = {0};
     sb_buf json = {0};
     const char *type = status == 503 ? "service_unavailable" : status >= 500 ? "server_error" : "invalid_request_error";
@@ -293,8 +306,8 @@ static void on_connection(uv_stream_t *server, int status)
     sb_http_server *s = server->data;
     if (status < 0)
         return;
-    bool over = s->n_conns >= s->opts.max_connections;
-    if (over && s->n_refusing >= s->opts.max_refusing) {
+    bool over = s->shared->conns >= s->opts.max_connections;
+    if (over && s->shared->refusing >= s->opts.max_refusing) {
         drop_connection(s, server);
         return;
     }
@@ -317,10 +330,13 @@ static void on_connection(uv_stream_t *server, int status)
     if (over) {
         c->refused = true;
         s->n_refusing++;
+        s->shared->refusing++;
     } else {
         s->n_conns++;
+        s->shared->conns++;
     }
     s->n_alive++;
+    s->accepted_total++;
     c->state = CONN_IDLE;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         hs_conn_close(c);
@@ -393,6 +409,7 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
     s->handler = handler;
     s->ctx = ctx;
     s->opts = opts ? *opts : (sb_http_server_opts){0};
+    s->shared = s->opts.shared ? s->opts.shared : &s->own;
     if (!s->opts.max_header_bytes)
         s->opts.max_header_bytes = 64 * 1024;
     if (!s->opts.max_body_bytes)
@@ -427,13 +444,25 @@ int sb_http_server_start(uv_loop_t *loop, const char *host, uint16_t port, const
         s->tls_ctx = s->opts.tls_ctx;
         s->opts.tls_ctx = NULL;
     }
-    uv_tcp_init(loop, &s->listener);
+    /* SO_REUSEPORT: libuv 1.44 (Debian 12) has no UV_TCP_REUSEPORT, so the socket is made
+     * at init and the option set before the bind. */
+    rc = s->opts.reuse_port ? uv_tcp_init_ex(loop, &s->listener, addr.ss_family) : uv_tcp_init(loop, &s->listener);
+    if (rc < 0) {
+        SSL_CTX_free(s->tls_ctx);
+        sb_free(s);
+        return rc;
+    }
     s->listener.data = s;
     uv_check_init(loop, &s->flusher);
     s->flusher.data = s;
     uv_idle_init(loop, &s->kick);
     s->kick.data = s;
-    if ((rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
+    uv_os_fd_t fd;
+    int one = 1;
+    if (s->opts.reuse_port && (rc = uv_fileno((uv_handle_t *)&s->listener, &fd)) == 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        rc = uv_translate_sys_error(errno);
+    if (rc < 0 || (rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection)) < 0) {
         /* The handles close on the loop's next turn, which frees the server. */
         s->stopping = true;
@@ -515,6 +544,7 @@ void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out
 {
     *out = (sb_http_server_stats){
         .open_connections = s->n_conns,
+        .accepted_total = s->accepted_total,
         .lingering_connections = s->n_lingering,
         .refusing_connections = s->n_refusing,
         .body_bytes = s->body_bytes,
@@ -576,10 +606,13 @@ void sb_http_server_cut(sb_http_server *s)
             hs_h2_cut(c);
             continue;
         }
-        if (c->state == CONN_HANDLING && c->req.on_cut) {
-            void (*cb)(sb_http_req *) = c->req.on_cut;
-            c->req.on_cut = NULL;
-            cb(&c->req); /* answers: the connection lingers out (draining) */
+        sb_guard_enter();
+        void (*cut)(sb_http_req *) = c->state == CONN_HANDLING ? c->req.on_cut : NULL;
+        c->req.on_cut = NULL;
+        if (cut)
+            cut(&c->req); /* answers: the connection lingers out (draining) */
+        sb_guard_leave();
+        if (cut) {
             /* Closing frees c only in the close callback, on a later loop turn. */
             if (c->state == CONN_HANDLING) { /* it did not answer */
                 c->req.cut = true;

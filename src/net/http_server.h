@@ -58,10 +58,14 @@
  * Upgrade) is not offered.
  *
  * Not for: routing or anything about OpenAI. Used by the gateway (net/proxy.c),
- * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. */
+ * the admin endpoints and the simulator's replicas (sim/). One event loop owns it. Every call
+ * out of the server (handler, head hook, refusal, a request's on_abort, on_drain and on_cut)
+ * holds the guard (net/guard.h), so with several workers the callbacks run under the lock and
+ * the framing does not. */
 #ifndef SB_NET_HTTP_SERVER_H
 #define SB_NET_HTTP_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -123,6 +127,9 @@ struct sb_http_req {
      * sb_http_respond and sb_http_stream_abort hand its answer to ops instead, and the other
      * stream calls refuse it (-1). */
     const struct sb_http_req_ops *ops;
+    /* The loop of the server that read the request (the thread that owns it, net/guard.h);
+     * NULL for a request that came another way (ops set: the main loop's). */
+    uv_loop_t *loop;
 };
 
 /* Where a request from elsewhere sends its answer (sb_http_req.ops). */
@@ -169,6 +176,14 @@ typedef void (*sb_http_refused_fn)(const sb_http_req *req, int status, const cha
  * handler answers it at the same cost, and the connection stays alive. */
 typedef bool (*sb_http_head_hook)(sb_http_req *req, void *ctx);
 
+/* Budgets several servers share (the workers' client listeners, net/workers.h): the counts that
+ * max_connections, max_refusing and max_buffered_body_bytes bound, for all of them together.
+ * Atomic: each server charges its own from its thread. A charge checks then adds, so servers
+ * racing at the bound may pass it by at most one connection, or one read's growth, each. */
+typedef struct sb_http_shared {
+    _Atomic size_t conns, refusing, body_bytes;
+} sb_http_shared;
+
 /* linger_ms value that turns lingering off: close as soon as the answer has left. */
 #define SB_HTTP_LINGER_OFF UINT32_MAX
 
@@ -206,6 +221,12 @@ typedef struct sb_http_server_opts {
      * code (CVE-2025-8671): a burst, refilled at rate per second; past it GOAWAY. Default 1000, 33. */
     uint32_t h2_reset_burst;
     uint32_t h2_reset_rate;
+    /* SO_REUSEPORT on the listener (start only): several servers, each on its own loop, listen
+     * on one address and the kernel spreads connections over them (net/workers.h). */
+    bool reuse_port;
+    /* The budgets this server shares with others (start only; it must outlive the server), or
+     * NULL: its own. */
+    sb_http_shared *shared;
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */
@@ -214,6 +235,7 @@ typedef struct sb_http_server_stats {
     size_t lingering_connections;  /* answered and closing (refused ones included) */
     size_t refusing_connections;   /* past max_connections, being answered 503 */
     size_t body_bytes;             /* body buffer capacity held now (max_buffered_body_bytes) */
+    uint64_t accepted_total;       /* connections accepted (refused ones included) */
     uint64_t refused_total;        /* connections answered 503 at max_connections */
     uint64_t reset_total;          /* connections closed unanswered (max_refusing reached) */
     uint64_t body_budget_refusals; /* requests answered 503: body budget spent */
@@ -256,9 +278,9 @@ void sb_http_server_drain(sb_http_server *s);
  * whose response has not started and that set on_cut is asked to answer first; its answer
  * then lingers out like any other. */
 void sb_http_server_cut(sb_http_server *s);
-/* Open connections (lingering ones included, refused ones not). */
+/* Open connections (lingering ones included, refused ones not). Any thread. */
 size_t sb_http_server_connections(const sb_http_server *s);
-/* Fills *out with the server's current gauges and counters. */
+/* Fills *out with the server's current gauges and counters. Any thread (they are atomic). */
 void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out);
 
 /* Finds a request header by case-insensitive name; NULL if absent. */

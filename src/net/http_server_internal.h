@@ -127,12 +127,14 @@ struct sb_http_server {
     void *ctx;
     sb_http_refused_fn on_refused; /* NULL: nobody hears of the server's own refusals */
     conn *conns;
-    size_t n_conns;       /* open connections counted against max_connections (lingering included) */
-    size_t n_refusing;    /* connections past the limit being answered 503 (not in n_conns) */
-    size_t n_lingering;
+    /* The statistics below are atomic: sb_http_server_get_stats may read them from another
+     * thread (the workers' servers, net/workers.h). Each changes a few times per connection. */
+    _Atomic size_t n_conns;    /* open connections counted against max_connections (lingering included) */
+    _Atomic size_t n_refusing; /* connections past the limit being answered 503 (not in n_conns) */
+    _Atomic size_t n_lingering;
     size_t n_alive;       /* connection structs not yet freed (closing ones included) */
-    size_t body_bytes;    /* sum of the body buffers' capacity over all connections */
-    uint64_t refused_total, reset_total, body_budget_refusals;
+    _Atomic size_t body_bytes; /* sum of the body buffers' capacity over all connections */
+    _Atomic uint64_t accepted_total, refused_total, reset_total, body_budget_refusals;
     bool stopping;
     bool draining; /* listener closed, answers close their connection (sb_http_server_drain) */
     bool listener_closed;
@@ -156,15 +158,38 @@ struct sb_http_server {
     /* TLS: the context new connections get (NULL: plain), and where plaintext is decrypted to
      * (one record at a time, consumed before the next, as read_buf). */
     SSL_CTX *tls_ctx;
-    uint64_t tls_handshakes, tls_failures;
+    _Atomic uint64_t tls_handshakes, tls_failures;
     char tls_buf[16 * 1024];
     /* HTTP/2: nghttp2's callbacks and options, shared by this server's connections (NULL until
      * the first h2 connection), and counters. */
     struct nghttp2_session_callbacks *h2_cbs;
     struct nghttp2_option *h2_opts;
-    uint64_t h2_connections, h2_streams, h2_refused_streams;
-    uint64_t timer_starts; /* sb_http_server_stats.timer_starts */
+    _Atomic uint64_t h2_connections, h2_streams, h2_refused_streams;
+    _Atomic uint64_t timer_starts; /* sb_http_server_stats.timer_starts */
+    /* The budgets the limits are checked against: own, or opts.shared (n_conns, n_refusing and
+     * body_bytes above stay this server's, for its statistics). */
+    sb_http_shared *shared;
+    sb_http_shared own;
 };
+
+/* The body budget left (max_buffered_body_bytes less what every server sharing it holds). */
+static inline size_t hs_body_avail(const sb_http_server *s)
+{
+    size_t held = s->shared->body_bytes;
+    return held < s->opts.max_buffered_body_bytes ? s->opts.max_buffered_body_bytes - held : 0;
+}
+
+static inline void hs_body_charge(sb_http_server *s, size_t n)
+{
+    s->body_bytes += n;
+    s->shared->body_bytes += n;
+}
+
+static inline void hs_body_refund(sb_http_server *s, size_t n)
+{
+    s->body_bytes -= n;
+    s->shared->body_bytes -= n;
+}
 
 typedef struct wreq {
     uv_write_t w;

@@ -1,6 +1,7 @@
 /* A request's precise keys: the tokenize cache, /tokenize round trips, and requests waiting
  * for one (net/precise.h). */
 #include "net/precise.h"
+#include "net/guard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -187,6 +188,7 @@ static void on_parked_timeout(uv_timer_t *h)
 static void on_parked_abort(sb_http_req *req)
 {
     parked *w = req->user;
+    (void)sb_guard_here(w->pr->gw->loop); /* its timer is the main loop's (net/guard.h) */
     if (w->flight)
         w->flight->waiter = NULL;
     uv_timer_stop(&w->timer);
@@ -245,6 +247,8 @@ static void on_tokenized(void *ud, int status, const char *body, size_t len)
 /* Asks one of the pool's endpoints for body's ids. NULL when at the bound or it cannot start. */
 static flight *fly(sb_precise *pr, uint32_t pool, const sb_tok_key *key, uint64_t extra)
 {
+    /* From a worker too: the round trip runs on the main loop's pool (net/guard.h). */
+    (void)sb_guard_here(pr->gw->loop);
     sb_gateway *gw = pr->gw;
     const sb_pool_config *pc = &gw->cfg->pools[pool];
     if (pr->flights_out[pool] >= PRECISE_MAX_FLIGHTS || pc->n_endpoints == 0) {
@@ -289,6 +293,7 @@ static flight *fly(sb_precise *pr, uint32_t pool, const sb_tok_key *key, uint64_
 /* Holds req until f answers or wait_ms passes. false (nothing held) on ENOMEM. */
 static bool park(sb_precise *pr, flight *f, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr)
 {
+    (void)sb_guard_here(pr->gw->loop); /* the wait's timer is the main loop's */
     parked *w = sb_calloc(1, sizeof(*w));
     uint64_t *hashes = rr->n_blocks ? sb_malloc(rr->n_blocks * sizeof(uint64_t)) : NULL;
     if (!w || (rr->n_blocks && !hashes)) {

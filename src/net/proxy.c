@@ -33,6 +33,7 @@
 #include "core/flow.h"
 #include "core/retry.h"
 #include "net/decisions.h"
+#include "net/guard.h"
 #include "net/probe.h"
 #include "net/proxy.h"
 #include "net/stats.h"
@@ -75,6 +76,11 @@ typedef struct exchange {
     const char *last_code;
     bool fresh_retry_used;
     bool retry_same_ep;        /* next attempt: same endpoint, new connection */
+    /* Decided on another thread than the client's (a queued request released by another
+     * worker or the main loop): the connection is taken on the client's loop (loop), by a post
+     * (net/guard.h); the exchange lives until it ran. */
+    bool transit;
+    uv_loop_t *loop;
     bool dispatched;           /* router was told; must be told how it ended */
     sb_ticket ticket;
     uint32_t prompt_tokens;    /* estimate, for the router's pending-prefill accounting */
@@ -143,6 +149,8 @@ static exchange *exchange_new(void)
 /* Defined (const) after its callbacks, before sb_proxy_start. */
 static const http_parser_settings resp_settings;
 static void attempt(exchange *x);
+static void resume_attempt(void *arg);
+static void connect_attempt(exchange *x);
 static void close_header_line(exchange *x);
 static void to_client(void *ud, const char *at, size_t len);
 static void upstream_read_start(exchange *x);
@@ -204,7 +212,7 @@ static void record(exchange *x)
 
 static void exchange_maybe_free(exchange *x)
 {
-    if (x->req || x->uc || x->pending_writes || x->connecting || x->backoff || x->probe_wait)
+    if (x->req || x->uc || x->pending_writes || x->connecting || x->backoff || x->probe_wait || x->transit)
         return;
     record(x);
     x->env->counters->exchanges_live--;
@@ -342,12 +350,14 @@ static void cancel_backoff(exchange *x)
 
 static void on_backoff(uv_timer_t *t)
 {
+    sb_guard_enter(); /* a libuv callback into the exchange (net/guard.h) */
     exchange *x = ((backoff *)t->data)->x;
     cancel_backoff(x);
     if (x->req)
         attempt(x);
     else
         exchange_maybe_free(x);
+    sb_guard_leave();
 }
 
 /* Whether an endpoint this request has not tried could take it: an available one, or, when no
@@ -421,7 +431,8 @@ static void start_retry(exchange *x, enum sb_retry_reason reason)
         return;
     }
     b->x = x;
-    uv_timer_init(x->env->loop, &b->timer);
+    /* The exchange's own loop: a retry follows a failure read there. */
+    uv_timer_init(sb_guard_loop() ? sb_guard_loop() : x->env->loop, &b->timer);
     b->timer.data = b;
     x->backoff = b;
     uv_timer_start(&b->timer, on_backoff, ms, 0);
@@ -515,6 +526,7 @@ static void stop_waiting(exchange *x)
 {
     cancel_backoff(x);
     if (x->probe_wait) {
+        (void)sb_guard_here(NULL); /* the prober's wait lives on the main loop */
         sb_prober_sync_cancel(x->probe_wait);
         x->probe_wait = NULL;
     }
@@ -857,6 +869,7 @@ typedef struct send_req {
 
 static void on_sent(uv_write_t *w, int status)
 {
+    sb_guard_enter(); /* libuv's callback for a plain connection (TLS ones come guarded) */
     send_req *s = (send_req *)w;
     exchange *x = s->x;
     uv_stream_t *handle = w->handle; /* read before the request is freed */
@@ -866,6 +879,7 @@ static void on_sent(uv_write_t *w, int status)
         retry_or_fail(x, status, SB_RETRY_RESET);
     else
         exchange_maybe_free(x);
+    sb_guard_leave();
 }
 
 /* The request head for the upstream in x->head: rebuilt once per exchange (the Host differs
@@ -1082,6 +1096,7 @@ static bool sync_probe(exchange *x, const sb_ranking *rk, const sb_pool_config *
     x->probed = true;
     if (!pr || n == 0)
         return false;
+    (void)sb_guard_here(NULL); /* the prober runs on the main loop; on_probed comes from there */
     size_t keys = x->rr.n_blocks + (x->rr.kv_keys ? x->rr.n_kv_keys : 0);
     if (keys) {
         x->probe_keys = sb_malloc(keys * sizeof(uint64_t));
@@ -1171,8 +1186,40 @@ static void attempt(exchange *x)
     /* A non-streamed answer arrives whole: its first token is never seen on its own. */
     if (!x->t.stream)
         sb_router_first_token_unseen(env->router, x->t.pool, x->ep, &x->ticket, now);
+    if (!sb_guard_here(x->loop)) {
+        /* Decided here (the router's accounting is done, so a release loop sees the pool's
+         * load as it is now); connected on the client's loop. */
+        x->transit = true;
+        if (sb_guard_post(x->loop, resume_attempt, x) == 0)
+            return;
+        x->transit = false;
+        retry_or_fail(x, UV_ENOMEM, SB_RETRY_CONNECT);
+        return;
+    }
+    connect_attempt(x);
+}
+
+/* A decision made on another thread reaches the client's loop. The client may have left
+ * meanwhile (on_client_abort ran and reported the attempt). */
+static void resume_attempt(void *arg)
+{
+    exchange *x = arg;
+    x->transit = false;
+    if (!x->req) {
+        report_end(x, true, 499);
+        exchange_maybe_free(x);
+        return;
+    }
+    connect_attempt(x);
+}
+
+/* The attempt's connection: a pooled one at once, or a new one (on_connected). */
+static void connect_attempt(exchange *x)
+{
+    const sb_proxy_env *env = x->env;
     sb_upstream_conn *uc = NULL;
-    int rc = sb_upstream_acquire(env->upstream(env->owner, x->t.pool, x->ep), on_connected, x, &uc);
+    sb_upstream *u = env->upstream(env->owner, x->t.pool, x->ep);
+    int rc = u ? sb_upstream_acquire(u, on_connected, x, &uc) : UV_ENOMEM;
     if (rc == 1) {
         x->uc = uc;
         send_request(x);
@@ -1281,6 +1328,7 @@ void sb_proxy_start(const sb_proxy_env *env, sb_http_req *req, const sb_proxy_ta
     }
     x->env = env;
     x->req = req;
+    x->loop = req->loop;
     x->t = *t;
     x->t_start = now_ns();
     x->rr = *rr;

@@ -1,4 +1,5 @@
 #include "net/upstream.h"
+#include "net/guard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,10 @@ struct sb_upstream {
 
 static void uc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_deadline(uv_timer_t *t);
+static void on_retry_timer(uv_timer_t *t);
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res);
+static void on_tls_written(uv_write_t *w, int status);
 
 static void maybe_free_pool(sb_upstream *u)
 {
@@ -109,9 +114,17 @@ static void on_retry_timer_closed(uv_handle_t *h)
     maybe_free_pool(u);
 }
 
-static void on_retry_timer(uv_timer_t *t)
+static void on_retry_timer_locked(uv_timer_t *t)
 {
     start_resolve(t->data);
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void on_retry_timer(uv_timer_t *t)
+{
+    sb_guard_enter();
+    on_retry_timer_locked(t);
+    sb_guard_leave();
 }
 
 /* Connections that waited for the address: connect them now, or fail them with the resolver's
@@ -139,7 +152,7 @@ static void flush_waiting(sb_upstream *u, int status)
     }
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+static void on_resolved_locked(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     sb_upstream *u = req->data;
     u->resolving = false;
@@ -172,6 +185,14 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     if (u->opts.on_resolved)
         u->opts.on_resolved(u, u->resolve_status, u->opts.resolved_arg);
     flush_waiting(u, u->resolve_status);
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    sb_guard_enter();
+    on_resolved_locked(req, status, res);
+    sb_guard_leave();
 }
 
 static void start_resolve(sb_upstream *u)
@@ -274,7 +295,7 @@ const char *sb_upstream_address(const sb_upstream *u) { return u->address; }
 size_t sb_upstream_idle_count(const sb_upstream *u) { return u->n_idle; }
 uint64_t sb_upstream_connects(const sb_upstream *u) { return u->connects; }
 
-static void on_deadline(uv_timer_t *t)
+static void on_deadline_locked(uv_timer_t *t)
 {
     sb_upstream_conn *uc = t->data;
     uc->deadline_fires = 0;
@@ -289,6 +310,14 @@ static void on_deadline(uv_timer_t *t)
     }
     uc->deadline_due = 0;
     uc->deadline_cb(uc);
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void on_deadline(uv_timer_t *t)
+{
+    sb_guard_enter();
+    on_deadline_locked(t);
+    sb_guard_leave();
 }
 
 /* A proxied request set or cleared this deadline five times (idle cleared at acquire,
@@ -340,7 +369,7 @@ static void start_tls(sb_upstream_conn *uc)
     }
 }
 
-static void on_connect(uv_connect_t *req, int status)
+static void on_connect_locked(uv_connect_t *req, int status)
 {
     sb_upstream_conn *uc = req->data;
     if (uc->state != UC_CONNECTING)
@@ -366,6 +395,14 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     cb(uc, 0, arg);
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void on_connect(uv_connect_t *req, int status)
+{
+    sb_guard_enter();
+    on_connect_locked(req, status);
+    sb_guard_leave();
 }
 
 int sb_upstream_acquire(sb_upstream *u, void (*cb)(sb_upstream_conn *, int, void *), void *arg,
@@ -507,7 +544,7 @@ static void tls_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         sb_upstream_close(uc);
 }
 
-static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void uc_read_locked(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     sb_upstream_conn *uc = s->data;
     if (nread == 0)
@@ -521,6 +558,14 @@ static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     sb_upstream_close(uc);
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    sb_guard_enter();
+    uc_read_locked(s, nread, buf);
+    sb_guard_leave();
 }
 
 void sb_upstream_pause(sb_upstream_conn *uc)
@@ -586,7 +631,7 @@ typedef struct tls_wreq {
     char *data;
 } tls_wreq;
 
-static void on_tls_written(uv_write_t *w, int status)
+static void on_tls_written_locked(uv_write_t *w, int status)
 {
     tls_wreq *t = (tls_wreq *)w;
     uv_write_t *user = t->user;
@@ -598,6 +643,14 @@ static void on_tls_written(uv_write_t *w, int status)
         user->handle = handle;
         cb(user, status);
     }
+}
+
+/* libuv's callback: the owner's callbacks run under the lock (net/guard.h). */
+static void on_tls_written(uv_write_t *w, int status)
+{
+    sb_guard_enter();
+    on_tls_written_locked(w, status);
+    sb_guard_leave();
 }
 
 /* Writes what the session has produced; the user's request (may be NULL) hears when it left. */

@@ -129,6 +129,11 @@ static const field metrics_fields[] = {
 
 #undef FN
 
+/* `workers: N | auto`. 64: past the cores one host gives a proxy, and a bound on the threads a
+ * typo starts. */
+static const field workers_field = {
+    .key = "workers", .kind = K_COUNT, .offset = offsetof(sb_config, workers), .min = 1, .max = 64};
+
 /* A top-level scalar rather than a section: it belongs with access_log. */
 static const field log_decisions_field = {
     .key = "access_log_decisions", .kind = K_BOOL, .offset = offsetof(sb_config, log_decisions), .max = 1};
@@ -580,6 +585,13 @@ static void parse_root(parse *p, const yaml_node_t *root)
                 sb_free(p->cfg->access_log);
                 p->cfg->access_log = path;
             }
+        } else if (!strcmp(key, "workers")) {
+            /* auto (the default): the cores this process may use (cmd/serve.c). */
+            const char *s = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : NULL;
+            if (s && !strcmp(s, "auto"))
+                p->cfg->workers = 0;
+            else
+                cfg_parse_field(p, &workers_field, v, p->cfg, NULL);
         } else if (!strcmp(key, "access_log_decisions")) {
             cfg_parse_field(p, &log_decisions_field, v, p->cfg, NULL);
         } else if (!strcmp(key, "profiles")) {

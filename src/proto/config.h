@@ -147,6 +147,9 @@ typedef struct sb_config {
     size_t max_body_bytes;        /* default 16 MiB */
     size_t max_header_bytes;      /* default 64 KiB */
     size_t max_connections;       /* client connections; default 10000 */
+    /* Event loops serving the client listener (net/workers.h); 0: auto, the cores available
+     * (resolved by cmd/serve.c before the gateway starts). 1: one loop, no threads. */
+    size_t workers;
     size_t max_prompt_blocks;     /* hashed blocks per request; default 16384 */
     size_t max_json_depth;        /* JSON nesting (arrays and objects) in bodies; default 128 */
     size_t max_json_tokens;       /* JSON values (keys included) in a body; default 1 Mi */

@@ -319,7 +319,8 @@ class Gateway:
                 raise AssertionError("gateway did not stop on SIGINT")
         self.log.close()
         out = open(self.log_path).read()
-        if "ERROR: AddressSanitizer" in out or "runtime error:" in out or "LeakSanitizer" in out:
+        if ("ERROR: AddressSanitizer" in out or "runtime error:" in out or "LeakSanitizer" in out
+                or "ThreadSanitizer" in out):
             raise AssertionError("sanitizer report:\n" + out)
         if self.proc.returncode not in (0, -signal.SIGTERM):
             raise AssertionError("gateway exit code %s:\n%s" % (self.proc.returncode, out))

@@ -1,5 +1,5 @@
-"""Runs every integration test module (tests/integration/test_*.py) and prints one closing
-summary line: "integration: N passed, M failed"."""
+"""Runs every integration test module (tests/integration/test_*.py, or the patterns given) and
+prints one closing summary line: "integration: N passed, M failed"."""
 import os
 import sys
 import unittest
@@ -9,8 +9,11 @@ sys.path.insert(0, here)
 
 
 def main():
-    pattern = sys.argv[1] if len(sys.argv) > 1 else "test_*.py"
-    suite = unittest.defaultTestLoader.discover(here, pattern=pattern, top_level_dir=here)
+    # Patterns (globs of file names), each discovered in turn: `make tsan` names several.
+    patterns = sys.argv[1:] or ["test_*.py"]
+    suite = unittest.TestSuite()
+    for pattern in patterns:
+        suite.addTests(unittest.defaultTestLoader.discover(here, pattern=pattern, top_level_dir=here))
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
     failed = len(result.failures) + len(result.errors)
     passed = result.testsRun - failed - len(result.skipped)
