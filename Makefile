@@ -180,7 +180,7 @@ integration: build/san/switchboard build/switchboard
 TSAN_TESTS ?= test_workers.py
 tsan: build/tsan/switchboard build/switchboard
 	@SB_BIN=$(CURDIR)/build/tsan/switchboard SWITCHBOARD_WORKERS=2 \
-	  TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1" $(PYTHON) tests/integration/run.py $(TSAN_TESTS)
+	  TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/integration/tsan.supp" $(PYTHON) tests/integration/run.py $(TSAN_TESTS)
 
 test:
 	@scripts/deps.sh test

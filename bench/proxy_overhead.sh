@@ -11,7 +11,8 @@
 # PORT_BASE (default 18101), PROFILE (the pool's routing profile, default `default`: every body
 # parsed and its blocks hashed), SB_BIN (the switchboard under test, default build/switchboard),
 # SB_BASE_BIN (another build, e.g. main's, run as a "base" row beside it in the same
-# invocation, runs alternated with the others).
+# invocation, runs alternated with the others), WORKERS (switchboard's `workers:`, default 1: the
+# per-core comparison with HAProxy's one thread; bench/workers_scaling.sh measures more).
 # With H2 (default on), HTTP/2 with prior knowledge (h2c) by h2load: switchboard's client listener
 # (the same port as HTTP/1.1) and an HAProxy `proto h2` bind, H2_CONNS connections of H2_STREAMS
 # concurrent streams each, the same body. Env: H2 (1/0), H2_CONNS (default 4), H2_STREAMS (default 8).
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}; PROFILE=${PROFILE:-default}
 H2=${H2:-1}; H2_CONNS=${H2_CONNS:-4}; H2_STREAMS=${H2_STREAMS:-8}
-SB_BIN=${SB_BIN:-build/switchboard}; SB_BASE_BIN=${SB_BASE_BIN:-}; PIN=${PIN:-1}
+SB_BIN=${SB_BIN:-build/switchboard}; SB_BASE_BIN=${SB_BASE_BIN:-}; PIN=${PIN:-1}; WORKERS=${WORKERS:-1}
 if [ "$PIN" = 1 ]; then PROXY_CPU="taskset -c 0"; LOAD_CPU="taskset -c 1"; else PROXY_CPU=""; LOAD_CPU=""; fi
 work=$(mktemp -d /tmp/sb-bench.XXXXXX)
 B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5, B+7, B+8; B+3, B+6 and B+9 for the admin listeners
@@ -90,6 +91,7 @@ HAP
 cat > "$work/sb.yaml" <<SBY
 listen: "127.0.0.1:$P_SB"
 admin: { listen: "127.0.0.1:$((P_SB + 2))" }
+workers: $WORKERS
 pools:
   - name: bench
     models: ["bench-model"]
@@ -102,7 +104,8 @@ $PROXY_CPU "$SB_BIN" serve -q -c "$work/sb.yaml" & pids+=($!)
 ports="$P_NGINX $P_SB $P_HA"
 targets="direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA"
 if [ -n "$SB_BASE_BIN" ]; then
-  sed -e "s/$P_SB/$P_BASE/" -e "s/$((P_SB + 2))/$((P_BASE + 2))/" "$work/sb.yaml" > "$work/sbb.yaml"
+  # An older build may not know `workers:` (one loop either way with the default).
+  sed -e "s/$P_SB/$P_BASE/" -e "s/$((P_SB + 2))/$((P_BASE + 2))/" -e '/^workers: 1$/d' "$work/sb.yaml" > "$work/sbb.yaml"
   $PROXY_CPU "$SB_BASE_BIN" serve -q -c "$work/sbb.yaml" & pids+=($!)
   ports="$ports $P_BASE"
   targets="direct:$P_NGINX switchboard:$P_SB base:$P_BASE haproxy:$P_HA"
