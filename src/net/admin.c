@@ -139,6 +139,16 @@ static void render_picker_stats(const sb_gateway *gw, sb_buf *b)
         (unsigned long long)ps.calls_over_budget, (unsigned long long)ps.buffered_bytes);
 }
 
+/* The inspectors' token arrays, every loop's, as each last noted it under the lock (a worker
+ * grows its own outside it). */
+static size_t inspector_bytes(const sb_gateway *gw)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < gw->n_scratch; i++)
+        n += gw->scratch[i].token_bytes;
+    return n;
+}
+
 /* The event loops serving clients and the lock over what they share (net/guard.h): how often
  * it was taken, found busy, waited for, and held (docs/architecture.md, "Every core"). */
 static void render_workers(sb_gateway *gw, sb_buf *b)
@@ -314,7 +324,7 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   "# HELP switchboard_inspector_token_bytes Memory held by the request inspector's JSON token "
                   "array, kept between requests (freed after a request that grew it past 64 Ki tokens).\n"
                   "# TYPE switchboard_inspector_token_bytes gauge\nswitchboard_inspector_token_bytes %zu\n",
-                  gw->ictx.json.cap_tokens * sizeof(sb_json_tok));
+                  inspector_bytes(gw));
     sb_buf_printf(b,
                   "# HELP switchboard_unauthorized_total Requests refused 401: a missing or unknown API key "
                   "(listener=\"client\") or admin token (listener=\"admin\").\n"

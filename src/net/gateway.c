@@ -40,6 +40,8 @@ static int membership_apply(void *arg, sb_config *cfg);
 static sb_gateway *membership_current(void *arg);
 static sb_snapshot *snapshot_ref(sb_gateway *gw);
 static void snapshot_unref(sb_gateway *gw, sb_snapshot *snap);
+static sb_snapshot *pin(sb_gateway *gw);
+static void unpin(sb_gateway *gw, sb_snapshot *snap);
 
 /* GET /v1/models: every served model, alias and adapter, built once from config. */
 static int build_models_json(sb_gateway *gw)
@@ -276,8 +278,11 @@ static void gateway_free(sb_gateway *gw)
     sb_gateway_admission_free(gw);
     sb_router_free(gw->router);
     sb_decisions_release(gw->decisions);
-    sb_inspect_ctx_free(&gw->ictx);
-    sb_free(gw->hashes);
+    for (size_t i = 0; gw->scratch && i < gw->n_scratch; i++) {
+        sb_inspect_ctx_free(&gw->scratch[i].ictx);
+        sb_free(gw->scratch[i].hashes);
+    }
+    sb_free(gw->scratch);
     sb_free(gw->models_json);
     if (gw->stats.access_log && gw->stats.access_log != stdout)
         fclose(gw->stats.access_log);
@@ -783,8 +788,16 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->pool_first_up = sb_calloc(cfg->n_pools + 1, sizeof(size_t));
     /* Bounded so the product cannot overflow; a reload keeps this capacity (hashes_cap). */
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
-    gw->hashes = sb_malloc(gw->hashes_cap * sizeof(uint64_t));
-    if (!gw->router || !gw->pool_first_up || !gw->hashes || build_models_json(gw) < 0 || alloc_endpoints(gw) < 0)
+    gw->pin = pin;
+    gw->unpin = unpin;
+    size_t n_workers = old ? sb_workers_count(old->wset)
+                           : (cfg->workers > 1 && cfg->listen_host && sb_guard_on() ? cfg->workers : 0);
+    gw->n_scratch = 1 + n_workers;
+    gw->scratch = sb_calloc(gw->n_scratch, sizeof(sb_scratch));
+    for (size_t i = 0; gw->scratch && i < gw->n_scratch; i++)
+        if (!(gw->scratch[i].hashes = sb_malloc(gw->hashes_cap * sizeof(uint64_t))))
+            goto fail;
+    if (!gw->router || !gw->pool_first_up || !gw->scratch || build_models_json(gw) < 0 || alloc_endpoints(gw) < 0)
         goto fail;
     sb_upstream_opts uo = {.connect_ms = cfg->connect_ms,
                            .idle_ms = cfg->upstream_idle_ms,
@@ -798,8 +811,6 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
      * attach_servers) when the configuration asks for more than one and the guard is on. */
     gw->home = old ? old->home : out;
     gw->wset = old ? old->wset : NULL;
-    size_t n_workers =
-        old ? sb_workers_count(old->wset) : (cfg->workers > 1 && cfg->listen_host && sb_guard_on() ? cfg->workers : 0);
     if (n_workers) {
         gw->pool_tls = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(SSL_CTX *));
         gw->wups = sb_calloc(n_workers * (gw->pool_first_up[cfg->n_pools] ? gw->pool_first_up[cfg->n_pools] : 1),
@@ -1040,6 +1051,18 @@ static void exchange_done(sb_gateway *gw)
 {
     if (--gw->in_flight == 0 && gw->stopping)
         gateway_free(gw);
+}
+
+static sb_snapshot *pin(sb_gateway *gw)
+{
+    gw->in_flight++;
+    return snapshot_ref(gw);
+}
+
+static void unpin(sb_gateway *gw, sb_snapshot *snap)
+{
+    snapshot_unref(gw, snap);
+    exchange_done(gw);
 }
 
 static sb_snapshot *snapshot_ref(sb_gateway *gw)

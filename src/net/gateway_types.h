@@ -31,6 +31,15 @@ typedef struct sb_kv_hub sb_kv_hub;
 typedef struct sb_kv_sub sb_kv_sub;
 typedef struct sb_precise sb_precise;
 
+/* A loop's scratch for reading request bodies: the inspector's token array and the block
+ * hashes. One per loop (the main loop's [0], worker w's [w + 1]), touched by its thread only:
+ * a worker reads a body outside the lock (net/routes.c). */
+typedef struct sb_scratch {
+    sb_inspect_ctx ictx;
+    uint64_t *hashes;   /* hashes_cap entries */
+    size_t token_bytes; /* the token array's size, noted under the lock (for /metrics) */
+} sb_scratch;
+
 struct sb_gateway {
     uv_loop_t *loop;
     sb_config *cfg; /* == snap->cfg */
@@ -47,9 +56,14 @@ struct sb_gateway {
     size_t *pool_first_up; /* index into ups of each pool's first endpoint */
     sb_http_server *server;
     sb_http_server *admin_server; /* NULL when admin.listen is null */
-    sb_inspect_ctx ictx;          /* reused for every request: one loop, one request at a time */
-    uint64_t *hashes;             /* block-hash scratch, hashes_cap entries */
+    sb_scratch *scratch; /* n_scratch: 1, plus one per worker */
+    size_t n_scratch;
     size_t hashes_cap;
+    /* Keeps the gateway (and its configuration) alive while a worker reads a request outside
+     * the lock (net/routes.c), and lets it go (which may free a retired gateway). Set by
+     * gateway.c, called through the pointers (routes.c does not call gateway.c). */
+    sb_snapshot *(*pin)(sb_gateway *gw);
+    void (*unpin)(sb_gateway *gw, sb_snapshot *snap);
     char *models_json; /* GET /v1/models body, built once from config */
     size_t models_json_len;
     sb_gateway_counters counters;

@@ -79,6 +79,29 @@ void sb_guard_get_stats(sb_guard_stats *out)
     *out = stats;
 }
 
+bool sb_guard_on_worker(void)
+{
+    return on && my_loop && !is_main;
+}
+
+int sb_guard_suspend(void)
+{
+    if (!on || is_main || depth == 0)
+        return 0;
+    int held = depth;
+    depth = 1;
+    sb_guard_leave();
+    return held;
+}
+
+void sb_guard_resume(int held)
+{
+    if (!held)
+        return;
+    sb_guard_enter();
+    depth = held;
+}
+
 uv_loop_t *sb_guard_loop(void)
 {
     return my_loop;

@@ -43,6 +43,13 @@ void sb_guard_enter(void);
  * thread acted on it). */
 void sb_guard_leave(void);
 void sb_guard_get_stats(sb_guard_stats *out);
+/* Whether the calling thread is a worker (runs a loop that is not the main one). */
+bool sb_guard_on_worker(void);
+/* Lets go of the lock for a while on a worker, whatever the nesting (a body read that touches
+ * nothing shared): returns what sb_guard_resume takes back. 0 (nothing to resume) when off, on
+ * the main loop (which stays locked: others act on its objects), or not holding it. */
+int sb_guard_suspend(void);
+void sb_guard_resume(int held);
 
 /* The loop the calling thread runs (set by sb_guard_start for the main thread and by each
  * worker thread); NULL before. */

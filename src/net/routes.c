@@ -8,7 +8,9 @@
 #include "core/kv_index.h"
 #include "net/admission.h"
 #include "net/errors.h"
+#include "net/guard.h"
 #include "net/precise.h"
+#include "net/workers.h"
 #include "proto/prompt.h"
 
 typedef struct route {
@@ -24,17 +26,25 @@ static const route inference_routes[] = {
     {"/v1/responses", SB_API_RESPONSES},
 };
 
-/* The inspector's token array (gw->ictx) is reused across requests so that an ordinary one
+/* The inspector's token array (the loop's scratch, gw->scratch) is reused across requests so that an ordinary one
  * tokenizes with no allocation; one that grew it past this many tokens (~1.3 MiB at 20 bytes
  * a token; limits.max_json_tokens lets one request grow it to ~20 MiB, outside every budget)
  * frees it once done, so the next ordinary request starts small again. 64 Ki tokens is a
  * chat request of several hundred KiB. */
 #define INSPECT_KEEP_TOKENS ((size_t)64 * 1024)
 
-static void inspector_trim(sb_gateway *gw)
+static void inspector_trim(sb_scratch *sc)
 {
-    if (gw->ictx.json.cap_tokens > INSPECT_KEEP_TOKENS)
-        sb_inspect_ctx_free(&gw->ictx);
+    if (sc->ictx.json.cap_tokens > INSPECT_KEEP_TOKENS)
+        sb_inspect_ctx_free(&sc->ictx);
+    sc->token_bytes = sc->ictx.json.cap_tokens * sizeof(sb_json_tok);
+}
+
+/* The calling loop's scratch: the main loop's, or its worker's. */
+static sb_scratch *scratch_of(sb_gateway *gw)
+{
+    int w = sb_worker_index();
+    return &gw->scratch[w >= 0 && (size_t)w + 1 < gw->n_scratch ? (size_t)w + 1 : 0];
 }
 
 /* A client's x-request-id is kept when it is 1 to SB_HTTP_REQ_ID_MAX token characters (RFC
@@ -117,10 +127,10 @@ static void refuse_unauthorized(sb_gateway *gw, sb_http_req *req, bool had_token
 
 /* The session affinity key: the configured header, else the request's `user`, else the API
  * key (its digest), else the client's address (without its port). Never 0 (0 means "none"). */
-static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const sb_inspect_result *res,
+static uint64_t session_key(const sb_config *cfg, const sb_http_req *req, const sb_inspect_result *res,
                             const caller *who)
 {
-    const sb_http_header *h = gw->cfg->session_header ? sb_http_req_header(req, gw->cfg->session_header) : NULL;
+    const sb_http_header *h = cfg->session_header ? sb_http_req_header(req, cfg->session_header) : NULL;
     uint64_t k;
     if (h && h->value_len)
         k = XXH3_64bits_withSeed(h->value, h->value_len, 1);
@@ -139,13 +149,13 @@ static uint64_t session_key(const sb_gateway *gw, const sb_http_req *req, const 
  * first member. (A body that names a model of the wrong type, or null, is still refused: it
  * said something, and it was not a model.) Returns true (res and *m set) if the default pool
  * takes the request. */
-static bool default_model(sb_gateway *gw, const sb_http_req *req, sb_inspect_result *res, sb_model_match *m,
-                          bool *comma)
+static bool default_model(const sb_gateway *gw, const sb_config *cfg, const sb_http_req *req, sb_inspect_result *res,
+                          sb_model_match *m, bool *comma)
 {
     bool insert = false;
-    for (size_t p = 0; p < gw->cfg->n_pools; p++)
-        if (!strcmp(gw->cfg->pools[p].name, gw->cfg->default_pool)) {
-            const char *served = gw->cfg->pools[p].models[0];
+    for (size_t p = 0; p < cfg->n_pools; p++)
+        if (!strcmp(cfg->pools[p].name, cfg->default_pool)) {
+            const char *served = cfg->pools[p].models[0];
             if (sb_router_resolve(gw->router, served, strlen(served), m) == 0) {
                 const char *open = memchr(req->body, '{', req->body_len);
                 size_t at = open ? (size_t)(open - req->body) + 1 : 0;
@@ -164,9 +174,9 @@ static bool default_model(sb_gateway *gw, const sb_http_req *req, sb_inspect_res
 }
 
 /* Answers a request the inspector refused (rc, not SB_INSPECT_OK). */
-static void refuse_inspected(sb_gateway *gw, sb_http_req *req, int rc, const sb_inspect_result *res)
+static void refuse_inspected(sb_gateway *gw, sb_scratch *sc, sb_http_req *req, int rc, const sb_inspect_result *res)
 {
-    inspector_trim(gw); /* the tokens are not needed past this point */
+    inspector_trim(sc); /* the tokens are not needed past this point */
     char msg[200];
     const char *param = NULL;
     switch (rc) {
@@ -196,55 +206,85 @@ static void refuse_inspected(sb_gateway *gw, sb_http_req *req, int rc, const sb_
     sb_errors_answer(&gw->stats, req, 400, msg, "invalid_request_error", param, NULL);
 }
 
-static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
-{
+/* What a request's body says, read without touching anything shared: on a worker this runs
+ * outside the lock (the gateway and its configuration pinned, the router's model table fixed
+ * for the gateway's life, the scratch the loop's own). rc: SB_INSPECT_*, or READ_NO_SUCH_MODEL. */
+enum { READ_NO_SUCH_MODEL = -1000 };
+typedef struct reading {
+    int rc;
     sb_inspect_result res;
-    /* read per request: reloads apply at once */
-    gw->ictx.json.max_depth = gw->cfg->max_json_depth;
-    gw->ictx.json.max_tokens = gw->cfg->max_json_tokens;
-    int rc = sb_inspect(&gw->ictx, kind, req->body, req->body_len, &res);
     sb_model_match m;
-    bool insert = false, comma = false;
-    if (rc == SB_INSPECT_NO_MODEL && gw->cfg->default_pool && !memmem(req->body, req->body_len, "\"model\"", 7) &&
-        default_model(gw, req, &res, &m, &comma)) {
-        insert = true;
-        rc = SB_INSPECT_OK;
+    bool insert, comma;
+    uint64_t seed;
+    sb_prompt_hashes ph;
+    uint64_t session;
+} reading;
+
+static void read_request(const sb_gateway *gw, const sb_config *cfg, sb_scratch *sc, const sb_http_req *req,
+                         enum sb_api_kind kind, const caller *who, reading *rd)
+{
+    sb_inspect_result *res = &rd->res;
+    /* read per request: reloads apply at once */
+    sc->ictx.json.max_depth = cfg->max_json_depth;
+    sc->ictx.json.max_tokens = cfg->max_json_tokens;
+    rd->rc = sb_inspect(&sc->ictx, kind, req->body, req->body_len, res);
+    rd->insert = rd->comma = false;
+    if (rd->rc == SB_INSPECT_NO_MODEL && cfg->default_pool && !memmem(req->body, req->body_len, "\"model\"", 7) &&
+        default_model(gw, cfg, req, res, &rd->m, &rd->comma)) {
+        rd->insert = true;
+        rd->rc = SB_INSPECT_OK;
     }
-    if (rc != SB_INSPECT_OK) {
-        refuse_inspected(gw, req, rc, &res);
+    if (rd->rc != SB_INSPECT_OK)
+        return;
+    if (!rd->insert && sb_router_resolve(gw->router, res->model, res->model_len, &rd->m) < 0) {
+        rd->rc = READ_NO_SUCH_MODEL;
         return;
     }
-    if (!insert && sb_router_resolve(gw->router, res.model, res.model_len, &m) < 0) {
-        inspector_trim(gw);
+    /* Blocks are seeded by served model and adapter: two models never share a prefix. */
+    const sb_model_match *m = &rd->m;
+    const char *adapter = m->adapter >= 0 ? m->name : "";
+    rd->seed = sb_prompt_seed(m->served, m->served_len, adapter, strlen(adapter));
+    size_t cap = cfg->max_prompt_blocks < gw->hashes_cap ? cfg->max_prompt_blocks : gw->hashes_cap;
+    rd->ph = (sb_prompt_hashes){.hashes = sc->hashes, .cap = cap, .prefix_chars = cfg->prefix_chars};
+    sb_prompt_hash(&sc->ictx, req->body, res, rd->seed, cfg->block_bytes, &rd->ph);
+    rd->session = session_key(cfg, req, res, who);
+}
+
+/* The rest of an inference request, under the lock: refusals, the pool's adaptive loop, then
+ * admission (which copies what waits: the scratch is reused by the loop's next request). */
+static void handle_read(sb_gateway *gw, sb_scratch *sc, const sb_config *cfg, sb_http_req *req, const caller *who,
+                        reading *rd)
+{
+    sb_inspect_result *resp = &rd->res;
+    if (rd->rc == READ_NO_SUCH_MODEL) {
+        inspector_trim(sc);
         char msg[SB_MODEL_NAME_MAX + 80];
-        snprintf(msg, sizeof(msg), "The model `%s` does not exist.", res.model);
+        snprintf(msg, sizeof(msg), "The model `%s` does not exist.", resp->model);
         sb_errors_answer(&gw->stats, req, 404, msg, "invalid_request_error", "model", "model_not_found");
         return;
     }
-    if (gw->adaptive && gw->adaptive[m.pool])
-        sb_adaptive_arrivals(gw->adaptive[m.pool], 1);
-    /* Blocks are seeded by served model and adapter: two models never share a prefix. */
-    const char *adapter = m.adapter >= 0 ? m.name : "";
-    uint64_t seed = sb_prompt_seed(m.served, m.served_len, adapter, strlen(adapter));
-    size_t cap = gw->cfg->max_prompt_blocks < gw->hashes_cap ? gw->cfg->max_prompt_blocks : gw->hashes_cap;
-    sb_prompt_hashes ph = {.hashes = gw->hashes, .cap = cap, .prefix_chars = gw->cfg->prefix_chars};
-    sb_prompt_hash(&gw->ictx, req->body, &res, seed, gw->cfg->block_bytes, &ph);
-
+    if (rd->rc != SB_INSPECT_OK) {
+        refuse_inspected(gw, sc, req, rd->rc, resp);
+        return;
+    }
+    const sb_model_match *mp = &rd->m;
+    if (gw->adaptive && gw->adaptive[mp->pool])
+        sb_adaptive_arrivals(gw->adaptive[mp->pool], 1);
     sb_proxy_target t = {
-        .pool = m.pool,
-        .adapter = m.adapter,
-        .served = m.is_alias || insert ? m.served : NULL,
-        .insert_model = insert,
-        .insert_comma = comma,
-        .served_len = m.served_len,
-        .model_tok_start = res.model_tok_start,
-        .model_tok_end = res.model_tok_end,
-        .stream = res.stream,
-        .usage_edit = gw->cfg->stream_usage ? res.usage_edit : NULL,
-        .usage_edit_len = res.usage_edit_len,
-        .usage_edit_start = res.usage_edit_start,
-        .usage_edit_end = res.usage_edit_end,
-        .model = res.model,
+        .pool = mp->pool,
+        .adapter = mp->adapter,
+        .served = mp->is_alias || rd->insert ? mp->served : NULL,
+        .insert_model = rd->insert,
+        .insert_comma = rd->comma,
+        .served_len = mp->served_len,
+        .model_tok_start = resp->model_tok_start,
+        .model_tok_end = resp->model_tok_end,
+        .stream = resp->stream,
+        .usage_edit = cfg->stream_usage ? resp->usage_edit : NULL,
+        .usage_edit_len = resp->usage_edit_len,
+        .usage_edit_start = resp->usage_edit_start,
+        .usage_edit_end = resp->usage_edit_end,
+        .model = resp->model,
         .key_id = who->key_id,
         .key_band = who->key ? who->key->band : -1,
         .band = -1,
@@ -253,20 +293,38 @@ static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind 
     if (who->key)
         memcpy(t.tenant, who->key->tenant, sizeof t.tenant);
     /* About 4 bytes per token in English: the router's estimate of prefill work. */
-    sb_sched_request rr = {.pool = m.pool,
-                           .adapter = m.adapter,
-                           .block_hashes = ph.hashes,
-                           .n_blocks = ph.n,
-                           .prompt_bytes = ph.prompt_bytes,
-                           .prompt_tokens = (uint32_t)(ph.prompt_bytes / 4),
+    sb_sched_request rr = {.pool = mp->pool,
+                           .adapter = mp->adapter,
+                           .block_hashes = rd->ph.hashes,
+                           .n_blocks = rd->ph.n,
+                           .prompt_bytes = rd->ph.prompt_bytes,
+                           .prompt_tokens = (uint32_t)(rd->ph.prompt_bytes / 4),
                            /* the adapter is part of the prefix-hash key (KubeAI's rule) */
-                           .prefix_key = ph.prefix_key ? ph.prefix_key ^ seed : 0,
-                           .session_key = session_key(gw, req, &res, who),
-                           .profile = sb_router_pool_profile(gw->router, m.pool)};
+                           .prefix_key = rd->ph.prefix_key ? rd->ph.prefix_key ^ rd->seed : 0,
+                           .session_key = rd->session,
+                           .profile = sb_router_pool_profile(gw->router, mp->pool)};
     /* Reads the JSON tokens for the engine's /tokenize when the pool keeps a precise index. */
-    sb_gateway_admit_precise(gw, req, &t, &rr, gw->ictx.json.tokens, gw->ictx.n_tokens, m.served, m.served_len,
-                             m.adapter >= 0 ? sb_kv_extra_of_adapter(m.name, strlen(m.name)) : 0);
-    inspector_trim(gw); /* the last use of the tokens */
+    sb_gateway_admit_precise(gw, req, &t, &rr, sc->ictx.json.tokens, sc->ictx.n_tokens, mp->served, mp->served_len,
+                             mp->adapter >= 0 ? sb_kv_extra_of_adapter(mp->name, strlen(mp->name)) : 0);
+    inspector_trim(sc); /* the last use of the tokens */
+}
+
+
+static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
+{
+    sb_scratch *sc = scratch_of(gw);
+    /* A worker reads the body (JSON, prompt, block hashes: most of a request's own work)
+     * without the lock, so the workers' reads run side by side. */
+    bool apart = sb_guard_on_worker();
+    sb_snapshot *snap = apart ? gw->pin(gw) : NULL;
+    const sb_config *cfg = apart ? snap->cfg : gw->cfg;
+    reading rd;
+    int held = apart ? sb_guard_suspend() : 0;
+    read_request(gw, cfg, sc, req, kind, who, &rd);
+    sb_guard_resume(held);
+    handle_read(gw, sc, cfg, req, who, &rd);
+    if (apart)
+        gw->unpin(gw, snap); /* after admission: what waits has its copies */
 }
 
 enum { ROUTE_HEALTHZ = -1, ROUTE_MODELS = -2 }; /* else an index in inference_routes */

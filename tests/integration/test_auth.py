@@ -7,7 +7,7 @@ import signal
 import socket
 import unittest
 
-from fixtures import Gateway, Upstream, chat_body, http, read_response, scrape_metric, send_request, wait_until
+from fixtures import Gateway, Upstream, chat_body, http, read_response, send_request, wait_until
 
 ADMIN_TOKEN = "adm-7f3e9c1b2d"
 KEY = "sk-good-4c8e1f"
@@ -102,13 +102,11 @@ class AdminBudgetTest(unittest.TestCase):
     def test_admin_answers_while_the_client_listener_is_full(self):
         up = Upstream("u")
         gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [up.address]}],
-                     extra="limits: { max_connections: 3 }", admin="max_connections: 2")
+                     # One loop: with several, the fixture's readiness probe may still wait in
+                     # another worker's accept queue and take one of the three places later.
+                     extra="workers: 1\nlimits: { max_connections: 3 }", admin="max_connections: 2")
         held = []
         try:
-            # The fixture's readiness probe closed its connection; with several workers another
-            # worker may not have seen that close yet: wait until it is no longer counted.
-            wait_until(lambda: scrape_metric(gw.admin_port, "switchboard_open_connections") == 0,
-                       10, "the readiness probe's connection to close")
             # Fill the client listener: each connection counts once the gateway accepted it.
             for _ in range(3):
                 s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
