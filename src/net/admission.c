@@ -185,8 +185,11 @@ void sb_gateway_admission_tick(sb_gateway *gw, sb_ns now)
 
 void sb_gateway_admission_done(sb_gateway *gw, uint32_t pool)
 {
-    if (gw->adm && !gw->stopping)
+    if (gw->adm && !gw->stopping) {
+        sb_guard_keep(); /* the release walks the queue: its dispatches keep the lock (net/guard.h) */
         sb_admission_release(gw->adm, pool, uv_hrtime());
+        sb_guard_unkeep();
+    }
 }
 
 /* Holds a request admission answered WAIT for: its target, descriptor and hashes are copied
@@ -212,7 +215,10 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     snprintf(q->model, sizeof(q->model), "%s", t->model ? t->model : "");
     q->t.served = t->served; /* owned by the router: stable */
     sb_admission_refusal r;
-    if (sb_admission_enqueue(gw->adm, desc, q, now, &q->handle, &r) != SB_ADMIT_QUEUED) {
+    sb_guard_keep(); /* an enqueue may evict (refuse, fall back) from inside the queue */
+    int queued = sb_admission_enqueue(gw->adm, desc, q, now, &q->handle, &r);
+    sb_guard_unkeep();
+    if (queued != SB_ADMIT_QUEUED) {
         free_queued(q);
         refuse_or_fall_back(gw, req, t, &desc->sched, t->model, &r);
         return;

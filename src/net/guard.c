@@ -29,6 +29,7 @@ static __thread uv_loop_t *my_loop;
 static __thread bool touched_main; /* this thread acted on the main loop under the lock */
 static __thread bool is_main;
 static __thread uint64_t held_since;
+static __thread int keep; /* sb_guard_keep nesting */
 
 int sb_guard_start(uv_loop_t *main)
 {
@@ -100,6 +101,26 @@ void sb_guard_resume(int held)
         return;
     sb_guard_enter();
     depth = held;
+}
+
+int sb_guard_io_begin(void)
+{
+    return keep ? 0 : sb_guard_suspend();
+}
+
+void sb_guard_io_end(int held)
+{
+    sb_guard_resume(held);
+}
+
+void sb_guard_keep(void)
+{
+    keep++;
+}
+
+void sb_guard_unkeep(void)
+{
+    keep--;
 }
 
 uv_loop_t *sb_guard_loop(void)

@@ -50,6 +50,15 @@ bool sb_guard_on_worker(void);
  * the main loop (which stays locked: others act on its objects), or not holding it. */
 int sb_guard_suspend(void);
 void sb_guard_resume(int held);
+/* Around a system call on the worker's own descriptors (a socket write): the lock is let go for
+ * its duration unless a caller up the stack walks shared state that others could change
+ * meanwhile (sb_guard_keep). Returns what sb_guard_io_end takes back. */
+int sb_guard_io_begin(void);
+void sb_guard_io_end(int held);
+/* Marks a stretch during which the lock must stay held whatever is called from it (flow
+ * control's release loop, whose dispatches may write): nests. */
+void sb_guard_keep(void);
+void sb_guard_unkeep(void);
 
 /* The loop the calling thread runs (set by sb_guard_start for the main thread and by each
  * worker thread); NULL before. */

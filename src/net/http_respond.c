@@ -133,7 +133,9 @@ int hs_conn_flush(conn *c)
          * for HTTP/2: its on_write (hs_h2_written) pulls nghttp2's next frames, wakes the
          * streams waiting for room and closes after a final GOAWAY. */
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+        int held = sb_guard_io_begin(); /* workers: the write leaves without the lock */
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        sb_guard_io_end(held);
         sent = n > 0 ? (size_t)n : 0;
         if (sent == c->out.len) {
             /* Kept for the next answer when small; a big one (a 64 KiB stream flush, /metrics)
@@ -155,7 +157,9 @@ int hs_conn_flush(conn *c)
     r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
     r->len -= sent;
     uv_buf_t b = uv_buf_init(r->data + sent, (unsigned)r->len);
+    int held = sb_guard_io_begin();
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    sb_guard_io_end(held);
     if (rc < 0) {
         sb_free(r->data);
         sb_free(r);

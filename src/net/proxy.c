@@ -1013,7 +1013,9 @@ static void send_request(exchange *x)
     bufs[0] = uv_buf_init(x->head.data, (unsigned)x->head.len);
     /* Head and body in one writev, at once: a few KiB fit the socket (no write request, no
      * callback, no epoll_ctl when libuv's queue drains); whatever did not fit is queued. */
+    int held = sb_guard_io_begin(); /* workers: the write leaves without the lock */
     int wrote = sb_upstream_try_write(uc, bufs, (unsigned)nb);
+    sb_guard_io_end(held);
     int i = 0;
     for (size_t left = (size_t)wrote; i < nb; i++) {
         if (left < bufs[i].len) {
