@@ -140,13 +140,16 @@ def lock_row(n):
                / max(1, delta(b, a, "switchboard_requests_received_total")) * 1e6)
     return reqs, cpu_us, held, acq, cont, wait
 reqs, cpu_us, held, acq, cont, wait = lock_row("sb2")
+cpu1_us = med("sb1", lambda w, b, a, c: c / max(1, delta(b, a, "switchboard_requests_received_total")) * 1e6)
 print("switchboard w=2/w=1 throughput: %.2fx   haproxy nbt=2/nbt=1: %.2fx   switchboard w=2/haproxy nbt=2: %.2fx" % (
     med("sb2", lambda w, b, a, c: w["rps"]) / med("sb1", lambda w, b, a, c: w["rps"]),
     med("ha2", lambda w, b, a, c: w["rps"]) / med("ha1", lambda w, b, a, c: w["rps"]),
     med("sb2", lambda w, b, a, c: w["rps"]) / med("ha2", lambda w, b, a, c: w["rps"])))
-print("w=2 per request: %.1f us of CPU, lock held %.1f us (%.0f%% of it), %.1f acquisitions, %.1f%% contended, "
-      "%.1f us waited" % (cpu_us, held, 100 * held / cpu_us, acq, 100 * cont, wait))
+print("per request: w=1 %.1f us of CPU; w=2 %.1f us of CPU, lock held %.1f us (%.0f%% of it), %.1f acquisitions, "
+      "%.1f%% contended, %.1f us waited" % (cpu1_us, cpu_us, held, 100 * held / cpu_us, acq, 100 * cont, wait))
 f = held / cpu_us
 for n in (2, 8, 32):
     print("  Amdahl bound with the lock's share (%.0f%%): %2d cores -> at most %.1fx one core" % (100 * f, n, 1 / (f + (1 - f) / n)))
+print("  the lock itself saturates at 1/held = %.0f requests/s (%.1fx one worker's %.0f req/s of CPU)" % (
+    1e6 / held, (1e6 / held) / (1e6 / cpu1_us), 1e6 / cpu1_us))
 PY

@@ -262,6 +262,8 @@ int sb_cmd_demo(int argc, char **argv)
     }
     if (d.gw)
         print_banner(&a, sb_gateway_admin_port(d.gw));
+    /* The workers run already: the main loop's objects are touched under the lock (net/guard.h). */
+    sb_guard_enter();
     uv_signal_init(loop, &d.sigint);
     uv_signal_init(loop, &d.sigterm);
     uv_signal_init(loop, &d.sigquit);
@@ -269,6 +271,7 @@ int sb_cmd_demo(int argc, char **argv)
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigquit, on_signal, SIGQUIT);
+    sb_guard_leave();
     sb_cmd_run(loop);
     uv_loop_close(loop);
     return 0;

@@ -77,14 +77,45 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     stop_now(st);
 }
 
+/* The CPU quota of the process's cgroup, in cores rounded up (cgroup v2 cpu.max, else v1's
+ * cfs_quota_us / cfs_period_us), or 0 when there is none: a container limited to 2 CPUs on a
+ * 64-core node runs 2 workers, not 64 (libuv counts the cores the affinity mask allows). */
+static long cgroup_cores(void)
+{
+    long quota = -1, period = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char q[32] = "";
+        if (fscanf(f, "%31s %ld", q, &period) == 2 && strcmp(q, "max") != 0)
+            quota = strtol(q, NULL, 10);
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r")) != NULL) {
+        if (fscanf(f, "%ld", &quota) != 1)
+            quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r")) != NULL) {
+            if (fscanf(f, "%ld", &period) != 1)
+                period = 0;
+            fclose(f);
+        }
+    }
+    return quota > 0 && period > 0 ? (quota + period - 1) / period : 0;
+}
+
 /* `workers: auto` (or none given): SWITCHBOARD_WORKERS when set (a test harness pins it), else
- * the cores this process may run on. Capped as the configuration caps an explicit count. */
+ * the cores this process may run on, within its cgroup's CPU quota. Capped as the configuration
+ * caps an explicit count. */
 static size_t resolve_workers(const sb_config *cfg)
 {
     if (cfg->workers)
         return cfg->workers;
     const char *env = getenv("SWITCHBOARD_WORKERS");
-    long n = env && *env ? strtol(env, NULL, 10) : (long)uv_available_parallelism();
+    long n = (long)uv_available_parallelism();
+    long quota = cgroup_cores();
+    if (quota > 0 && quota < n)
+        n = quota;
+    if (env && *env)
+        n = strtol(env, NULL, 10);
     return n < 1 ? 1 : n > 64 ? 64 : (size_t)n;
 }
 

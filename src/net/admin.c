@@ -159,7 +159,7 @@ static void render_workers(sb_gateway *gw, sb_buf *b)
                   gw->wset ? sb_workers_count(gw->wset) : (size_t)(gw->server != NULL));
     if (gw->wset) {
         sb_buf_puts(b, "# HELP switchboard_worker_connections_accepted_total Client connections each worker "
-                       "accepted (the kernel spreads them: SO_REUSEPORT).\n"
+                       "took from the kernel, those refused included (the kernel spreads them: SO_REUSEPORT).\n"
                        "# TYPE switchboard_worker_connections_accepted_total counter\n");
         for (size_t i = 0; i < sb_workers_count(gw->wset); i++) {
             sb_http_server_stats st;

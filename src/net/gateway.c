@@ -247,8 +247,8 @@ static void gateway_free(sb_gateway *gw)
         free_worker_pools(gw);
         sb_free(gw->wups);
     }
-    if (gw->owns_workers)
-        sb_workers_stop(gw->wset); /* after the pools' posts: a worker quits once they ran */
+    if (gw->wset)
+        sb_workers_release(gw->wset); /* the last gateway's: they quit after the pools' posts ran */
     if (gw->pool_tls && gw->cfg)
         for (size_t p = 0; p < gw->cfg->n_pools; p++)
             SSL_CTX_free(gw->pool_tls[p]);
@@ -567,7 +567,9 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
 /* ---- the workers' servers (net/workers.h): their callbacks reach the serving gateway ---- */
 
 /* ctx is the gateway's home (sb_gateway_start's out): a replacing reload moves it, a stop
- * empties it. The callbacks run under the lock. */
+ * empties it. The callbacks run under the lock, and pin the gateway and its snapshot while they
+ * run: a worker lets the lock go around its socket writes (net/guard.h sb_guard_io_begin), and
+ * meanwhile the main loop may stop, retire or reload it. */
 static sb_gateway *serving(void *ctx)
 {
     return *(sb_gateway **)ctx;
@@ -576,23 +578,34 @@ static sb_gateway *serving(void *ctx)
 static void worker_request(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = serving(ctx);
-    if (gw)
-        sb_gateway_on_request(req, gw);
-    else
+    if (!gw) {
         sb_errors_reply(req, 503, "the gateway is stopping", "service_unavailable", "draining");
+        return;
+    }
+    sb_snapshot *snap = pin(gw);
+    sb_gateway_on_request(req, gw);
+    unpin(gw, snap);
 }
 
 static bool worker_head(sb_http_req *req, void *ctx)
 {
     sb_gateway *gw = serving(ctx);
-    return gw ? sb_gateway_on_head(req, gw) : true;
+    if (!gw)
+        return true;
+    sb_snapshot *snap = pin(gw);
+    bool go_on = sb_gateway_on_head(req, gw);
+    unpin(gw, snap);
+    return go_on;
 }
 
 static void worker_refused(const sb_http_req *req, int status, const char *code, void *ctx)
 {
     sb_gateway *gw = serving(ctx);
-    if (gw)
-        on_server_refused(req, status, code, gw);
+    if (!gw)
+        return;
+    sb_snapshot *snap = pin(gw);
+    on_server_refused(req, status, code, gw);
+    unpin(gw, snap);
 }
 
 /* Each worker's loop turn: the access log's lines of the turn leave (as the main loop's
@@ -606,36 +619,13 @@ static void worker_turn(void *ctx)
     }
 }
 
-static void server_set_opts(sb_http_server *s, void *arg)
-{
-    sb_http_server_set_opts(s, arg);
-}
-
-static void opts_free(void *arg)
-{
-    sb_http_server_opts *o = arg;
-    SSL_CTX_free(o->tls_ctx);
-    sb_free(o);
-}
-
 /* New limits (and certificate) for the client listener: its server's, or every worker's. */
 static void client_set_opts(sb_gateway *gw, const sb_http_server_opts *so)
 {
     if (gw->server)
         sb_http_server_set_opts(gw->server, so);
-    if (!gw->wset)
-        return;
-    sb_http_server_opts *o = sb_malloc(sizeof(*o));
-    if (o) {
-        *o = *so;
-        if (o->tls_ctx)
-            SSL_CTX_up_ref(o->tls_ctx);
-    }
-    if (!o || sb_workers_each(gw->wset, server_set_opts, o, opts_free) < 0) {
+    if (gw->wset && sb_workers_set_opts(gw->wset, so) < 0)
         SB_WARN("reload: the workers keep their listener limits (out of memory)");
-        if (o)
-            opts_free(o);
-    }
 }
 
 static void server_drain(sb_http_server *s, void *arg)
@@ -707,7 +697,6 @@ static int attach_listeners(sb_gateway *gw, bool handover, sb_http_server *serve
                          uv_strerror(rc));
                 return rc;
             }
-            gw->owns_workers = true;
         } else if (cfg->listen_host) {
             rc = sb_http_server_start(loop, cfg->listen_host, cfg->listen_port, &so, sb_gateway_on_request, gw,
                                       &gw->server);
@@ -811,6 +800,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
      * attach_servers) when the configuration asks for more than one and the guard is on. */
     gw->home = old ? old->home : out;
     gw->wset = old ? old->wset : NULL;
+    if (gw->wset)
+        sb_workers_hold(gw->wset); /* a new set is held by its start (attach_servers) */
     if (n_workers) {
         gw->pool_tls = sb_calloc(cfg->n_pools ? cfg->n_pools : 1, sizeof(SSL_CTX *));
         gw->wups = sb_calloc(n_workers * (gw->pool_first_up[cfg->n_pools] ? gw->pool_first_up[cfg->n_pools] : 1),
@@ -860,9 +851,6 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     return 0;
 fail_server:
     if (!old) { /* what this build started; a reload's listeners stay with the old gateway */
-        if (gw->owns_workers)
-            sb_workers_stop(gw->wset);
-        gw->owns_workers = false;
         if (gw->server)
             sb_http_server_stop(gw->server);
         if (gw->admin_server)
@@ -945,6 +933,7 @@ void sb_gateway_stop(sb_gateway *gw)
      * done (its env.end, proxy_end). Pools free themselves once their last connection
      * has closed. */
     gw->stopping = true;
+    gw->stopped = true;
     /* Held while stopping: exchanges aborted below may end (and would free gw) before we
      * are done with it. */
     gw->in_flight++;
@@ -968,7 +957,7 @@ void sb_gateway_stop(sb_gateway *gw)
     sb_gateway_admission_stop(gw);
     if (gw->server)
         sb_http_server_stop(gw->server); /* aborts requests waiting for their token ids too */
-    if (gw->owns_workers)
+    if (gw->wset)
         sb_workers_stop_servers(gw->wset); /* the same, on each worker's loop */
     sb_picker_stop(gw->picker);      /* ...and the picker's streams */
     gw->picker = NULL;
@@ -1268,8 +1257,6 @@ static int reload_replace(sb_gateway **gwp, sb_config *cfg, const char *why)
     ngw->home = gw->home;
     gw->disc = NULL;
     ngw->reloads++;
-    ngw->owns_workers = gw->owns_workers; /* their callbacks reach ngw through home */
-    gw->owns_workers = false;
     if (ngw->server)
         sb_http_server_set_handler(ngw->server, sb_gateway_on_request, ngw);
     if (ngw->admin_server)

@@ -80,6 +80,7 @@ struct sb_gateway {
     char *access_log_buf;
     struct log_flusher *log_flusher; /* flushes stats.access_log once per loop turn (gateway.c) */
     bool stopping;
+    bool stopped; /* sb_gateway_stop ran (stopping, not retiring) */
     /* Graceful drain (sb_gateway_drain): the listener is closed, /healthz says 503, requests in
      * flight finish until drain_deadline; then what is left is cut (drain_cut_at set), and
      * on_drained runs once the last connection is gone or a short grace has passed. */
@@ -119,10 +120,9 @@ struct sb_gateway {
      * size keeps it (a replacing gateway shares it); the proxy's env points at it. */
     struct sb_decisions *decisions;
     /* Workers (net/workers.h; `workers:` above 1): their loops serve the client listener, and
-     * server is NULL. Owned by the serving gateway (a replacing reload hands it over); a retired
-     * gateway keeps the pointer to free its per-worker pools through it. */
+     * server is NULL. Every gateway using them holds the set (a retired one frees its per-worker
+     * pools through it): the last one let go stops them. */
     struct sb_workers *wset;
-    bool owns_workers;
     /* Per worker, the upstream pool of each endpoint (wups[w * endpoints + i], parallel to ups),
      * made by the worker on its own loop at first use, with uo and the pool's TLS context. The
      * main loop's pools (ups) stay: probes and /tokenize use them, workers adopt their

@@ -2,6 +2,8 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #include "base/alloc.h"
 
@@ -23,6 +25,11 @@ static pthread_mutex_t big = PTHREAD_MUTEX_INITIALIZER;
 static bool on; /* set before any worker starts, never cleared while they run */
 static uv_loop_t *main_loop;
 static sb_guard_stats stats; /* under big */
+/* Threads blocked in sb_guard_enter, and acquisitions that had waited: the main loop, between two
+ * of its turns, lets a waiting worker in before it takes the lock back (a pthread mutex is not
+ * fair: the thread that just unlocked usually wins). */
+static atomic_int waiters;
+static atomic_uint handoffs;
 
 static __thread int depth;
 static __thread uv_loop_t *my_loop;
@@ -51,7 +58,10 @@ void sb_guard_enter(void)
         return;
     if (pthread_mutex_trylock(&big) != 0) {
         uint64_t t0 = uv_hrtime();
+        waiters++;
         pthread_mutex_lock(&big);
+        waiters--;
+        handoffs++;
         stats.contended++;
         stats.wait_ns += uv_hrtime() - t0;
     }
@@ -250,14 +260,21 @@ int sb_guard_run_main(uv_loop_t *loop)
         if (!alive)
             break;
         int timeout = uv_backend_timeout(loop);
+        /* Let go after every turn, also when the next one is due at once (an idle handle: a
+         * KV-event backlog read 64 messages a turn): the workers' requests go between turns.
+         * A worker already waiting is let in first. */
+        unsigned h = handoffs;
+        bool waiting = waiters > 0;
+        sb_guard_leave();
+        for (int i = 0; waiting && handoffs == h && waiters > 0 && i < 64; i++)
+            sched_yield();
         if (timeout != 0) {
             /* Wait unlocked: the workers run meanwhile. The loop's epoll descriptor is
              * readable when an event is ready (libuv's embedding pattern). */
-            sb_guard_leave();
             struct pollfd p = {.fd = uv_backend_fd(loop), .events = POLLIN};
             (void)poll(&p, 1, timeout);
-            sb_guard_enter();
         }
+        sb_guard_enter();
     }
     sb_guard_leave();
     return alive;

@@ -4,16 +4,18 @@
  * Why one lock (docs/architecture.md, "Every core"): the routing state is one fleet-wide view
  * (router and endpoint accounting, prefix and precise indexes, flow control's queues, the
  * decisions ring, statistics, the snapshots of configuration), a graph of single-threaded
- * structures touched a few times per request. The work that scales with bytes (accepting,
- * TLS, HTTP/1.1 and HTTP/2 framing, reading bodies and answers, upstream connections) stays on
- * each worker's loop outside the lock; a request takes the lock when it enters the gateway
- * (the server's and the upstream pools' callbacks) and leaves it when the callback returns.
+ * structures touched a few times per request. Accepting, reading, TLS, request framing,
+ * reading a request's body (JSON, prompt, block hashes) and socket writes run on each worker's
+ * loop outside the lock; a request takes it when it enters the gateway (the server's and the
+ * upstream pools' callbacks) and leaves it when the callback returns, letting it go around its
+ * socket writes (sb_guard_io_begin) unless a caller walks shared state (sb_guard_keep).
  *
  * The main loop (the control plane: admin listener, probes, discovery, KV events, the endpoint
- * picker, signals, reloads) runs with the lock held except while it waits for events
- * (sb_guard_run_main). So a worker that holds the lock may act on the main loop's objects
- * directly (sb_guard_here says so and wakes the main loop when the lock is left); work for a
- * worker's objects from another thread is posted to that worker (sb_guard_post).
+ * picker, signals, reloads) holds the lock while it runs its callbacks and lets it go between
+ * turns, a waiting worker first (sb_guard_run_main). So a worker that holds the lock may act on
+ * the main loop's objects directly (sb_guard_here says so and wakes the main loop when the lock
+ * is left); work for a worker's objects from another thread is posted to that worker
+ * (sb_guard_post).
  *
  * Off (one loop, the default for one worker): every call here is a test of one global and
  * nothing else; the gateway runs exactly as it always has. */
@@ -83,8 +85,9 @@ void sb_guard_mailbox_close(uv_loop_t *loop);
  * UV_ENOMEM / UV_EINVAL (no mailbox: fn is not called). Any thread. */
 int sb_guard_post(uv_loop_t *loop, void (*fn)(void *arg), void *arg);
 
-/* Runs the main loop until it has nothing left to do: locked, except while it waits for
- * events. Returns what uv_run would. */
+/* Runs the main loop until it has nothing left to do: each turn locked, the lock let go between
+ * turns (a waiting worker goes first) and while it waits for events. Returns what uv_run
+ * would. */
 int sb_guard_run_main(uv_loop_t *loop);
 
 #endif

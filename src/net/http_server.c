@@ -306,6 +306,7 @@ static void on_connection(uv_stream_t *server, int status)
     sb_http_server *s = server->data;
     if (status < 0)
         return;
+    s->accepted_total++; /* every connection taken from the kernel, those closed unanswered too */
     bool over = s->shared->conns >= s->opts.max_connections;
     if (over && s->shared->refusing >= s->opts.max_refusing) {
         drop_connection(s, server);
@@ -336,7 +337,6 @@ static void on_connection(uv_stream_t *server, int status)
         s->shared->conns++;
     }
     s->n_alive++;
-    s->accepted_total++;
     c->state = CONN_IDLE;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         hs_conn_close(c);
@@ -529,7 +529,8 @@ void sb_http_server_set_opts(sb_http_server *s, const sb_http_server_opts *opts)
         o.h2_max_header_list_bytes = s->opts.h2_max_header_list_bytes;
     h2_defaults(&o);
     if (o.tls_ctx && s->tls_ctx && o.tls_ctx != s->tls_ctx) {
-        sb_tls_keep_tickets(o.tls_ctx, s->tls_ctx); /* sessions resume across the reload */
+        if (!o.tls_tickets_kept)
+            sb_tls_keep_tickets(o.tls_ctx, s->tls_ctx); /* sessions resume across the reload */
         SSL_CTX_up_ref(o.tls_ctx);
         SSL_CTX_free(s->tls_ctx); /* each connection holds its own reference */
         s->tls_ctx = o.tls_ctx;

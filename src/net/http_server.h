@@ -204,6 +204,9 @@ typedef struct sb_http_server_opts {
      * its own); connections hold theirs, so a replaced context lives until its last one closes.
      * A server started plain stays plain, and one with TLS keeps TLS. */
     struct ssl_ctx_st *tls_ctx;
+    /* set_opts: the new context already has the old one's session-ticket keys (copied once by
+     * whoever hands one context to several servers, net/workers.c). */
+    bool tls_tickets_kept;
     /* HTTP/2 (copied as is by set_opts, unlike the zero-means-keep fields above). */
     bool h2_off; /* no h2c preface detection (TLS ALPN is the context's) */
     /* The numbers below: zero takes the default (start) or keeps the value (set_opts); a
@@ -235,7 +238,7 @@ typedef struct sb_http_server_stats {
     size_t lingering_connections;  /* answered and closing (refused ones included) */
     size_t refusing_connections;   /* past max_connections, being answered 503 */
     size_t body_bytes;             /* body buffer capacity held now (max_buffered_body_bytes) */
-    uint64_t accepted_total;       /* connections accepted (refused ones included) */
+    uint64_t accepted_total;       /* connections taken from the kernel (refused and dropped ones included) */
     uint64_t refused_total;        /* connections answered 503 at max_connections */
     uint64_t reset_total;          /* connections closed unanswered (max_refusing reached) */
     uint64_t body_budget_refusals; /* requests answered 503: body budget spent */

@@ -126,7 +126,26 @@ static void resume(parked *w, const uint64_t *keys, size_t n_keys)
     w->rr.block_hashes = w->hashes;
     w->rr.kv_keys = keys;
     w->rr.n_kv_keys = n_keys;
-    sb_gateway_admit(pr->gw, w->req, &w->t, &w->rr);
+    if (pr->gw->stopped) {
+        /* The gateway stops (with workers, their servers abort their requests from their own
+         * loops, after this): not routed now, one line that says so. */
+        sb_exchange_log log = {.pool = (int)w->t.pool,
+                               .ep = -1,
+                               .status = 499,
+                               .outcome = "drain_cut",
+                               .reason = "waiting_for_token_ids",
+                               .model = w->model,
+                               .stream = w->t.stream,
+                               .t_start = w->req->start_ns,
+                               .t_end = uv_hrtime(),
+                               .tenant = w->t.tenant,
+                               .ident = &w->t.ident,
+                               .gateway_answer = true};
+        log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+        sb_stats_record(&pr->gw->stats, &log);
+    } else {
+        sb_gateway_admit(pr->gw, w->req, &w->t, &w->rr);
+    }
     uv_close((uv_handle_t *)&w->timer, on_parked_closed);
 }
 

@@ -431,8 +431,9 @@ static void start_retry(exchange *x, enum sb_retry_reason reason)
         return;
     }
     b->x = x;
-    /* The exchange's own loop: a retry follows a failure read there. */
-    uv_timer_init(sb_guard_loop() ? sb_guard_loop() : x->env->loop, &b->timer);
+    /* The client's loop: a retry follows a failure read there (a decision made on another
+     * thread never retries from it, attempt). */
+    uv_timer_init(x->loop ? x->loop : x->env->loop, &b->timer);
     b->timer.data = b;
     x->backoff = b;
     uv_timer_start(&b->timer, on_backoff, ms, 0);
@@ -1195,7 +1196,8 @@ static void attempt(exchange *x)
         if (sb_guard_post(x->loop, resume_attempt, x) == 0)
             return;
         x->transit = false;
-        retry_or_fail(x, UV_ENOMEM, SB_RETRY_CONNECT);
+        /* Not a retry: that would wait on this thread's loop, not the client's. */
+        fail_before_response(x, 500, "out of memory", NULL, false);
         return;
     }
     connect_attempt(x);

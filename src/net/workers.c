@@ -1,10 +1,12 @@
 #include "net/workers.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
 #include "net/guard.h"
+#include "net/tls.h"
 
 typedef struct worker {
     uv_loop_t loop;
@@ -22,6 +24,8 @@ struct sb_workers {
     sb_workers_env env;
     uint16_t port;
     bool stopping;
+    size_t holders; /* gateways using the set (under the lock) */
+    SSL_CTX *tls;   /* the client listener's TLS context the servers were last given (a reference) */
     /* The client listener's limits hold for all workers together: max_connections counts every
      * worker's connections, max_buffered_body_bytes every worker's bodies. */
     sb_http_shared budgets;
@@ -47,6 +51,39 @@ static void worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
+/* SO_REUSEPORT lets any socket with the option (of the same user) share the port: a second
+ * switchboard started on the same address would take half the clients with a routing state of
+ * its own. So the address is first bound plainly, once: taken by anyone (a running gateway's
+ * workers included), that fails as a plain listener's bind would. 0 or a negative libuv error. */
+static void on_probe_connection(uv_stream_t *s, int status)
+{
+    (void)s;
+    (void)status;
+}
+
+static void on_probe_closed(uv_handle_t *h)
+{
+    sb_free(h);
+}
+
+static int address_free(uv_loop_t *loop, const char *host, uint16_t port)
+{
+    struct sockaddr_storage addr;
+    int rc = strchr(host, ':') ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr)
+                               : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    if (rc < 0 || port == 0)
+        return rc; /* port 0: the kernel picks a port nobody holds */
+    uv_tcp_t *probe = sb_malloc(sizeof(*probe));
+    if (!probe)
+        return UV_ENOMEM;
+    uv_tcp_init(loop, probe);
+    rc = uv_tcp_bind(probe, (struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)probe, 1, on_probe_connection);
+    uv_close((uv_handle_t *)probe, on_probe_closed); /* before the loop runs: never accepts */
+    return rc;
+}
+
 int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_server_opts *opts,
                      const sb_workers_env *env, sb_workers **out)
 {
@@ -60,6 +97,12 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
     set->n = n;
     set->w = ws;
     set->env = *env;
+    int free_rc = address_free(sb_guard_main(), host, port);
+    if (free_rc < 0) {
+        sb_free(ws);
+        sb_free(set);
+        return free_rc;
+    }
     sb_http_server_opts so = *opts;
     so.reuse_port = true;
     so.shared = &set->budgets;
@@ -90,8 +133,9 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
         uv_unref((uv_handle_t *)&w->turn);
     }
     if (rc < 0) {
-        /* made - 1 workers are whole (the last failed and is closed): stop them unthreaded. */
-        for (size_t i = 0; i + 1 < made; i++) {
+        /* Workers 0..made-1 are whole (the one that failed, made, is closed): stop them
+         * unthreaded. */
+        for (size_t i = 0; i < made; i++) {
             worker *w = &ws[i];
             sb_http_server_stop(w->server);
             uv_close((uv_handle_t *)&w->turn, NULL);
@@ -104,6 +148,11 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
         return rc;
     }
     set->port = port;
+    set->holders = 1;
+    if (opts->tls_ctx) {
+        SSL_CTX_up_ref(opts->tls_ctx);
+        set->tls = opts->tls_ctx;
+    }
     for (size_t i = 0; i < n; i++) {
         if (uv_thread_create(&ws[i].thread, worker_main, &ws[i]) < 0) {
             SB_ERROR("workers: cannot start thread %zu", i);
@@ -119,6 +168,42 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
 size_t sb_workers_count(const sb_workers *w)
 {
     return w ? w->n : 0;
+}
+
+static void server_set_opts(sb_http_server *s, void *arg)
+{
+    sb_http_server_set_opts(s, arg);
+}
+
+static void opts_free(void *arg)
+{
+    sb_http_server_opts *o = arg;
+    SSL_CTX_free(o->tls_ctx);
+    sb_free(o);
+}
+
+int sb_workers_set_opts(sb_workers *set, const sb_http_server_opts *opts)
+{
+    sb_http_server_opts *o = sb_malloc(sizeof(*o));
+    if (!o)
+        return -1;
+    *o = *opts;
+    if (o->tls_ctx) {
+        /* Once, here: each worker copying the keys into the context others already serve
+         * with would write it while they read it. */
+        if (set->tls && set->tls != o->tls_ctx)
+            sb_tls_keep_tickets(o->tls_ctx, set->tls);
+        o->tls_tickets_kept = true;
+        SSL_CTX_up_ref(o->tls_ctx); /* the post's */
+        SSL_CTX_up_ref(o->tls_ctx); /* set->tls's */
+        SSL_CTX_free(set->tls);
+        set->tls = o->tls_ctx;
+    }
+    if (sb_workers_each(set, server_set_opts, o, opts_free) < 0) {
+        opts_free(o);
+        return -1;
+    }
+    return 0;
 }
 uint16_t sb_workers_port(const sb_workers *w)
 {
@@ -265,6 +350,17 @@ static void quit_worker(void *arg)
     sb_guard_mailbox_close(&w->loop);
 }
 
+void sb_workers_hold(sb_workers *set)
+{
+    set->holders++;
+}
+
+void sb_workers_release(sb_workers *set)
+{
+    if (--set->holders == 0)
+        sb_workers_stop(set);
+}
+
 void sb_workers_stop(sb_workers *set)
 {
     if (!set || set->stopping)
@@ -288,6 +384,7 @@ void sb_workers_join(void)
         if (uv_loop_close(&set->w[i].loop) != 0)
             SB_WARN("workers: worker %zu's loop still had handles at exit", i);
     }
+    SSL_CTX_free(set->tls);
     sb_free(set->w);
     sb_free(set);
     the_set = NULL;

@@ -47,6 +47,10 @@ uv_loop_t *sb_workers_loop(sb_workers *w, size_t i);
  * if not NULL, runs once after the last worker ran fn (on that worker's thread). 0, or -1
  * when nothing could be posted (then done is not called: the caller keeps arg). */
 int sb_workers_each(sb_workers *w, void (*fn)(sb_http_server *s, void *arg), void *arg, void (*done)(void *arg));
+/* New limits (and TLS context) for every worker's server, posted to each (the context's session
+ * ticket keys are carried over from the last one here, once). 0, or -1 (out of memory: the
+ * servers keep theirs). Under the lock. */
+int sb_workers_set_opts(sb_workers *w, const sb_http_server_opts *opts);
 /* The servers' gauges and counters summed (read from their atomics). Under the lock (a worker's
  * server is let go under it). */
 void sb_workers_get_stats(const sb_workers *w, sb_http_server_stats *out);
@@ -54,6 +58,11 @@ size_t sb_workers_connections(const sb_workers *w);
 /* Worker i's server's figures (zeroes once it stopped). Under the lock. */
 void sb_workers_worker_stats(const sb_workers *w, size_t i, sb_http_server_stats *out);
 
+/* The gateways using the set: sb_workers_start gives its caller the first hold; each further
+ * gateway takes one (a reload's), and the last release stops the workers (sb_workers_stop),
+ * after the posts the releasing gateway made (its pools' frees). Under the lock. */
+void sb_workers_hold(sb_workers *w);
+void sb_workers_release(sb_workers *w);
 /* Stops the workers' servers (in-flight requests get on_abort), each on its loop; the loops go
  * on (what the aborted requests leave closes there) until sb_workers_stop. Under the lock. */
 void sb_workers_stop_servers(sb_workers *w);

@@ -9,11 +9,12 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 import unittest
 
-from fixtures import (Gateway, Upstream, chat_body, http, read_response, read_until_eof, send_request,
+from fixtures import (Gateway, Upstream, chat_body, free_port, http, read_response, read_until_eof, send_request,
                       wait_until)
 
 WORKERS = "workers: 2\n"
@@ -251,6 +252,51 @@ class WorkersTest(unittest.TestCase):
         os.unlink(path)
         ids = sorted(json.loads(l)["request_id"] for l in lines)
         self.assertEqual(ids, sorted("w-%d-%d" % (k, i) for k in range(n_threads) for i in range(per_thread)))
+
+    def test_a_second_gateway_on_the_same_address_is_refused(self):
+        """SO_REUSEPORT would let it share the port and split the clients; the workers bind the
+        address plainly first, so the second fails as a single listener would."""
+        gw = self.start()
+        with open(gw.config_path) as f:
+            cfg = f.read()
+        other = os.path.join(gw.dir, "second.yaml")
+        with open(other, "w") as f:
+            f.write(cfg.replace("127.0.0.1:%d" % gw.admin_port, "127.0.0.1:%d" % free_port()))
+        p = subprocess.run([gw.proc.args[0], "serve", "-c", other], capture_output=True, text=True, timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("address already in use", p.stdout + p.stderr)
+        self.assertEqual(http(gw.port, "POST", "/v1/chat/completions", chat_body("m"))[0], 200)
+
+    def test_stop_with_a_retired_gateway_still_sending(self):
+        """A replacing reload leaves the old gateway finishing a request whose body the endpoint
+        never reads; a stop then frees both gateways' per-worker pools and exits at once (the
+        worker set lives while any gateway holds it)."""
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # never accepted: the kernel takes the connection, nobody reads
+        try:
+            addr = "127.0.0.1:%d" % silent.getsockname()[1]
+            gw = self.start(endpoints=[addr])
+            big = json.dumps(chat_body("m", "x" * (8 << 20))).encode()
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+            head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %d\r\n\r\n" % len(big)).encode()
+            threading.Thread(target=lambda: s.sendall(head + big), daemon=True).start()
+            wait_until(lambda: metric(gw, "switchboard_in_flight_requests") == 1, 20, "the request sent upstream")
+            with open(gw.config_path) as f:
+                cfg = f.read()
+            with open(gw.config_path, "w") as f:
+                f.write(cfg.replace(json.dumps([addr]), json.dumps([addr, self.ups[0].address])))
+            gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: metric(gw, "switchboard_config_reloads_total") >= 1, 10, "the replacing reload")
+            t0 = time.time()
+            out = gw.close()  # SIGINT; fails on a sanitizer report
+            self.gw = None
+            self.assertLess(time.time() - t0, 5, "the stop waited for the retired gateway's pools")
+            self.assertNotIn("stay open", out)
+            s.close()
+        finally:
+            silent.close()
 
 
 if __name__ == "__main__":
