@@ -612,11 +612,18 @@ static void worker_refused(const sb_http_req *req, int status, const char *code,
  * flusher does for its own). */
 static void worker_turn(void *ctx)
 {
+    /* Read without the lock: a gateway without an access log, or a turn after which nothing
+     * was written, takes no lock here. (A retired gateway's lines: its main-loop flusher.) */
+    if (!sb_stats_log_pending())
+        return;
+    sb_guard_enter();
     sb_gateway *gw = serving(ctx);
     if (gw && gw->stats.access_log_buffered) {
         fflush(gw->stats.access_log);
         gw->stats.access_log_buffered = 0;
     }
+    sb_stats_log_flushed();
+    sb_guard_leave();
 }
 
 /* New limits (and certificate) for the client listener: its server's, or every worker's. */

@@ -9,6 +9,19 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 
+/* Some access log holds lines (sb_stats_log_pending). */
+static atomic_bool log_pending;
+
+bool sb_stats_log_pending(void)
+{
+    return log_pending;
+}
+
+void sb_stats_log_flushed(void)
+{
+    log_pending = false;
+}
+
 /* Seconds; spans a cached short answer (5 ms) to a long generation (120 s). */
 const double sb_histo_bounds[SB_HISTO_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                   2.5,   5,    10,    30,   60,  120,  300};
@@ -342,6 +355,7 @@ void sb_stats_record(sb_stats *st, const sb_exchange_log *log)
             st->access_log_buffered = 0;
         } else {
             st->access_log_buffered += b.len;
+            log_pending = true;
         }
     }
     sb_buf_free(&b);

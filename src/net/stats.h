@@ -168,4 +168,10 @@ void sb_stats_ident(const sb_http_req *req, sb_request_ident *out);
 /* The response class log falls in (an index of sb_ep_metrics.by_class). */
 int sb_stats_class(const sb_exchange_log *log);
 
+/* Whether some access log has lines in its buffer since sb_stats_log_flushed was last called:
+ * read without the owner's lock (net/guard.h), so a worker's loop turn takes the lock to flush
+ * only when there is something to flush. Process-wide; any thread. */
+bool sb_stats_log_pending(void);
+void sb_stats_log_flushed(void);
+
 #endif

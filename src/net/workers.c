@@ -37,10 +37,8 @@ static __thread int my_index = -1;
 static void on_turn(uv_prepare_t *h)
 {
     worker *w = h->data;
-    sb_guard_enter();
     if (w->set->env.turn)
-        w->set->env.turn(w->set->env.ctx);
-    sb_guard_leave();
+        w->set->env.turn(w->set->env.ctx); /* takes the lock itself, when it has work */
 }
 
 static void worker_main(void *arg)

@@ -23,8 +23,9 @@
 typedef struct sb_workers sb_workers;
 
 /* How the workers' servers reach the gateway: the handler, head hook and refusal callback
- * every worker's server gets (called under the lock), with ctx; turn(ctx) runs under the lock
- * once per loop turn of each worker, before it waits for events (the access log's flush). */
+ * every worker's server gets (called under the lock), with ctx; turn(ctx) runs once per loop
+ * turn of each worker, before it waits for events, without the lock (it takes it if it has
+ * work: the access log's flush). */
 typedef struct sb_workers_env {
     sb_http_handler handler;
     sb_http_head_hook head;
