@@ -15,7 +15,7 @@ pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev 
 case "$purpose" in
   build|demo) ;;
   # systemd for systemd-analyze (the installed units are verified), absent from container images.
-  test)  pkgs="$pkgs libcmocka-dev python3 python3-zmq python3-msgpack curl prometheus systemd $extproc $browser" ;;
+  test)  pkgs="$pkgs libcmocka-dev libtsan2 python3 python3-zmq python3-msgpack curl prometheus systemd $extproc $browser" ;;
   package) pkgs="$pkgs dpkg-dev debhelper fakeroot lintian" ;;
   bench) pkgs="$pkgs wrk haproxy nginx-light python3 curl nghttp2-client $extproc" ;;
   *) echo "deps.sh: unknown purpose '$purpose'" >&2; exit 2 ;;
