@@ -19,27 +19,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-mkdir -p "$work/nginx"
-cat > "$work/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$P_NGINX;
-    client_body_buffer_size 64k;
-    location / {
-      default_type application/json;
-      return 200 '{"id":"cmpl-1","object":"chat.completion","model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001}}';
-    }
-  }
-}
-NGX
+. bench/nginx_json.sh
+write_nginx_json "$work" "$P_NGINX"
 for t in 1 2; do
   port=$([ $t = 1 ] && echo $P_HA1 || echo $P_HA2)
   cat > "$work/haproxy$t.cfg" <<HAP

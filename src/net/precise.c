@@ -113,6 +113,25 @@ static void on_parked_closed(uv_handle_t *h)
 }
 
 /* Routes a held request with the keys it has (none, or those of its own answer). */
+/* The one access-log line of a request that waited for its token ids and was never routed. */
+static void record_unrouted(const parked *w, const sb_http_req *req, const char *outcome)
+{
+    sb_exchange_log log = {.pool = (int)w->t.pool,
+                           .ep = -1,
+                           .status = 499,
+                           .outcome = outcome,
+                           .reason = "waiting_for_token_ids",
+                           .model = w->model,
+                           .stream = w->t.stream,
+                           .t_start = req->start_ns,
+                           .t_end = uv_hrtime(),
+                           .tenant = w->t.tenant,
+                           .ident = &w->t.ident,
+                           .gateway_answer = true};
+    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
+    sb_stats_record(&w->pr->gw->stats, &log);
+}
+
 static void resume(parked *w, const uint64_t *keys, size_t n_keys)
 {
     sb_precise *pr = w->pr;
@@ -129,20 +148,7 @@ static void resume(parked *w, const uint64_t *keys, size_t n_keys)
     if (pr->gw->stopped) {
         /* The gateway stops (with workers, their servers abort their requests from their own
          * loops, after this): not routed now, one line that says so. */
-        sb_exchange_log log = {.pool = (int)w->t.pool,
-                               .ep = -1,
-                               .status = 499,
-                               .outcome = "drain_cut",
-                               .reason = "waiting_for_token_ids",
-                               .model = w->model,
-                               .stream = w->t.stream,
-                               .t_start = w->req->start_ns,
-                               .t_end = uv_hrtime(),
-                               .tenant = w->t.tenant,
-                               .ident = &w->t.ident,
-                               .gateway_answer = true};
-        log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
-        sb_stats_record(&pr->gw->stats, &log);
+        record_unrouted(w, w->req, "drain_cut");
     } else {
         sb_gateway_admit(pr->gw, w->req, &w->t, &w->rr);
     }
@@ -211,21 +217,7 @@ static void on_parked_abort(sb_http_req *req)
     if (w->flight)
         w->flight->waiter = NULL;
     uv_timer_stop(&w->timer);
-    /* Never admitted, never answered: its one access-log line says so. */
-    sb_exchange_log log = {.pool = (int)w->t.pool,
-                           .ep = -1,
-                           .status = 499,
-                           .outcome = "client_abort",
-                           .reason = "waiting_for_token_ids",
-                           .model = w->model,
-                           .stream = w->t.stream,
-                           .t_start = req->start_ns,
-                           .t_end = uv_hrtime(),
-                           .tenant = w->t.tenant,
-                           .ident = &w->t.ident,
-                           .gateway_answer = true};
-    log.usage.prompt_tokens = log.usage.completion_tokens = log.usage.cached_tokens = -1;
-    sb_stats_record(&w->pr->gw->stats, &log);
+    record_unrouted(w, req, "client_abort"); /* never admitted, never answered */
     w->pr->gw->counters.client_aborts++;
     req->user = NULL;
     req->on_abort = NULL;
