@@ -102,7 +102,20 @@ void hs_undirty(conn *c)
 
 /* Hands the out buffer to libuv (the buffer itself: no copy). Over TLS, what leaves is the
  * ciphertext of the out buffer, after any handshake records waiting. */
+static int flush_out(conn *c);
+
+/* Workers: the flush leaves the lock (net/guard.h sb_guard_io_begin): HTTP/2 framing, TLS
+ * encryption and the write work on the connection alone; a callback they reach (a stream's end)
+ * takes the lock itself. */
 int hs_conn_flush(conn *c)
+{
+    int held = sb_guard_io_begin();
+    int rc = flush_out(c);
+    sb_guard_io_end(held);
+    return rc;
+}
+
+static int flush_out(conn *c)
 {
     hs_undirty(c);
     if (c->h2 && hs_h2_pull(c) < 0) /* HTTP/2: nghttp2's frames, up to write_high_water */
@@ -133,9 +146,7 @@ int hs_conn_flush(conn *c)
          * for HTTP/2: its on_write (hs_h2_written) pulls nghttp2's next frames, wakes the
          * streams waiting for room and closes after a final GOAWAY. */
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
-        int held = sb_guard_io_begin(); /* workers: the write leaves without the lock */
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-        sb_guard_io_end(held);
         sent = n > 0 ? (size_t)n : 0;
         if (sent == c->out.len) {
             /* Kept for the next answer when small; a big one (a 64 KiB stream flush, /metrics)
@@ -157,9 +168,7 @@ int hs_conn_flush(conn *c)
     r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
     r->len -= sent;
     uv_buf_t b = uv_buf_init(r->data + sent, (unsigned)r->len);
-    int held = sb_guard_io_begin();
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    sb_guard_io_end(held);
     if (rc < 0) {
         sb_free(r->data);
         sb_free(r);

@@ -1035,7 +1035,10 @@ static void send_request(exchange *x)
             return;
         }
         s->x = x;
-        if (sb_upstream_write(uc, &s->w, rest, nrest, on_sent) < 0) {
+        held = sb_guard_io_begin(); /* over TLS: the encryption too */
+        int wrc = sb_upstream_write(uc, &s->w, rest, nrest, on_sent);
+        sb_guard_io_end(held);
+        if (wrc < 0) {
             sb_free(s);
             retry_or_fail(x, UV_ECONNRESET, SB_RETRY_RESET);
             return;
