@@ -786,8 +786,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     gw->hashes_cap = cfg->max_prompt_blocks < ((size_t)1 << 24) ? cfg->max_prompt_blocks : ((size_t)1 << 24);
     gw->pin = pin;
     gw->unpin = unpin;
-    size_t n_workers = old ? sb_workers_count(old->wset)
-                           : (cfg->workers > 1 && cfg->listen_host && sb_guard_on() ? cfg->workers : 0);
+    size_t n_workers =
+        old ? sb_workers_count(old->wset) : (cfg->workers > 1 && cfg->listen_host && sb_guard_on() ? cfg->workers : 0);
     gw->n_scratch = 1 + n_workers;
     gw->scratch = sb_calloc(gw->n_scratch, sizeof(sb_scratch));
     for (size_t i = 0; gw->scratch && i < gw->n_scratch; i++)

@@ -56,7 +56,7 @@ struct sb_gateway {
     size_t *pool_first_up; /* index into ups of each pool's first endpoint */
     sb_http_server *server;
     sb_http_server *admin_server; /* NULL when admin.listen is null */
-    sb_scratch *scratch; /* n_scratch: 1, plus one per worker */
+    sb_scratch *scratch;          /* n_scratch: 1, plus one per worker */
     size_t n_scratch;
     size_t hashes_cap;
     /* Keeps the gateway (and its configuration) alive while a worker reads a request outside

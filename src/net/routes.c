@@ -309,7 +309,6 @@ static void handle_read(sb_gateway *gw, sb_scratch *sc, const sb_config *cfg, sb
     inspector_trim(sc); /* the last use of the tokens */
 }
 
-
 static void handle_inference(sb_gateway *gw, sb_http_req *req, enum sb_api_kind kind, const caller *who)
 {
     sb_scratch *sc = scratch_of(gw);
