@@ -1,6 +1,8 @@
 /* gateway: `switchboard serve`, the live data path.
  *
- * Ties the pieces together on one event loop: the HTTP server (net/http_server.h) accepts
+ * Ties the pieces together on the main event loop (with `workers:` above 1, the client listener
+ * runs on the workers' loops, net/workers.h, and what they share is reached under the lock of
+ * net/guard.h): the HTTP server (net/http_server.h) accepts
  * OpenAI-style requests; proto/inspect reads model, stream flag and prompt from the body
  * without copying it; core/router resolves the model to a pool and picks an endpoint; the
  * proxy (net/proxy.c) forwards the request on a pooled keep-alive upstream connection and
@@ -13,7 +15,8 @@
  * /metrics and the /debug pages (net/admin.c), behind the admin bearer token when one is set; the
  * client listener never serves them. Both listeners survive reloads.
  *
- * Owns its config, router, upstream pools and server. Not thread-safe: one loop.
+ * Owns its config, router, upstream pools and server. Not thread-safe by itself: with workers,
+ * every entry from another thread holds the guard (net/guard.h).
  *
  * This is the public door (what cmd/ needs). net's own files share the gateway's internals
  * through net/gateway_types.h; error answers live in net/errors.h, the per-request record in
