@@ -16,6 +16,8 @@
 # With H2 (default on), HTTP/2 with prior knowledge (h2c) by h2load: switchboard's client listener
 # (the same port as HTTP/1.1) and an HAProxy `proto h2` bind, H2_CONNS connections of H2_STREAMS
 # concurrent streams each, the same body. Env: H2 (1/0), H2_CONNS (default 4), H2_STREAMS (default 8).
+# With both H2 and TLS, h2 over TLS too (ALPN h2): switchboard's TLS listener and an HAProxy ssl bind
+# with `alpn h2`, same certificate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}; DURATION=${DURATION:-5}; CONNS=${CONNS:-32}; TLS=${TLS:-1}; PROFILE=${PROFILE:-default}
@@ -25,7 +27,7 @@ if [ "$PIN" = 1 ]; then PROXY_CPU="taskset -c 0"; LOAD_CPU="taskset -c 1"; else 
 work=$(mktemp -d /tmp/sb-bench.XXXXXX)
 B=${PORT_BASE:-18101}  # B..B+2, B+4, B+5, B+7, B+8; B+3, B+6 and B+9 for the admin listeners
 P_NGINX=$B; P_SB=$((B + 1)); P_HA=$((B + 2)); P_SBT=$((B + 4)); P_HAT=$((B + 5)); P_BASE=$((B + 7))
-P_HA2=$((B + 8))
+P_HA2=$((B + 8)); P_HAT2=$((B + 10))
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -63,6 +65,11 @@ frontend fe_h2
   bind 127.0.0.1:$P_HA2 proto h2
   default_backend be
 HAP
+  [ "$TLS" = 1 ] && cat >> "$work/haproxy.cfg" <<HAP
+frontend fe_h2tls
+  bind 127.0.0.1:$P_HAT2 ssl crt $work/haproxy.pem alpn h2
+  default_backend be
+HAP
 fi
 cat >> "$work/haproxy.cfg" <<HAP
 backend be
@@ -98,6 +105,7 @@ if [ "$TLS" = 1 ]; then
   ports="$ports $P_SBT $P_HAT"
 fi
 [ "$H2" = 1 ] && ports="$ports $P_HA2"
+[ "$H2" = 1 ] && [ "$TLS" = 1 ] && ports="$ports $P_HAT2"
 for p in $ports; do
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
 done
@@ -133,9 +141,9 @@ fi
 if [ "$H2" = 1 ]; then
   # h2load has no Lua: the same body as chat4k.lua, from a file.
   python3 -c 'import sys; f="The quick brown fox jumps over the lazy dog. "*86; sys.stdout.write("{\"model\":\"bench-model\",\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":16}" % f)' > "$work/chat4k.json"
-  h2run() { # port, conns, streams -> JSON line
+  h2run() { # port, conns, streams [scheme] -> JSON line
     $LOAD_CPU h2load -t1 -c"$2" -m"$3" -D"$DURATION" -d "$work/chat4k.json" -H 'content-type: application/json' \
-      "http://127.0.0.1:$1/v1/chat/completions" | python3 -c '
+      "${4:-http}://127.0.0.1:$1/v1/chat/completions" | python3 -c '
 import json, re, sys
 t = sys.stdin.read()
 rps = float(re.search(r"finished in [^,]+, ([0-9.]+) req/s", t).group(1))
@@ -145,12 +153,14 @@ m = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", t)
 def us(v): return float(v[:-2]) if v.endswith("us") else float(v[:-2]) * 1e3 if v.endswith("ms") else float(v[:-1]) * 1e6
 print(json.dumps({"rps": rps, "mean_us": us(m.group(3)), "max_us": us(m.group(2)), "errors": bad, "requests": ok}))'
   }
-  for target in switchboard:$P_SB haproxy:$P_HA2; do
-    name=${target%%:*}-h2; port=${target##*:}
-    h2run "$port" 2 4 > /dev/null  # warm-up
+  h2targets="switchboard-h2:$P_SB:http haproxy-h2:$P_HA2:http"
+  [ "$TLS" = 1 ] && h2targets="$h2targets switchboard-h2tls:$P_SBT:https haproxy-h2tls:$P_HAT2:https"
+  for target in $h2targets; do
+    IFS=: read -r name port scheme <<< "$target"
+    h2run "$port" 2 4 "$scheme" > /dev/null  # warm-up
     for i in $(seq "$RUNS"); do
-      printf '%s,load,%s\t%s\n' "$name" "$i" "$(h2run "$port" "$H2_CONNS" "$H2_STREAMS")" >> "$results"
-      printf '%s,one,%s\t%s\n' "$name" "$i" "$(h2run "$port" 1 1)" >> "$results"
+      printf '%s,load,%s\t%s\n' "$name" "$i" "$(h2run "$port" "$H2_CONNS" "$H2_STREAMS" "$scheme")" >> "$results"
+      printf '%s,one,%s\t%s\n' "$name" "$i" "$(h2run "$port" 1 1 "$scheme")" >> "$results"
     done
   done
 fi
@@ -204,4 +214,13 @@ if "switchboard-h2,load,1" in R:
     print("switchboard/haproxy over h2c: throughput %.2fx, mean latency at 1x1 %.2fx" % (
         med("switchboard-h2", "load", "rps") / med("haproxy-h2", "load", "rps"),
         med("switchboard-h2", "one", "mean_us") / med("haproxy-h2", "one", "mean_us")))
+if "switchboard-h2tls,load,1" in R:
+    print("HTTP/2 over TLS (ALPN h2, the same certificate; h2load as above):")
+    for n in ("switchboard-h2tls", "haproxy-h2tls"):
+        print("%-16s %12.0f %12.0f %10d | %16.0f" % (n, med(n, "load", "rps"), med(n, "load", "mean_us"),
+              sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1)),
+              med(n, "one", "mean_us")))
+    print("switchboard/haproxy over h2 with TLS: throughput %.2fx, mean latency at 1x1 %.2fx" % (
+        med("switchboard-h2tls", "load", "rps") / med("haproxy-h2tls", "load", "rps"),
+        med("switchboard-h2tls", "one", "mean_us") / med("haproxy-h2tls", "one", "mean_us")))
 PY
