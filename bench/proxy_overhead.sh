@@ -203,24 +203,20 @@ if "switchboard-tls,load,1" in R:
     print("switchboard/haproxy over TLS: throughput %.2fx, handshakes %.2fx" % (
         med("switchboard-tls", "load", "rps") / med("haproxy-tls", "load", "rps"),
         med("switchboard-tls", "hs", "rps") / med("haproxy-tls", "hs", "rps")))
+def h2_rows(kind, label):
+    sb, ha = "switchboard-" + kind, "haproxy-" + kind
+    for n in (sb, ha):
+        print("%-16s %12.0f %12.0f %10d | %16.0f" % (n, med(n, "load", "rps"), med(n, "load", "mean_us"),
+              sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1)),
+              med(n, "one", "mean_us")))
+    print("switchboard/haproxy over %s: throughput %.2fx, mean latency at 1x1 %.2fx" % (
+        label, med(sb, "load", "rps") / med(ha, "load", "rps"), med(sb, "one", "mean_us") / med(ha, "one", "mean_us")))
 if "switchboard-h2,load,1" in R:
     print("HTTP/2 with prior knowledge (h2load, %s connections x %s streams; 1x1 for the latency column):" % (
         sys.argv[4], sys.argv[5]))
     print("%-16s %12s %12s %10s | %16s" % ("target", "rps", "mean us", "errors", "mean us @1x1"))
-    for n in ("switchboard-h2", "haproxy-h2"):
-        print("%-16s %12.0f %12.0f %10d | %16.0f" % (n, med(n, "load", "rps"), med(n, "load", "mean_us"),
-              sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1)),
-              med(n, "one", "mean_us")))
-    print("switchboard/haproxy over h2c: throughput %.2fx, mean latency at 1x1 %.2fx" % (
-        med("switchboard-h2", "load", "rps") / med("haproxy-h2", "load", "rps"),
-        med("switchboard-h2", "one", "mean_us") / med("haproxy-h2", "one", "mean_us")))
+    h2_rows("h2", "h2c")
 if "switchboard-h2tls,load,1" in R:
     print("HTTP/2 over TLS (ALPN h2, the same certificate; h2load as above):")
-    for n in ("switchboard-h2tls", "haproxy-h2tls"):
-        print("%-16s %12.0f %12.0f %10d | %16.0f" % (n, med(n, "load", "rps"), med(n, "load", "mean_us"),
-              sum(R["%s,%s,%d" % (n, k, i)]["errors"] for k in ("load", "one") for i in range(1, runs + 1)),
-              med(n, "one", "mean_us")))
-    print("switchboard/haproxy over h2 with TLS: throughput %.2fx, mean latency at 1x1 %.2fx" % (
-        med("switchboard-h2tls", "load", "rps") / med("haproxy-h2tls", "load", "rps"),
-        med("switchboard-h2tls", "one", "mean_us") / med("haproxy-h2tls", "one", "mean_us")))
+    h2_rows("h2tls", "h2 with TLS")
 PY

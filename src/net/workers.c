@@ -280,25 +280,22 @@ void sb_workers_get_stats(const sb_workers *set, sb_http_server_stats *out)
 {
     *out = (sb_http_server_stats){0};
     for (size_t i = 0; i < set->n; i++) {
-        if (!set->w[i].server)
-            continue;
-        sb_http_server_stats one;
-        const sb_http_server_stats *s = &one;
-        sb_http_server_get_stats(set->w[i].server, &one);
-        out->open_connections += s->open_connections;
-        out->lingering_connections += s->lingering_connections;
-        out->refusing_connections += s->refusing_connections;
-        out->body_bytes += s->body_bytes;
-        out->accepted_total += s->accepted_total;
-        out->refused_total += s->refused_total;
-        out->reset_total += s->reset_total;
-        out->body_budget_refusals += s->body_budget_refusals;
-        out->tls_handshakes += s->tls_handshakes;
-        out->tls_failures += s->tls_failures;
-        out->h2_connections += s->h2_connections;
-        out->h2_streams += s->h2_streams;
-        out->h2_refused_streams += s->h2_refused_streams;
-        out->timer_starts += s->timer_starts;
+        sb_http_server_stats s;
+        sb_workers_worker_stats(set, i, &s);
+        out->open_connections += s.open_connections;
+        out->lingering_connections += s.lingering_connections;
+        out->refusing_connections += s.refusing_connections;
+        out->body_bytes += s.body_bytes;
+        out->accepted_total += s.accepted_total;
+        out->refused_total += s.refused_total;
+        out->reset_total += s.reset_total;
+        out->body_budget_refusals += s.body_budget_refusals;
+        out->tls_handshakes += s.tls_handshakes;
+        out->tls_failures += s.tls_failures;
+        out->h2_connections += s.h2_connections;
+        out->h2_streams += s.h2_streams;
+        out->h2_refused_streams += s.h2_refused_streams;
+        out->timer_starts += s.timer_starts;
     }
 }
 

@@ -3,7 +3,6 @@
  * in order (cmocka runs a group's tests in the order listed). */
 #include "sb_test.h"
 
-#include <pthread.h>
 #include <uv.h>
 
 #include "net/guard.h"
