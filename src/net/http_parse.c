@@ -7,6 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "proto/h1.h"
 
 /* ---- buffers of client bytes: grown with what arrives, never past their bound ---- */
 
@@ -79,9 +80,9 @@ void hs_body_release(conn *c)
 
 /* ---- parsing callbacks ---- */
 
-static int on_message_begin(http_parser *p)
+/* A request begins (either parser). */
+static void begin_request(conn *c)
 {
-    conn *c = p->data;
     hs_reset_request(c);
     c->state = CONN_READING;
     c->req.start_ns = uv_hrtime();
@@ -89,6 +90,11 @@ static int on_message_begin(http_parser *p)
      * not here: a pipelined request whose bytes are all here needs no deadline, and a long run
      * of them in one loop turn would otherwise arm it against the loop's cached time, long
      * past, and time out a request whose bytes arrived seconds ago. */
+}
+
+static int on_message_begin(http_parser *p)
+{
+    begin_request(p->data);
     return 0;
 }
 
@@ -160,7 +166,7 @@ static bool name_is(const sb_buf *b, const hdr_off *h, const char *name)
 /* The request view of a parsed head (body empty until on_message_complete). The head
  * buffer no longer moves once the head is complete (chunked trailers are not kept), so the
  * same pointers hold from the head hook to the end of the response. */
-static void fill_req(conn *c, http_parser *p)
+static void fill_req(conn *c)
 {
     sb_http_req *r = &c->req;
     for (size_t i = 0; i < c->n_headers; i++) {
@@ -168,7 +174,7 @@ static void fill_req(conn *c, http_parser *p)
         c->headers[i] =
             (sb_http_header){c->head.data + h->name_off, h->name_len, c->head.data + h->value_off, h->value_len};
     }
-    r->method = p->method;
+    r->method = c->method;
     r->url = c->head.data ? c->head.data + c->url_off : "";
     r->url_len = c->url_len;
     r->path = r->url;
@@ -178,17 +184,17 @@ static void fill_req(conn *c, http_parser *p)
     r->n_headers = c->n_headers;
     r->body = "";
     r->body_len = 0;
-    r->http_minor = p->http_minor;
-    r->keep_alive = http_should_keep_alive(p) != 0;
+    r->http_minor = c->http_minor;
+    r->keep_alive = c->keep_alive_req;
     r->has_body = c->body_follows;
 }
 
 /* Runs the head hook. Returns true to read the body; false when the hook answered (the
  * connection lingers) or refused to (the connection is closed): parsing stops either way. */
-static bool run_head_hook(conn *c, http_parser *p)
+static bool run_head_hook(conn *c)
 {
     sb_http_server *s = c->srv;
-    fill_req(c, p);
+    fill_req(c);
     c->state = CONN_HANDLING; /* what sb_http_respond expects */
     c->at_head = true;
     sb_guard_enter();
@@ -206,9 +212,11 @@ static bool run_head_hook(conn *c, http_parser *p)
     return false;
 }
 
-static int on_headers_complete(http_parser *p)
+/* The head is read (either parser): checks its framing, runs the head hook for a request with
+ * a body (or Expect), bounds the body. 0 to read on, else stop (error_status says why, or the
+ * hook answered). */
+static int headers_done(conn *c, bool chunked, uint64_t cl)
 {
-    conn *c = p->data;
     c->head_done = true;
     for (size_t i = 0; i < c->n_headers; i++) {
         hdr_off *h = &c->hoffs[i];
@@ -222,58 +230,77 @@ static int on_headers_complete(http_parser *p)
     }
     if (c->saw_cl && c->saw_te) {
         c->error_status = 400;
-        return 3; /* any value but 0/1/2 makes http_parser fail the message */
+        return -1;
     }
-    if (c->saw_te && !(p->flags & F_CHUNKED)) {
+    if (c->saw_te && !chunked) {
         c->error_status = 400;
-        return 3;
+        return -1;
     }
     /* Before the size check, 100 Continue and any body byte: a request the hook refuses
      * costs its head only, and its sender learns nothing of the limits. */
-    c->body_follows = (p->flags & F_CHUNKED) || (c->saw_cl && p->content_length > 0);
-    if (c->srv->on_head && (c->body_follows || c->expect_continue) && !run_head_hook(c, p))
-        return 3; /* stops the parser; process() sees the connection lingering or closing */
-    if (c->saw_cl && p->content_length > c->srv->opts.max_body_bytes) {
+    c->body_follows = chunked || (c->saw_cl && cl > 0);
+    if (c->srv->on_head && (c->body_follows || c->expect_continue) && !run_head_hook(c))
+        return -1; /* stops the parser; process() sees the connection lingering or closing */
+    if (c->saw_cl && cl > c->srv->opts.max_body_bytes) {
         c->error_status = 413;
-        return 3;
+        return -1;
     }
     /* Nothing is reserved for the declared length: a promise costs nothing until bytes
      * come (body_grow). The length only caps the growth, so the last doubling fits; a
      * chunked body is capped by max_body_bytes (on_body refuses more), else its last
      * doubling would hold and charge up to twice that. */
-    c->body_cap_max = c->saw_cl ? (size_t)p->content_length + 1 : c->srv->opts.max_body_bytes + 1;
-    if (c->expect_continue && p->http_minor >= 1) {
+    c->body_cap_max = c->saw_cl ? (size_t)cl + 1 : c->srv->opts.max_body_bytes + 1;
+    if (c->expect_continue && c->http_minor >= 1) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         hs_conn_write(c, cont, sizeof(cont) - 1);
     }
     return 0;
 }
 
-static int on_body(http_parser *p, const char *at, size_t len)
+static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
-    if (c->body.len + len > c->srv->opts.max_body_bytes) {
-        c->error_status = 413;
-        return -1;
-    }
+    c->method = p->method;
+    c->http_minor = p->http_minor;
+    c->keep_alive_req = http_should_keep_alive(p) != 0;
+    /* Any value but 0/1/2 makes http_parser fail the message. */
+    return headers_done(c, (p->flags & F_CHUNKED) != 0, p->content_length) ? 3 : 0;
+}
+
+/* Body bytes (either parser): 0, or the status to refuse with. */
+static int body_add(conn *c, const char *at, size_t len)
+{
+    if (c->body.len + len > c->srv->opts.max_body_bytes)
+        return 413;
     int rc = body_grow(c, len);
-    if (rc) {
-        c->error_status = rc;
-        return -1;
-    }
+    if (rc)
+        return rc;
     sb_buf_append(&c->body, at, len); /* cannot fail: the room is there */
     return 0;
 }
 
-static int on_message_complete(http_parser *p)
+static int on_body(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
+    c->error_status = body_add(c, at, len);
+    return c->error_status ? -1 : 0;
+}
+
+/* The request is whole (either parser): the handler's view of it, parsing stops. */
+static void complete_request(conn *c)
+{
     sb_http_req *r = &c->req;
-    fill_req(c, p);
+    fill_req(c);
     r->body = c->body.data ? c->body.data : "";
     r->body_len = c->body.len;
     c->state = CONN_HANDLING;
+    c->fast_left = -1;
     hs_arm_timer(c, 0);
+}
+
+static int on_message_complete(http_parser *p)
+{
+    complete_request(p->data);
     /* Stop parsing here: pipelined bytes wait in `pending` until this response is done. */
     http_parser_pause(p, 1);
     return 0;
@@ -311,47 +338,118 @@ static void process(conn *c, const char *data, size_t len)
     arm_head_timer(c);
 }
 
+/* A complete request goes to the handler; bytes after it wait in `pending` until its response
+ * is done. */
+static void dispatch(conn *c, const char *rest, size_t rest_len)
+{
+    if (rest_len && buf_append_capped(&c->pending, rest, rest_len, PENDING_CAP) < 0) {
+        hs_conn_close(c);
+        return;
+    }
+    sb_http_server *s = c->srv;
+    sb_guard_enter();
+    s->handler(&c->req, s->ctx);
+    sb_guard_leave();
+}
+
+/* The request cannot be read: answered with `status` (or http-parser's error `err`). */
+static void refuse(conn *c, int status, enum http_errno err)
+{
+    const char *code = "invalid_http_request", *msg = http_errno_description(err), *hdrs = NULL;
+    switch (status) {
+    case 413: code = "request_too_large", msg = "request body too large"; break;
+    case 431: code = "request_header_too_large", msg = "request header too large"; break;
+    case 500: code = "out_of_memory", msg = "out of memory"; break;
+    case 503:
+        code = "request_bodies_over_budget";
+        msg = "the gateway holds too many request bytes at once (limits.max_buffered_body_bytes); retry";
+        hdrs = "Retry-After: 1\r\n";
+        c->srv->body_budget_refusals++;
+        break;
+    default:
+        if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH) {
+            code = "request_smuggling";
+            msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
+        }
+    }
+    if (c->state == CONN_READING || c->state == CONN_IDLE)
+        hs_fail_request(c, status, code, msg, hdrs);
+    else
+        hs_conn_close(c);
+}
+
+/* Body bytes of a request whose head the fast path read: up to what is due; the request
+ * completes with its last byte. */
+static void fast_body(conn *c, const char *data, size_t len)
+{
+    size_t take = (uint64_t)c->fast_left < len ? (size_t)c->fast_left : len;
+    if (take) {
+        int status = body_add(c, data, take);
+        if (status) {
+            refuse(c, status, HPE_CB_body);
+            return;
+        }
+        c->fast_left -= (int64_t)take;
+    }
+    if (c->fast_left == 0) {
+        complete_request(c);
+        dispatch(c, data + take, len - take);
+    }
+}
+
+/* A new request whose whole head is in data and plainly well formed (proto/h1.h): read here,
+ * a few instructions a byte, rather than by http-parser. Returns false, having changed
+ * nothing, when http-parser is to read it (anything unusual, or a head still arriving). */
+static bool fast_request(conn *c, const char *data, size_t len)
+{
+    sb_http_server *s = c->srv;
+    sb_h1_field f[MAX_HEADERS];
+    sb_h1_head h;
+    if (sb_h1_request(data, len, s->opts.max_header_bytes, f, MAX_HEADERS, &h) != SB_H1_OK)
+        return false;
+    begin_request(c);
+    if (buf_append_capped(&c->head, data, h.head_len, s->opts.max_header_bytes + 1) < 0) {
+        c->state = CONN_IDLE;
+        return false; /* http-parser meets the same shortage and answers it */
+    }
+    for (size_t i = 0; i < h.n_fields; i++)
+        c->hoffs[i] = (hdr_off){f[i].name_off, f[i].name_len, f[i].value_off, f[i].value_len};
+    c->n_headers = h.n_fields;
+    c->url_off = h.target_off;
+    c->url_len = h.target_len;
+    c->method = h.method;
+    c->http_minor = (unsigned short)h.http_minor;
+    c->keep_alive_req = h.keep_alive;
+    uint64_t cl = h.content_length < 0 ? 0 : (uint64_t)h.content_length;
+    if (headers_done(c, false, cl)) {
+        if (c->state != CONN_LINGERING && c->state != CONN_CLOSING)
+            refuse(c, c->error_status ? c->error_status : 400, HPE_CB_headers_complete);
+        return true;
+    }
+    c->fast_left = (int64_t)cl;
+    fast_body(c, data + h.head_len, len - h.head_len);
+    return true;
+}
+
 static void process_input(conn *c, const char *data, size_t len)
 {
+    if (c->fast_left >= 0 && c->state == CONN_READING) {
+        fast_body(c, data, len);
+        return;
+    }
+    if (c->state == CONN_IDLE && fast_request(c, data, len))
+        return;
     size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
     enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
     if (err == HPE_PAUSED) {
-        if (n < len && buf_append_capped(&c->pending, data + n, len - n, PENDING_CAP) < 0) {
-            hs_conn_close(c);
-            return;
-        }
-        sb_http_server *s = c->srv;
-        sb_guard_enter();
-        s->handler(&c->req, s->ctx);
-        sb_guard_leave();
+        dispatch(c, data + n, len - n);
         return;
     }
     if (c->state == CONN_LINGERING || c->state == CONN_CLOSING)
         return; /* the head hook answered (or closed): the rest of the input is discarded */
     if (err != HPE_OK) {
         /* http-parser's own head bound (HTTP_MAX_HEADER_SIZE, 80 KiB) is a 431 too. */
-        int status = c->error_status ? c->error_status : err == HPE_HEADER_OVERFLOW ? 431 : 400;
-        const char *code = "invalid_http_request", *msg = http_errno_description(err), *hdrs = NULL;
-        switch (status) {
-        case 413: code = "request_too_large", msg = "request body too large"; break;
-        case 431: code = "request_header_too_large", msg = "request header too large"; break;
-        case 500: code = "out_of_memory", msg = "out of memory"; break;
-        case 503:
-            code = "request_bodies_over_budget";
-            msg = "the gateway holds too many request bytes at once (limits.max_buffered_body_bytes); retry";
-            hdrs = "Retry-After: 1\r\n";
-            c->srv->body_budget_refusals++;
-            break;
-        default:
-            if ((c->saw_cl && c->saw_te) || err == HPE_UNEXPECTED_CONTENT_LENGTH) {
-                code = "request_smuggling";
-                msg = "both Content-Length and Transfer-Encoding (request smuggling refused)";
-            }
-        }
-        if (c->state == CONN_READING || c->state == CONN_IDLE)
-            hs_fail_request(c, status, code, msg, hdrs);
-        else
-            hs_conn_close(c);
+        refuse(c, c->error_status ? c->error_status : err == HPE_HEADER_OVERFLOW ? 431 : 400, err);
         return;
     }
 }

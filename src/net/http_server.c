@@ -156,6 +156,7 @@ void hs_reset_request(conn *c)
     c->last_was_value = false;
     c->saw_cl = c->saw_te = c->expect_continue = false;
     c->head_done = false;
+    c->fast_left = -1;
     c->body_follows = false;
     c->request_timed = false;
     c->error_status = 0;

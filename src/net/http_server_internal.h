@@ -76,6 +76,13 @@ typedef struct conn {
     bool last_was_value;
     bool saw_cl, saw_te, expect_continue;
     bool head_done;
+    /* The request's line as either parser read it (fill_req). */
+    int method; /* enum http_method */
+    unsigned short http_minor;
+    bool keep_alive_req; /* http_should_keep_alive's verdict */
+    /* Body bytes still due for a request whose head the fast path read (proto/h1.h): those
+     * bytes go to the body without http-parser; -1 when http-parser reads the request. */
+    int64_t fast_left;
     sb_buf body;          /* body.cap is what this connection holds of the server's body budget */
     size_t body_cap_max;  /* declared Content-Length + 1 (the NUL), or SIZE_MAX when chunked */
     sb_buf pending;       /* bytes read past the current request (pipelining) */
