@@ -543,7 +543,7 @@ static bool sniff(conn *c, const char *base, size_t nread)
     }
     size_t want = H2_PREFACE_LEN - c->preface_seen;
     size_t k = nread < want ? nread : want;
-    if (memcmp(base, H2_PREFACE + c->preface_seen, k) != 0) {
+    if (memcmp(base, &H2_PREFACE[c->preface_seen], k) != 0) {
         c->sniffed = true;
         if (c->preface_seen) {
             uint8_t held = c->preface_seen;

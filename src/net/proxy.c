@@ -38,6 +38,7 @@
 #include "net/proxy.h"
 #include "net/stats.h"
 #include "proto/body_edit.h"
+#include "proto/h1.h"
 #include "proto/inspect.h"
 #include "proto/openai_error.h"
 #include "proto/orca.h"
@@ -87,6 +88,12 @@ typedef struct exchange {
     sb_upstream_conn *uc;
     sb_upstream_conn *connecting; /* a connect in progress (owned by the pool until it ends) */
     http_parser parser;
+    /* The response's head read by the fast path (proto/h1.h): its body bytes still due, -1
+     * while http-parser reads the response. fast_tried: the fast path had its one look (at the
+     * first bytes of the answer); fast_taken: it read the head. */
+    int64_t fast_left;
+    bool fast_tried, fast_taken;
+    bool fast_reuse; /* the fast path's verdict: keep-alive, and nothing after the body */
     sb_buf head; /* request head sent upstream */
     size_t served_quoted_len;
     int pending_writes;
@@ -664,14 +671,15 @@ static int r_on_header_value(http_parser *p, const char *at, size_t len)
     return sb_buf_append(&x->resp_headers, at, len);
 }
 
-static int r_on_headers_complete(http_parser *p)
+/* The response's head is read (either parser). Returns 1 when the answer is not to be passed
+ * on (a status to retry or to fall back on: retry_status is set), else 0. */
+static int resp_head_done(exchange *x, int status, int64_t cl)
 {
-    exchange *x = p->data;
     if (x->in_value)
         close_header_line(x);
     x->in_value = false;
-    x->status = p->status_code;
-    if (p->status_code < 200)
+    x->status = status;
+    if (status < 200)
         return 0; /* 1xx interim: its headers are dropped, the real head follows */
     /* Content type decides how a mid-stream failure is shown (SSE error event). */
     /* Its first Content-Type, noted as the head was read (a search of the whole head for it
@@ -685,15 +693,12 @@ static int r_on_headers_complete(http_parser *p)
      * lists); should none take it then, the client gets the gateway's answer with that
      * status instead of the replica's body. */
     bool to_fallback = false;
-    if (p->status_code >= 500 &&
-        (may_retry(x, SB_RETRY_STATUS, p->status_code) || (to_fallback = status_may_fall_back(x, p->status_code)))) {
-        x->retry_status = p->status_code;
+    if (status >= 500 && (may_retry(x, SB_RETRY_STATUS, status) || (to_fallback = status_may_fall_back(x, status)))) {
+        x->retry_status = status;
         x->status_to_fallback = to_fallback;
-        http_parser_pause(p, 1);
-        return 0;
+        return 1;
     }
-    int64_t cl = (p->flags & F_CONTENTLENGTH) ? (int64_t)p->content_length : -1;
-    if (x->t.usage_edit && x->sse && p->status_code >= 200 && p->status_code < 300) {
+    if (x->t.usage_edit && x->sse && status >= 200 && status < 300) {
         /* Stripping changes the length: the client's answer is chunked (or ends with the
          * connection, for HTTP/1.0). Without memory for the buffer, the stream passes whole:
          * the client sees one chunk it did not ask for, never a broken stream. */
@@ -703,13 +708,22 @@ static int r_on_headers_complete(http_parser *p)
         x->stripping = true;
         cl = -1;
     }
-    if (sb_http_stream_begin(x->req, p->status_code, x->resp_headers.data ? x->resp_headers.data : "",
-                             x->resp_headers.len, cl) < 0) {
+    if (sb_http_stream_begin(x->req, status, x->resp_headers.data ? x->resp_headers.data : "", x->resp_headers.len,
+                             cl) < 0) {
         detach_client(x);
         return 0;
     }
     x->started = true;
-    x->final_status = p->status_code;
+    x->final_status = status;
+    return 0;
+}
+
+static int r_on_headers_complete(http_parser *p)
+{
+    exchange *x = p->data;
+    int64_t cl = (p->flags & F_CONTENTLENGTH) ? (int64_t)p->content_length : -1;
+    if (resp_head_done(x, p->status_code, cl))
+        http_parser_pause(p, 1);
     return 0;
 }
 
@@ -730,9 +744,9 @@ static void to_client(void *ud, const char *at, size_t len)
     }
 }
 
-static int r_on_body(http_parser *p, const char *at, size_t len)
+/* Body bytes of the response (either parser). */
+static void resp_body(exchange *x, const char *at, size_t len)
 {
-    exchange *x = p->data;
     if (!x->t_first_body) {
         x->t_first_body = now_ns();
         /* An answer's first body bytes (a stream's first token, or a whole answer) mean the
@@ -746,6 +760,11 @@ static int r_on_body(http_parser *p, const char *at, size_t len)
         sb_sse_strip_feed(&x->strip, at, len);
     else
         to_client(x, at, len);
+}
+
+static int r_on_body(http_parser *p, const char *at, size_t len)
+{
+    resp_body(p->data, at, len);
     return 0;
 }
 
@@ -769,7 +788,9 @@ static void finish_complete(exchange *x)
 {
     /* Not reusable while our request is still being written (the server answered early):
      * the rest of the body would precede the next request on that connection. */
-    bool reusable = http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED && !x->pending_writes;
+    bool reusable =
+        x->fast_taken ? x->fast_reuse && !x->pending_writes
+                      : http_should_keep_alive(&x->parser) && x->parser.http_errno == HPE_PAUSED && !x->pending_writes;
     drop_upstream(x, reusable);
     report_end(x, true, x->status);
     if (x->stripping)
@@ -789,6 +810,90 @@ static void on_response_timeout(sb_upstream_conn *uc)
         fail_midstream(x, "upstream response timed out", "upstream_timeout");
     else
         retry_or_fail(x, UV_ETIMEDOUT, SB_RETRY_TIMEOUT);
+}
+
+/* A whole header line of the response, as r_on_header_field and r_on_header_value see it in
+ * pieces. Returns 0 or -1 (out of memory). */
+static int add_header(exchange *x, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    x->hfield_start = x->resp_headers.len;
+    x->skip_header = false;
+    if (sb_buf_append(&x->resp_headers, name, nlen) < 0)
+        return -1;
+    classify_header(x);
+    if (sb_buf_puts(&x->resp_headers, ": ") < 0)
+        return -1;
+    x->orca_off = x->resp_headers.len;
+    if (x->ctype_header && !x->ctype_off)
+        x->ctype_off = x->resp_headers.len;
+    if (sb_buf_append(&x->resp_headers, value, vlen) < 0)
+        return -1;
+    close_header_line(x);
+    return 0;
+}
+
+/* Body bytes of a response whose head the fast path read: up to what is due; the response
+ * completes with its last byte (bytes past it make the connection unfit for reuse). */
+static void fast_resp_body(exchange *x, const char *data, size_t len)
+{
+    size_t take = (uint64_t)x->fast_left < len ? (size_t)x->fast_left : len;
+    if (take) {
+        x->fast_left -= (int64_t)take;
+        resp_body(x, data, take);
+    }
+    if (x->fast_left == 0) {
+        if (take < len)
+            x->fast_reuse = false;
+        x->complete = true;
+    }
+}
+
+#define FAST_RESP_FIELDS 64
+#define FAST_RESP_HEAD (64 * 1024)
+
+/* The first bytes of an answer hold its whole head, plainly well formed and framed by its
+ * Content-Length (proto/h1.h): read here, not by http-parser (~4,000 instructions an answer
+ * less, docs/benchmarks.md section 15). Returns false, having changed nothing, when
+ * http-parser is to read the answer. */
+static bool fast_response(exchange *x, const char *data, size_t len)
+{
+    sb_h1_field f[FAST_RESP_FIELDS];
+    sb_h1_head h;
+    x->fast_tried = true;
+    if (sb_h1_response(data, len, FAST_RESP_HEAD, f, FAST_RESP_FIELDS, &h) != SB_H1_OK)
+        return false;
+    x->fast_taken = true;
+    x->fast_reuse = h.keep_alive;
+    for (size_t i = 0; i < h.n_fields; i++)
+        if (add_header(x, data + f[i].name_off, f[i].name_len, data + f[i].value_off, f[i].value_len) < 0) {
+            x->fast_reuse = false;
+            x->fast_left = 0; /* nothing more is read: the answer fails as malformed */
+            return true;
+        }
+    x->fast_left = h.content_length;
+    if (resp_head_done(x, h.status, h.content_length))
+        return true; /* retry_status is set */
+    fast_resp_body(x, data + h.head_len, len - h.head_len);
+    return true;
+}
+
+/* The answer cannot be read (malformed, or no memory to read it). */
+static void fail_read(exchange *x)
+{
+    if (x->started)
+        fail_midstream(x, "upstream sent a malformed response", "bad_upstream_response");
+    else
+        fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response", false);
+}
+
+static void pause_if_slow_client(exchange *x, sb_upstream_conn *uc)
+{
+    if (x->paused) {
+        /* The client, not the endpoint, is slow: no response timeout while we wait for it
+         * (the client's own write stall is bounded by the server's idle timeout). */
+        sb_upstream_pause(uc);
+        sb_upstream_deadline(uc, 0, NULL);
+    }
 }
 
 static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
@@ -823,6 +928,21 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         sb_router_first_byte(x->env->router, x->t.pool, x->ep, &x->ticket, x->t_first_byte);
     }
     sb_upstream_deadline(uc, x->snap->cfg->response_ms, on_response_timeout); /* pushed back */
+    if (!x->fast_tried)
+        fast_response(x, buf->base, (size_t)nread);
+    else if (x->fast_taken)
+        fast_resp_body(x, buf->base, (size_t)nread);
+    if (x->fast_taken) {
+        if (x->retry_status)
+            retry_status(x);
+        else if (x->complete)
+            finish_complete(x);
+        else if (x->fast_left == 0)
+            fail_read(x); /* out of memory for the head: as malformed */
+        else
+            pause_if_slow_client(x, uc);
+        return;
+    }
     size_t n = http_parser_execute(&x->parser, &resp_settings, buf->base, (size_t)nread);
     if (x->retry_status) {
         retry_status(x);
@@ -840,18 +960,10 @@ static void up_read(sb_upstream_conn *uc, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (HTTP_PARSER_ERRNO(&x->parser) != HPE_OK) {
-        if (x->started)
-            fail_midstream(x, "upstream sent a malformed response", "bad_upstream_response");
-        else
-            fail_before_response(x, 502, "upstream sent a malformed response", "bad_upstream_response", false);
+        fail_read(x);
         return;
     }
-    if (x->paused) {
-        /* The client, not the endpoint, is slow: no response timeout while we wait for it
-         * (the client's own write stall is bounded by the server's idle timeout). */
-        sb_upstream_pause(uc);
-        sb_upstream_deadline(uc, 0, NULL);
-    }
+    pause_if_slow_client(x, uc);
 }
 
 static void upstream_read_start(exchange *x)
@@ -984,6 +1096,8 @@ static void send_request(exchange *x)
     x->ctype_off = 0;
     x->in_value = false;
     x->got_bytes = false;
+    x->fast_left = -1;
+    x->fast_tried = x->fast_taken = false;
     /* This attempt's: a same-endpoint retry on a fresh connection starts here too. */
     x->status = 0;
     x->t_first_byte = 0;

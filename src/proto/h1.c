@@ -108,12 +108,12 @@ static size_t fields(const char *p, size_t pos, size_t end, sb_h1_field *f, size
             if (name_eq(name, 16, "proxy-connection", 16))
                 return 0;
             break;
-        case 17:
-            if (name_eq(name, 17, "transfer-encoding", 17))
-                return 0;
-            break;
         default: break;
         }
+        /* http-parser takes any name that begins "Transfer-Encoding" for one (2.9.4 refuses
+         * "Transfer-Encodingx: 3" in a request): all of them are its to read. */
+        if (name_len >= 17 && name_eq(name, 17, "transfer-encoding", 17))
+            return 0;
         f[n++] = (sb_h1_field){(uint32_t)pos, (uint32_t)name_len, (uint32_t)v, (uint32_t)vlen};
         pos = eol + 1;
     }

@@ -16,6 +16,15 @@ def decisions(gw, query="", headers=None):
     return st, json.loads(body) if body else None
 
 
+def settled(gw, rid):
+    """The decision of request rid once its outcome is recorded: that happens when the exchange
+    ends, which may trail the client's answer by a loop turn (a write to an endpoint still
+    completing, a connection closing)."""
+    wait_until(lambda: decisions(gw, "?id=" + rid)[1]["decisions"][0]["outcome"] is not None,
+               what="the outcome of " + rid)
+    return decisions(gw, "?id=" + rid)[1]["decisions"][0]
+
+
 class LookupTest(unittest.TestCase):
     """Two endpoints under `default` (filters, weighted scorers), the access log with decisions."""
 
@@ -46,6 +55,7 @@ class LookupTest(unittest.TestCase):
                         {"x-request-id": "client-abc-123"})
         self.assertEqual(st, 200)
         self.assertEqual(h["x-request-id"], "client-abc-123", "a client's valid id is kept")
+        settled(self.gw, "client-abc-123")
         st, page = decisions(self.gw, "?id=client-abc-123")
         self.assertEqual(st, 200)
         self.assertEqual(len(page["decisions"]), 1)
@@ -143,7 +153,7 @@ class OutcomeTest(unittest.TestCase):
             for rid in ids:
                 st, h, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", rid), {"x-request-id": rid})
                 self.assertEqual((st, h["x-request-id"]), (200, rid))
-            recs = [decisions(gw, "?id=" + rid)[1]["decisions"][0] for rid in ids]
+            recs = [settled(gw, rid) for rid in ids]
             # Round robin's cursor moves with the retry's pick too: the dead one may come first
             # every time. Whoever was picked, the outcome names who served.
             self.assertIn(dead, [d["picked"] for d in recs], recs)
@@ -157,7 +167,7 @@ class OutcomeTest(unittest.TestCase):
                 st, h, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", "slow"),
                                 {"x-request-id": "slow-%d" % i, "x-fixture-mode": "silent"}, timeout=15)
                 self.assertEqual((st, h.get("x-request-id")), (504, "slow-%d" % i))
-                o = decisions(gw, "?id=slow-%d" % i)[1]["decisions"][0]["outcome"]
+                o = settled(gw, "slow-%d" % i)["outcome"]
                 self.assertEqual(o["status"], 504)
                 self.assertIsNone(o["ttft_ms"])
             # 503: no endpoint may take it (every one draining), with the id.
@@ -183,7 +193,7 @@ class OutcomeTest(unittest.TestCase):
                 rid = "r503-%d" % i
                 st, _, _ = http(gw.port, "POST", "/v1/chat/completions", chat_body("m", rid),
                                 {"x-request-id": rid, "x-fixture-mode": "status", "x-fixture-status": "503"})
-                d = decisions(gw, "?id=" + rid)[1]["decisions"][0]
+                d = settled(gw, rid)
                 seen[rid] = (st, d)
             first_live = [(rid, st, d) for rid, (st, d) in seen.items() if d["picked"] == up.address]
             self.assertTrue(first_live, seen)
