@@ -21,7 +21,7 @@ int sb_buf_reserve(sb_buf *b, size_t extra)
     return 0;
 }
 
-int sb_buf_append(sb_buf *b, const void *p, size_t n)
+int sb_buf_append_slow(sb_buf *b, const void *p, size_t n)
 {
     if (sb_buf_reserve(b, n) < 0)
         return -1;
@@ -31,8 +31,6 @@ int sb_buf_append(sb_buf *b, const void *p, size_t n)
     b->data[b->len] = '\0';
     return 0;
 }
-
-int sb_buf_puts(sb_buf *b, const char *s) { return sb_buf_append(b, s, strlen(s)); }
 
 size_t sb_fmt_u64(char *out, uint64_t v)
 {

@@ -17,8 +17,27 @@ typedef struct sb_buf {
 } sb_buf;
 
 int sb_buf_reserve(sb_buf *b, size_t extra);
-int sb_buf_append(sb_buf *b, const void *p, size_t n);
-int sb_buf_puts(sb_buf *b, const char *s);
+/* The growing half of sb_buf_append (out of line: the inline part is the copy). */
+int sb_buf_append_slow(sb_buf *b, const void *p, size_t n);
+
+/* Inline, with sb_buf_puts: requests build their heads from dozens of small appends, and a
+ * call per append plus strlen of each literal cost ~2,500 instructions a proxied request
+ * (callgrind, docs/benchmarks.md section 15); inlined, a literal's length is a constant. */
+static inline int sb_buf_append(sb_buf *b, const void *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap)
+        return sb_buf_append_slow(b, p, n);
+    if (n)
+        __builtin_memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+static inline int sb_buf_puts(sb_buf *b, const char *s)
+{
+    return sb_buf_append(b, s, __builtin_strlen(s));
+}
 int sb_buf_printf(sb_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int sb_buf_vprintf(sb_buf *b, const char *fmt, va_list ap);
 /* Appends s as the contents of a JSON string (no surrounding quotes), escaping as needed. */

@@ -458,6 +458,10 @@ int sb_http_respond(sb_http_req *req, int status, const char *content_type, cons
         return -1;
     char ct[160];
     int n = snprintf(ct, sizeof(ct), "Content-Type: %s\r\n", content_type ? content_type : "application/json");
+    if (n < 0 || (size_t)n >= sizeof(ct)) { /* a longer type than any the gateway sends: cut, still a line */
+        n = (int)sizeof(ct) - 1;
+        ct[n - 2] = '\r', ct[n - 1] = '\n';
+    }
     sb_buf h = {0};
     if (sb_buf_append(&h, ct, (size_t)n) < 0 || (headers && sb_buf_puts(&h, headers) < 0)) {
         sb_buf_free(&h);

@@ -602,8 +602,54 @@ static void on_client_drain(sb_http_req *req)
 
 /* ---- response parsing ---- */
 
-static const char *const hop_by_hop[] = {"connection", "keep-alive", "transfer-encoding", "content-length",
-                                         "proxy-connection", "te", "trailer", "upgrade", NULL};
+/* Header names proxying treats apart, classified by length first and one case-blind compare
+ * (a loop of strlen and strncasecmp over the list was ~1,300 instructions a request: callgrind,
+ * docs/benchmarks.md section 15). */
+enum hkind {
+    H_OTHER,
+    H_HOP, /* hop-by-hop: connection, keep-alive, transfer-encoding, content-length,
+            * proxy-connection, te, trailer, upgrade */
+    H_HOST,
+    H_EXPECT,
+    H_AUTHORIZATION,
+    H_REQUEST_ID,
+    H_FORWARDED_FOR,
+    H_ORCA_FORMAT, /* endpoint-load-metrics-format */
+    H_ORCA,        /* endpoint-load-metrics */
+    H_CONTENT_TYPE,
+};
+
+/* `a` (n bytes) is `lc` (lowercase letters, digits and '-') but for ASCII case. */
+static bool name_is(const char *a, size_t n, const char *lc)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)(a[i] | 0x20) != (unsigned char)lc[i])
+            return false;
+    return lc[n] == '\0';
+}
+
+static enum hkind header_kind(const char *n, size_t len)
+{
+    switch (len) {
+    case 2: return name_is(n, len, "te") ? H_HOP : H_OTHER;
+    case 4: return name_is(n, len, "host") ? H_HOST : H_OTHER;
+    case 6: return name_is(n, len, "expect") ? H_EXPECT : H_OTHER;
+    case 7: return name_is(n, len, "trailer") || name_is(n, len, "upgrade") ? H_HOP : H_OTHER;
+    case 10: return name_is(n, len, "connection") || name_is(n, len, "keep-alive") ? H_HOP : H_OTHER;
+    case 12:
+        return name_is(n, len, "x-request-id")   ? H_REQUEST_ID
+               : name_is(n, len, "content-type") ? H_CONTENT_TYPE
+                                                 : H_OTHER;
+    case 13: return name_is(n, len, "authorization") ? H_AUTHORIZATION : H_OTHER;
+    case 14: return name_is(n, len, "content-length") ? H_HOP : H_OTHER;
+    case 15: return name_is(n, len, "x-forwarded-for") ? H_FORWARDED_FOR : H_OTHER;
+    case 16: return name_is(n, len, "proxy-connection") ? H_HOP : H_OTHER;
+    case 17: return name_is(n, len, "transfer-encoding") ? H_HOP : H_OTHER;
+    case 21: return name_is(n, len, "endpoint-load-metrics") ? H_ORCA : H_OTHER;
+    case 28: return name_is(n, len, "endpoint-load-metrics-format") ? H_ORCA_FORMAT : H_OTHER;
+    default: return H_OTHER;
+    }
+}
 
 static int r_on_header_field(http_parser *p, const char *at, size_t len)
 {
@@ -620,16 +666,12 @@ static int r_on_header_field(http_parser *p, const char *at, size_t len)
 
 static void classify_header(exchange *x)
 {
-    const char *name = x->resp_headers.data + x->hfield_start;
-    size_t n = x->resp_headers.len - x->hfield_start;
-    for (int i = 0; hop_by_hop[i] && !x->skip_header; i++)
-        if (strlen(hop_by_hop[i]) == n && strncasecmp(name, hop_by_hop[i], n) == 0)
-            x->skip_header = true;
-    x->ctype_header = n == 12 && strncasecmp(name, "content-type", 12) == 0;
+    enum hkind k = header_kind(x->resp_headers.data + x->hfield_start, x->resp_headers.len - x->hfield_start);
     /* The client gets the gateway's id (added by the server for every answer), not a second one. */
-    if (n == 12 && strncasecmp(name, "x-request-id", 12) == 0)
+    if (k == H_HOP || k == H_REQUEST_ID)
         x->skip_header = true;
-    x->orca_header = n == 21 && strncasecmp(name, "endpoint-load-metrics", 21) == 0;
+    x->ctype_header = k == H_CONTENT_TYPE;
+    x->orca_header = k == H_ORCA;
 }
 
 /* Ends the current header line: an ORCA load report updates the endpoint at once (before
@@ -1037,19 +1079,14 @@ static int build_head(exchange *x, size_t body_len)
     }
     for (size_t i = 0; i < req->n_headers; i++) {
         const sb_http_header *hd = &req->headers[i];
-        bool skip = false;
-        for (int k = 0; hop_by_hop[k] && !skip; k++)
-            skip = strlen(hop_by_hop[k]) == hd->name_len && strncasecmp(hd->name, hop_by_hop[k], hd->name_len) == 0;
-        if (skip || (hd->name_len == 4 && strncasecmp(hd->name, "host", 4) == 0) ||
-            (hd->name_len == 6 && strncasecmp(hd->name, "expect", 6) == 0) ||
-            (upstream_auth && hd->name_len == 13 && strncasecmp(hd->name, "authorization", 13) == 0) ||
-            (hd->name_len == 12 && strncasecmp(hd->name, "x-request-id", 12) == 0))
+        enum hkind k = header_kind(hd->name, hd->name_len);
+        if (k == H_HOP || k == H_HOST || k == H_EXPECT || (upstream_auth && k == H_AUTHORIZATION) || k == H_REQUEST_ID)
             continue;
-        if (hd->name_len == 15 && strncasecmp(hd->name, "x-forwarded-for", 15) == 0) {
+        if (k == H_FORWARDED_FOR) {
             has_forwarded = true; /* joined with the client's address below */
             continue;
         }
-        if (hd->name_len == 28 && strncasecmp(hd->name, "endpoint-load-metrics-format", 28) == 0)
+        if (k == H_ORCA_FORMAT)
             has_orca_fmt = true;
         sb_buf_append(h, hd->name, hd->name_len);
         sb_buf_puts(h, ": ");
@@ -1069,7 +1106,7 @@ static int build_head(exchange *x, size_t body_len)
     sb_buf_puts(h, "X-Forwarded-For: ");
     for (size_t i = 0; i < req->n_headers && has_forwarded; i++) {
         const sb_http_header *hd = &req->headers[i];
-        if (hd->name_len == 15 && strncasecmp(hd->name, "x-forwarded-for", 15) == 0 && hd->value_len) {
+        if (header_kind(hd->name, hd->name_len) == H_FORWARDED_FOR && hd->value_len) {
             sb_buf_append(h, hd->value, hd->value_len);
             sb_buf_puts(h, ", ");
         }

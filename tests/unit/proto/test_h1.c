@@ -258,6 +258,31 @@ static void test_requests_deferred(void **state)
     assert_int_equal(sb_h1_request(nul, sizeof nul - 1, 65536, f, MAXF, &h), SB_H1_DEFER);
 }
 
+/* Long values are checked sixteen bytes at a time: a bad byte anywhere in one defers it. */
+static void test_long_values(void **state)
+{
+    (void)state;
+    static const unsigned char bad[] = {0x00, 0x01, 0x0d, 0x0a, 0x1f, 0x7f, 0x80, 0xff};
+    char m[256];
+    for (size_t pos = 0; pos < 40; pos++) {
+        char v[41];
+        memset(v, 'a', 40);
+        v[40] = '\0';
+        if (pos > 0 && pos < 39)
+            v[pos] = '\t'; /* inside the value: whitespace at its ends is http-parser's */
+        snprintf(m, sizeof m, "GET / HTTP/1.1\r\nX-Long: %s\r\n\r\n", v);
+        take(HTTP_REQUEST, m);
+        for (size_t b = 0; b < sizeof bad; b++) {
+            size_t len = (size_t)snprintf(m, sizeof m, "GET / HTTP/1.1\r\nX-Long: b%s\r\n\r\n", v + 1);
+            m[24 + pos] = (char)bad[b]; /* "GET / HTTP/1.1\r\nX-Long: " is 24 bytes */
+            sb_h1_head h;
+            sb_h1_field f[MAXF];
+            if (sb_h1_request(m, len, 65536, f, MAXF, &h) != SB_H1_DEFER)
+                fail_msg("byte 0x%02x at %zu taken", bad[b], pos);
+        }
+    }
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -449,9 +474,13 @@ static void test_generated(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_class_table),       cmocka_unit_test(test_requests_taken),
-        cmocka_unit_test(test_requests_deferred), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_responses),         cmocka_unit_test(test_generated),
+        cmocka_unit_test(test_class_table),
+        cmocka_unit_test(test_requests_taken),
+        cmocka_unit_test(test_requests_deferred),
+        cmocka_unit_test(test_long_values),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_generated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
