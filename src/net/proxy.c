@@ -728,6 +728,7 @@ static int resp_head_done(exchange *x, int status, int64_t cl)
      * was ~1,500 instructions per answer: docs/benchmarks.md, proxy overhead). */
     const char *ct = x->ctype_off ? x->resp_headers.data + x->ctype_off : NULL;
     x->sse = ct && strncasecmp(ct + strspn(ct, " "), "text/event-stream", 17) == 0;
+    x->tokens.not_a_stream = ct && !x->sse;
     if (!x->req)
         return 0;
     /* A 5xx another endpoint may answer better: nothing of it goes to the client. With no

@@ -373,7 +373,8 @@ void sb_token_clock_feed(sb_token_clock *tc, const char *at, size_t len, sb_ns n
         return;
     if (!tc->first_body_ns)
         tc->first_body_ns = now;
-    sb_sse_clock_feed(&tc->sse, at, len, now);
+    if (!tc->not_a_stream)
+        sb_sse_clock_feed(&tc->sse, at, len, now);
 }
 
 void sb_token_clock_log(const sb_token_clock *tc, sb_exchange_log *log)
