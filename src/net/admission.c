@@ -130,9 +130,11 @@ static void dispatch(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t,
 }
 
 /* Flow control or availability refused the request in t's pool: the pool's first fallback that
- * takes it now serves it (net/fallback.h), else the refusal r is answered. */
+ * takes it now serves it (net/fallback.h), else the refusal r is answered. A request that waited
+ * in the pool's queue first (waited >= 0) and is then dispatched to a fallback counts that wait
+ * in the pool's queue_wait histogram, as a request released from the queue does. */
 static void refuse_or_fall_back(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, const sb_sched_request *rr,
-                                const char *model, const sb_admission_refusal *r)
+                                const char *model, const sb_admission_refusal *r, int64_t waited)
 {
     sb_proxy_target ft = *t;
     sb_sched_request frr = *rr;
@@ -141,6 +143,8 @@ static void refuse_or_fall_back(sb_gateway *gw, sb_http_req *req, const sb_proxy
      * and is proxied like any other (an https:// fallback is open to it). */
     if (sb_gateway_fallback(gw, gw->cfg, &ft, &frr, why, req->ops && req->ops->pick)) {
         ft.model = model;
+        if (waited >= 0)
+            sb_stats_queue_wait(&gw->stats, t->pool, (sb_ns)waited);
         dispatch(gw, req, &ft, &frr);
         return;
     }
@@ -173,7 +177,7 @@ static void on_refuse(void *ctx, void *user, const sb_admission_refusal *r)
     queued *q = user;
     detach(q);
     q->t.model = q->model;
-    refuse_or_fall_back(ctx, q->req, &q->t, &q->rr, q->model, r);
+    refuse_or_fall_back(ctx, q->req, &q->t, &q->rr, q->model, r, (int64_t)(uv_hrtime() - q->t_enqueued));
     free_queued(q);
 }
 
@@ -220,7 +224,7 @@ static void enqueue(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t, 
     sb_guard_unkeep();
     if (queued != SB_ADMIT_QUEUED) {
         free_queued(q);
-        refuse_or_fall_back(gw, req, t, &desc->sched, t->model, &r);
+        refuse_or_fall_back(gw, req, t, &desc->sched, t->model, &r, -1);
         return;
     }
     req->user = q;
@@ -238,7 +242,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
             dispatch(gw, req, t, rr);
         } else {
             r = sb_admission_refusal_of(SB_REFUSE_NO_ENDPOINT, 1);
-            refuse_or_fall_back(gw, req, t, rr, t->model, &r);
+            refuse_or_fall_back(gw, req, t, rr, t->model, &r, -1);
         }
         return;
     }
@@ -254,7 +258,7 @@ void sb_gateway_admit(sb_gateway *gw, sb_http_req *req, const sb_proxy_target *t
         desc.tenant = tenant_of(req, t); /* hashed only for a request that may wait */
         enqueue(gw, req, &tb, &desc, now);
         break;
-    default: refuse_or_fall_back(gw, req, &tb, rr, t->model, &r);
+    default: refuse_or_fall_back(gw, req, &tb, rr, t->model, &r, -1);
     }
 }
 

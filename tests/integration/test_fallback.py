@@ -123,6 +123,11 @@ class FallbackTest(unittest.TestCase):
                            {"x-request-id": "queued-fb"})
         self.assertEqual((st, json.loads(body)["upstream"]), (200, "small"))
         self.assertEqual(self.line_for("queued-fb")["fallback_reason"], "saturated")
+        # Its wait in big's queue is counted there, as a released request's is (the shed one
+        # never waited: it is not).
+        self.assertEqual(metric_value(self.gw, 'switchboard_queue_wait_seconds_count{pool="big"}'), 1)
+        self.assertGreaterEqual(metric_value(self.gw, 'switchboard_queue_wait_seconds_sum{pool="big"}'), 0.25)
+        self.assertEqual(metric_value(self.gw, 'switchboard_queue_wait_seconds_bucket{pool="big",le="0.1"}'), 0)
         self.assertEqual(metric_value(self.gw, 'switchboard_fallbacks_total{pool="big",fallback="small",'
                                                'reason="saturated"}'), 2)
         self.assertEqual(metric_value(self.gw, 'switchboard_fallbacks_total{pool="big",fallback="small",'
