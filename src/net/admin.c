@@ -262,6 +262,15 @@ static void render_listener_stats(sb_gateway *gw, sb_buf *b)
                       "switchboard_http2_streams_reset_total{listener=\"client\"} %llu\n",
                       (unsigned long long)st[0].h2_connections, (unsigned long long)st[0].h2_streams,
                       (unsigned long long)st[0].h2_refused_streams);
+    if (client) {
+        sb_buf_puts(b,
+                    "# HELP switchboard_http2_goaway_total GOAWAY frames sent to HTTP/2 clients, by reason (idle, "
+                    "drain, enhance_your_calm: a flood bound, internal_error and protocol_error: nghttp2's verdicts, "
+                    "other_error).\n# TYPE switchboard_http2_goaway_total counter\n");
+        for (int r = 0; r < SB_H2_GOAWAY_REASONS; r++)
+            sb_buf_printf(b, "switchboard_http2_goaway_total{listener=\"client\",reason=\"%s\"} %llu\n",
+                          sb_h2_goaway_reason_names[r], (unsigned long long)st[0].h2_goaway[r]);
+    }
     render_workers(gw, b);
 }
 

@@ -108,6 +108,7 @@ typedef struct h2_conn {
     bool drain_due;    /* some stream's on_drain is due */
     bool read_paused;  /* reading stopped: the client does not read what is queued for it */
     bool calm;         /* past a flood limit: GOAWAY ENHANCE_YOUR_CALM is due, nothing more is served */
+    bool idled;        /* the GOAWAY NO_ERROR due is idle_ms's (else a drain's) */
     size_t head_bytes; /* decoded heads held by the streams (h2_max_connection_header_bytes) */
     /* Token bucket of the resets the server sends with an error code (CVE-2025-8671): a client
      * that makes its streams invalid has them reset by nghttp2, outside the client-reset limit. */
@@ -835,9 +836,25 @@ static bool reset_token(h2_conn *hc)
     return true;
 }
 
+const char *const sb_h2_goaway_reason_names[SB_H2_GOAWAY_REASONS] = {
+    "idle", "drain", "enhance_your_calm", "internal_error", "protocol_error", "other_error"};
+
+static enum sb_h2_goaway_reason goaway_reason(const h2_conn *hc, uint32_t code)
+{
+    switch (code) {
+    case NGHTTP2_NO_ERROR: return hc->idled ? SB_H2_GOAWAY_IDLE : SB_H2_GOAWAY_DRAIN;
+    case NGHTTP2_ENHANCE_YOUR_CALM: return SB_H2_GOAWAY_CALM;
+    case NGHTTP2_INTERNAL_ERROR: return SB_H2_GOAWAY_INTERNAL;
+    case NGHTTP2_PROTOCOL_ERROR: return SB_H2_GOAWAY_PROTOCOL;
+    default: return SB_H2_GOAWAY_OTHER;
+    }
+}
+
 static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
     h2_conn *hc = user;
+    if (f->hd.type == NGHTTP2_GOAWAY)
+        srv_of(hc)->h2_goaway[goaway_reason(hc, f->goaway.error_code)]++;
     if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
         srv_of(hc)->h2_refused_streams++; /* nghttp2's REFUSED_STREAM included */
         if (!reset_token(hc))
@@ -1190,6 +1207,7 @@ void hs_h2_timeout(conn *c)
     if (!hc->n_streams) {
         if (now >= hc->last_io_ms + s->opts.idle_ms) {
             hc->goaway = true;
+            hc->idled = true;
             nghttp2_session_terminate_session(hc->ng, NGHTTP2_NO_ERROR);
             hs_conn_linger(c, 0);
             return;

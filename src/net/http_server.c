@@ -560,6 +560,8 @@ void sb_http_server_get_stats(const sb_http_server *s, sb_http_server_stats *out
         .h2_refused_streams = s->h2_refused_streams,
         .timer_starts = s->timer_starts,
     };
+    for (int r = 0; r < SB_H2_GOAWAY_REASONS; r++)
+        out->h2_goaway[r] = s->h2_goaway[r];
 }
 
 

@@ -233,6 +233,22 @@ typedef struct sb_http_server_opts {
 } sb_http_server_opts;
 
 /* A server's gauges and counters, for metrics. */
+/* Why the server sent an HTTP/2 client a GOAWAY: the connection idled out (NO_ERROR, no
+ * stream open past idle_ms), a drain (NO_ERROR: a reload's or a stop's, and its window ending),
+ * a flood of ours or nghttp2's (ENHANCE_YOUR_CALM), nghttp2's own verdicts (INTERNAL_ERROR: its
+ * rapid-reset bound among them; PROTOCOL_ERROR), any other code. */
+enum sb_h2_goaway_reason {
+    SB_H2_GOAWAY_IDLE,
+    SB_H2_GOAWAY_DRAIN,
+    SB_H2_GOAWAY_CALM,
+    SB_H2_GOAWAY_INTERNAL,
+    SB_H2_GOAWAY_PROTOCOL,
+    SB_H2_GOAWAY_OTHER,
+    SB_H2_GOAWAY_REASONS
+};
+/* The reasons' names in /metrics (reason="..."). */
+extern const char *const sb_h2_goaway_reason_names[SB_H2_GOAWAY_REASONS];
+
 typedef struct sb_http_server_stats {
     size_t open_connections;       /* counted against max_connections, lingering ones included */
     size_t lingering_connections;  /* answered and closing (refused ones included) */
@@ -250,6 +266,7 @@ typedef struct sb_http_server_stats {
                                     * limit, INTERNAL_ERROR for an aborted answer, ...) */
     uint64_t timer_starts;         /* connection timers (re)started: a deadline came nearer than
                                     * the running timer, or one fired early (hs_arm_timer) */
+    uint64_t h2_goaway[SB_H2_GOAWAY_REASONS]; /* GOAWAY frames sent, by reason */
 } sb_http_server_stats;
 
 /* Creates a server listening on host:port (IPv4 or IPv6 literal; port 0 picks one).

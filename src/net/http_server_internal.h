@@ -172,6 +172,7 @@ struct sb_http_server {
     struct nghttp2_session_callbacks *h2_cbs;
     struct nghttp2_option *h2_opts;
     _Atomic uint64_t h2_connections, h2_streams, h2_refused_streams;
+    _Atomic uint64_t h2_goaway[SB_H2_GOAWAY_REASONS];
     _Atomic uint64_t timer_starts; /* sb_http_server_stats.timer_starts */
     /* The budgets the limits are checked against: own, or opts.shared (n_conns, n_refusing and
      * body_bytes above stay this server's, for its statistics). */

@@ -296,6 +296,8 @@ void sb_workers_get_stats(const sb_workers *set, sb_http_server_stats *out)
         out->h2_streams += s.h2_streams;
         out->h2_refused_streams += s.h2_refused_streams;
         out->timer_starts += s.timer_starts;
+        for (int r = 0; r < SB_H2_GOAWAY_REASONS; r++)
+            out->h2_goaway[r] += s.h2_goaway[r];
     }
 }
 

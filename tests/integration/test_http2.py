@@ -49,6 +49,13 @@ def hpack_literal(headers):
     return out
 
 
+def goaways(gw, reason):
+    """switchboard_http2_goaway_total for reason, from gw's /metrics."""
+    body = http(gw.admin_port, "GET", "/metrics")[2].decode()
+    line = 'switchboard_http2_goaway_total{listener="client",reason="%s"} ' % reason
+    return int([l for l in body.splitlines() if l.startswith(line)][0].rsplit(" ", 1)[1])
+
+
 def frame(ftype, flags, sid, payload=b""):
     return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
 
@@ -394,6 +401,7 @@ class Http2Test(unittest.TestCase):
         # for this) and nothing reached the upstream.
         c = H2(self.gw.port)
         before = len(self.up.requests)
+        counted = (goaways(self.gw, "internal_error"), goaways(self.gw, "enhance_your_calm"))
 
         def resets(first, n):
             out = b""
@@ -412,11 +420,14 @@ class Http2Test(unittest.TestCase):
             self.assertEqual(self.goaway_code(c), 0x2)
         finally:
             c.close()
+        self.assertEqual((goaways(self.gw, "internal_error"), goaways(self.gw, "enhance_your_calm")),
+                         (counted[0] + 1, counted[1]))
         self.assertEqual(len(self.up.requests), before)
         st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", chat_body())
         self.assertEqual(st, 200)
 
     def test_settings_flood_ends_the_connection(self):
+        counted = (goaways(self.gw, "enhance_your_calm"), goaways(self.gw, "internal_error"))
         c = H2(self.gw.port)
         try:
             # The client never reads: each SETTINGS wants an ACK queued, past 1000 of them the
@@ -428,6 +439,8 @@ class Http2Test(unittest.TestCase):
             self.assertEqual(self.goaway_code(c), 0xb)
         finally:
             c.close()
+        self.assertEqual((goaways(self.gw, "enhance_your_calm"), goaways(self.gw, "internal_error")),
+                         (counted[0] + 1, counted[1]))
 
 class Http2DrainTest(unittest.TestCase):
     def test_sigterm_sends_goaway_lets_the_stream_finish_and_closes(self):
@@ -453,6 +466,8 @@ class Http2DrainTest(unittest.TestCase):
                     break
                 if f[0] == GOAWAY:
                     goaway = struct.unpack(">II", f[3][:8])
+                    # The admin listener serves through the drain: the GOAWAY is counted as one.
+                    self.assertEqual((goaways(gw, "drain"), goaways(gw, "idle")), (1, 0))
                 if f[0] == DATA and f[2] == 1:
                     got += f[3]
                     ended = ended or bool(f[1] & END_STREAM)

@@ -13,9 +13,9 @@ import threading
 import time
 import unittest
 
-from fixtures import Gateway, Upstream, http
+from fixtures import Gateway, Upstream, http, wait_until
 from test_sim import Sim
-from test_http2 import (DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM,
+from test_http2 import (goaways, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, REFUSED_STREAM, RST_STREAM,
                         SETTINGS, WINDOW_UPDATE, H2, chat_body, frame, hpack_int, hpack_literal)
 
 ENHANCE_YOUR_CALM = 0xB
@@ -259,6 +259,9 @@ class Http2IdleTest(unittest.TestCase):
                 except socket.timeout:
                     pass
             self.assertIsNotNone(code, "still open while the client pinged")
+            # Counted as an idle close (sent even when the client's PING met the close first).
+            wait_until(lambda: goaways(gw, "idle") == 1, what="the idle GOAWAY counted")
+            self.assertEqual(goaways(gw, "drain"), 0)
         finally:
             c.close()
             gw.close()
