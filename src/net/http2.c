@@ -303,7 +303,7 @@ static int submit_head(h2_stream *st, int status, const char *ctype, const char 
         sb_free(nv);
         return -1;
     }
-    const char *p = lines, *end = lines + lines_len;
+    const char *p = lines ? lines : "", *end = p + lines_len; /* no lines: NULL, 0 */
     while (p < end && n < nv_max) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         const char *line_end = eol ? eol : end;
