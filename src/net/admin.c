@@ -300,6 +300,13 @@ static void render_counters(sb_gateway *gw, sb_buf *b)
                   (unsigned long long)c->midstream_errors, (unsigned long long)c->client_aborts,
                   (unsigned long long)c->orca_reports, (unsigned long long)gw->reloads, gw->in_flight,
                   gw->draining ? 1 : 0);
+    sb_buf_printf(b,
+                  "# HELP switchboard_upstream_tls_handshakes_total TLS handshakes toward https:// endpoints: "
+                  "resumed (the endpoint's last session, an abbreviated handshake) or full.\n"
+                  "# TYPE switchboard_upstream_tls_handshakes_total counter\n"
+                  "switchboard_upstream_tls_handshakes_total{kind=\"resumed\"} %llu\n"
+                  "switchboard_upstream_tls_handshakes_total{kind=\"full\"} %llu\n",
+                  (unsigned long long)c->upstream_tls_resumed, (unsigned long long)c->upstream_tls_full);
     sb_buf_printf(
         b,
         "# HELP switchboard_stream_usage_stripped_total Usage-only stream chunks the gateway asked for "

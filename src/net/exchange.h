@@ -28,6 +28,7 @@ typedef struct sb_gateway_counters {
     uint64_t usage_overflows;  /* events past limits.max_held_event_bytes, passed unexamined */
     uint64_t refused[2];       /* flow control: [0] 429 (queue full, shed), [1] 503 (timeout, none healthy) */
     uint64_t unauthorized[2];  /* 401: [0] client API key, [1] admin token */
+    uint64_t upstream_tls_resumed, upstream_tls_full; /* handshakes toward https:// endpoints */
 } sb_gateway_counters;
 
 /* A configuration in use: the current one, or a retired one still referenced by requests

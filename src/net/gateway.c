@@ -801,7 +801,9 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
                            .retry_ms = cfg->discovery_retry_ms,
                            .retry_max_ms = cfg->discovery_retry_max_ms,
                            .on_resolved = on_upstream_resolved,
-                           .resolved_arg = gw};
+                           .resolved_arg = gw,
+                           .tls_resumed = &gw->counters.upstream_tls_resumed,
+                           .tls_full = &gw->counters.upstream_tls_full};
     gw->uo = uo;
     /* Workers serve the client listener: the old gateway's (a reload), or new ones (started by
      * attach_servers) when the configuration asks for more than one and the guard is on. */

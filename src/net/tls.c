@@ -63,6 +63,28 @@ bool sb_tls_keep_tickets(SSL_CTX *to, SSL_CTX *from)
     return ok;
 }
 
+/* A client context's new-session callback: the session goes to the connection's on_session
+ * (one kept per endpoint: net/upstream.c); OpenSSL's own cache is off. 1: the reference taken. */
+static int on_new_session(SSL *ssl, SSL_SESSION *session)
+{
+    sb_tls *t = SSL_get_app_data(ssl);
+    if (!t || !t->on_session)
+        return 0;
+    t->on_session(t->session_arg, session);
+    return 1;
+}
+
+void sb_tls_offer_session(sb_tls *t, SSL_SESSION *session)
+{
+    if (t->ssl && session)
+        (void)SSL_set_session(t->ssl, session); /* refused (expired, another context): a full handshake */
+}
+
+bool sb_tls_resumed(const sb_tls *t)
+{
+    return t->ssl && SSL_session_reused(t->ssl) == 1;
+}
+
 SSL_CTX *sb_tls_client_ctx(const char *ca_file, const char *cert_file, const char *key_file, bool verify, char *err,
                            size_t err_len)
 {
@@ -74,6 +96,9 @@ SSL_CTX *sb_tls_client_ctx(const char *ca_file, const char *cert_file, const cha
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    /* Sessions are kept by their connections' owners (one per endpoint), not in the context. */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, on_new_session);
     static const unsigned char alpn[] = SB_TLS_ALPN_HTTP1;
     bool ok = SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn - 1) == 0;
     if (ok && verify) {
@@ -125,6 +150,7 @@ int sb_tls_init_client(sb_tls *t, SSL_CTX *ctx, const char *server_name)
     if (session_new(t, ctx) < 0)
         return -1;
     SSL_set_connect_state(t->ssl);
+    SSL_set_app_data(t->ssl, t);
     struct in6_addr a6;
     struct in_addr a4;
     bool ip = inet_pton(AF_INET, server_name, &a4) == 1 || inet_pton(AF_INET6, server_name, &a6) == 1;

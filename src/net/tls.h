@@ -62,6 +62,10 @@ typedef struct sb_tls {
     bool notified;    /* our close_notify is written */
     bool peer_closed; /* the peer's close_notify arrived (sb_tls_feed returned -1 for it): a clean
                        * end, as EOF, unlike a TLS error */
+    /* A client session: told of each resumable session the server grants on this connection
+     * (TLS 1.3 sends them after the handshake); on_session takes the reference. NULL: none kept. */
+    void (*on_session)(void *arg, SSL_SESSION *session);
+    void *session_arg;
 } sb_tls;
 
 /* A server session: 0, or -1 (out of memory). */
@@ -69,6 +73,11 @@ int sb_tls_init(sb_tls *t, SSL_CTX *ctx);
 /* A client session for server_name: sent as SNI (unless an IP literal) and, when the context
  * verifies, the name (or IP) the certificate must carry. 0, or -1. */
 int sb_tls_init_client(sb_tls *t, SSL_CTX *ctx, const char *server_name);
+/* Offers `session` (a session of the same server, from on_session) for resumption: call between
+ * sb_tls_init_client and sb_tls_start. The server may accept it (an abbreviated handshake) or
+ * not (a full one); sb_tls_resumed says which, once ready. */
+void sb_tls_offer_session(sb_tls *t, SSL_SESSION *session);
+bool sb_tls_resumed(const sb_tls *t);
 /* Begins a client's handshake: its first flight waits in the output (sb_tls_take). 0, or -1. */
 int sb_tls_start(sb_tls *t);
 void sb_tls_free(sb_tls *t);

@@ -35,6 +35,9 @@ struct sb_upstream {
      * so that pools on different loops share nothing; embedded, so it costs no allocation. */
     char read_buf[READ_BUF_BYTES];
     char *server_name;       /* TLS: SNI and the name verified (a copy) */
+    /* TLS: the last resumable session the endpoint granted, offered by the next connection
+     * (an abbreviated handshake: one round trip and no certificate check); one per endpoint. */
+    SSL_SESSION *session;
     char tls_buf[16 * 1024]; /* TLS: decrypted bytes, handed to the owner at once */
 };
 
@@ -48,6 +51,7 @@ static void on_tls_written(uv_write_t *w, int status);
 static void maybe_free_pool(sb_upstream *u)
 {
     if (u->freeing && u->n_open == 0) {
+        SSL_SESSION_free(u->session);
         SSL_CTX_free(u->opts.tls_ctx);
         sb_free(u->server_name);
         sb_free(u->host);
@@ -353,6 +357,21 @@ static void on_connect_timeout(sb_upstream_conn *uc)
  * 0, or -1 (out of memory, or the write could not start). */
 static int tls_flush(sb_upstream_conn *uc);
 
+/* A session the endpoint granted on one of this pool's connections replaces the one kept. A
+ * copy is kept: the granted object stays the connection's own, and OpenSSL marks that one
+ * unresumable when the connection is freed without a close_notify of ours (a close-delimited
+ * answer, an idle close), which would leave nothing to offer. */
+static void keep_session(void *arg, SSL_SESSION *session)
+{
+    sb_upstream *u = arg;
+    SSL_SESSION *copy = SSL_SESSION_dup(session);
+    SSL_SESSION_free(session);
+    if (!copy)
+        return; /* no memory: the one kept stays */
+    SSL_SESSION_free(u->session);
+    u->session = copy;
+}
+
 /* The TLS handshake after the TCP connect, within the same connect timer. */
 static void start_tls(sb_upstream_conn *uc)
 {
@@ -361,8 +380,14 @@ static void start_tls(sb_upstream_conn *uc)
     sb_upstream *u = uc->up;
     uv_tcp_nodelay(&uc->tcp, 1);
     uc->state = UC_HANDSHAKE;
-    if (sb_tls_init_client(&uc->tls, u->opts.tls_ctx, u->server_name) < 0 || sb_tls_start(&uc->tls) < 0 ||
-        tls_flush(uc) < 0 || uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
+    bool ok = sb_tls_init_client(&uc->tls, u->opts.tls_ctx, u->server_name) == 0;
+    if (ok) {
+        uc->tls.on_session = keep_session;
+        uc->tls.session_arg = u;
+        sb_tls_offer_session(&uc->tls, u->session);
+    }
+    if (!ok || sb_tls_start(&uc->tls) < 0 || tls_flush(uc) < 0 ||
+        uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
         uc->connect_cb = NULL;
         sb_upstream_close(uc);
         cb(uc, UV_EPROTO, arg);
@@ -498,6 +523,10 @@ static void tls_established(sb_upstream_conn *uc)
     uc->connect_cb = NULL;
     sb_upstream_deadline(uc, 0, NULL);
     uc->state = UC_OWNED;
+    sb_upstream *u = uc->up;
+    uint64_t *n = sb_tls_resumed(&uc->tls) ? u->opts.tls_resumed : u->opts.tls_full;
+    if (n && !u->freeing)
+        (*n)++;
     cb(uc, 0, arg);
 }
 

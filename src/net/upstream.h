@@ -45,6 +45,10 @@ typedef struct sb_upstream_opts {
      * its own reference. tls_server_name: SNI and the name verified (NULL: the host). */
     SSL_CTX *tls_ctx;
     const char *tls_server_name;
+    /* Counted on each TLS handshake completed toward the endpoint, or NULL: abbreviated ones
+     * (the pool's last session resumed) and full ones. Must outlive the pool's use (not
+     * counted once it is being freed). */
+    uint64_t *tls_resumed, *tls_full;
 } sb_upstream_opts;
 
 /* Caller-embedded view of a connection. */

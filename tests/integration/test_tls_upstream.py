@@ -30,6 +30,7 @@ class TlsUpstream(Upstream):
         self.sni = []
         self.client_subjects = []
         self.handshake_failures = 0
+        self.resumed = []  # per handshake: was it an abbreviated one (a session resumed)
         self.ctx.sni_callback = lambda sock, name, ctx: self.sni.append(name)
         super().__init__(name="tls-up")
 
@@ -42,6 +43,7 @@ class TlsUpstream(Upstream):
             self.handshake_failures += 1
             c.close()
             return
+        self.resumed.append(t.session_reused)
         peer = t.getpeercert()
         if peer:
             self.client_subjects.append(dict(x[0] for x in peer["subject"]).get("commonName"))
@@ -190,6 +192,27 @@ class TlsUpstreamTest(unittest.TestCase):
             for _ in range(5):
                 self.assertEqual(self.chat(gw)[0], 200)
             self.assertLess(up.connections, 5, "pooled TLS connections are reused")
+        finally:
+            gw.close()
+            up.close()
+
+    def test_a_new_connection_resumes_the_last_session(self):
+        # Each answer closes its connection (close-delimited), so every request connects anew:
+        # the first handshake is full, the next ones offer the session the endpoint granted (one
+        # worker: each worker keeps its own connections, and so its own session).
+        up = TlsUpstream(self.cert, self.key)
+        gw = self.gateway(up, tls="ca_file: %s" % self.cert, extra="workers: 1")
+        try:
+            for _ in range(4):
+                st, _, body = self.chat(gw, headers={"x-fixture-mode": "close"})
+                self.assertEqual(st, 200, body)
+
+            def handshakes(kind):
+                text = http(gw.admin_port, "GET", "/metrics")[2].decode()
+                line = 'switchboard_upstream_tls_handshakes_total{kind="%s"} ' % kind
+                return int([l for l in text.splitlines() if l.startswith(line)][0].rsplit(" ", 1)[1])
+            self.assertEqual((handshakes("full"), handshakes("resumed")), (1, 3))
+            self.assertIn(True, up.resumed, "the endpoint saw resumed sessions")
         finally:
             gw.close()
             up.close()
