@@ -78,6 +78,10 @@ typedef struct sb_pool_config {
     char **adapters;      /* LoRA adapters served by this pool, requested as `model` */
     size_t n_adapters;
     char *engine;         /* "vllm" (default), "sglang", "llamacpp", "trtllm", "custom" */
+    /* `kind: provider`: an external OpenAI-compatible service, not model servers of one's own:
+     * no scrape, no /health unless asked (probe.health_interval_ms), no KV events, profile
+     * least-request unless named (docs/configuration.md, "Providers"). Default: engine. */
+    bool provider;
     char *profile;        /* scheduling profile name; "default" when not given */
     bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */

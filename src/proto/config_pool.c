@@ -576,6 +576,8 @@ typedef struct pool_walk {
     const yaml_node_t *upstream_key, *upstream_key_file;
     const yaml_node_t *kv_events; /* the mapping, checked against the endpoints in pool_finish */
     const yaml_node_t *tls;       /* the key, for its line */
+    const yaml_node_t *kind;      /* the value, for its line */
+    const yaml_node_t *probe;     /* the mapping: which keys were given */
     bool metrics_ok, seen_models, seen_endpoints;
 } pool_walk;
 
@@ -667,8 +669,20 @@ static void pool_profile(parse *p, pool_walk *w, const yaml_node_t *k, const yam
     }
 }
 
+/* `kind: engine` (model servers: the default) or `kind: provider` (pool_finish_provider). */
+static void pool_kind(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    const char *s = cfg_string_of(p, v, what);
+    w->kind = v;
+    if (s && !strcmp(s, "provider"))
+        w->pc->provider = true;
+    else if (s && strcmp(s, "engine"))
+        cfg_node_error(p, v, "%s: unknown kind '%s' (expected engine or provider)", w->label, s);
+}
+
 static void pool_probe(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
+    w->probe = v;
     size_t before = p->errs->total;
     cfg_parse_section(p, &probe_section, v, w->pc, what);
     if (p->errs->total == before)
@@ -878,6 +892,18 @@ void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
         return;
     for (size_t i = 0; i < p->cfg->n_pools; i++) {
         sb_pool_config *pc = &p->cfg->pools[i];
+        /* A provider pool is sent the clients' Authorization unless it has a key of its own;
+         * with auth on that is the gateway's key, handed to a third party whether the pool is
+         * reached as a fallback or by its own model name: refused, as for https:// fallbacks. */
+        if (p->cfg->auth_enabled && pc->provider && !pc->upstream_auth_header && !pc->upstream_api_key_file) {
+            char label[96];
+            const yaml_node_t *map = cfg_node_at(p, pools->data.sequence.items.start[i]);
+            const yaml_node_t *kind = map->type == YAML_MAPPING_NODE ? cfg_lookup(p, map, "kind") : NULL;
+            cfg_node_error(p, kind ? kind : map,
+                           "%s: a provider pool needs its own upstream_api_key (or upstream_api_key_file): with "
+                           "auth on, the clients' gateway keys would be sent to it",
+                           cfg_pool_label(p->cfg, i, label, sizeof label));
+        }
         if (!pc->n_fallbacks)
             continue;
         const yaml_node_t *seq = cfg_lookup(p, cfg_node_at(p, pools->data.sequence.items.start[i]), "fallbacks");
@@ -901,7 +927,8 @@ void cfg_check_pool_fallbacks(parse *p, const yaml_node_t *root)
              * time: a pool whose model servers check the gateway's key (the same key, on
              * purpose) keeps working, and the operator decides with a line, not a surprise. */
             const sb_pool_config *to = &p->cfg->pools[j];
-            if (p->cfg->auth_enabled && to->tls && !to->upstream_auth_header && !to->upstream_api_key_file)
+            if (p->cfg->auth_enabled && to->tls && !to->provider && !to->upstream_auth_header &&
+                !to->upstream_api_key_file) /* a provider: refused at its own `kind` line */
                 cfg_node_error(p, fallback_node(p, seq, fb->pool_name),
                                "%s: fallback '%s' is reached over https:// without its own upstream_api_key (or "
                                "upstream_api_key_file): with auth on, the clients' gateway keys would be sent to it",
@@ -916,6 +943,7 @@ static const struct {
 } pool_keys[] = {
     {"fallbacks", pool_fallbacks},
     {"name", pool_skip},
+    {"kind", pool_kind},
     {"models", pool_models},
     {"adapters", pool_adapters},
     {"endpoints", pool_endpoints},
@@ -987,10 +1015,48 @@ static void pool_name(parse *p, size_t i, const yaml_node_t *map)
     }
 }
 
+/* A probe key given in the pool's `probe:` mapping (NULL if not). */
+static const yaml_node_t *probe_key(parse *p, const pool_walk *w, const char *key)
+{
+    return w->probe && w->probe->type == YAML_MAPPING_NODE ? cfg_lookup(p, w->probe, key) : NULL;
+}
+
+/* `kind: provider`: an external service (OpenAI, a hosted endpoint, another gateway). It has no
+ * engine metrics to scrape, no KV events, no /tokenize, and its caches are its own business, so
+ * what only model servers have is refused with a line rather than tried at run time (a scrape
+ * of a paid API every 100 ms, 404s counted as failures), and the defaults are a provider's:
+ * no scrape, no active health check unless `probe.health_interval_ms` asks for one (a
+ * provider's /v1/models, say: health_path), and least-request unless a profile is named
+ * (prefix affinity over a provider's one address is moot). */
+static void pool_finish_provider(parse *p, const yaml_node_t *map, const pool_walk *w)
+{
+    sb_pool_config *pc = w->pc;
+    const yaml_node_t *at;
+    if (w->engine)
+        cfg_node_error(p, w->engine, "%s: a provider pool has no engine (kind: provider)", w->label);
+    if (w->metrics)
+        cfg_node_error(p, w->metrics, "%s: a provider pool has no engine metrics (kind: provider)", w->label);
+    if (w->kv_events)
+        cfg_node_error(p, w->kv_events, "%s: a provider publishes no KV events (kind: provider)", w->label);
+    if ((at = probe_key(p, w, "enabled")) && pc->probe_enabled)
+        cfg_node_error(p, at, "%s: probe.enabled: a provider has no /metrics to scrape (kind: provider)", w->label);
+    if ((at = probe_key(p, w, "sync_max_age_ms")) && pc->probe_sync_max_age_ms)
+        cfg_node_error(p, at, "%s: probe.sync_max_age_ms: a provider has no /metrics to scrape (kind: provider)",
+                       w->label);
+    pc->probe_enabled = false;
+    if (!probe_key(p, w, "health_interval_ms"))
+        pc->health_interval_ms = 0;
+    if (!pc->profile && !(pc->profile = sb_strdup("least-request")))
+        cfg_out_of_memory(p);
+    (void)map;
+}
+
 /* The checks that need every key read, and the defaults of what was not given. */
 static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
 {
     sb_pool_config *pc = w->pc;
+    if (pc->provider)
+        pool_finish_provider(p, map, w);
     if (w->upstream_key && w->upstream_key_file)
         cfg_node_error(p, w->upstream_key_file, "%s: give upstream_api_key or upstream_api_key_file, not both",
                        w->label);

@@ -281,7 +281,8 @@ class Gateway:
             lines.append("    models: %s" % json.dumps(p["models"]))
             if p.get("adapters"):
                 lines.append("    adapters: %s" % json.dumps(p["adapters"]))
-            lines.append("    profile: %s" % p.get("profile", "round-robin"))
+            if p.get("profile", "round-robin") is not None:  # None: the pool's own default
+                lines.append("    profile: %s" % p.get("profile", "round-robin"))
             lines.append("    endpoints: %s" % json.dumps(p["endpoints"]))
             for extra_line in p.get("yaml", []):  # raw pool-level YAML, e.g. "probe: { ... }"
                 lines.append("    " + extra_line)

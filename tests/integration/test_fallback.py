@@ -14,7 +14,7 @@ import tempfile
 import threading
 import unittest
 
-from fixtures import Gateway, Upstream, chat_body, free_port, http, read_response, send_request, wait_until
+from fixtures import GATEWAY_BIN, Gateway, Upstream, chat_body, free_port, http, read_response, send_request, wait_until
 from test_extproc import PickerCase, _can_connect, require_client
 from test_tls import make_cert
 from test_tls_upstream import TlsUpstream
@@ -248,6 +248,48 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(provider.sni[-1], "localhost")
         line = self.line_for("prov")
         self.assertEqual((line["pool"], line["fallback"], line["fallback_reason"]), ("local", "openai", "failed"))
+
+    def test_kind_provider_pool_is_never_probed_and_routes_least_request(self):
+        # `kind: provider` alone says what the probe lines said above: no scrape, no /health;
+        # reached by its own model name and as a fallback; with auth on, its own key is sent.
+        d = tempfile.mkdtemp(prefix="sb-fb-")
+        cert, key = make_cert(d, "provider", "provider")
+        provider = TlsUpstream(cert, key)
+        provider.metrics_text = IDLE
+        self.ups.append(provider)
+        dead = "127.0.0.1:%d" % free_port()
+        self.start([{"name": "local", "models": ["llama"], "endpoints": [dead],
+                     "yaml": [NOPROBE, "fallbacks: [{pool: openai, model: gpt-4o-mini}]"]},
+                    {"name": "openai", "models": ["openai-direct"], "profile": None,
+                     "endpoints": ["https://localhost:%d" % provider.port],
+                     "yaml": ["kind: provider", "tls: { ca_file: %s }" % cert,
+                              "upstream_api_key: sk-provider-secret"]}],
+                   extra="auth: { api_keys: [sk-client-key] }\n")
+        for model, rid in (("openai-direct", "direct"), ("llama", "fb")):
+            st, _, body = http(self.gw.port, "POST", "/v1/chat/completions", chat_body(model),
+                               {"Authorization": "Bearer sk-client-key", "x-request-id": rid})
+            self.assertEqual(st, 200, body)
+            self.assertEqual(provider.requests[-1][2]["authorization"], "Bearer sk-provider-secret")
+        self.assertEqual(json.loads(body)["model"], "gpt-4o-mini")
+        self.assertEqual(self.decision("direct")["profile"], "least-request")
+        self.assertEqual(self.line_for("fb")["fallback"], "openai")
+        # Probes would have come by now: the local pool's dead endpoint was tried twice, and a
+        # scrape runs every 100 ms, a health check at start.
+        self.assertEqual(provider.probes, 0, "a provider pool is never probed")
+
+    def test_kind_provider_without_its_own_key_is_refused_with_auth_on(self):
+        cfg = os.path.join(tempfile.mkdtemp(prefix="sb-fb-"), "gw.yaml")
+        with open(cfg, "w") as f:
+            f.write("auth: { api_keys: [sk-client-key] }\n"
+                    "pools:\n"
+                    "  - name: openai\n"
+                    "    kind: provider\n"
+                    "    models: [gpt]\n"
+                    "    endpoints: [\"https://api.example.com\"]\n")
+        p = subprocess.run([GATEWAY_BIN, "check", "-c", cfg], capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("a provider pool needs its own upstream_api_key", p.stdout + p.stderr)
+        self.assertIn(":4:", p.stdout + p.stderr)
 
     def provider_behind_unavailable_pool(self):
         d = tempfile.mkdtemp(prefix="sb-fb-")

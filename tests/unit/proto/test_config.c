@@ -786,6 +786,85 @@ static void test_error_fallback_to_provider_without_key(void **state)
     }
 }
 
+#define PROVIDER_POOL(extra)                                                                                           \
+    "pools:\n"                                                                                                         \
+    "  - name: openai\n"                                                                                               \
+    "    kind: provider\n"                                                                                             \
+    "    models: [gpt-4o-mini]\n"                                                                                      \
+    "    endpoints: [\"https://api.example.com\"]\n" extra
+
+/* kind: provider: no scrape, no active health check, least-request, unless the file says
+ * otherwise where that is allowed (a health check, a profile); kind: engine is the default. */
+static void test_provider_pool(void **state)
+{
+    sb_config *cfg;
+    sb_config_errors errs;
+    int rc = parse_str(PROVIDER_POOL(""), &cfg, &errs);
+    if (rc)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    const sb_pool_config *pc = &cfg->pools[0];
+    assert_true(pc->provider);
+    assert_false(pc->probe_enabled);
+    assert_int_equal(pc->health_interval_ms, 0);
+    assert_string_equal(pc->profile, "least-request");
+    sb_config_free(cfg);
+
+    rc = parse_str(PROVIDER_POOL("    profile: round-robin\n"
+                                 "    probe: { enabled: false, health_path: /v1/models, health_interval_ms: 30000 }\n"),
+                   &cfg, &errs);
+    if (rc)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    pc = &cfg->pools[0];
+    assert_string_equal(pc->profile, "round-robin");
+    assert_string_equal(pc->health_path, "/v1/models");
+    assert_int_equal(pc->health_interval_ms, 30000);
+    assert_false(pc->probe_enabled);
+    sb_config_free(cfg);
+
+    /* kind: engine, written or not: model servers, as before. */
+    rc = parse_str("pools:\n"
+                   "  - name: p\n"
+                   "    kind: engine\n"
+                   "    models: [m]\n"
+                   "    endpoints: [\"127.0.0.1:9000\"]\n",
+                   &cfg, &errs);
+    assert_int_equal(rc, 0);
+    assert_false(cfg->pools[0].provider);
+    assert_true(cfg->pools[0].probe_enabled);
+    assert_int_equal(cfg->pools[0].health_interval_ms, 2000);
+    assert_string_equal(cfg->pools[0].profile, "default");
+    sb_config_free(cfg);
+}
+
+static void test_error_provider_pool(void **state)
+{
+    /* What only model servers have, each at its own line. */
+    expect_one_error(PROVIDER_POOL("    engine: vllm\n"), 6, "a provider pool has no engine");
+    expect_one_error(PROVIDER_POOL("    probe: { enabled: true }\n"), 6, "a provider has no /metrics to scrape");
+    expect_one_error(PROVIDER_POOL("    probe: { sync_max_age_ms: 100 }\n"), 6, "a provider has no /metrics");
+    expect_one_error(PROVIDER_POOL("    kv_events: { port: 5557 }\n"), 6, "a provider publishes no KV events");
+    expect_one_error("pools:\n"
+                     "  - name: p\n"
+                     "    kind: vendor\n"
+                     "    models: [m]\n"
+                     "    endpoints: [\"127.0.0.1:9000\"]\n",
+                     3, "unknown kind 'vendor' (expected engine or provider)");
+    /* With auth on, a provider pool needs a key of its own, fallback or not (auth may come
+     * after the pools); at its kind line. */
+    expect_one_error(PROVIDER_POOL("auth: { api_keys: [sk-gateway-key-1] }\n"), 3,
+                     "a provider pool needs its own upstream_api_key");
+    sb_config *cfg;
+    sb_config_errors errs;
+    int rc = parse_str(PROVIDER_POOL("    upstream_api_key: sk-provider\nauth: { api_keys: [sk-gateway-key-1] }\n"),
+                       &cfg, &errs);
+    if (rc)
+        print_errors(&errs);
+    assert_int_equal(rc, 0);
+    sb_config_free(cfg);
+}
+
 static void test_error_duplicate_names(void **state)
 {
     /* A model in two pools. */
@@ -2093,6 +2172,8 @@ int main(void)
         cmocka_unit_test(test_error_duplicate_pool_names),
         cmocka_unit_test(test_fallbacks),
         cmocka_unit_test(test_error_fallbacks),
+        cmocka_unit_test(test_provider_pool),
+        cmocka_unit_test(test_error_provider_pool),
         cmocka_unit_test(test_error_fallback_to_provider_without_key),
         cmocka_unit_test(test_error_duplicate_names),
         cmocka_unit_test(test_error_unknown_profile_and_engine),
