@@ -92,7 +92,8 @@ static const char usage_text[] =
     "  --max-loras N  --lora-load-ms F  --no-enable-prefix-caching\n"
     "  --step-overhead-ms F  --prefill-token-us F  --decode-token-us F  --context-token-us F\n"
     "output:\n"
-    "  --out DIR              write DIR/results.csv, results.md and plots (gnuplot)\n"
+    "  --out DIR              write DIR/results.csv, results.md, requests.csv (one row per\n"
+    "                         request) and plots (gnuplot)\n"
     "  --list                 name the workloads, their parameters and the policies\n";
 
 enum {
@@ -587,7 +588,44 @@ static void write_tables(FILE *f, const sb_replay_result *r, size_t n)
     }
 }
 
-static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
+/* One row per request of every run (with keep_records): which gateway and replica took it, its
+ * prompt and cached tokens, its times; for looking at the requests behind a percentile. */
+static void write_requests(FILE *f, const sb_replay_result *r, size_t n, const sb_replay_workload *w)
+{
+    /* each request's turn in its conversation (1 = its first), along the follow-up chains */
+    uint32_t *turns = w && w->n ? sb_calloc(w->n, sizeof(*turns)) : NULL;
+    for (size_t k = 0; turns && k < w->n; k++) {
+        if (w->reqs[k].is_followup)
+            continue;
+        uint32_t t = 1;
+        for (uint32_t j = (uint32_t)k; j != SB_REPLAY_NO_REQUEST && j < w->n; j = w->reqs[j].followup)
+            turns[j] = t++;
+    }
+    static const char *const outcome[] = {"pending", "completed", "shed", "failed"};
+    fputs("policy,rate,request,session,turn,gateway,bypass,replica,arrival_ms,ttft_ms,e2e_ms,wait_ms,prompt_tokens,"
+          "cached_tokens,completion_tokens,preemptions,outcome,status\n",
+          f);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < r[i].n_records; k++) {
+            const sb_replay_record *q = &r[i].records[k];
+            /* session and turn need the run's workload: a sweep of a generator over rates
+             * regenerates it per rate, and only the last is kept (0, 0 then) */
+            unsigned long long session = 0;
+            unsigned turn = 0;
+            if (w && w->n == r[i].n_records) {
+                session = (unsigned long long)w->reqs[k].session;
+                turn = turns ? turns[k] : 0;
+            }
+            fprintf(f, "%s,%.4f,%zu,%llu,%u,%u,%d,%d,%.3f,%.3f,%.3f,%.3f,%u,%u,%u,%u,%s,%u\n", r[i].policy, r[i].rate,
+                    k, session, turn, (unsigned)q->gateway, q->bypass ? 1 : 0,
+                    q->replica == UINT32_MAX ? -1 : (int)q->replica, q->arrival_ns / 1e6, q->ttft_ns / 1e6,
+                    q->e2e_ns / 1e6, q->wait_ns / 1e6, q->prompt_tokens, q->cached_tokens, q->completion_tokens,
+                    q->preemptions, q->outcome < 4 ? outcome[q->outcome] : "?", (unsigned)q->status);
+        }
+    sb_free(turns);
+}
+
+static int write_outputs(const char *dir, const sb_replay_result *r, size_t n, const sb_replay_workload *w)
 {
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
         fprintf(stderr, "switchboard replay: %s: %s\n", dir, strerror(errno));
@@ -602,6 +640,9 @@ static int write_outputs(const char *dir, const sb_replay_result *r, size_t n)
     if (close_file(f, path) < 0 || !(f = open_in(dir, "results.md", path, sizeof(path))))
         return -1;
     write_tables(f, r, n);
+    if (close_file(f, path) < 0 || !(f = open_in(dir, "requests.csv", path, sizeof(path))))
+        return -1;
+    write_requests(f, r, n, w);
     if (close_file(f, path) < 0 || !(f = open_in(dir, "ttft_cdf.dat", data, sizeof(data))))
         return -1;
     sb_replay_write_cdf_data(f, r, n);
@@ -816,6 +857,7 @@ int sb_cmd_replay(int argc, char **argv)
         return 2;
     }
     sb_config *cfg = NULL;
+    a.o.keep_records = a.out != NULL; /* DIR/requests.csv */
     if (a.config && !(cfg = sb_load_config(a.config)))
         return 2;
     if (a.list) {
@@ -847,7 +889,7 @@ int sb_cmd_replay(int argc, char **argv)
     }
     write_tables(stdout, res, n_res);
     fflush(stdout);
-    code = a.out && write_outputs(a.out, res, n_res) < 0 ? 1 : 0;
+    code = a.out && write_outputs(a.out, res, n_res, a.n_rates > 1 && a.workload ? NULL : &w) < 0 ? 1 : 0;
 done:
     for (size_t i = 0; i < n_res; i++)
         sb_replay_result_free(&res[i]);

@@ -66,6 +66,31 @@ class ReplayTest(unittest.TestCase):
         self.assertTrue(os.path.exists(self.out("a/results.md")))
         if shutil.which("gnuplot"):
             self.assertGreater(os.path.getsize(self.out("a/ttft_cdf.png")), 1000)
+        # requests.csv: one row per request and policy, agreeing with the summary row.
+        _, reqs = read_csv(self.out("a/requests.csv"))
+        self.assertEqual(len(reqs), 3 * 400)
+        for pol in ("round-robin", "default", "random"):
+            mine = [r for r in reqs if r["policy"] == pol]
+            self.assertEqual(sorted(int(r["request"]) for r in mine), list(range(400)))
+            self.assertTrue(all(r["outcome"] == "completed" and 0 <= int(r["replica"]) < 4 for r in mine))
+            cached = sum(int(r["cached_tokens"]) for r in mine)
+            prompt = sum(int(r["prompt_tokens"]) for r in mine)
+            self.assertAlmostEqual(cached / prompt, float(by[pol]["hit_rate"]), places=3)
+            self.assertEqual(int(by[pol]["cached_tokens"]), cached)
+
+    def test_requests_csv_numbers_the_turns_of_each_conversation(self):
+        replay("--workload", "multi-turn", "turns=3", "think_ms=100", "--requests", "60", "--replicas", "2",
+               "--policies", "session-hash", "--out", self.out("t"))
+        _, reqs = read_csv(self.out("t/requests.csv"))
+        by_session = {}
+        for r in reqs:
+            by_session.setdefault(r["session"], []).append(r)
+        self.assertEqual(len(by_session), 20)
+        for rows in by_session.values():
+            rows.sort(key=lambda r: float(r["arrival_ms"]))
+            self.assertEqual([int(r["turn"]) for r in rows], [1, 2, 3])
+            self.assertEqual(len({r["replica"] for r in rows}), 1)  # session-hash keeps a conversation
+            self.assertEqual(sorted(int(r["prompt_tokens"]) for r in rows), [int(r["prompt_tokens"]) for r in rows])
 
     def test_deterministic_bytes(self):
         replay(*SMALL, "--policies", "p2c,random", "--seed", "7", "--out", self.out("x"))
