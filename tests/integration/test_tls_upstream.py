@@ -6,6 +6,7 @@ gateway goes on); `verify: false` accepts it. Certificates are made here with op
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -303,6 +304,48 @@ class TlsUpstreamTest(unittest.TestCase):
         finally:
             gw.close()
             srv.close()
+
+    def test_reload_adds_then_changes_an_https_pool(self):
+        """A reload may add a pool of https:// endpoints, and change its TLS: a CA that does not
+        verify the server takes effect at once (new connections are refused, nothing is sent),
+        and the right one again restores it; the plain pool is served throughout."""
+        plain = Upstream("plain")
+        up = TlsUpstream(self.cert, self.key)
+        gw = Gateway([{"name": "p", "models": ["m0"], "endpoints": [plain.address]}])
+        base = open(gw.config_path).read()
+        n = [0]
+
+        def reload(tls):
+            n[0] += 1
+            with open(gw.config_path, "w") as f:
+                f.write(base + "  - name: secure\n    models: [m1]\n    profile: round-robin\n"
+                        "    endpoints: [\"https://localhost:%d\"]\n    tls: { %s }\n" % (up.port, tls))
+            gw.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "configuration reloaded (%d)" % n[0] in open(gw.log_path).read(), 10, "reload")
+
+        try:
+            st, _, body = self.chat(gw)
+            self.assertEqual(st, 404, body)  # m1 is no model yet
+            reload("ca_file: %s" % self.cert)
+            st, _, body = self.chat(gw)
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body)["upstream"], "tls-up")
+            self.assertIn("localhost", up.sni)
+            sent = len(up.requests)
+            reload("ca_file: %s" % self.other)  # the pool's connections start over under the new TLS
+            st, _, body = self.chat(gw)
+            self.assertIn(st, (502, 503), body)
+            self.assertEqual(len(up.requests), sent, "nothing sent to a server the new CA does not verify")
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat_body("m0"))
+            self.assertEqual(st, 200, body)
+            reload("ca_file: %s" % self.cert)
+            wait_until(lambda: self.chat(gw)[0] == 200, 10, "the pool verified again after the reload")
+            self.assertEqual(len(up.requests), sent + 1)
+        finally:
+            log = gw.close()
+            up.close()
+            plain.close()
+        self.assertNotIn("AddressSanitizer", log or "")
 
     def test_config_errors(self):
         d = tempfile.mkdtemp(prefix="sb-tlsup-cfg-")
