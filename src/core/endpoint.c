@@ -159,11 +159,15 @@ const char *sb_health_name(enum sb_health h)
 
 sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now)
 {
-    sb_ticket t = {.report_seq = ep->report_seq, .prefill_tokens = prefill_tokens, .slots_seq = ep->slots.seq};
+    sb_ticket t = {.report_seq = ep->report_seq,
+                   .prefill_tokens = prefill_tokens,
+                   .uncached_tokens = prefill_tokens,
+                   .slots_seq = ep->slots.seq};
     ep->in_flight++;
     ep->slots.sent_since++;
     ep->sent_since_report++;
     ep->pending_prefill_tokens += prefill_tokens;
+    ep->pending_uncached_tokens += prefill_tokens;
     ep->dispatched++;
     ep->last_dispatch_ns = now;
     if (sb_endpoint_health(ep, now) == SB_HEALTH_HALF_OPEN) {
@@ -171,6 +175,15 @@ sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns n
         t.trial = true;
     }
     return t;
+}
+
+void sb_endpoint_dispatch_uncached(sb_endpoint *ep, sb_ticket *t, uint32_t uncached_tokens)
+{
+    if (t->first_byte_seen || uncached_tokens >= t->uncached_tokens)
+        return;
+    uint32_t less = t->uncached_tokens - uncached_tokens;
+    ep->pending_uncached_tokens -= less <= ep->pending_uncached_tokens ? less : ep->pending_uncached_tokens;
+    t->uncached_tokens = uncached_tokens;
 }
 
 /* exp(-(now - epoch) / tau): what is left at now of one unit counted at epoch (an epoch after
@@ -224,6 +237,8 @@ static void release_prefill(sb_endpoint *ep, sb_ticket *t)
         t->first_byte_seen = true;
         ep->pending_prefill_tokens -= t->prefill_tokens <= ep->pending_prefill_tokens ? t->prefill_tokens
                                                                                        : ep->pending_prefill_tokens;
+        ep->pending_uncached_tokens -=
+            t->uncached_tokens <= ep->pending_uncached_tokens ? t->uncached_tokens : ep->pending_uncached_tokens;
     }
 }
 

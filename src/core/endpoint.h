@@ -131,6 +131,9 @@ typedef struct sb_endpoint {
     uint32_t in_flight;
     uint32_t sent_since_report;  /* dispatched after the last report and still in flight */
     uint64_t pending_prefill_tokens; /* estimated prompt tokens sent, first byte not yet seen */
+    /* Of those, the ones to compute: less what the prefix index said the endpoint held at the
+     * pick (sb_endpoint_dispatch_uncached); the pending-prefill scorer's signal. */
+    uint64_t pending_uncached_tokens;
     uint64_t dispatched, completed, failed;
     /* health */
     enum sb_health health;
@@ -169,6 +172,7 @@ typedef struct sb_endpoint {
 typedef struct sb_ticket {
     uint64_t report_seq;     /* report current at dispatch */
     uint32_t prefill_tokens; /* estimate added to pending_prefill_tokens */
+    uint32_t uncached_tokens; /* ...and to pending_uncached_tokens */
     bool first_byte_seen;
     bool trial;              /* the half-open trial request */
     /* Set by the router (core/router.h): the prefix blocks this request added to the index are
@@ -241,6 +245,11 @@ double sb_endpoint_sent_tokens(const sb_endpoint *ep, sb_ns now);
 
 /* Request lifecycle. */
 sb_ticket sb_endpoint_dispatch(sb_endpoint *ep, uint32_t prefill_tokens, sb_ns now);
+
+/* The part of the dispatched prompt the endpoint has to compute (its prompt less the prefix
+ * it holds), when the caller knows it: dispatch counts the whole prompt as uncached. Lowers
+ * the ticket's and the endpoint's uncached count to it; never raises them. */
+void sb_endpoint_dispatch_uncached(sb_endpoint *ep, sb_ticket *t, uint32_t uncached_tokens);
 void sb_endpoint_first_byte(sb_endpoint *ep, sb_ticket *t, sb_ns now);
 /* ok: a response came (status < 500); a 5xx or a connect failure is a failure for outlier
  * detection. A client abort is neither: pass counts_for_health = false. may_eject false: the

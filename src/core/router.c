@@ -473,6 +473,7 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
             p->pick_matched_tokens >= (double)prompt_tokens ? 1 : prompt_tokens - (uint32_t)p->pick_matched_tokens;
     p->pick_ep = -1;
     sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
+    sb_endpoint_dispatch_uncached(e, &t, uncached);
     sb_endpoint_sent_tokens_add(e, uncached, now);
     t.sent_tokens = uncached;
     t.sent_ns = now;
@@ -494,6 +495,7 @@ sb_ticket sb_router_redispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, c
         return (sb_ticket){0};
     /* The same request again: counted in flight again, but its work was charged once. */
     sb_ticket t = sb_endpoint_dispatch(e, prev->prefill_tokens, now);
+    sb_endpoint_dispatch_uncached(e, &t, prev->uncached_tokens);
     t.sent_tokens = prev->sent_tokens;
     t.sent_ns = prev->sent_ns;
     return t;

@@ -7,7 +7,12 @@
  *                    holding a prefix naturally uses more KV, and min-max over the pool would
  *                    turn a 0.1% difference into the whole score range and undo prefix affinity
  *   in-flight        the router's own in-flight requests (never stale: it is ours)
- *   pending-prefill  the router's estimate of prompt tokens sent whose first byte has not come
+ *   pending-prefill  the router's estimate of the prompt tokens it sent that are still to be
+ *                    computed: sent, first byte not come, less what the prefix index said the
+ *                    endpoint held (a follow-up turn on the replica holding its conversation
+ *                    is a few hundred tokens of work, not its whole prompt; counting whole
+ *                    prompts made the holder of many conversations look busy and moved turns
+ *                    off it, losing their cache: docs/benchmarks.md section 10)
  *   sent-tokens      uncached prompt tokens sent lately, decayed (sb_endpoint_sent_tokens)
  *   lru              when the router last sent the endpoint a request: the least recently used
  *                    scores 1, the last used 0 (min-max over the time of the last dispatch).
@@ -23,7 +28,10 @@ static double queue_signal(const sb_endpoint *ep) { return sb_endpoint_waiting(e
 static double running_signal(const sb_endpoint *ep) { return sb_endpoint_running(ep); }
 static double kv_signal(const sb_endpoint *ep) { return sb_endpoint_kv_usage(ep); }
 static double inflight_signal(const sb_endpoint *ep) { return ep->in_flight; }
-static double prefill_signal(const sb_endpoint *ep) { return (double)ep->pending_prefill_tokens; }
+static double prefill_signal(const sb_endpoint *ep)
+{
+    return (double)ep->pending_uncached_tokens;
+}
 /* Never dispatched: 0, the oldest. */
 static double last_dispatch_signal(const sb_endpoint *ep)
 {

@@ -84,6 +84,31 @@ static void test_finish_before_and_after_report(void **state)
     assert_int_equal(ep.dispatched, 3);
 }
 
+/* What the router knows the endpoint holds lowers the work pending there, never raises it,
+ * and goes with the first byte as the rest does. */
+static void test_pending_uncached(void **state)
+{
+    (void)state;
+    sb_health_params hp = hp3();
+    sb_endpoint ep = {0};
+    sb_ticket a = sb_endpoint_dispatch(&ep, 1000, T0);
+    sb_ticket b = sb_endpoint_dispatch(&ep, 300, T0);
+    assert_int_equal(ep.pending_uncached_tokens, 1300); /* unknown: the whole prompt */
+    sb_endpoint_dispatch_uncached(&ep, &a, 200);
+    assert_int_equal(ep.pending_uncached_tokens, 500);
+    assert_int_equal(ep.pending_prefill_tokens, 1300);
+    sb_endpoint_dispatch_uncached(&ep, &a, 900); /* never raised */
+    assert_int_equal(a.uncached_tokens, 200);
+    assert_int_equal(ep.pending_uncached_tokens, 500);
+    sb_endpoint_first_byte(&ep, &a, T0 + 1);
+    assert_int_equal(ep.pending_uncached_tokens, 300);
+    sb_endpoint_dispatch_uncached(&ep, &a, 0); /* after the first byte: nothing pending to lower */
+    assert_int_equal(ep.pending_uncached_tokens, 300);
+    sb_endpoint_finish(&ep, &b, false, true, &hp, true, T0 + 2);
+    assert_int_equal(ep.pending_uncached_tokens, 0);
+    assert_int_equal(ep.pending_prefill_tokens, 0);
+}
+
 static void test_pending_prefill(void **state)
 {
     (void)state;
@@ -600,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_waiting_is_report_plus_sent_since),
         cmocka_unit_test(test_finish_before_and_after_report),
         cmocka_unit_test(test_pending_prefill),
+        cmocka_unit_test(test_pending_uncached),
         cmocka_unit_test(test_sent_tokens_decay),
         cmocka_unit_test(test_sent_tokens_epochs),
         cmocka_unit_test(test_kv_usage_correction),

@@ -144,8 +144,8 @@ static void test_builtin_profiles(void **state)
     assert_int_equal(d->n_filters, 3);
     assert_string_equal(d->filters[1]->name, "lora");
     assert_string_equal(d->filters[2]->name, "gate");
-    assert_true(weight_of(d, "prefix") == 6 && weight_of(d, "queue") == 1 && weight_of(d, "kv-cache") == 2);
-    assert_true(weight_of(d, "in-flight") > 0 && weight_of(d, "pending-prefill") > 0);
+    assert_true(weight_of(d, "prefix") == 6 && weight_of(d, "queue") == 1 && weight_of(d, "kv-cache") == 1);
+    assert_true(weight_of(d, "in-flight") == 1.5 && weight_of(d, "pending-prefill") == 3);
     assert_true(weight_of(d, "sent-tokens") == 2);
     assert_true(weight_of(d, "lora-affinity") > 0);
     assert_string_equal(d->picker->name, "max-score");

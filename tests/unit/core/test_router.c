@@ -441,12 +441,22 @@ static void test_sent_tokens_count_uncached(void **state)
     assert_int_equal(sb_router_pick(r, &rq, 0), a);
     t = sb_router_dispatched(r, 0, (uint32_t)a, 160, 0);
     assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0 + 32.0);
+    /* Pending prefill likewise: the whole prompt is pending (for the KV estimate), 32 tokens of
+     * it are work to do (the pending-prefill scorer's signal). */
+    assert_int_equal(ea->pending_prefill_tokens, 160);
+    assert_int_equal(ea->pending_uncached_tokens, 32);
     /* The same request again on a fresh connection (no new pick): in flight again, charged once. */
     uint32_t before = ea->in_flight;
     sb_ticket again = sb_router_redispatched(r, 0, (uint32_t)a, &t, 0);
     assert_int_equal(ea->in_flight, before + 1);
     assert_int_equal(again.sent_tokens, 32);
+    assert_int_equal(again.uncached_tokens, 32);
+    assert_int_equal(ea->pending_uncached_tokens, 64);
     assert_true(sb_endpoint_sent_tokens(ea, 0) == 128.0 + 32.0);
+    sb_router_first_byte(r, 0, (uint32_t)a, &t, 0);
+    sb_router_first_byte(r, 0, (uint32_t)a, &again, 0);
+    assert_int_equal(ea->pending_uncached_tokens, 0);
+    assert_int_equal(ea->pending_prefill_tokens, 0);
     /* Picked a, sent to b (the caller chose): b takes the whole prompt; if it never reached b
      * (a connect failure), the charge goes back, what is left of it after a time constant. */
     sb_router_pick(r, &rq, 0);

@@ -446,6 +446,7 @@ static void burst(const sb_profile *p, size_t n, int burst_len, bool own_account
             eps[k].sent_since_report = 0;
             eps[k].in_flight = 0;
             eps[k].pending_prefill_tokens = 0;
+            eps[k].pending_uncached_tokens = 0;
         }
     }
 }
