@@ -223,12 +223,15 @@ def main():
     ap.add_argument("--config", help="gateway config whose profiles --candidates names")
     ap.add_argument("--candidates", help="comma-separated profiles of --config to compare (NAME+events too)")
     ap.add_argument("--peers-from", help="comma-separated matrix.csv files: the peers' medians, not run again")
+    ap.add_argument("--extra", help="replay arguments for default and the candidates only, e.g. --extra=--prefix-share")
     a = ap.parse_args()
     if a.candidates and not a.config:
         sys.exit("--candidates needs --config")
-    candidates = [(c, c, []) for c in a.candidates.split(",")] if a.candidates else []
+    extra = a.extra.split() if a.extra else []
+    candidates = [(c, c, extra) for c in a.candidates.split(",")] if a.candidates else []
     stored = read_stored(a.peers_from.split(",")) if a.peers_from else None
-    run_policies = ([DEFAULT] + candidates if stored else POLICIES + candidates)
+    default = (DEFAULT[0], DEFAULT[1], extra)
+    run_policies = ([default] + candidates if stored else [default] + POLICIES[1:] + candidates)
     if not os.access(BIN, os.X_OK):
         sys.exit("build/switchboard not found: run make first")
     seeds = [int(s) for s in (a.seeds or ("1,2" if a.quick else "1,2,3,4,5")).split(",")]

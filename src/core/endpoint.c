@@ -44,11 +44,42 @@ static sb_endpoint_report sanitize(const sb_endpoint_report *in)
     return r;
 }
 
+/* Time constant of the traffic share's decayed sums: long enough to hold a few dozen requests
+ * of a replica at under one request per second. */
+#define SHARE_TAU_NS ((sb_ns)30 * 1000 * 1000 * 1000)
+/* Engine requests the sums must hold before the share is read. */
+#define SHARE_MIN_REQUESTS 8.0
+
+static void share_update(sb_endpoint *ep, double requests_total, bool restarted, sb_ns now)
+{
+    if (requests_total < 0)
+        return;
+    if (restarted) /* a new engine: what the old one served says nothing of the new one's cache */
+        ep->share_own = ep->share_engine = 0;
+    if (ep->share_at && !restarted && requests_total >= ep->share_engine_last && now >= ep->share_at) {
+        double f = exp(-(double)(now - ep->share_at) / (double)SHARE_TAU_NS);
+        ep->share_own = ep->share_own * f + (double)(ep->completed - ep->share_own_last);
+        ep->share_engine = ep->share_engine * f + (requests_total - ep->share_engine_last);
+    }
+    ep->share_engine_last = requests_total;
+    ep->share_own_last = ep->completed;
+    ep->share_at = now;
+}
+
+double sb_endpoint_traffic_share(const sb_endpoint *ep)
+{
+    if (ep->share_engine < SHARE_MIN_REQUESTS || !(ep->share_own < ep->share_engine))
+        return 1.0;
+    double s = ep->share_own / ep->share_engine;
+    return s < 0.05 ? 0.05 : s;
+}
+
 bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *in, enum sb_report_source src, sb_ns now)
 {
     sb_endpoint_report clean = sanitize(in), *r = &clean;
     bool restarted = ep->report_ns && r->requests_total >= 0 && ep->report.requests_total >= 0 &&
                      r->requests_total < ep->report.requests_total;
+    share_update(ep, r->requests_total, restarted, now);
     ep->report = *r;
     new_report_epoch(ep, src, now);
     return restarted;

@@ -166,6 +166,12 @@ typedef struct sb_endpoint {
     uint64_t ttft_observations;
     sb_endpoint_slots slots;
     sb_endpoint_agent agent;
+    /* This router's share of the endpoint's traffic (sb_endpoint_traffic_share): its own
+     * completions against the engine's request counter between reports, both decayed. */
+    double share_own, share_engine; /* decayed sums of the deltas */
+    double share_engine_last;       /* requests_total at the last report that had one */
+    uint64_t share_own_last;        /* completed at that report */
+    sb_ns share_at;                 /* that report; 0 = none yet */
 } sb_endpoint;
 
 /* What a dispatch hands back to the caller, to be returned on completion or failure. */
@@ -199,6 +205,12 @@ bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *r, enum s
 void sb_endpoint_report_merge(sb_endpoint *ep, const sb_endpoint_report *r, enum sb_report_source src, sb_ns now);
 
 bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now);
+
+/* This router's share of what the endpoint served lately, in [0.05, 1]: its own completions
+ * over the engine's request counter (requests_total), each decayed with a 30 s time constant;
+ * 1 until the counter has shown 8 requests, or without a counter. Below 1 when another gateway
+ * replica, or traffic around the gateway, sends the endpoint the rest. */
+double sb_endpoint_traffic_share(const sb_endpoint *ep);
 
 /* Records a slots report received at now (idle is clamped to total), stale once older than
  * ttl_ns. Resets the counts of traffic since the last one. */

@@ -618,6 +618,17 @@ void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
         return;
     pool *p = &r->pools[pool_idx];
     double blocks = (double)capacity_tokens * p->params.bytes_per_token / p->params.block_bytes;
+    /* The engine's cache turns over with all its traffic, and this router's marks see only its
+     * own: with a third of an endpoint's requests (three gateway replicas) what it routed there
+     * a third of a cache ago is likely gone already. Off by default: where the other replicas
+     * send the same prefixes (they refresh them) the marks then expire too early (the routing
+     * matrix, docs/benchmarks.md section 10, session 28: three gateways under cache pressure
+     * p99 3,601 -> 399 ms, but shared-prefix and hot-prefix cells without pressure lose). */
+    if (p->params.prefix_share && ep < p->n_eps) {
+        double share = sb_endpoint_traffic_share(&p->eps[ep]);
+        if (share < 0.9)
+            blocks *= share;
+    }
     uint32_t b = blocks > 4e9 ? 4000000000u : (uint32_t)blocks;
     if (b != sb_prefix_index_capacity(p->prefix, ep))
         sb_prefix_index_set_capacity(p->prefix, ep, b);

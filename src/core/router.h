@@ -45,6 +45,11 @@ typedef struct sb_pool_params {
     double bytes_per_token;          /* to convert engine capacity to blocks; default 4 */
     double prefix_ref_tokens;        /* prefix-tokens scorer scale; default 4096 */
     uint32_t timed_settle_max;       /* sb_router_first_token_unseen's marks held; default 4096 */
+    /* The index keeps, per endpoint, the share of its cache this router's traffic fills
+     * (sb_endpoint_traffic_share x the reported capacity; a share of 0.9 or more counts as all
+     * of it): for gateways run as several replicas, or beside traffic that bypasses them
+     * (`prefix_share:`). Default false: the whole reported capacity. */
+    bool prefix_share;
 } sb_pool_params;
 
 sb_pool_params sb_pool_params_default(void);

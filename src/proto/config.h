@@ -84,6 +84,7 @@ typedef struct sb_pool_config {
     bool provider;
     char *profile;        /* scheduling profile name; "default" when not given */
     bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
+    bool prefix_share;    /* the prefix index sized to this gateway's traffic share; default false */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
     size_t n_endpoints; /* >= 1, unless endpoints_from or `endpoints: []` (filled at run time) */

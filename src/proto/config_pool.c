@@ -734,6 +734,13 @@ static void pool_adaptive(parse *p, pool_walk *w, const yaml_node_t *k, const ya
         w->pc->adaptive = b;
 }
 
+static void pool_prefix_share(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    bool b;
+    if (cfg_bool_of(p, v, what, &b))
+        w->pc->prefix_share = b;
+}
+
 static void pool_upstream_key(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     w->upstream_key = v;
@@ -953,6 +960,7 @@ static const struct {
     {"probe", pool_probe},
     {"health", pool_health},
     {"adaptive", pool_adaptive},
+    {"prefix_share", pool_prefix_share},
     {"upstream_api_key", pool_upstream_key},
     {"upstream_api_key_file", pool_upstream_key_file},
     {"metrics", pool_metrics},

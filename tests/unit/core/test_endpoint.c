@@ -84,6 +84,59 @@ static void test_finish_before_and_after_report(void **state)
     assert_int_equal(ep.dispatched, 3);
 }
 
+/* One report every 100 ms, `reports` times, the engine serving `engine_per` requests between
+ * two, this router `own_per` of them (completed here). */
+static void share_reports(sb_endpoint *ep, double *total, sb_ns *now, int reports, int engine_per, int own_per)
+{
+    sb_health_params hp = hp3();
+    for (int i = 0; i < reports; i++) {
+        for (int k = 0; k < own_per; k++) {
+            sb_ticket t = sb_endpoint_dispatch(ep, 10, *now);
+            sb_endpoint_finish(ep, &t, true, true, &hp, true, *now);
+        }
+        *total += engine_per;
+        *now += SB_MS(100);
+        sb_endpoint_report r = waiting_report(0);
+        r.requests_total = *total;
+        sb_endpoint_report_set(ep, &r, SB_REPORT_SCRAPE, *now);
+    }
+}
+
+/* The router's share of an endpoint's traffic: its own completions against the engine's
+ * counter, decayed; 1 until the counter has shown enough; a restart starts it over. */
+static void test_traffic_share(void **state)
+{
+    (void)state;
+    sb_endpoint ep = {0};
+    double total = 500; /* the engine served requests before this router saw it */
+    sb_ns now = T0;
+    assert_true(sb_endpoint_traffic_share(&ep) == 1.0);
+    share_reports(&ep, &total, &now, 1, 3, 1); /* the first report only sets the marks */
+    assert_true(sb_endpoint_traffic_share(&ep) == 1.0);
+    share_reports(&ep, &total, &now, 2, 3, 1); /* 6 engine requests: not enough to tell */
+    assert_true(sb_endpoint_traffic_share(&ep) == 1.0);
+    share_reports(&ep, &total, &now, 40, 3, 1);
+    assert_true(fabs(sb_endpoint_traffic_share(&ep) - 1.0 / 3) < 1e-9);
+    /* Alone now: the share moves toward 1 as the old traffic decays (30 s time constant). */
+    share_reports(&ep, &total, &now, 900, 3, 3);
+    double s = sb_endpoint_traffic_share(&ep);
+    assert_true(s > 0.9 && s < 1.0);
+    /* A restart (the counter went back): the sums start over, and say 1 until they can tell. */
+    total = 0;
+    share_reports(&ep, &total, &now, 1, 2, 1);
+    share_reports(&ep, &total, &now, 2, 2, 1);
+    assert_true(sb_endpoint_traffic_share(&ep) == 1.0);
+    share_reports(&ep, &total, &now, 10, 2, 1);
+    assert_true(fabs(sb_endpoint_traffic_share(&ep) - 0.5) < 1e-9);
+    /* Without a counter (ORCA, an agent): 1. */
+    sb_endpoint other = {0};
+    for (int i = 0; i < 50; i++) {
+        sb_endpoint_report r = waiting_report(0);
+        sb_endpoint_report_set(&other, &r, SB_REPORT_SCRAPE, T0 + SB_MS(100) * i);
+    }
+    assert_true(sb_endpoint_traffic_share(&other) == 1.0);
+}
+
 /* What the router knows the endpoint holds lowers the work pending there, never raises it,
  * and goes with the first byte as the rest does. */
 static void test_pending_uncached(void **state)
@@ -626,6 +679,7 @@ int main(void)
         cmocka_unit_test(test_finish_before_and_after_report),
         cmocka_unit_test(test_pending_prefill),
         cmocka_unit_test(test_pending_uncached),
+        cmocka_unit_test(test_traffic_share),
         cmocka_unit_test(test_sent_tokens_decay),
         cmocka_unit_test(test_sent_tokens_epochs),
         cmocka_unit_test(test_kv_usage_correction),

@@ -470,6 +470,37 @@ static void test_sent_tokens_count_uncached(void **state)
     sb_router_free(r);
 }
 
+/* With prefix_share, the approximate index keeps per endpoint the share of its cache this
+ * router's traffic fills: with a third of what the engine serves (two other gateway replicas),
+ * a third of the reported capacity; alone, all of it. Without it, the whole capacity. */
+static void test_prefix_capacity_follows_traffic_share(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
+        sb_pool_params pp = sb_pool_params_default();
+        pp.prefix_share = on;
+        sb_router_set_pool_params(r, 0, &pp);
+        double total[2] = {100, 100};
+        sb_ns now = SB_MS(1000);
+        for (int i = 0; i < 40; i++) {
+            for (uint32_t ep = 0; ep < 2; ep++) {
+                sb_ticket t = sb_router_dispatched(r, 0, ep, 10, now);
+                sb_router_finished(r, 0, ep, &t, true, true, now);
+                total[ep] += ep == 0 ? 3 : 1; /* endpoint 0 serves two requests from elsewhere */
+                sb_endpoint_report rep = {.have_waiting = true, .requests_total = total[ep]};
+                sb_endpoint_report_set(sb_router_endpoint(r, 0, ep), &rep, SB_REPORT_SCRAPE, now);
+                sb_router_prefix_capacity(r, 0, ep, 16000); /* 1,000 blocks of 16 tokens */
+            }
+            now += SB_MS(100);
+        }
+        const sb_prefix_index *ix = sb_router_prefix_index(r, 0);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 333 : 1000);
+        assert_int_equal(sb_prefix_index_capacity(ix, 1), 1000);
+        sb_router_free(r);
+    }
+}
+
 /* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
  * it goes where the gate saw room, not behind a queue the profile would tolerate. */
 static void test_gated_request_uses_gate_threshold(void **state)
@@ -791,6 +822,7 @@ int main(void)
         cmocka_unit_test(test_kv_fusion),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
+        cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_secret_changes_placement_only),

@@ -821,8 +821,24 @@ static void test_provider_pool(void **state)
     assert_string_equal(pc->health_path, "/v1/models");
     assert_int_equal(pc->health_interval_ms, 30000);
     assert_false(pc->probe_enabled);
+    assert_false(pc->prefix_share); /* off unless a pool says so */
     sb_config_free(cfg);
 
+    rc = parse_str("pools:\n"
+                   "  - name: p\n"
+                   "    models: [m]\n"
+                   "    prefix_share: true\n"
+                   "    endpoints: [\"127.0.0.1:9000\"]\n",
+                   &cfg, &errs);
+    assert_int_equal(rc, 0);
+    assert_true(cfg->pools[0].prefix_share);
+    sb_config_free(cfg);
+    expect_one_error("pools:\n"
+                     "  - name: p\n"
+                     "    models: [m]\n"
+                     "    prefix_share: maybe\n"
+                     "    endpoints: [\"127.0.0.1:9000\"]\n",
+                     4, "prefix_share");
     /* kind: engine, written or not: model servers, as before. */
     rc = parse_str("pools:\n"
                    "  - name: p\n"
