@@ -73,6 +73,8 @@ static const char usage_text[] =
     "                         2000, kv_events.cover_ms)\n"
     "  --prefix-share         size each router's approximate index to its share of each\n"
     "                         replica's traffic (a pool's prefix_share: true)\n"
+    "  --no-prefix-calibrate  the index does not learn from answers' cached tokens how fast\n"
+    "                         each replica's cache turns over (prefix_calibrate: false)\n"
     "  --working-set          print the workload's working set (distinct engine blocks) and exit\n"
     "adaptive weights and flow control (docs/benchmarks.md):\n"
     "  --adaptive             run every profile policy with adaptive weights (core/adaptive.h),\n"
@@ -131,6 +133,7 @@ enum {
     O_EVENT_LAG,
     O_KV_COVER,
     O_PREFIX_SHARE,
+    O_PREFIX_CALIBRATE,
     O_WORKING_SET,
     O_SYNC_PROBE,
     O_SYNC_PROBE_RTT,
@@ -175,6 +178,7 @@ static const struct option long_opts[] = {
     {"event-lag-ms", required_argument, NULL, O_EVENT_LAG},
     {"kv-cover-ms", required_argument, NULL, O_KV_COVER},
     {"prefix-share", no_argument, NULL, O_PREFIX_SHARE},
+    {"no-prefix-calibrate", no_argument, NULL, O_PREFIX_CALIBRATE},
     {"working-set", no_argument, NULL, O_WORKING_SET},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
@@ -382,6 +386,7 @@ static int parse_args(int argc, char **argv, args *a)
         case O_EVENT_LAG: rc = parse_ms("event-lag-ms", v, 6e5, &o->event_lag_ns); break;
         case O_KV_COVER: rc = parse_ms("kv-cover-ms", v, 3.6e6, &o->kv_cover_ns); break;
         case O_PREFIX_SHARE: o->pool.prefix_share = true; break;
+        case O_PREFIX_CALIBRATE: o->pool.prefix_calibrate = false; break;
         case O_WORKING_SET: a->working_set = true; break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;

@@ -172,6 +172,9 @@ typedef struct sb_endpoint {
     double share_engine_last;       /* requests_total at the last report that had one */
     uint64_t share_own_last;        /* completed at that report */
     sb_ns share_at;                 /* that report; 0 = none yet */
+    /* The share of the reported cache the router's approximate index keeps for this endpoint,
+     * learned from answers (sb_router_observe_cached): 1 - index_shrink; 0 = all of it. */
+    double index_shrink;
 } sb_endpoint;
 
 /* What a dispatch hands back to the caller, to be returned on completion or failure. */

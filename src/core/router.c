@@ -87,7 +87,8 @@ sb_pool_params sb_pool_params_default(void)
                             .block_bytes = 64,
                             .bytes_per_token = 4.0,
                             .prefix_ref_tokens = 4096,
-                            .timed_settle_max = 4096};
+                            .timed_settle_max = 4096,
+                            .prefix_calibrate = true};
 }
 
 /* Zero fields take their defaults, so callers set only what they know. */
@@ -612,11 +613,10 @@ uint64_t sb_router_pool_panics(const sb_router *r, uint32_t pool_idx)
     return pool_idx < r->n_pools ? r->pools[pool_idx].panics : 0;
 }
 
-void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t capacity_tokens)
+/* Sets endpoint ep's index capacity from the engine's cache size in tokens and what the router
+ * learned of its own view (prefix_share, prefix_calibrate). */
+static void set_capacity(pool *p, uint32_t ep, uint64_t capacity_tokens)
 {
-    if (pool_idx >= r->n_pools || capacity_tokens == 0)
-        return;
-    pool *p = &r->pools[pool_idx];
     double blocks = (double)capacity_tokens * p->params.bytes_per_token / p->params.block_bytes;
     /* The engine's cache turns over with all its traffic, and this router's marks see only its
      * own: with a third of an endpoint's requests (three gateway replicas) what it routed there
@@ -629,9 +629,40 @@ void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
         if (share < 0.9)
             blocks *= share;
     }
+    if (p->params.prefix_calibrate && ep < p->n_eps)
+        blocks *= 1.0 - p->eps[ep].index_shrink;
     uint32_t b = blocks > 4e9 ? 4000000000u : (uint32_t)blocks;
     if (b != sb_prefix_index_capacity(p->prefix, ep))
         sb_prefix_index_set_capacity(p->prefix, ep, b);
+}
+
+void sb_router_prefix_capacity(sb_router *r, uint32_t pool_idx, uint32_t ep, uint64_t capacity_tokens)
+{
+    if (pool_idx >= r->n_pools || capacity_tokens == 0)
+        return;
+    set_capacity(&r->pools[pool_idx], ep, capacity_tokens);
+}
+
+void sb_router_observe_cached(sb_router *r, uint32_t pool_idx, uint32_t ep, const sb_ticket *t, uint64_t prompt_tokens,
+                              uint64_t cached_tokens)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e || !r->pools[pool_idx].params.prefix_calibrate || !t->prefill_tokens || !prompt_tokens)
+        return;
+    /* Fractions of the prompt: the ticket counts the router's estimate of tokens, the answer
+     * the engine's own. */
+    double predicted = 1.0 - (double)t->uncached_tokens / t->prefill_tokens;
+    double found = cached_tokens >= prompt_tokens ? 1.0 : (double)cached_tokens / prompt_tokens;
+    if (predicted < 0.05)
+        return;
+    if (predicted - found > 0.1)
+        e->index_shrink = 1.0 - (1.0 - e->index_shrink) * 0.85;
+    else
+        e->index_shrink *= 0.95;
+    if (e->index_shrink > 0.95)
+        e->index_shrink = 0.95;
+    if (e->report.have_capacity && e->report.num_gpu_blocks && e->report.block_size)
+        set_capacity(&r->pools[pool_idx], ep, (uint64_t)e->report.num_gpu_blocks * e->report.block_size);
 }
 
 void sb_router_remap_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp, const int32_t *map)

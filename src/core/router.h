@@ -50,6 +50,10 @@ typedef struct sb_pool_params {
      * of it): for gateways run as several replicas, or beside traffic that bypasses them
      * (`prefix_share:`). Default false: the whole reported capacity. */
     bool prefix_share;
+    /* The index learns from the engines' answers how much of what it predicts is still cached
+     * (sb_router_observe_cached) and shrinks an endpoint's capacity while it over-predicts.
+     * On in sb_pool_params_default (`prefix_calibrate:`, default true). */
+    bool prefix_calibrate;
 } sb_pool_params;
 
 sb_pool_params sb_pool_params_default(void);
@@ -176,6 +180,16 @@ void sb_router_kv_cleared(sb_router *r, uint32_t pool, uint32_t ep, sb_ns now);
  * speed (core/endpoint.h). */
 void sb_router_observe_ttft(sb_router *r, uint32_t pool, uint32_t ep, uint64_t prompt_tokens, uint64_t cached_tokens,
                             sb_ns ttft_ns);
+
+/* What the engine said it served from cache for a request dispatched with ticket t (its
+ * answer's usage: prompt_tokens, cached_tokens), against what the pick's index predicted
+ * (t's prompt less its uncached tokens). With prefix_calibrate, an answer that found at least
+ * a tenth of the prompt less cached than predicted shrinks the endpoint's index capacity by
+ * 15%, one that confirmed a prediction lets it grow back by 5% of what is missing: the index
+ * forgets at the pace the engine's cache really turns over (other gateways, bypass traffic,
+ * blocks pinned by running requests). Predictions of nothing teach nothing. */
+void sb_router_observe_cached(sb_router *r, uint32_t pool, uint32_t ep, const sb_ticket *t, uint64_t prompt_tokens,
+                              uint64_t cached_tokens);
 
 /* Builds the pool's consistent-hash ring (core/chash.h) from its endpoints' addresses, for the
  * session and prefix-hash scorers: call once the addresses are set, and again if they change.

@@ -997,9 +997,13 @@ static void render_endpoints(sb_gateway *gw, sb_buf *b)
                           sb_endpoint_kv_usage(ep), ep->consecutive_failures, ep->ejections);
             const sb_prefix_index *ix = sb_router_prefix_index(gw->router, (uint32_t)p);
             if (ix)
-                sb_buf_printf(b, ",\"prefix_index\":{\"blocks\":%zu,\"capacity_blocks\":%u,\"pending\":%zu}",
-                              sb_prefix_index_endpoint_entries(ix, (uint32_t)e), sb_prefix_index_capacity(ix, (uint32_t)e),
-                              sb_prefix_index_endpoint_pending(ix, (uint32_t)e));
+                sb_buf_printf(b,
+                              ",\"prefix_index\":{\"blocks\":%zu,\"capacity_blocks\":%u,\"pending\":%zu,"
+                              "\"calibrated_share\":%.3f,\"traffic_share\":%.3f}",
+                              sb_prefix_index_endpoint_entries(ix, (uint32_t)e),
+                              sb_prefix_index_capacity(ix, (uint32_t)e),
+                              sb_prefix_index_endpoint_pending(ix, (uint32_t)e), 1.0 - ep->index_shrink,
+                              sb_endpoint_traffic_share(ep));
             if (ps)
                 sb_buf_printf(b,
                               ",\"probe\":{\"interval_ms\":%u,\"scrapes\":%llu,\"errors\":%llu,\"last_status\":%d,"

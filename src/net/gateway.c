@@ -509,7 +509,8 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
     sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
                          .health = health_params_of(pc),
                          .block_bytes = (uint32_t)cfg->block_bytes,
-                         .prefix_share = pc->prefix_share};
+                         .prefix_share = pc->prefix_share,
+                         .prefix_calibrate = pc->prefix_calibrate};
     if (!prof || sb_router_add_pool(gw->router, pc->name, prof, pc->n_endpoints, &pp) < 0)
         return UV_ENOMEM;
     for (size_t e = 0; e < pc->n_endpoints; e++) {
@@ -1229,7 +1230,8 @@ static void reload_pool_in_place(sb_gateway *gw, const sb_config *cfg, size_t p)
     sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
                          .health = health_params_of(pc),
                          .block_bytes = (uint32_t)cfg->block_bytes,
-                         .prefix_share = pc->prefix_share};
+                         .prefix_share = pc->prefix_share,
+                         .prefix_calibrate = pc->prefix_calibrate};
     sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
     const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
     sb_router_set_profile(gw->router, (uint32_t)p, prof);

@@ -279,6 +279,9 @@ static void finish_exchange(pstream *s, int status, const char *outcome, const c
         sb_router_observe_ttft(env->router, s->t.pool, s->ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
                                s->t_first_body - s->t_start);
+    if (log.usage.found && log.usage.prompt_tokens > 0 && log.usage.cached_tokens >= 0 && log.outcome[0] == 'o')
+        sb_router_observe_cached(env->router, s->t.pool, s->ep, &s->ticket, (uint64_t)log.usage.prompt_tokens,
+                                 (uint64_t)log.usage.cached_tokens);
     env->record(env->owner, &log);
     env->counters->exchanges_live--;
     /* May free the gateway (its last exchange while stopping): env is not touched after. */

@@ -214,6 +214,12 @@ static void record(exchange *x)
         sb_router_observe_ttft(x->env->router, x->t.pool, (uint32_t)log.ep, (uint64_t)log.usage.prompt_tokens,
                                log.usage.cached_tokens > 0 ? (uint64_t)log.usage.cached_tokens : 0,
                                x->t_first_body - x->t_attempt);
+    /* What the engine found cached against what the pick's index predicted: the index learns
+     * how fast the endpoint's cache really turns over (pools with prefix_calibrate). */
+    if (log.usage.found && log.usage.prompt_tokens > 0 && log.usage.cached_tokens >= 0 && log.outcome[0] == 'o' &&
+        log.ep >= 0)
+        sb_router_observe_cached(x->env->router, x->t.pool, (uint32_t)log.ep, &x->ticket,
+                                 (uint64_t)log.usage.prompt_tokens, (uint64_t)log.usage.cached_tokens);
     x->env->record(x->env->owner, &log);
 }
 

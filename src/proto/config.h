@@ -85,6 +85,7 @@ typedef struct sb_pool_config {
     char *profile;        /* scheduling profile name; "default" when not given */
     bool adaptive;        /* adaptive weights (core/adaptive.h); default false (a mapping: true) */
     bool prefix_share;    /* the prefix index sized to this gateway's traffic share; default false */
+    bool prefix_calibrate;              /* the prefix index learns from answers' cached tokens; default true */
     sb_adaptive_params adaptive_params; /* `adaptive:` as a mapping; defaults otherwise */
     sb_endpoint_config *endpoints;
     size_t n_endpoints; /* >= 1, unless endpoints_from or `endpoints: []` (filled at run time) */

@@ -741,6 +741,13 @@ static void pool_prefix_share(parse *p, pool_walk *w, const yaml_node_t *k, cons
         w->pc->prefix_share = b;
 }
 
+static void pool_prefix_calibrate(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
+{
+    bool b;
+    if (cfg_bool_of(p, v, what, &b))
+        w->pc->prefix_calibrate = b;
+}
+
 static void pool_upstream_key(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     w->upstream_key = v;
@@ -961,6 +968,7 @@ static const struct {
     {"health", pool_health},
     {"adaptive", pool_adaptive},
     {"prefix_share", pool_prefix_share},
+    {"prefix_calibrate", pool_prefix_calibrate},
     {"upstream_api_key", pool_upstream_key},
     {"upstream_api_key_file", pool_upstream_key_file},
     {"metrics", pool_metrics},
@@ -976,6 +984,10 @@ static void pool_defaults(sb_pool_config *pc)
      * peer, geometric mean: 1.03 -> 1.21 and 0.92 -> 1.14) more than it gained elsewhere. The
      * detectors run and are exported either way. */
     pc->adaptive = false;
+    /* On: over the routing matrix it was ahead on every summary figure (docs/benchmarks.md
+     * section 10, session 28), and an engine whose answers carry no cached_tokens teaches it
+     * nothing, so it changes nothing there. */
+    pc->prefix_calibrate = true;
     pc->adaptive_params = sb_adaptive_params_default();
     pc->probe_min_interval_ms = 50;
     pc->probe_max_interval_ms = 1000;

@@ -477,6 +477,7 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
     sb_router_finished(g->router, 0, rep, &rt->ticket, true, true, d->now);
     /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
     sb_router_observe_ttft(g->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
+    sb_router_observe_cached(g->router, 0, rep, &rt->ticket, r->n_prompt, rt->cached_tokens);
     if (d->p->custom && d->p->custom->on_finish) {
         sb_replay_fleet_view fv = drv_fleet_view(d, g);
         d->p->custom->on_finish(g->pstate, &fv, idx, rep, true);

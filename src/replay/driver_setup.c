@@ -147,7 +147,10 @@ static int set_up_pool(driver *d, sb_router *router)
     const sb_replay_opts *o = d->o;
     const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
     const char *model = o->model ? o->model : DEFAULT_MODEL;
-    if (sb_router_add_pool(router, "replay", prof, d->n, &o->pool) != 0 ||
+    sb_pool_params pp = o->pool;
+    if (d->p->peer)
+        pp.prefix_share = pp.prefix_calibrate = false;
+    if (sb_router_add_pool(router, "replay", prof, d->n, &pp) != 0 ||
         sb_router_add_model(router, 0, model, SB_MODEL_SERVED) != 0)
         return drv_fail(d, -ENOMEM, "out of memory (router)");
     d->hash_seeds[0] = sb_prompt_seed(model, strlen(model), "", 0);

@@ -63,10 +63,12 @@ int sb_replay_policy_resolve(const char *name, const sb_profile *user, size_t n_
     if (d && d->build) {
         d->build(&out->built);
         out->profile = &out->built;
+        out->peer = true;
         return 0;
     }
     if (d && d->custom) {
         out->custom = d->custom;
+        out->peer = true;
         return 0;
     }
     if ((out->profile = sb_profile_builtin(name)))

@@ -110,6 +110,9 @@ typedef struct sb_replay_policy {
     const sb_profile *profile;          /* kinds 1 and 2; NULL for custom */
     const sb_replay_custom_ops *custom; /* kind 3; NULL otherwise */
     sb_profile built;                   /* storage for kind 2 */
+    /* Kind 2 and 3: a peer's policy, not the product's: its pool runs without what only the
+     * product does to the prefix index (prefix_share, prefix_calibrate). */
+    bool peer;
 } sb_replay_policy;
 
 /* Resolves a name: the registry first (its names are stable), then the core's other built-in

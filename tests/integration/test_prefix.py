@@ -169,5 +169,53 @@ class PrefixRoutingTest(unittest.TestCase):
         finally:
             sim.stop()
 
+
+def chat_text(text):
+    return {"model": MODEL, "messages": [{"role": "system", "content": text}, {"role": "user", "content": "go"}],
+            "max_tokens": 2}
+
+
+def index_of(gw):
+    st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
+    assert st == 200, body
+    return json.loads(body)["pools"][0]["endpoints"][0]["prefix_index"]
+
+
+class CalibrateTest(unittest.TestCase):
+    """prefix_calibrate: what an engine's answer says it found cached (usage's cached_tokens)
+    against what the gateway's index predicted. Traffic that goes around the gateway evicts a
+    prompt the index still marks; the next answer for it teaches the index to keep less of
+    that endpoint's cache (/debug/endpoints: calibrated_share 0.85 after one such answer)."""
+
+    def run_case(self, calibrate):
+        sim = Sim("--num-gpu-blocks", "96")  # 1,536 tokens: two of the prompts below
+        gw = None
+        try:
+            extra = [] if calibrate else ["prefix_calibrate: false"]
+            gw = Gateway([{"name": "p", "models": [MODEL], "profile": "default",
+                           "endpoints": ["127.0.0.1:%d" % sim.port], "yaml": extra}])
+            a = system_prompt(1, 500)
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat_text(a))
+            self.assertEqual(st, 200, body)
+            self.assertEqual(index_of(gw)["calibrated_share"], 1.0)  # nothing predicted yet
+            for g in range(2, 8):  # around the gateway: the engine's cache turns over
+                st, _, body = http(sim.port, "POST", "/v1/chat/completions", chat_text(system_prompt(g, 500)))
+                self.assertEqual(st, 200, body)
+            st, _, body = http(gw.port, "POST", "/v1/chat/completions", chat_text(a))
+            self.assertEqual(st, 200, body)
+            self.assertLessEqual(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"], 16)
+            return index_of(gw)["calibrated_share"]
+        finally:
+            if gw:
+                gw.close()
+            sim.stop()
+
+    def test_an_answer_that_found_less_cached_shrinks_the_index(self):
+        self.assertEqual(self.run_case(True), 0.85)
+
+    def test_off_the_index_keeps_the_whole_cache(self):
+        self.assertEqual(self.run_case(False), 1.0)
+
+
 if __name__ == "__main__":
     unittest.main()

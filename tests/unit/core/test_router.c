@@ -501,6 +501,47 @@ static void test_prefix_capacity_follows_traffic_share(void **state)
     }
 }
 
+/* prefix_calibrate (on by default): an answer that found less cached than the pick's index
+ * predicted shrinks the endpoint's index capacity by 15%; a confirmed prediction lets it grow
+ * back by 5% of what is missing; a prediction of nothing teaches nothing. Off: no change. */
+static void test_prefix_calibrate(void **state)
+{
+    (void)state;
+    for (int on = 1; on >= 0; on--) {
+        sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
+        assert_true(sb_router_pool_params(r, 0)->prefix_calibrate);
+        if (!on) {
+            sb_pool_params pp = sb_pool_params_default();
+            pp.prefix_calibrate = false;
+            sb_router_set_pool_params(r, 0, &pp);
+        }
+        sb_endpoint_report rep = {.have_waiting = true,
+                                  .have_capacity = true,
+                                  .num_gpu_blocks = 1000,
+                                  .block_size = 16,
+                                  .requests_total = -1};
+        sb_endpoint_report_set(sb_router_endpoint(r, 0, 0), &rep, SB_REPORT_SCRAPE, 1);
+        sb_router_prefix_capacity(r, 0, 0, 16000); /* 1,000 index blocks of 16 tokens */
+        const sb_prefix_index *ix = sb_router_prefix_index(r, 0);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), 1000);
+        sb_ticket nothing = {.prefill_tokens = 128, .uncached_tokens = 128};
+        sb_router_observe_cached(r, 0, 0, &nothing, 128, 0);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), 1000);
+        sb_ticket all = {.prefill_tokens = 128, .uncached_tokens = 0}; /* predicted whole */
+        sb_router_observe_cached(r, 0, 0, &all, 130, 0);               /* the engine had evicted it */
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 850 : 1000);
+        sb_router_observe_cached(r, 0, 0, &all, 130, 64);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 722 : 1000);
+        sb_router_observe_cached(r, 0, 0, &all, 130, 120); /* within a tenth: confirmed */
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 736 : 1000);
+        /* A later report keeps what was learned. */
+        sb_router_prefix_capacity(r, 0, 0, 16000);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 736 : 1000);
+        assert_int_equal(sb_prefix_index_capacity(ix, 1), 16384); /* untouched: its default */
+        sb_router_free(r);
+    }
+}
+
 /* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
  * it goes where the gate saw room, not behind a queue the profile would tolerate. */
 static void test_gated_request_uses_gate_threshold(void **state)
@@ -823,6 +864,7 @@ int main(void)
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
+        cmocka_unit_test(test_prefix_calibrate),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_secret_changes_placement_only),
