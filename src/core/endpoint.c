@@ -54,9 +54,13 @@ static void share_update(sb_endpoint *ep, double requests_total, bool restarted,
 {
     if (requests_total < 0)
         return;
-    if (restarted) /* a new engine: what the old one served says nothing of the new one's cache */
+    /* A new engine (the counter went back, also across reports without it): what the old one
+     * served says nothing of the new one's cache. */
+    if (restarted || (ep->share_at && requests_total < ep->share_engine_last)) {
         ep->share_own = ep->share_engine = 0;
-    if (ep->share_at && !restarted && requests_total >= ep->share_engine_last && now >= ep->share_at) {
+        restarted = true;
+    }
+    if (ep->share_at && !restarted && now >= ep->share_at) {
         double f = exp(-(double)(now - ep->share_at) / (double)SHARE_TAU_NS);
         ep->share_own = ep->share_own * f + (double)(ep->completed - ep->share_own_last);
         ep->share_engine = ep->share_engine * f + (requests_total - ep->share_engine_last);
@@ -452,6 +456,14 @@ void sb_endpoint_adopt(sb_endpoint *dst, const sb_endpoint *src)
     dst->sent_last_ns = src->sent_last_ns;
     dst->prefill_tps = src->prefill_tps;
     dst->ttft_observations = src->ttft_observations;
+    /* What the router learned of its view of the endpoint's cache (prefix_calibrate,
+     * prefix_share): the prefix index moves to the new router with the endpoint. */
+    dst->index_shrink = src->index_shrink;
+    dst->share_own = src->share_own;
+    dst->share_engine = src->share_engine;
+    dst->share_engine_last = src->share_engine_last;
+    dst->share_own_last = src->share_own_last;
+    dst->share_at = src->share_at;
     /* The slots as reported; the counts of traffic since belong to the requests in flight,
      * which finish on the old router. */
     dst->slots = src->slots;

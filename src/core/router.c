@@ -649,13 +649,22 @@ void sb_router_observe_cached(sb_router *r, uint32_t pool_idx, uint32_t ep, cons
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (!e || !r->pools[pool_idx].params.prefix_calibrate || !t->prefill_tokens || !prompt_tokens)
         return;
-    /* Fractions of the prompt: the ticket counts the router's estimate of tokens, the answer
-     * the engine's own. */
+    /* A pool fed by the engines' events predicts from their reports too: a shortfall there is
+     * an event still on its way, not the marks forgetting too slowly. */
+    if (r->pools[pool_idx].kv)
+        return;
+    /* The ticket counts the router's estimate of tokens, the answer the engine's own: the
+     * prediction is carried over as a fraction of the prompt. */
     double predicted = 1.0 - (double)t->uncached_tokens / t->prefill_tokens;
-    double found = cached_tokens >= prompt_tokens ? 1.0 : (double)cached_tokens / prompt_tokens;
     if (predicted < 0.05)
         return;
-    if (predicted - found > 0.1)
+    /* A shortfall counts when it passes a tenth of the prompt and two engine blocks: an engine
+     * caches whole blocks and computes a prompt's last token again, so a short prompt found
+     * whole reads a few blocks short. */
+    double block = e->report.block_size ? (double)e->report.block_size : 16.0;
+    double shortfall = predicted * (double)prompt_tokens - (double)cached_tokens;
+    double margin = 0.1 * (double)prompt_tokens > 2 * block ? 0.1 * (double)prompt_tokens : 2 * block;
+    if (shortfall > margin)
         e->index_shrink = 1.0 - (1.0 - e->index_shrink) * 0.85;
     else
         e->index_shrink *= 0.95;

@@ -128,13 +128,45 @@ static void test_traffic_share(void **state)
     assert_true(sb_endpoint_traffic_share(&ep) == 1.0);
     share_reports(&ep, &total, &now, 10, 2, 1);
     assert_true(fabs(sb_endpoint_traffic_share(&ep) - 0.5) < 1e-9);
-    /* Without a counter (ORCA, an agent): 1. */
+    /* A restart seen across a report without the counter (the counter went back all the
+     * same): the sums start over. */
+    {
+        sb_endpoint_report r = waiting_report(0);
+        now += SB_MS(100);
+        sb_endpoint_report_set(&ep, &r, SB_REPORT_SCRAPE, now); /* no counter */
+        total = 3;
+        share_reports(&ep, &total, &now, 1, 0, 0);
+        share_reports(&ep, &total, &now, 2, 2, 2);
+        assert_true(sb_endpoint_traffic_share(&ep) == 1.0); /* 4 requests since: not enough */
+    }
+    /* Without a counter (ORCA, an agent), own completions or not: 1. */
     sb_endpoint other = {0};
+    sb_health_params hp = hp3();
     for (int i = 0; i < 50; i++) {
+        sb_ticket t = sb_endpoint_dispatch(&other, 10, T0 + SB_MS(100) * i);
+        sb_endpoint_finish(&other, &t, true, true, &hp, true, T0 + SB_MS(100) * i);
         sb_endpoint_report r = waiting_report(0);
         sb_endpoint_report_set(&other, &r, SB_REPORT_SCRAPE, T0 + SB_MS(100) * i);
     }
     assert_true(sb_endpoint_traffic_share(&other) == 1.0);
+}
+
+/* A reload that rebuilds the router carries what it learned of an endpoint's cache with the
+ * endpoint (its prefix index moves along): the calibration and the traffic share. */
+static void test_adopt_carries_cache_learning(void **state)
+{
+    (void)state;
+    sb_endpoint old = {0}, fresh = {0};
+    double total = 100;
+    sb_ns now = T0;
+    share_reports(&old, &total, &now, 40, 4, 1);
+    old.index_shrink = 0.4;
+    sb_endpoint_adopt(&fresh, &old);
+    assert_true(fresh.index_shrink == 0.4);
+    assert_true(fabs(sb_endpoint_traffic_share(&fresh) - 0.25) < 1e-9);
+    /* ...and goes on from there: the next report adds to the same sums. */
+    share_reports(&fresh, &total, &now, 1, 4, 1);
+    assert_true(fabs(sb_endpoint_traffic_share(&fresh) - 0.25) < 1e-9);
 }
 
 /* What the router knows the endpoint holds lowers the work pending there, never raises it,
@@ -680,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_pending_prefill),
         cmocka_unit_test(test_pending_uncached),
         cmocka_unit_test(test_traffic_share),
+        cmocka_unit_test(test_adopt_carries_cache_learning),
         cmocka_unit_test(test_sent_tokens_decay),
         cmocka_unit_test(test_sent_tokens_epochs),
         cmocka_unit_test(test_kv_usage_correction),

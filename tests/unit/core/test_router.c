@@ -532,11 +532,17 @@ static void test_prefix_calibrate(void **state)
         assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 850 : 1000);
         sb_router_observe_cached(r, 0, 0, &all, 130, 64);
         assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 722 : 1000);
-        sb_router_observe_cached(r, 0, 0, &all, 130, 120); /* within a tenth: confirmed */
+        sb_router_observe_cached(r, 0, 0, &nothing, 128, 0); /* a prediction of nothing: no change */
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 722 : 1000);
+        sb_router_observe_cached(r, 0, 0, &all, 130, 120); /* within two blocks: confirmed */
         assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 736 : 1000);
+        /* A short prompt found whole but for its last blocks (whole blocks cached, the last token
+         * computed again) confirms too: 48 of 64 tokens is two blocks short, not a miss. */
+        sb_router_observe_cached(r, 0, 0, &all, 64, 48);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 749 : 1000);
         /* A later report keeps what was learned. */
         sb_router_prefix_capacity(r, 0, 0, 16000);
-        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 736 : 1000);
+        assert_int_equal(sb_prefix_index_capacity(ix, 0), on ? 749 : 1000);
         assert_int_equal(sb_prefix_index_capacity(ix, 1), 16384); /* untouched: its default */
         sb_router_free(r);
     }
