@@ -548,6 +548,38 @@ static void test_prefix_calibrate(void **state)
     }
 }
 
+/* Calibration and the traffic share together: the share bounds the index only once answers
+ * showed the marks outliving the engine's cache (a shrink past a tenth). */
+static void test_prefix_calibrate_then_share(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 2);
+    double total = 100;
+    sb_ns now = SB_MS(1000);
+    for (int i = 0; i < 40; i++) { /* this router: a third of what the engine serves */
+        sb_ticket t = sb_router_dispatched(r, 0, 0, 10, now);
+        sb_router_finished(r, 0, 0, &t, true, true, now);
+        total += 3;
+        sb_endpoint_report rep = {.have_waiting = true,
+                                  .have_capacity = true,
+                                  .num_gpu_blocks = 1000,
+                                  .block_size = 16,
+                                  .requests_total = total};
+        sb_endpoint_report_set(sb_router_endpoint(r, 0, 0), &rep, SB_REPORT_SCRAPE, now);
+        sb_router_prefix_capacity(r, 0, 0, 16000);
+        now += SB_MS(100);
+    }
+    const sb_prefix_index *ix = sb_router_prefix_index(r, 0);
+    assert_int_equal(sb_prefix_index_capacity(ix, 0), 1000); /* no evidence yet: the whole cache */
+    sb_ticket all = {.prefill_tokens = 128, .uncached_tokens = 0};
+    sb_router_observe_cached(r, 0, 0, &all, 130, 0);
+    assert_int_equal(sb_prefix_index_capacity(ix, 0), 333); /* min(0.85, the share 1/3) */
+    for (int i = 0; i < 8; i++)                             /* confirmed predictions: the shrink decays below a tenth */
+        sb_router_observe_cached(r, 0, 0, &all, 130, 130);
+    assert_int_equal(sb_prefix_index_capacity(ix, 0), 900); /* 1 - 0.15 x 0.95^8 */
+    sb_router_free(r);
+}
+
 /* A request released by flow control's gate is filtered with the gate's (tighter) threshold:
  * it goes where the gate saw room, not behind a queue the profile would tolerate. */
 static void test_gated_request_uses_gate_threshold(void **state)
@@ -871,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
         cmocka_unit_test(test_prefix_calibrate),
+        cmocka_unit_test(test_prefix_calibrate_then_share),
         cmocka_unit_test(test_prefix_pending_settled_by_time_when_unseen),
         cmocka_unit_test(test_many_models_grow_table),
         cmocka_unit_test(test_secret_changes_placement_only),
