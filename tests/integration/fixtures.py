@@ -25,11 +25,22 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GATEWAY_BIN = os.environ.get("SB_BIN", os.path.join(ROOT, "build", "san", "switchboard"))
 
 
+_handed = []  # the ports free_port gave lately, not given again while they are this recent
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    """A port nothing listens on now. The kernel may hand a just-closed ephemeral port out again
+    at once, so two calls in a row could return the same one (a gateway's listen and admin
+    ports once did): a port given in the last 64 calls is not given again."""
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _handed:
+            break
+    _handed.append(port)
+    del _handed[:-64]
     return port
 
 
