@@ -96,6 +96,14 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(len(page), 1, page)
         return page[0]
 
+    def tls_provider(self):
+        """An OpenAI-compatible provider over TLS with a certificate made here: (fixture, cert)."""
+        cert, key = make_cert(tempfile.mkdtemp(prefix="sb-fb-"), "provider", "provider")
+        provider = TlsUpstream(cert, key)
+        provider.metrics_text = IDLE
+        self.ups.append(provider)
+        return provider, cert
+
     def wait_saturated(self, *ups):
         wait_until(lambda: all(u.probes >= 3 for u in ups), 10, "saturated reports")
 
@@ -224,11 +232,7 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(len(up.requests), 0)
 
     def test_external_provider_over_https_with_its_own_key(self):
-        d = tempfile.mkdtemp(prefix="sb-fb-")
-        cert, key = make_cert(d, "provider", "provider")
-        provider = TlsUpstream(cert, key)
-        provider.metrics_text = IDLE
-        self.ups.append(provider)
+        provider, cert = self.tls_provider()
         dead = "127.0.0.1:%d" % free_port()
         self.start([{"name": "local", "models": ["llama"], "endpoints": [dead],
                      "yaml": ["probe: { enabled: false, health_interval_ms: 0 }",
@@ -252,11 +256,7 @@ class FallbackTest(unittest.TestCase):
     def test_kind_provider_pool_is_never_probed_and_routes_least_request(self):
         # `kind: provider` alone says what the probe lines said above: no scrape, no /health;
         # reached by its own model name and as a fallback; with auth on, its own key is sent.
-        d = tempfile.mkdtemp(prefix="sb-fb-")
-        cert, key = make_cert(d, "provider", "provider")
-        provider = TlsUpstream(cert, key)
-        provider.metrics_text = IDLE
-        self.ups.append(provider)
+        provider, cert = self.tls_provider()
         dead = "127.0.0.1:%d" % free_port()
         self.start([{"name": "local", "models": ["llama"], "endpoints": [dead],
                      "yaml": [NOPROBE, "fallbacks: [{pool: openai, model: gpt-4o-mini}]"]},
@@ -292,11 +292,7 @@ class FallbackTest(unittest.TestCase):
         self.assertIn(":4:", p.stdout + p.stderr)
 
     def provider_behind_unavailable_pool(self):
-        d = tempfile.mkdtemp(prefix="sb-fb-")
-        cert, key = make_cert(d, "provider", "provider")
-        provider = TlsUpstream(cert, key)
-        provider.metrics_text = IDLE
-        self.ups.append(provider)
+        provider, cert = self.tls_provider()
         up = self.upstream("local")
         self.start([{"name": "local", "models": ["llama"], "endpoints": [{"address": up.address, "draining": True}],
                      "yaml": [NOPROBE, "fallbacks: [{pool: openai, model: gpt-4o-mini}]"]},
