@@ -489,6 +489,18 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     return t;
 }
 
+sb_ticket sb_router_dispatched_unpicked(sb_router *r, uint32_t pool_idx, uint32_t ep, uint32_t prompt_tokens, sb_ns now)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e)
+        return (sb_ticket){0};
+    sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
+    sb_endpoint_sent_tokens_add(e, prompt_tokens, now);
+    t.sent_tokens = prompt_tokens;
+    t.sent_ns = now;
+    return t;
+}
+
 sb_ticket sb_router_redispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, const sb_ticket *prev, sb_ns now)
 {
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);

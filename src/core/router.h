@@ -92,6 +92,10 @@ const sb_decision *sb_router_last_decision(const sb_router *r, uint32_t pool);
 
 /* Request lifecycle (see core/endpoint.h). The ticket is the caller's to keep. */
 sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
+/* A request that went to ep without a pick of its own (the endpoint picker learning that Envoy
+ * served it elsewhere): the whole prompt is work for ep, and the pool's last pick, which may
+ * be another request's still waiting to be dispatched, is neither read nor spent. */
+sb_ticket sb_router_dispatched_unpicked(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
 /* The same request sent again to the same endpoint without a new pick (the proxy's retry on a
  * fresh connection after a pooled one turned out closed): dispatched again, its sent tokens
  * carried over from prev instead of charged twice. */

@@ -1036,7 +1036,8 @@ static void served_by(pstream *s, const char *addr, size_t len)
     sb_router_withdraw_sent(env->router, s->t.pool, s->ep, &s->ticket, now);
     sb_router_finished(env->router, s->t.pool, s->ep, &s->ticket, false, true, now);
     s->ep = (uint32_t)ep;
-    s->ticket = sb_router_dispatched(env->router, s->t.pool, s->ep, s->prompt_tokens, now);
+    /* Not this request's pick: the pool's pick state may be another request's, waiting. */
+    s->ticket = sb_router_dispatched_unpicked(env->router, s->t.pool, s->ep, s->prompt_tokens, now);
     if (!s->t.stream)
         sb_router_first_token_unseen(env->router, s->t.pool, s->ep, &s->ticket, now);
     s->t_last = now;

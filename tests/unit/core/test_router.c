@@ -467,6 +467,15 @@ static void test_sent_tokens_count_uncached(void **state)
     assert_int_equal(tb.sent_tokens, 0);
     sb_router_withdraw_sent(r, 0, (uint32_t)(1 - a), &tb, SB_SENT_TOKENS_TAU_NS); /* once only */
     assert_true(sb_endpoint_sent_tokens(eb, SB_SENT_TOKENS_TAU_NS) == 0.0);
+    /* A request sent without a pick of its own (Envoy served it elsewhere) neither reads nor
+     * spends the pool's last pick, another request's still waiting to be dispatched: that one
+     * then gets its own prediction (32 tokens to compute, not its whole prompt). */
+    assert_int_equal(sb_router_pick(r, &rq, 0), a);
+    sb_ticket other = sb_router_dispatched_unpicked(r, 0, (uint32_t)a, 500, 0);
+    assert_int_equal(other.uncached_tokens, 500);
+    assert_false(other.has_prefix_pending);
+    sb_ticket mine = sb_router_dispatched(r, 0, (uint32_t)a, 160, 0);
+    assert_int_equal(mine.uncached_tokens, 32);
     sb_router_free(r);
 }
 
