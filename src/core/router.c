@@ -673,11 +673,12 @@ void sb_router_observe_cached(sb_router *r, uint32_t pool_idx, uint32_t ep, cons
                               uint64_t cached_tokens)
 {
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
-    if (!e || !r->pools[pool_idx].params.prefix_calibrate || !t->prefill_tokens || !prompt_tokens)
+    if (!e)
         return;
+    pool *p = &r->pools[pool_idx];
     /* A pool fed by the engines' events predicts from their reports too: a shortfall there is
      * an event still on its way, not the marks forgetting too slowly. */
-    if (r->pools[pool_idx].kv)
+    if (!p->params.prefix_calibrate || p->kv || !t->prefill_tokens || !prompt_tokens)
         return;
     /* The ticket counts the router's estimate of tokens, the answer the engine's own: the
      * prediction is carried over as a fraction of the prompt. */
@@ -697,7 +698,7 @@ void sb_router_observe_cached(sb_router *r, uint32_t pool_idx, uint32_t ep, cons
     if (e->index_shrink > 0.95)
         e->index_shrink = 0.95;
     if (e->report.have_capacity && e->report.num_gpu_blocks && e->report.block_size)
-        set_capacity(&r->pools[pool_idx], ep, (uint64_t)e->report.num_gpu_blocks * e->report.block_size);
+        set_capacity(p, ep, (uint64_t)e->report.num_gpu_blocks * e->report.block_size);
 }
 
 void sb_router_remap_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp, const int32_t *map)

@@ -576,7 +576,6 @@ typedef struct pool_walk {
     const yaml_node_t *upstream_key, *upstream_key_file;
     const yaml_node_t *kv_events; /* the mapping, checked against the endpoints in pool_finish */
     const yaml_node_t *tls;       /* the key, for its line */
-    const yaml_node_t *kind;      /* the value, for its line */
     const yaml_node_t *probe;     /* the mapping: which keys were given */
     bool metrics_ok, seen_models, seen_endpoints;
 } pool_walk;
@@ -673,7 +672,6 @@ static void pool_profile(parse *p, pool_walk *w, const yaml_node_t *k, const yam
 static void pool_kind(parse *p, pool_walk *w, const yaml_node_t *k, const yaml_node_t *v, const char *what)
 {
     const char *s = cfg_string_of(p, v, what);
-    w->kind = v;
     if (s && !strcmp(s, "provider"))
         w->pc->provider = true;
     else if (s && strcmp(s, "engine"))
@@ -1048,7 +1046,7 @@ static const yaml_node_t *probe_key(parse *p, const pool_walk *w, const char *ke
  * no scrape, no active health check unless `probe.health_interval_ms` asks for one (a
  * provider's /v1/models, say: health_path), and least-request unless a profile is named
  * (prefix affinity over a provider's one address is moot). */
-static void pool_finish_provider(parse *p, const yaml_node_t *map, const pool_walk *w)
+static void pool_finish_provider(parse *p, const pool_walk *w)
 {
     sb_pool_config *pc = w->pc;
     const yaml_node_t *at;
@@ -1068,7 +1066,6 @@ static void pool_finish_provider(parse *p, const yaml_node_t *map, const pool_wa
         pc->health_interval_ms = 0;
     if (!pc->profile && !(pc->profile = sb_strdup("least-request")))
         cfg_out_of_memory(p);
-    (void)map;
 }
 
 /* The checks that need every key read, and the defaults of what was not given. */
@@ -1076,7 +1073,7 @@ static void pool_finish(parse *p, const yaml_node_t *map, const pool_walk *w)
 {
     sb_pool_config *pc = w->pc;
     if (pc->provider)
-        pool_finish_provider(p, map, w);
+        pool_finish_provider(p, w);
     if (w->upstream_key && w->upstream_key_file)
         cfg_node_error(p, w->upstream_key_file, "%s: give upstream_api_key or upstream_api_key_file, not both",
                        w->label);
