@@ -9,7 +9,7 @@ extern const sb_filter_def sb_filter_healthy, sb_filter_lora, sb_filter_saturati
 extern const sb_scorer_def sb_scorer_queue, sb_scorer_running, sb_scorer_kv_cache, sb_scorer_in_flight,
     sb_scorer_pending_prefill, sb_scorer_lora_affinity, sb_scorer_prefix, sb_scorer_prefix_tokens,
     sb_scorer_predicted_latency, sb_scorer_session, sb_scorer_prefix_hash, sb_scorer_sent_tokens, sb_scorer_slots,
-    sb_scorer_cold_prefix, sb_scorer_lru;
+    sb_scorer_cold_prefix, sb_scorer_lru, sb_scorer_kv_room;
 extern const sb_picker_def sb_picker_max_score, sb_picker_weighted_random, sb_picker_p2c, sb_picker_softmax,
     sb_picker_round_robin;
 
@@ -30,6 +30,7 @@ static const sb_scorer_def *const scorers[] = {&sb_scorer_queue,
                                                &sb_scorer_slots,
                                                &sb_scorer_cold_prefix,
                                                &sb_scorer_lru,
+                                               &sb_scorer_kv_room,
                                                NULL};
 static const sb_picker_def *const pickers[] = {&sb_picker_max_score, &sb_picker_weighted_random, &sb_picker_p2c,
                                                &sb_picker_softmax, &sb_picker_round_robin, NULL};
@@ -129,12 +130,17 @@ static const sb_profile builtins[] = {
      *     moved 4.5% of follow-up turns off it, losing their cache (multi-turn, three gateways,
      *     p99 26 ms against sglang's 21). Over the 168 cells: WORSE 34 -> 24, p90 geomean
      *     against the best peer 0.975 -> 0.975, p99 1.004 -> 1.000.
+     *   - kv-room 4 (session 29): where a replica's free KV cache cannot take the request's
+     *     uncached prompt, its cached prefix is worth less than the wait or the preemptions it
+     *     would cause. Shared-prefix at an eighth of the working set past capacity: p99 1,091 ->
+     *     103 ms (llm-d-precise 102); over the 168 cells p99 geomean against the best peer
+     *     0.986 -> 0.961, p90 0.962 -> 0.957, cells that change by over 3%: four.
      * The adaptive configurator is off by default (config: `adaptive: false`): over the matrix
      * it cost the shared-prefix and multi-turn cells more than it gained on the others. */
     BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 6), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
-                    W(sb_scorer_lora_affinity, 1))),
+                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4))),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
     BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,

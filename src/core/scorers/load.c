@@ -19,7 +19,8 @@
  *                    A tie-break among equals that rotates like round robin where max-score's
  *                    random tie-break collides (llm-d's no-hit LRU scorer spreads cold
  *                    requests the same way)
- * One file for the seven because each is one line of signal over a shared normalisation. */
+ *   kv-room          whether the request's uncached prompt fits in the free KV cache (below)
+ * One file for the eight because each is one line of signal over a shared normalisation. */
 #include "core/sched.h"
 
 typedef double (*signal_fn)(const sb_endpoint *ep);
@@ -104,3 +105,34 @@ const sb_scorer_def sb_scorer_sent_tokens = {
     .name = "sent-tokens", .category = SB_DISTRIBUTION, .score = sent_tokens_score};
 LOAD_SCORER(in_flight, "in-flight", inflight_signal, true, 4)
 LOAD_SCORER(pending_prefill, "pending-prefill", prefill_signal, true, 4096)
+
+/* kv-room: whether the request's uncached prompt fits in the endpoint's free KV cache. Free =
+ * capacity less the reported use and the prompts sent since (sb_endpoint_kv_usage); the need =
+ * the prompt less what the prefix index says the endpoint holds. Scores 1 while the request
+ * fits with a margin of ROOM_MARGIN of the capacity to spare, falling to 0 where it does not
+ * fit: an engine out of blocks queues the request or preempts running ones, and a cached
+ * prefix there saves milliseconds of prefill against seconds of waiting. Unknown capacity: 1
+ * (neutral); stale: 0. */
+#define ROOM_MARGIN 0.05
+static void kv_room_score(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
+                          double *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const sb_endpoint *ep = c[i].ep;
+        if (c[i].stale) {
+            out[i] = 0.0;
+            continue;
+        }
+        if (!ep->report.have_capacity || !ep->report.num_gpu_blocks || !ep->report.block_size) {
+            out[i] = 1.0;
+            continue;
+        }
+        double cap = (double)ep->report.num_gpu_blocks * ep->report.block_size;
+        double held = ctx->prefix_match ? ctx->prefix_match[ep->index] * ctx->block_tokens : 0.0;
+        double need = (double)req->prompt_tokens - held;
+        double free_after = (1.0 - sb_endpoint_kv_usage(ep)) * cap - (need > 0 ? need : 0);
+        double s = free_after / (ROOM_MARGIN * cap);
+        out[i] = s > 1 ? 1 : s < 0 ? 0 : s;
+    }
+}
+const sb_scorer_def sb_scorer_kv_room = {.name = "kv-room", .category = SB_DISTRIBUTION, .score = kv_room_score};

@@ -58,11 +58,11 @@ static void test_registry(void **state)
     (void)state;
     const char *f[] = {"healthy", "lora", "saturation", "labels", "gate"};
     const char *s[] = {"queue",           "running",       "kv-cache",    "in-flight",
-                       "pending-prefill", "lora-affinity", "sent-tokens", "lru"};
+                       "pending-prefill", "lora-affinity", "sent-tokens", "lru", "kv-room"};
     const char *p[] = {"max-score", "weighted-random", "p2c", "softmax", "round-robin"};
     for (size_t i = 0; i < 5; i++)
         assert_string_equal(filter(f[i])->name, f[i]);
-    for (size_t i = 0; i < 8; i++) {
+    for (size_t i = 0; i < 9; i++) {
         const sb_scorer_def *d = sb_scorer_find(s[i]);
         assert_non_null(d);
         assert_int_equal(d->category, !strcmp(s[i], "lora-affinity") ? SB_AFFINITY : SB_DISTRIBUTION);
@@ -79,7 +79,7 @@ static void test_registry(void **state)
     n = 0;
     for (const sb_scorer_def *const *it = sb_scorers_all(); *it; it++)
         n++;
-    assert_int_equal(n, 15);
+    assert_int_equal(n, 16);
     n = 0;
     for (const sb_picker_def *const *it = sb_pickers_all(); *it; it++)
         n++;

@@ -529,6 +529,47 @@ static void test_lru_rotates(void **state)
     assert_true(fabs(score_of(0, order[0]) - 1.0) < 1e-9);
 }
 
+/* kv-room: 1 while the request's uncached prompt fits with 5% of the cache to spare, falling
+ * to 0 where it does not fit; the prefix the endpoint holds is not needed again; capacity
+ * unknown is neutral, stale is 0. Capacity 1000 blocks of 16 tokens = 16,000 tokens, so the
+ * margin is 800 tokens. */
+static void test_kv_room(void **state)
+{
+    (void)state;
+    setup(5);
+    double kv[5] = {0.5, 0.9, 0.97, 0.97, 0.2};
+    for (size_t i = 0; i < 5; i++) {
+        sb_endpoint_report r = {.have_waiting = true, .have_running = true, .have_kv = true, .kv_usage = kv[i],
+                                .have_capacity = i != 4, .num_gpu_blocks = 1000, .block_size = 16,
+                                .requests_total = -1};
+        sb_endpoint_report_set(&eps[i], &r, SB_REPORT_SCRAPE, T0);
+    }
+    uint32_t match[5] = {0, 0, 0, 10, 0}; /* endpoint 3 holds 10 blocks of 100 tokens */
+    ctx.prefix_match = match;
+    ctx.prefix_blocks = 12;
+    ctx.block_tokens = 100;
+    add_scorer("kv-room", 1);
+    sb_sched_request req = base_req;
+    req.prompt_tokens = 1200;
+    assert_true(run(&req, 5) >= 0);
+    assert_true(fabs(score_of(0, 0) - 1.0) < 1e-9);         /* 8000 free - 1200 >= 800 */
+    assert_true(fabs(score_of(0, 1) - 400.0 / 800) < 1e-6); /* 1600 free - 1200 = 400 */
+    assert_true(fabs(score_of(0, 2)) < 1e-9);               /* 480 free < 1200: does not fit */
+    assert_true(fabs(score_of(0, 3) - 280.0 / 800) < 1e-6); /* holds 1000: needs 200 of 480 */
+    assert_true(fabs(score_of(0, 4) - 1.0) < 1e-9);         /* capacity unknown: neutral */
+    /* Prompts sent since the report take room too: 6,800 more tokens on endpoint 0 leave it
+     * 1,200 free, exactly the prompt: 0. */
+    sb_endpoint_dispatch(&eps[0], 6800, T0);
+    run(&req, 5);
+    assert_true(fabs(score_of(0, 0)) < 1e-6);
+    /* Stale: 0. */
+    ctx.now = T0 + 2 * STALE;
+    run(&req, 5);
+    for (size_t i = 0; i < 5; i++)
+        if (cands[i].slot >= 0)
+            assert_true(fabs(score_of(0, i)) < 1e-9);
+}
+
 /* ---- determinism ---- */
 
 static void picks(const sb_profile *p, uint64_t seed, int *out, size_t m)
@@ -580,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_positions_not_index_fields),
         cmocka_unit_test(test_burst_spreads),
         cmocka_unit_test(test_lru_rotates),
+        cmocka_unit_test(test_kv_room),
         cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
