@@ -57,8 +57,8 @@ static void test_registry(void **state)
 {
     (void)state;
     const char *f[] = {"healthy", "lora", "saturation", "labels", "gate"};
-    const char *s[] = {"queue",           "running",       "kv-cache",    "in-flight",
-                       "pending-prefill", "lora-affinity", "sent-tokens", "lru", "kv-room"};
+    const char *s[] = {"queue",         "running",     "kv-cache", "in-flight", "pending-prefill",
+                       "lora-affinity", "sent-tokens", "lru",      "kv-room"};
     const char *p[] = {"max-score", "weighted-random", "p2c", "softmax", "round-robin"};
     for (size_t i = 0; i < 5; i++)
         assert_string_equal(filter(f[i])->name, f[i]);

@@ -539,8 +539,13 @@ static void test_kv_room(void **state)
     setup(5);
     double kv[5] = {0.5, 0.9, 0.97, 0.97, 0.2};
     for (size_t i = 0; i < 5; i++) {
-        sb_endpoint_report r = {.have_waiting = true, .have_running = true, .have_kv = true, .kv_usage = kv[i],
-                                .have_capacity = i != 4, .num_gpu_blocks = 1000, .block_size = 16,
+        sb_endpoint_report r = {.have_waiting = true,
+                                .have_running = true,
+                                .have_kv = true,
+                                .kv_usage = kv[i],
+                                .have_capacity = i != 4,
+                                .num_gpu_blocks = 1000,
+                                .block_size = 16,
                                 .requests_total = -1};
         sb_endpoint_report_set(&eps[i], &r, SB_REPORT_SCRAPE, T0);
     }
