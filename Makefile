@@ -176,9 +176,9 @@ integration: build/san/switchboard build/switchboard
 
 # The multi-worker tests under ThreadSanitizer: two workers (the harness pins
 # SWITCHBOARD_WORKERS), the gateway stopped on the first report (tests/integration/fixtures.py
-# fails a test whose log has one). TSAN_TESTS: the files run (globs, as run.py takes them); six,
+# fails a test whose log has one). TSAN_TESTS: the files run (globs, as run.py takes them); seven,
 # to keep `make test` under ten minutes: the whole suite passes under it too (TSAN_TESTS='test_*.py').
-TSAN_TESTS ?= test_workers.py test_gateway.py test_overload.py test_drain.py test_http2.py test_precise.py
+TSAN_TESTS ?= test_workers.py test_gateway.py test_overload.py test_drain.py test_http2.py test_precise.py test_sync.py
 tsan: build/tsan/switchboard build/switchboard
 	@SB_BIN=$(CURDIR)/build/tsan/switchboard SWITCHBOARD_WORKERS=2 \
 	  TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/integration/tsan.supp" $(PYTHON) tests/integration/run.py $(TSAN_TESTS)

@@ -67,6 +67,9 @@ static const char usage_text[] =
     "  --event-lag-ms L       KV events reach the event-fed references (dynamo-kv, llm-d-precise)\n"
     "                         and POLICY+events runs L ms late (default 20: about one engine\n"
     "                         step; 0 = at once)\n"
+    "  --gateway-sync-ms L    gateway sync: each gateway hears what the others sent where L ms\n"
+    "                         late, into its prefix index and load accounting (profile\n"
+    "                         policies; the peers' policies keep their own state)\n"
     "  POLICY+events          a profile run as a pool with kv_events: the engines' events feed\n"
     "                         its precise index, fused with the router's own marks\n"
     "  --kv-cover-ms C        how long those marks count on an endpoint that reports (default\n"
@@ -135,6 +138,7 @@ enum {
     O_PREFIX_SHARE,
     O_PREFIX_CALIBRATE,
     O_WORKING_SET,
+    O_GATEWAY_SYNC,
     O_SYNC_PROBE,
     O_SYNC_PROBE_RTT,
     O_SYNC_PROBE_K,
@@ -180,6 +184,7 @@ static const struct option long_opts[] = {
     {"prefix-share", no_argument, NULL, O_PREFIX_SHARE},
     {"no-prefix-calibrate", no_argument, NULL, O_PREFIX_CALIBRATE},
     {"working-set", no_argument, NULL, O_WORKING_SET},
+    {"gateway-sync-ms", required_argument, NULL, O_GATEWAY_SYNC},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -388,6 +393,10 @@ static int parse_args(int argc, char **argv, args *a)
         case O_PREFIX_SHARE: o->pool.prefix_share = true; break;
         case O_PREFIX_CALIBRATE: o->pool.prefix_calibrate = false; break;
         case O_WORKING_SET: a->working_set = true; break;
+        case O_GATEWAY_SYNC:
+            rc = parse_ms("gateway-sync-ms", v, 6e5, &o->gateway_sync_ns);
+            o->gateway_sync = true;
+            break;
         case 'h':
         case O_HELP: fputs(usage_text, stdout); return 1;
         default: rc = sb_is_engine_flag(c) ? sb_engine_flag("replay", c, v, ep) : -1; break;

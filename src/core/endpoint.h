@@ -193,6 +193,9 @@ typedef struct sb_ticket {
     uint32_t sent_tokens;
     sb_ns sent_ns;
     uint64_t slots_seq; /* slots report current at dispatch */
+    /* Gateway sync (core/router.h, sb_router_set_sync): the id its dispatch was told under, so
+     * its first byte and end are told too; 0: not told (a peer's request, or no sync). */
+    uint64_t sync_id;
 } sb_ticket;
 
 sb_health_params sb_health_params_default(void);

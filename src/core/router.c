@@ -56,6 +56,9 @@ typedef struct pool {
     sb_ns *kv_cleared; /* when the stream last cleared an endpoint itself (sb_router_kv_cleared) */
     sb_ns kv_cover_ns;
     uint64_t panics; /* picks that routed over ejected or down endpoints (sb_router_pool_panics) */
+    /* Gateway sync (sb_router_set_sync): the last pick's block hashes, told with its dispatch. */
+    uint64_t *sync_hashes;
+    size_t n_sync_hashes, cap_sync_hashes;
 } pool;
 
 typedef struct timed_settle {
@@ -76,6 +79,7 @@ struct sb_router {
     sb_table model_table;
     uint64_t rng;
     uint64_t hash_secret;
+    sb_router_sync sync; /* gateway sync hooks; zeros: none */
 };
 
 sb_pool_params sb_pool_params_default(void)
@@ -143,6 +147,7 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].kv_match);
         sb_free(r->pools[i].kv_live);
         sb_free(r->pools[i].kv_cleared);
+        sb_free(r->pools[i].sync_hashes);
     }
     sb_free(r->pools);
     for (size_t i = 0; i < r->n_models; i++)
@@ -392,6 +397,41 @@ static void explain_prefix(pool *p, bool precise)
     }
 }
 
+/* Gateway sync: the pick's hashes, for its dispatch to tell (none if they cannot be kept). */
+static void keep_sync_hashes(pool *p, const sb_sched_request *req)
+{
+    p->n_sync_hashes = 0;
+    if (!req)
+        return;
+    if (req->n_blocks > p->cap_sync_hashes) {
+        uint64_t *grown = sb_realloc(p->sync_hashes, req->n_blocks * sizeof(uint64_t));
+        if (!grown)
+            return;
+        p->sync_hashes = grown;
+        p->cap_sync_hashes = req->n_blocks;
+    }
+    memcpy(p->sync_hashes, req->block_hashes, req->n_blocks * sizeof(uint64_t));
+    p->n_sync_hashes = req->n_blocks;
+}
+
+/* Tells the sync hooks of a dispatch of this router's own (with the pick's hashes when it went
+ * where picked). */
+static void tell_dispatched(sb_router *r, pool *p, uint32_t pool_idx, uint32_t ep, bool picked, sb_ticket *t,
+                            uint32_t prompt_tokens)
+{
+    if (!r->sync.dispatched)
+        return;
+    bool with = picked && p->n_sync_hashes;
+    t->sync_id = r->sync.dispatched(r->sync.ud, pool_idx, ep, with ? p->sync_hashes : NULL, with ? p->n_sync_hashes : 0,
+                                    prompt_tokens);
+    p->n_sync_hashes = 0;
+}
+
+void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks)
+{
+    r->sync = hooks ? *hooks : (sb_router_sync){0};
+}
+
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
     if (req->pool >= r->n_pools)
@@ -432,6 +472,8 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
     p->have_last = true;
     p->pick_ep = ep;
     p->pick_matched_tokens = ep >= 0 && blocks ? (double)p->prefix_match[ep] * ctx.block_tokens : 0.0;
+    if (r->sync.dispatched)
+        keep_sync_hashes(p, ep >= 0 && blocks ? req : NULL);
     p->last_profile = *ctx.profile;
     p->last.profile = &p->last_profile;
     p->last.pool_name = p->name;
@@ -469,7 +511,8 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
     /* The work this request brings: its prompt less what the pick's index says the endpoint
      * holds (sent elsewhere than picked: the whole prompt). */
     uint32_t uncached = prompt_tokens;
-    if (p->pick_ep == (int)ep && p->pick_matched_tokens > 0)
+    bool picked = p->pick_ep == (int)ep;
+    if (picked && p->pick_matched_tokens > 0)
         uncached =
             p->pick_matched_tokens >= (double)prompt_tokens ? 1 : prompt_tokens - (uint32_t)p->pick_matched_tokens;
     p->pick_ep = -1;
@@ -486,6 +529,7 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, uin
         sb_prefix_index_settle(p->prefix, p->pick_pending_ep, p->pick_pending_hash, false);
     }
     p->pick_pending = false;
+    tell_dispatched(r, p, pool_idx, ep, picked, &t, prompt_tokens);
     return t;
 }
 
@@ -498,6 +542,41 @@ sb_ticket sb_router_dispatched_unpicked(sb_router *r, uint32_t pool_idx, uint32_
     sb_endpoint_sent_tokens_add(e, prompt_tokens, now);
     t.sent_tokens = prompt_tokens;
     t.sent_ns = now;
+    tell_dispatched(r, &r->pools[pool_idx], pool_idx, ep, false, &t, prompt_tokens);
+    return t;
+}
+
+sb_ticket sb_router_peer_dispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, const uint64_t *hashes, size_t n,
+                                    uint32_t prompt_tokens, sb_ns now)
+{
+    sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
+    if (!e)
+        return (sb_ticket){0};
+    pool *p = &r->pools[pool_idx];
+    /* The work it brings, as this router's index sees the endpoint: the peer's own estimate
+     * was from its index, which may know more or less. */
+    uint32_t uncached = prompt_tokens;
+    bool pending = false;
+    uint64_t pending_hash = 0;
+    if (hashes && n && p->prefix) {
+        settle_due(p, now);
+        sb_prefix_index_match(p->prefix, hashes, n, p->prefix_match);
+        double held = (double)p->prefix_match[ep] * (p->params.block_bytes / p->params.bytes_per_token);
+        uncached = held >= (double)prompt_tokens ? 1 : prompt_tokens - (uint32_t)held;
+        /* Pending, as this router's own picks are, until the peer says the first byte came
+         * (sb_router_first_token): inserted as held, a hot prefix's opening burst across the
+         * gateways would stack onto its first holder before it computed anything. */
+        pending = sb_prefix_index_insert_pending(p->prefix, ep, hashes, n, &pending_hash);
+    }
+    /* In flight and pending prefill, as for its own dispatch; not its sent tokens: that
+     * signal is this router's own spreading of its own traffic, and gateways that all see
+     * each other's recent sends (a moment late) turn away from the same replicas together
+     * (replay --gateway-sync-ms 0.5 over the routing matrix: 33 cells better than the best
+     * peer and 34 worse with the peers' sends counted, 34 and 32 without). */
+    sb_ticket t = sb_endpoint_dispatch(e, prompt_tokens, now);
+    sb_endpoint_dispatch_uncached(e, &t, uncached);
+    t.has_prefix_pending = pending;
+    t.prefix_pending = pending_hash;
     return t;
 }
 
@@ -511,6 +590,7 @@ sb_ticket sb_router_redispatched(sb_router *r, uint32_t pool_idx, uint32_t ep, c
     sb_endpoint_dispatch_uncached(e, &t, prev->uncached_tokens);
     t.sent_tokens = prev->sent_tokens;
     t.sent_ns = prev->sent_ns;
+    tell_dispatched(r, &r->pools[pool_idx], pool_idx, ep, false, &t, prev->prefill_tokens);
     return t;
 }
 
@@ -533,8 +613,11 @@ static void settle_prefix(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticke
 void sb_router_first_byte(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t, sb_ns now)
 {
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
-    if (e)
-        sb_endpoint_first_byte(e, t, now);
+    if (!e)
+        return;
+    if (t->sync_id && !t->first_byte_seen && r->sync.first_byte)
+        r->sync.first_byte(r->sync.ud, t->sync_id);
+    sb_endpoint_first_byte(e, t, now);
 }
 
 void sb_router_first_token(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket *t)
@@ -599,6 +682,9 @@ void sb_router_finished(sb_router *r, uint32_t pool_idx, uint32_t ep, sb_ticket 
     sb_endpoint *e = sb_router_endpoint(r, pool_idx, ep);
     if (!e)
         return;
+    if (t->sync_id && r->sync.finished)
+        r->sync.finished(r->sync.ud, t->sync_id);
+    t->sync_id = 0;
     /* Still pending: no token of an answer ever came back (every answer's first body bytes
      * settle it, sb_router_first_token): nothing known computed, so nothing is kept. */
     settle_prefix(r, pool_idx, ep, t, false);

@@ -96,6 +96,31 @@ sb_ticket sb_router_dispatched(sb_router *r, uint32_t pool, uint32_t ep, uint32_
  * served it elsewhere): the whole prompt is work for ep, and the pool's last pick, which may
  * be another request's still waiting to be dispatched, is neither read nor spent. */
 sb_ticket sb_router_dispatched_unpicked(sb_router *r, uint32_t pool, uint32_t ep, uint32_t prompt_tokens, sb_ns now);
+/* Gateway sync (net/peer_sync.h): the router tells its owner of each request it dispatches
+ * (sb_router_dispatched, _unpicked, _redispatched), of its first byte and of its end, so the
+ * owner can tell the other gateway replicas; they apply it with sb_router_peer_dispatched.
+ * dispatched gets the pick's block hashes when the request went where it was picked (NULL, 0
+ * otherwise: load only) and returns the id the later calls name (0: not told, and they are not
+ * made). Requests applied with sb_router_peer_dispatched are never told back. Called inside
+ * the router's calls, which the hooks must not re-enter. */
+typedef struct sb_router_sync {
+    uint64_t (*dispatched)(void *ud, uint32_t pool, uint32_t ep, const uint64_t *hashes, size_t n,
+                           uint32_t prompt_tokens);
+    void (*first_byte)(void *ud, uint64_t id);
+    void (*finished)(void *ud, uint64_t id);
+    void *ud;
+} sb_router_sync;
+/* Sets (NULL: clears) the hooks. With them set, each pick keeps a copy of its hashes for the
+ * dispatch that follows. */
+void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks);
+/* A request another gateway replica sent to ep (gateway sync: what the peers route): its
+ * blocks go into this router's prefix index as ep's, pending until sb_router_first_token (as
+ * this router's own picks are), and its load is counted as if this router had sent it (in
+ * flight, pending prefill of what this index says ep lacks; not its sent tokens) until
+ * sb_router_first_byte and sb_router_finished with the ticket. hashes may be
+ * NULL (n 0): load only. */
+sb_ticket sb_router_peer_dispatched(sb_router *r, uint32_t pool, uint32_t ep, const uint64_t *hashes, size_t n,
+                                    uint32_t prompt_tokens, sb_ns now);
 /* The same request sent again to the same endpoint without a new pick (the proxy's retry on a
  * fresh connection after a pooled one turned out closed): dispatched again, its sent tokens
  * carried over from prev instead of charged twice. */

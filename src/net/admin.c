@@ -25,6 +25,7 @@
 #include "net/discovery.h"
 #include "net/guard.h"
 #include "net/kv_feed.h"
+#include "net/peer_sync.h"
 #include "net/picker.h"
 #include "net/precise.h"
 #include "net/probe.h"
@@ -768,6 +769,38 @@ static void render_kv_events(sb_gateway *gw, sb_buf *b)
     }
 }
 
+/* Gateway sync (net/peer_sync.h): what was told and heard. */
+static void render_sync(sb_gateway *gw, sb_buf *b)
+{
+    if (!gw->sync)
+        return;
+    const sb_peer_sync_stats *st = sb_peer_sync_stats_get(gw->sync);
+    static const char *m[][3] = {
+        {"switchboard_sync_published_total", "counter", "Messages published to the peers (heartbeats included)."},
+        {"switchboard_sync_publish_dropped_total", "counter", "Messages ZMQ could not queue for the peers."},
+        {"switchboard_sync_received_total", "counter", "Frames read from the peers."},
+        {"switchboard_sync_decode_errors_total", "counter", "Frames from the peers the decoder refused."},
+        {"switchboard_sync_gaps_total", "counter", "Messages missing from the peers' sequences."},
+        {"switchboard_sync_applied_total", "counter", "Peers' dispatches counted in this gateway's router."},
+        {"switchboard_sync_unknown_total", "counter",
+         "Peers' dispatches naming a pool or endpoint not configured here."},
+        {"switchboard_sync_untracked_total", "counter", "Peers' dispatches dropped: sync.max_tracked reached."},
+        {"switchboard_sync_stray_total", "counter", "First bytes and ends of peers' requests not tracked."},
+        {"switchboard_sync_expired_total", "counter", "Peers' requests forgotten after sync.max_request_ms."},
+        {"switchboard_sync_peer_timeouts_total", "counter",
+         "Peers silent for sync.peer_timeout_ms (their requests released)."},
+        {"switchboard_sync_own_total", "counter", "This gateway's own messages heard back."},
+        {"switchboard_sync_tracked", "gauge", "Peers' requests counted now."},
+        {"switchboard_sync_peers_alive", "gauge", "Peers heard within sync.peer_timeout_ms."},
+    };
+    const uint64_t v[] = {
+        st->published, st->publish_dropped, st->received, st->decode_errors, st->gaps, st->applied, st->unknown,
+        st->untracked, st->stray,           st->expired,  st->peer_timeouts, st->own,  st->tracked, st->peers_alive};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        sb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", m[i][0], m[i][2], m[i][0], m[i][1], m[i][0],
+                      (unsigned long long)v[i]);
+}
+
 /* An endpoint's event stream and what its precise index holds, in /debug/endpoints. */
 static void render_endpoint_kv(sb_gateway *gw, sb_buf *b, uint32_t p, uint32_t e)
 {
@@ -912,6 +945,7 @@ static void render_metrics(sb_gateway *gw, sb_buf *b)
     sb_gateway_agent_metrics(gw, b);
     render_outlier_counters(gw, b);
     render_kv_events(gw, b);
+    render_sync(gw, b);
     render_kv_indexes(gw, b);
     render_precise(gw, b);
     sb_discovery_render_metrics(gw->disc, b);

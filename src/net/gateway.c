@@ -13,6 +13,7 @@
 #include "net/proxy.h"
 #include "net/routes.h"
 #include "net/stats.h"
+#include "net/sync_feed.h"
 #include "net/tls.h"
 #include "net/workers.h"
 
@@ -266,6 +267,7 @@ static void gateway_free(sb_gateway *gw)
                 sb_upstream_free(gw->ups[i]);
     }
     sb_gateway_kv_stop(gw); /* none left unless the build failed */
+    sb_gateway_sync_stop(gw);
     sb_gateway_precise_stop(gw);
     sb_free(gw->kv_subs);
     sb_free(gw->ups);
@@ -830,6 +832,10 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
         adopt_addresses(gw, old);
     if ((rc = sb_gateway_precise_start(gw)) < 0)
         goto fail;
+    /* Before the listeners: a sync address that cannot be bound fails the start with nothing
+     * served. (A reload takes the running one over at the end.) */
+    if (!old && (rc = sb_gateway_sync_start(gw, NULL)) < 0)
+        goto fail;
     if (cfg->access_log) {
         gw->stats.access_log = strcmp(cfg->access_log, "-") == 0 ? stdout : fopen(cfg->access_log, "a");
         if (!gw->stats.access_log) {
@@ -859,6 +865,8 @@ static int gateway_build(uv_loop_t *loop, sb_config *cfg, sb_http_server *server
     start_adaptive(gw);
     start_log_flusher(gw);
     sb_gateway_kv_start(gw, old); /* last: nothing after it fails, so what moves from old stays moved */
+    if (old)
+        sb_gateway_sync_start(gw, old); /* the same: a handover cannot fail */
     *out = gw;
     return 0;
 fail_server:
@@ -1302,6 +1310,11 @@ static int reload_effective(sb_gateway **gwp, sb_config *cfg)
     }
     if (!same_admin_listen(gw->cfg, cfg)) {
         SB_WARN("reload refused: admin.listen changed (restart to apply)");
+        sb_config_free(cfg);
+        return -1;
+    }
+    if (!sb_gateway_sync_same(gw->cfg, cfg)) {
+        SB_WARN("reload refused: sync changed (restart to apply)");
         sb_config_free(cfg);
         return -1;
     }

@@ -109,6 +109,7 @@ struct sb_gateway {
     sb_kv_hub *kv_hub;
     sb_kv_sub **kv_subs;
     uint64_t kv_batches, kv_clears; /* seen by the gateway's callbacks */
+    struct sb_peer_sync *sync;      /* gateway sync (net/sync_feed.h); NULL: off */
     sb_precise *precise;            /* requests' precise keys (net/precise.c); NULL without a precise index */
     uint64_t agent_refused[3];      /* agent reports refused, by reason (net/agent_reports.c) */
     /* Membership at run time (net/discovery.h): the serving gateway holds it, a replace-reload

@@ -606,6 +606,8 @@ static void parse_root(parse *p, const yaml_node_t *root)
             cfg_parse_auth(p, v);
         } else if (!strcmp(key, "ext_proc")) {
             cfg_parse_ext_proc(p, v);
+        } else if (!strcmp(key, "sync")) {
+            cfg_parse_sync(p, v);
         } else if (!strcmp(key, "pools")) {
             seen_pools = true;
             cfg_parse_pools(p, v);
@@ -745,6 +747,10 @@ static bool set_defaults(sb_config *cfg)
         .discovery_max_endpoints = 256,
         .discovery_retry_ms = 1000,
         .discovery_retry_max_ms = 30000,
+        .sync_heartbeat_ms = 1000,
+        .sync_peer_timeout_ms = 5000,
+        .sync_max_tracked = 65536,
+        .sync_max_request_ms = 600000,
     };
     return (cfg->listen_host = sb_strdup("127.0.0.1")) != NULL && (cfg->admin_host = sb_strdup("127.0.0.1")) != NULL &&
            (cfg->session_header = sb_strdup("x-session-id")) != NULL;
@@ -890,6 +896,10 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->tls_key);
     sb_free(cfg->extproc_tls_cert);
     sb_free(cfg->extproc_tls_key);
+    sb_free(cfg->sync_listen);
+    for (size_t i = 0; i < cfg->n_sync_peers; i++)
+        sb_free(cfg->sync_peers[i]);
+    sb_free(cfg->sync_peers);
     OPENSSL_cleanse(cfg->extproc_token_digest, sizeof cfg->extproc_token_digest);
     OPENSSL_cleanse(cfg->admin_token_digest, sizeof cfg->admin_token_digest);
     sb_free(cfg->access_log);

@@ -257,6 +257,15 @@ typedef struct sb_config {
     uint32_t extproc_idle_ms;                         /* a connection with no stream this long closes; 300000 */
     bool extproc_has_token;                           /* ext_proc.token: calls must carry authorization: Bearer TOKEN */
     uint8_t extproc_token_digest[SB_AUTH_DIGEST_LEN]; /* its SHA-256 */
+    /* gateway sync (`sync:`; net/peer_sync.h): gateway replicas tell each other what they sent
+     * where. Off unless sync_listen is set. */
+    char *sync_listen;             /* ZMQ address this gateway publishes on, e.g. tcp://0.0.0.0:5600 */
+    char **sync_peers;             /* the other gateways' publish addresses */
+    size_t n_sync_peers;           /* at most 64 */
+    uint32_t sync_heartbeat_ms;    /* a heartbeat when nothing else was sent this long; 1000 */
+    uint32_t sync_peer_timeout_ms; /* a peer silent this long: its requests stop counting; 5000 */
+    size_t sync_max_tracked;       /* peers' requests counted at once; 65536 */
+    uint32_t sync_max_request_ms;  /* a peer's request whose end is never heard; 600000 */
     /* membership at run time (`discovery:`; net/discovery.h) */
     uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
     uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */

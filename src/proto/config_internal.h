@@ -112,6 +112,9 @@ void cfg_parse_upstream_key(parse *p, sb_pool_config *pc, const yaml_node_t *v, 
 void cfg_parse_admin(parse *p, const yaml_node_t *map);
 void cfg_parse_auth(parse *p, const yaml_node_t *map);
 
+/* config_sync.c: the top-level `sync:` (gateway sync, net/peer_sync.h) */
+void cfg_parse_sync(parse *p, const yaml_node_t *map);
+
 /* config_extproc.c: the top-level `ext_proc:` (the endpoint picker's listener) */
 void cfg_parse_ext_proc(parse *p, const yaml_node_t *map);
 

@@ -242,6 +242,51 @@ static void probed(driver *d, uint32_t idx, uint64_t mask)
     rt->dispatch_ns = first;
 }
 
+/* The request's prompt tokens into d->tokens and its chained router block hashes into
+ * d->rhash, as the gateway's inspection would hand the core: proto/inspect.c hashes 64-byte
+ * blocks of the canonical prompt, chained, seeded by model and adapter; here a block is
+ * block_tokens token ids (64 bytes at the default 16). Returns the block count. */
+static size_t request_hashes(driver *d, const sb_replay_request *r)
+{
+    sb_replay_prompt_tokens(d->w, r, d->tokens);
+    uint32_t bt = d->block_tokens;
+    size_t nb = r->n_prompt / bt;
+    if (nb > d->o->max_prompt_blocks)
+        nb = d->o->max_prompt_blocks;
+    uint64_t h = d->hash_seeds[r->adapter];
+    for (size_t i = 0; i < nb; i++)
+        d->rhash[i] = h = XXH3_64bits_withSeed(d->tokens + i * bt, (size_t)bt * sizeof(uint32_t), h);
+    return nb;
+}
+
+/* Gateway sync (opts.gateway_sync): the other gateways hear of request idx's dispatch, first
+ * byte or end gateway_sync_ns later. */
+void drv_tell_peers(driver *d, uint32_t idx, uint32_t kind)
+{
+    if (!d->peer_tk)
+        return;
+    for (uint32_t h = 0; h < d->n_gw; h++)
+        if (h != d->rt[idx].gw)
+            drv_push(d, d->now + d->o->gateway_sync_ns, kind, h, idx);
+}
+
+static void peer_heard(driver *d, uint32_t kind, uint32_t h, uint32_t idx)
+{
+    sb_router *router = d->gw[h].router;
+    sb_ticket *t = &d->peer_tk[(size_t)idx * d->n_gw + h];
+    uint32_t rep = d->rt[idx].replica;
+    if (kind == EV_PEER_SENT) {
+        const sb_replay_request *r = &d->w->reqs[idx];
+        size_t nb = request_hashes(d, r);
+        *t = sb_router_peer_dispatched(router, 0, rep, d->rhash, nb, r->n_prompt, d->now);
+    } else if (kind == EV_PEER_FIRST) {
+        sb_router_first_byte(router, 0, rep, t, d->now);
+        sb_router_first_token(router, 0, rep, t);
+    } else {
+        sb_router_finished(router, 0, rep, t, true, false, d->now);
+    }
+}
+
 /* Schedules a request now: builds its descriptor, asks the policy, dispatches it. */
 static void route(driver *d, uint32_t idx)
 {
@@ -250,17 +295,7 @@ static void route(driver *d, uint32_t idx)
     req_rt *rt = &d->rt[idx];
     gateway *g = &d->gw[rt->gw];
     rt->dispatch_ns = d->now;
-    /* What the gateway's inspection would hand the core: proto/inspect.c hashes 64-byte
-     * blocks of the canonical prompt, chained, seeded by model and adapter; here a block is
-     * block_tokens token ids (64 bytes at the default 16). */
-    sb_replay_prompt_tokens(w, r, d->tokens);
-    uint32_t bt = d->block_tokens;
-    size_t nb = r->n_prompt / bt;
-    if (nb > d->o->max_prompt_blocks)
-        nb = d->o->max_prompt_blocks;
-    uint64_t h = d->hash_seeds[r->adapter];
-    for (size_t i = 0; i < nb; i++)
-        d->rhash[i] = h = XXH3_64bits_withSeed(d->tokens + i * bt, (size_t)bt * sizeof(uint32_t), h);
+    size_t nb = request_hashes(d, r);
     uint32_t pk = r->n_prompt < PREFIX_KEY_TOKENS ? r->n_prompt : PREFIX_KEY_TOKENS;
     sb_request_desc rq = {.sched =
                               {
@@ -318,6 +353,7 @@ static void route(driver *d, uint32_t idx)
     }
     rt->replica = (uint32_t)pick;
     rt->ticket = sb_router_dispatched(g->router, 0, (uint32_t)pick, r->n_prompt, d->now);
+    drv_tell_peers(d, idx, EV_PEER_SENT);
     d->out->per_replica[pick]++;
     d->out->per_gateway[g->index]++;
     if (d->p->custom && d->p->custom->on_dispatch)
@@ -446,6 +482,7 @@ static void first_byte(driver *d, uint32_t rep, uint32_t idx)
     gateway *g = gw_of(d, idx);
     sb_router_first_byte(g->router, 0, rep, &d->rt[idx].ticket, d->now);
     sb_router_first_token(g->router, 0, rep, &d->rt[idx].ticket);
+    drv_tell_peers(d, idx, EV_PEER_FIRST);
     if (d->p->custom && d->p->custom->on_first_token) {
         sb_replay_fleet_view fv = drv_fleet_view(d, g);
         d->p->custom->on_first_token(g->pstate, &fv, idx, rep);
@@ -475,6 +512,7 @@ static void answered(driver *d, uint32_t rep, uint32_t idx)
     }
     gateway *g = &d->gw[rt->gw];
     sb_router_finished(g->router, 0, rep, &rt->ticket, true, true, d->now);
+    drv_tell_peers(d, idx, EV_PEER_DONE);
     /* As net/proxy.c does for a streamed answer: the router learns the replica's prefill speed. */
     sb_router_observe_ttft(g->router, 0, rep, r->n_prompt, rt->cached_tokens, rt->ttft_ns);
     sb_router_observe_cached(g->router, 0, rep, &rt->ticket, r->n_prompt, rt->cached_tokens);
@@ -597,6 +635,9 @@ static void handle(driver *d, const sb_replay_event *ev)
         sb_admission_release(d->gw[ev->a].adm, 0, d->now);
         break;
     case EV_PROBED: probed(d, ev->a, ev->b); break;
+    case EV_PEER_SENT:
+    case EV_PEER_FIRST:
+    case EV_PEER_DONE: peer_heard(d, ev->kind, ev->a, (uint32_t)ev->b); break;
     case EV_RESTART:
         drv_restart(d, ev->a);
         if (d->o->restart_every_ns) {

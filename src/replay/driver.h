@@ -120,6 +120,12 @@ typedef struct sb_replay_opts {
      * the token ids). kv_cover_ns: kv_events.cover_ms (default 2 s). */
     bool kv_events;
     sb_ns kv_cover_ns;
+    /* Gateway sync (net/peers.h): each gateway replica's router hears what the others sent
+     * where, gateway_sync_ns late: their blocks go into its prefix index, their load into its
+     * accounting, until their first byte and their end. Profile policies only (the peers'
+     * policies keep their own state). */
+    bool gateway_sync;
+    sb_ns gateway_sync_ns;
     /* The synchronous probe (issue 14, the probing discussion's solution 1.3), off when
      * sync_probe_age_ns is 0: when one of the `sync_probe_candidates` best-ranked endpoints
      * has a report older than sync_probe_age_ns, the gateway scrapes those before committing:

@@ -51,6 +51,7 @@ static void lost(driver *d, uint32_t rep, uint32_t idx)
     } else {
         gateway *g = &d->gw[rt->gw];
         sb_router_finished(g->router, 0, rep, &rt->ticket, false, true, d->now);
+        drv_tell_peers(d, idx, EV_PEER_DONE);
         if (d->p->custom && d->p->custom->on_finish) {
             sb_replay_fleet_view fv = drv_fleet_view(d, g);
             d->p->custom->on_finish(g->pstate, &fv, idx, rep, false);

@@ -29,7 +29,21 @@
 #define PREFIX_KEY_TOKENS 25 /* the gateway's prefix key covers 100 bytes (proto/prompt.h) */
 #define DEFAULT_MODEL "meta-llama/Llama-3.1-8B-Instruct" /* the simulator's default model */
 
-enum { EV_STEP = 1, EV_SCRAPE, EV_ARRIVE, EV_DELIVER, EV_FIRST, EV_DONE, EV_TICK, EV_DRAIN, EV_RESTART, EV_PROBED };
+enum {
+    EV_STEP = 1,
+    EV_SCRAPE,
+    EV_ARRIVE,
+    EV_DELIVER,
+    EV_FIRST,
+    EV_DONE,
+    EV_TICK,
+    EV_DRAIN,
+    EV_RESTART,
+    EV_PROBED,
+    EV_PEER_SENT,
+    EV_PEER_FIRST,
+    EV_PEER_DONE
+};
 
 /* net/gateway.c's adaptive timer: every 100 ms, sooner if a pool probes faster. */
 #define TICK_MAX_NS SB_MS(100)
@@ -102,6 +116,7 @@ typedef struct driver {
     uint32_t *answer;                      /* scratch for a request's output tokens, grown */
     size_t cap_answer;
     uint64_t *rhash, *ehash;
+    sb_ticket *peer_tk; /* gateway sync: [request * n_gw + gateway], the peer's ticket */
     sb_engine_adapter adapters[MAX_ADAPTERS + 1];
     uint32_t block_tokens; /* router index block, tokens: pool block_bytes / bytes_per_token */
 
@@ -124,6 +139,9 @@ typedef struct driver {
 
 /* Records the run's first error (rc, msg into d->err) and returns rc; later ones are dropped. */
 int drv_fail(driver *d, int rc, const char *msg);
+/* Gateway sync (opts.gateway_sync): the other gateways hear of request idx's dispatch
+ * (EV_PEER_SENT), first byte (EV_PEER_FIRST) or end (EV_PEER_DONE) gateway_sync_ns later. */
+void drv_tell_peers(driver *d, uint32_t idx, uint32_t kind);
 /* Queues an event of `kind` at t; out of memory fails the run. */
 void drv_push(driver *d, sb_ns t, uint32_t kind, uint32_t a, uint64_t b);
 /* What a custom policy's callbacks see of gateway g at d->now. */

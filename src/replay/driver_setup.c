@@ -117,6 +117,11 @@ static int alloc_state(driver *d, uint64_t secret)
     d->ehash = sb_malloc((maxp / o->engine.block_size + 1) * sizeof(uint64_t));
     out->per_replica = sb_calloc(d->n, sizeof(uint64_t));
     out->n_replicas = d->n;
+    if (o->gateway_sync && d->n_gw > 1 && !d->p->custom && !d->p->peer) {
+        d->peer_tk = sb_calloc((w->n ? w->n : 1) * (size_t)d->n_gw, sizeof(sb_ticket));
+        if (!d->peer_tk)
+            return drv_fail(d, -ENOMEM, "out of memory");
+    }
     if (o->keep_records) {
         out->records = sb_calloc(w->n ? w->n : 1, sizeof(sb_replay_record));
         out->n_records = w->n;
@@ -244,6 +249,7 @@ void drv_tear_down(driver *d)
     sb_free(d->is_dirty);
     sb_free(d->dirty);
     sb_free(d->rt);
+    sb_free(d->peer_tk);
     sb_free(d->itl_hist);
     sb_free(d->ttft);
     sb_free(d->e2e);

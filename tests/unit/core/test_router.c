@@ -479,6 +479,58 @@ static void test_sent_tokens_count_uncached(void **state)
     sb_router_free(r);
 }
 
+/* Gateway sync: a request another gateway sent to an endpoint puts its blocks in this
+ * router's index as that endpoint's and counts its load as this router's own (in flight, the
+ * prefill of what this index says the endpoint lacks) until its first byte and its end; its
+ * sent tokens are not counted. Without hashes, load only. */
+static void test_peer_dispatched(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("prefix-only"), 3);
+    uint64_t h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = 0x51dec0deULL * (uint64_t)(i + 3);
+    sb_endpoint *e2 = sb_router_endpoint(r, 0, 2);
+    sb_ticket t = sb_router_peer_dispatched(r, 0, 2, h, 8, 160, SB_MS(1));
+    assert_int_equal(e2->in_flight, 1);
+    assert_int_equal(e2->pending_prefill_tokens, 160);
+    assert_int_equal(e2->pending_uncached_tokens, 160); /* nothing of it was known on 2 */
+    assert_true(sb_endpoint_sent_tokens(e2, SB_MS(1)) == 0.0);
+    /* Pending until the peer's first byte (nothing computed yet): an empty endpoint wins;
+     * then this router sends the prefix where the peer did. */
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 8, .prompt_tokens = 160};
+    assert_true(t.has_prefix_pending);
+    uint32_t match[3];
+    sb_prefix_index *ix = (sb_prefix_index *)sb_router_prefix_index(r, 0);
+    assert_int_equal(sb_prefix_index_match(ix, h, 8, match), 0);
+    sb_router_first_byte(r, 0, 2, &t, SB_MS(2));
+    sb_router_first_token(r, 0, 2, &t);
+    assert_int_equal(sb_prefix_index_match(ix, h, 8, match), 8);
+    assert_int_equal(match[2], 8);
+    assert_int_equal(sb_router_pick(r, &rq, SB_MS(2)), 2);
+    /* The same prompt again from the peer: 8 blocks of 16 tokens are held, 32 tokens to do. */
+    sb_ticket t2 = sb_router_peer_dispatched(r, 0, 2, h, 8, 160, SB_MS(3));
+    assert_int_equal(t2.uncached_tokens, 32);
+    assert_int_equal(e2->in_flight, 2);
+    assert_int_equal(e2->pending_uncached_tokens, 32); /* the first one's came back */
+    sb_router_first_byte(r, 0, 2, &t2, SB_MS(4));
+    assert_int_equal(e2->pending_uncached_tokens, 0);
+    assert_int_equal(e2->pending_prefill_tokens, 0);
+    sb_router_finished(r, 0, 2, &t, true, true, SB_MS(5));
+    sb_router_finished(r, 0, 2, &t2, true, true, SB_MS(5));
+    assert_int_equal(e2->in_flight, 0);
+    /* Load only, and an endpoint that is not there. */
+    sb_endpoint *e0 = sb_router_endpoint(r, 0, 0);
+    sb_ticket t3 = sb_router_peer_dispatched(r, 0, 0, NULL, 0, 50, SB_MS(6));
+    assert_int_equal(e0->in_flight, 1);
+    assert_int_equal(e0->pending_uncached_tokens, 50);
+    sb_router_finished(r, 0, 0, &t3, true, true, SB_MS(7));
+    sb_ticket none = sb_router_peer_dispatched(r, 0, 3, h, 8, 160, SB_MS(8));
+    assert_int_equal(none.uncached_tokens, 0);
+    assert_int_equal(sb_router_pick(r, &rq, SB_MS(9)), 2);
+    sb_router_free(r);
+}
+
 /* With prefix_share, the approximate index keeps per endpoint the share of its cache this
  * router's traffic fills: with a third of what the engine serves (two other gateway replicas),
  * a third of the reported capacity; alone, all of it. Without it, the whole capacity. */
@@ -920,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_least_request_follows_in_flight),
         cmocka_unit_test(test_least_request_ties_spread_evenly),
         cmocka_unit_test(test_accounting_never_underflows),
+        cmocka_unit_test(test_peer_dispatched),
         cmocka_unit_test(test_pool_saturated_needs_evidence),
         cmocka_unit_test(test_gated_request_uses_gate_threshold),
     };

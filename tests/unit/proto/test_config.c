@@ -1389,6 +1389,65 @@ static void test_admin_listener(void **state)
     expect_no_secret(&errs, "bad token");
 }
 
+/* sync: gateway sync; off unless configured, defaults, peers, bounds. */
+static void test_sync(void **state)
+{
+    (void)state;
+    sb_config *cfg;
+    sb_config_errors errs;
+    assert_int_equal(parse_str(POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->sync_listen);
+    assert_int_equal(cfg->n_sync_peers, 0);
+    sb_config_free(cfg);
+
+    assert_int_equal(parse_str("sync:\n  listen: \"tcp://0.0.0.0:5600\"\n" POOL_OK, &cfg, &errs), 0);
+    assert_string_equal(cfg->sync_listen, "tcp://0.0.0.0:5600");
+    assert_int_equal(cfg->n_sync_peers, 0);
+    assert_int_equal(cfg->sync_heartbeat_ms, 1000);
+    assert_int_equal(cfg->sync_peer_timeout_ms, 5000);
+    assert_int_equal(cfg->sync_max_tracked, 65536);
+    assert_int_equal(cfg->sync_max_request_ms, 600000);
+    sb_config_free(cfg);
+
+    assert_int_equal(parse_str("sync:\n  listen: \"ipc:///run/sb.sock\"\n  peers: [\"tcp://gw-b:5600\", "
+                               "\"tcp://10.0.0.3:5600\"]\n  heartbeat_ms: 200\n  peer_timeout_ms: 1000\n"
+                               "  max_tracked: 100\n  max_request_ms: 60000\n" POOL_OK,
+                               &cfg, &errs),
+                     0);
+    assert_string_equal(cfg->sync_listen, "ipc:///run/sb.sock");
+    assert_int_equal(cfg->n_sync_peers, 2);
+    assert_string_equal(cfg->sync_peers[0], "tcp://gw-b:5600");
+    assert_string_equal(cfg->sync_peers[1], "tcp://10.0.0.3:5600");
+    assert_int_equal(cfg->sync_heartbeat_ms, 200);
+    assert_int_equal(cfg->sync_peer_timeout_ms, 1000);
+    assert_int_equal(cfg->sync_max_tracked, 100);
+    assert_int_equal(cfg->sync_max_request_ms, 60000);
+    sb_config_free(cfg);
+
+    assert_int_equal(parse_str("sync: null\n" POOL_OK, &cfg, &errs), 0);
+    assert_null(cfg->sync_listen);
+    sb_config_free(cfg);
+
+    expect_one_error("sync:\n  peers: [\"tcp://a:1\"]\n" POOL_OK, 2, "sync needs listen");
+    expect_one_error("sync:\n  listen: \"0.0.0.0:5600\"\n" POOL_OK, 2, "sync.listen must be a ZMQ address");
+    expect_one_error("sync:\n  listen: \"tcp://\"\n" POOL_OK, 2, "sync.listen must be a ZMQ address");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  peers: \"tcp://b:1\"\n" POOL_OK, 3,
+                     "sync.peers must be a list");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  peers: [\"http://b:1\"]\n" POOL_OK, 3,
+                     "sync.peers[] must be a ZMQ address");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  peers: [\"tcp://a:1\"]\n" POOL_OK, 3,
+                     "names this gateway's own listen address");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  heartbeat_ms: 5000\n" POOL_OK, 2,
+                     "must be longer than sync.heartbeat_ms");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  max_tracked: 0\n" POOL_OK, 3, "sync.max_tracked");
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  peer: []\n" POOL_OK, 3, "unknown key 'peer' in sync");
+    char big[4096] = "sync:\n  listen: \"tcp://a:1\"\n  peers: [";
+    for (int i = 0; i < 65; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"tcp://p%d:1\"", i ? ", " : "", i);
+    snprintf(big + strlen(big), sizeof big - strlen(big), "]\n%s", POOL_OK);
+    expect_one_error(big, 3, "at most 64 peers");
+}
+
 /* ext_proc: the endpoint picker's listener; off unless configured, defaults, bounds, modes. */
 static void test_ext_proc(void **state)
 {
@@ -2205,6 +2264,7 @@ int main(void)
         cmocka_unit_test(test_metrics_max_models),
         cmocka_unit_test(test_admin_listener),
         cmocka_unit_test(test_ext_proc),
+        cmocka_unit_test(test_sync),
         cmocka_unit_test(test_client_auth),
         cmocka_unit_test(test_misplaced_keys_not_echoed),
         cmocka_unit_test(test_upstream_api_key),

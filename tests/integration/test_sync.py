@@ -1,0 +1,237 @@
+"""Gateway sync (`sync:`, net/peer_sync.h), live: two gateway replicas in front of one simulated
+fleet tell each other what they sent where. A prefix routed by one is known to the other (it
+sends the same prompt to the same replica without ever having routed it), a request streaming
+through one counts as in flight in the other until it ends, and hostile or lost peer messages
+are counted and released, never trusted for long."""
+import json
+import re
+import signal
+import socket
+import struct
+import threading
+import time
+import unittest
+
+from fixtures import Gateway, free_port, http, scrape_metric, wait_until
+from test_sim import MODEL, Sim
+
+try:
+    import zmq
+except ImportError:
+    zmq = None
+
+
+def chat(system, question, stream=False, max_tokens=2):
+    return {"model": MODEL, "max_tokens": max_tokens, "stream": stream,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+
+
+def frame(kind, sender, seq, request, pool=b"", endpoint=b"", prompt_tokens=0, hashes=()):
+    """One gateway-sync message (proto/peer_msg.h)."""
+    head = struct.pack("<4sBBHQQQ", b"SBSY", 1, kind, 0, sender, seq, request)
+    if kind != 1:
+        return head
+    return (head + struct.pack("<IHHI", prompt_tokens, len(pool), len(endpoint), len(hashes)) + pool + endpoint
+            + b"".join(struct.pack("<Q", h) for h in hashes))
+
+
+class SyncTest(unittest.TestCase):
+    def setUp(self):
+        # Slow enough that a streamed answer of 400 tokens lasts a few seconds.
+        self.sim = Sim("--speed", "0.5", replicas=4)
+        self.sync_ports = [free_port(), free_port()]
+        self.extra_port = free_port()  # a third "peer": the test's own publisher
+        pool = {"name": "p", "models": [MODEL], "profile": "prefix-only",
+                "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports]}
+        self.gws = []
+        try:
+            for i in range(2):
+                peers = ["tcp://127.0.0.1:%d" % self.sync_ports[1 - i], "tcp://127.0.0.1:%d" % self.extra_port]
+                extra = ("sync: { listen: \"tcp://127.0.0.1:%d\", peers: %s, heartbeat_ms: 100, "
+                         "peer_timeout_ms: 1500, max_tracked: 8 }" % (self.sync_ports[i], json.dumps(peers)))
+                self.gws.append(Gateway([pool], extra=extra))
+        except Exception:
+            for g in self.gws:
+                g.close()
+            self.sim.stop()
+            raise
+        # Each hears the other's heartbeats (ZMQ drops what is published before the
+        # subscription is up: a test request sent earlier would not be heard).
+        for g in self.gws:
+            wait_until(lambda g=g: scrape_metric(g.admin_port, "switchboard_sync_peers_alive") == 1, 10,
+                       "the peer's heartbeats")
+
+    def tearDown(self):
+        for g in self.gws:
+            g.close()
+        self.sim.stop()
+
+    def endpoints(self, gw):
+        st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
+        self.assertEqual(st, 200)
+        return json.loads(body)["pools"][0]["endpoints"]
+
+    def last_decision(self, gw):
+        st, _, body = http(gw.admin_port, "GET", "/debug/decisions")
+        return [d for d in json.loads(body)["decisions"] if d["pool"] == "p"][0]
+
+    def test_prefix_routed_by_one_is_known_to_the_other(self):
+        a, b = self.gws
+        system = "You are a careful assistant for the billing team. " * 24  # ~20 blocks
+        st, _, _ = http(a.port, "POST", "/v1/chat/completions", json.dumps(chat(system, "first?")).encode())
+        self.assertEqual(st, 200)
+        holder = self.last_decision(a)["picked_index"]
+        wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_applied_total") >= 1, 5,
+                   "b to hear a's dispatch")
+        for i in range(3):
+            st, _, _ = http(b.port, "POST", "/v1/chat/completions",
+                            json.dumps(chat(system, "question %d?" % i)).encode())
+            self.assertEqual(st, 200)
+            d = self.last_decision(b)
+            self.assertEqual(d["picked_index"], holder, "b sends the prefix where a sent it")
+            self.assertGreaterEqual(d["candidates"][holder]["prefix"]["blocks"], 16)
+        # And back: a hears b's three dispatches; every request ended, so none still counts.
+        wait_until(lambda: scrape_metric(a.admin_port, "switchboard_sync_applied_total") >= 3, 5, "a to hear b")
+        for g in self.gws:
+            wait_until(lambda g=g: scrape_metric(g.admin_port, "switchboard_sync_tracked") == 0, 5,
+                       "every peer request released")
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_decode_errors_total"), 0)
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_unknown_total"), 0)
+
+    def test_peer_stream_counts_in_flight_until_it_ends(self):
+        a, b = self.gws
+        body = json.dumps(chat("Tell a long story. " * 4, "go", stream=True, max_tokens=400)).encode()
+        done = {}
+
+        def stream():
+            done["result"] = http(a.port, "POST", "/v1/chat/completions", body, timeout=60)
+        t = threading.Thread(target=stream)
+        t.start()
+        try:
+            wait_until(lambda: sum(e["own"]["in_flight"] for e in self.endpoints(b)) == 1, 10,
+                       "a's stream to count in b's accounting")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_tracked"), 1)
+        finally:
+            t.join(60)
+        self.assertEqual(done["result"][0], 200)
+        wait_until(lambda: sum(e["own"]["in_flight"] for e in self.endpoints(b)) == 0, 5,
+                   "the stream's end to release it in b")
+        self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_tracked"), 0)
+
+    def reloads(self, gw, result):
+        st, _, body = http(gw.admin_port, "GET", "/metrics")
+        m = re.search(r'^switchboard_reloads_total\{result="%s"\} (\d+)$' % result, body.decode(), re.M)
+        return int(m.group(1))
+
+    def test_reloads_keep_the_sync(self):
+        """A reload that rebuilds the gateway (an endpoint added) hands the sockets over: the
+        peer is still heard and still hears it. One that changes `sync` is refused."""
+        a, b = self.gws
+        with open(a.config_path) as f:
+            text = f.read()
+        with open(a.config_path, "w") as f:
+            f.write(text.replace('"127.0.0.1:%d"]' % self.sim.ports[-1],
+                                 '"127.0.0.1:%d", "127.0.0.1:%d"]' % (self.sim.ports[-1], self.extra_port)))
+        ok, failed = self.reloads(a, "success"), self.reloads(a, "failure")
+        a.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: self.reloads(a, "success") == ok + 1, 10, "the rebuilding reload")
+        self.assertEqual(len(self.endpoints(a)), 5)
+        heard_by_b = scrape_metric(b.admin_port, "switchboard_sync_applied_total")
+        heard_by_a = scrape_metric(a.admin_port, "switchboard_sync_applied_total")
+        body = json.dumps(chat("After the reload. " * 8, "hi")).encode()
+        self.assertEqual(http(a.port, "POST", "/v1/chat/completions", body)[0], 200)
+        self.assertEqual(http(b.port, "POST", "/v1/chat/completions", body)[0], 200)
+        wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_applied_total") == heard_by_b + 1, 5,
+                   "b to hear the rebuilt a")
+        wait_until(lambda: scrape_metric(a.admin_port, "switchboard_sync_applied_total") == heard_by_a + 1, 5,
+                   "the rebuilt a to hear b")
+        with open(a.config_path, "w") as f:
+            f.write(text.replace("heartbeat_ms: 100", "heartbeat_ms: 200"))
+        a.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: self.reloads(a, "failure") == failed + 1, 10, "the refused reload")
+        self.assertIn("reload refused: sync changed", open(a.log_path).read())
+        self.assertEqual(scrape_metric(a.admin_port, "switchboard_sync_peers_alive"), 1)
+
+    @unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
+    def test_hostile_and_lost_peer_messages(self):
+        a, b = self.gws
+        ctx = zmq.Context()
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.bind("tcp://127.0.0.1:%d" % self.extra_port)
+        try:
+            ep = ("127.0.0.1:%d" % self.sim.ports[2]).encode()
+            sender = 0x5EED
+
+            # Until the subscription is up, frames are lost: publish heartbeats until b knows
+            # this sender as a second peer.
+            seq = 0
+            deadline = time.monotonic() + 10
+            while scrape_metric(b.admin_port, "switchboard_sync_peers_alive") != 2:
+                self.assertLess(time.monotonic(), deadline, "b never heard the test's publisher")
+                seq += 1
+                pub.send(frame(4, sender, seq, 0))
+                time.sleep(0.05)
+            garbage = [b"", b"SBSY", b"XXXX" + bytes(28), frame(4, sender, seq + 1, 0)[:-1],
+                       frame(1, sender, 99, 1, b"p", ep, 10, [1, 2])[:-3],
+                       struct.pack("<4sBBHQQQ", b"SBSY", 2, 4, 0, sender, 1, 0),
+                       frame(1, sender, 99, 1, b"p", ep, 10, [1]) + b"!"]
+            for g in garbage:
+                pub.send(g)
+            pub.send_multipart([b"two", b"frames"])
+            wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_decode_errors_total") == len(garbage) + 1,
+                       5, "every bad frame counted")
+            # A pool or endpoint b does not have: counted, nothing applied.
+            seq += 1
+            pub.send(frame(1, sender, seq, 7, b"nope", ep, 100, [1, 2, 3]))
+            seq += 1
+            pub.send(frame(1, sender, seq, 8, b"p", b"10.9.9.9:1", 100, [1, 2, 3]))
+            wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_unknown_total") == 2, 5, "unknown names")
+            # Past max_tracked (8): counted as untracked; a gap in the sequence counted.
+            for r in range(10):
+                seq += 1
+                pub.send(frame(1, sender, seq, 100 + r, b"p", ep, 100, [r + 1]))
+            seq += 5  # four lost
+            pub.send(frame(4, sender, seq, 0))
+            wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_untracked_total") == 2, 5, "the bound")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_tracked"), 8)
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_gaps_total"), 4)
+            self.assertEqual(self.endpoints(b)[2]["own"]["in_flight"], 8)
+            # One ends properly; a stray end is counted; then the peer goes silent and the
+            # rest are released (peer_timeout_ms 1500).
+            seq += 1
+            pub.send(frame(3, sender, seq, 100))
+            seq += 1
+            pub.send(frame(3, sender, seq, 999))
+            wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_stray_total") == 1, 5, "a stray end")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_tracked"), 7)
+            wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_peer_timeouts_total") == 1, 5,
+                       "the silent peer's timeout")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_tracked"), 0)
+            self.assertEqual(self.endpoints(b)[2]["own"]["in_flight"], 0)
+            # The real peer is still alive, and b still serves.
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_peers_alive"), 1)
+            st, _, _ = http(b.port, "POST", "/v1/chat/completions", json.dumps(chat("hi", "there")).encode())
+            self.assertEqual(st, 200)
+        finally:
+            pub.close()
+            ctx.term()
+
+
+class SyncConfigTest(unittest.TestCase):
+    def test_bind_failure_and_reload(self):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        pool = {"name": "p", "models": [MODEL], "endpoints": ["127.0.0.1:1"]}
+        try:
+            with self.assertRaises(AssertionError) as cm:
+                Gateway([pool], extra='sync: { listen: "tcp://127.0.0.1:%d" }' % port)
+            self.assertIn("sync: cannot bind", str(cm.exception))
+        finally:
+            taken.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
