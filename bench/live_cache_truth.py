@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Cache truth, live: the engines' own prefix-cache hit ratio behind a gateway that routes by
-its own marks alone (approximate) and behind one that also reads the engines' KV events
-(precise), on the same workload against fresh simulated replicas with small caches.
+its own marks alone (approximate), behind gateway replicas that also tell each other what they
+sent where (approximate + sync, with 2 or more gateways: `sync:`), and behind ones that read the
+engines' KV events (precise), on the same workload against fresh simulated replicas with small
+caches.
 
 For each mode: 4 `switchboard sim` replicas publishing vLLM's KV events (--num-gpu-blocks
 small enough that the working set does not fit), then 1 or 2 gateway replicas in front of them
@@ -96,8 +98,16 @@ def engines_hits(ports):
     return hits, queries
 
 
-def run_mode(precise, a, tmp):
+def peers_alive(admin_port):
+    st, text = http(admin_port, "GET", "/metrics")
+    m = re.search(r"^switchboard_sync_peers_alive (\d+)$", text.decode(), re.M) if st == 200 else None
+    return int(m.group(1)) if m else -1
+
+
+def run_mode(mode, a, tmp):
+    precise, sync = mode == "precise", mode == "sync"
     port, kv_port = free_run(4), free_run(4)
+    sync_port = free_run(a.gateways)
     sim = subprocess.Popen([BIN, "sim", "--replicas", "4", "--port", str(port), "--model", MODEL, "--speed",
                             str(a.speed), "--num-gpu-blocks", str(a.blocks), "--kv-events-endpoint",
                             "tcp://*:%d" % kv_port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -109,9 +119,12 @@ def run_mode(precise, a, tmp):
         for g in range(a.gateways):
             gp, ap = free_run(2), None
             ap = gp + 1
-            cfg = os.path.join(tmp, "gw-%d-%d.yaml" % (precise, g))
+            cfg = os.path.join(tmp, "gw-%s-%d.yaml" % (mode, g))
             with open(cfg, "w") as f:
                 f.write('listen: "127.0.0.1:%d"\nadmin: { listen: "127.0.0.1:%d" }\n' % (gp, ap))
+                if sync:
+                    peers = ['"tcp://127.0.0.1:%d"' % (sync_port + h) for h in range(a.gateways) if h != g]
+                    f.write('sync: { listen: "tcp://127.0.0.1:%d", peers: [%s] }\n' % (sync_port + g, ", ".join(peers)))
                 f.write("tokenize: { wait_ms: 200 }\n")
                 f.write("pools:\n  - name: p\n    models: [\"%s\"]\n    profile: default\n" % MODEL)
                 f.write("    endpoints: [%s]\n" % ", ".join('"127.0.0.1:%d"' % p for p in ports))
@@ -121,6 +134,11 @@ def run_mode(precise, a, tmp):
             gws.append((proc, gp))
             wait_port(gp, proc, "gateway")
         time.sleep(0.5)  # ZMQ subscriptions settle (a subscriber joining late misses what came before)
+        deadline = time.monotonic() + 10
+        while sync and any(peers_alive(gp + 1) != a.gateways - 1 for _, gp in gws):
+            if time.monotonic() > deadline:
+                sys.exit("the gateways did not hear each other's heartbeats")
+            time.sleep(0.2)
         rng = random.Random(a.seed)
         words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
         systems = [" ".join("%s%d" % (rng.choice(words), rng.randrange(1000)) for _ in range(a.system_words))
@@ -186,12 +204,16 @@ def main():
               "%d gateway replicas, speed %gx, seed %d" % (a.blocks, a.groups, a.system_words, a.requests, a.clients,
                                                           a.gateways, a.speed, a.seed))
         res = {}
-        for precise in (False, True):
-            hit, p50, p90, p99, err, wall = run_mode(precise, a, tmp)
-            res[precise] = hit
+        names = {"approximate": "approximate", "sync": "approximate + sync", "precise": "precise (kv_events)"}
+        modes = ["approximate"] + (["sync"] if a.gateways > 1 else []) + ["precise"]
+        for mode in modes:
+            hit, p50, p90, p99, err, wall = run_mode(mode, a, tmp)
+            res[mode] = hit
             print("  %-22s engines' hit ratio %.3f   latency p50 %.0f ms p90 %.0f ms p99 %.0f ms   errors %d   %.1f s" % (
-                "precise (kv_events)" if precise else "approximate", hit, p50, p90, p99, err, wall))
-        print("  hit ratio precise/approximate: %.2fx" % (res[True] / res[False] if res[False] else float("inf")))
+                names[mode], hit, p50, p90, p99, err, wall))
+        base = res["approximate"]
+        for mode in modes[1:]:
+            print("  hit ratio %s/approximate: %.2fx" % (mode, res[mode] / base if base else float("inf")))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
