@@ -23,6 +23,9 @@ How the cells are derived (printed with the table):
     rule keeps a session on its gateway).
   - seeds: the generators draw arrivals and content from --seed; the router and the policies'
     tie-breaks too (traces: routing only).
+default+sync: `default` with gateway sync (`--gateway-sync-ms 0.5`: each gateway's router hears
+the others' dispatches half a millisecond late); its verdict against the best peer is printed
+apart (with one gateway it is `default`).
 Verdict per figure (p90, p99): with m the median over seeds and s half its range (max - min)/2,
 `default` is "no worse" when m(default) <= m(best peer) + max(s(default), s(best peer)), and
 "better" when m(default) <= 0.9 x m(best peer). The cell: "better" if both figures are better,
@@ -64,6 +67,9 @@ TRACES = os.path.join(ROOT, "tests", "data", "traces")
 DEFAULT = ("default", "default", [])
 # The same profile with the engines' KV events feeding its precise index (default lag).
 EVENTS = ("default+events", "default+events", [])
+# The same profile with gateway sync (`sync:`, docs/routing.md): each gateway's router hears the
+# others' dispatches 0.5 ms late (a LAN); with one gateway it is `default` itself.
+SYNC = ("default+sync", "default", ["--gateway-sync-ms", "0.5"])
 PEERS = [
     ("round-robin", "round-robin", []),
     ("least-request", "least-request", []),
@@ -78,7 +84,7 @@ PEERS = [
     ("llm-d-precise", "llm-d-precise", []),
 ]
 REFERENCES = [("min-predicted-ttft", "min-predicted-ttft", [])]  # shown, never the bar
-POLICIES = [DEFAULT, EVENTS] + PEERS + REFERENCES
+POLICIES = [DEFAULT, EVENTS, SYNC] + PEERS + REFERENCES
 
 WORKLOADS = {
     # several-thousand-token system prompts, dozens of groups (the issue's pressure case)
@@ -271,12 +277,14 @@ def main():
                                          " / ".join("%.2f" % cap[c] for c, _ in caches)))
     print()
     print("| workload | cache | load | gw | default p90 | p99 | hit | best peer p90 | p99 | hit | "
-          "min-pred-ttft p90 | verdict | +events p90 | p99 | hit | events vs default |")
-    print("|---|---|---|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---|")
+          "min-pred-ttft p90 | verdict | +events p90 | p99 | hit | events vs default | +sync p90 | p99 | "
+          "sync verdict |")
+    print("|---|---|---|---:|---:|---:|---:|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---|")
     rows = []
     all_stats = {}
     tally = {"better": 0, "level": 0, "WORSE": 0}
     ev_tally = {"better": 0, "level": 0, "WORSE": 0}
+    sync_tally = {"better": 0, "level": 0, "WORSE": 0}
     for wl in workloads:
         for c, _ in caches:
             for l, _ in loads:
@@ -299,11 +307,16 @@ def main():
                     e90, e99 = verdict_of(e[0], d[0]), verdict_of(e[1], d[1])
                     ev = "WORSE" if "WORSE" in (e90, e99) else "better" if "better" in (e90, e99) else "level"
                     ev_tally[ev] += 1
+                    sy = stats.get("default+sync", d)
+                    s90, s99 = verdict_of(sy[0], stats[best[0]][0]), verdict_of(sy[1], stats[best[1]][1])
+                    sv = "WORSE" if "WORSE" in (s90, s99) else "better" if s90 == s99 == "better" else "level"
+                    sync_tally[sv] += 1
                     print("| %s | %s | %s | %d | %.0f | %.0f | %.2f | %.0f %s | %.0f %s | %.2f %s | %.0f | %s | "
-                          "%.0f | %.0f | %.2f | %s |" % (
+                          "%.0f | %.0f | %.2f | %s | %.0f | %.0f | %s |" % (
                               wl, c, l, gw, d[0][0], d[1][0], d[2][0], stats[best[0]][0][0], best[0],
                               stats[best[1]][1][0], best[1], stats[best[2]][2][0], best[2],
-                              stats["min-predicted-ttft"][0][0], cell, e[0][0], e[1][0], e[2][0], ev))
+                              stats["min-predicted-ttft"][0][0], cell, e[0][0], e[1][0], e[2][0], ev,
+                              sy[0][0], sy[1][0], sv))
                     for label in stats:
                         s = stats[label]
                         rows.append([wl, c, l, gw, label] + ["%.3f" % x for pair in s for x in pair])
@@ -315,6 +328,9 @@ def main():
               "met" if tally["WORSE"] == 0 and 3 * tally["better"] >= n else "not met"))
     print("With events against default (approximate): %d better (p90 or p99 at least 10%% lower, neither worse), "
           "%d level, %d worse." % (ev_tally["better"], ev_tally["level"], ev_tally["WORSE"]))
+    if "default+sync" in all_stats[next(iter(all_stats))]:
+        print("With gateway sync (default+sync) against the best peer: %d better, %d level, %d worse (the "
+              "one-gateway cells are default's own)." % (sync_tally["better"], sync_tally["level"], sync_tally["WORSE"]))
     if candidates or stored:
         summarize(["default"] + [c for c, _, _ in candidates], all_stats, workloads)
     if a.out:
