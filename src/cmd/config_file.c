@@ -106,6 +106,16 @@ int sb_config_load_files(sb_config *cfg, const char *config_path)
         }
         sb_free(text);
     }
+    if (cfg->sync_key_file) {
+        char *text = read_secret(config_path, "sync.key_file", cfg->sync_key_file, path, sizeof path, &len);
+        if (!text) {
+            bad = -1;
+        } else if (sb_config_set_sync_key(cfg, text, len, msg, sizeof msg) < 0) {
+            fprintf(stderr, "%s: %s\n", path, msg);
+            bad = -1;
+        }
+        sb_free(text);
+    }
     for (size_t p = 0; p < cfg->n_pools; p++) {
         if (!cfg->pools[p].upstream_api_key_file)
             continue;

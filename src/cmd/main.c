@@ -1,6 +1,11 @@
 /* switchboard: an inference gateway for LLM model-server fleets. */
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+#include <zmq.h>
 
 #include "base/version.h"
 #include "cmd/cmd.h"
@@ -11,6 +16,43 @@ static int cmd_version(int argc, char **argv)
     (void)argv;
     printf("switchboard %s (%s)\n", sb_version, sb_commit);
     return 0;
+}
+
+/* keygen [-o FILE]: a CURVE key pair for gateway sync (`sync.key_file`). The secret goes to
+ * FILE, made with mode 0600 and never over an existing file, or to standard output; the public
+ * key (what the fleet's members present to each other) to standard error. */
+static int cmd_keygen(int argc, char **argv)
+{
+    const char *out = NULL;
+    if (argc == 3 && !strcmp(argv[1], "-o")) {
+        out = argv[2];
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: switchboard keygen [-o FILE]\n");
+        return 2;
+    }
+    char pub[41], sec[41];
+    if (!zmq_has("curve") || zmq_curve_keypair(pub, sec) < 0) {
+        fprintf(stderr, "switchboard keygen: this libzmq has no CURVE\n");
+        return 1;
+    }
+    int rc = 0;
+    if (out) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 || write(fd, sec, 40) != 40 || write(fd, "\n", 1) != 1) {
+            fprintf(stderr, "switchboard keygen: %s: %s\n", out, strerror(errno));
+            rc = 1;
+        }
+        if (fd >= 0 && close(fd) < 0 && !rc) {
+            fprintf(stderr, "switchboard keygen: %s: %s\n", out, strerror(errno));
+            rc = 1;
+        }
+    } else {
+        printf("%s\n", sec);
+    }
+    OPENSSL_cleanse(sec, sizeof sec);
+    if (!rc)
+        fprintf(stderr, "public key: %s\n", pub);
+    return rc;
 }
 
 static const struct {
@@ -24,6 +66,7 @@ static const struct {
     {"demo", sb_cmd_demo, "demo                a gateway in front of a simulated fleet"},
     {"agent", sb_cmd_agent, "agent [options]     report a model server's models and load to gateways"},
     {"replay", sb_cmd_replay, "replay [options]    compare routing policies on a simulated fleet, offline"},
+    {"keygen", cmd_keygen, "keygen [-o FILE]    make a CURVE key for gateway sync (sync.key_file)"},
     {"version", cmd_version, "version             print the version and commit (also --version)"},
 };
 

@@ -1,6 +1,7 @@
 #include "net/peer_sync.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <string.h>
 #include <xxhash.h>
 #include <zmq.h>
@@ -28,7 +29,10 @@ typedef struct sender {
 struct sb_peer_sync {
     uv_loop_t *loop;
     void *zctx, *pub, *sub;
-    uv_poll_t poll;
+    void *zap;                   /* the ZAP handler's REP socket (CURVE only), else NULL */
+    unsigned char fleet_key[32]; /* the fleet's public key, binary (CURVE only) */
+    char secret[41], public[41]; /* ...and its key pair, Z85 */
+    uv_poll_t poll, zap_poll;
     uv_idle_t idle;
     uv_timer_t timer;
     int open_handles;
@@ -269,9 +273,62 @@ static bool readable(void *sock)
 
 static void on_idle(uv_idle_t *h);
 
+/* ---- ZAP (RFC 27): who may subscribe, asked by libzmq for each CURVE handshake ---- */
+
+#define ZAP_FRAMES 8 /* version, request id, domain, address, routing id, mechanism, key; and one to spare */
+
+/* Answers one ZAP request, if one is waiting: 200 for a CURVE client presenting the fleet's
+ * public key, 400 for anything else. The requests come from libzmq itself, but their frames are
+ * still read with bounds. */
+static bool zap_serve_one(sb_peer_sync *s)
+{
+    if (!readable(s->zap))
+        return false;
+    zmq_msg_t f[ZAP_FRAMES];
+    int n = 0;
+    bool more = true;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s->zap, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        more = zmq_msg_more(&m);
+        if (n < ZAP_FRAMES)
+            f[n++] = m;
+        else
+            zmq_msg_close(&m);
+    }
+    if (more || n < 2) { /* a request cut short: no reply can be made on a REP socket's turn */
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        return n > 0;
+    }
+    bool ok = n >= 7 && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3) &&
+              zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && zmq_msg_size(&f[6]) == 32 &&
+              !memcmp(zmq_msg_data(&f[6]), s->fleet_key, 32);
+    if (ok)
+        s->st.auth_accepted++;
+    else
+        s->st.auth_refused++;
+    const char *code = ok ? "200" : "400", *text = ok ? "OK" : "not the fleet's key";
+    zmq_send(s->zap, "1.0", 3, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s->zap, code, 3, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s->zap, text, strlen(text), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s->zap, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT); /* user id */
+    zmq_send(s->zap, "", 0, ZMQ_DONTWAIT);               /* metadata */
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&f[i]);
+    return true;
+}
+
 static void pump(sb_peer_sync *s)
 {
     uint32_t budget = s->opts.max_messages_per_turn;
+    for (uint32_t z = 0; s->zap && !s->stopping && z < budget && zap_serve_one(s); z++)
+        ;
     uint64_t now_ms = uv_now(s->loop);
     while (budget && !s->stopping && readable(s->sub)) {
         zmq_msg_t m;
@@ -301,7 +358,7 @@ static void pump(sb_peer_sync *s)
     }
     if (s->stopping)
         return;
-    if (readable(s->sub))
+    if (readable(s->sub) || (s->zap && readable(s->zap)))
         uv_idle_start(&s->idle, on_idle);
     else
         uv_idle_stop(&s->idle);
@@ -401,7 +458,8 @@ bool sb_peer_sync_same_opts(const sb_peer_sync *s, const sb_peer_sync_opts *in)
     const sb_peer_sync_opts *a = &s->opts;
     if (strcmp(a->listen, o.listen) || a->n_peers != o.n_peers || a->heartbeat_ms != o.heartbeat_ms ||
         a->peer_timeout_ms != o.peer_timeout_ms || a->max_request_ms != o.max_request_ms ||
-        a->max_tracked != o.max_tracked || a->max_hashes != o.max_hashes)
+        a->max_tracked != o.max_tracked || a->max_hashes != o.max_hashes || !a->curve_secret != !o.curve_secret ||
+        (o.curve_secret && strcmp(a->curve_secret, o.curve_secret)))
         return false;
     for (size_t i = 0; i < o.n_peers; i++)
         if (strcmp(a->peers[i], o.peers[i]))
@@ -420,6 +478,7 @@ static void free_all(sb_peer_sync *s)
     sb_free(s->wbuf);
     if (s->zctx)
         zmq_ctx_term(s->zctx);
+    OPENSSL_cleanse(s->secret, sizeof s->secret); /* freed memory is not a place for a key */
     sb_free(s);
 }
 
@@ -436,6 +495,11 @@ static void stop(sb_peer_sync *s)
     s->cbs = (sb_peer_sync_cbs){0};
     if (s->poll.loop)
         uv_close((uv_handle_t *)&s->poll, on_closed);
+    if (s->zap_poll.loop)
+        uv_close((uv_handle_t *)&s->zap_poll, on_closed);
+    if (s->zap)
+        zmq_close(s->zap);
+    s->zap = NULL;
     if (s->sub)
         zmq_close(s->sub);
     if (s->pub)
@@ -448,6 +512,43 @@ static void stop(sb_peer_sync *s)
 static int set_int(void *sock, int opt, int v)
 {
     return zmq_setsockopt(sock, opt, &v, sizeof v);
+}
+
+/* CURVE on both sockets, and the ZAP handler that admits only the fleet's key (bound before
+ * the PUB, so no handshake comes before it). 0 or a negative code, logged. */
+static int setup_curve(sb_peer_sync *s)
+{
+    if (!zmq_has("curve")) {
+        SB_ERROR("sync: key_file is set but this libzmq was built without CURVE");
+        return -ENOTSUP;
+    }
+    if (strlen(s->opts.curve_secret) != 40 || zmq_curve_public(s->public, s->opts.curve_secret) < 0 ||
+        !zmq_z85_decode(s->fleet_key, s->public)) {
+        SB_ERROR("sync: the key is not a Z85 CURVE secret key");
+        return -EINVAL;
+    }
+    memcpy(s->secret, s->opts.curve_secret, sizeof s->secret);
+    s->opts.curve_secret = s->secret;
+    s->zap = zmq_socket(s->zctx, ZMQ_REP);
+    if (!s->zap)
+        return -ENOMEM;
+    set_int(s->zap, ZMQ_LINGER, 0);
+    if (zmq_bind(s->zap, "inproc://zeromq.zap.01") < 0) {
+        SB_ERROR("sync: cannot start the ZAP handler: %s", zmq_strerror(errno));
+        return -EINVAL;
+    }
+    static const char domain[] = "switchboard-sync";
+    bool ok = set_int(s->pub, ZMQ_CURVE_SERVER, 1) == 0 &&
+              zmq_setsockopt(s->pub, ZMQ_CURVE_SECRETKEY, s->secret, sizeof s->secret) == 0 &&
+              zmq_setsockopt(s->pub, ZMQ_ZAP_DOMAIN, domain, sizeof domain - 1) == 0 &&
+              zmq_setsockopt(s->sub, ZMQ_CURVE_SERVERKEY, s->public, sizeof s->public) == 0 &&
+              zmq_setsockopt(s->sub, ZMQ_CURVE_PUBLICKEY, s->public, sizeof s->public) == 0 &&
+              zmq_setsockopt(s->sub, ZMQ_CURVE_SECRETKEY, s->secret, sizeof s->secret) == 0;
+    if (!ok) {
+        SB_ERROR("sync: ZMQ refused the CURVE options: %s", zmq_strerror(errno));
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t id, const sb_peer_sync_cbs *cbs,
@@ -497,6 +598,8 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
     int64_t max = (int64_t)s->wcap;
     zmq_setsockopt(s->sub, ZMQ_MAXMSGSIZE, &max, sizeof max);
     zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    if (s->opts.curve_secret && (rc = setup_curve(s)) < 0)
+        goto fail_sockets;
     if (zmq_bind(s->pub, s->listen) < 0) {
         rc = errno == EADDRINUSE ? -EADDRINUSE : errno == ENOMEM ? -ENOMEM : -EINVAL;
         SB_ERROR("sync: cannot bind %s: %s", s->listen, zmq_strerror(errno));
@@ -525,6 +628,15 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
     s->poll.data = s;
     s->open_handles++;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
+    if (s->zap) {
+        if (zmq_getsockopt(s->zap, ZMQ_FD, &fd, &len) < 0 || (rc = uv_poll_init(loop, &s->zap_poll, fd)) < 0) {
+            stop(s);
+            return rc < 0 ? rc : -EINVAL;
+        }
+        s->zap_poll.data = s;
+        s->open_handles++;
+        uv_poll_start(&s->zap_poll, UV_READABLE, on_poll);
+    }
     uv_timer_start(&s->timer, on_timer, s->opts.heartbeat_ms, s->opts.heartbeat_ms);
     uv_idle_start(&s->idle, on_idle);
     SB_INFO("sync: publishing on %s, %zu peer%s, id %016llx", s->listen, s->opts.n_peers,
@@ -532,6 +644,8 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
     *out = s;
     return 0;
 fail_sockets:
+    if (s->zap)
+        zmq_close(s->zap);
     if (s->pub)
         zmq_close(s->pub);
     if (s->sub)

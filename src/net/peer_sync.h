@@ -57,6 +57,12 @@ typedef struct sb_peer_sync_opts {
     size_t max_tracked;             /* default 65536 */
     size_t max_hashes;              /* hashes per SENT read or written; default 16384 */
     uint32_t max_messages_per_turn; /* default 256 */
+    /* The fleet's CURVE secret key (Z85, 40 characters), or NULL: plain text, anyone who can
+     * reach the sockets reads and publishes. With it every gateway of the fleet holds the same
+     * key pair: the PUB is a CURVE server, and a ZAP handler here admits only subscribers that
+     * present the fleet's public key; the SUB is a CURVE client that accepts only publishers
+     * proving they hold the secret. Traffic is encrypted both ways. */
+    const char *curve_secret;
 } sb_peer_sync_opts;
 
 /* The owner (the serving gateway) applies what peers sent, on the loop's thread:
@@ -87,6 +93,8 @@ typedef struct sb_peer_sync_stats {
     uint64_t expired;         /* requests forgotten after max_request_ms */
     uint64_t peer_timeouts;   /* peers gone silent for peer_timeout_ms (their requests released) */
     uint64_t senders_refused; /* messages from a sender past the table of known senders */
+    uint64_t auth_accepted;   /* subscribers admitted by the ZAP handler (CURVE, the fleet's key) */
+    uint64_t auth_refused;    /* ...refused: another key, or another mechanism */
     size_t tracked;           /* peers' requests counted now */
     size_t peers_alive;       /* senders heard within peer_timeout_ms */
     int last_decode_error;
@@ -94,7 +102,8 @@ typedef struct sb_peer_sync_stats {
 
 /* Binds, connects and starts reading on loop. opts' strings are copied. id: this gateway's
  * sender id (drawn from the OS by the caller; nonzero). 0, or a negative code with nothing
- * started (-EADDRINUSE and the like from ZMQ's bind, -EINVAL for an address ZMQ refuses). */
+ * started (-EADDRINUSE and the like from ZMQ's bind, -EINVAL for an address ZMQ refuses or a
+ * key it cannot read, -ENOTSUP when curve_secret is set and this libzmq has no CURVE). */
 int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t id, const sb_peer_sync_cbs *cbs,
                        sb_peer_sync **out);
 /* A new owner's callbacks (NULL: none): the requests counted for the old one are forgotten. */

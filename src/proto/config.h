@@ -266,6 +266,11 @@ typedef struct sb_config {
     uint32_t sync_peer_timeout_ms; /* a peer silent this long: its requests stop counting; 5000 */
     size_t sync_max_tracked;       /* peers' requests counted at once; 65536 */
     uint32_t sync_max_request_ms;  /* a peer's request whose end is never heard; 600000 */
+    /* sync.key_file: the fleet's CURVE secret key (Z85, 40 characters; `switchboard keygen`).
+     * With it the peers' traffic is encrypted and only holders of the key publish or read. */
+    char *sync_key_file;
+    bool sync_has_key;
+    char sync_key[41]; /* the secret, Z85, NUL-terminated; wiped with the config */
     /* membership at run time (`discovery:`; net/discovery.h) */
     uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
     uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */
@@ -348,6 +353,9 @@ int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, c
 int sb_config_set_admin_token(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);
 /* A pool's upstream_api_key_file's text: one key, surrounding blanks and newlines ignored. */
 int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t len, char *msg, size_t cap);
+/* sync.key_file's text: one CURVE secret key in Z85 (40 characters of ZeroMQ's Z85 alphabet),
+ * surrounding blanks and newlines ignored. */
+int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);
 
 /* The profile a pool's `profile:` names: a user profile of cfg, else the built-in of that
  * name, else NULL (never for a pool of a parsed config: the loader checks every name). The

@@ -315,6 +315,36 @@ int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t l
     return ok ? 0 : -1;
 }
 
+/* ZeroMQ's Z85 alphabet (RFC 32/Z85): 85 printable characters, no quote nor backslash. */
+static bool z85_char(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c && strchr(".-:+=^!/*?&<>()[]{}@%$#", c));
+}
+
+int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap)
+{
+    size_t a = 0, b = len;
+    while (a < b && strchr(" \t\r\n", text[a]))
+        a++;
+    while (b > a && strchr(" \t\r\n", text[b - 1]))
+        b--;
+    bool ok = b - a == 40;
+    for (size_t i = a; ok && i < b; i++)
+        ok = z85_char(text[i]);
+    if (ok) {
+        memcpy(cfg->sync_key, text + a, 40);
+        cfg->sync_key[40] = '\0';
+        cfg->sync_has_key = true;
+    } else {
+        snprintf(msg, cap,
+                 "sync.key_file must hold one CURVE secret key: 40 characters of ZeroMQ's Z85 alphabet "
+                 "(make one with `switchboard keygen`)");
+    }
+    OPENSSL_cleanse(text, len);
+    return ok ? 0 : -1;
+}
+
 int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, char *msg, size_t cap)
 {
     sb_auth_file_error err;

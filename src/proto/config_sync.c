@@ -79,7 +79,7 @@ static void parse_peers(parse *p, const yaml_node_t *v)
     }
 }
 
-/* sync: { listen, peers, heartbeat_ms, peer_timeout_ms, max_tracked, max_request_ms } */
+/* sync: { listen, peers, key_file, heartbeat_ms, peer_timeout_ms, max_tracked, max_request_ms } */
 void cfg_parse_sync(parse *p, const yaml_node_t *map)
 {
     sb_config *cfg = p->cfg;
@@ -108,6 +108,12 @@ void cfg_parse_sync(parse *p, const yaml_node_t *map)
             }
         } else if (!strcmp(key, "peers")) {
             parse_peers(p, v);
+        } else if (!strcmp(key, "key_file")) {
+            char *f = cfg_dup_string(p, v, "sync.key_file");
+            if (f) {
+                sb_free(cfg->sync_key_file);
+                cfg->sync_key_file = f;
+            }
         } else {
             cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in sync", key);
         }

@@ -4,15 +4,18 @@ sends the same prompt to the same replica without ever having routed it), a requ
 through one counts as in flight in the other until it ends, and hostile or lost peer messages
 are counted and released, never trusted for long."""
 import json
+import os
 import re
 import signal
 import socket
 import struct
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
 
-from fixtures import Gateway, free_port, http, scrape_metric, wait_until
+from fixtures import GATEWAY_BIN, Gateway, free_port, http, scrape_metric, wait_until
 from test_sim import MODEL, Sim
 
 try:
@@ -218,6 +221,143 @@ class SyncTest(unittest.TestCase):
             ctx.term()
 
 
+def keygen(path):
+    """`switchboard keygen -o path`: the secret into a 0600 file; returns the public key."""
+    r = subprocess.run([GATEWAY_BIN, "keygen", "-o", path], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    return r.stderr.split("public key: ")[1].strip()
+
+
+class SyncCurveTest(unittest.TestCase):
+    """sync.key_file: the fleet's gateways share one CURVE key; their traffic is encrypted, and
+    neither a subscriber nor a publisher without the secret takes part."""
+
+    def setUp(self):
+        self.sim = Sim(replicas=2)
+        self.dir = tempfile.mkdtemp(prefix="sb-curve-")
+        self.key = os.path.join(self.dir, "sync.key")
+        self.public = keygen(self.key)
+        self.sync_ports = [free_port(), free_port()]
+        self.plain_port, self.forger_port = free_port(), free_port()  # b's two impostor "peers"
+        pool = {"name": "p", "models": [MODEL], "profile": "prefix-only",
+                "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports]}
+        self.gws = []
+        try:
+            for i in range(2):
+                peers = ["tcp://127.0.0.1:%d" % self.sync_ports[1 - i]]
+                if i == 1:
+                    peers += ["tcp://127.0.0.1:%d" % self.plain_port, "tcp://127.0.0.1:%d" % self.forger_port]
+                extra = ('sync: { listen: "tcp://127.0.0.1:%d", peers: %s, key_file: "%s", heartbeat_ms: 100, '
+                         "peer_timeout_ms: 1500 }" % (self.sync_ports[i], json.dumps(peers), self.key))
+                self.gws.append(Gateway([pool], extra=extra))
+        except Exception:
+            for g in self.gws:
+                g.close()
+            self.sim.stop()
+            raise
+        for g in self.gws:
+            wait_until(lambda g=g: scrape_metric(g.admin_port, "switchboard_sync_peers_alive") == 1, 10,
+                       "the peer's heartbeats, over CURVE")
+
+    def tearDown(self):
+        for g in self.gws:
+            g.close()
+        self.sim.stop()
+
+    def test_keyed_gateways_share_what_they_sent(self):
+        a, b = self.gws
+        self.assertEqual(os.stat(self.key).st_mode & 0o777, 0o600)
+        for g in self.gws:  # each admitted the other's subscriber by the fleet's key
+            self.assertGreaterEqual(scrape_metric(g.admin_port, "switchboard_sync_auth_accepted_total"), 1)
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_auth_refused_total"), 0)
+        body = json.dumps(chat("You are the keyed fleet's assistant. " * 24, "hello?")).encode()
+        self.assertEqual(http(a.port, "POST", "/v1/chat/completions", body)[0], 200)
+        wait_until(lambda: scrape_metric(b.admin_port, "switchboard_sync_applied_total") == 1, 5,
+                   "b to hear a's dispatch")
+        self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_decode_errors_total"), 0)
+        # The key cannot change under a running gateway: a reload that changes it is refused.
+        keygen(self.key + ".new")
+        with open(a.config_path) as f:
+            text = f.read()
+        with open(a.config_path, "w") as f:
+            f.write(text.replace(self.key, self.key + ".new"))
+        st, _, metrics = http(a.admin_port, "GET", "/metrics")
+        failed = int(re.search(r'^switchboard_reloads_total\{result="failure"\} (\d+)$', metrics.decode(), re.M)
+                     .group(1))
+        a.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: int(re.search(r'^switchboard_reloads_total\{result="failure"\} (\d+)$',
+                                         http(a.admin_port, "GET", "/metrics")[2].decode(), re.M).group(1))
+                   == failed + 1, 10, "the refused reload")
+        self.assertIn("reload refused: sync changed", open(a.log_path).read())
+
+    @unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
+    def test_outsiders_neither_read_nor_publish(self):
+        a, b = self.gws
+        ctx = zmq.Context()
+        socks = []
+
+        def sock(kind):
+            s = ctx.socket(kind)
+            s.setsockopt(zmq.LINGER, 0)
+            socks.append(s)
+            return s
+        try:
+            a_addr = "tcp://127.0.0.1:%d" % self.sync_ports[0]
+            # Readers of a's publisher: one in plain text, one with a key of its own (it knows
+            # the fleet's public key, so a proves itself to it, but a's ZAP handler refuses it),
+            # and, the control, one holding the fleet's secret.
+            plain = sock(zmq.SUB)
+            stranger = sock(zmq.SUB)
+            stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+            stranger.curve_serverkey = self.public.encode()
+            member = sock(zmq.SUB)
+            secret = open(self.key, "rb").read().strip()
+            member.curve_secretkey = secret
+            member.curve_publickey = self.public.encode()
+            member.curve_serverkey = self.public.encode()
+            for s in (plain, stranger, member):
+                s.setsockopt(zmq.SUBSCRIBE, b"")
+                s.connect(a_addr)
+            wait_until(lambda: scrape_metric(a.admin_port, "switchboard_sync_auth_refused_total") >= 1, 10,
+                       "a's ZAP handler to refuse the stranger")
+            # Publishers b connects to as peers: one in plain text, one a CURVE server with a
+            # secret that is not the fleet's. Both send b dispatches it would apply if heard.
+            plain_pub = sock(zmq.PUB)
+            plain_pub.bind("tcp://127.0.0.1:%d" % self.plain_port)
+            forger = sock(zmq.PUB)
+            forger.curve_server = True
+            forger.curve_secretkey = zmq.curve_keypair()[1]
+            forger.bind("tcp://127.0.0.1:%d" % self.forger_port)
+            ep = ("127.0.0.1:%d" % self.sim.ports[0]).encode()
+            heard = 0
+            seq = 0
+            start = scrape_metric(b.admin_port, "switchboard_sync_received_total")
+            # The member hears a; keep going until it has heard 20 of a's messages and b 20
+            # frames (a's heartbeats, every 100 ms) while the impostors published throughout.
+            while heard < 20 or scrape_metric(b.admin_port, "switchboard_sync_received_total") < start + 20:
+                seq += 1
+                for p in (plain_pub, forger):
+                    p.send(frame(1, 0xBAD, seq, seq, b"p", ep, 100, [seq]))
+                if member.poll(50):
+                    member.recv()
+                    heard += 1
+            for s in (plain, stranger):
+                self.assertEqual(s.poll(0), 0, "an outsider read the fleet's messages")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_applied_total"), 0,
+                             "b applied an impostor's dispatch")
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_peers_alive"), 1)
+            self.assertEqual(scrape_metric(b.admin_port, "switchboard_sync_decode_errors_total"), 0)
+            self.assertEqual(self.endpoints_in_flight(b), 0)
+        finally:
+            for s in socks:
+                s.close()
+            ctx.term()
+
+    def endpoints_in_flight(self, gw):
+        st, _, body = http(gw.admin_port, "GET", "/debug/endpoints")
+        return sum(e["own"]["in_flight"] for e in json.loads(body)["pools"][0]["endpoints"])
+
+
 class SyncConfigTest(unittest.TestCase):
     def test_bind_failure_and_reload(self):
         taken = socket.socket()
@@ -231,6 +371,18 @@ class SyncConfigTest(unittest.TestCase):
             self.assertIn("sync: cannot bind", str(cm.exception))
         finally:
             taken.close()
+
+    def test_a_key_file_that_is_not_a_key(self):
+        pool = {"name": "p", "models": [MODEL], "endpoints": ["127.0.0.1:1"]}
+
+        def bad_key(d):
+            with open(os.path.join(d, "sync.key"), "w") as f:
+                f.write("not-a-curve-key\n")
+            return {}
+        with self.assertRaises(AssertionError) as cm:
+            Gateway([pool], extra='sync: { listen: "tcp://127.0.0.1:%d", key_file: sync.key }' % free_port(),
+                    pre_start=bad_key)
+        self.assertIn("sync.key_file must hold one CURVE secret key", str(cm.exception))
 
 
 if __name__ == "__main__":

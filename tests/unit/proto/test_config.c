@@ -1446,6 +1446,33 @@ static void test_sync(void **state)
         snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"tcp://p%d:1\"", i ? ", " : "", i);
     snprintf(big + strlen(big), sizeof big - strlen(big), "]\n%s", POOL_OK);
     expect_one_error(big, 3, "at most 64 peers");
+
+    /* key_file: recorded here, read by the cmd layer; its text must be one Z85 CURVE secret. */
+    assert_int_equal(parse_str("sync: { listen: \"tcp://a:1\", key_file: keys/sync.key }\n" POOL_OK, &cfg, &errs), 0);
+    assert_string_equal(cfg->sync_key_file, "keys/sync.key");
+    assert_false(cfg->sync_has_key);
+    char msg[200];
+    char good[] = " \tJTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6\r\n";
+    assert_int_equal(sb_config_set_sync_key(cfg, good, strlen(good), msg, sizeof msg), 0);
+    assert_true(cfg->sync_has_key);
+    assert_string_equal(cfg->sync_key, "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6");
+    assert_null(strstr(good, "JTKV"));                              /* wiped */
+    char short_key[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh\n"; /* 39 */
+    char long_key[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh66";  /* 41 */
+    char bad_char[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh\\";  /* a backslash is not Z85 */
+    char quote[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh\"";
+    char inner_blank[] = "JTKVSB%%)wK0E.X)V>+}o?pNm {O&4W4b!Ni{Lh6";
+    char *bad[] = {short_key, long_key, bad_char, quote, inner_blank};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t n = strlen(bad[i]);
+        assert_int_equal(sb_config_set_sync_key(cfg, bad[i], n, msg, sizeof msg), -1);
+        assert_non_null(strstr(msg, "must hold one CURVE secret key"));
+        assert_null(strstr(msg, "JTKV")); /* the message names no part of the secret */
+        for (size_t j = 0; j < n; j++)
+            assert_int_equal(bad[i][j], 0); /* wiped, refused or not */
+    }
+    assert_string_equal(cfg->sync_key, "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"); /* kept */
+    sb_config_free(cfg);
 }
 
 /* ext_proc: the endpoint picker's listener; off unless configured, defaults, bounds, modes. */
