@@ -94,7 +94,7 @@ int sb_peer_msg_decode(const unsigned char *buf, size_t len, size_t max_hashes, 
         return SB_PEER_E_SHORT;
     if (memcmp(buf, magic, 4))
         return SB_PEER_E_MAGIC;
-    if (buf[4] != 1)
+    if (buf[4] != 1 || buf[6] || buf[7]) /* flags: none defined in version 1 */
         return SB_PEER_E_VERSION;
     uint8_t kind = buf[5];
     if (kind < SB_PEER_SENT || kind > SB_PEER_HEARTBEAT)

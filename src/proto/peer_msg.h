@@ -33,7 +33,7 @@ enum { SB_PEER_SENT = 1, SB_PEER_FIRST = 2, SB_PEER_DONE = 3, SB_PEER_HEARTBEAT 
 enum {
     SB_PEER_E_SHORT = -1,    /* shorter than its header or its declared parts */
     SB_PEER_E_MAGIC = -2,    /* not "SBSY" */
-    SB_PEER_E_VERSION = -3,  /* a version this build does not read */
+    SB_PEER_E_VERSION = -3,  /* a version this build does not read, or flags set */
     SB_PEER_E_KIND = -4,     /* an unknown kind */
     SB_PEER_E_LENGTH = -5,   /* bytes left over, or a name empty or too long */
     SB_PEER_E_TOO_MANY = -6, /* more hashes than the reader allows */
