@@ -6,7 +6,7 @@
 # and the other commands work as on a host.
 FROM debian:12 AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc make pkg-config libuv1-dev libhttp-parser-dev \
+ && apt-get install -y --no-install-recommends gcc make pkg-config libuv1-dev liburing-dev libhttp-parser-dev \
     libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev \
     protobuf-c-compiler libprotobuf-c-dev \
  && rm -rf /var/lib/apt/lists/*
@@ -19,7 +19,7 @@ FROM debian:12-slim
 # against the binary's NEEDED entries).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libuv1 libhttp-parser2.9 libyaml-0-2 libxxhash0 \
-    libssl3 libnghttp2-14 libzmq5 libprotobuf-c1 ca-certificates \
+    libssl3 libnghttp2-14 liburing2 libzmq5 libprotobuf-c1 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/bin/switchboard /usr/bin/switchboard
 COPY --from=build /out/etc/switchboard /etc/switchboard

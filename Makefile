@@ -10,7 +10,7 @@ CC      ?= gcc
 CSTD    := -std=c11 -D_GNU_SOURCE
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wmissing-prototypes
 INC     := -Isrc -Ibuild/gen
-LIBS    := -luv -lhttp_parser -lyaml -lxxhash -lnghttp2 -lssl -lcrypto -lzmq -lmsgpackc -lprotobuf-c -lm
+LIBS    := -luv -luring -lhttp_parser -lyaml -lxxhash -lnghttp2 -lssl -lcrypto -lzmq -lmsgpackc -lprotobuf-c -lm
 # EXTRA_CFLAGS / EXTRA_LDFLAGS: a packager's flags (debian/rules passes dpkg-buildflags' hardening).
 CFLAGS_REL  := $(CSTD) -O2 -g $(WARN) $(INC) $(EXTRA_CFLAGS)
 CFLAGS_SAN  := $(CSTD) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \

@@ -87,14 +87,14 @@ pools:
     endpoints: ["127.0.0.1:$P_NGINX"]
 SBY
 nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
-$PROXY_CPU haproxy -q -f "$work/haproxy.cfg" & pids+=($!)
-$PROXY_CPU "$SB_BIN" serve -q -c "$work/sb.yaml" & pids+=($!)
+$PROXY_CPU haproxy -q -f "$work/haproxy.cfg" & pids+=($!); pid_haproxy=$!
+$PROXY_CPU "$SB_BIN" serve -q -c "$work/sb.yaml" & pids+=($!); pid_switchboard=$!
 ports="$P_NGINX $P_SB $P_HA"
 targets="direct:$P_NGINX switchboard:$P_SB haproxy:$P_HA"
 if [ -n "$SB_BASE_BIN" ]; then
   # An older build may not know `workers:` (one loop either way with the default).
   sed -e "s/$P_SB/$P_BASE/" -e "s/$((P_SB + 2))/$((P_BASE + 2))/" -e '/^workers: 1$/d' "$work/sb.yaml" > "$work/sbb.yaml"
-  $PROXY_CPU "$SB_BASE_BIN" serve -q -c "$work/sbb.yaml" & pids+=($!)
+  $PROXY_CPU "$SB_BASE_BIN" serve -q -c "$work/sbb.yaml" & pids+=($!); pid_base=$!
   ports="$ports $P_BASE"
   targets="direct:$P_NGINX switchboard:$P_SB base:$P_BASE haproxy:$P_HA"
 fi
@@ -114,6 +114,12 @@ run() { # target port, conns [scheme [extra wrk args]] -> JSON line
   $LOAD_CPU wrk -t1 -c"$2" -d"${DURATION}s" -s bench/chat4k.lua ${4:-} "${3:-http}://127.0.0.1:$1" | grep '^{'
 }
 results="$work/results.tsv"
+# The proxy's own CPU time (user + system, clock ticks) over a load run: per request, what one
+# core spends proxying it. On this 2-core machine wrk, nginx and the proxy share the cores, so
+# throughput is the pipeline's and no proxy saturates its core; CPU per request is the per-core
+# figure (a core's capacity is 1 / CPU per request). 0 for direct (no proxy).
+cpu_ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 for target in $targets; do
   run "${target##*:}" 4 > /dev/null  # warm-up
 done
@@ -122,7 +128,10 @@ done
 for i in $(seq "$RUNS"); do
   for target in $targets; do
     name=${target%%:*}; port=${target##*:}
+    pidvar=pid_$name; pid=${!pidvar:-}
+    c0=$(cpu_ticks "$pid")
     printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS")" >> "$results"
+    printf '%s,cpu,%s\t{"ticks":%s}\n' "$name" "$i" "$(( $(cpu_ticks "$pid") - c0 ))" >> "$results"
     printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
   done
 done
@@ -164,9 +173,10 @@ print(json.dumps({"rps": rps, "mean_us": us(m.group(3)), "max_us": us(m.group(2)
     done
   done
 fi
-python3 - "$RUNS" "$CONNS" "$results" "$H2_CONNS" "$H2_STREAMS" <<'PY'
+python3 - "$RUNS" "$CONNS" "$results" "$H2_CONNS" "$H2_STREAMS" "$TICK_US" <<'PY'
 import json, statistics, sys
 runs, conns = int(sys.argv[1]), sys.argv[2]
+tick_us = int(sys.argv[6])
 R = {}
 for line in open(sys.argv[3]):
     k, v = line.rstrip("\n").split("\t")
@@ -193,6 +203,14 @@ print("added latency at %s connections (over direct): switchboard p50 %+.0f us p
 if "base" in names:
     b = med("base", "load", "rps")
     print("switchboard/base throughput: %.2fx   base/haproxy: %.2fx" % (sb / b, b / ha))
+def cpu_us(name):  # the proxy's CPU time per request at CONNS connections, median over the runs
+    return statistics.median(R["%s,cpu,%d" % (name, i)]["ticks"] * tick_us / R["%s,load,%d" % (name, i)]["requests"]
+                             for i in range(1, runs + 1))
+cpu_names = [n for n in names if n != "direct"]
+print("CPU per request at %s connections (the proxy's user+system time; a core's capacity is its inverse):" % conns)
+print("  " + "   ".join("%s %.2f us" % (n, cpu_us(n)) for n in cpu_names))
+print("per-core capacity switchboard/haproxy: %.2fx" % (cpu_us("haproxy") / cpu_us("switchboard"))
+      + ("   switchboard/base: %.2fx" % (cpu_us("base") / cpu_us("switchboard")) if "base" in names else ""))
 if "switchboard-tls,load,1" in R:
     print("over TLS (same P-256 certificate; TLS 1.3):")
     print("%-16s %12s %10s %10s | %14s | %14s" % ("target", "rps@%sconn" % conns, "p50 us", "p99 us", "p50 us @1conn",

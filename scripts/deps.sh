@@ -11,7 +11,7 @@ command -v npm >/dev/null 2>&1 || extproc="$extproc nodejs npm"
 # by playwright-core from npm (tests/browser); playwright's own browser downloads are never used.
 browser="chromium"
 purpose=${1:-build}
-pkgs="gcc make pkg-config libuv1-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev protobuf-c-compiler libprotobuf-c-dev"
+pkgs="gcc make pkg-config libuv1-dev liburing-dev libhttp-parser-dev libjsmn-dev libyaml-dev libxxhash-dev libssl-dev libnghttp2-dev libzmq3-dev libmsgpack-dev protobuf-c-compiler libprotobuf-c-dev"
 case "$purpose" in
   build|demo) ;;
   # systemd for systemd-analyze (the installed units are verified), absent from container images.

@@ -9,6 +9,7 @@
 #include "cmd/cmd.h"
 #include "net/gateway.h"
 #include "net/guard.h"
+#include "net/iobatch.h"
 #include "net/workers.h"
 
 /* Signals: SIGTERM drains (what orchestrators send before they kill: Kubernetes, systemd,
@@ -122,6 +123,11 @@ static size_t resolve_workers(const sb_config *cfg)
 int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
 {
     cfg->workers = resolve_workers(cfg);
+    /* Each loop batches its socket writes (the workers' loops open theirs as they start). */
+    sb_iob_set_enabled(!cfg->io_uring_off);
+    int irc = cfg->io_uring_off ? 0 : sb_iob_open(loop);
+    if (irc < 0)
+        SB_WARN("io_uring unavailable (%s): socket writes go one system call each", strerror(-irc));
     if (cfg->workers > 1 && cfg->listen_host && !sb_guard_on() && sb_guard_start(loop) < 0) {
         SB_ERROR("workers: cannot set up the main loop's mailbox; serving on one loop");
         cfg->workers = 1;
@@ -138,8 +144,11 @@ int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
 void sb_cmd_run(uv_loop_t *loop)
 {
     sb_guard_run_main(loop);
-    if (!sb_guard_on())
+    sb_iob_close(loop); /* its handles close in the loop's last runs, below or the caller's */
+    if (!sb_guard_on()) {
+        uv_run(loop, UV_RUN_DEFAULT);
         return;
+    }
     sb_workers_join();
     /* What the workers left for the main loop as they ended (closes of its handles). */
     sb_guard_mailbox_close(loop);

@@ -24,6 +24,7 @@
 #include "net/decisions.h"
 #include "net/discovery.h"
 #include "net/guard.h"
+#include "net/iobatch.h"
 #include "net/kv_feed.h"
 #include "net/peer_sync.h"
 #include "net/picker.h"
@@ -169,6 +170,23 @@ static void render_workers(sb_gateway *gw, sb_buf *b)
                           (unsigned long long)st.accepted_total);
         }
     }
+    /* Socket writes batched per loop turn (net/iobatch.h): process-wide, every loop's. */
+    sb_iob_stats io;
+    sb_iob_get_stats(&io);
+    sb_buf_printf(b,
+                  "# HELP switchboard_io_uring_submits_total Submissions of batched socket writes (one system call "
+                  "each, for a loop turn's writes; io_uring: false leaves them at 0).\n"
+                  "# TYPE switchboard_io_uring_submits_total counter\nswitchboard_io_uring_submits_total %llu\n"
+                  "# HELP switchboard_io_uring_sends_total Socket writes sent in those submissions.\n"
+                  "# TYPE switchboard_io_uring_sends_total counter\nswitchboard_io_uring_sends_total %llu\n"
+                  "# HELP switchboard_io_uring_handed_total Batched writes the socket took only part of (or none), "
+                  "finished by libuv as the socket drains.\n"
+                  "# TYPE switchboard_io_uring_handed_total counter\nswitchboard_io_uring_handed_total %llu\n"
+                  "# HELP switchboard_io_uring_released_total Batched writes handed to libuv before their turn "
+                  "ended (a close, or another writer on the socket).\n"
+                  "# TYPE switchboard_io_uring_released_total counter\nswitchboard_io_uring_released_total %llu\n",
+                  (unsigned long long)io.submits, (unsigned long long)io.sends, (unsigned long long)io.handed,
+                  (unsigned long long)io.released);
     if (!sb_guard_on())
         return;
     sb_guard_stats gs;

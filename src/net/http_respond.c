@@ -1,5 +1,6 @@
 /* http_respond: writing answers (see http_server_internal.h). */
 #include "net/guard.h"
+#include "net/iobatch.h"
 #include "net/http_server_internal.h"
 
 #include <stdio.h>
@@ -46,8 +47,17 @@ static void on_write(uv_write_t *w, int status)
     wreq *r = (wreq *)w;
     conn *c = r->c;
     c->queued -= r->len;
-    sb_free(r->data);
-    sb_free(r);
+    if (r == &c->batched) {
+        c->batched_busy = false;
+        if (!c->out.data && r->cap <= OUT_KEEP_BYTES) /* the next answer reuses it */
+            c->out = (sb_buf){.data = r->data, .cap = r->cap};
+        else
+            sb_free(r->data);
+        r->data = NULL;
+    } else {
+        sb_free(r->data);
+        sb_free(r);
+    }
     if (status < 0 && c->state != CONN_CLOSING) {
         hs_conn_close(c);
         return;
@@ -146,6 +156,21 @@ static int flush_out(conn *c)
          * for HTTP/2: its on_write (hs_h2_written) pulls nghttp2's next frames, wakes the
          * streams waiting for room and closes after a final GOAWAY. */
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+        if (sb_iob_active((uv_stream_t *)&c->tcp)) {
+            /* The loop batches its writes: this one leaves with the turn's others, in one
+             * system call (net/iobatch.h); the callback (on_write) comes once it has. */
+            wreq *r = &c->batched;
+            r->c = c;
+            r->cap = c->out.cap;
+            r->data = sb_buf_steal(&c->out, &r->len);
+            if (sb_iob_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write) == 0) {
+                c->batched_busy = true;
+                c->queued += r->len;
+                return 0;
+            }
+            c->out = (sb_buf){.data = r->data, .len = r->len, .cap = r->cap};
+            r->data = NULL;
+        }
         int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         sent = n > 0 ? (size_t)n : 0;
         if (sent == c->out.len) {
@@ -168,6 +193,8 @@ static int flush_out(conn *c)
     r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
     r->len -= sent;
     uv_buf_t b = uv_buf_init(r->data + sent, (unsigned)r->len);
+    if (c->batched_busy) /* behind the batched answer, in order */
+        sb_iob_release((uv_stream_t *)&c->tcp);
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {
         sb_free(r->data);

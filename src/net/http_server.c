@@ -1,6 +1,7 @@
 /* http_server: the listener, connections' lifecycle and the options (see http_server_internal.h). */
 #include "net/guard.h"
 #include "net/http_server_internal.h"
+#include "net/iobatch.h"
 #include "net/sock.h"
 
 #include <errno.h>
@@ -75,6 +76,7 @@ void hs_conn_close(conn *c)
     hs_undirty(c);
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    sb_iob_release((uv_stream_t *)&c->tcp); /* a batched answer leaves before the close, as it would have */
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -197,6 +199,7 @@ void hs_linger_drained(conn *c)
         return;
     }
     c->shutdown_req.data = c;
+    sb_iob_release((uv_stream_t *)&c->tcp); /* none while queued is 0; libuv's order if any */
     if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
         hs_conn_close(c);
         return;

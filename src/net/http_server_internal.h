@@ -58,6 +58,15 @@ typedef struct hdr_off {
     size_t name_off, name_len, value_off, value_len;
 } hdr_off;
 
+struct conn;
+typedef struct wreq {
+    uv_write_t w;
+    struct conn *c;
+    size_t len;
+    char *data;     /* the connection's out buffer, taken over: no copy */
+    size_t cap;     /* its capacity (the batched write gives it back) */
+} wreq;
+
 typedef struct conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
@@ -104,6 +113,10 @@ typedef struct conn {
     bool request_timed;   /* header_ms runs for the request being read (armed once, at process()'s end) */
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
+    /* The write of a whole answer batched with the loop turn's others (net/iobatch.h): one at
+     * a time (only when nothing else is queued), its buffer given back to out afterwards. */
+    wreq batched;
+    bool batched_busy;
     struct conn *dirty_prev, *dirty_next;
     bool dirty;
     /* lingering close (conn_linger) */
@@ -198,13 +211,6 @@ static inline void hs_body_refund(sb_http_server *s, size_t n)
     s->body_bytes -= n;
     s->shared->body_bytes -= n;
 }
-
-typedef struct wreq {
-    uv_write_t w;
-    conn *c;
-    size_t len;
-    char *data;     /* the connection's out buffer, taken over: no copy */
-} wreq;
 
 /* http_server.c: a connection's lifecycle. */
 

@@ -34,6 +34,7 @@
 #include "core/retry.h"
 #include "net/decisions.h"
 #include "net/guard.h"
+#include "net/iobatch.h"
 #include "net/probe.h"
 #include "net/proxy.h"
 #include "net/stats.h"
@@ -1170,11 +1171,16 @@ static void send_request(exchange *x)
         return;
     }
     bufs[0] = uv_buf_init(x->head.data, (unsigned)x->head.len);
-    /* Head and body in one writev, at once: a few KiB fit the socket (no write request, no
-     * callback, no epoll_ctl when libuv's queue drains); whatever did not fit is queued. */
-    int held = sb_guard_io_begin(); /* workers: the write leaves without the lock */
-    int wrote = sb_upstream_try_write(uc, bufs, (unsigned)nb);
-    sb_guard_io_end(held);
+    /* Head and body in one writev. Where the loop batches its writes (net/iobatch.h), with the
+     * turn's others, in one system call for all: the write goes whole to sb_upstream_write.
+     * Else at once: a few KiB fit the socket (no write request, no callback, no epoll_ctl when
+     * libuv's queue drains); whatever did not fit is queued. */
+    int wrote = 0, held;
+    if (uc->tls.ssl || !sb_iob_active((uv_stream_t *)&uc->tcp)) {
+        held = sb_guard_io_begin(); /* workers: the write leaves without the lock */
+        wrote = sb_upstream_try_write(uc, bufs, (unsigned)nb);
+        sb_guard_io_end(held);
+    }
     int i = 0;
     for (size_t left = (size_t)wrote; i < nb; i++) {
         if (left < bufs[i].len) {

@@ -1,5 +1,6 @@
 #include "net/upstream.h"
 #include "net/guard.h"
+#include "net/iobatch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -103,6 +104,7 @@ void sb_upstream_close(sb_upstream_conn *uc)
     uc->timer.data = uc;
     uv_timer_stop(&uc->timer);
     uv_close((uv_handle_t *)&uc->timer, on_closed);
+    sb_iob_release((uv_stream_t *)&uc->tcp); /* a batched request leaves as it would have, then the close */
     uv_close((uv_handle_t *)&uc->tcp, on_closed);
 }
 
@@ -716,8 +718,8 @@ static int tls_flush(sb_upstream_conn *uc)
 
 int sb_upstream_write(sb_upstream_conn *uc, uv_write_t *req, const uv_buf_t *bufs, unsigned n, uv_write_cb cb)
 {
-    if (!uc->tls.ssl)
-        return uv_write(req, (uv_stream_t *)&uc->tcp, bufs, n, cb);
+    if (!uc->tls.ssl) /* with the loop turn's other writes, where the loop batches them */
+        return sb_iob_write(req, (uv_stream_t *)&uc->tcp, bufs, n, cb);
     for (unsigned i = 0; i < n; i++)
         if (bufs[i].len && sb_tls_write(&uc->tls, bufs[i].base, bufs[i].len) < 0)
             return UV_EPROTO;
@@ -728,6 +730,7 @@ int sb_upstream_try_write(sb_upstream_conn *uc, const uv_buf_t *bufs, unsigned n
 {
     if (uc->tls.ssl)
         return 0;
+    sb_iob_release((uv_stream_t *)&uc->tcp); /* behind what is batched, if anything is */
     int rc = uv_try_write((uv_stream_t *)&uc->tcp, bufs, n);
     return rc > 0 ? rc : 0;
 }

@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "net/guard.h"
+#include "net/iobatch.h"
 #include "net/tls.h"
 
 typedef struct worker {
@@ -114,8 +115,11 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
         w->index = (int)made;
         if ((rc = uv_loop_init(&w->loop)) < 0)
             break;
+        if (sb_iob_open(&w->loop) < 0)
+            SB_DEBUG("workers: worker %zu writes through libuv (no io_uring)", made);
         if ((rc = sb_guard_mailbox_open(&w->loop, true)) < 0 ||
             (rc = sb_http_server_start(&w->loop, host, port, &so, env->handler, env->ctx, &w->server)) < 0) {
+            sb_iob_close(&w->loop);
             if (w->loop.data)
                 sb_guard_mailbox_close(&w->loop);
             uv_run(&w->loop, UV_RUN_DEFAULT);
@@ -137,6 +141,7 @@ int sb_workers_start(size_t n, const char *host, uint16_t port, const sb_http_se
             worker *w = &ws[i];
             sb_http_server_stop(w->server);
             uv_close((uv_handle_t *)&w->turn, NULL);
+            sb_iob_close(&w->loop);
             sb_guard_mailbox_close(&w->loop);
             uv_run(&w->loop, UV_RUN_DEFAULT);
             uv_loop_close(&w->loop);
@@ -344,6 +349,7 @@ static void quit_worker(void *arg)
     }
     uv_prepare_stop(&w->turn);
     uv_close((uv_handle_t *)&w->turn, NULL);
+    sb_iob_close(&w->loop);
     sb_guard_mailbox_close(&w->loop);
 }
 

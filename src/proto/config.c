@@ -592,6 +592,11 @@ static void parse_root(parse *p, const yaml_node_t *root)
                 p->cfg->workers = 0;
             else
                 cfg_parse_field(p, &workers_field, v, p->cfg, NULL);
+        } else if (!strcmp(key, "io_uring")) {
+            /* false: socket writes through libuv, a system call each (net/iobatch.h). */
+            bool on;
+            if (cfg_bool_of(p, v, "io_uring", &on))
+                p->cfg->io_uring_off = !on;
         } else if (!strcmp(key, "access_log_decisions")) {
             cfg_parse_field(p, &log_decisions_field, v, p->cfg, NULL);
         } else if (!strcmp(key, "profiles")) {

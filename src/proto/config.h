@@ -156,6 +156,9 @@ typedef struct sb_config {
     /* Event loops serving the client listener (net/workers.h); 0: auto, the cores available
      * (resolved by cmd/serve.c before the gateway starts). 1: one loop, no threads. */
     size_t workers;
+    /* `io_uring: false`: the loops write through libuv, a system call per write; default on,
+     * where the kernel allows (net/iobatch.h). Read at start: a reload keeps the running one. */
+    bool io_uring_off;
     size_t max_prompt_blocks;     /* hashed blocks per request; default 16384 */
     size_t max_json_depth;        /* JSON nesting (arrays and objects) in bodies; default 128 */
     size_t max_json_tokens;       /* JSON values (keys included) in a body; default 1 Mi */

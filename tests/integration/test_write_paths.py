@@ -1,5 +1,6 @@
 """The gateway writes a request upstream, and an answer to its client, at once when the socket
-takes it (uv_try_write) and queues only what did not fit. These pin the partial case on both
+takes it (batched with the loop turn's other writes through io_uring, net/iobatch.h; or
+uv_try_write with `io_uring: false`) and queues only what did not fit. These pin the partial case on both
 sides: peers with small receive buffers that do not read for a while, so the first write takes
 part of the bytes and the rest goes through the queue; every byte must arrive once, in order,
 and the connections must stay in sync for the next request."""
@@ -9,7 +10,7 @@ import socket
 import time
 import unittest
 
-from fixtures import Gateway, Upstream, read_head, read_response, send_request
+from fixtures import Gateway, Upstream, http, read_head, read_response, send_request
 
 
 class SlowReadingUpstream(Upstream):
@@ -26,7 +27,30 @@ class SlowReadingUpstream(Upstream):
         super()._serve(c)
 
 
+def io_uring_counts(gw):
+    st, _, body = http(gw.admin_port, "GET", "/metrics")
+    assert st == 200
+    out = {}
+    for line in body.decode().splitlines():
+        if line.startswith("switchboard_io_uring_"):
+            name, value = line.split(" ")
+            out[name[len("switchboard_io_uring_"):-len("_total")]] = float(value)
+    return out
+
+
 class WritePathTest(unittest.TestCase):
+    EXTRA = ""  # the top-level configuration the gateway runs with
+
+    def batching(self):
+        """Whether this gateway batches its writes: on unless turned off or io_uring refused
+        (said in its log, and loudly here)."""
+        if self.EXTRA:
+            return False
+        if "io_uring unavailable" in open(self.gw.log_path).read():
+            print("NOTE: io_uring unavailable here: the batched path is not exercised")
+            return False
+        return True
+
     def tearDown(self):
         try:
             self.gw.close()
@@ -35,7 +59,7 @@ class WritePathTest(unittest.TestCase):
 
     def test_a_request_larger_than_the_socket_takes_arrives_whole(self):
         self.up = SlowReadingUpstream()
-        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}])
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}], extra=self.EXTRA)
         text = "".join("%07d " % i for i in range(600000))  # ~4.8 MB, under max_body_bytes
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
         for _ in range(2):  # the second on the reused upstream connection
@@ -50,13 +74,18 @@ class WritePathTest(unittest.TestCase):
         self.assertEqual(len(got), 2)
         for g in got:
             self.assertEqual(hashlib.sha256(g).hexdigest(), hashlib.sha256(body).hexdigest())
+        io = io_uring_counts(self.gw)
+        if self.batching():  # the socket took part of each request: libuv finished them
+            self.assertGreaterEqual(io["handed"], 2, io)
+        else:
+            self.assertEqual(io["sends"], 0, io)
 
     def test_an_answer_larger_than_the_socket_takes_arrives_whole_in_sync(self):
         self.up = Upstream("big")
         big = bytes((i * 7 + 3) % 251 for i in range(1 << 16)) * 64  # 4 MiB
         head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(big)
         self.up.script = (head, [big[i:i + (1 << 20)] for i in range(0, len(big), 1 << 20)])
-        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}])
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}], extra=self.EXTRA)
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(30)
@@ -78,6 +107,34 @@ class WritePathTest(unittest.TestCase):
             self.assertEqual(len(out), len(big))
             self.assertEqual(hashlib.sha256(out).hexdigest(), hashlib.sha256(big).hexdigest())
         s.close()
+
+    def test_small_requests_and_answers_leave_batched(self):
+        """Each proxied request makes two writes of the gateway's own (the request upstream,
+        the answer to the client): batched, both go through the ring, fewer submissions than
+        writes never more; off, none does."""
+        self.up = Upstream("small")
+        self.gw = Gateway([{"name": "p", "models": ["m"], "endpoints": [self.up.address]}], extra=self.EXTRA)
+        before = io_uring_counts(self.gw)
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=10)
+        req = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        for _ in range(20):
+            send_request(s, "POST", "/v1/chat/completions", req, {"Content-Type": "application/json"})
+            status, _, out = read_response(s)[:3]
+            self.assertEqual(status, 200, out)
+        s.close()
+        after = io_uring_counts(self.gw)
+        sends = after["sends"] - before["sends"]
+        if self.batching():
+            self.assertGreaterEqual(sends, 40, after)
+            self.assertGreaterEqual(after["submits"] - before["submits"], 1, after)
+            self.assertLessEqual(after["submits"] - before["submits"], sends, after)
+        else:
+            self.assertEqual(sends, 0, after)
+
+
+class WritePathWithoutBatchingTest(WritePathTest):
+    """The same with `io_uring: false`: a system call per write, partial writes queued."""
+    EXTRA = "io_uring: false"
 
 
 if __name__ == "__main__":
