@@ -144,12 +144,13 @@ int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
 void sb_cmd_run(uv_loop_t *loop)
 {
     sb_guard_run_main(loop);
-    sb_iob_close(loop); /* its handles close in the loop's last runs, below or the caller's */
     if (!sb_guard_on()) {
+        sb_iob_close(loop); /* its handles close in the loop's last run */
         uv_run(loop, UV_RUN_DEFAULT);
         return;
     }
     sb_workers_join();
+    sb_iob_close(loop); /* after the workers: none of them can queue on it any more */
     /* What the workers left for the main loop as they ended (closes of its handles). */
     sb_guard_mailbox_close(loop);
     uv_run(loop, UV_RUN_DEFAULT);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -116,6 +117,41 @@ static void on_kick(uv_idle_t *h)
     (void)h; /* its being active is what counts: the poll does not block */
 }
 
+/* Whether this kernel completes a non-blocking send within the submission, a full socket
+ * included (MSG_DONTWAIT makes io_uring fail it with -EAGAIN rather than park it): the batcher
+ * relies on it to have nothing in flight across turns. Tried on a socket pair filled until it
+ * refuses. 0, or a negative errno (the ring is not used). */
+static int probe_inline_sends(struct io_uring *ring)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    static char chunk[16384];
+    int rc = -ENOTSUP;
+    for (int i = 0; i < 1024; i++) { /* a socket pair's buffer fills in a few dozen */
+        struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+        io_uring_prep_send(sqe, sv[0], chunk, sizeof chunk, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (io_uring_submit(ring) != 1)
+            break;
+        struct io_uring_cqe *cqe;
+        if (io_uring_peek_cqe(ring, &cqe) != 0)
+            break; /* parked: not completed inline (the ring's exit cancels it) */
+        int res = cqe->res;
+        io_uring_cqe_seen(ring, cqe);
+        if (res == -EAGAIN) {
+            rc = 0;
+            break;
+        }
+        if (res < 0) {
+            rc = res;
+            break;
+        }
+    }
+    close(sv[0]);
+    close(sv[1]);
+    return rc;
+}
+
 int sb_iob_open(uv_loop_t *loop)
 {
     if (!atomic_load(&enabled))
@@ -132,6 +168,11 @@ int sb_iob_open(uv_loop_t *loop)
     if (rc == -EINVAL)
         rc = io_uring_queue_init(IOB_ENTRIES, &b->ring, 0);
     if (rc < 0) {
+        sb_free(b);
+        return rc;
+    }
+    if ((rc = probe_inline_sends(&b->ring)) < 0) {
+        io_uring_queue_exit(&b->ring);
         sb_free(b);
         return rc;
     }
@@ -235,8 +276,10 @@ int sb_iob_write(uv_write_t *req, uv_stream_t *s, const uv_buf_t bufs[], unsigne
 {
     sb_iob *b = iob_of(s->loop);
     /* Behind bytes libuv still holds, order says libuv; so it does for a stream closing. */
-    if (!b || b->broken || uv_stream_get_write_queue_size(s) > 0 || uv_is_closing((uv_handle_t *)s))
+    if (!b || b->broken || uv_stream_get_write_queue_size(s) > 0 || uv_is_closing((uv_handle_t *)s)) {
+        sb_iob_release(s); /* whatever of s is still queued here goes first */
         return uv_write(req, s, bufs, n, cb);
+    }
     iob_op *op = op_new(b);
     if (!op)
         return UV_ENOMEM;
@@ -349,8 +392,9 @@ static void round_once(sb_iob *b)
             round = op;
         round_tail = op;
         int fd = -1;
-        /* Libuv holds bytes of this stream now (an earlier write's rest): behind them. */
-        if (uv_stream_get_write_queue_size(op->s) > 0 || uv_fileno((uv_handle_t *)op->s, &fd) < 0) {
+        /* Libuv holds bytes of this stream now (an earlier write's rest): behind them. A
+         * broken ring is never entered again (what it holds would go out twice): libuv's. */
+        if (b->broken || uv_stream_get_write_queue_size(op->s) > 0 || uv_fileno((uv_handle_t *)op->s, &fd) < 0) {
             op->res = -EAGAIN;
             continue;
         }
@@ -367,7 +411,12 @@ static void round_once(sb_iob *b)
         op->res = IOB_IN_RING;
         in_ring++;
     }
-    int taken = in_ring ? io_uring_submit(&b->ring) : 0;
+    int taken = 0;
+    for (int tries = 0; in_ring && tries < 3; tries++) { /* a transient refusal is tried again */
+        taken = io_uring_submit(&b->ring);
+        if (taken != -EAGAIN && taken != -EINTR && taken != -EBUSY)
+            break;
+    }
     if (taken < 0)
         taken = 0;
     if ((unsigned)taken < in_ring && !b->broken) {

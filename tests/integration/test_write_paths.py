@@ -75,8 +75,8 @@ class WritePathTest(unittest.TestCase):
         for g in got:
             self.assertEqual(hashlib.sha256(g).hexdigest(), hashlib.sha256(body).hexdigest())
         io = io_uring_counts(self.gw)
-        if self.batching():  # the socket took part of each request: libuv finished them
-            self.assertGreaterEqual(io["handed"], 2, io)
+        if self.batching():  # the socket took part of the first request: libuv finished it (the
+            self.assertGreaterEqual(io["handed"], 1, io)  # second may fit once the upstream reads)
         else:
             self.assertEqual(io["sends"], 0, io)
 
