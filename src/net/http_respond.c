@@ -48,7 +48,6 @@ static void on_write(uv_write_t *w, int status)
     conn *c = r->c;
     c->queued -= r->len;
     if (r == &c->batched) {
-        c->batched_busy = false;
         if (!c->out.data && r->cap <= OUT_KEEP_BYTES) /* the next answer reuses it */
             c->out = (sb_buf){.data = r->data, .cap = r->cap};
         else
@@ -164,7 +163,6 @@ static int flush_out(conn *c)
             r->cap = c->out.cap;
             r->data = sb_buf_steal(&c->out, &r->len);
             if (sb_iob_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write) == 0) {
-                c->batched_busy = true;
                 c->queued += r->len;
                 return 0;
             }
@@ -193,7 +191,7 @@ static int flush_out(conn *c)
     r->data = c->tls.ssl ? sb_buf_steal(&cipher, &r->len) : sb_buf_steal(&c->out, &r->len);
     r->len -= sent;
     uv_buf_t b = uv_buf_init(r->data + sent, (unsigned)r->len);
-    if (c->batched_busy) /* behind the batched answer, in order */
+    if (c->batched.data) /* behind the batched answer, in order */
         sb_iob_release((uv_stream_t *)&c->tcp);
     int rc = uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (rc < 0) {

@@ -114,9 +114,9 @@ typedef struct conn {
     int handles_open;
     sb_buf out;           /* response bytes not yet handed to uv_write (coalescing) */
     /* The write of a whole answer batched with the loop turn's others (net/iobatch.h): one at
-     * a time (only when nothing else is queued), its buffer given back to out afterwards. */
+     * a time (only when nothing else is queued), its buffer given back to out afterwards.
+     * In flight while its data is set. */
     wreq batched;
-    bool batched_busy;
     struct conn *dirty_prev, *dirty_next;
     bool dirty;
     /* lingering close (conn_linger) */

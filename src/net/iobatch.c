@@ -35,12 +35,10 @@ typedef struct iob_op {
     size_t total;
     struct msghdr msg;
     int res;
-    bool done; /* its completion was reaped */
     struct iob_op *next;
 } iob_op;
 
 typedef struct sb_iob {
-    uv_loop_t *loop;
     struct io_uring ring;
     uv_prepare_t flusher;
     uv_idle_t kick; /* active while writes wait: the loop's next poll does not block */
@@ -187,7 +185,6 @@ int sb_iob_open(uv_loop_t *loop)
         sb_free(b);
         return -ENOSPC;
     }
-    b->loop = loop;
     uv_prepare_init(loop, &b->flusher);
     uv_idle_init(loop, &b->kick);
     b->flusher.data = b->kick.data = b;
@@ -298,7 +295,6 @@ int sb_iob_write(uv_write_t *req, uv_stream_t *s, const uv_buf_t bufs[], unsigne
         op->bufs[i] = bufs[i];
         op->total += bufs[i].len;
     }
-    op->done = false;
     op->next = NULL;
     req->handle = s;
     if (b->tail)
