@@ -18,14 +18,17 @@
 #include "cmd/cmd.h"
 #include "net/gateway.h"
 #include "net/guard.h"
+#include "net/sigwatch.h"
 #include "sim/server.h"
 
 typedef struct demo {
     sb_gateway *gw;
     sb_sim_fleet *llama, *qwen;
-    uv_signal_t sigint, sigterm, sigquit;
+    sb_sigwatch signals;
     bool draining;
 } demo;
+
+static const int demo_signals[] = {SIGINT, SIGTERM, SIGQUIT};
 
 static void stop_all(demo *d)
 {
@@ -37,11 +40,7 @@ static void stop_all(demo *d)
         sb_sim_fleet_stop(d->qwen);
     d->gw = NULL;
     d->llama = d->qwen = NULL;
-    if (!uv_is_closing((uv_handle_t *)&d->sigint)) {
-        uv_close((uv_handle_t *)&d->sigint, NULL);
-        uv_close((uv_handle_t *)&d->sigterm, NULL);
-        uv_close((uv_handle_t *)&d->sigquit, NULL);
-    }
+    sb_sigwatch_close(&d->signals);
 }
 
 static void on_drained(void *arg)
@@ -49,9 +48,9 @@ static void on_drained(void *arg)
     stop_all(arg);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+static void on_signal(void *arg, int signum)
 {
-    demo *d = h->data;
+    demo *d = arg;
     if (signum == SIGTERM && !d->draining && d->gw) {
         fprintf(stderr, "\ndraining (signal %d; again, or Ctrl-C, to stop at once)\n", signum);
         d->draining = true;
@@ -239,9 +238,14 @@ int sb_cmd_demo(int argc, char **argv)
         sb_buf_free(&y);
         return 0;
     }
+    /* Before any thread starts (they inherit the mask): see net/sigwatch.h. */
+    if (sb_sigwatch_block(demo_signals, 3) < 0) {
+        fprintf(stderr, "demo: cannot block the stop signals\n");
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
-    demo d = {0};
+    demo d = {.signals.fd = -1};
     if (start_fleets(loop, &a, &d) < 0)
         return 1;
     sb_config *cfg = a.fleet_only ? NULL : demo_config(&a);
@@ -264,13 +268,11 @@ int sb_cmd_demo(int argc, char **argv)
         print_banner(&a, sb_gateway_admin_port(d.gw));
     /* The workers run already: the main loop's objects are touched under the lock (net/guard.h). */
     sb_guard_enter();
-    uv_signal_init(loop, &d.sigint);
-    uv_signal_init(loop, &d.sigterm);
-    uv_signal_init(loop, &d.sigquit);
-    d.sigint.data = d.sigterm.data = d.sigquit.data = &d;
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigquit, on_signal, SIGQUIT);
+    int src = sb_sigwatch_start(&d.signals, loop, demo_signals, 3, on_signal, &d);
+    if (src < 0) {
+        fprintf(stderr, "demo: cannot watch signals: %s\n", uv_strerror(src));
+        stop_all(&d);
+    }
     sb_guard_leave();
     sb_cmd_run(loop);
     uv_loop_close(loop);

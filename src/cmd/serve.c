@@ -10,6 +10,7 @@
 #include "net/gateway.h"
 #include "net/guard.h"
 #include "net/iobatch.h"
+#include "net/sigwatch.h"
 #include "net/workers.h"
 
 /* Signals: SIGTERM drains (what orchestrators send before they kill: Kubernetes, systemd,
@@ -19,14 +20,14 @@ typedef struct serve_state {
     sb_gateway *gw;
     const char *path;
     bool draining;
-    uv_signal_t sigint, sigterm, sighup, sigquit;
+    sb_sigwatch signals;
 } serve_state;
 
+static const int serve_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
+
 /* SIGHUP: read the file again; a bad file is refused and the running config stays. */
-static void on_reload_signal(uv_signal_t *h, int signum)
+static void on_reload_signal(serve_state *st)
 {
-    (void)signum;
-    serve_state *st = h->data;
     if (!st->gw)
         return;
     if (st->draining) {
@@ -45,10 +46,7 @@ static void on_reload_signal(uv_signal_t *h, int signum)
 
 static void close_signals(serve_state *st)
 {
-    uv_close((uv_handle_t *)&st->sigint, NULL);
-    uv_close((uv_handle_t *)&st->sigterm, NULL);
-    uv_close((uv_handle_t *)&st->sighup, NULL);
-    uv_close((uv_handle_t *)&st->sigquit, NULL);
+    sb_sigwatch_close(&st->signals);
 }
 
 static void stop_now(serve_state *st)
@@ -65,9 +63,13 @@ static void on_drained(void *arg)
     stop_now(arg);
 }
 
-static void on_stop_signal(uv_signal_t *h, int signum)
+static void on_signal(void *arg, int signum)
 {
-    serve_state *st = h->data;
+    serve_state *st = arg;
+    if (signum == SIGHUP) {
+        on_reload_signal(st);
+        return;
+    }
     if (signum == SIGTERM && !st->draining && st->gw) {
         SB_INFO("signal %d: draining (again, or SIGINT/SIGQUIT, to stop at once)", signum);
         st->draining = true;
@@ -175,6 +177,11 @@ int sb_cmd_serve(int argc, char **argv)
         fprintf(stderr, "usage: switchboard serve -c FILE [-v|-q]\n");
         return 2;
     }
+    /* Before any thread starts (they inherit the mask): see net/sigwatch.h. */
+    if (sb_sigwatch_block(serve_signals, 4) < 0) {
+        fprintf(stderr, "switchboard: cannot block the stop signals\n");
+        return 1;
+    }
     sb_config *cfg = sb_load_config(path);
     if (!cfg)
         return 1;
@@ -182,15 +189,11 @@ int sb_cmd_serve(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     serve_state st = {.path = path};
     /* Signals first: once the port accepts connections, a SIGHUP must reload, not kill. */
-    uv_signal_init(loop, &st.sigint);
-    uv_signal_init(loop, &st.sigterm);
-    uv_signal_init(loop, &st.sighup);
-    uv_signal_init(loop, &st.sigquit);
-    st.sigint.data = st.sigterm.data = st.sighup.data = st.sigquit.data = &st;
-    uv_signal_start(&st.sigint, on_stop_signal, SIGINT);
-    uv_signal_start(&st.sigterm, on_stop_signal, SIGTERM);
-    uv_signal_start(&st.sigquit, on_stop_signal, SIGQUIT);
-    uv_signal_start(&st.sighup, on_reload_signal, SIGHUP);
+    int src = sb_sigwatch_start(&st.signals, loop, serve_signals, 4, on_signal, &st);
+    if (src < 0) {
+        SB_ERROR("cannot watch signals: %s", uv_strerror(src));
+        return 1;
+    }
     int rc = sb_cmd_gateway_start(loop, cfg, &st.gw);
     if (rc < 0) {
         close_signals(&st);

@@ -154,13 +154,6 @@ int sb_iob_open(uv_loop_t *loop)
 {
     if (!atomic_load(&enabled))
         return -EPERM;
-#ifdef __SANITIZE_THREAD__
-    /* ThreadSanitizer models neither the ring's memory, which the kernel writes, nor, it seems,
-     * a signal reaching a thread beside a ring: with batching on, an idle two-worker gateway
-     * missed its SIGTERM in 5 of 30 runs (0 of 30 without; 0 of 20 under ASan and in the release
-     * build). The ThreadSanitizer build writes through libuv; ASan's covers the batcher. */
-    return -ENOTSUP;
-#endif
     if (iob_of(loop))
         return 0;
     sb_iob *b = sb_calloc(1, sizeof(*b));
