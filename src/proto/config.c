@@ -712,7 +712,7 @@ static bool set_defaults(sb_config *cfg)
         .header_ms = 10000,
         .upstream_idle_ms = 30000,
         .retry = sb_retry_policy_default(),
-        .max_idle_per_endpoint = 64,
+        .max_idle_per_endpoint = 1024,
         .orca_request = true,
         .stream_usage = true,
         .max_held_event_bytes = 16u << 10,

@@ -174,7 +174,7 @@ typedef struct sb_config {
     uint32_t header_ms;           /* client request head + body read; default 10000 */
     uint32_t upstream_idle_ms;    /* pooled upstream connection idle; default 30000 */
     /* upstream */
-    size_t max_idle_per_endpoint; /* pooled keep-alive connections per endpoint; default 64 */
+    size_t max_idle_per_endpoint; /* pooled keep-alive connections per endpoint; default 1024 */
     bool orca_request;            /* ask upstreams for endpoint-load-metrics; default true */
     bool stream_usage;            /* ask streams for usage, strip it from clients that did not; true */
     size_t max_held_event_bytes;  /* limits: an unfinished SSE event held while stripping; 16 KiB */

@@ -313,7 +313,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->idle_ms, 60000);
     assert_int_equal(cfg->header_ms, 10000);
     assert_int_equal(cfg->upstream_idle_ms, 30000);
-    assert_int_equal(cfg->max_idle_per_endpoint, 64);
+    assert_int_equal(cfg->max_idle_per_endpoint, 1024);
     assert_true(cfg->orca_request);
     assert_int_equal(cfg->block_bytes, 64);
     assert_null(cfg->default_pool);
