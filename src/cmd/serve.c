@@ -1,8 +1,10 @@
+#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "base/log.h"
@@ -122,8 +124,22 @@ static size_t resolve_workers(const sb_config *cfg)
     return n < 1 ? 1 : n > 64 ? 64 : (size_t)n;
 }
 
+/* Descriptors: a connection read through the batcher holds two (net/iobatch.h), and a shell's
+ * soft limit is often 1024. The soft limit goes up to the hard one (systemd's unit sets 65536),
+ * as HAProxy raises its own to fit maxconn. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            SB_WARN("cannot raise the open files limit to %llu: %s", (unsigned long long)rl.rlim_max, strerror(errno));
+    }
+}
+
 int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
 {
+    raise_fd_limit();
     cfg->workers = resolve_workers(cfg);
     /* Each loop batches its socket writes (the workers' loops open theirs as they start). */
     sb_iob_set_enabled(!cfg->io_uring_off);

@@ -170,12 +170,12 @@ static void render_workers(sb_gateway *gw, sb_buf *b)
                           (unsigned long long)st.accepted_total);
         }
     }
-    /* Socket writes batched per loop turn (net/iobatch.h): process-wide, every loop's. */
+    /* Socket writes and reads batched per loop turn (net/iobatch.h): process-wide, every loop's. */
     sb_iob_stats io;
     sb_iob_get_stats(&io);
     sb_buf_printf(b,
-                  "# HELP switchboard_io_uring_submits_total Submissions of batched socket writes (one system call "
-                  "each, for a loop turn's writes; io_uring: false leaves them at 0).\n"
+                  "# HELP switchboard_io_uring_submits_total Submissions of batched socket writes or reads (one "
+                  "system call each, for a loop turn's writes, or its reads; io_uring: false leaves them at 0).\n"
                   "# TYPE switchboard_io_uring_submits_total counter\nswitchboard_io_uring_submits_total %llu\n"
                   "# HELP switchboard_io_uring_sends_total Socket writes sent in those submissions.\n"
                   "# TYPE switchboard_io_uring_sends_total counter\nswitchboard_io_uring_sends_total %llu\n"
@@ -184,9 +184,11 @@ static void render_workers(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_io_uring_handed_total counter\nswitchboard_io_uring_handed_total %llu\n"
                   "# HELP switchboard_io_uring_released_total Batched writes handed to libuv before their turn "
                   "ended (a close, or another writer on the socket).\n"
-                  "# TYPE switchboard_io_uring_released_total counter\nswitchboard_io_uring_released_total %llu\n",
+                  "# TYPE switchboard_io_uring_released_total counter\nswitchboard_io_uring_released_total %llu\n"
+                  "# HELP switchboard_io_uring_recvs_total Socket reads received in those submissions.\n"
+                  "# TYPE switchboard_io_uring_recvs_total counter\nswitchboard_io_uring_recvs_total %llu\n",
                   (unsigned long long)io.submits, (unsigned long long)io.sends, (unsigned long long)io.handed,
-                  (unsigned long long)io.released);
+                  (unsigned long long)io.released, (unsigned long long)io.recvs);
     if (!sb_guard_on())
         return;
     sb_guard_stats gs;

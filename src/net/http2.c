@@ -34,6 +34,7 @@
  *   gets GOAWAY and closes. */
 #include "net/guard.h"
 #include "net/http_server_internal.h"
+#include "net/iobatch.h"
 
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -1139,7 +1140,7 @@ int hs_h2_pull(conn *c)
          * answer without bound. idle_ms without a write completing closes it (note_waiting). */
         hc->read_paused = true;
         if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->tcp);
+            sb_iob_read_stop((uv_stream_t *)&c->tcp);
             c->reading = false;
         }
         note_waiting(hc);

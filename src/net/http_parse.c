@@ -1,6 +1,7 @@
 /* http_parse: reading client bytes and framing requests (see http_server_internal.h). */
 #include "net/guard.h"
 #include "net/http_server_internal.h"
+#include "net/iobatch.h"
 
 #include <string.h>
 #include <strings.h>
@@ -499,7 +500,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         if (nread == UV_EOF && !c->shut) {
             /* The client is done sending; close once the answer has left. */
             c->peer_eof = true;
-            uv_read_stop(stream);
+            sb_iob_read_stop(stream);
             c->reading = false;
         } else if (nread < 0 || (c->linger_seen += (size_t)nread) > c->linger_bytes) {
             hs_conn_close(c);
@@ -632,7 +633,7 @@ static void plain_input(conn *c, const char *base, size_t nread)
 void hs_conn_read_start(conn *c)
 {
     if (!c->reading && c->state != CONN_CLOSING) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        if (sb_iob_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
             c->reading = true;
     }
 }

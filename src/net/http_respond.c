@@ -293,7 +293,7 @@ static void finish_response(conn *c)
          * it never does. */
         c->write_paused = true;
         if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->tcp);
+            sb_iob_read_stop((uv_stream_t *)&c->tcp);
             c->reading = false;
         }
         return;
@@ -464,7 +464,7 @@ void sb_http_stream_abort(sb_http_req *req)
     c->close_after = true;
     c->state = CONN_IDLE;
     if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
+        sb_iob_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
     if (hs_conn_flush(c) < 0 || c->queued == 0)

@@ -77,6 +77,7 @@ void hs_conn_close(conn *c)
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     sb_iob_release((uv_stream_t *)&c->tcp); /* a batched answer leaves before the close, as it would have */
+    sb_iob_read_forget((uv_stream_t *)&c->tcp); /* its reader's descriptor of the socket closes too */
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -244,7 +245,7 @@ void hs_conn_linger(conn *c, uint32_t drain_ms)
     if (c->linger_ms && c->linger_bytes && !c->peer_eof) {
         hs_conn_read_start(c);
     } else if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
+        sb_iob_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
     }
     hs_arm_timer(c, drain_ms); /* a client that never reads the answer is closed */

@@ -1,4 +1,5 @@
-/* iobatch: a loop turn's socket writes leave in one system call (io_uring).
+/* iobatch: a loop turn's socket writes leave in one system call (io_uring), and its reads
+ * arrive in one more.
  *
  * Why: a system call costs ~0.96 us on the machines measured here (page-table isolation;
  * docs/benchmarks.md section 15, "Session 32"), and a proxied request made two writes of its
@@ -8,8 +9,10 @@
  * never waits for room), all in one io_uring_enter. What a send could not write whole goes to
  * libuv's own queue (uv_write), which finishes it as it always has.
  *
- * Not for reads, TLS records of their own, or sockets this loop does not own. A loop without
- * a batcher (io_uring unavailable or turned off: `io_uring: false`) writes through libuv.
+ * Reads likewise (sb_iob_read_start): a turn's readable sockets are received from in one
+ * submission, after the poll phase, instead of one `read` each. Not for sockets this loop
+ * does not own. A loop without a batcher (io_uring unavailable or turned off: `io_uring:
+ * false`) reads and writes through libuv.
  *
  * sb_iob_write has uv_write's contract: the buffers stay valid until the callback, the
  * callback never runs from within the call that queued, and a stream's bytes leave in the
@@ -28,6 +31,7 @@ typedef struct sb_iob_stats {
     uint64_t sends;    /* writes sent through the ring */
     uint64_t handed;   /* ...of which libuv finished (the socket took only part, or none) */
     uint64_t released; /* writes handed to libuv before they were sent (a close, another writer) */
+    uint64_t recvs;    /* socket reads received through the ring */
 } sb_iob_stats;
 
 /* Whether loops opened from now on batch (default true). `io_uring: false` turns it off. */
@@ -46,6 +50,17 @@ int sb_iob_write(uv_write_t *req, uv_stream_t *s, const uv_buf_t bufs[], unsigne
 /* Hands s's queued writes to libuv (uv_write, in order): before a close, a shutdown or a
  * write that does not go through here. Cheap when nothing is queued. */
 void sb_iob_release(uv_stream_t *s);
+/* uv_read_start / uv_read_stop, batched: the receives of a loop turn's readable sockets go in
+ * one submission (after the poll phase), each into the batcher's own buffer, then are copied
+ * to the owner's (alloc_cb, then read_cb, as libuv calls them; a callback may get less than
+ * was received and be called again). Reading stops at EOF and on an error before read_cb
+ * hears of it, as libuv's does. Bytes received for an owner that stopped reading meanwhile
+ * are kept and given first when it starts again. Only TCP streams; others, and a loop
+ * without a batcher, read through libuv. A stream read through here must be forgotten
+ * (sb_iob_read_forget) before uv_close: its reader holds a descriptor of the socket. */
+int sb_iob_read_start(uv_stream_t *s, uv_alloc_cb alloc_cb, uv_read_cb read_cb);
+int sb_iob_read_stop(uv_stream_t *s);
+void sb_iob_read_forget(uv_stream_t *s);
 /* The figures of every batcher so far, summed (any thread). */
 void sb_iob_get_stats(sb_iob_stats *out);
 

@@ -105,6 +105,7 @@ void sb_upstream_close(sb_upstream_conn *uc)
     uv_timer_stop(&uc->timer);
     uv_close((uv_handle_t *)&uc->timer, on_closed);
     sb_iob_release((uv_stream_t *)&uc->tcp); /* a batched request leaves as it would have, then the close */
+    sb_iob_read_forget((uv_stream_t *)&uc->tcp); /* its reader's descriptor of the socket closes too */
     uv_close((uv_handle_t *)&uc->tcp, on_closed);
 }
 
@@ -389,7 +390,7 @@ static void start_tls(sb_upstream_conn *uc)
         sb_tls_offer_session(&uc->tls, u->session);
     }
     if (!ok || sb_tls_start(&uc->tls) < 0 || tls_flush(uc) < 0 ||
-        uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
+        sb_iob_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
         uc->connect_cb = NULL;
         sb_upstream_close(uc);
         cb(uc, UV_EPROTO, arg);
@@ -416,7 +417,7 @@ static void on_connect_locked(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(&uc->tcp, 1);
     uc->state = UC_OWNED;
-    if (uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
+    if (sb_iob_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read) < 0) {
         sb_upstream_close(uc);
         cb(uc, UV_ECONNRESET, arg);
         return;
@@ -602,14 +603,14 @@ static void uc_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 void sb_upstream_pause(sb_upstream_conn *uc)
 {
     if (uc->state == UC_OWNED)
-        uv_read_stop((uv_stream_t *)&uc->tcp);
+        sb_iob_read_stop((uv_stream_t *)&uc->tcp);
 }
 
 int sb_upstream_resume(sb_upstream_conn *uc)
 {
     if (uc->state != UC_OWNED)
         return UV_EINVAL;
-    int rc = uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
+    int rc = sb_iob_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
     return rc == UV_EALREADY ? 0 : rc;
 }
 
@@ -620,7 +621,7 @@ static void idle_timeout(sb_upstream_conn *uc)
 
 static int sb_upstream_resume_idle(sb_upstream_conn *uc)
 {
-    int rc = uv_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
+    int rc = sb_iob_read_start((uv_stream_t *)&uc->tcp, uc_alloc, uc_read);
     return rc == UV_EALREADY ? 0 : rc;
 }
 
