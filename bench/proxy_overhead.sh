@@ -85,6 +85,7 @@ pools:
     models: ["bench-model"]
     profile: $PROFILE
     endpoints: ["127.0.0.1:$P_NGINX"]
+upstream: { max_idle_per_endpoint: 1024 }  # every build keeps its connections (older ones defaulted to 64)
 SBY
 nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
 $PROXY_CPU haproxy -q -f "$work/haproxy.cfg" & pids+=($!); pid_haproxy=$!
