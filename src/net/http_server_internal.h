@@ -96,6 +96,7 @@ typedef struct conn {
     size_t body_cap_max;  /* declared Content-Length + 1 (the NUL), or SIZE_MAX when chunked */
     sb_buf pending;       /* bytes read past the current request (pipelining) */
     bool reading;         /* uv_read_start active */
+    bool reads_batched;   /* reads through the loop's batcher (net/iobatch.h), from its second request on */
     int error_status;     /* set by callbacks to answer with an error */
     /* response state */
     bool chunked, close_after, keep_alive_resp;

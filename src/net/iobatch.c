@@ -95,6 +95,7 @@ typedef struct slot {
 static slot slots[IOB_MAX_LOOPS];
 static atomic_bool enabled = true;
 static _Atomic uint64_t g_submits, g_sends, g_handed, g_released, g_recvs;
+static _Atomic int64_t g_readers; /* readers holding a descriptor now */
 
 /* The last batcher this thread used: a loop's writes come from its own thread, and a thread
  * runs one loop, so this almost always hits. Cleared when that batcher closes (on this
@@ -630,6 +631,7 @@ static void reader_forget(sb_iob *b, iob_reader *r)
         sb_free(r);
         return;
     }
+    atomic_fetch_sub_explicit(&g_readers, 1, memory_order_relaxed);
     uv_close((uv_handle_t *)&r->poll, reader_closed);
 }
 
@@ -894,6 +896,7 @@ int sb_iob_read_start(uv_stream_t *s, uv_alloc_cb alloc, uv_read_cb read)
             uv_close((uv_handle_t *)&r->poll, reader_closed);
             return rc;
         }
+        atomic_fetch_add_explicit(&g_readers, 1, memory_order_relaxed);
     }
     if (r->reading)
         return UV_EALREADY;
@@ -936,4 +939,6 @@ void sb_iob_get_stats(sb_iob_stats *out)
     out->handed = atomic_load_explicit(&g_handed, memory_order_relaxed);
     out->released = atomic_load_explicit(&g_released, memory_order_relaxed);
     out->recvs = atomic_load_explicit(&g_recvs, memory_order_relaxed);
+    int64_t readers = atomic_load_explicit(&g_readers, memory_order_relaxed);
+    out->readers = readers > 0 ? (uint64_t)readers : 0;
 }

@@ -32,6 +32,7 @@ typedef struct sb_iob_stats {
     uint64_t handed;   /* ...of which libuv finished (the socket took only part, or none) */
     uint64_t released; /* writes handed to libuv before they were sent (a close, another writer) */
     uint64_t recvs;    /* socket reads received through the ring */
+    uint64_t readers;  /* streams read through a batcher now (each holds a second descriptor) */
 } sb_iob_stats;
 
 /* Whether loops opened from now on batch (default true). `io_uring: false` turns it off. */
