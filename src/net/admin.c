@@ -187,9 +187,9 @@ static void render_workers(sb_gateway *gw, sb_buf *b)
                   "# TYPE switchboard_io_uring_released_total counter\nswitchboard_io_uring_released_total %llu\n"
                   "# HELP switchboard_io_uring_recvs_total Socket reads received in those submissions.\n"
                   "# TYPE switchboard_io_uring_recvs_total counter\nswitchboard_io_uring_recvs_total %llu\n"
-                  "# HELP switchboard_io_uring_readers Connections read through a batcher now (from a client "
-                  "connection's second request on, and pooled upstream connections; each holds a second "
-                  "descriptor of its socket).\n"
+                  "# HELP switchboard_io_uring_readers Connections read through a batcher now (a client connection "
+                  "from its second request on or once it speaks HTTP/2, and pooled upstream connections; each "
+                  "holds a second descriptor of its socket).\n"
                   "# TYPE switchboard_io_uring_readers gauge\nswitchboard_io_uring_readers %llu\n",
                   (unsigned long long)io.submits, (unsigned long long)io.sends, (unsigned long long)io.handed,
                   (unsigned long long)io.released, (unsigned long long)io.recvs, (unsigned long long)io.readers);
