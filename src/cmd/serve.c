@@ -141,11 +141,11 @@ int sb_cmd_gateway_start(uv_loop_t *loop, sb_config *cfg, sb_gateway **gw)
 {
     raise_fd_limit();
     cfg->workers = resolve_workers(cfg);
-    /* Each loop batches its socket writes (the workers' loops open theirs as they start). */
+    /* Each loop batches its socket writes and reads (the workers' loops open theirs as they start). */
     sb_iob_set_enabled(!cfg->io_uring_off);
     int irc = cfg->io_uring_off ? 0 : sb_iob_open(loop);
     if (irc < 0)
-        SB_WARN("io_uring unavailable (%s): socket writes go one system call each", strerror(-irc));
+        SB_WARN("io_uring unavailable (%s): socket writes and reads go one system call each", strerror(-irc));
     if (cfg->workers > 1 && cfg->listen_host && !sb_guard_on() && sb_guard_start(loop) < 0) {
         SB_ERROR("workers: cannot set up the main loop's mailbox; serving on one loop");
         cfg->workers = 1;

@@ -977,16 +977,7 @@ int hs_h2_start(conn *c)
     c->h2 = hc;
     c->state = CONN_H2;
     s->h2_connections++;
-    if (!c->reads_batched) {
-        /* A connection that speaks HTTP/2 stays: the batcher reads it from now on (see
-         * hs_conn_read_start). Stopped and started between reads, libuv holds no bytes. */
-        c->reads_batched = true;
-        if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->tcp);
-            c->reading = false;
-            hs_conn_read_start(c);
-        }
-    }
+    hs_conn_read_batched(c); /* a connection that speaks HTTP/2 stays */
     hc->last_io_ms = uv_now(s->loop);
     sb_buf_free(&c->head);
     sb_buf_free(&c->pending);

@@ -633,13 +633,22 @@ static void plain_input(conn *c, const char *base, size_t nread)
 void hs_conn_read_start(conn *c)
 {
     if (!c->reading && c->state != CONN_CLOSING) {
-        /* A connection's first request is read by libuv: the batcher's reader costs a few
-         * system calls to set up (a dup, its registration, their closes), which a connection
-         * that closes after one request would pay for nothing. */
         int rc = c->reads_batched ? sb_iob_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)
                                   : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
         if (rc == 0)
             c->reading = true;
+    }
+}
+
+void hs_conn_read_batched(conn *c)
+{
+    if (c->reads_batched)
+        return;
+    c->reads_batched = true;
+    if (c->reading) { /* libuv holds no bytes between reads: the switch loses none */
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+        hs_conn_read_start(c);
     }
 }
 

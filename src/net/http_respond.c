@@ -286,15 +286,7 @@ static void finish_response(conn *c)
     c->state = CONN_IDLE;
     hs_arm_timer(c, c->srv->opts.idle_ms);
     http_parser_pause(&c->parser, 0);
-    if (!c->reads_batched) {
-        /* Kept alive after an answer: from now on the batcher reads it (hs_conn_read_start).
-         * libuv holds no bytes between reads, so the switch loses none. */
-        c->reads_batched = true;
-        if (c->reading) {
-            uv_read_stop((uv_stream_t *)&c->tcp);
-            c->reading = false;
-        }
-    }
+    hs_conn_read_batched(c); /* kept alive after an answer */
     if (c->queued + c->out.len > c->srv->opts.write_high_water) {
         /* A client pipelining requests without reading the answers would have them pile up
          * here without bound (a 30-byte request can fetch kilobytes): stop reading and

@@ -236,8 +236,13 @@ void hs_fail_request(conn *c, int status, const char *code, const char *message,
 
 /* http_parse.c: reading and framing. */
 
-/* Starts reading unless already reading or closing. */
+/* Starts reading unless already reading or closing: libuv reads a connection's first request,
+ * the loop's batcher (net/iobatch.h) the rest once hs_conn_read_batched has been called. */
 void hs_conn_read_start(conn *c);
+/* From now on the batcher reads the connection (it was kept alive, or speaks HTTP/2): its
+ * reader's set-up (a dup, its registration, their closes) would be wasted on a connection that
+ * closes after one request. Reading, it moves at once. */
+void hs_conn_read_batched(conn *c);
 /* Parses the pipelined bytes held in `pending`, request after request, without recursion. */
 void hs_run_pending(conn *c);
 /* Frees the request body and gives its capacity back to the server's body budget. */

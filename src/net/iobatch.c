@@ -63,7 +63,7 @@ typedef struct iob_reader {
     /* Received for the owner after it stopped reading (a callback of the same round stopped
      * it): given at the next start, before anything else. */
     char *held;
-    size_t held_len, held_off;
+    size_t held_len;
     int held_status; /* UV_EOF or an error to give after the held bytes; 0: none */
     struct iob_reader *next_ready;
     struct iob_reader *hnext;
@@ -669,20 +669,15 @@ static void give(iob_reader *r, const char *data, size_t n)
         if (!r->s)
             return; /* forgotten by the callback: it is closing */
     }
-    if (off < n && r->s) {
-        char *h = sb_malloc(r->held_len - r->held_off + (n - off));
+    if (off < n && r->s) { /* behind what is held already (a stop during give_held) */
+        char *h = sb_realloc(r->held, r->held_len + (n - off));
         if (!h) {
             r->held_status = UV_ENOBUFS; /* a gap must not pass unnoticed: the restart hears it */
             return;
         }
-        if (r->held)
-            memcpy(h, r->held + r->held_off, r->held_len - r->held_off);
-        size_t kept = r->held ? r->held_len - r->held_off : 0;
-        memcpy(h + kept, data + off, n - off);
-        sb_free(r->held);
+        memcpy(h + r->held_len, data + off, n - off);
         r->held = h;
-        r->held_len = kept + (n - off);
-        r->held_off = 0;
+        r->held_len += n - off;
     }
 }
 
@@ -701,11 +696,11 @@ static void give_status(iob_reader *r, int status)
 static void give_held(iob_reader *r)
 {
     char *h = r->held;
-    size_t off = r->held_off, len = r->held_len;
+    size_t len = r->held_len;
     r->held = NULL;
-    r->held_len = r->held_off = 0;
+    r->held_len = 0;
     if (h) {
-        give(r, h + off, len - off);
+        give(r, h, len);
         sb_free(h);
     }
     if (r->s && r->reading && r->held_status && !r->held) {

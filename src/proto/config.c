@@ -593,7 +593,7 @@ static void parse_root(parse *p, const yaml_node_t *root)
             else
                 cfg_parse_field(p, &workers_field, v, p->cfg, NULL);
         } else if (!strcmp(key, "io_uring")) {
-            /* false: socket writes through libuv, a system call each (net/iobatch.h). */
+            /* false: socket writes and reads through libuv, a system call each (net/iobatch.h). */
             bool on;
             if (cfg_bool_of(p, v, "io_uring", &on))
                 p->cfg->io_uring_off = !on;
