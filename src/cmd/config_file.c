@@ -116,6 +116,20 @@ int sb_config_load_files(sb_config *cfg, const char *config_path)
         }
         sb_free(text);
     }
+    if (cfg->sync_rotation_key_file) {
+        char *text =
+            read_secret(config_path, "sync.rotation_key_file", cfg->sync_rotation_key_file, path, sizeof path, &len);
+        if (!text) {
+            bad = -1;
+        } else if (sb_config_set_sync_rotation_key(cfg, text, len, msg, sizeof msg) < 0) {
+            fprintf(stderr, "%s: %s\n", path, msg);
+            bad = -1;
+        } else if (cfg->sync_has_key && !strcmp(cfg->sync_key, cfg->sync_rotation_key)) {
+            fprintf(stderr, "%s: sync.rotation_key_file holds the same key as sync.key_file\n", path);
+            bad = -1;
+        }
+        sb_free(text);
+    }
     for (size_t p = 0; p < cfg->n_pools; p++) {
         if (!cfg->pools[p].upstream_api_key_file)
             continue;

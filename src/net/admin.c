@@ -820,11 +820,13 @@ static void render_sync(sb_gateway *gw, sb_buf *b)
          "Subscribers admitted to this gateway's publisher (CURVE with the fleet's key, sync.key_file)."},
         {"switchboard_sync_auth_refused_total", "counter",
          "Subscribers refused by this gateway's publisher (another key or no CURVE, sync.key_file)."},
+        {"switchboard_sync_received_rotation_total", "counter",
+         "Of the frames read, those from publishers holding the rotation key (sync.rotation_key_file)."},
     };
-    const uint64_t v[] = {st->published, st->publish_dropped, st->received,      st->decode_errors,
-                          st->gaps,      st->applied,         st->unknown,       st->untracked,
-                          st->stray,     st->expired,         st->peer_timeouts, st->own,
-                          st->tracked,   st->peers_alive,     st->auth_accepted, st->auth_refused};
+    const uint64_t v[] = {
+        st->published, st->publish_dropped, st->received,      st->decode_errors, st->gaps,          st->applied,
+        st->unknown,   st->untracked,       st->stray,         st->expired,       st->peer_timeouts, st->own,
+        st->tracked,   st->peers_alive,     st->auth_accepted, st->auth_refused,  st->via_rotation};
     _Static_assert(sizeof v / sizeof v[0] == sizeof m / sizeof m[0], "a value per sync metric");
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         sb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", m[i][0], m[i][2], m[i][0], m[i][1], m[i][0],

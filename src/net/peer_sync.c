@@ -29,10 +29,13 @@ typedef struct sender {
 struct sb_peer_sync {
     uv_loop_t *loop;
     void *zctx, *pub, *sub;
-    void *zap;                   /* the ZAP handler's REP socket (CURVE only), else NULL */
-    unsigned char fleet_key[32]; /* the fleet's public key, binary (CURVE only) */
-    char secret[41], public[41]; /* ...and its key pair, Z85 */
-    uv_poll_t poll, zap_poll;
+    void *sub2;                     /* the rotation key's SUB (curve_rotation_secret), else NULL */
+    void *zap;                      /* the ZAP handler's REP socket (CURVE only), else NULL */
+    unsigned char fleet_key[32];    /* the fleet's public key, binary (CURVE only) */
+    char secret[41], public[41];    /* ...and its key pair, Z85 */
+    unsigned char rotation_key[32]; /* the rotation key's public key, binary (sub2 only) */
+    char secret2[41], public2[41];  /* ...and its key pair, Z85 */
+    uv_poll_t poll, poll2, zap_poll;
     uv_idle_t idle;
     uv_timer_t timer;
     int open_handles;
@@ -305,9 +308,12 @@ static bool zap_serve_one(sb_peer_sync *s)
             zmq_msg_close(&f[i]);
         return n > 0;
     }
-    bool ok = n >= 7 && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3) &&
-              zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && zmq_msg_size(&f[6]) == 32 &&
-              !memcmp(zmq_msg_data(&f[6]), s->fleet_key, 32);
+    bool curve = n >= 7 && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3) &&
+                 zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && zmq_msg_size(&f[6]) == 32;
+    bool rotation = curve && s->sub2 && !memcmp(zmq_msg_data(&f[6]), s->rotation_key, 32);
+    /* Holders of either key are members while a rotation lasts. (Our own SUBs present the key
+     * the publisher holds: each SUB's key pair is one fleet key.) */
+    bool ok = curve && (rotation || !memcmp(zmq_msg_data(&f[6]), s->fleet_key, 32));
     if (ok)
         s->st.auth_accepted++;
     else
@@ -324,20 +330,18 @@ static bool zap_serve_one(sb_peer_sync *s)
     return true;
 }
 
-static void pump(sb_peer_sync *s)
+/* Reads what sock holds, at most *budget frames. */
+static void read_sub(sb_peer_sync *s, void *sock, uint32_t *budget, uint64_t now_ms, bool rotation)
 {
-    uint32_t budget = s->opts.max_messages_per_turn;
-    for (uint32_t z = 0; s->zap && !s->stopping && z < budget && zap_serve_one(s); z++)
-        ;
-    uint64_t now_ms = uv_now(s->loop);
-    while (budget && !s->stopping && readable(s->sub)) {
+    while (*budget && !s->stopping && readable(sock)) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, s->sub, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             break;
         }
-        budget--;
+        (*budget)--;
+        s->st.via_rotation += rotation;
         /* One frame per message: a multipart one is read whole and refused. */
         bool more = zmq_msg_more(&m);
         if (more) {
@@ -347,7 +351,7 @@ static void pump(sb_peer_sync *s)
             while (more) {
                 zmq_msg_close(&m);
                 zmq_msg_init(&m);
-                if (zmq_msg_recv(&m, s->sub, ZMQ_DONTWAIT) < 0)
+                if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0)
                     break;
                 more = zmq_msg_more(&m);
             }
@@ -356,9 +360,20 @@ static void pump(sb_peer_sync *s)
         }
         zmq_msg_close(&m);
     }
+}
+
+static void pump(sb_peer_sync *s)
+{
+    uint32_t budget = s->opts.max_messages_per_turn;
+    for (uint32_t z = 0; s->zap && !s->stopping && z < budget && zap_serve_one(s); z++)
+        ;
+    uint64_t now_ms = uv_now(s->loop);
+    read_sub(s, s->sub, &budget, now_ms, false);
+    if (s->sub2)
+        read_sub(s, s->sub2, &budget, now_ms, true);
     if (s->stopping)
         return;
-    if (readable(s->sub) || (s->zap && readable(s->zap)))
+    if (readable(s->sub) || (s->sub2 && readable(s->sub2)) || (s->zap && readable(s->zap)))
         uv_idle_start(&s->idle, on_idle);
     else
         uv_idle_stop(&s->idle);
@@ -459,7 +474,9 @@ bool sb_peer_sync_same_opts(const sb_peer_sync *s, const sb_peer_sync_opts *in)
     if (strcmp(a->listen, o.listen) || a->n_peers != o.n_peers || a->heartbeat_ms != o.heartbeat_ms ||
         a->peer_timeout_ms != o.peer_timeout_ms || a->max_request_ms != o.max_request_ms ||
         a->max_tracked != o.max_tracked || a->max_hashes != o.max_hashes || !a->curve_secret != !o.curve_secret ||
-        (o.curve_secret && strcmp(a->curve_secret, o.curve_secret)))
+        (o.curve_secret && strcmp(a->curve_secret, o.curve_secret)) ||
+        !a->curve_rotation_secret != !o.curve_rotation_secret ||
+        (o.curve_rotation_secret && strcmp(a->curve_rotation_secret, o.curve_rotation_secret)))
         return false;
     for (size_t i = 0; i < o.n_peers; i++)
         if (strcmp(a->peers[i], o.peers[i]))
@@ -479,6 +496,7 @@ static void free_all(sb_peer_sync *s)
     if (s->zctx)
         zmq_ctx_term(s->zctx);
     OPENSSL_cleanse(s->secret, sizeof s->secret); /* freed memory is not a place for a key */
+    OPENSSL_cleanse(s->secret2, sizeof s->secret2);
     sb_free(s);
 }
 
@@ -495,11 +513,16 @@ static void stop(sb_peer_sync *s)
     s->cbs = (sb_peer_sync_cbs){0};
     if (s->poll.loop)
         uv_close((uv_handle_t *)&s->poll, on_closed);
+    if (s->poll2.loop)
+        uv_close((uv_handle_t *)&s->poll2, on_closed);
     if (s->zap_poll.loop)
         uv_close((uv_handle_t *)&s->zap_poll, on_closed);
     if (s->zap)
         zmq_close(s->zap);
     s->zap = NULL;
+    if (s->sub2)
+        zmq_close(s->sub2);
+    s->sub2 = NULL;
     if (s->sub)
         zmq_close(s->sub);
     if (s->pub)
@@ -544,10 +567,52 @@ static int setup_curve(sb_peer_sync *s)
               zmq_setsockopt(s->sub, ZMQ_CURVE_SERVERKEY, s->public, sizeof s->public) == 0 &&
               zmq_setsockopt(s->sub, ZMQ_CURVE_PUBLICKEY, s->public, sizeof s->public) == 0 &&
               zmq_setsockopt(s->sub, ZMQ_CURVE_SECRETKEY, s->secret, sizeof s->secret) == 0;
+    if (ok && s->sub2) {
+        if (strlen(s->opts.curve_rotation_secret) != 40 ||
+            zmq_curve_public(s->public2, s->opts.curve_rotation_secret) < 0 ||
+            !zmq_z85_decode(s->rotation_key, s->public2)) {
+            SB_ERROR("sync: the rotation key is not a Z85 CURVE secret key");
+            return -EINVAL;
+        }
+        memcpy(s->secret2, s->opts.curve_rotation_secret, sizeof s->secret2);
+        s->opts.curve_rotation_secret = s->secret2;
+        ok = zmq_setsockopt(s->sub2, ZMQ_CURVE_SERVERKEY, s->public2, sizeof s->public2) == 0 &&
+             zmq_setsockopt(s->sub2, ZMQ_CURVE_PUBLICKEY, s->public2, sizeof s->public2) == 0 &&
+             zmq_setsockopt(s->sub2, ZMQ_CURVE_SECRETKEY, s->secret2, sizeof s->secret2) == 0;
+    }
     if (!ok) {
         SB_ERROR("sync: ZMQ refused the CURVE options: %s", zmq_strerror(errno));
         return -EINVAL;
     }
+    return 0;
+}
+
+/* A SUB's options (both SUBs have the same). */
+static void sub_options(sb_peer_sync *s, void *sub)
+{
+    set_int(sub, ZMQ_LINGER, 0);
+    set_int(sub, ZMQ_RCVHWM, 10000);
+    set_int(sub, ZMQ_RECONNECT_IVL, 100);
+    set_int(sub, ZMQ_RECONNECT_IVL_MAX, 5000);
+    set_int(sub, ZMQ_HEARTBEAT_IVL, (int)s->opts.heartbeat_ms);
+    set_int(sub, ZMQ_HEARTBEAT_TIMEOUT, (int)s->opts.peer_timeout_ms);
+    int64_t max = (int64_t)s->wcap;
+    zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+}
+
+/* Polls another ZMQ socket's descriptor on the loop, into pump. 0 or a negative code. */
+static int watch(sb_peer_sync *s, void *sock, uv_poll_t *h)
+{
+    int fd, rc;
+    size_t len = sizeof fd;
+    if (zmq_getsockopt(sock, ZMQ_FD, &fd, &len) < 0)
+        return -EINVAL;
+    if ((rc = uv_poll_init(s->loop, h, fd)) < 0)
+        return rc;
+    h->data = s;
+    s->open_handles++;
+    uv_poll_start(h, UV_READABLE, on_poll);
     return 0;
 }
 
@@ -579,25 +644,26 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
         return -ENOMEM;
     }
     int rc = 0;
+    if (s->opts.curve_rotation_secret && !s->opts.curve_secret) {
+        SB_ERROR("sync: a rotation key needs the fleet's key");
+        free_all(s);
+        return -EINVAL;
+    }
     s->pub = zmq_socket(s->zctx, ZMQ_PUB);
     s->sub = zmq_socket(s->zctx, ZMQ_SUB);
-    if (!s->pub || !s->sub) {
+    if (s->opts.curve_rotation_secret)
+        s->sub2 = zmq_socket(s->zctx, ZMQ_SUB);
+    if (!s->pub || !s->sub || (s->opts.curve_rotation_secret && !s->sub2)) {
         rc = -ENOMEM;
         goto fail_sockets;
     }
     set_int(s->pub, ZMQ_LINGER, 0);
-    set_int(s->sub, ZMQ_LINGER, 0);
     /* A peer that cannot keep up loses messages rather than hold our memory: 10,000 queued
      * per peer, a second of a busy gateway's dispatches. */
     set_int(s->pub, ZMQ_SNDHWM, 10000);
-    set_int(s->sub, ZMQ_RCVHWM, 10000);
-    set_int(s->sub, ZMQ_RECONNECT_IVL, 100);
-    set_int(s->sub, ZMQ_RECONNECT_IVL_MAX, 5000);
-    set_int(s->sub, ZMQ_HEARTBEAT_IVL, (int)s->opts.heartbeat_ms);
-    set_int(s->sub, ZMQ_HEARTBEAT_TIMEOUT, (int)s->opts.peer_timeout_ms);
-    int64_t max = (int64_t)s->wcap;
-    zmq_setsockopt(s->sub, ZMQ_MAXMSGSIZE, &max, sizeof max);
-    zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    sub_options(s, s->sub);
+    if (s->sub2)
+        sub_options(s, s->sub2);
     if (s->opts.curve_secret && (rc = setup_curve(s)) < 0)
         goto fail_sockets;
     if (zmq_bind(s->pub, s->listen) < 0) {
@@ -606,7 +672,7 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
         goto fail_sockets;
     }
     for (size_t i = 0; i < s->opts.n_peers; i++)
-        if (zmq_connect(s->sub, s->peers[i]) < 0) {
+        if (zmq_connect(s->sub, s->peers[i]) < 0 || (s->sub2 && zmq_connect(s->sub2, s->peers[i]) < 0)) {
             rc = -EINVAL;
             SB_ERROR("sync: cannot connect to peer %s: %s", s->peers[i], zmq_strerror(errno));
             goto fail_sockets;
@@ -628,24 +694,22 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
     s->poll.data = s;
     s->open_handles++;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
-    if (s->zap) {
-        if (zmq_getsockopt(s->zap, ZMQ_FD, &fd, &len) < 0 || (rc = uv_poll_init(loop, &s->zap_poll, fd)) < 0) {
-            stop(s);
-            return rc < 0 ? rc : -EINVAL;
-        }
-        s->zap_poll.data = s;
-        s->open_handles++;
-        uv_poll_start(&s->zap_poll, UV_READABLE, on_poll);
+    if ((s->sub2 && (rc = watch(s, s->sub2, &s->poll2)) < 0) || (s->zap && (rc = watch(s, s->zap, &s->zap_poll)) < 0)) {
+        stop(s);
+        return rc;
     }
     uv_timer_start(&s->timer, on_timer, s->opts.heartbeat_ms, s->opts.heartbeat_ms);
     uv_idle_start(&s->idle, on_idle);
-    SB_INFO("sync: publishing on %s, %zu peer%s, id %016llx", s->listen, s->opts.n_peers,
-            s->opts.n_peers == 1 ? "" : "s", (unsigned long long)s->id);
+    SB_INFO("sync: publishing on %s, %zu peer%s, id %016llx%s", s->listen, s->opts.n_peers,
+            s->opts.n_peers == 1 ? "" : "s", (unsigned long long)s->id,
+            s->sub2 ? "; accepting the rotation key too" : "");
     *out = s;
     return 0;
 fail_sockets:
     if (s->zap)
         zmq_close(s->zap);
+    if (s->sub2)
+        zmq_close(s->sub2);
     if (s->pub)
         zmq_close(s->pub);
     if (s->sub)

@@ -63,6 +63,12 @@ typedef struct sb_peer_sync_opts {
      * present the fleet's public key; the SUB is a CURVE client that accepts only publishers
      * proving they hold the secret. Traffic is encrypted both ways. */
     const char *curve_secret;
+    /* A second fleet key, or NULL, for a rotation without a gap (needs curve_secret): the ZAP
+     * handler admits subscribers presenting either public key, and a second SUB, a CURVE client
+     * with this key, connects to every peer too. A peer's publisher holds one of the two keys,
+     * so exactly one of the two connections to it completes its handshake (the other fails
+     * its handshake and ZMQ retries it, at most 5 s apart). */
+    const char *curve_rotation_secret;
 } sb_peer_sync_opts;
 
 /* The owner (the serving gateway) applies what peers sent, on the loop's thread:
@@ -95,6 +101,7 @@ typedef struct sb_peer_sync_stats {
     uint64_t senders_refused; /* messages from a sender past the table of known senders */
     uint64_t auth_accepted;   /* subscribers admitted by the ZAP handler (CURVE, the fleet's key) */
     uint64_t auth_refused;    /* ...refused: another key, or another mechanism */
+    uint64_t via_rotation;    /* of received, frames from publishers holding the rotation key */
     size_t tracked;           /* peers' requests counted now */
     size_t peers_alive;       /* senders heard within peer_timeout_ms */
     int last_decode_error;

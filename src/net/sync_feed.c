@@ -97,7 +97,8 @@ static sb_peer_sync_opts opts_of(const sb_config *cfg)
                                .max_request_ms = cfg->sync_max_request_ms,
                                .max_tracked = cfg->sync_max_tracked,
                                .max_hashes = cfg->max_prompt_blocks,
-                               .curve_secret = cfg->sync_has_key ? cfg->sync_key : NULL};
+                               .curve_secret = cfg->sync_has_key ? cfg->sync_key : NULL,
+                               .curve_rotation_secret = cfg->sync_has_rotation_key ? cfg->sync_rotation_key : NULL};
 }
 
 int sb_gateway_sync_start(sb_gateway *gw, sb_gateway *old)
@@ -143,7 +144,8 @@ bool sb_gateway_sync_same(const sb_config *a, const sb_config *b)
     if (!same_str(a->sync_listen, b->sync_listen) || a->n_sync_peers != b->n_sync_peers ||
         a->sync_heartbeat_ms != b->sync_heartbeat_ms || a->sync_peer_timeout_ms != b->sync_peer_timeout_ms ||
         a->sync_max_tracked != b->sync_max_tracked || a->sync_max_request_ms != b->sync_max_request_ms ||
-        a->sync_has_key != b->sync_has_key || strcmp(a->sync_key, b->sync_key))
+        a->sync_has_key != b->sync_has_key || strcmp(a->sync_key, b->sync_key) ||
+        a->sync_has_rotation_key != b->sync_has_rotation_key || strcmp(a->sync_rotation_key, b->sync_rotation_key))
         return false;
     for (size_t i = 0; i < a->n_sync_peers; i++)
         if (strcmp(a->sync_peers[i], b->sync_peers[i]))

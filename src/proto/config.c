@@ -907,6 +907,8 @@ void sb_config_free(sb_config *cfg)
     sb_free(cfg->sync_peers);
     sb_free(cfg->sync_key_file);
     OPENSSL_cleanse(cfg->sync_key, sizeof cfg->sync_key);
+    sb_free(cfg->sync_rotation_key_file);
+    OPENSSL_cleanse(cfg->sync_rotation_key, sizeof cfg->sync_rotation_key);
     OPENSSL_cleanse(cfg->extproc_token_digest, sizeof cfg->extproc_token_digest);
     OPENSSL_cleanse(cfg->admin_token_digest, sizeof cfg->admin_token_digest);
     sb_free(cfg->access_log);

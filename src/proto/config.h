@@ -274,6 +274,11 @@ typedef struct sb_config {
     char *sync_key_file;
     bool sync_has_key;
     char sync_key[41]; /* the secret, Z85, NUL-terminated; wiped with the config */
+    /* sync.rotation_key_file: a second fleet key accepted beside key_file while the fleet moves
+     * from one key to another (docs/configuration.md, "Rotating the key"). */
+    char *sync_rotation_key_file;
+    bool sync_has_rotation_key;
+    char sync_rotation_key[41];
     /* membership at run time (`discovery:`; net/discovery.h) */
     uint32_t discovery_apply_ms;     /* changes within this window apply once; default 20 */
     uint32_t discovery_drain_ms;     /* a removed endpoint drains at most this long; 30000 */
@@ -359,6 +364,8 @@ int sb_config_set_upstream_key(sb_config *cfg, size_t pool, char *text, size_t l
 /* sync.key_file's text: one CURVE secret key in Z85 (40 characters of ZeroMQ's Z85 alphabet),
  * surrounding blanks and newlines ignored. */
 int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);
+/* The same for sync.rotation_key_file. */
+int sb_config_set_sync_rotation_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap);
 
 /* The profile a pool's `profile:` names: a user profile of cfg, else the built-in of that
  * name, else NULL (never for a pool of a parsed config: the loader checks every name). The

@@ -322,7 +322,7 @@ static bool z85_char(char c)
            (c && strchr(".-:+=^!/*?&<>()[]{}@%$#", c));
 }
 
-int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap)
+static int set_z85_key(char dst[41], bool *has, const char *what, char *text, size_t len, char *msg, size_t cap)
 {
     size_t a = 0, b = len;
     while (a < b && strchr(" \t\r\n", text[a]))
@@ -333,16 +333,28 @@ int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, si
     for (size_t i = a; ok && i < b; i++)
         ok = z85_char(text[i]);
     if (ok) {
-        memcpy(cfg->sync_key, text + a, 40);
-        cfg->sync_key[40] = '\0';
-        cfg->sync_has_key = true;
+        memcpy(dst, text + a, 40);
+        dst[40] = '\0';
+        *has = true;
     } else {
         snprintf(msg, cap,
-                 "sync.key_file must hold one CURVE secret key: 40 characters of ZeroMQ's Z85 alphabet "
-                 "(make one with `switchboard keygen`)");
+                 "%s must hold one CURVE secret key: 40 characters of ZeroMQ's Z85 alphabet "
+                 "(make one with `switchboard keygen`)",
+                 what);
     }
     OPENSSL_cleanse(text, len);
     return ok ? 0 : -1;
+}
+
+int sb_config_set_sync_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap)
+{
+    return set_z85_key(cfg->sync_key, &cfg->sync_has_key, "sync.key_file", text, len, msg, cap);
+}
+
+int sb_config_set_sync_rotation_key(sb_config *cfg, char *text, size_t len, char *msg, size_t cap)
+{
+    return set_z85_key(cfg->sync_rotation_key, &cfg->sync_has_rotation_key, "sync.rotation_key_file", text, len, msg,
+                       cap);
 }
 
 int sb_config_set_keys_file(sb_config *cfg, char *text, size_t len, int *line, char *msg, size_t cap)

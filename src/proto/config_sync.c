@@ -114,10 +114,18 @@ void cfg_parse_sync(parse *p, const yaml_node_t *map)
                 sb_free(cfg->sync_key_file);
                 cfg->sync_key_file = f;
             }
+        } else if (!strcmp(key, "rotation_key_file")) {
+            char *f = cfg_dup_string(p, v, "sync.rotation_key_file");
+            if (f) {
+                sb_free(cfg->sync_rotation_key_file);
+                cfg->sync_rotation_key_file = f;
+            }
         } else {
             cfg_node_error(p, cfg_node_at(p, q->key), "unknown key '%s' in sync", key);
         }
     }
+    if (cfg->sync_rotation_key_file && !cfg->sync_key_file)
+        cfg_node_error(p, map, "sync.rotation_key_file needs sync.key_file (the key this gateway publishes with)");
     if (!listen_seen)
         cfg_node_error(p, map,
                        "sync needs listen (the ZMQ address this gateway publishes on, e.g. tcp://0.0.0.0:5600)");

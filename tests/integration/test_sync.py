@@ -384,6 +384,116 @@ class SyncConfigTest(unittest.TestCase):
                     pre_start=bad_key)
         self.assertIn("sync.key_file must hold one CURVE secret key", str(cm.exception))
 
+    def test_rotation_key_needs_key_file_and_another_key(self):
+        pool = {"name": "p", "models": [MODEL], "endpoints": ["127.0.0.1:1"]}
+        d = tempfile.mkdtemp(prefix="sb-rot-")
+        key = os.path.join(d, "k")
+        keygen(key)
+        with self.assertRaises(AssertionError) as cm:
+            Gateway([pool], extra='sync: { listen: "tcp://127.0.0.1:%d", rotation_key_file: "%s" }'
+                    % (free_port(), key))
+        self.assertIn("sync.rotation_key_file needs sync.key_file", str(cm.exception))
+        with self.assertRaises(AssertionError) as cm:
+            Gateway([pool], extra='sync: { listen: "tcp://127.0.0.1:%d", key_file: "%s", rotation_key_file: "%s" }'
+                    % (free_port(), key, key))
+        self.assertIn("sync.rotation_key_file holds the same key as sync.key_file", str(cm.exception))
+
+
+class SyncRotationTest(unittest.TestCase):
+    """sync.rotation_key_file: a fleet moves from one key to another by two rolling restarts
+    (docs/configuration.md, "Rotating the key") without a moment where two of its gateways
+    cannot hear each other."""
+
+    def setUp(self):
+        self.sim = Sim(replicas=2)
+        self.dir = tempfile.mkdtemp(prefix="sb-rotate-")
+        self.old = os.path.join(self.dir, "old.key")
+        self.new = os.path.join(self.dir, "new.key")
+        keygen(self.old)
+        keygen(self.new)
+        self.gws = []
+
+    def tearDown(self):
+        for g in self.gws:
+            g.close()
+        self.sim.stop()
+
+    def start(self, keys):
+        """Two gateways, peers of each other; keys[i] = (key_file, rotation_key_file or None)."""
+        self.ports = ports = [free_port(), free_port()]
+        pool = {"name": "p", "models": [MODEL], "profile": "prefix-only",
+                "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports]}
+        for i in range(2):
+            key, rotation = keys[i]
+            extra = ('sync: { listen: "tcp://127.0.0.1:%d", peers: ["tcp://127.0.0.1:%d"], key_file: "%s", %s'
+                     "heartbeat_ms: 100, peer_timeout_ms: 1500 }"
+                     % (ports[i], ports[1 - i], key, 'rotation_key_file: "%s", ' % rotation if rotation else ""))
+            self.gws.append(Gateway([pool], extra=extra))
+        for g in self.gws:
+            wait_until(lambda g=g: scrape_metric(g.admin_port, "switchboard_sync_peers_alive") == 1, 10,
+                       "the peer's heartbeats")
+
+    def exchange(self):
+        """A request through each gateway: the other counts it, once."""
+        a, b = self.gws
+        for n, (src, dst) in enumerate(((a, b), (b, a), (a, b), (b, a))):
+            body = json.dumps(chat("You are rotation's assistant number %d. " % n * 20, "hi")).encode()
+            self.assertEqual(http(src.port, "POST", "/v1/chat/completions", body)[0], 200)
+            want = n // 2 + 1
+            wait_until(lambda: scrape_metric(dst.admin_port, "switchboard_sync_applied_total") >= want, 5,
+                       "the peer to hear the dispatch")
+            self.assertEqual(scrape_metric(dst.admin_port, "switchboard_sync_applied_total"), want,
+                             "a dispatch counted twice (heard over both keys)")
+        for g in self.gws:
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_decode_errors_total"), 0)
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_auth_refused_total"), 0)
+
+    def test_first_rollout_a_gateway_that_accepts_the_new_key_hears_one_that_does_not(self):
+        # Phase 1 half done: b publishes with the old key and accepts the new one, a is untouched.
+        self.start([(self.old, None), (self.old, self.new)])
+        self.exchange()
+        # b heard a over the old key, its own: nothing came over the rotation key.
+        self.assertEqual(scrape_metric(self.gws[1].admin_port, "switchboard_sync_received_rotation_total"), 0)
+
+    def test_second_rollout_gateways_publishing_with_different_keys_hear_each_other(self):
+        # Phase 2 half done: a publishes with the new key and still accepts the old one; b is as
+        # phase 1 left it. Each hears the other over its rotation key.
+        self.start([(self.new, self.old), (self.old, self.new)])
+        self.exchange()
+        for g in self.gws:
+            self.assertGreater(scrape_metric(g.admin_port, "switchboard_sync_received_rotation_total"), 0)
+
+    @unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
+    def test_holders_of_either_key_may_subscribe_and_no_one_else(self):
+        self.start([(self.new, self.old), (self.old, self.new)])
+        a = self.gws[0]  # publishes with the new key
+        a_server = zmq.curve_public(open(self.new, "rb").read().strip())
+        ctx = zmq.Context()
+        socks = []
+        try:
+            accepted = scrape_metric(a.admin_port, "switchboard_sync_auth_accepted_total")
+            refused = scrape_metric(a.admin_port, "switchboard_sync_auth_refused_total")
+            # A subscriber holding the old key (the rotation key here) and one with a key of its own.
+            member, stranger = ctx.socket(zmq.SUB), ctx.socket(zmq.SUB)
+            old_secret = open(self.old, "rb").read().strip()
+            member.curve_secretkey, member.curve_publickey = old_secret, zmq.curve_public(old_secret)
+            stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+            for sk in (member, stranger):
+                socks.append(sk)
+                sk.setsockopt(zmq.LINGER, 0)
+                sk.curve_serverkey = a_server
+                sk.setsockopt(zmq.SUBSCRIBE, b"")
+                sk.connect("tcp://127.0.0.1:%d" % self.ports[0])
+            self.assertTrue(member.poll(5000), "the old key's holder heard nothing (a's heartbeats)")
+            wait_until(lambda: scrape_metric(a.admin_port, "switchboard_sync_auth_refused_total") == refused + 1, 5,
+                       "the stranger's refusal")
+            self.assertEqual(scrape_metric(a.admin_port, "switchboard_sync_auth_accepted_total"), accepted + 1)
+            self.assertEqual(stranger.poll(0), 0, "a stranger read the fleet's messages")
+        finally:
+            for sk in socks:
+                sk.close()
+            ctx.term()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1473,6 +1473,26 @@ static void test_sync(void **state)
     }
     assert_string_equal(cfg->sync_key, "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"); /* kept */
     sb_config_free(cfg);
+
+    /* rotation_key_file: a second key, only beside key_file, held apart from it. */
+    assert_int_equal(
+        parse_str("sync: { listen: \"tcp://a:1\", key_file: new.key, rotation_key_file: old.key }\n" POOL_OK, &cfg,
+                  &errs),
+        0);
+    assert_string_equal(cfg->sync_key_file, "new.key");
+    assert_string_equal(cfg->sync_rotation_key_file, "old.key");
+    char other[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n";
+    char rejected[] = "not a key";
+    assert_int_equal(sb_config_set_sync_rotation_key(cfg, rejected, strlen(rejected), msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "sync.rotation_key_file must hold one CURVE secret key"));
+    assert_false(cfg->sync_has_rotation_key);
+    assert_int_equal(sb_config_set_sync_rotation_key(cfg, other, strlen(other), msg, sizeof msg), 0);
+    assert_true(cfg->sync_has_rotation_key);
+    assert_false(cfg->sync_has_key); /* the other key is untouched */
+    assert_string_equal(cfg->sync_rotation_key, "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+    sb_config_free(cfg);
+    expect_one_error("sync:\n  listen: \"tcp://a:1\"\n  rotation_key_file: old.key\n" POOL_OK, 2,
+                     "sync.rotation_key_file needs sync.key_file");
 }
 
 /* ext_proc: the endpoint picker's listener; off unless configured, defaults, bounds, modes. */
