@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 #include "base/alloc.h"
 #include "cmd/cmd.h"
@@ -53,6 +54,16 @@ char *sb_read_file(const char *path, size_t *len)
     if (len)
         *len = n;
     return data;
+}
+
+/* Whether two CURVE secret keys (Z85) are one key: their public keys compared, since secrets
+ * differing only in bits Curve25519 ignores are the same key. */
+static bool same_curve_key(const char *a, const char *b)
+{
+    char pa[41], pb[41];
+    if (zmq_curve_public(pa, a) < 0 || zmq_curve_public(pb, b) < 0)
+        return !strcmp(a, b);
+    return !strcmp(pa, pb);
 }
 
 /* A secret file's path as the gateway opens it: absolute as written, else relative to the
@@ -124,7 +135,7 @@ int sb_config_load_files(sb_config *cfg, const char *config_path)
         } else if (sb_config_set_sync_rotation_key(cfg, text, len, msg, sizeof msg) < 0) {
             fprintf(stderr, "%s: %s\n", path, msg);
             bad = -1;
-        } else if (cfg->sync_has_key && !strcmp(cfg->sync_key, cfg->sync_rotation_key)) {
+        } else if (cfg->sync_has_key && same_curve_key(cfg->sync_key, cfg->sync_rotation_key)) {
             fprintf(stderr, "%s: sync.rotation_key_file holds the same key as sync.key_file\n", path);
             bad = -1;
         }

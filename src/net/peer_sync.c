@@ -41,6 +41,7 @@ struct sb_peer_sync {
     int open_handles;
     int refs;
     bool stopping;
+    bool sub2_first; /* which SUB a pump reads first: they alternate, so neither starves */
     sb_peer_sync_opts opts;
     char *listen;
     char **peers;
@@ -308,12 +309,12 @@ static bool zap_serve_one(sb_peer_sync *s)
             zmq_msg_close(&f[i]);
         return n > 0;
     }
-    bool curve = n >= 7 && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3) &&
-                 zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && zmq_msg_size(&f[6]) == 32;
-    bool rotation = curve && s->sub2 && !memcmp(zmq_msg_data(&f[6]), s->rotation_key, 32);
-    /* Holders of either key are members while a rotation lasts. (Our own SUBs present the key
-     * the publisher holds: each SUB's key pair is one fleet key.) */
-    bool ok = curve && (rotation || !memcmp(zmq_msg_data(&f[6]), s->fleet_key, 32));
+    /* Only the key this publisher holds, even while a rotation lasts: each of our SUBs presents
+     * the key it expects the publisher to hold, so a fleet member never needs another; and a
+     * publisher past step 2 of a rotation no longer admits holders of the old key. */
+    bool ok = n >= 7 && zmq_msg_size(&f[0]) == 3 && !memcmp(zmq_msg_data(&f[0]), "1.0", 3) &&
+              zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) && zmq_msg_size(&f[6]) == 32 &&
+              !memcmp(zmq_msg_data(&f[6]), s->fleet_key, 32);
     if (ok)
         s->st.auth_accepted++;
     else
@@ -368,9 +369,12 @@ static void pump(sb_peer_sync *s)
     for (uint32_t z = 0; s->zap && !s->stopping && z < budget && zap_serve_one(s); z++)
         ;
     uint64_t now_ms = uv_now(s->loop);
-    read_sub(s, s->sub, &budget, now_ms, false);
-    if (s->sub2)
+    if (s->sub2 && s->sub2_first)
         read_sub(s, s->sub2, &budget, now_ms, true);
+    read_sub(s, s->sub, &budget, now_ms, false);
+    if (s->sub2 && !s->sub2_first)
+        read_sub(s, s->sub2, &budget, now_ms, true);
+    s->sub2_first = !s->sub2_first;
     if (s->stopping)
         return;
     if (readable(s->sub) || (s->sub2 && readable(s->sub2)) || (s->zap && readable(s->zap)))
@@ -574,6 +578,10 @@ static int setup_curve(sb_peer_sync *s)
             SB_ERROR("sync: the rotation key is not a Z85 CURVE secret key");
             return -EINVAL;
         }
+        if (!memcmp(s->rotation_key, s->fleet_key, sizeof s->fleet_key)) {
+            SB_ERROR("sync: the rotation key is the fleet's key");
+            return -EINVAL;
+        }
         memcpy(s->secret2, s->opts.curve_rotation_secret, sizeof s->secret2);
         s->opts.curve_rotation_secret = s->secret2;
         ok = zmq_setsockopt(s->sub2, ZMQ_CURVE_SERVERKEY, s->public2, sizeof s->public2) == 0 &&
@@ -592,7 +600,10 @@ static void sub_options(sb_peer_sync *s, void *sub)
 {
     set_int(sub, ZMQ_LINGER, 0);
     set_int(sub, ZMQ_RCVHWM, 10000);
-    set_int(sub, ZMQ_RECONNECT_IVL, 100);
+    /* While a rotation key is set, one of the two connections to each peer fails its handshake,
+     * and libzmq retries a failed handshake at this interval, without backing off: 1 s then
+     * (a failed CURVE handshake a second per peer), 100 ms otherwise. */
+    set_int(sub, ZMQ_RECONNECT_IVL, s->opts.curve_rotation_secret ? 1000 : 100);
     set_int(sub, ZMQ_RECONNECT_IVL_MAX, 5000);
     set_int(sub, ZMQ_HEARTBEAT_IVL, (int)s->opts.heartbeat_ms);
     set_int(sub, ZMQ_HEARTBEAT_TIMEOUT, (int)s->opts.peer_timeout_ms);

@@ -63,11 +63,12 @@ typedef struct sb_peer_sync_opts {
      * present the fleet's public key; the SUB is a CURVE client that accepts only publishers
      * proving they hold the secret. Traffic is encrypted both ways. */
     const char *curve_secret;
-    /* A second fleet key, or NULL, for a rotation without a gap (needs curve_secret): the ZAP
-     * handler admits subscribers presenting either public key, and a second SUB, a CURVE client
-     * with this key, connects to every peer too. A peer's publisher holds one of the two keys,
-     * so exactly one of the two connections to it completes its handshake (the other fails
-     * its handshake and ZMQ retries it, at most 5 s apart). */
+    /* A second fleet key, or NULL, for a rotation without a gap (needs curve_secret, and must
+     * be another key): a second SUB, a CURVE client with this key, connects to every peer too.
+     * A peer's publisher holds one of the two keys, so exactly one of the two connections to it
+     * completes its handshake; the other fails it, and libzmq retries it every second (it does
+     * not back off after a failed handshake). The two SUBs are read in turn, each pump starting
+     * with the other. The publisher still admits only curve_secret's key. */
     const char *curve_rotation_secret;
 } sb_peer_sync_opts;
 
