@@ -436,17 +436,20 @@ class SyncRotationTest(unittest.TestCase):
             g.close()
         self.sim.stop()
 
-    def start(self, keys):
-        """Two gateways, peers of each other; keys[i] = (key_file, rotation_key_file or None)."""
-        self.ports = ports = [free_port(), free_port()]
+    def gateway(self, i, key, rotation):
+        """Gateway i of two, peers of each other, with these keys (rotation: None for none)."""
         pool = {"name": "p", "models": [MODEL], "profile": "prefix-only",
                 "endpoints": ["127.0.0.1:%d" % p for p in self.sim.ports]}
+        extra = ('sync: { listen: "tcp://127.0.0.1:%d", peers: ["tcp://127.0.0.1:%d"], key_file: "%s", %s'
+                 "heartbeat_ms: 100, peer_timeout_ms: 1500 }"
+                 % (self.ports[i], self.ports[1 - i], key, 'rotation_key_file: "%s", ' % rotation if rotation else ""))
+        return Gateway([pool], extra=extra)
+
+    def start(self, keys):
+        """Two gateways; keys[i] = (key_file, rotation_key_file or None)."""
+        self.ports = [free_port(), free_port()]
         for i in range(2):
-            key, rotation = keys[i]
-            extra = ('sync: { listen: "tcp://127.0.0.1:%d", peers: ["tcp://127.0.0.1:%d"], key_file: "%s", %s'
-                     "heartbeat_ms: 100, peer_timeout_ms: 1500 }"
-                     % (ports[i], ports[1 - i], key, 'rotation_key_file: "%s", ' % rotation if rotation else ""))
-            self.gws.append(Gateway([pool], extra=extra))
+            self.gws.append(self.gateway(i, *keys[i]))
         for g in self.gws:
             wait_until(lambda g=g: scrape_metric(g.admin_port, "switchboard_sync_peers_alive") == 1, 10,
                        "the peer's heartbeats")
@@ -478,6 +481,29 @@ class SyncRotationTest(unittest.TestCase):
         self.exchange()
         for g in self.gws:
             self.assertGreater(scrape_metric(g.admin_port, "switchboard_sync_received_rotation_total"), 0)
+
+    def test_the_whole_procedure_one_gateway_restarted_at_a_time(self):
+        # Both on the old key; then the documented three steps, each a rolling restart of the
+        # two gateways. After every restart each gateway counts a dispatch sent through the other.
+        self.start([(self.old, None), (self.old, None)])
+        steps = [(1, self.old, self.new), (0, self.old, self.new), (1, self.new, self.old), (0, self.new, self.old),
+                 (1, self.new, None), (0, self.new, None)]
+        for n, (i, key, rotation) in enumerate(steps):
+            self.gws[i].close()
+            self.gws[i] = self.gateway(i, key, rotation)
+            for src, dst in ((self.gws[i], self.gws[1 - i]), (self.gws[1 - i], self.gws[i])):
+                before = scrape_metric(dst.admin_port, "switchboard_sync_applied_total")
+                body = json.dumps(chat("Step %d's assistant. " % n * 20, "hi")).encode()
+
+                def counted():
+                    # The first dispatch may go before the new gateway's connections are up
+                    # (ZMQ drops what a PUB sends to no one): send until one is counted.
+                    self.assertEqual(http(src.port, "POST", "/v1/chat/completions", body)[0], 200)
+                    return scrape_metric(dst.admin_port, "switchboard_sync_applied_total") > before
+                wait_until(counted, 15, "step %d: a dispatch through one gateway counted by the other" % n)
+        # Rotation done: nothing comes over a rotation key any more (there is none).
+        for g in self.gws:
+            self.assertEqual(scrape_metric(g.admin_port, "switchboard_sync_received_rotation_total"), 0)
 
     @unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
     def test_a_publisher_admits_only_holders_of_its_own_key(self):
