@@ -470,24 +470,6 @@ static void fill_defaults(sb_peer_sync_opts *o)
         o->max_messages_per_turn = 256;
 }
 
-bool sb_peer_sync_same_opts(const sb_peer_sync *s, const sb_peer_sync_opts *in)
-{
-    sb_peer_sync_opts o = *in;
-    fill_defaults(&o);
-    const sb_peer_sync_opts *a = &s->opts;
-    if (strcmp(a->listen, o.listen) || a->n_peers != o.n_peers || a->heartbeat_ms != o.heartbeat_ms ||
-        a->peer_timeout_ms != o.peer_timeout_ms || a->max_request_ms != o.max_request_ms ||
-        a->max_tracked != o.max_tracked || a->max_hashes != o.max_hashes || !a->curve_secret != !o.curve_secret ||
-        (o.curve_secret && strcmp(a->curve_secret, o.curve_secret)) ||
-        !a->curve_rotation_secret != !o.curve_rotation_secret ||
-        (o.curve_rotation_secret && strcmp(a->curve_rotation_secret, o.curve_rotation_secret)))
-        return false;
-    for (size_t i = 0; i < o.n_peers; i++)
-        if (strcmp(a->peers[i], o.peers[i]))
-            return false;
-    return true;
-}
-
 static void free_all(sb_peer_sync *s)
 {
     for (size_t i = 0; s->peers && i < s->opts.n_peers; i++)

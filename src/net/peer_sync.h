@@ -128,7 +128,5 @@ uint64_t sb_peer_sync_publish_sent(sb_peer_sync *s, const char *pool, const char
 void sb_peer_sync_publish(sb_peer_sync *s, int kind, uint64_t request);
 
 const sb_peer_sync_stats *sb_peer_sync_stats_get(const sb_peer_sync *s);
-/* Whether s runs with these options (a reload that changes them needs a restart). */
-bool sb_peer_sync_same_opts(const sb_peer_sync *s, const sb_peer_sync_opts *o);
 
 #endif
