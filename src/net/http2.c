@@ -34,7 +34,6 @@
  *   gets GOAWAY and closes. */
 #include "net/guard.h"
 #include "net/http_server_internal.h"
-#include "net/iobatch.h"
 
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -1140,10 +1139,7 @@ int hs_h2_pull(conn *c)
          * write_paused, or every frame it sends (a stream to refuse, a PING) would queue an
          * answer without bound. idle_ms without a write completing closes it (note_waiting). */
         hc->read_paused = true;
-        if (c->reading) {
-            sb_iob_read_stop((uv_stream_t *)&c->tcp);
-            c->reading = false;
-        }
+        hs_conn_read_stop(c);
         note_waiting(hc);
     }
     return 0;

@@ -500,8 +500,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         if (nread == UV_EOF && !c->shut) {
             /* The client is done sending; close once the answer has left. */
             c->peer_eof = true;
-            sb_iob_read_stop(stream);
-            c->reading = false;
+            hs_conn_read_stop(c);
         } else if (nread < 0 || (c->linger_seen += (size_t)nread) > c->linger_bytes) {
             hs_conn_close(c);
         }
@@ -637,6 +636,14 @@ void hs_conn_read_start(conn *c)
                                   : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
         if (rc == 0)
             c->reading = true;
+    }
+}
+
+void hs_conn_read_stop(conn *c)
+{
+    if (c->reading) {
+        sb_iob_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
     }
 }
 

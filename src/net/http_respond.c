@@ -293,10 +293,7 @@ static void finish_response(conn *c)
          * parsing until it reads below the low watermark (on_write); idle_ms closes it if
          * it never does. */
         c->write_paused = true;
-        if (c->reading) {
-            sb_iob_read_stop((uv_stream_t *)&c->tcp);
-            c->reading = false;
-        }
+        hs_conn_read_stop(c);
         return;
     }
     hs_conn_read_start(c);
@@ -464,10 +461,7 @@ void sb_http_stream_abort(sb_http_req *req)
     c->keep_alive_resp = false;
     c->close_after = true;
     c->state = CONN_IDLE;
-    if (c->reading) {
-        sb_iob_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    }
+    hs_conn_read_stop(c);
     if (hs_conn_flush(c) < 0 || c->queued == 0)
         hs_conn_close(c);
     else

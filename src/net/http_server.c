@@ -244,9 +244,8 @@ void hs_conn_linger(conn *c, uint32_t drain_ms)
     }
     if (c->linger_ms && c->linger_bytes && !c->peer_eof) {
         hs_conn_read_start(c);
-    } else if (c->reading) {
-        sb_iob_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
+    } else {
+        hs_conn_read_stop(c);
     }
     hs_arm_timer(c, drain_ms); /* a client that never reads the answer is closed */
     hs_linger_drained(c);

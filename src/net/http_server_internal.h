@@ -239,6 +239,8 @@ void hs_fail_request(conn *c, int status, const char *code, const char *message,
 /* Starts reading unless already reading or closing: libuv reads a connection's first request,
  * the loop's batcher (net/iobatch.h) the rest once hs_conn_read_batched has been called. */
 void hs_conn_read_start(conn *c);
+/* Stops reading if reading (through libuv or the batcher, whichever reads it). */
+void hs_conn_read_stop(conn *c);
 /* From now on the batcher reads the connection (it was kept alive, or speaks HTTP/2): its
  * reader's set-up (a dup, its registration, their closes) would be wasted on a connection that
  * closes after one request. Reading, it moves at once. */

@@ -155,9 +155,9 @@ static void on_kick(uv_idle_t *h)
 }
 
 /* Whether this kernel completes a non-blocking send (and receive) within the submission, a
- * full socket (an empty one) included (MSG_DONTWAIT makes io_uring fail it with -EAGAIN rather than park it): the batcher
- * relies on it to have nothing in flight across turns. Tried on a socket pair filled until it
- * refuses. 0, or a negative errno (the ring is not used). */
+ * full socket (an empty one) included (MSG_DONTWAIT makes io_uring fail it with -EAGAIN rather
+ * than park it): the batcher relies on it to have nothing in flight across turns. Tried on a
+ * socket pair filled until it refuses. 0, or a negative errno (the ring is not used). */
 static int probe_inline(struct io_uring *ring)
 {
     int sv[2];
@@ -884,8 +884,6 @@ int sb_iob_read_start(uv_stream_t *s, uv_alloc_cb alloc, uv_read_cb read)
             return rc;
         }
         r->poll.data = r;
-        r->s = s;
-        r->b = b;
         if ((rc = reader_insert(b, r)) < 0) {
             r->s = NULL;
             uv_close((uv_handle_t *)&r->poll, reader_closed);

@@ -594,7 +594,7 @@ static void sub_options(sb_peer_sync *s, void *sub)
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
 }
 
-/* Polls another ZMQ socket's descriptor on the loop, into pump. 0 or a negative code. */
+/* Polls a ZMQ socket's descriptor on the loop, into pump. 0 or a negative code. */
 static int watch(sb_peer_sync *s, void *sock, uv_poll_t *h)
 {
     int fd, rc;
@@ -670,24 +670,12 @@ int sb_peer_sync_start(uv_loop_t *loop, const sb_peer_sync_opts *opts, uint64_t 
             SB_ERROR("sync: cannot connect to peer %s: %s", s->peers[i], zmq_strerror(errno));
             goto fail_sockets;
         }
-    int fd;
-    size_t len = sizeof fd;
-    if (zmq_getsockopt(s->sub, ZMQ_FD, &fd, &len) < 0) {
-        rc = -EINVAL;
-        goto fail_sockets;
-    }
     uv_idle_init(loop, &s->idle);
     uv_timer_init(loop, &s->timer);
     s->idle.data = s->timer.data = s;
     s->open_handles = 2;
-    if ((rc = uv_poll_init(loop, &s->poll, fd)) < 0) {
-        stop(s);
-        return rc;
-    }
-    s->poll.data = s;
-    s->open_handles++;
-    uv_poll_start(&s->poll, UV_READABLE, on_poll);
-    if ((s->sub2 && (rc = watch(s, s->sub2, &s->poll2)) < 0) || (s->zap && (rc = watch(s, s->zap, &s->zap_poll)) < 0)) {
+    if ((rc = watch(s, s->sub, &s->poll)) < 0 || (s->sub2 && (rc = watch(s, s->sub2, &s->poll2)) < 0) ||
+        (s->zap && (rc = watch(s, s->zap, &s->zap_poll)) < 0)) {
         stop(s);
         return rc;
     }
