@@ -121,6 +121,11 @@ results="$work/results.tsv"
 # figure (a core's capacity is 1 / CPU per request). 0 for direct (no proxy).
 cpu_ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
+# The whole machine's busy time (every core: user, nice, system, irq, softirq, steal), in ticks:
+# what a request costs wrk, nginx, the kernel's loopback TCP and the proxy together.
+machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+# TCP segments sent on the machine (every hop over loopback: wrk, the proxy, nginx).
+tcp_segs() { awk '/^Tcp:/ { if (n) { for (i = 1; i <= NF; i++) if (h[i] == "OutSegs") print $i; exit } n = split($0, h) }' /proc/net/snmp; }
 for target in $targets; do
   run "${target##*:}" 4 > /dev/null  # warm-up
 done
@@ -130,9 +135,10 @@ for i in $(seq "$RUNS"); do
   for target in $targets; do
     name=${target%%:*}; port=${target##*:}
     pidvar=pid_$name; pid=${!pidvar:-}
-    c0=$(cpu_ticks "$pid")
+    c0=$(cpu_ticks "$pid"); m0=$(machine_ticks); s0=$(tcp_segs)
     printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS")" >> "$results"
-    printf '%s,cpu,%s\t{"ticks":%s}\n' "$name" "$i" "$(( $(cpu_ticks "$pid") - c0 ))" >> "$results"
+    printf '%s,cpu,%s\t{"ticks":%s,"machine":%s,"segs":%s}\n' "$name" "$i" "$(( $(cpu_ticks "$pid") - c0 ))" \
+      "$(( $(machine_ticks) - m0 ))" "$(( $(tcp_segs) - s0 ))" >> "$results"
     printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
   done
 done
@@ -204,14 +210,19 @@ print("added latency at %s connections (over direct): switchboard p50 %+.0f us p
 if "base" in names:
     b = med("base", "load", "rps")
     print("switchboard/base throughput: %.2fx   base/haproxy: %.2fx" % (sb / b, b / ha))
-def cpu_us(name):  # the proxy's CPU time per request at CONNS connections, median over the runs
-    return statistics.median(R["%s,cpu,%d" % (name, i)]["ticks"] * tick_us / R["%s,load,%d" % (name, i)]["requests"]
+def cpu_us(name, key="ticks"):  # CPU time per request at CONNS connections, median over the runs
+    return statistics.median(R["%s,cpu,%d" % (name, i)][key] * tick_us / R["%s,load,%d" % (name, i)]["requests"]
                              for i in range(1, runs + 1))
 cpu_names = [n for n in names if n != "direct"]
 print("CPU per request at %s connections (the proxy's user+system time; a core's capacity is its inverse):" % conns)
 print("  " + "   ".join("%s %.2f us" % (n, cpu_us(n)) for n in cpu_names))
 print("per-core capacity switchboard/haproxy: %.2fx" % (cpu_us("haproxy") / cpu_us("switchboard"))
       + ("   switchboard/base: %.2fx" % (cpu_us("base") / cpu_us("switchboard")) if "base" in names else ""))
+print("the whole machine's CPU per request (wrk, nginx, loopback TCP and the proxy; the rest is the proxy's subtracted):")
+print("  " + "   ".join("%s %.2f us (rest %.2f)" % (n, cpu_us(n, "machine"), cpu_us(n, "machine") - cpu_us(n))
+                        for n in names))
+print("TCP segments sent per request (every hop): " + "   ".join("%s %.2f" % (n, statistics.median(
+    R["%s,cpu,%d" % (n, i)]["segs"] / R["%s,load,%d" % (n, i)]["requests"] for i in range(1, runs + 1))) for n in names))
 if "switchboard-tls,load,1" in R:
     print("over TLS (same P-256 certificate; TLS 1.3):")
     print("%-16s %12s %10s %10s | %14s | %14s" % ("target", "rps@%sconn" % conns, "p50 us", "p99 us", "p50 us @1conn",

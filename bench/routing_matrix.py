@@ -22,7 +22,11 @@ How the cells are derived (printed with the table):
   - gateways: --gateways 1 or 3 (each gateway its own router and policy state; replay's L4
     rule keeps a session on its gateway).
   - seeds: the generators draw arrivals and content from --seed; the router and the policies'
-    tie-breaks too (traces: routing only).
+    tie-breaks too. A trace has one sequence of arrivals, so seed s replays its s-th window of
+    --requests requests (`replay --trace-skip (s-1) x requests`, each window rescaled to the
+    cell's rate): five seeds are five samples of the trace, not one sample replayed five times
+    (before session 35 every seed replayed the first window: --same-window). The working set
+    and the capacity probe are the first window's, as they are seed 1's for the generators.
 default+sync: `default` with gateway sync (`--gateway-sync-ms 0.5`: each gateway's router hears
 the others' dispatches half a millisecond late); its verdict against the best peer is printed
 apart (with one gateway it is `default`).
@@ -34,6 +38,7 @@ Verdict per figure (p90, p99): with m the median over seeds and s half its range
 usage: bench/routing_matrix.py [--quick] [--seeds 1,2,3,4,5] [--requests N] [--replicas R]
                                [--jobs J] [--out DIR] [--only WORKLOAD,...] [--caches C,...]
                                [--config FILE --candidates NAME,... [--peers-from CSV,...]]
+                               [--same-window]
 --quick: cache ample and quarter, load near, 2 seeds, 400 requests (about 4 minutes on one
 core). The full run: every cell, 5 seeds, 800 requests (measured: see docs/benchmarks.md).
 Needs build/switchboard (make), or the binary named by $SB_BIN.
@@ -46,7 +51,8 @@ the geometric means of p90 and p99 over the best peer's (below 1 is ahead). --pe
 peers' medians and spreads from earlier runs' matrix.csv instead of running them again (replay
 is deterministic and the peers' rows are byte-identical across changes to `default`:
 scripts/replay_fingerprint.sh), which makes a candidate round several times cheaper; those
-medians are over the earlier run's seeds, so compare candidates with `default` run alongside.
+medians are over the earlier run's seeds, so compare candidates with `default` run alongside
+(and take them from a run with the same --same-window setting).
 """
 import argparse
 import csv
@@ -133,14 +139,15 @@ def capacity(wl, requests, replicas, blocks, tmp):
 
 
 def run_cell(job):
-    wl, cache, blocks, load, rate, gw, seed, requests, replicas, tmp, policies, config = job
+    wl, cache, blocks, load, rate, gw, seed, requests, replicas, tmp, policies, config, same_window = job
+    window = [] if same_window or "--trace" not in WORKLOADS[wl] else ["--trace-skip", (seed - 1) * int(requests)]
     figures = {}
     groups = {}
     for label, name, extra in policies:
         groups.setdefault(tuple(extra), []).append((label, name))
     for extra, members in groups.items():
         out = os.path.join(tmp, "%s-%s-%s-g%d-s%d-%d" % (wl, cache, load, gw, seed, abs(hash(extra)) % 10**6))
-        replay(WORKLOADS[wl] + list(extra) + [
+        replay(WORKLOADS[wl] + window + list(extra) + [
             "--requests", requests, "--replicas", replicas, "--rate", "%.4f" % rate, "--num-gpu-blocks", blocks,
             "--gateways", gw, "--seed", seed, "--policies", ",".join(n for _, n in members), "--out", out]
             + (["--config", config] if config else []))
@@ -229,6 +236,8 @@ def main():
     ap.add_argument("--config", help="gateway config whose profiles --candidates names")
     ap.add_argument("--candidates", help="comma-separated profiles of --config to compare (NAME+events too)")
     ap.add_argument("--peers-from", help="comma-separated matrix.csv files: the peers' medians, not run again")
+    ap.add_argument("--same-window", action="store_true",
+                    help="every seed replays a trace's first window (the matrix before session 35)")
     ap.add_argument("--extra", help="replay arguments for default and the candidates only, e.g. --extra=--prefix-share")
     a = ap.parse_args()
     if a.candidates and not a.config:
@@ -255,7 +264,7 @@ def main():
         cap = {c: capacity(wl, requests, a.replicas, blocks[c], tmp) for c, _ in caches}
         derived[wl] = (ws, cap, blocks)
     jobs = [(wl, c, derived[wl][2][c], l, derived[wl][1][c] * lf, gw, s, requests, a.replicas, tmp, run_policies,
-             a.config)
+             a.config, a.same_window)
             for wl in workloads for c, _ in caches for l, lf in loads for gw in GATEWAYS for s in seeds]
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         results = list(ex.map(run_cell, jobs))
@@ -264,9 +273,9 @@ def main():
         cells.setdefault(key, {})[seed] = figures
     wall = time.time() - t0
 
-    print("Routing matrix: %d replicas, %d requests per run, seeds %s%s; %d cells x %d seeds, %.0f s wall." % (
+    print("Routing matrix: %d replicas, %d requests per run, seeds %s%s; %d cells x %d seeds, %.0f s wall; traces: %s." % (
         a.replicas, requests, ",".join(map(str, seeds)), " (--quick)" if a.quick else "", len(cells), len(seeds),
-        wall))
+        wall, "every seed the first window" if a.same_window else "seed s the s-th window"))
     print()
     names = " / ".join(c for c, _ in caches)
     print("| workload | working set (blocks) | --num-gpu-blocks: %s | capacity req/s: %s |" % (names, names))

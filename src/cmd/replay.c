@@ -41,6 +41,8 @@ static const char usage_text[] =
     "  --rate-scale K         trace: replay K times faster\n"
     "  --rates A,B,C          sweep: one run per rate per policy\n"
     "  --requests N           at most N requests (generators default to 1000)\n"
+    "  --trace-skip K         trace: start after its first K requests (a later window; times\n"
+    "                         start at the first kept one, --rate rescales the window's own rate)\n"
     "  --duration S           only requests arriving in the first S seconds\n"
     "fleet and routing:\n"
     "  --replicas N           replicas (default 4)\n"
@@ -110,6 +112,7 @@ enum {
     O_RATE_SCALE,
     O_RATES,
     O_REQUESTS,
+    O_TRACE_SKIP,
     O_DURATION,
     O_REPLICAS,
     O_POLICIES,
@@ -152,6 +155,7 @@ static const struct option long_opts[] = {
     {"rate-scale", required_argument, NULL, O_RATE_SCALE},
     {"rates", required_argument, NULL, O_RATES},
     {"requests", required_argument, NULL, O_REQUESTS},
+    {"trace-skip", required_argument, NULL, O_TRACE_SKIP},
     {"duration", required_argument, NULL, O_DURATION},
     {"replicas", required_argument, NULL, O_REPLICAS},
     {"policies", required_argument, NULL, O_POLICIES},
@@ -197,7 +201,7 @@ typedef struct args {
     double rate, rate_scale;
     double rates[MAX_RATES];
     size_t n_rates;
-    uint64_t requests;
+    uint64_t requests, trace_skip;
     double duration_s;
     bool list;
     bool working_set;  /* --working-set */
@@ -347,6 +351,7 @@ static int parse_args(int argc, char **argv, args *a)
         case O_RATE_SCALE: rc = parse_double("rate-scale", v, 1e-6, 1e9, &a->rate_scale); break;
         case O_RATES: rc = parse_rates(v, a); break;
         case O_REQUESTS: rc = parse_u64("requests", v, 1, UINT32_MAX - 2, &a->requests); break;
+        case O_TRACE_SKIP: rc = parse_u64("trace-skip", v, 0, UINT32_MAX - 2, &a->trace_skip); break;
         case O_DURATION: rc = parse_double("duration", v, 1e-3, 1e9, &a->duration_s); break;
         case O_REPLICAS: rc = parse_u32("replicas", v, 1, 65536, &o->replicas); break;
         case O_POLICIES: a->policies = v; break;
@@ -428,6 +433,10 @@ static int check_args(int argc, char **argv, const args *a)
         fprintf(stderr, "switchboard replay: --restart-every and --restarts exclude each other\n");
         return -1;
     }
+    if (a->workload && a->trace_skip) {
+        fprintf(stderr, "switchboard replay: --trace-skip is for traces\n");
+        return -1;
+    }
     if (a->workload && a->rate_scale > 0) {
         fprintf(stderr, "switchboard replay: --rate-scale is for traces; use --rate with a workload\n");
         return -1;
@@ -505,13 +514,20 @@ static int load_workload(const args *a, int kv_argc, char **kv_argv, double rate
             return -1;
         }
         sb_replay_trace_error err;
-        int rc = sb_replay_trace_parse(text, len, (size_t)a->requests, w, &err);
+        size_t max = a->requests ? (size_t)(a->requests + a->trace_skip) : 0;
+        int rc = sb_replay_trace_parse(text, len, max, w, &err);
         sb_free(text);
         if (rc < 0) {
             if (err.line)
                 fprintf(stderr, "%s:%zu: %s\n", a->trace, err.line, err.message);
             else
                 fprintf(stderr, "%s: %s\n", a->trace, err.message);
+            return -1;
+        }
+        if (a->trace_skip && sb_replay_workload_skip(w, (size_t)a->trace_skip) < 0) {
+            fprintf(stderr, "%s: --trace-skip %llu leaves no requests (the trace has %zu)\n", a->trace,
+                    (unsigned long long)a->trace_skip, w->n);
+            sb_replay_workload_free(w);
             return -1;
         }
         snprintf(w->name, sizeof(w->name), "%s", base_name(a->trace));

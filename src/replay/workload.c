@@ -61,6 +61,23 @@ long sb_replay_workload_add(sb_replay_workload *w, const sb_replay_request *r, c
     return (long)w->n++;
 }
 
+int sb_replay_workload_skip(sb_replay_workload *w, size_t k)
+{
+    if (k >= w->n)
+        return -EINVAL;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->reqs[i].is_followup || w->reqs[i].followup != SB_REPLAY_NO_REQUEST)
+            return -EINVAL;
+    memmove(w->reqs, w->reqs + k, (w->n - k) * sizeof(*w->reqs));
+    w->n -= k;
+    sb_ns t0 = w->reqs[0].arrival_ns;
+    for (size_t i = 0; i < w->n; i++)
+        w->reqs[i].arrival_ns -= t0;
+    sb_ns span = w->reqs[w->n - 1].arrival_ns;
+    w->rate = span ? (double)(w->n - 1) * 1e9 / (double)span : 0;
+    return 0;
+}
+
 size_t sb_replay_workload_roots(const sb_replay_workload *w)
 {
     size_t n = 0;

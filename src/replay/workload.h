@@ -88,6 +88,11 @@ void sb_replay_prompt_tokens(const sb_replay_workload *w, const sb_replay_reques
  * on ENOMEM or on more than 2^32 - 2 requests or spans (the workload is unchanged then). */
 long sb_replay_workload_add(sb_replay_workload *w, const sb_replay_request *r, const sb_replay_span *spans,
                             uint32_t n_spans);
+/* Drops the first k requests of a workload of roots only (a trace's): what is left starts at
+ * time 0 (the first kept request's arrival) and its rate is measured again over the kept span,
+ * as a trace's is. Returns 0, or -EINVAL when k >= n or the workload has conversations
+ * (follow-ups, or requests naming a next turn: indices would dangle); *w is unchanged then. The spans stay (unreferenced ones cost memory only). */
+int sb_replay_workload_skip(sb_replay_workload *w, size_t k);
 /* Number of root requests (those that arrive on their own). */
 size_t sb_replay_workload_roots(const sb_replay_workload *w);
 void sb_replay_workload_free(sb_replay_workload *w);

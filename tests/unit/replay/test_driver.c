@@ -6,6 +6,7 @@
 #include "sb_test.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "base/alloc.h"
@@ -606,6 +607,42 @@ static void test_malformed_lines_name_their_line(void **state)
     sb_replay_workload_free(&w);
 }
 
+/* A later window of a trace: the first k requests go, times restart at the first kept one and
+ * the rate is the window's; a workload with conversations, or a skip of everything, is refused
+ * and left as it was. */
+static void test_trace_skip_keeps_a_later_window(void **state)
+{
+    (void)state;
+    const char *t = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n"
+                    "{\"timestamp\": 100, \"input_length\": 20, \"output_length\": 1, \"hash_ids\": [2]}\n"
+                    "{\"timestamp\": 150, \"input_length\": 30, \"output_length\": 1, \"hash_ids\": [3]}\n"
+                    "{\"timestamp\": 250, \"input_length\": 40, \"output_length\": 1, \"hash_ids\": [4]}\n";
+    sb_replay_workload w;
+    sb_replay_trace_error err;
+    assert_int_equal(sb_replay_trace_mooncake(t, strlen(t), 0, &w, &err), 0);
+    assert_int_equal(sb_replay_workload_skip(&w, 4), -EINVAL);
+    assert_int_equal(w.n, 4);
+    assert_int_equal(sb_replay_workload_skip(&w, 1), 0);
+    assert_int_equal(w.n, 3);
+    assert_int_equal(w.reqs[0].n_prompt, 20);
+    assert_int_equal(w.reqs[0].arrival_ns, 0);
+    assert_int_equal(w.reqs[1].arrival_ns, 50 * MS);
+    assert_int_equal(w.reqs[2].arrival_ns, 150 * MS);
+    assert_true(fabs(w.rate - 2.0 / 0.150) < 1e-9);
+    sb_replay_prompt_tokens(&w, &w.reqs[2], (uint32_t[40]){0}); /* spans still resolve */
+    sb_replay_workload_free(&w);
+
+    char e[200];
+    sb_replay_gen_opts go = {.rate = 10, .requests = 20, .seed = 3};
+    assert_int_equal(sb_replay_generate(sb_replay_generator_find("multi-turn"), NULL, 0, &go, &w, e, sizeof(e)), 0);
+    size_t n = w.n;
+    sb_ns last = w.reqs[n - 1].arrival_ns;
+    assert_int_equal(sb_replay_workload_skip(&w, 1), -EINVAL);
+    assert_int_equal(w.n, n);
+    assert_int_equal(w.reqs[n - 1].arrival_ns, last);
+    sb_replay_workload_free(&w);
+}
+
 /* ---- generators ----------------------------------------------------------------------------- */
 
 static void test_generators_counts_and_sharing(void **state)
@@ -718,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_mooncake_real_head),
         cmocka_unit_test(test_azure_real_head),
         cmocka_unit_test(test_malformed_lines_name_their_line),
+        cmocka_unit_test(test_trace_skip_keeps_a_later_window),
         cmocka_unit_test(test_generators_counts_and_sharing),
         cmocka_unit_test(test_csv_columns_first),
     };
