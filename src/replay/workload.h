@@ -91,7 +91,8 @@ long sb_replay_workload_add(sb_replay_workload *w, const sb_replay_request *r, c
 /* Drops the first k requests of a workload of roots only (a trace's): what is left starts at
  * time 0 (the first kept request's arrival) and its rate is measured again over the kept span,
  * as a trace's is. Returns 0, or -EINVAL when k >= n or the workload has conversations
- * (follow-ups, or requests naming a next turn: indices would dangle); *w is unchanged then. The spans stay (unreferenced ones cost memory only). */
+ * (follow-ups, or requests naming a next turn: indices would dangle); *w is unchanged then.
+ * The spans stay (unreferenced ones cost memory only). */
 int sb_replay_workload_skip(sb_replay_workload *w, size_t k);
 /* Number of root requests (those that arrive on their own). */
 size_t sb_replay_workload_roots(const sb_replay_workload *w);
