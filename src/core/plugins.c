@@ -141,6 +141,20 @@ static const sb_profile builtins[] = {
             SCORERS(W(sb_scorer_prefix, 6), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
                     W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4))),
+    /* default-events: `default` for a pool the engines' KV events feed (sb_profile_with_events:
+     * a pool with `kv_events:` that names `default`, or no profile, routes with this one). The
+     * precise index's matches are the engine's own, answers' blocks included, and never fall
+     * short of the router's marks (fusion takes the longer), so the same prefix weight pulls
+     * harder than on the approximate index: with events, `default`'s prefix 6 gathered
+     * multi-turn conversations onto fewer replicas, worse than approximate `default` on 15
+     * of the matrix's 16 events-WORSE cells (docs/benchmarks.md section 10, session 35).
+     * Prefix 5 over the 168 cells: against approximate `default` 25/127/16 -> 28/128/12
+     * (better/level/WORSE); against the best peer 20/130/18 -> 22/129/17, p90 geomean 0.926
+     * -> 0.915, p99 0.941 -> 0.935. */
+    BUILTIN("default-events", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
+            SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
+                    W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
+                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4))),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
     BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,
@@ -167,9 +181,9 @@ static const sb_profile builtins[] = {
 #undef W
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
-static const char *const builtin_names[N_BUILTINS + 1] = {"round-robin", "least-request", "load-only",
-                                                          "default",     "prefix-only",   "session-hash",
-                                                          "prefix-hash", "paddler",       NULL};
+static const char *const builtin_names[N_BUILTINS + 1] = {
+    "round-robin", "least-request", "load-only",   "default", "default-events",
+    "prefix-only", "session-hash",  "prefix-hash", "paddler", NULL};
 
 const sb_profile *sb_profile_builtin(const char *name)
 {
@@ -180,3 +194,9 @@ const sb_profile *sb_profile_builtin(const char *name)
 }
 
 const char *const *sb_profile_builtin_names(void) { return builtin_names; }
+
+const sb_profile *sb_profile_with_events(const sb_profile *p)
+{
+    const sb_profile *def = sb_profile_builtin("default");
+    return p == def ? sb_profile_builtin("default-events") : p;
+}

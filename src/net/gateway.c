@@ -146,6 +146,14 @@ static void free_worker_pools(sb_gateway *gw)
 
 static void on_adaptive_timer_closed(uv_handle_t *h);
 
+/* The profile a pool routes with: the one it names, else `default`; with KV events, the built-in
+ * `default` as sb_profile_with_events adjusts it. */
+static const sb_profile *pool_profile(const sb_config *cfg, const sb_pool_config *pc)
+{
+    const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+    return pc->kv_events ? sb_profile_with_events(prof) : prof;
+}
+
 /* The adaptive loop: every pool's detectors tick on the probing cadence (never on the request
  * path); pools with `adaptive: true` route with the configurator's published profile. */
 static void on_adaptive_tick(uv_timer_t *t)
@@ -157,7 +165,7 @@ static void on_adaptive_tick(uv_timer_t *t)
         if (!a)
             continue;
         const sb_pool_config *pc = &gw->cfg->pools[p];
-        const sb_profile *base = sb_config_profile(gw->cfg, pc->profile ? pc->profile : "default");
+        const sb_profile *base = pool_profile(gw->cfg, pc);
         unsigned changed = sb_control_tick(gw->router, (uint32_t)p, a, base, pc->adaptive, now);
         for (int d = 0; d < SB_DETECT_COUNT; d++)
             if (changed & (1u << d))
@@ -507,7 +515,7 @@ static int build_pool(sb_gateway *gw, size_t p, const sb_upstream_opts *uo)
 {
     const sb_config *cfg = gw->cfg;
     const sb_pool_config *pc = &cfg->pools[p];
-    const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+    const sb_profile *prof = pool_profile(cfg, pc);
     sb_pool_params pp = {.stale_ns = SB_MS(pc->stale_ms),
                          .health = health_params_of(pc),
                          .block_bytes = (uint32_t)cfg->block_bytes,
@@ -1241,7 +1249,7 @@ static void reload_pool_in_place(sb_gateway *gw, const sb_config *cfg, size_t p)
                          .prefix_share = pc->prefix_share,
                          .prefix_calibrate = pc->prefix_calibrate};
     sb_router_set_pool_params(gw->router, (uint32_t)p, &pp);
-    const sb_profile *prof = sb_config_profile(cfg, pc->profile ? pc->profile : "default");
+    const sb_profile *prof = pool_profile(cfg, pc);
     sb_router_set_profile(gw->router, (uint32_t)p, prof);
     if (gw->adaptive && gw->adaptive[p]) {
         sb_adaptive_set_params(gw->adaptive[p], &pc->adaptive_params, uv_hrtime());

@@ -151,6 +151,8 @@ static int set_up_pool(driver *d, sb_router *router)
 {
     const sb_replay_opts *o = d->o;
     const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
+    if (o->kv_events) /* as a gateway's pool with kv_events: */
+        prof = sb_profile_with_events(prof);
     const char *model = o->model ? o->model : DEFAULT_MODEL;
     sb_pool_params pp = o->pool;
     if (d->p->peer)

@@ -136,5 +136,45 @@ class PreciseRoutingTest(unittest.TestCase):
         self.assertRegex(text, r"switchboard_kv_index_blocks\{pool=\"p\",endpoint=\"[^\"]+\"\} [1-9]")
 
 
+@unittest.skipIf(zmq is None, "python3-zmq is needed (scripts/deps.sh test)")
+class DefaultWithEventsTest(unittest.TestCase):
+    """A pool that names no profile routes with `default`; with kv_events, the built-in
+    `default` becomes `default-events` (its prefix weight suits the precise index), and the
+    decision record names the one that decided (a user's profile cannot be named `default`)."""
+
+    def setUp(self):
+        port, kv_port = free_run(2), free_run(2)
+        self.sim = PublishingSim(2, port, kv_port)
+        self.port, self.kv_port = port, kv_port
+        self.gw = None
+
+    def tearDown(self):
+        if self.gw:
+            self.gw.close()
+        self.sim.stop()
+
+    def profiles_used(self):
+        eps = ["127.0.0.1:%d" % p for p in self.sim.ports]
+        events = ['kv_events: { endpoint: "tcp://{host}:{port%+d}" }' % (self.kv_port - self.port)]
+        self.gw = Gateway([{"name": "ev", "models": [MODEL], "profile": None, "endpoints": eps, "yaml": events},
+                           {"name": "plain", "models": [MODEL + "-b"], "profile": None, "endpoints": eps},
+                           {"name": "named", "models": [MODEL + "-c"], "profile": "default", "endpoints": eps,
+                            "yaml": events}])
+        used = {}
+        for model, pool in ((MODEL, "ev"), (MODEL + "-b", "plain"), (MODEL + "-c", "named")):
+            body = chat("A system prompt long enough for a few whole blocks. " * 8, "hi")
+            body["model"] = model
+            st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", json.dumps(body).encode())
+            self.assertIn(st, (200, 404))  # the sim serves one model name; routing happened either way
+            st, _, raw = http(self.gw.admin_port, "GET", "/debug/decisions")
+            self.assertEqual(st, 200)
+            used[pool] = [d for d in json.loads(raw)["decisions"] if d["pool"] == pool][0]["profile"]
+        return used
+
+    def test_default_with_events_is_default_events(self):
+        self.assertEqual(self.profiles_used(), {"ev": "default-events", "plain": "default",
+                                                "named": "default-events"})
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -108,7 +108,7 @@ static void test_builtin_profiles(void **state)
         assert_true(p->n_filters >= 1);
         assert_string_equal(p->filters[0]->name, "healthy");
     }
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 9);
     assert_null(sb_profile_builtin("prefix-only-typo"));
 
     /* paddler: the most free slots, with Paddler's buffer (30, 10 s, 503, 504) and the slots
@@ -152,6 +152,26 @@ static void test_builtin_profiles(void **state)
     assert_true(d->queue_threshold == 5 && d->kv_threshold == 0.8);
     /* Asking twice gives the same profile. */
     assert_ptr_equal(sb_profile_builtin("default"), d);
+
+    /* default-events: `default` with the prefix weighed less (the precise index's matches pull
+     * harder), every other scorer, filter and picker as `default`'s; a pool with KV events that
+     * names the built-in `default` routes with it, and only then. */
+    const sb_profile *de = sb_profile_builtin("default-events");
+    assert_true(weight_of(de, "prefix") < weight_of(d, "prefix") && weight_of(de, "prefix") > 0);
+    assert_int_equal(de->n_scorers, d->n_scorers);
+    for (size_t i = 0; i < d->n_scorers; i++)
+        if (strcmp(d->scorers[i].def->name, "prefix") != 0)
+            assert_true(weight_of(de, d->scorers[i].def->name) == d->scorers[i].weight);
+    assert_int_equal(de->n_filters, d->n_filters);
+    for (size_t i = 0; i < d->n_filters; i++)
+        assert_ptr_equal(de->filters[i], d->filters[i]);
+    assert_ptr_equal(de->picker, d->picker);
+    assert_ptr_equal(sb_profile_with_events(d), de);
+    assert_ptr_equal(sb_profile_with_events(de), de);
+    assert_ptr_equal(sb_profile_with_events(lr), lr);
+    sb_profile mine;
+    sb_profile_init(&mine, "default");
+    assert_ptr_equal(sb_profile_with_events(&mine), &mine); /* only the built-in is swapped */
 }
 
 /* The built-ins are a constant table written apart from sb_profile_init: their plug-in

@@ -1043,8 +1043,9 @@ static void test_error_profiles(void **state)
         snprintf(want, sizeof want, "profile '%s' would shadow the built-in profile", builtins[i]);
         expect_one_error(yaml, 6, want);
     }
-    expect_one_error(POOL_WITH_PROFILE("fastest"), 4, "pool 'p': unknown profile 'fastest' (built in: round-robin, "
-                                                      "least-request, load-only, default, prefix-only");
+    expect_one_error(POOL_WITH_PROFILE("fastest"), 4,
+                     "pool 'p': unknown profile 'fastest' (built in: round-robin, "
+                     "least-request, load-only, default, default-events, prefix-only");
     /* A profile defined elsewhere in the file is found; a typo of it is not. */
     expect_one_error(POOL_WITH_PROFILE("eu-olny") "profiles:\n  eu-only: {}\n", 4, "unknown profile 'eu-olny'");
     expect_one_error(POOL_OK "profiles: [a]\n", 5, "profiles must be a mapping, got a list");
