@@ -121,9 +121,11 @@ results="$work/results.tsv"
 # figure (a core's capacity is 1 / CPU per request). 0 for direct (no proxy).
 cpu_ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# The whole machine's busy time (every core: user, nice, system, irq, softirq, steal), in ticks:
-# what a request costs wrk, nginx, the kernel's loopback TCP and the proxy together.
-machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+# The whole machine's busy time (every core: user, nice, system, irq, softirq; not steal, the
+# hypervisor's time for other guests), in ticks: what a request costs wrk, nginx, the kernel's
+# loopback TCP and the proxy together. In a container /proc/stat is usually the host's, so
+# neighbours' work counts too; the segment count (/proc/net/snmp) is the network namespace's.
+machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
 # TCP segments sent on the machine (every hop over loopback: wrk, the proxy, nginx).
 tcp_segs() { awk '/^Tcp:/ { if (n) { for (i = 1; i <= NF; i++) if (h[i] == "OutSegs") print $i; exit } n = split($0, h) }' /proc/net/snmp; }
 for target in $targets; do

@@ -121,6 +121,14 @@ def read_rows(path):
         return {r["policy"]: r for r in csv.DictReader(f)}
 
 
+def trace_requests(path):
+    """A trace's request count: Mooncake's JSON lines, or the Azure CSV's rows after its header."""
+    with open(path) as f:
+        lines = [l for l in f if l.strip()]
+    return sum(1 for l in lines if l.lstrip().startswith("{")) if lines and lines[0].lstrip().startswith("{") \
+        else max(len(lines) - 1, 0)
+
+
 def working_set(wl, requests, replicas):
     out = replay(WORKLOADS[wl] + ["--requests", requests, "--replicas", replicas, "--working-set"])
     fields = dict(line.split() for line in out.strip().splitlines())
@@ -255,6 +263,14 @@ def main():
               and (not a.caches or c[0] in a.caches.split(","))]
     loads = [l for l in LOADS if not a.quick or l[0] == "near"]
     workloads = a.only.split(",") if a.only else list(WORKLOADS)
+    for wl in workloads:  # seed s replays a trace's s-th window: each must be whole
+        args = WORKLOADS.get(wl)
+        if args and "--trace" in args and not a.same_window:
+            n = trace_requests(args[args.index("--trace") + 1])
+            if min(seeds) < 1 or max(seeds) * requests > n:
+                sys.exit("%s: seeds %s x %d requests need windows up to request %d; the trace has %d "
+                         "(fewer requests or seeds, or --same-window)" % (wl, ",".join(map(str, seeds)), requests,
+                                                                        max(seeds) * requests, n))
     t0 = time.time()
     tmp = tempfile.mkdtemp(prefix="sb-matrix-")
     derived = {}

@@ -430,7 +430,7 @@ void drv_want_drain(driver *d, gateway *g, sb_ns at)
 static void tick(driver *d, gateway *g)
 {
     if (g->adaptive) {
-        sb_control_tick(g->router, 0, g->adaptive, d->p->profile, true, d->now);
+        sb_control_tick(g->router, 0, g->adaptive, d->base, true, d->now);
         double share = sb_adaptive_share(g->adaptive);
         g->share_sum += share;
         d->out->share_max = share > d->out->share_max ? share : d->out->share_max;
@@ -733,6 +733,7 @@ int sb_replay_run(const sb_replay_workload *w, const sb_replay_policy *p, const 
     driver d = {.w = w,
                 .p = p,
                 .o = o,
+                .base = p->profile && o->kv_events ? sb_profile_with_events(p->profile) : p->profile,
                 .out = out,
                 .err = err ? err : dummy,
                 .errcap = err ? errcap : 1,

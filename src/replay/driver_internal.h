@@ -86,6 +86,10 @@ typedef struct driver {
     const sb_replay_workload *w;
     const sb_replay_policy *p;
     const sb_replay_opts *o;
+    /* The profile the pool routes with, as a gateway's pool_profile resolves it: the policy's,
+     * `default-events` for `default` with KV events (sb_profile_with_events); the adaptive
+     * configurator's base too. NULL for a custom policy. */
+    const sb_profile *base;
     sb_replay_result *out;
     char *err;
     size_t errcap;

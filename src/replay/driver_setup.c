@@ -150,9 +150,7 @@ static int alloc_state(driver *d, uint64_t secret)
 static int set_up_pool(driver *d, sb_router *router)
 {
     const sb_replay_opts *o = d->o;
-    const sb_profile *prof = d->p->profile ? d->p->profile : sb_profile_builtin("default");
-    if (o->kv_events) /* as a gateway's pool with kv_events: */
-        prof = sb_profile_with_events(prof);
+    const sb_profile *prof = d->base ? d->base : sb_profile_builtin("default");
     const char *model = o->model ? o->model : DEFAULT_MODEL;
     sb_pool_params pp = o->pool;
     if (d->p->peer)
@@ -207,9 +205,9 @@ int drv_set_up(driver *d)
          * from the start (generation 1: the base weights for a balanced pool), if it has weight
          * to move. */
         if (o->adaptive) {
-            if (!(g->adaptive = sb_adaptive_new(&o->adaptive_params, d->p->profile)))
+            if (!(g->adaptive = sb_adaptive_new(&o->adaptive_params, d->base)))
                 return drv_fail(d, -ENOMEM, "out of memory (adaptive)");
-            sb_control_publish(g->router, 0, g->adaptive, d->p->profile, true);
+            sb_control_publish(g->router, 0, g->adaptive, d->base, true);
         }
         if (o->flow_control) {
             static const sb_admission_ops ops = {.dispatch = drv_on_admission_dispatch,

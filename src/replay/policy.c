@@ -110,6 +110,10 @@ size_t sb_replay_policy_names(const sb_profile *user, size_t n_user, const char 
              * engines do not give: in replay they would pick at random. Named, they still run. */
             if (pass == 1 && sb_profile_slots_gate(sb_profile_builtin(name)))
                 continue;
+            /* default-events is what `default` becomes with KV events (`default+events` runs
+             * it); without them no gateway routes with it unless named. Named, it runs. */
+            if (pass == 1 && sb_profile_with_events(sb_profile_builtin("default")) == sb_profile_builtin(name))
+                continue;
             if (listed(seen, n, name))
                 continue;
             if (n < sizeof(seen) / sizeof(seen[0]))

@@ -94,6 +94,46 @@ static void test_adaptive_is_deterministic_and_publishes(void **state)
     sb_replay_workload_free(&w2);
 }
 
+/* With the engines' KV events a pool that names `default` routes with `default-events`
+ * (sb_profile_with_events), the adaptive configurator's base included: `default` and
+ * `default-events` give the same run, adaptive or not. */
+static void test_events_turn_default_into_default_events(void **state)
+{
+    (void)state;
+    static const char *const SP[] = {"groups=8", "prefix=1500", "question=100", "output=50"};
+    sb_replay_workload w = {0};
+    generate_seeded("shared-prefix", SP, 4, 30, 300, 1, &w);
+    sb_replay_policy d, de;
+    resolve("default", &d);
+    resolve("default-events", &de);
+    sb_replay_opts o = opts(4);
+    o.seed = 1;
+    /* The workload tells the two profiles apart: without events, adaptive, they route
+     * differently (the configurator's snapshots start from different weights). */
+    o.adaptive = true;
+    sb_replay_result x, y;
+    run_ok(&w, &d, &o, &x);
+    run_ok(&w, &de, &o, &y);
+    assert_int_equal(x.n_records, y.n_records);
+    assert_true(memcmp(x.records, y.records, x.n_records * sizeof(sb_replay_record)) != 0);
+    sb_replay_result_free(&x);
+    sb_replay_result_free(&y);
+    o.kv_events = true;
+    for (int adaptive = 0; adaptive < 2; adaptive++) {
+        o.adaptive = adaptive;
+        sb_replay_result a, b;
+        run_ok(&w, &d, &o, &a);
+        run_ok(&w, &de, &o, &b);
+        assert_int_equal(a.completed, 300);
+        assert_int_equal(a.events, b.events);
+        assert_int_equal(a.n_records, b.n_records);
+        assert_memory_equal(a.records, b.records, a.n_records * sizeof(sb_replay_record));
+        sb_replay_result_free(&a);
+        sb_replay_result_free(&b);
+    }
+    sb_replay_workload_free(&w);
+}
+
 static void test_adaptive_evens_a_hot_prefix(void **state)
 {
     (void)state;
@@ -348,6 +388,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adaptive_is_deterministic_and_publishes),
         cmocka_unit_test(test_adaptive_evens_a_hot_prefix),
+        cmocka_unit_test(test_events_turn_default_into_default_events),
         cmocka_unit_test(test_adaptive_refused_for_custom_and_bad_params),
         cmocka_unit_test(test_adaptive_without_affinity_changes_nothing),
         cmocka_unit_test(test_flow_sheds_sheddable_first),
