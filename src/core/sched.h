@@ -154,12 +154,12 @@ const sb_filter_def *const *sb_filters_all(void);
 const sb_scorer_def *const *sb_scorers_all(void);
 const sb_picker_def *const *sb_pickers_all(void);
 
-/* Built-in profiles by name: round-robin, least-request, default, load-only. NULL if unknown. */
+/* Built-in profiles by name (sb_profile_builtin_names lists them). NULL if unknown. */
 const sb_profile *sb_profile_builtin(const char *name);
 const char *const *sb_profile_builtin_names(void);
 /* The profile a pool fed by the engines' KV events routes with when it names p: the built-in
  * `default` becomes `default-events` (its prefix weight suits the precise index's matches);
- * anything else, a user's profile named "default" included, is kept. */
+ * any other profile is kept (user profiles cannot take a built-in's name). */
 const sb_profile *sb_profile_with_events(const sb_profile *p);
 /* Whether flow control's gate counts slots for pools of this profile: it weighs the slots
  * scorer (core/router.h, sb_router_pool_saturated). False for NULL. */
