@@ -52,7 +52,8 @@ peers' medians and spreads from earlier runs' matrix.csv instead of running them
 is deterministic and the peers' rows are byte-identical across changes to `default`:
 scripts/replay_fingerprint.sh), which makes a candidate round several times cheaper; those
 medians are over the earlier run's seeds, so compare candidates with `default` run alongside
-(and take them from a run with the same --same-window setting).
+(their trace cells must have been sampled as this run samples them: matrix.csv's `traces`
+column says how, and a mismatch is refused).
 """
 import argparse
 import csv
@@ -179,13 +180,24 @@ def verdict_of(d, b):
     return "WORSE"
 
 
-def read_stored(paths):
+def traces_mode(same_window):
+    """How a run sampled the traces, as matrix.csv's `traces` column records it."""
+    return "first-window" if same_window else "window-per-seed"
+
+
+def read_stored(paths, same_window, workloads):
     """Earlier runs' matrix.csv: {cell: {label: [(p90 m, s), (p99 m, s), (hit m, s)]}}, every
-    label but default's (the candidates are compared with a `default` run alongside them)."""
+    label but default's (the candidates are compared with a `default` run alongside them).
+    Refuses trace cells sampled otherwise than this run samples them (files written before the
+    `traces` column replayed every seed on the first window)."""
     stored = {}
+    mode = traces_mode(same_window)
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
+                got = r.get("traces") or "first-window"
+                if r["workload"] in workloads and "--trace" in WORKLOADS.get(r["workload"], []) and got != mode:
+                    sys.exit("%s: its trace cells were run %s, this run is %s (--same-window)" % (path, got, mode))
                 if r["policy"] == "default":
                     continue
                 key = (r["workload"], r["cache"], r["load"], int(r["gateways"]))
@@ -252,7 +264,8 @@ def main():
         sys.exit("--candidates needs --config")
     extra = a.extra.split() if a.extra else []
     candidates = [(c, c, extra) for c in a.candidates.split(",")] if a.candidates else []
-    stored = read_stored(a.peers_from.split(",")) if a.peers_from else None
+    workloads = a.only.split(",") if a.only else list(WORKLOADS)
+    stored = read_stored(a.peers_from.split(","), a.same_window, workloads) if a.peers_from else None
     default = (DEFAULT[0], DEFAULT[1], extra)
     run_policies = ([default] + candidates if stored else [default] + POLICIES[1:] + candidates)
     if not os.access(BIN, os.X_OK):
@@ -262,7 +275,6 @@ def main():
     caches = [c for c in CACHES if (not a.quick or c[0] in ("ample", "quarter"))
               and (not a.caches or c[0] in a.caches.split(","))]
     loads = [l for l in LOADS if not a.quick or l[0] == "near"]
-    workloads = a.only.split(",") if a.only else list(WORKLOADS)
     for wl in workloads:  # seed s replays a trace's s-th window: each must be whole
         args = WORKLOADS.get(wl)
         if args and "--trace" in args and not a.same_window:
@@ -363,8 +375,8 @@ def main():
         with open(os.path.join(a.out, "matrix.csv"), "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["workload", "cache", "load", "gateways", "policy", "p90_median_ms", "p90_spread_ms",
-                        "p99_median_ms", "p99_spread_ms", "hit_median", "hit_spread"])
-            w.writerows(rows)
+                        "p99_median_ms", "p99_spread_ms", "hit_median", "hit_spread", "traces"])
+            w.writerows([list(r) + [traces_mode(a.same_window)] for r in rows])
 
 
 if __name__ == "__main__":
