@@ -173,8 +173,7 @@ static void finish(sb_replay_workload *w, const int64_t *times)
         w->reqs[i].arrival_ns = (sb_ns)(times[i] - t0);
     if (!sorted)
         qsort(w->reqs, w->n, sizeof(*w->reqs), by_arrival);
-    sb_ns span = w->n ? w->reqs[w->n - 1].arrival_ns : 0;
-    w->rate = span ? (double)(w->n - 1) * 1e9 / (double)span : 0;
+    sb_replay_workload_measure_rate(w);
 }
 
 static int push_time(int64_t **times, size_t *cap, size_t n, int64_t t)

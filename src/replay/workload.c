@@ -73,9 +73,14 @@ int sb_replay_workload_skip(sb_replay_workload *w, size_t k)
     sb_ns t0 = w->reqs[0].arrival_ns;
     for (size_t i = 0; i < w->n; i++)
         w->reqs[i].arrival_ns -= t0;
-    sb_ns span = w->reqs[w->n - 1].arrival_ns;
-    w->rate = span ? (double)(w->n - 1) * 1e9 / (double)span : 0;
+    sb_replay_workload_measure_rate(w);
     return 0;
+}
+
+void sb_replay_workload_measure_rate(sb_replay_workload *w)
+{
+    sb_ns span = w->n ? w->reqs[w->n - 1].arrival_ns : 0;
+    w->rate = span ? (double)(w->n - 1) * 1e9 / (double)span : 0;
 }
 
 size_t sb_replay_workload_roots(const sb_replay_workload *w)

@@ -94,6 +94,9 @@ long sb_replay_workload_add(sb_replay_workload *w, const sb_replay_request *r, c
  * (follow-ups, or requests naming a next turn: indices would dangle); *w is unchanged then.
  * The spans stay (unreferenced ones cost memory only). */
 int sb_replay_workload_skip(sb_replay_workload *w, size_t k);
+/* A trace's rate, requests/s: n - 1 arrivals over the span from the first (at 0) to the last,
+ * the requests sorted by arrival; 0 for a span of no time. */
+void sb_replay_workload_measure_rate(sb_replay_workload *w);
 /* Number of root requests (those that arrive on their own). */
 size_t sb_replay_workload_roots(const sb_replay_workload *w);
 void sb_replay_workload_free(sb_replay_workload *w);

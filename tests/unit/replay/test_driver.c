@@ -620,6 +620,8 @@ static void test_trace_skip_keeps_a_later_window(void **state)
     sb_replay_workload w;
     sb_replay_trace_error err;
     assert_int_equal(sb_replay_trace_mooncake(t, strlen(t), 0, &w, &err), 0);
+    uint32_t before[40], after[40];
+    sb_replay_prompt_tokens(&w, &w.reqs[3], before);
     assert_int_equal(sb_replay_workload_skip(&w, 4), -EINVAL);
     assert_int_equal(w.n, 4);
     assert_int_equal(sb_replay_workload_skip(&w, 1), 0);
@@ -629,7 +631,8 @@ static void test_trace_skip_keeps_a_later_window(void **state)
     assert_int_equal(w.reqs[1].arrival_ns, 50 * MS);
     assert_int_equal(w.reqs[2].arrival_ns, 150 * MS);
     assert_true(fabs(w.rate - 2.0 / 0.150) < 1e-9);
-    sb_replay_prompt_tokens(&w, &w.reqs[2], (uint32_t[40]){0}); /* spans still resolve */
+    sb_replay_prompt_tokens(&w, &w.reqs[2], after); /* the same prompt, its spans kept */
+    assert_memory_equal(before, after, sizeof before);
     sb_replay_workload_free(&w);
 
     char e[200];
