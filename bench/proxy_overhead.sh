@@ -126,6 +126,13 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 # loopback TCP and the proxy together. In a container /proc/stat is usually the host's, so
 # neighbours' work counts too; the segment count (/proc/net/snmp) is the network namespace's.
 machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
+# Each core's busy and idle ticks ("busy idle busy idle ..."; idle counts iowait): whether the
+# proxy's core or the load generator's is the one the pipeline waits on.
+core_ticks() { awk '/^cpu[0-9]/{printf "%d %d ", $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
+core_busy() { # before after -> JSON list of each core's busy share over the run
+  python3 -c 'import sys; a, b = (list(map(int, x.split())) for x in sys.argv[1:3]); d = [y - x for x, y in zip(a, b)]
+print("[" + ",".join("%.3f" % (d[i] / max(1, d[i] + d[i + 1])) for i in range(0, len(d), 2)) + "]")' "$1" "$2"
+}
 # TCP segments sent on the machine (every hop over loopback: wrk, the proxy, nginx).
 tcp_segs() { awk '/^Tcp:/ { if (n) { for (i = 1; i <= NF; i++) if (h[i] == "OutSegs") print $i; exit } n = split($0, h) }' /proc/net/snmp; }
 for target in $targets; do
@@ -137,10 +144,10 @@ for i in $(seq "$RUNS"); do
   for target in $targets; do
     name=${target%%:*}; port=${target##*:}
     pidvar=pid_$name; pid=${!pidvar:-}
-    c0=$(cpu_ticks "$pid"); m0=$(machine_ticks); s0=$(tcp_segs)
+    c0=$(cpu_ticks "$pid"); m0=$(machine_ticks); s0=$(tcp_segs); k0=$(core_ticks)
     printf '%s,load,%s\t%s\n' "$name" "$i" "$(run "$port" "$CONNS")" >> "$results"
-    printf '%s,cpu,%s\t{"ticks":%s,"machine":%s,"segs":%s}\n' "$name" "$i" "$(( $(cpu_ticks "$pid") - c0 ))" \
-      "$(( $(machine_ticks) - m0 ))" "$(( $(tcp_segs) - s0 ))" >> "$results"
+    printf '%s,cpu,%s\t{"ticks":%s,"machine":%s,"segs":%s,"cores":%s}\n' "$name" "$i" "$(( $(cpu_ticks "$pid") - c0 ))" \
+      "$(( $(machine_ticks) - m0 ))" "$(( $(tcp_segs) - s0 ))" "$(core_busy "$k0" "$(core_ticks)")" >> "$results"
     printf '%s,one,%s\t%s\n' "$name" "$i" "$(run "$port" 1)" >> "$results"
   done
 done
@@ -225,6 +232,11 @@ print("  " + "   ".join("%s %.2f us (rest %.2f)" % (n, cpu_us(n, "machine"), cpu
                         for n in names))
 print("TCP segments sent per request (every hop): " + "   ".join("%s %.2f" % (n, statistics.median(
     R["%s,cpu,%d" % (n, i)]["segs"] / R["%s,load,%d" % (n, i)]["requests"] for i in range(1, runs + 1))) for n in names))
+ncores = len(R["direct,cpu,1"]["cores"])
+print("each core's busy share during the load runs (medians; %s):" % (
+    "CPU 0 the proxy's, CPU 1 wrk's, nginx on either" if ncores == 2 else "unpinned or not 2 cores"))
+print("  " + "   ".join("%s %s" % (n, "/".join("%.0f%%" % (100 * statistics.median(
+    R["%s,cpu,%d" % (n, i)]["cores"][c] for i in range(1, runs + 1))) for c in range(ncores))) for n in names))
 if "switchboard-tls,load,1" in R:
     print("over TLS (same P-256 certificate; TLS 1.3):")
     print("%-16s %12s %10s %10s | %14s | %14s" % ("target", "rps@%sconn" % conns, "p50 us", "p99 us", "p50 us @1conn",
