@@ -69,6 +69,8 @@ void sb_explain_fill(sb_explain *rec, size_t max_cands, const sb_decision *d, co
     for (size_t s = 0; s < p->n_scorers; s++)
         rec->scorers[s] = p->scorers[s].def->name;
     rec->panic = d->panic;
+    rec->hot_blocks = d->hot_blocks;
+    rec->hot_needed = (float)d->hot_needed;
     rec->picked = -1;
     rec->fallback_from[0] = '\0';
     rec->fallback_reason = NULL;
@@ -177,6 +179,9 @@ int sb_explain_render(const sb_explain *rec, enum sb_explain_render how, sb_buf 
     }
     if (rec->panic)
         rc |= sb_buf_puts(b, ",\"panic\":true");
+    if (rec->hot_blocks)
+        rc |= sb_buf_printf(b, ",\"hot_prefix\":{\"blocks\":%u,\"needed\":%.2f}", rec->hot_blocks,
+                            (double)rec->hot_needed);
     if (rec->fallback_from[0]) {
         rc |= sb_buf_puts(b, ",\"fallback\":{\"from\":");
         rc |= put_string(b, rec->fallback_from);

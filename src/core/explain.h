@@ -64,6 +64,8 @@ typedef struct sb_explain {
     const char *scorers[SB_MAX_SCORERS]; /* static names, n_scorers of them */
     uint8_t n_scorers;
     bool panic;
+    uint32_t hot_blocks; /* the request's hot prefix run (profile hot_prefix), 0: none */
+    float hot_needed;    /* ...and the holders its demand needs */
     int32_t picked;   /* index into cands[], -1: none */
     uint32_t n_cands; /* kept, in pool order */
     uint32_t omitted; /* the pool's other candidates, not kept */

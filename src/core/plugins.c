@@ -150,11 +150,20 @@ static const sb_profile builtins[] = {
      * of the matrix's 16 events-WORSE cells (docs/benchmarks.md section 10, session 35).
      * Prefix 5 over the 168 cells: against approximate `default` 25/127/16 -> 28/128/12
      * (better/level/WORSE); against the best peer 20/130/18 -> 22/129/17, p90 geomean 0.926
-     * -> 0.915, p99 0.941 -> 0.935. */
+     * -> 0.915, p99 0.941 -> 0.935.
+     * hot_prefix 1 (session 36; core/hot_prefix.h): every gateway replica hears the events of
+     * the one replica that first computed a system prompt all conversations share, and sent it
+     * every new conversation (multi-turn at three gateways: all 800 requests of a run on one
+     * replica of eight). A prefix asked for beyond its fair share of the pool now earns only
+     * holders / needed of its credit until enough replicas hold it. Over the 168 cells, against
+     * approximate `default` 28/128/12 -> 33/131/4; against `default-events` before it 16 better,
+     * none worse; against the best peer 22/129/17 -> 22/130/16, p90 geomean 0.915 -> 0.895,
+     * p99 0.935 -> 0.915. */
     BUILTIN("default-events", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
-                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4))),
+                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4)),
+            .hot_prefix = 1),
     /* prefix-only: prefix affinity alone (a reference point: it herds). */
     BUILTIN("prefix-only", FILTERS(&sb_filter_healthy), SCORERS(W(sb_scorer_prefix, 1))),
     /* session-hash, prefix-hash: the stateless policies (consistent hashing with bounded load,

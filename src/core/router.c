@@ -6,8 +6,14 @@
 #include "base/alloc.h"
 #include "base/table.h"
 #include "core/chash.h"
+#include "core/hot_prefix.h"
 #include "core/kv_index.h"
 #include "core/prefix_index.h"
+
+/* Hot-prefix table per pool (profiles with hot_prefix): 4,096 slots, 64 KiB. Each request
+ * takes about two slots per octave of its length; the slots of prefixes asked for once are
+ * replaced first, so the hot ones stay. */
+#define HOT_SLOTS 4096
 
 typedef struct model_entry {
     char *name;
@@ -33,6 +39,7 @@ typedef struct pool {
     bool have_last;
     sb_prefix_index *prefix;
     uint32_t *prefix_match;
+    sb_hot_prefix *hot;           /* demand per prefix, made at the first pick that asks for it */
     sb_chash *ring;               /* NULL until sb_router_build_ring */
     /* What the last pick added to the index as pending, handed to the dispatch that follows. */
     bool pick_pending;
@@ -140,6 +147,7 @@ void sb_router_free(sb_router *r)
         sb_free(r->pools[i].last.live);
         sb_free(r->pools[i].last.scores);
         sb_prefix_index_free(r->pools[i].prefix);
+        sb_hot_prefix_free(r->pools[i].hot);
         sb_free(r->pools[i].prefix_match);
         sb_chash_free(r->pools[i].ring);
         sb_free(r->pools[i].timed);
@@ -457,6 +465,12 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         sb_prefix_index_match(p->prefix, req->block_hashes, req->n_blocks, p->prefix_match);
         ctx.prefix_match = p->prefix_match;
         ctx.prefix_blocks = req->n_blocks;
+        if (ctx.profile->hot_prefix > 0) {
+            if (!p->hot)
+                p->hot = sb_hot_prefix_new(HOT_SLOTS);
+            ctx.hot_blocks = (uint32_t)sb_hot_prefix_observe(p->hot, req->block_hashes, req->n_blocks, now, p->n_eps,
+                                                             ctx.profile->hot_prefix, &ctx.hot_needed);
+        }
     }
     bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);
     /* A stale endpoint still serving is scored from our own accounting, not its old report

@@ -42,6 +42,8 @@ int sb_sched_run(sb_sched_ctx *ctx, const sb_sched_request *req, sb_endpoint *ep
     d->n_stale = 0;
     d->panic = false;
     d->reason = NULL;
+    d->hot_blocks = ctx->hot_blocks;
+    d->hot_needed = ctx->hot_needed;
     size_t alive = 0;
     for (size_t i = 0; i < n; i++) {
         sb_candidate *c = &d->cands[i];

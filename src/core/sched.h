@@ -90,6 +90,10 @@ typedef struct sb_sched_ctx {
     size_t prefix_blocks;         /* the request's block count */
     double block_tokens;          /* tokens per index block (block_bytes / bytes_per_token) */
     double prefix_ref_tokens;     /* prefix-tokens scorer: matched tokens that score 1.0 */
+    /* The request's hot leading run (profile hot_prefix; core/hot_prefix.h), in blocks, and
+     * the holders its demand needs; 0 when none or off. */
+    uint32_t hot_blocks;
+    double hot_needed;
     /* The pool's consistent-hash ring over its endpoint addresses (core/chash.h), for the
      * session and prefix-hash scorers; NULL when the pool has none (they then abstain). */
     const struct sb_chash *ring;
@@ -132,6 +136,11 @@ typedef struct sb_profile {
     double queue_threshold;   /* saturation and gate filters: waiting requests; default 5 (GIE's) */
     double kv_threshold;      /* saturation and gate filters: KV utilisation; default 0.8 (GIE's) */
     double temperature;       /* softmax picker; default 0.1 */
+    /* prefix scorer: a leading run of blocks asked for by more than hot_prefix x its fair share
+     * of the pool's requests (requests / endpoints) is hot (core/hot_prefix.h), and while fewer
+     * endpoints hold it than its demand needs, holding it earns only holders / needed of its
+     * credit. 0: off (the default for custom profiles). */
+    double hot_prefix;
     const char *label_keys[4]; /* label selector filter */
     const char *label_values[4];
     size_t n_labels;
@@ -182,6 +191,8 @@ typedef struct sb_decision {
     size_t n_live;            /* candidates left after filters */
     size_t n_stale;
     bool panic; /* every endpoint left was ejected or down: routed over them all */
+    uint32_t hot_blocks; /* the request's hot leading run (ctx->hot_blocks), 0: none */
+    double hot_needed;   /* the holders its demand needs */
 } sb_decision;
 
 /* Runs ctx->profile over the endpoints eps[0..n) into d (whose cands, live and scores arrays

@@ -116,6 +116,8 @@ static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, co
                 prof->picker = def;
         } else if (!strcmp(key, "temperature")) {
             cfg_number_of(p, v, sub, 0, true, INFINITY, &prof->temperature);
+        } else if (!strcmp(key, "hot_prefix")) {
+            cfg_number_of(p, v, sub, 0, false, 1000, &prof->hot_prefix);
         } else if (!strcmp(key, "queue_threshold")) {
             cfg_number_of(p, v, sub, 0, false, INFINITY, &prof->queue_threshold);
         } else if (!strcmp(key, "kv_threshold")) {

@@ -176,5 +176,44 @@ class DefaultWithEventsTest(unittest.TestCase):
                                                 "named": "default-events"})
 
 
+class HotPrefixTest(unittest.TestCase):
+    """`default-events` spreads a prefix every request shares (profile hot_prefix,
+    core/hot_prefix.h): from the fifth request sharing a system prompt, the decision names the
+    hot run and the holders its demand needs (every request shares it: both endpoints). A pool
+    without events (`default`) does not count."""
+
+    def setUp(self):
+        port, kv_port = free_run(2), free_run(2)
+        self.sim = PublishingSim(2, port, kv_port)
+        eps = ["127.0.0.1:%d" % p for p in self.sim.ports]
+        events = ['kv_events: { endpoint: "tcp://{host}:{port%+d}" }' % (kv_port - port)]
+        self.gw = Gateway([{"name": "ev", "models": [MODEL], "profile": None, "endpoints": eps, "yaml": events},
+                           {"name": "plain", "models": [MODEL + "-b"], "profile": None, "endpoints": eps}])
+
+    def tearDown(self):
+        self.gw.close()
+        self.sim.stop()
+
+    def last_decision(self, model, i):
+        body = chat("You are a careful assistant who answers in one short paragraph. " * 6, "question %d" % i)
+        body["model"] = model
+        st, _, _ = http(self.gw.port, "POST", "/v1/chat/completions", json.dumps(body).encode())
+        self.assertIn(st, (200, 404))
+        st, _, raw = http(self.gw.admin_port, "GET", "/debug/decisions")
+        self.assertEqual(st, 200)
+        pool = "ev" if model == MODEL else "plain"
+        return [d for d in json.loads(raw)["decisions"] if d["pool"] == pool][0]
+
+    def test_shared_system_prompt_is_hot_with_events(self):
+        for i in range(8):
+            d = self.last_decision(MODEL, i)
+            self.assertEqual(d["profile"], "default-events")
+            self.assertEqual("hot_prefix" in d, i >= 4, d)
+        self.assertGreaterEqual(d["hot_prefix"]["blocks"], 4)
+        self.assertAlmostEqual(d["hot_prefix"]["needed"], 2.0, places=2)
+        for i in range(8):
+            self.assertNotIn("hot_prefix", self.last_decision(MODEL + "-b", i))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,14 +6,35 @@
  * A request without blocks (shorter than one block) scores 0 everywhere: no preference. */
 #include "core/sched.h"
 
+/* The credit a hot leading run keeps (profile hot_prefix, core/hot_prefix.h): holders /
+ * needed while fewer candidates hold it than its demand needs, so that the load scorers can
+ * send it to another endpoint; 1 once enough do. */
+static double hot_keep(const sb_sched_ctx *ctx, const sb_candidate *c, size_t n)
+{
+    if (!ctx->hot_blocks || !ctx->prefix_match || !(ctx->hot_needed > 0))
+        return 1.0;
+    size_t holders = 0;
+    for (size_t i = 0; i < n; i++)
+        holders += ctx->prefix_match[c[i].ep->index] >= ctx->hot_blocks;
+    double keep = (double)holders / ctx->hot_needed;
+    return keep < 1.0 ? keep : 1.0;
+}
+
 static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,
                      double *out)
 {
     (void)req;
-    for (size_t i = 0; i < n; i++)
-        out[i] = ctx->prefix_match && ctx->prefix_blocks
-                     ? (double)ctx->prefix_match[c[i].ep->index] / (double)ctx->prefix_blocks
-                     : 0.0;
+    if (!ctx->prefix_match || !ctx->prefix_blocks) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = 0.0;
+        return;
+    }
+    double keep = hot_keep(ctx, c, n);
+    for (size_t i = 0; i < n; i++) {
+        double m = (double)ctx->prefix_match[c[i].ep->index];
+        double hot = m < ctx->hot_blocks ? m : (double)ctx->hot_blocks;
+        out[i] = (m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
+    }
 }
 
 static void tokens(const sb_sched_ctx *ctx, const sb_sched_request *req, const sb_candidate *c, size_t n,

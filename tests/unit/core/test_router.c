@@ -379,6 +379,38 @@ static void test_kv_fusion(void **state)
     sb_router_free(r);
 }
 
+/* A prefix every request shares becomes hot (profile hot_prefix, core/hot_prefix.h) after a
+ * few requests, and the decision says so: its run (8 shared blocks of 12; the ladder's 8) and
+ * the holders it needs (every request shares it: all 4). A profile without hot_prefix never
+ * counts. */
+static void test_hot_prefix_in_the_decision(void **state)
+{
+    (void)state;
+    const sb_profile *profiles[] = {sb_profile_builtin("default-events"), sb_profile_builtin("default")};
+    for (int k = 0; k < 2; k++) {
+        sb_router *r = make_router(profiles[k], 4);
+        uint64_t h[12];
+        sb_buf b = {0};
+        for (int i = 0; i < 40; i++) {
+            for (int j = 0; j < 12; j++)
+                h[j] = j < 8 ? 0xC0FFEE00ULL + (uint64_t)j : 0xA0000000ULL + (uint64_t)i * 16 + (uint64_t)j;
+            sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+            assert_true(sb_router_pick(r, &rq, SB_MS(33 * i)) >= 0);
+            const sb_decision *d = sb_router_last_decision(r, 0);
+            /* Hot from the fifth request on (four, decayed, fall just short of HOT_MIN_COUNT),
+             * with the hot_prefix profile only. */
+            assert_int_equal(d->hot_blocks, k == 0 && i >= 4 ? 8 : 0);
+        }
+        assert_int_equal(sb_decision_render(sb_router_last_decision(r, 0), &b), 0);
+        if (k == 0)
+            assert_non_null(strstr(b.data, "\"hot_prefix\":{\"blocks\":8,\"needed\":4.00}"));
+        else
+            assert_null(strstr(b.data, "hot_prefix"));
+        sb_buf_free(&b);
+        sb_router_free(r);
+    }
+}
+
 /* A restart the prober notices (sb_router_prefix_clear, given the time of the report before
  * the one that showed it) drops the endpoint's reported blocks, unless its stream cleared them
  * itself since (sb_router_kv_cleared: it saw the same restart, and what it reported after is
@@ -960,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_stale_but_serving_keeps_share),
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_kv_fusion),
+        cmocka_unit_test(test_hot_prefix_in_the_decision),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),

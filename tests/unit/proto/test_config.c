@@ -118,6 +118,7 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "    scorers: {queue: 2, kv-cache: 1.5, in-flight: 0}\n"
                                 "    picker: softmax\n"
                                 "    temperature: 0.25\n"
+                                "    hot_prefix: 1.5\n"
                                 "    queue_threshold: 8\n"
                                 "    kv_threshold: 0.9\n"
                                 "    labels: {zone: eu-west-1a}\n";
@@ -228,6 +229,7 @@ static void test_full_config(void **state)
     assert_true(eu->scorers[2].weight == 0.0);
     assert_ptr_equal(eu->picker, sb_picker_find("softmax"));
     assert_true(eu->temperature == 0.25);
+    assert_true(eu->hot_prefix == 1.5);
     assert_true(eu->queue_threshold == 8.0);
     assert_true(eu->kv_threshold == 0.9);
     assert_int_equal(eu->n_labels, 1);
@@ -980,6 +982,7 @@ static void test_profiles(void **state)
     assert_int_equal(fast->n_scorers, 1);
     assert_ptr_equal(fast->picker, sb_picker_find("max-score"));
     assert_true(fast->temperature == 0.1);
+    assert_true(fast->hot_prefix == 0.0);
     assert_true(fast->queue_threshold == 5.0);
     assert_true(fast->kv_threshold == 0.8);
     assert_int_equal(fast->n_labels, 0);
@@ -1093,6 +1096,8 @@ static void test_error_profiles(void **state)
                      "round-robin)");
     expect_one_error(POOL_OK "profiles:\n  x:\n    temperature: 0\n", 7,
                      "profile 'x': temperature must be greater than 0, got 0");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    hot_prefix: -1\n", 7,
+                     "profile 'x': hot_prefix must be between 0 and 1000, got -1");
     expect_one_error(POOL_OK "profiles:\n  x:\n    queue_threshold: -0.5\n", 7,
                      "profile 'x': queue_threshold must be at least 0, got -0.5");
     expect_one_error(POOL_OK "profiles:\n  x:\n    kv_threshold: 1.01\n", 7,

@@ -134,6 +134,43 @@ static void test_events_turn_default_into_default_events(void **state)
     sb_replay_workload_free(&w);
 }
 
+/* A system prompt every conversation shares, three gateways, the engines' events. Without the
+ * hot-prefix rule every gateway hears of the one replica that first computed it and sends it
+ * every new conversation (docs/benchmarks.md section 10, session 36); with `default-events`'
+ * hot_prefix 1 the first turns go to more replicas (three here, which then hold it: enough for
+ * this load), and first tokens come sooner. */
+static void test_events_spread_a_hot_system_prompt(void **state)
+{
+    (void)state;
+    sb_replay_workload w = {0};
+    generate_seeded("multi-turn", NULL, 0, 30, 800, 2, &w);
+    sb_replay_policy de, plain;
+    resolve("default-events", &de);
+    assert_true(sb_profile_builtin("default-events")->hot_prefix == 1.0);
+    sb_profile p = *sb_profile_builtin("default-events");
+    p.hot_prefix = 0;
+    snprintf(p.name, sizeof p.name, "%s", "no-hot");
+    assert_int_equal(sb_replay_policy_resolve("no-hot", &p, 1, &plain), 0);
+    sb_replay_opts o = opts(8);
+    o.seed = 2;
+    o.gateways = 3;
+    o.kv_events = true;
+    sb_replay_result hot, cold;
+    run_ok(&w, &de, &o, &hot);
+    run_ok(&w, &plain, &o, &cold);
+    size_t used_hot = 0, used_cold = 0;
+    for (uint32_t i = 0; i < hot.n_replicas; i++) {
+        used_hot += hot.per_replica[i] > 0;
+        used_cold += cold.per_replica[i] > 0;
+    }
+    assert_true(used_cold <= 2);
+    assert_true(used_hot >= 3);
+    assert_true(hot.ttft_p90_ms < 0.9 * cold.ttft_p90_ms);
+    sb_replay_result_free(&hot);
+    sb_replay_result_free(&cold);
+    sb_replay_workload_free(&w);
+}
+
 static void test_adaptive_evens_a_hot_prefix(void **state)
 {
     (void)state;
@@ -389,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_is_deterministic_and_publishes),
         cmocka_unit_test(test_adaptive_evens_a_hot_prefix),
         cmocka_unit_test(test_events_turn_default_into_default_events),
+        cmocka_unit_test(test_events_spread_a_hot_system_prompt),
         cmocka_unit_test(test_adaptive_refused_for_custom_and_bad_params),
         cmocka_unit_test(test_adaptive_without_affinity_changes_nothing),
         cmocka_unit_test(test_flow_sheds_sheddable_first),
