@@ -189,7 +189,7 @@ print(json.dumps({"rps": rps, "mean_us": us(m.group(3)), "max_us": us(m.group(2)
     done
   done
 fi
-python3 - "$RUNS" "$CONNS" "$results" "$H2_CONNS" "$H2_STREAMS" "$TICK_US" <<'PY'
+python3 - "$RUNS" "$CONNS" "$results" "$H2_CONNS" "$H2_STREAMS" "$TICK_US" "$PIN" <<'PY'
 import json, statistics, sys
 runs, conns = int(sys.argv[1]), sys.argv[2]
 tick_us = int(sys.argv[6])
@@ -233,8 +233,9 @@ print("  " + "   ".join("%s %.2f us (rest %.2f)" % (n, cpu_us(n, "machine"), cpu
 print("TCP segments sent per request (every hop): " + "   ".join("%s %.2f" % (n, statistics.median(
     R["%s,cpu,%d" % (n, i)]["segs"] / R["%s,load,%d" % (n, i)]["requests"] for i in range(1, runs + 1))) for n in names))
 ncores = len(R["direct,cpu,1"]["cores"])
+pinned = sys.argv[7] == "1"
 print("each core's busy share during the load runs (medians; %s):" % (
-    "CPU 0 the proxy's, CPU 1 wrk's, nginx on either" if ncores == 2 else "unpinned or not 2 cores"))
+    "CPU 0 the proxy's, CPU 1 wrk's, nginx on either" if ncores == 2 and pinned else "unpinned or not 2 cores"))
 print("  " + "   ".join("%s %s" % (n, "/".join("%.0f%%" % (100 * statistics.median(
     R["%s,cpu,%d" % (n, i)]["cores"][c] for i in range(1, runs + 1))) for c in range(ncores))) for n in names))
 if "switchboard-tls,load,1" in R:

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "base/alloc.h"
+#include "base/hash.h"
 
 /* Demand decays with this time constant: a prefix that stops being asked for stops being hot
  * within tens of seconds, and a burst of a few requests does not make one hot. */
@@ -13,6 +14,11 @@
  * count is: two requests of one conversation in a pool's first seconds are not a hot prefix. */
 #define HOT_MIN_COUNT 4.0
 #define PROBE 8 /* slots looked at per key before replacing the least-demanded one */
+/* Ladder lengths a prompt of up to 2^40 blocks can have: 1, 2, 3, then two per octave. */
+#define MAX_RUNGS 96
+/* A clock read this far backwards is out of order (counted as no time passed); any larger
+ * backward step is a forward gap past 2^31 ms, which has decayed everything. */
+#define BACKWARDS_MS 60000u
 
 typedef struct slot {
     uint64_t key;   /* 0: empty */
@@ -23,12 +29,13 @@ typedef struct slot {
 struct sb_hot_prefix {
     slot *slots;
     size_t mask;
-    double total; /* the pool's decayed requests at total_ms */
+    sb_hash_key key; /* slot placement: block hashes are not secret, their slots are */
+    double total;    /* the pool's decayed requests at total_ms */
     uint32_t total_ms;
     bool have_total;
 };
 
-sb_hot_prefix *sb_hot_prefix_new(size_t slots)
+sb_hot_prefix *sb_hot_prefix_new(size_t slots, uint64_t secret)
 {
     size_t n = 64;
     while (n < slots && n < ((size_t)1 << 30))
@@ -42,6 +49,7 @@ sb_hot_prefix *sb_hot_prefix_new(size_t slots)
         return NULL;
     }
     h->mask = n - 1;
+    h->key = sb_hash_key_from_secret(secret);
     return h;
 }
 
@@ -60,19 +68,19 @@ size_t sb_hot_prefix_bytes(const sb_hot_prefix *h)
 
 static double decay(uint32_t from_ms, uint32_t to_ms)
 {
-    uint32_t dt = to_ms - from_ms; /* wraps: differences stay right for 49 days */
-    if (dt > 0x80000000u)          /* a clock read out of order */
-        return 1.0;
+    uint32_t dt = to_ms - from_ms; /* wraps: differences stay right for 24 days */
+    if (dt > 0x80000000u)
+        return from_ms - to_ms <= BACKWARDS_MS ? 1.0 : 0.0;
     return exp(-(double)dt * 1e6 / (double)HOT_TAU_NS);
 }
 
-/* Adds one request to key's count; returns the count after it. */
+/* Adds one request to key's count; returns the count after it. One exp() when the key is
+ * there; a miss replaces the window's least-demanded slot (an empty one first). */
 static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms)
 {
     if (!key) /* 0 marks an empty slot */
         key = 1;
-    size_t i = (size_t)(key ^ (key >> 29)) & h->mask, victim = i;
-    double victim_count = INFINITY;
+    size_t i = (size_t)sb_hash_u64(&h->key, key) & h->mask;
     for (size_t k = 0; k < PROBE; k++) {
         slot *s = &h->slots[(i + k) & h->mask];
         if (s->key == key) {
@@ -81,9 +89,14 @@ static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms)
             s->stamp = now_ms;
             return c;
         }
-        double c = s->key ? s->count * decay(s->stamp, now_ms) : -1.0;
-        if (c < victim_count) {
-            victim_count = c;
+    }
+    size_t victim = i;
+    double least = INFINITY;
+    for (size_t k = 0; k < PROBE && least > 0; k++) {
+        slot *s = &h->slots[(i + k) & h->mask];
+        double c = s->key ? s->count * decay(s->stamp, now_ms) : 0.0;
+        if (c < least) {
+            least = c;
             victim = (i + k) & h->mask;
         }
     }
@@ -102,18 +115,33 @@ size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n,
     h->total_ms = now_ms;
     h->have_total = true;
     double fair = h->total / (double)n_endpoints;
-    size_t hot = 0;
+    /* A pool asked less than HOT_MIN_COUNT requests per endpoint (decayed) has room for any
+     * prefix on one endpoint; it is counted, never found hot. */
+    bool busy = h->total >= HOT_MIN_COUNT * (double)n_endpoints;
     /* Ladder: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 x 2^(k-1)), then the whole prompt. */
-    for (size_t len = 1;;) {
-        double c = bump(h, hashes[len - 1], now_ms);
-        if (c >= HOT_MIN_COUNT && c >= share * fair) {
-            hot = len;
-            *needed = c / fair;
-        }
-        if (len == n)
+    size_t len[MAX_RUNGS];
+    double count[MAX_RUNGS];
+    size_t rungs = 0;
+    for (size_t l = 1; rungs < MAX_RUNGS;) {
+        len[rungs] = l;
+        count[rungs++] = bump(h, hashes[l - 1], now_ms);
+        if (l == n)
             break;
-        size_t next = len < 4 ? len + 1 : (len & (len - 1)) == 0 ? len + len / 2 : len + len / 3;
-        len = next > n ? n : next;
+        size_t next = l < 4 ? l + 1 : (l & (l - 1)) == 0 ? l + l / 2 : l + l / 3;
+        l = next > n ? n : next;
+    }
+    /* A length is hot when the demand that branches off it, away from this request's own
+     * continuation (its count less the next rung's), is a fair share: a prefix many
+     * conversations start with branches at its end, while one conversation's history is a
+     * single chain whose turns each extend the last (so a few conversations on many endpoints
+     * never make their own histories hot, however often they ask). */
+    size_t hot = 0;
+    for (size_t k = 0; k < rungs; k++) {
+        double branching = count[k] - (k + 1 < rungs ? count[k + 1] : 0.0);
+        if (busy && count[k] >= HOT_MIN_COUNT && branching >= share * fair) {
+            hot = len[k];
+            *needed = count[k] / fair;
+        }
     }
     return hot;
 }

@@ -8,7 +8,9 @@
  * engines' KV events every gateway replica sees that one holder (docs/benchmarks.md section
  * 10, session 36: all 800 requests of a multi-turn run on one replica of eight). The remedy is
  * to know the prefix is hot: its demand, in requests, is over its fair share of the pool's
- * (pool requests / endpoints), so it needs `demand / fair share` holders.
+ * (pool requests / endpoints), so it needs `demand / fair share` holders. Demand that only
+ * continues this request's own chain does not count (see sb_hot_prefix_observe): the turns
+ * of one conversation come one after another and never need two holders at once.
  *
  * How: a fixed table of decayed request counts (time constant HOT_TAU) keyed by the chained
  * block hash at a ladder of prefix lengths (1, 2, 3, 4, 6, 8, 12, 16, ...: two per octave), so
@@ -27,13 +29,18 @@
 
 typedef struct sb_hot_prefix sb_hot_prefix;
 
-/* slots is rounded up to a power of two (at least 64). NULL when out of memory. */
-sb_hot_prefix *sb_hot_prefix_new(size_t slots);
+/* slots is rounded up to a power of two (at least 64); secret keys the slots' placement
+ * (block hashes come from client text, their table positions must not). NULL when out of
+ * memory. */
+sb_hot_prefix *sb_hot_prefix_new(size_t slots, uint64_t secret);
 void sb_hot_prefix_free(sb_hot_prefix *h);
 /* Counts one request whose prompt has the n chained block hashes, at now, in a pool of
- * n_endpoints. Returns the hot run's length in blocks (0: none), the longest ladder length
- * whose demand is at least share x the pool's demand / n_endpoints; *needed is then that
- * length's demand over the fair share (the holders it needs, >= share). */
+ * n_endpoints. Returns the hot run's length in blocks (0: none): the longest ladder length,
+ * asked for at least 4 times in a pool asked at least 4 times per endpoint, whose branching
+ * demand (its count less that of this request's next ladder length: the requests that share
+ * the run but not this request's continuation of it) is at least share x the pool's demand /
+ * n_endpoints; *needed is then that length's whole demand over the fair share (the holders
+ * it needs). */
 size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
                              double share, double *needed);
 /* Bytes held (for /metrics-style accounting and tests). */

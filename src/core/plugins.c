@@ -156,9 +156,9 @@ static const sb_profile builtins[] = {
      * every new conversation (multi-turn at three gateways: all 800 requests of a run on one
      * replica of eight). A prefix asked for beyond its fair share of the pool now earns only
      * holders / needed of its credit until enough replicas hold it. Over the 168 cells, against
-     * approximate `default` 28/128/12 -> 33/131/4; against `default-events` before it 16 better,
-     * none worse; against the best peer 22/129/17 -> 22/130/16, p90 geomean 0.915 -> 0.895,
-     * p99 0.935 -> 0.915. */
+     * approximate `default` 28/128/12 -> 34/127/7 (better/level/WORSE); against
+     * `default-events` before it 14 better, 1 worse; against the best peer 22/129/17 ->
+     * 26/127/15, p90 geomean 0.915 -> 0.896, p99 0.935 -> 0.917. */
     BUILTIN("default-events", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),

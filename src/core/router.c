@@ -467,7 +467,7 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         ctx.prefix_blocks = req->n_blocks;
         if (ctx.profile->hot_prefix > 0) {
             if (!p->hot)
-                p->hot = sb_hot_prefix_new(HOT_SLOTS);
+                p->hot = sb_hot_prefix_new(HOT_SLOTS, r->hash_secret);
             ctx.hot_blocks = (uint32_t)sb_hot_prefix_observe(p->hot, req->block_hashes, req->n_blocks, now, p->n_eps,
                                                              ctx.profile->hot_prefix, &ctx.hot_needed);
         }
@@ -826,6 +826,11 @@ void sb_router_remap_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, u
     d->prefix = s->prefix;
     s->prefix = fresh; /* its last requests settle there */
     sb_prefix_index_settle_all(d->prefix);
+    /* Demand is keyed by block hashes, not endpoints: it carries over whole (the old pool, if
+     * it picks again before it retires, starts a table of its own). */
+    sb_hot_prefix_free(d->hot);
+    d->hot = s->hot;
+    s->hot = NULL;
 }
 
 void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, uint32_t sp)
@@ -836,6 +841,9 @@ void sb_router_move_prefix_index(sb_router *dst, uint32_t dp, sb_router *src, ui
     sb_prefix_index *t = dst->pools[dp].prefix;
     dst->pools[dp].prefix = src->pools[sp].prefix;
     src->pools[sp].prefix = t;
+    sb_hot_prefix *h = dst->pools[dp].hot; /* the demand seen so far, likewise */
+    dst->pools[dp].hot = src->pools[sp].hot;
+    src->pools[sp].hot = h;
     /* The precise index too, with what is heard, when both pools keep one of one block size
      * (a changed block size or a pool that gained events starts empty). */
     pool *d = &dst->pools[dp], *s = &src->pools[sp];

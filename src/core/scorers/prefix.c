@@ -6,16 +6,25 @@
  * A request without blocks (shorter than one block) scores 0 everywhere: no preference. */
 #include "core/sched.h"
 
-/* The credit a hot leading run keeps (profile hot_prefix, core/hot_prefix.h): holders /
- * needed while fewer candidates hold it than its demand needs, so that the load scorers can
- * send it to another endpoint; 1 once enough do. */
-static double hot_keep(const sb_sched_ctx *ctx, const sb_candidate *c, size_t n)
+/* The hot leading run as the candidates hold it (profile hot_prefix, core/hot_prefix.h):
+ * its length, capped at the longest match among them (a filter may have removed its only
+ * whole holder), and the credit it keeps: holders / needed while fewer candidates hold it than
+ * its demand needs, so that the load scorers can send it to another endpoint; 1 once enough
+ * do. */
+static double hot_keep(const sb_sched_ctx *ctx, const sb_candidate *c, size_t n, double *run)
 {
-    if (!ctx->hot_blocks || !ctx->prefix_match || !(ctx->hot_needed > 0))
+    *run = 0;
+    if (!ctx->hot_blocks || !(ctx->hot_needed > 0))
         return 1.0;
-    size_t holders = 0;
+    uint32_t longest = 0;
     for (size_t i = 0; i < n; i++)
-        holders += ctx->prefix_match[c[i].ep->index] >= ctx->hot_blocks;
+        if (ctx->prefix_match[c[i].ep->index] > longest)
+            longest = ctx->prefix_match[c[i].ep->index];
+    uint32_t hot = ctx->hot_blocks < longest ? ctx->hot_blocks : longest;
+    size_t holders = 0;
+    for (size_t i = 0; hot && i < n; i++)
+        holders += ctx->prefix_match[c[i].ep->index] >= hot;
+    *run = hot;
     double keep = (double)holders / ctx->hot_needed;
     return keep < 1.0 ? keep : 1.0;
 }
@@ -29,10 +38,11 @@ static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const
             out[i] = 0.0;
         return;
     }
-    double keep = hot_keep(ctx, c, n);
+    double run;
+    double keep = hot_keep(ctx, c, n, &run);
     for (size_t i = 0; i < n; i++) {
         double m = (double)ctx->prefix_match[c[i].ep->index];
-        double hot = m < ctx->hot_blocks ? m : (double)ctx->hot_blocks;
+        double hot = m < run ? m : run;
         out[i] = (m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
     }
 }
