@@ -91,7 +91,7 @@ static void parse_profile_scorers(parse *p, sb_profile *prof, const yaml_node_t 
 static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, const char *what)
 {
     char sub[200], known[160];
-    const yaml_node_t *filters = NULL, *labels = NULL;
+    const yaml_node_t *filters = NULL, *labels = NULL, *hot = NULL;
     bool labels_ok = true;
     if (!cfg_want_mapping(p, map, what))
         return;
@@ -118,6 +118,7 @@ static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, co
             cfg_number_of(p, v, sub, 0, true, INFINITY, &prof->temperature);
         } else if (!strcmp(key, "hot_prefix")) {
             cfg_number_of(p, v, sub, 0, false, 1000, &prof->hot_prefix);
+            hot = v;
         } else if (!strcmp(key, "queue_threshold")) {
             cfg_number_of(p, v, sub, 0, false, INFINITY, &prof->queue_threshold);
         } else if (!strcmp(key, "kv_threshold")) {
@@ -147,6 +148,12 @@ static void parse_profile(parse *p, sb_profile *prof, const yaml_node_t *map, co
         cfg_node_error(p, labels, "%s: labels take effect only with the 'labels' filter in filters", what);
     else if (has_labels_filter && prof->n_labels == 0 && labels_ok)
         cfg_node_error(p, filters, "%s: the 'labels' filter needs labels to select by", what);
+    /* hot_prefix discounts the prefix scorer's credit: without that scorer it does nothing. */
+    bool has_prefix = false;
+    for (size_t i = 0; i < prof->n_scorers; i++)
+        has_prefix |= !strcmp(prof->scorers[i].def->name, "prefix");
+    if (hot && prof->hot_prefix > 0 && !has_prefix)
+        cfg_node_error(p, hot, "%s: hot_prefix takes effect only with the 'prefix' scorer in scorers", what);
 }
 
 void cfg_parse_profiles(parse *p, const yaml_node_t *map)

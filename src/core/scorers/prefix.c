@@ -1,5 +1,7 @@
 /* Prefix scorers (affinity), from the router's prefix-index lookup (ctx->prefix_match):
- *   prefix         the fraction of the prompt's blocks the endpoint holds as a leading run;
+ *   prefix         the fraction of the prompt's blocks the endpoint holds as a leading run,
+ *                  with a hot run's blocks (profile hot_prefix) counted at holders / needed
+ *                  while too few candidates hold it (hot_keep below);
  *   prefix-tokens  the prefill the endpoint would save, in tokens, over prefix_ref_tokens
  *                  (capped at 1): for mixed prompt lengths, a long shared prefix outweighs a
  *                  short prompt matched whole, which the fraction would score the same.

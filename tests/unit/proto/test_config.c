@@ -115,7 +115,7 @@ static const char full_yaml[] = "listen: \"[::1]:9090\"\n"
                                 "profiles:\n"
                                 "  eu-only:\n"
                                 "    filters: [healthy, labels, saturation]\n"
-                                "    scorers: {queue: 2, kv-cache: 1.5, in-flight: 0}\n"
+                                "    scorers: {queue: 2, kv-cache: 1.5, in-flight: 0, prefix: 3}\n"
                                 "    picker: softmax\n"
                                 "    temperature: 0.25\n"
                                 "    hot_prefix: 1.5\n"
@@ -220,13 +220,15 @@ static void test_full_config(void **state)
     assert_ptr_equal(eu->filters[0], sb_filter_find("healthy"));
     assert_ptr_equal(eu->filters[1], sb_filter_find("labels"));
     assert_ptr_equal(eu->filters[2], sb_filter_find("saturation"));
-    assert_int_equal(eu->n_scorers, 3);
+    assert_int_equal(eu->n_scorers, 4);
     assert_ptr_equal(eu->scorers[0].def, sb_scorer_find("queue"));
     assert_true(eu->scorers[0].weight == 2.0);
     assert_ptr_equal(eu->scorers[1].def, sb_scorer_find("kv-cache"));
     assert_true(eu->scorers[1].weight == 1.5);
     assert_ptr_equal(eu->scorers[2].def, sb_scorer_find("in-flight"));
     assert_true(eu->scorers[2].weight == 0.0);
+    assert_ptr_equal(eu->scorers[3].def, sb_scorer_find("prefix"));
+    assert_true(eu->scorers[3].weight == 3.0);
     assert_ptr_equal(eu->picker, sb_picker_find("softmax"));
     assert_true(eu->temperature == 0.25);
     assert_true(eu->hot_prefix == 1.5);
@@ -1096,6 +1098,8 @@ static void test_error_profiles(void **state)
                      "round-robin)");
     expect_one_error(POOL_OK "profiles:\n  x:\n    temperature: 0\n", 7,
                      "profile 'x': temperature must be greater than 0, got 0");
+    expect_one_error(POOL_OK "profiles:\n  x:\n    scorers: {queue: 1}\n    hot_prefix: 1\n", 8,
+                     "profile 'x': hot_prefix takes effect only with the 'prefix' scorer in scorers");
     expect_one_error(POOL_OK "profiles:\n  x:\n    hot_prefix: -1\n", 7,
                      "profile 'x': hot_prefix must be between 0 and 1000, got -1");
     expect_one_error(POOL_OK "profiles:\n  x:\n    queue_threshold: -0.5\n", 7,
