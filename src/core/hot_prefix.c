@@ -133,8 +133,9 @@ size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n,
     /* A length is hot when the demand that branches off it, away from this request's own
      * continuation (its count less the next rung's), is a fair share: a prefix many
      * conversations start with branches at its end, while one conversation's history is a
-     * single chain whose turns each extend the last (so a few conversations on many endpoints
-     * never make their own histories hot, however often they ask). */
+     * single chain whose turns each extend the last. Only the earlier turns that ended inside
+     * a rung count as branching there, so a few conversations on many endpoints seldom make
+     * their own histories hot, and then with needed under 2 (tests/unit/core/test_hot_prefix.c). */
     size_t hot = 0;
     for (size_t k = 0; k < rungs; k++) {
         double branching = count[k] - (k + 1 < rungs ? count[k + 1] : 0.0);
