@@ -30,9 +30,8 @@ struct sb_hot_prefix {
     slot *slots;
     size_t mask;
     sb_hash_key key; /* slot placement: block hashes are not secret, their slots are */
-    double total;    /* the pool's decayed requests at total_ms */
+    double total;    /* the pool's decayed requests at total_ms (0 before the first) */
     uint32_t total_ms;
-    bool have_total;
 };
 
 sb_hot_prefix *sb_hot_prefix_new(size_t slots, uint64_t secret)
@@ -111,9 +110,8 @@ size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n,
     if (!h || !n || !n_endpoints || !(share > 0))
         return 0;
     uint32_t now_ms = (uint32_t)(now / 1000000);
-    h->total = (h->have_total ? h->total * decay(h->total_ms, now_ms) : 0.0) + 1.0;
+    h->total = h->total * decay(h->total_ms, now_ms) + 1.0;
     h->total_ms = now_ms;
-    h->have_total = true;
     double fair = h->total / (double)n_endpoints;
     /* A pool asked less than HOT_MIN_COUNT requests per endpoint (decayed) has room for any
      * prefix on one endpoint; it is counted, never found hot. */

@@ -14,11 +14,11 @@
  *
  * How: a fixed table of decayed request counts (time constant HOT_TAU) keyed by the chained
  * block hash at a ladder of prefix lengths (1, 2, 3, 4, 6, 8, 12, 16, ...: two per octave), so
- * a request costs about 2 log2(blocks) probes, not one per block. A longer prefix is never in
- * more demand than a shorter one of it, so the hot run is the longest ladder length whose count
- * reaches the share; its resolution is that of the ladder (a 62-block system prompt is found
- * hot up to 48 blocks). Memory is bounded by the table (slots x 16 bytes); a full probe window
- * replaces its least-demanded slot. Pure: the caller passes `now`. */
+ * a request costs about 2 log2(blocks) probes, not one per block. The hot run is the longest
+ * ladder length found hot (sb_hot_prefix_observe); its resolution is that of the ladder (a
+ * 62-block system prompt is found hot up to 48 blocks). Memory is bounded by the table (slots
+ * x 16 bytes); a full probe window replaces its least-demanded slot. Pure: the caller passes
+ * `now`. */
 #ifndef SB_CORE_HOT_PREFIX_H
 #define SB_CORE_HOT_PREFIX_H
 
