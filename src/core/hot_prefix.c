@@ -73,9 +73,10 @@ static double decay(uint32_t from_ms, uint32_t to_ms)
     return exp(-(double)dt * 1e6 / (double)HOT_TAU_NS);
 }
 
-/* Adds one request to key's count; returns the count after it. One exp() when the key is
- * there; a miss replaces the window's least-demanded slot (an empty one first). */
-static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms)
+/* Adds one request to key's count (add 1), or only reads it (add 0: nothing is written, a
+ * key not there counts 0); returns the count after it. One exp() when the key is there; a
+ * miss that adds replaces the window's least-demanded slot (an empty one first). */
+static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms, double add)
 {
     if (!key) /* 0 marks an empty slot */
         key = 1;
@@ -83,12 +84,16 @@ static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms)
     for (size_t k = 0; k < PROBE; k++) {
         slot *s = &h->slots[(i + k) & h->mask];
         if (s->key == key) {
-            double c = s->count * decay(s->stamp, now_ms) + 1.0;
-            s->count = (float)c;
-            s->stamp = now_ms;
+            double c = s->count * decay(s->stamp, now_ms) + add;
+            if (add > 0) {
+                s->count = (float)c;
+                s->stamp = now_ms;
+            }
             return c;
         }
     }
+    if (!(add > 0))
+        return 0.0;
     size_t victim = i;
     double least = INFINITY;
     for (size_t k = 0; k < PROBE && least > 0; k++) {
@@ -103,26 +108,29 @@ static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms)
     return 1.0;
 }
 
-size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
-                             double share, double *needed)
+static size_t observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints, double share,
+                      double *needed, double add)
 {
     *needed = 0;
     if (!h || !n || !n_endpoints || !(share > 0))
         return 0;
     uint32_t now_ms = (uint32_t)(now / 1000000);
-    h->total = h->total * decay(h->total_ms, now_ms) + 1.0;
-    h->total_ms = now_ms;
-    double fair = h->total / (double)n_endpoints;
+    double total = h->total * decay(h->total_ms, now_ms) + add;
+    if (add > 0) {
+        h->total = total;
+        h->total_ms = now_ms;
+    }
+    double fair = total / (double)n_endpoints;
     /* A pool asked less than HOT_MIN_COUNT requests per endpoint (decayed) has room for any
      * prefix on one endpoint; it is counted, never found hot. */
-    bool busy = h->total >= HOT_MIN_COUNT * (double)n_endpoints;
+    bool busy = total >= HOT_MIN_COUNT * (double)n_endpoints;
     /* Ladder: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 x 2^(k-1)), then the whole prompt. */
     size_t len[MAX_RUNGS];
     double count[MAX_RUNGS];
     size_t rungs = 0;
     for (size_t l = 1; rungs < MAX_RUNGS;) {
         len[rungs] = l;
-        count[rungs++] = bump(h, hashes[l - 1], now_ms);
+        count[rungs++] = bump(h, hashes[l - 1], now_ms, add);
         if (l == n)
             break;
         size_t next = l < 4 ? l + 1 : (l & (l - 1)) == 0 ? l + l / 2 : l + l / 3;
@@ -143,4 +151,16 @@ size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n,
         }
     }
     return hot;
+}
+
+size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
+                             double share, double *needed)
+{
+    return observe(h, hashes, n, now, n_endpoints, share, needed, 1.0);
+}
+
+size_t sb_hot_prefix_peek(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
+                          double share, double *needed)
+{
+    return observe(h, hashes, n, now, n_endpoints, share, needed, 0.0);
 }

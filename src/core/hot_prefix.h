@@ -43,6 +43,11 @@ void sb_hot_prefix_free(sb_hot_prefix *h);
  * it needs). */
 size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
                              double share, double *needed);
+/* The same answer without counting the request: for a request an earlier pick already counted
+ * (a retry, or the decision after a synchronous probe), which is one request's demand, not
+ * two. Writes nothing. */
+size_t sb_hot_prefix_peek(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
+                          double share, double *needed);
 /* Bytes held (for /metrics-style accounting and tests). */
 size_t sb_hot_prefix_bytes(const sb_hot_prefix *h);
 

@@ -468,8 +468,8 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
         if (ctx.profile->hot_prefix > 0) {
             if (!p->hot)
                 p->hot = sb_hot_prefix_new(HOT_SLOTS, r->hash_secret);
-            ctx.hot_blocks = (uint32_t)sb_hot_prefix_observe(p->hot, req->block_hashes, req->n_blocks, now, p->n_eps,
-                                                             ctx.profile->hot_prefix, &ctx.hot_needed);
+            ctx.hot_blocks = (uint32_t)(req->repeat ? sb_hot_prefix_peek : sb_hot_prefix_observe)(
+                p->hot, req->block_hashes, req->n_blocks, now, p->n_eps, ctx.profile->hot_prefix, &ctx.hot_needed);
         }
     }
     bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);

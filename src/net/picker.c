@@ -931,6 +931,7 @@ static void decide(pstream *s)
     bool probe = !s->probed && pc->probe_sync_max_age_ms && pc->probe_enabled;
     if (probe && pc->probe_sync_candidates > want)
         want = pc->probe_sync_candidates;
+    sr.repeat = s->probed; /* the decision after a synchronous probe: counted at the first */
     sb_request_desc desc = {.sched = sr, .stream = t->stream};
     sb_ranking rk;
     int ep = sb_decide(env->router, &desc, want, now, &rk);

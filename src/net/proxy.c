@@ -74,6 +74,7 @@ typedef struct exchange {
     sb_probe_wait *probe_wait;
     uint64_t *probe_keys; /* block hashes, then KV keys: one allocation */
     bool probed;
+    bool decided;     /* a pick in this pool has counted the request's demand (sb_sched_request.repeat) */
     int last_status;  /* the last failed attempt, for the answer if none is left */
     const char *last_code;
     bool fresh_retry_used;
@@ -1298,11 +1299,13 @@ static void attempt(exchange *x)
     } else {
         x->rr.exclude = x->excluded;
         x->rr.n_exclude = x->n_excluded;
+        x->rr.repeat = x->decided;
         sb_request_desc desc = {.sched = x->rr, .stream = x->t.stream};
         sb_ranking rk;
         const sb_pool_config *pc = &x->snap->cfg->pools[x->t.pool];
         bool probe = !x->probed && x->attempts == 0 && pc->probe_sync_max_age_ms && pc->probe_enabled;
         ep = sb_decide(env->router, &desc, probe ? pc->probe_sync_candidates : 1, now, &rk);
+        x->decided = true;
         if (probe && ep >= 0 && sync_probe(x, &rk, pc, now))
             return; /* the pick is not dispatched: the router settles its pending mark at the next pick */
         /* Copied now: the decision scratch is the pool's, reused by the next pick. The first
@@ -1461,6 +1464,7 @@ static bool fall_back(exchange *x, enum sb_fallback_reason why)
     x->status = 0;
     x->t_first_byte = 0;
     x->probed = true; /* no synchronous probe: it waits for the prompt's hashes' best, and there are none */
+    x->decided = false; /* another pool: its demand counters have not seen the request */
     sb_free(x->probe_keys);
     x->probe_keys = NULL;
     /* Its attempts in the pool left are over (report_end): what that pool queues may go now. */

@@ -307,6 +307,8 @@ static void route(driver *d, uint32_t idx)
                                   .prompt_tokens = r->n_prompt,
                                   .session_key = r->session ? XXH3_64bits(&r->session, sizeof(r->session)) : 0,
                                   .prefix_key = XXH3_64bits(d->tokens, pk * sizeof(uint32_t)),
+                                  /* The decision after a synchronous probe: counted at the first. */
+                                  .repeat = rt->probed,
                                   /* The pool's current profile, as the gateway reads it per request: with adaptive
                                    * weights, the snapshot in force (for a queued request, the one in force when it
                                    * leaves the queue, as in the gateway). */

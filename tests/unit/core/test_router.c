@@ -414,6 +414,35 @@ static void test_hot_prefix_in_the_decision(void **state)
     }
 }
 
+/* A request decided again (a retry, or the decision after a synchronous probe: `repeat`) is
+ * one request's demand: deciding each request twice, the second time as a repeat, gives the
+ * hot run and the holders it needs that deciding it once does. Counted twice, the shared run
+ * would turn hot at the 9th request (the pool's 4 per endpoint reached twice as fast). */
+static void test_hot_prefix_counts_a_repeat_once(void **state)
+{
+    (void)state;
+    sb_router *once = make_router(sb_profile_builtin("default-events"), 4);
+    sb_router *twice = make_router(sb_profile_builtin("default-events"), 4);
+    uint64_t h[12];
+    for (int i = 0; i < 40; i++) {
+        for (int j = 0; j < 12; j++)
+            h[j] = j < 8 ? 0xC0FFEE00ULL + (uint64_t)j : 0xA0000000ULL + (uint64_t)i * 16 + (uint64_t)j;
+        sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+        assert_true(sb_router_pick(once, &rq, SB_MS(33 * i)) >= 0);
+        assert_true(sb_router_pick(twice, &rq, SB_MS(33 * i)) >= 0);
+        rq.repeat = true;
+        assert_true(sb_router_pick(twice, &rq, SB_MS(33 * i + 5)) >= 0);
+        const sb_decision *a = sb_router_last_decision(once, 0), *b = sb_router_last_decision(twice, 0);
+        assert_int_equal(a->hot_blocks, b->hot_blocks);
+        assert_true(fabs(a->hot_needed - b->hot_needed) < 0.05);
+        if (i < 15)
+            assert_int_equal(b->hot_blocks, 0);
+    }
+    assert_int_equal(sb_router_last_decision(twice, 0)->hot_blocks, 8);
+    sb_router_free(once);
+    sb_router_free(twice);
+}
+
 /* A restart the prober notices (sb_router_prefix_clear, given the time of the report before
  * the one that showed it) drops the endpoint's reported blocks, unless its stream cleared them
  * itself since (sb_router_kv_cleared: it saw the same restart, and what it reported after is
@@ -996,6 +1025,7 @@ int main(void)
         cmocka_unit_test(test_prefix_pending_until_first_token),
         cmocka_unit_test(test_kv_fusion),
         cmocka_unit_test(test_hot_prefix_in_the_decision),
+        cmocka_unit_test(test_hot_prefix_counts_a_repeat_once),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
