@@ -108,6 +108,11 @@ static double bump(sb_hot_prefix *h, uint64_t key, uint32_t now_ms, double add)
     return 1.0;
 }
 
+size_t sb_hot_prefix_next_length(size_t len)
+{
+    return len < 4 ? len + 1 : (len & (len - 1)) == 0 ? len + len / 2 : len + len / 3;
+}
+
 static size_t observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints, double share,
                       double *needed, double add)
 {
@@ -133,7 +138,7 @@ static size_t observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns 
         count[rungs++] = bump(h, hashes[l - 1], now_ms, add);
         if (l == n)
             break;
-        size_t next = l < 4 ? l + 1 : (l & (l - 1)) == 0 ? l + l / 2 : l + l / 3;
+        size_t next = sb_hot_prefix_next_length(l);
         l = next > n ? n : next;
     }
     /* A length is hot when the demand that branches off it, away from this request's own

@@ -48,6 +48,10 @@ size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n,
  * two. Writes nothing. */
 size_t sb_hot_prefix_peek(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
                           double share, double *needed);
+/* The ladder length after len (len a ladder length, at least 1): 1, 2, 3, 4, 6, 8, 12, 16, ...
+ * A hot run of len blocks may be shared up to just before this length (the ladder's
+ * resolution); a match reaching it extends past what the hot counts saw shared. */
+size_t sb_hot_prefix_next_length(size_t len);
 /* Bytes held (for /metrics-style accounting and tests). */
 size_t sb_hot_prefix_bytes(const sb_hot_prefix *h);
 

@@ -1,12 +1,15 @@
 /* Prefix scorers (affinity), from the router's prefix-index lookup (ctx->prefix_match):
  *   prefix         the fraction of the prompt's blocks the endpoint holds as a leading run,
  *                  with a hot run's blocks (profile hot_prefix) counted at holders / needed
- *                  while too few candidates hold it (hot_keep below);
+ *                  while too few candidates hold it (hot_keep below), except where the
+ *                  match reaches past the hot run (the request's own history is there);
  *   prefix-tokens  the prefill the endpoint would save, in tokens, over prefix_ref_tokens
  *                  (capped at 1): for mixed prompt lengths, a long shared prefix outweighs a
  *                  short prompt matched whole, which the fraction would score the same.
  * A request without blocks (shorter than one block) scores 0 everywhere: no preference. */
 #include "core/sched.h"
+
+#include "core/hot_prefix.h"
 
 /* The hot leading run as the candidates hold it (profile hot_prefix, core/hot_prefix.h):
  * its length, capped at the longest match among them (a filter may have removed its only
@@ -42,10 +45,15 @@ static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const
     }
     double run;
     double keep = hot_keep(ctx, c, n, &run);
+    /* A match reaching the ladder length after the hot run holds more than the shared prefix:
+     * this request's own continuation (a conversation's history), which no other endpoint
+     * has. The discount is for where a shared prefix goes next, not for moving a follow-up
+     * off the endpoint holding its history (that costs the whole history's prefill). */
+    double own = run > 0 ? (double)sb_hot_prefix_next_length((size_t)run) : 0.0;
     for (size_t i = 0; i < n; i++) {
         double m = (double)ctx->prefix_match[c[i].ep->index];
         double hot = m < run ? m : run;
-        out[i] = (m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
+        out[i] = (keep < 1.0 && m >= own ? m : m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
     }
 }
 

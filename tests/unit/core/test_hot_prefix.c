@@ -154,8 +154,10 @@ static void test_bounded_and_hot_survives_churn(void **state)
     sb_hot_prefix_free(hp);
 }
 
-/* The prefix scorer: one holder of a hot 48-block run (of a 75-block prompt) that needs 8
- * holders keeps an eighth of the run's credit; with eight holders, all of it. */
+/* The prefix scorer: one holder of a hot 48-block run (of a 75-block prompt: a 62-block system
+ * prompt, found hot up to the ladder's 48) that needs 8 holders keeps an eighth of the run's
+ * credit; with eight holders, all of it. A match reaching the next ladder length (64) holds
+ * the request's own continuation, a conversation's history: never discounted. */
 static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
 {
     (void)state;
@@ -166,13 +168,26 @@ static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
         eps[i].index = i;
         c[i].ep = &eps[i];
     }
-    match[0] = 75;
+    match[0] = 62;
     sb_sched_ctx ctx = {.prefix_match = match, .prefix_blocks = 75, .hot_blocks = 48, .hot_needed = 8};
     sb_sched_request req = {0};
     double out[EPS];
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
-    assert_float_equal(out[0], (75 - 48 * 7.0 / 8) / 75, 1e-9);
+    assert_float_equal(out[0], (62 - 48 * 7.0 / 8) / 75, 1e-9);
     assert_float_equal(out[1], 0.0, 1e-12);
+    /* A follow-up: endpoint 1 holds its history (70 blocks, past 64), endpoint 0 the system
+     * prompt alone. Two holders of 8: endpoint 0 keeps a quarter of the run, endpoint 1 all. */
+    match[1] = 70;
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[0], (62 - 48 * 6.0 / 8) / 75, 1e-9);
+    assert_float_equal(out[1], 70.0 / 75, 1e-9);
+    match[1] = 63; /* short of the next ladder length: as shared as the system prompt */
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[1], (63 - 48 * 6.0 / 8) / 75, 1e-9);
+    assert_int_equal(sb_hot_prefix_next_length(48), 64);
+    assert_int_equal(sb_hot_prefix_next_length(64), 96);
+    assert_int_equal(sb_hot_prefix_next_length(3), 4);
+    match[0] = 75;
     for (uint32_t i = 1; i < EPS; i++)
         match[i] = 48;
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
