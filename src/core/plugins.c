@@ -158,7 +158,9 @@ static const sb_profile builtins[] = {
      * holders / needed of its credit until enough replicas hold it. Over the 168 cells, against
      * approximate `default` 28/128/12 -> 34/127/7 (better/level/WORSE); against
      * `default-events` before it 14 better, 1 worse; against the best peer 22/129/17 ->
-     * 26/127/15, p90 geomean 0.915 -> 0.896, p99 0.935 -> 0.917. */
+     * 26/127/15, p90 geomean 0.915 -> 0.896, p99 0.935 -> 0.917. Session 37: an endpoint
+     * whose match reaches past the hot run (a follow-up's own history) keeps its whole credit:
+     * against the best peer 24/132/12, p99 geomean 0.911; against approximate 35/126/7. */
     BUILTIN("default-events", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
