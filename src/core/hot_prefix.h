@@ -44,13 +44,13 @@ void sb_hot_prefix_free(sb_hot_prefix *h);
 size_t sb_hot_prefix_observe(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
                              double share, double *needed);
 /* The same answer without counting the request: for a request an earlier pick already counted
- * (a retry, or the decision after a synchronous probe), which is one request's demand, not
- * two. Writes nothing. */
+ * (the decision after a synchronous probe), which is one request's demand, not two. Writes
+ * nothing. */
 size_t sb_hot_prefix_peek(sb_hot_prefix *h, const uint64_t *hashes, size_t n, sb_ns now, size_t n_endpoints,
                           double share, double *needed);
-/* The ladder length after len (len a ladder length, at least 1): 1, 2, 3, 4, 6, 8, 12, 16, ...
- * A hot run of len blocks may be shared up to just before this length (the ladder's
- * resolution); a match reaching it extends past what the hot counts saw shared. */
+/* The ladder's next length after len (1, 2, 3, 4, 6, 8, 12, 16, ...; for a len off the ladder,
+ * len plus its step). A hot run of len blocks may be shared up to just before this length (the
+ * ladder's resolution); a match reaching it extends past what the hot counts saw shared. */
 size_t sb_hot_prefix_next_length(size_t len);
 /* Bytes held (for /metrics-style accounting and tests). */
 size_t sb_hot_prefix_bytes(const sb_hot_prefix *h);

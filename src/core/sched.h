@@ -45,8 +45,9 @@ typedef struct sb_sched_request {
     size_t n_kv_keys;
     const uint32_t *exclude;      /* endpoint indexes not to pick */
     size_t n_exclude;
-    /* An earlier pick already counted this request (a retry, or the decision after a
-     * synchronous probe): demand counters (hot_prefix) read it without counting it again. */
+    /* An earlier pick already counted this request (the decision after a synchronous probe;
+     * a retry too, though a retry carries no block hashes): demand counters (hot_prefix) read
+     * it without counting it again. */
     bool repeat;
     const struct sb_profile *profile; /* NULL: the pool's current profile (router.h) */
     /* Released by flow control's gate (core/flow.h): the saturation filter uses the gate's

@@ -1464,7 +1464,7 @@ static bool fall_back(exchange *x, enum sb_fallback_reason why)
     x->status = 0;
     x->t_first_byte = 0;
     x->probed = true; /* no synchronous probe: it waits for the prompt's hashes' best, and there are none */
-    x->decided = false; /* another pool: its demand counters have not seen the request */
+    x->decided = false; /* another pool's pick is a first one (the hashes are gone by now, though) */
     sb_free(x->probe_keys);
     x->probe_keys = NULL;
     /* Its attempts in the pool left are over (report_end): what that pool queues may go now. */

@@ -50,6 +50,10 @@ static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const
      * has. The discount is for where a shared prefix goes next, not for moving a follow-up
      * off the endpoint holding its history (that costs the whole history's prefill). */
     double own = run > 0 ? (double)sb_hot_prefix_next_length((size_t)run) : 0.0;
+    /* The ladder stops at the prompt's own length (sb_hot_prefix_observe): a prompt between
+     * the hot run and the next length is held past the run by a match of all of it. */
+    if (run < (double)ctx->prefix_blocks && own > (double)ctx->prefix_blocks)
+        own = (double)ctx->prefix_blocks;
     for (size_t i = 0; i < n; i++) {
         double m = (double)ctx->prefix_match[c[i].ep->index];
         double hot = m < run ? m : run;

@@ -154,6 +154,37 @@ static void test_bounded_and_hot_survives_churn(void **state)
     sb_hot_prefix_free(hp);
 }
 
+/* Peek answers as observe would without counting: on a fresh table nothing (and writes
+ * nothing), and peeking between observes changes none of what they return. */
+static void test_peek_counts_nothing(void **state)
+{
+    (void)state;
+    sb_hot_prefix *a = sb_hot_prefix_new(4096, 9), *b = sb_hot_prefix_new(4096, 9);
+    uint64_t h[128];
+    double na, nb;
+    size_t n0 = prompt(h, 0, 62, 0, 13);
+    assert_int_equal(sb_hot_prefix_peek(b, h, n0, 0, EPS, 1.0, &nb), 0);
+    assert_float_equal(nb, 0.0, 1e-12);
+    size_t hot_seen = 0;
+    for (int i = 0; i < 400; i++) {
+        size_t n = prompt(h, 0, 62, (uint64_t)i, 13); /* as test_shared_system_prompt_is_hot */
+        sb_ns now = (sb_ns)i * 33 * MS;
+        for (int k = 0; k < 3; k++)
+            sb_hot_prefix_peek(b, h, n, now, EPS, 1.0, &nb);
+        size_t ka = sb_hot_prefix_observe(a, h, n, now, EPS, 1.0, &na);
+        size_t kb = sb_hot_prefix_observe(b, h, n, now, EPS, 1.0, &nb);
+        assert_int_equal(ka, kb);
+        assert_float_equal(na, nb, 1e-9);
+        /* A peek right after answers as the observe did. */
+        assert_int_equal(sb_hot_prefix_peek(b, h, n, now, EPS, 1.0, &nb), kb);
+        assert_float_equal(na, nb, 1e-6);
+        hot_seen += ka > 0;
+    }
+    assert_true(hot_seen > 300); /* the comparison covered hot answers, not only zeros */
+    sb_hot_prefix_free(a);
+    sb_hot_prefix_free(b);
+}
+
 /* The prefix scorer: one holder of a hot 48-block run (of a 75-block prompt: a 62-block system
  * prompt, found hot up to the ladder's 48) that needs 8 holders keeps an eighth of the run's
  * credit; with eight holders, all of it. A match reaching the next ladder length (64) holds
@@ -184,6 +215,19 @@ static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
     match[1] = 63; /* short of the next ladder length: as shared as the system prompt */
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
     assert_float_equal(out[1], (63 - 48 * 6.0 / 8) / 75, 1e-9);
+    match[1] = 64; /* at it */
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[1], 64.0 / 75, 1e-9);
+    /* A 60-block prompt (between 48 and 64: the ladder's last length is the prompt's own):
+     * holding all of it is holding past the hot run. */
+    ctx.prefix_blocks = 60;
+    match[0] = 55;
+    match[1] = 60;
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[1], 1.0, 1e-9);
+    assert_float_equal(out[0], (55 - 48 * 6.0 / 8) / 60, 1e-9);
+    ctx.prefix_blocks = 75;
+    match[1] = 0;
     assert_int_equal(sb_hot_prefix_next_length(48), 64);
     assert_int_equal(sb_hot_prefix_next_length(64), 96);
     assert_int_equal(sb_hot_prefix_next_length(3), 4);
@@ -218,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_few_conversations_are_never_hot),
         cmocka_unit_test(test_demand_decays),
         cmocka_unit_test(test_bounded_and_hot_survives_churn),
+        cmocka_unit_test(test_peek_counts_nothing),
         cmocka_unit_test(test_prefix_scorer_discounts_scarce_hot_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

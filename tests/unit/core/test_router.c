@@ -414,7 +414,7 @@ static void test_hot_prefix_in_the_decision(void **state)
     }
 }
 
-/* A request decided again (a retry, or the decision after a synchronous probe: `repeat`) is
+/* A request decided again (the decision after a synchronous probe: `repeat`) is
  * one request's demand: deciding each request twice, the second time as a repeat, gives the
  * hot run and the holders it needs that deciding it once does. Counted twice, the shared run
  * would turn hot at the 9th request (the pool's 4 per endpoint reached twice as fast). */
