@@ -379,6 +379,13 @@ static void test_kv_fusion(void **state)
     sb_router_free(r);
 }
 
+/* Request i's 12 block hashes: 8 every request shares (a system prompt), then 4 of its own. */
+static void shared_then_own(uint64_t h[12], int i)
+{
+    for (int j = 0; j < 12; j++)
+        h[j] = j < 8 ? 0xC0FFEE00ULL + (uint64_t)j : 0xA0000000ULL + (uint64_t)i * 16 + (uint64_t)j;
+}
+
 /* A prefix every request shares becomes hot (profile hot_prefix, core/hot_prefix.h) once the
  * pool is busy enough, and the decision says so: its run (8 shared blocks of 12; the ladder's 8) and
  * the holders it needs (every request shares it: all 4). A profile without hot_prefix never
@@ -392,8 +399,7 @@ static void test_hot_prefix_in_the_decision(void **state)
         uint64_t h[12];
         sb_buf b = {0};
         for (int i = 0; i < 40; i++) {
-            for (int j = 0; j < 12; j++)
-                h[j] = j < 8 ? 0xC0FFEE00ULL + (uint64_t)j : 0xA0000000ULL + (uint64_t)i * 16 + (uint64_t)j;
+            shared_then_own(h, i);
             sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
             assert_true(sb_router_pick(r, &rq, SB_MS(33 * i)) >= 0);
             const sb_decision *d = sb_router_last_decision(r, 0);
@@ -414,10 +420,10 @@ static void test_hot_prefix_in_the_decision(void **state)
     }
 }
 
-/* A request decided again (the decision after a synchronous probe: `repeat`) is
- * one request's demand: deciding each request twice, the second time as a repeat, gives the
- * hot run and the holders it needs that deciding it once does. Counted twice, the shared run
- * would turn hot at the 9th request (the pool's 4 per endpoint reached twice as fast). */
+/* A request decided again (the decision after a synchronous probe: `repeat`) is one
+ * request's demand: deciding each request twice, the second time as a repeat, gives the hot run
+ * and the holders it needs that deciding it once does. Counted twice, the shared run would turn
+ * hot at the 9th request (the pool's 4 per endpoint reached twice as fast). */
 static void test_hot_prefix_counts_a_repeat_once(void **state)
 {
     (void)state;
@@ -425,8 +431,7 @@ static void test_hot_prefix_counts_a_repeat_once(void **state)
     sb_router *twice = make_router(sb_profile_builtin("default-events"), 4);
     uint64_t h[12];
     for (int i = 0; i < 40; i++) {
-        for (int j = 0; j < 12; j++)
-            h[j] = j < 8 ? 0xC0FFEE00ULL + (uint64_t)j : 0xA0000000ULL + (uint64_t)i * 16 + (uint64_t)j;
+        shared_then_own(h, i);
         sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
         assert_true(sb_router_pick(once, &rq, SB_MS(33 * i)) >= 0);
         assert_true(sb_router_pick(twice, &rq, SB_MS(33 * i)) >= 0);
