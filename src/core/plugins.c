@@ -140,7 +140,8 @@ static const sb_profile builtins[] = {
     BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 6), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),
-                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4))),
+                    W(sb_scorer_lora_affinity, 1), W(sb_scorer_kv_room, 4)),
+            .hot_prefix = 1),
     /* default-events: `default` for a pool the engines' KV events feed (sb_profile_with_events:
      * a pool with `kv_events:` that names `default`, or no profile, routes with this one). The
      * precise index's matches are the engine's own, answers' blocks included, and never fall

@@ -440,6 +440,24 @@ void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks)
     r->sync = hooks ? *hooks : (sb_router_sync){0};
 }
 
+/* This router's share of the pool's traffic: its own completions over the engines' request
+ * counters, summed over the endpoints (the decayed sums of sb_endpoint_traffic_share). 1 until
+ * the counters have shown POOL_SHARE_MIN_REQUESTS, or without counters; at least 0.05. Below 1
+ * with several gateway replicas behind an L4 balancer, or beside traffic that bypasses them. */
+#define POOL_SHARE_MIN_REQUESTS 8.0
+static double pool_traffic_share(const pool *p)
+{
+    double own = 0, engine = 0;
+    for (size_t i = 0; i < p->n_eps; i++) {
+        own += p->eps[i].share_own;
+        engine += p->eps[i].share_engine;
+    }
+    if (engine < POOL_SHARE_MIN_REQUESTS || !(own < engine))
+        return 1.0;
+    double s = own / engine;
+    return s < 0.05 ? 0.05 : s;
+}
+
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
 {
     if (req->pool >= r->n_pools)
@@ -470,6 +488,11 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
                 p->hot = sb_hot_prefix_new(HOT_SLOTS, r->hash_secret);
             ctx.hot_blocks = (uint32_t)(req->repeat ? sb_hot_prefix_peek : sb_hot_prefix_observe)(
                 p->hot, req->block_hashes, req->n_blocks, now, p->n_eps, ctx.profile->hot_prefix, &ctx.hot_needed);
+            /* The fair share is the fleet's: with the approximate index this router plans holders
+             * for its own share of the traffic only (pool_traffic_share). The precise index sees
+             * every holder, whoever sent them the prefix, so it plans for the whole demand. */
+            if (ctx.hot_blocks && !p->kv)
+                ctx.hot_needed *= pool_traffic_share(p);
         }
     }
     bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);

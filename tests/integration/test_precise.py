@@ -180,7 +180,8 @@ class HotPrefixTest(unittest.TestCase):
     """`default-events` spreads a prefix every request shares (profile hot_prefix,
     core/hot_prefix.h): once the pool has seen 4 requests an endpoint, the decision names the
     hot run and the holders its demand needs (every request shares it: both endpoints). A pool
-    without events (`default`) does not count."""
+    without events (`default`) counts too, and plans holders for its share of what the engines
+    serve (here they also serve the events pool's requests): never more than the whole."""
 
     def setUp(self):
         port, kv_port = free_run(2), free_run(2)
@@ -212,8 +213,14 @@ class HotPrefixTest(unittest.TestCase):
                 self.assertEqual("hot_prefix" in d, i >= 9, d)
         self.assertGreaterEqual(d["hot_prefix"]["blocks"], 4)
         self.assertAlmostEqual(d["hot_prefix"]["needed"], 2.0, places=2)
-        for i in range(8):
-            self.assertNotIn("hot_prefix", self.last_decision(MODEL + "-b", i))
+        for i in range(12):
+            d = self.last_decision(MODEL + "-b", i)
+            self.assertEqual(d["profile"], "default")
+            if i < 7 or i >= 9:
+                self.assertEqual("hot_prefix" in d, i >= 9, d)
+        self.assertGreaterEqual(d["hot_prefix"]["blocks"], 4)
+        self.assertLessEqual(d["hot_prefix"]["needed"], 2.0 + 1e-9)
+        self.assertGreater(d["hot_prefix"]["needed"], 0)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
  *                  with a hot run's blocks (profile hot_prefix) counted at holders / needed
  *                  while too few candidates hold it (hot_keep below), except where the
  *                  match reaches past the hot run (the request's own history is there);
+ *                  where one candidate's does, the run counts for nothing on the others;
  *   prefix-tokens  the prefill the endpoint would save, in tokens, over prefix_ref_tokens
  *                  (capped at 1): for mixed prompt lengths, a long shared prefix outweighs a
  *                  short prompt matched whole, which the fraction would score the same.
@@ -54,10 +55,21 @@ static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const
      * the hot run and the next length is held past the run by a match of all of it. */
     if (run < (double)ctx->prefix_blocks && own > (double)ctx->prefix_blocks)
         own = (double)ctx->prefix_blocks;
+    /* A request that continues what a candidate holds past the hot run (a follow-up whose
+     * history is there) is not placing the hot run: it is deciding whether to leave its
+     * history. The hot run is on every endpoint that needs it, or will be, so it earns the
+     * others nothing, and only what they hold past it counts: a follow-up leaves its holder
+     * for load alone when the holder's load outweighs its history, not when the system
+     * prompt's blocks held elsewhere make up most of the difference (docs/benchmarks.md
+     * section 10, session 38: multi-turn at three gateways, 9 follow-ups of 640 moved ->
+     * 0-2). */
+    for (size_t i = 0; run > 0 && keep > 0 && i < n; i++)
+        if ((double)ctx->prefix_match[c[i].ep->index] >= own)
+            keep = 0.0;
     for (size_t i = 0; i < n; i++) {
         double m = (double)ctx->prefix_match[c[i].ep->index];
         double hot = m < run ? m : run;
-        out[i] = (keep < 1.0 && m >= own ? m : m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
+        out[i] = (m >= own ? m : m - hot * (1.0 - keep)) / (double)ctx->prefix_blocks;
     }
 }
 

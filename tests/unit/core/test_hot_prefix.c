@@ -188,7 +188,8 @@ static void test_peek_counts_nothing(void **state)
 /* The prefix scorer: one holder of a hot 48-block run (of a 75-block prompt: a 62-block system
  * prompt, found hot up to the ladder's 48) that needs 8 holders keeps an eighth of the run's
  * credit; with eight holders, all of it. A match reaching the next ladder length (64) holds
- * the request's own continuation, a conversation's history: never discounted. */
+ * the request's own continuation, a conversation's history: never discounted, and where one
+ * endpoint holds it, the run counts for nothing on the others. */
 static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
 {
     (void)state;
@@ -207,17 +208,26 @@ static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
     assert_float_equal(out[0], (62 - 48 * 7.0 / 8) / 75, 1e-9);
     assert_float_equal(out[1], 0.0, 1e-12);
     /* A follow-up: endpoint 1 holds its history (70 blocks, past 64), endpoint 0 the system
-     * prompt alone. Two holders of 8: endpoint 0 keeps a quarter of the run, endpoint 1 all. */
+     * prompt alone. The request is not placing the hot run but deciding whether to leave its
+     * history: endpoint 1 keeps all its match, endpoint 0 only what it holds past the run. */
     match[1] = 70;
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
-    assert_float_equal(out[0], (62 - 48 * 6.0 / 8) / 75, 1e-9);
+    assert_float_equal(out[0], (62 - 48) / 75.0, 1e-9);
     assert_float_equal(out[1], 70.0 / 75, 1e-9);
+    /* ...with the run held by all the holders it needs, as well. */
+    ctx.hot_needed = 2;
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[0], (62 - 48) / 75.0, 1e-9);
+    assert_float_equal(out[1], 70.0 / 75, 1e-9);
+    ctx.hot_needed = 8;
     match[1] = 63; /* short of the next ladder length: as shared as the system prompt */
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
     assert_float_equal(out[1], (63 - 48 * 6.0 / 8) / 75, 1e-9);
+    assert_float_equal(out[0], (62 - 48 * 6.0 / 8) / 75, 1e-9);
     match[1] = 64; /* at it */
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
     assert_float_equal(out[1], 64.0 / 75, 1e-9);
+    assert_float_equal(out[0], (62 - 48) / 75.0, 1e-9);
     /* A 60-block prompt (between 48 and 64: the ladder's last length is the prompt's own):
      * holding all of it is holding past the hot run. */
     ctx.prefix_blocks = 60;
@@ -225,18 +235,25 @@ static void test_prefix_scorer_discounts_scarce_hot_run(void **state)
     match[1] = 60;
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
     assert_float_equal(out[1], 1.0, 1e-9);
-    assert_float_equal(out[0], (55 - 48 * 6.0 / 8) / 60, 1e-9);
+    assert_float_equal(out[0], (55 - 48) / 60.0, 1e-9);
     ctx.prefix_blocks = 75;
     match[1] = 0;
     assert_int_equal(sb_hot_prefix_next_length(48), 64);
     assert_int_equal(sb_hot_prefix_next_length(64), 96);
     assert_int_equal(sb_hot_prefix_next_length(3), 4);
+    /* Every endpoint holds the run, endpoint 0 the whole prompt: the run decides nothing. */
     match[0] = 75;
     for (uint32_t i = 1; i < EPS; i++)
         match[i] = 48;
     sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
     assert_float_equal(out[0], 1.0, 1e-9);
+    assert_float_equal(out[1], 0.0, 1e-12);
+    /* A first turn (nobody holds past the run) held by all 8: the whole run's credit. */
+    match[0] = 50;
+    sb_scorer_prefix.score(&ctx, &req, c, EPS, out);
+    assert_float_equal(out[0], 50.0 / 75, 1e-9);
     assert_float_equal(out[1], 48.0 / 75, 1e-9);
+    match[0] = 75;
     /* Nobody holds the whole run (its only holder filtered out, say): the longest match among
      * the candidates stands for it, not a cliff to nothing. */
     for (uint32_t i = 0; i < EPS; i++)

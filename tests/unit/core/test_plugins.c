@@ -166,10 +166,11 @@ static void test_builtin_profiles(void **state)
     for (size_t i = 0; i < d->n_filters; i++)
         assert_ptr_equal(de->filters[i], d->filters[i]);
     assert_ptr_equal(de->picker, d->picker);
-    /* ...and a hot prefix (core/hot_prefix.h) spread: the events show every gateway the one
-     * holder of a prefix all traffic shares. Approximate `default` leaves it off. */
+    /* ...and both spread a hot prefix (core/hot_prefix.h) at the same threshold: the events
+     * show every gateway the one holder of a prefix all traffic shares, and the approximate
+     * index gathers new conversations onto the holders it knows. */
     assert_true(de->hot_prefix == 1.0);
-    assert_true(d->hot_prefix == 0.0);
+    assert_true(d->hot_prefix == de->hot_prefix);
     assert_ptr_equal(sb_profile_with_events(d), de);
     assert_ptr_equal(sb_profile_with_events(de), de);
     assert_ptr_equal(sb_profile_with_events(lr), lr);

@@ -388,13 +388,14 @@ static void shared_then_own(uint64_t h[12], int i)
 
 /* A prefix every request shares becomes hot (profile hot_prefix, core/hot_prefix.h) once the
  * pool is busy enough, and the decision says so: its run (8 shared blocks of 12; the ladder's 8) and
- * the holders it needs (every request shares it: all 4). A profile without hot_prefix never
- * counts. */
+ * the holders it needs (every request shares it: all 4). Both defaults spread it; a profile
+ * without hot_prefix never counts. */
 static void test_hot_prefix_in_the_decision(void **state)
 {
     (void)state;
-    const sb_profile *profiles[] = {sb_profile_builtin("default-events"), sb_profile_builtin("default")};
-    for (int k = 0; k < 2; k++) {
+    const sb_profile *profiles[] = {sb_profile_builtin("default-events"), sb_profile_builtin("default"),
+                                    sb_profile_builtin("prefix-only")};
+    for (int k = 0; k < 3; k++) {
         sb_router *r = make_router(profiles[k], 4);
         uint64_t h[12];
         sb_buf b = {0};
@@ -404,18 +405,54 @@ static void test_hot_prefix_in_the_decision(void **state)
             assert_true(sb_router_pick(r, &rq, SB_MS(33 * i)) >= 0);
             const sb_decision *d = sb_router_last_decision(r, 0);
             /* Hot once the pool has seen 4 requests per endpoint (decayed: the 17th request),
-             * with the hot_prefix profile only. */
-            if (k == 1 || i < 15)
+             * with the hot_prefix profiles only. */
+            if (k == 2 || i < 15)
                 assert_int_equal(d->hot_blocks, 0);
             else if (i >= 17)
                 assert_int_equal(d->hot_blocks, 8);
         }
         assert_int_equal(sb_decision_render(sb_router_last_decision(r, 0), &b), 0);
-        if (k == 0)
+        if (k < 2)
             assert_non_null(strstr(b.data, "\"hot_prefix\":{\"blocks\":8,\"needed\":4.00}"));
         else
             assert_null(strstr(b.data, "hot_prefix"));
         sb_buf_free(&b);
+        sb_router_free(r);
+    }
+}
+
+/* The engines' counters say how much of their traffic this router sends (several gateway
+ * replicas, or traffic around them): with the approximate index, which knows only the holders
+ * it made, the router plans holders for its share of the demand (here a third: needed 4 ->
+ * 4/3); with the precise index, which hears every holder, for all of it. */
+static void test_hot_prefix_needed_is_this_routers_share(void **state)
+{
+    (void)state;
+    for (int precise = 0; precise < 2; precise++) {
+        sb_router *r = make_router(sb_profile_builtin("default"), 4);
+        if (precise) {
+            sb_kv_index_config kc = {.block_size = 16, .key_seed = 7, .hash_secret = 0x5ec7e7};
+            assert_int_equal(sb_router_kv_enable(r, 0, &kc, 0), 0);
+        }
+        uint64_t h[12];
+        for (int i = 0; i < 40; i++) {
+            shared_then_own(h, i);
+            sb_ns now = SB_MS(33 * i);
+            sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+            int ep = sb_router_pick(r, &rq, now);
+            assert_true(ep >= 0);
+            sb_ticket t = sb_router_dispatched(r, 0, (uint32_t)ep, 192, now);
+            sb_router_finished(r, 0, (uint32_t)ep, &t, true, true, now + 1);
+            /* Every endpoint reports its engine's counter: three requests for each of ours. */
+            for (uint32_t e = 0; e < 4; e++) {
+                sb_endpoint *x = sb_router_endpoint(r, 0, e);
+                sb_endpoint_report rep = {.requests_total = 3.0 * (double)x->completed};
+                sb_endpoint_report_set(x, &rep, SB_REPORT_SCRAPE, now + 2);
+            }
+        }
+        const sb_decision *d = sb_router_last_decision(r, 0);
+        assert_int_equal(d->hot_blocks, 8);
+        assert_true(fabs(d->hot_needed - (precise ? 4.0 : 4.0 / 3)) < 0.1);
         sb_router_free(r);
     }
 }
@@ -1031,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_kv_fusion),
         cmocka_unit_test(test_hot_prefix_in_the_decision),
         cmocka_unit_test(test_hot_prefix_counts_a_repeat_once),
+        cmocka_unit_test(test_hot_prefix_needed_is_this_routers_share),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
