@@ -135,6 +135,13 @@ static const sb_profile builtins[] = {
      *     would cause. Shared-prefix at an eighth of the working set past capacity: p99 1,091 ->
      *     103 ms (llm-d-precise 102); over the 168 cells p99 geomean against the best peer
      *     0.986 -> 0.961, p90 0.962 -> 0.957, cells that change by over 3%: four.
+     *   - hot_prefix 1 (session 38; core/hot_prefix.h and default-events below): a prefix all
+     *     conversations share is spread over holders enough for its demand, planned for this
+     *     router's share of the engines' traffic (the approximate index knows only the holders
+     *     it made), and a follow-up's history outweighs the system prompt held elsewhere.
+     *     Over the 168 cells against the best peer 15/140/13 -> 23/135/10 (better/level/WORSE),
+     *     p90 geomean 0.956 -> 0.939, p99 0.965 -> 0.935; against the profile before it 21
+     *     cells better, 2 worse (each within 0.2 ms of the seeds' spread).
      * The adaptive configurator is off by default (config: `adaptive: false`): over the matrix
      * it cost the shared-prefix and multi-turn cells more than it gained on the others. */
     BUILTIN("default", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
@@ -161,7 +168,11 @@ static const sb_profile builtins[] = {
      * `default-events` before it 14 better, 1 worse; against the best peer 22/129/17 ->
      * 26/127/15, p90 geomean 0.915 -> 0.896, p99 0.935 -> 0.917. Session 37: an endpoint
      * whose match reaches past the hot run (a follow-up's own history) keeps its whole credit:
-     * against the best peer 24/132/12, p99 geomean 0.911; against approximate 35/126/7. */
+     * against the best peer 24/132/12, p99 geomean 0.911; against approximate 35/126/7.
+     * Session 38: where one does, the run earns the others nothing; against the best peer
+     * 24/132/12 (p90 0.896, p99 0.910). Approximate `default` now spreads hot prefixes too,
+     * and beats this profile in 12 cells, 11 of them multi-turn at three gateways (docs/benchmarks.md
+     * section 10, session 38). */
     BUILTIN("default-events", FILTERS(&sb_filter_healthy, &sb_filter_lora, &sb_filter_gate),
             SCORERS(W(sb_scorer_prefix, 5), W(sb_scorer_queue, 1), W(sb_scorer_kv_cache, 1),
                     W(sb_scorer_in_flight, 1.5), W(sb_scorer_pending_prefill, 3), W(sb_scorer_sent_tokens, 2),

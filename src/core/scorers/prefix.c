@@ -61,8 +61,8 @@ static void fraction(const sb_sched_ctx *ctx, const sb_sched_request *req, const
      * others nothing, and only what they hold past it counts: a follow-up leaves its holder
      * for load alone when the holder's load outweighs its history, not when the system
      * prompt's blocks held elsewhere make up most of the difference (docs/benchmarks.md
-     * section 10, session 38: multi-turn at three gateways, 9 follow-ups of 640 moved ->
-     * 0-2). */
+     * section 10, session 38: multi-turn at three gateways near capacity, 24-39 follow-ups
+     * of 640 moved off their history before, none with this). */
     for (size_t i = 0; run > 0 && keep > 0 && i < n; i++)
         if ((double)ctx->prefix_match[c[i].ep->index] >= own)
             keep = 0.0;
