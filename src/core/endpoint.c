@@ -70,6 +70,13 @@ static void share_update(sb_endpoint *ep, double requests_total, bool restarted,
     ep->share_at = now;
 }
 
+void sb_endpoint_share_sums(const sb_endpoint *ep, sb_ns now, double *own, double *engine)
+{
+    double f = ep->share_at && now > ep->share_at ? exp(-(double)(now - ep->share_at) / (double)SHARE_TAU_NS) : 1.0;
+    *own = ep->share_own * f;
+    *engine = ep->share_engine * f;
+}
+
 double sb_endpoint_traffic_share(const sb_endpoint *ep)
 {
     if (ep->share_engine < SHARE_MIN_REQUESTS || !(ep->share_own < ep->share_engine))

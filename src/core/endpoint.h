@@ -217,6 +217,10 @@ bool sb_endpoint_is_stale(const sb_endpoint *ep, sb_ns stale_ns, sb_ns now);
  * 1 until the counter has shown 8 requests, or without a counter. Below 1 when another gateway
  * replica, or traffic around the gateway, sends the endpoint the rest. */
 double sb_endpoint_traffic_share(const sb_endpoint *ep);
+/* The two decayed sums behind it (own completions, the engine's requests), decayed to now: an
+ * endpoint whose reports stopped, or never carried the counter, weighs less as time passes
+ * instead of keeping what it last showed. */
+void sb_endpoint_share_sums(const sb_endpoint *ep, sb_ns now, double *own, double *engine);
 
 /* Records a slots report received at now (idle is clamped to total), stale once older than
  * ttl_ns. Resets the counts of traffic since the last one. */

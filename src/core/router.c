@@ -441,16 +441,19 @@ void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks)
 }
 
 /* This router's share of the pool's traffic: its own completions over the engines' request
- * counters, summed over the endpoints (the decayed sums of sb_endpoint_traffic_share). 1 until
- * the counters have shown POOL_SHARE_MIN_REQUESTS, or without counters; at least 0.05. Below 1
- * with several gateway replicas behind an L4 balancer, or beside traffic that bypasses them. */
+ * counters, summed over the endpoints (the decayed sums of sb_endpoint_traffic_share, decayed to
+ * now, so an endpoint that stopped reporting fades out). 1 until the counters have shown
+ * POOL_SHARE_MIN_REQUESTS, or without counters; at least 0.05. Below 1 with several gateway
+ * replicas behind an L4 balancer, or beside traffic that bypasses them. */
 #define POOL_SHARE_MIN_REQUESTS 8.0
-static double pool_traffic_share(const pool *p)
+static double pool_traffic_share(const pool *p, sb_ns now)
 {
     double own = 0, engine = 0;
     for (size_t i = 0; i < p->n_eps; i++) {
-        own += p->eps[i].share_own;
-        engine += p->eps[i].share_engine;
+        double o, e;
+        sb_endpoint_share_sums(&p->eps[i], now, &o, &e);
+        own += o;
+        engine += e;
     }
     if (engine < POOL_SHARE_MIN_REQUESTS || !(own < engine))
         return 1.0;
@@ -488,14 +491,15 @@ int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
                 p->hot = sb_hot_prefix_new(HOT_SLOTS, r->hash_secret);
             ctx.hot_blocks = (uint32_t)(req->repeat ? sb_hot_prefix_peek : sb_hot_prefix_observe)(
                 p->hot, req->block_hashes, req->n_blocks, now, p->n_eps, ctx.profile->hot_prefix, &ctx.hot_needed);
-            /* The fair share is the fleet's: with the approximate index this router plans holders
-             * for its own share of the traffic only (pool_traffic_share). The precise index sees
-             * every holder, whoever sent them the prefix, so it plans for the whole demand. */
-            if (ctx.hot_blocks && !p->kv)
-                ctx.hot_needed *= pool_traffic_share(p);
         }
     }
     bool precise = blocks && p->kv && fuse(p, req, ctx.block_tokens);
+    /* The fair share is the fleet's: routed on the approximate index, this router plans holders
+     * for its own share of the traffic only (pool_traffic_share), since it knows only the
+     * holders it made. The precise index sees every holder, whoever sent them the prefix, so a
+     * pick it scores plans for the whole demand. */
+    if (ctx.hot_blocks && !precise)
+        ctx.hot_needed *= pool_traffic_share(p, now);
     /* A stale endpoint still serving is scored from our own accounting, not its old report
      * (core/endpoint.h). */
     for (size_t i = 0; i < p->n_eps; i++)

@@ -151,8 +151,8 @@ static void test_accounting_never_underflows(void **state)
 
 static void report_waiting(sb_router *r, uint32_t ep, double waiting, sb_ns at)
 {
-    sb_endpoint_report rep = {.have_waiting = true, .waiting = waiting, .have_kv = true, .kv_usage = 0.1,
-                              .requests_total = -1};
+    sb_endpoint_report rep = {
+        .have_waiting = true, .waiting = waiting, .have_kv = true, .kv_usage = 0.1, .requests_total = -1};
     sb_endpoint_report_set(sb_router_endpoint(r, 0, ep), &rep, SB_REPORT_SCRAPE, at);
 }
 
@@ -254,7 +254,8 @@ static void test_prefix_pending_until_first_token(void **state)
     /* Headers alone do not settle it; the first token does. */
     sb_router_first_byte(r, 0, (uint32_t)a, &t, 1);
     sb_router_pick(r, &rq, 1);
-    assert_true(sb_router_last_decision(r, 0)->cands[a].total == sb_router_last_decision(r, 0)->cands[(a + 1) % 4].total);
+    assert_true(sb_router_last_decision(r, 0)->cands[a].total ==
+                sb_router_last_decision(r, 0)->cands[(a + 1) % 4].total);
     sb_router_first_token(r, 0, (uint32_t)a, &t);
     assert_false(t.has_prefix_pending);
     for (int k = 0; k < 5; k++)
@@ -422,23 +423,32 @@ static void test_hot_prefix_in_the_decision(void **state)
 }
 
 /* The engines' counters say how much of their traffic this router sends (several gateway
- * replicas, or traffic around them): with the approximate index, which knows only the holders
- * it made, the router plans holders for its share of the demand (here a third: needed 4 ->
- * 4/3); with the precise index, which hears every holder, for all of it. */
+ * replicas, or traffic around them): routed on the approximate index, which knows only the
+ * holders it made, the router plans holders for its share of the demand (here a third: needed
+ * 4 -> 4/3); scored by the precise index, which hears every holder, for all of it. A pool with
+ * KV events whose request has no token keys is routed on the approximate index: its share. */
 static void test_hot_prefix_needed_is_this_routers_share(void **state)
 {
     (void)state;
-    for (int precise = 0; precise < 2; precise++) {
+    for (int mode = 0; mode < 3; mode++) { /* approximate, precise, events but no keys */
         sb_router *r = make_router(sb_profile_builtin("default"), 4);
-        if (precise) {
+        if (mode) {
             sb_kv_index_config kc = {.block_size = 16, .key_seed = 7, .hash_secret = 0x5ec7e7};
             assert_int_equal(sb_router_kv_enable(r, 0, &kc, 0), 0);
         }
-        uint64_t h[12];
+        uint64_t h[12], keys[12];
         for (int i = 0; i < 40; i++) {
             shared_then_own(h, i);
+            for (int j = 0; j < 12; j++)
+                keys[j] = h[j] ^ 0x5a5a;
             sb_ns now = SB_MS(33 * i);
-            sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+            sb_sched_request rq = {.pool = 0,
+                                   .adapter = -1,
+                                   .block_hashes = h,
+                                   .n_blocks = 12,
+                                   .prompt_tokens = 192,
+                                   .kv_keys = mode == 1 ? keys : NULL,
+                                   .n_kv_keys = mode == 1 ? 12 : 0};
             int ep = sb_router_pick(r, &rq, now);
             assert_true(ep >= 0);
             sb_ticket t = sb_router_dispatched(r, 0, (uint32_t)ep, 192, now);
@@ -452,9 +462,43 @@ static void test_hot_prefix_needed_is_this_routers_share(void **state)
         }
         const sb_decision *d = sb_router_last_decision(r, 0);
         assert_int_equal(d->hot_blocks, 8);
-        assert_true(fabs(d->hot_needed - (precise ? 4.0 : 4.0 / 3)) < 0.1);
+        assert_true(fabs(d->hot_needed - (mode == 1 ? 4.0 : 4.0 / 3)) < 0.1);
         sb_router_free(r);
     }
+}
+
+/* An endpoint whose reports stopped (down, unreachable) fades out of the share instead of
+ * keeping what it last showed: endpoint 0 reported an engine serving 9 of ours in 10 (another
+ * gateway sent little), then went silent for five minutes while the other three kept reporting
+ * a third; the share is theirs. Without the decay to now, endpoint 0's sums, four times the
+ * others', would hold the share near a half. */
+static void test_hot_prefix_share_forgets_a_silent_endpoint(void **state)
+{
+    (void)state;
+    sb_router *r = make_router(sb_profile_builtin("default"), 4);
+    uint64_t h[12];
+    sb_ns now = 0;
+    for (int i = 0; i < 200; i++) {
+        shared_then_own(h, i);
+        bool late = i >= 100; /* five minutes on, endpoint 0 is silent and gets nothing */
+        now = (late ? SB_MS(300000) : 0) + SB_MS(33 * i);
+        sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+        assert_true(sb_router_pick(r, &rq, now) >= 0);
+        uint32_t ep = late ? 1 + (uint32_t)i % 3 : 0;
+        sb_ticket t = sb_router_dispatched(r, 0, ep, 192, now);
+        sb_router_finished(r, 0, ep, &t, true, true, now + 1);
+        sb_endpoint *x = sb_router_endpoint(r, 0, ep);
+        sb_endpoint_report rep = {.requests_total = (late ? 3.0 : 10.0 / 9) * (double)x->completed};
+        sb_endpoint_report_set(x, &rep, SB_REPORT_SCRAPE, now + 2);
+    }
+    shared_then_own(h, 200);
+    sb_sched_request rq = {.pool = 0, .adapter = -1, .block_hashes = h, .n_blocks = 12, .prompt_tokens = 192};
+    assert_true(sb_router_pick(r, &rq, now + 3) >= 0);
+    const sb_decision *d = sb_router_last_decision(r, 0);
+    assert_true(d->hot_blocks > 0);
+    /* needed = 4 x share: a third of the traffic, not a half or more. */
+    assert_true(d->hot_needed < 4.0 * 0.4);
+    sb_router_free(r);
 }
 
 /* A request decided again (the decision after a synchronous probe: `repeat`) is one
@@ -880,7 +924,8 @@ static void test_secret_changes_placement_only(void **state)
         char name[32];
         for (int i = 0; i < 300; i++) {
             snprintf(name, sizeof(name), "model-%d", i);
-            assert_int_equal(sb_router_add_model(r[k], (uint32_t)(i % 2), name, i < 2 ? SB_MODEL_SERVED : SB_MODEL_ALIAS), 0);
+            assert_int_equal(
+                sb_router_add_model(r[k], (uint32_t)(i % 2), name, i < 2 ? SB_MODEL_SERVED : SB_MODEL_ALIAS), 0);
         }
     }
     char name[32];
@@ -1069,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_hot_prefix_in_the_decision),
         cmocka_unit_test(test_hot_prefix_counts_a_repeat_once),
         cmocka_unit_test(test_hot_prefix_needed_is_this_routers_share),
+        cmocka_unit_test(test_hot_prefix_share_forgets_a_silent_endpoint),
         cmocka_unit_test(test_restart_clears_reports_unless_stream_did),
         cmocka_unit_test(test_sent_tokens_count_uncached),
         cmocka_unit_test(test_prefix_capacity_follows_traffic_share),
