@@ -77,12 +77,17 @@ void sb_endpoint_share_sums(const sb_endpoint *ep, sb_ns now, double *own, doubl
     *engine = ep->share_engine * f;
 }
 
+double sb_traffic_share_of(double own, double engine)
+{
+    if (engine < SHARE_MIN_REQUESTS || !(own < engine))
+        return 1.0;
+    double s = own / engine;
+    return s < 0.05 ? 0.05 : s;
+}
+
 double sb_endpoint_traffic_share(const sb_endpoint *ep)
 {
-    if (ep->share_engine < SHARE_MIN_REQUESTS || !(ep->share_own < ep->share_engine))
-        return 1.0;
-    double s = ep->share_own / ep->share_engine;
-    return s < 0.05 ? 0.05 : s;
+    return sb_traffic_share_of(ep->share_own, ep->share_engine);
 }
 
 bool sb_endpoint_report_set(sb_endpoint *ep, const sb_endpoint_report *in, enum sb_report_source src, sb_ns now)

@@ -221,6 +221,9 @@ double sb_endpoint_traffic_share(const sb_endpoint *ep);
  * endpoint whose reports stopped, or never carried the counter, weighs less as time passes
  * instead of keeping what it last showed. */
 void sb_endpoint_share_sums(const sb_endpoint *ep, sb_ns now, double *own, double *engine);
+/* The share those sums give (summed over a pool's endpoints, or one endpoint's): own / engine,
+ * in [0.05, 1]; 1 below 8 engine requests. */
+double sb_traffic_share_of(double own, double engine);
 
 /* Records a slots report received at now (idle is clamped to total), stale once older than
  * ttl_ns. Resets the counts of traffic since the last one. */

@@ -442,10 +442,9 @@ void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks)
 
 /* This router's share of the pool's traffic: its own completions over the engines' request
  * counters, summed over the endpoints (the decayed sums of sb_endpoint_traffic_share, decayed to
- * now, so an endpoint that stopped reporting fades out). 1 until the counters have shown
- * POOL_SHARE_MIN_REQUESTS, or without counters; at least 0.05. Below 1 with several gateway
- * replicas behind an L4 balancer, or beside traffic that bypasses them. */
-#define POOL_SHARE_MIN_REQUESTS 8.0
+ * now, so an endpoint that stopped reporting fades out). 1 until the counters have shown 8
+ * requests, or without counters; at least 0.05. Below 1 with several gateway replicas behind an
+ * L4 balancer, or beside traffic that bypasses them. */
 static double pool_traffic_share(const pool *p, sb_ns now)
 {
     double own = 0, engine = 0;
@@ -455,10 +454,7 @@ static double pool_traffic_share(const pool *p, sb_ns now)
         own += o;
         engine += e;
     }
-    if (engine < POOL_SHARE_MIN_REQUESTS || !(own < engine))
-        return 1.0;
-    double s = own / engine;
-    return s < 0.05 ? 0.05 : s;
+    return sb_traffic_share_of(own, engine);
 }
 
 int sb_router_pick(sb_router *r, const sb_sched_request *req, sb_ns now)
