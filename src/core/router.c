@@ -444,7 +444,11 @@ void sb_router_set_sync(sb_router *r, const sb_router_sync *hooks)
  * counters, summed over the endpoints (the decayed sums of sb_endpoint_traffic_share, decayed to
  * now, so an endpoint that stopped reporting fades out). 1 until the counters have shown 8
  * requests, or without counters; at least 0.05. Below 1 with several gateway replicas behind an
- * L4 balancer, or beside traffic that bypasses them. */
+ * L4 balancer, or beside traffic that bypasses them. Its cost, only on picks of a hot prefix:
+ * one exp() per endpoint, about 6 ns each (a hot pick and its dispatch with the default profile,
+ * 1.05 -> 1.09 us at 8 endpoints, 7.2 -> 7.8 at 128, 45 -> 52 at 1,024; the pick itself scans
+ * every endpoint already). Sums kept pre-scaled to a pool epoch would save the exp()s at the
+ * price of state beside the endpoints' own. */
 static double pool_traffic_share(const pool *p, sb_ns now)
 {
     double own = 0, engine = 0;
